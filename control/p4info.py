@@ -1,0 +1,280 @@
+"""P4Info lookups and validated construction of P4Runtime entities.
+
+Everything is checked against the P4Info before a message is built: names of
+tables, fields, actions and parameters, match kinds, and that each value fits
+its bit width. A bad entry raises EntryError naming what is wrong, so a
+caller can validate a whole batch before writing any of it.
+"""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Union
+
+from google.protobuf import text_format
+from p4.config.v1 import p4info_pb2
+from p4.v1 import p4runtime_pb2
+
+MatchValue = Union[int, str, bytes, tuple, list]
+
+_MATCH_KIND = {
+    p4info_pb2.MatchField.EXACT: "exact",
+    p4info_pb2.MatchField.LPM: "lpm",
+    p4info_pb2.MatchField.TERNARY: "ternary",
+    p4info_pb2.MatchField.RANGE: "range",
+    p4info_pb2.MatchField.OPTIONAL: "optional",
+}
+
+
+class EntryError(ValueError):
+    """An entity does not agree with the P4Info; nothing was written."""
+
+
+def encode(value: Any, bitwidth: int, what: str) -> bytes:
+    """Encode an int, IPv4 string, MAC string or bytes as a P4Runtime
+    canonical bytestring (no leading zero bytes), checking it fits."""
+    number = to_int(value, what)
+    if number < 0 or number.bit_length() > bitwidth:
+        raise EntryError(f"{what}: value {value!r} does not fit in {bitwidth} bits")
+    return number.to_bytes(max(1, (number.bit_length() + 7) // 8), "big")
+
+
+def to_int(value: Any, what: str) -> int:
+    if isinstance(value, bool):
+        raise EntryError(f"{what}: expected a number, address or bytes, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, bytes):
+        return int.from_bytes(value, "big")
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            if text.count(":") == 5:
+                return int(text.replace(":", ""), 16)
+            if text.count(".") == 3:
+                return int(ipaddress.IPv4Address(text))
+            return int(text, 0)
+        except ValueError:
+            pass
+    raise EntryError(f"{what}: cannot read {value!r} as a number, IPv4 address or MAC address")
+
+
+@dataclass(frozen=True)
+class Named:
+    id: int
+    name: str
+
+
+class P4Info:
+    """Name -> object lookups over one P4Info, accepting a full name
+    ("FabricIngress.forwarding.ipv4_lpm") or any unique dotted suffix
+    ("forwarding.ipv4_lpm", "ipv4_lpm")."""
+
+    def __init__(self, info: p4info_pb2.P4Info):
+        self.proto = info
+        self._by_kind: dict[str, dict[str, Any]] = {}
+        for kind in ("tables", "actions", "action_profiles", "counters", "direct_counters",
+                     "meters", "registers", "digests"):
+            index: dict[str, Any] = {}
+            for obj in getattr(info, kind):
+                parts = obj.preamble.name.split(".")
+                for i in range(len(parts)):
+                    suffix = ".".join(parts[i:])
+                    index.setdefault(suffix, []).append(obj)
+                if obj.preamble.alias:
+                    index.setdefault(obj.preamble.alias, []).append(obj)
+            self._by_kind[kind] = index
+        self._by_id = {obj.preamble.id: obj for kind in self._by_kind.values()
+                       for objs in kind.values() for obj in objs}
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "P4Info":
+        info = p4info_pb2.P4Info()
+        text_format.Parse(Path(path).read_text(), info)
+        return cls(info)
+
+    def get(self, kind: str, name: str):
+        matches = {o.preamble.id: o for o in self._by_kind[kind].get(name, [])}
+        singular = kind.rstrip("s").replace("_", " ")
+        if not matches:
+            known = sorted({o.preamble.name for objs in self._by_kind[kind].values() for o in objs})
+            raise EntryError(f"unknown {singular} {name!r} (known: {', '.join(known) or 'none'})")
+        if len(matches) > 1:
+            names = sorted(o.preamble.name for o in matches.values())
+            raise EntryError(f"{singular} name {name!r} is ambiguous: {', '.join(names)}")
+        return next(iter(matches.values()))
+
+    def by_id(self, object_id: int):
+        return self._by_id[object_id]
+
+    def table(self, name: str) -> p4info_pb2.Table:
+        return self.get("tables", name)
+
+    def action(self, name: str) -> p4info_pb2.Action:
+        return self.get("actions", name)
+
+    def action_profile(self, name: str) -> p4info_pb2.ActionProfile:
+        return self.get("action_profiles", name)
+
+    def counter(self, name: str) -> p4info_pb2.Counter:
+        return self.get("counters", name)
+
+    # ----------------------------------------------------------------------
+    # Entity builders
+
+    def action_call(self, action_name: str, params: Mapping[str, Any] | None,
+                    table: p4info_pb2.Table | None = None) -> p4runtime_pb2.Action:
+        action = self.action(action_name)
+        where = action.preamble.name
+        if table is not None and action.preamble.id not in {r.id for r in table.action_refs}:
+            allowed = ", ".join(self.by_id(r.id).preamble.name for r in table.action_refs)
+            raise EntryError(f"table {table.preamble.name}: action {where!r} is not allowed (allowed: {allowed})")
+        params = dict(params or {})
+        msg = p4runtime_pb2.Action(action_id=action.preamble.id)
+        declared = {p.name: p for p in action.params}
+        unknown = sorted(set(params) - set(declared))
+        if unknown:
+            raise EntryError(f"action {where}: unknown parameter {unknown[0]!r} (parameters: {', '.join(declared) or 'none'})")
+        for p in action.params:
+            if p.name not in params:
+                raise EntryError(f"action {where}: missing parameter {p.name!r}")
+            msg.params.add(param_id=p.id, value=encode(params[p.name], p.bitwidth, f"action {where} parameter {p.name}"))
+        return msg
+
+    def table_entry(self, table_name: str, match: Mapping[str, MatchValue] | None = None, *,
+                    action: str | None = None, params: Mapping[str, Any] | None = None,
+                    member_id: int | None = None, group_id: int | None = None,
+                    priority: int | None = None) -> p4runtime_pb2.TableEntry:
+        table = self.table(table_name)
+        tname = table.preamble.name
+        entry = p4runtime_pb2.TableEntry(table_id=table.preamble.id)
+        fields = {f.name: f for f in table.match_fields}
+        match = dict(match or {})
+        unknown = sorted(set(match) - set(fields))
+        if unknown:
+            raise EntryError(f"table {tname}: unknown match field {unknown[0]!r} (fields: {', '.join(fields)})")
+        needs_priority = False
+        for f in table.match_fields:
+            kind = _MATCH_KIND.get(f.match_type, "other")
+            if kind in ("ternary", "range", "optional"):
+                needs_priority = True
+            if f.name not in match:
+                if kind == "exact":
+                    raise EntryError(f"table {tname}: missing exact match field {f.name!r}")
+                continue  # wildcard
+            fm = self._field_match(tname, f, kind, match[f.name])
+            if fm is not None:
+                entry.match.append(fm)
+        if needs_priority:
+            if priority is None or not 0 < priority < 2**31:
+                raise EntryError(f"table {tname}: needs a priority in 1..2^31-1, got {priority!r}")
+            entry.priority = priority
+        elif priority is not None:
+            raise EntryError(f"table {tname}: takes no priority (exact/LPM keys only)")
+
+        chosen = [x for x in (action, member_id, group_id) if x is not None]
+        if len(chosen) != 1:
+            raise EntryError(f"table {tname}: give exactly one of action, member_id, group_id")
+        if table.implementation_id:
+            if action is not None:
+                raise EntryError(f"table {tname}: is indirect (action profile); give member_id or group_id, not an action")
+            if member_id is not None:
+                entry.action.action_profile_member_id = member_id
+            else:
+                entry.action.action_profile_group_id = group_id
+        else:
+            if action is None:
+                raise EntryError(f"table {tname}: is direct; give an action, not a member/group id")
+            entry.action.action.CopyFrom(self.action_call(action, params, table))
+        return entry
+
+    def _field_match(self, tname: str, f, kind: str, value: MatchValue):
+        what = f"table {tname} field {f.name}"
+        fm = p4runtime_pb2.FieldMatch(field_id=f.id)
+        full = (1 << f.bitwidth) - 1
+        if kind == "exact":
+            fm.exact.value = encode(value, f.bitwidth, what)
+        elif kind == "lpm":
+            if isinstance(value, str) and "/" in value:
+                addr, _, plen_text = value.partition("/")
+                try:
+                    plen = int(plen_text)
+                except ValueError:
+                    raise EntryError(f"{what}: bad prefix length in {value!r}") from None
+            elif isinstance(value, (tuple, list)) and len(value) == 2:
+                addr, plen = value
+            else:
+                raise EntryError(f"{what}: LPM value must be 'addr/len' or (value, len), got {value!r}")
+            if not 0 <= plen <= f.bitwidth:
+                raise EntryError(f"{what}: prefix length {plen} outside 0..{f.bitwidth}")
+            number = to_int(addr, what)
+            mask = full ^ ((1 << (f.bitwidth - plen)) - 1)
+            if number & ~mask & full:
+                raise EntryError(f"{what}: {value!r} has bits set beyond the /{plen} prefix")
+            if plen == 0:
+                return None  # a /0 is a wildcard: omitted, as P4Runtime requires
+            fm.lpm.value = encode(number, f.bitwidth, what)
+            fm.lpm.prefix_len = plen
+        elif kind == "ternary":
+            if not (isinstance(value, (tuple, list)) and len(value) == 2):
+                raise EntryError(f"{what}: ternary value must be (value, mask), got {value!r}")
+            number, mask = to_int(value[0], what), to_int(value[1], what)
+            if number & ~mask:
+                raise EntryError(f"{what}: value {value[0]!r} has bits outside mask {value[1]!r}")
+            if mask == 0:
+                return None
+            fm.ternary.value = encode(number, f.bitwidth, what)
+            fm.ternary.mask = encode(mask, f.bitwidth, what)
+        elif kind == "range":
+            if not (isinstance(value, (tuple, list)) and len(value) == 2):
+                raise EntryError(f"{what}: range value must be (low, high), got {value!r}")
+            low, high = to_int(value[0], what), to_int(value[1], what)
+            if low > high:
+                raise EntryError(f"{what}: range low {low} > high {high}")
+            fm.range.low = encode(low, f.bitwidth, what)
+            fm.range.high = encode(high, f.bitwidth, what)
+        elif kind == "optional":
+            fm.optional.value = encode(value, f.bitwidth, what)
+        else:
+            raise EntryError(f"{what}: unsupported match kind {f.match_type}")
+        return fm
+
+    def member(self, profile_name: str, member_id: int, action: str,
+               params: Mapping[str, Any] | None = None) -> p4runtime_pb2.ActionProfileMember:
+        profile = self.action_profile(profile_name)
+        table = self.by_id(profile.table_ids[0]) if profile.table_ids else None
+        if not 0 < member_id < 2**32:
+            raise EntryError(f"action profile {profile.preamble.name}: member id {member_id} outside 1..2^32-1")
+        return p4runtime_pb2.ActionProfileMember(
+            action_profile_id=profile.preamble.id, member_id=member_id,
+            action=self.action_call(action, params, table))
+
+    def group(self, profile_name: str, group_id: int, member_ids: Iterable[int],
+              max_size: int = 0) -> p4runtime_pb2.ActionProfileGroup:
+        profile = self.action_profile(profile_name)
+        pname = profile.preamble.name
+        if not profile.with_selector:
+            raise EntryError(f"action profile {pname} has no selector: it cannot hold groups")
+        if not 0 < group_id < 2**32:
+            raise EntryError(f"action profile {pname}: group id {group_id} outside 1..2^32-1")
+        members = list(member_ids)
+        if len(set(members)) != len(members):
+            raise EntryError(f"action profile {pname}: group {group_id} lists a member twice")
+        limit = profile.max_group_size or profile.size
+        if limit and len(members) > limit:
+            raise EntryError(f"action profile {pname}: group {group_id} has {len(members)} members, more than {limit}")
+        group = p4runtime_pb2.ActionProfileGroup(
+            action_profile_id=profile.preamble.id, group_id=group_id, max_size=max_size)
+        for m in members:
+            group.members.add(member_id=m, weight=1)
+        return group
+
+    def counter_entry(self, counter_name: str, index: int | None = None) -> p4runtime_pb2.CounterEntry:
+        counter = self.counter(counter_name)
+        entry = p4runtime_pb2.CounterEntry(counter_id=counter.preamble.id)
+        if index is not None:
+            if not 0 <= index < counter.size:
+                raise EntryError(f"counter {counter.preamble.name}: index {index} outside 0..{counter.size - 1}")
+            entry.index.index = index
+        return entry

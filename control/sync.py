@@ -1,0 +1,172 @@
+"""Idempotent programming: make a switch hold exactly a desired set of
+entities, writing only the difference.
+
+The controller describes what a switch should hold (SwitchState). reconcile()
+reads what the switch holds in the same tables and action profiles, compares
+by identity (table + match + priority, profile + member/group id) and value,
+and writes inserts, modifications and deletions in an order that never
+references a missing member or group. Running it twice writes nothing the
+second time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Hashable
+
+from p4.v1 import p4runtime_pb2
+
+from .switch import SwitchConnection, update
+
+INSERT, MODIFY, DELETE = (p4runtime_pb2.Update.INSERT, p4runtime_pb2.Update.MODIFY,
+                          p4runtime_pb2.Update.DELETE)
+
+
+@dataclass
+class SwitchState:
+    """What one switch should hold, in the tables/profiles listed as managed
+    (a managed table with no desired entries is emptied)."""
+    table_entries: list[p4runtime_pb2.TableEntry] = field(default_factory=list)
+    members: list[p4runtime_pb2.ActionProfileMember] = field(default_factory=list)
+    groups: list[p4runtime_pb2.ActionProfileGroup] = field(default_factory=list)
+    managed_tables: set[int] = field(default_factory=set)
+    managed_profiles: set[int] = field(default_factory=set)
+
+
+@dataclass
+class SyncReport:
+    inserted: int = 0
+    modified: int = 0
+    deleted: int = 0
+
+    @property
+    def writes(self) -> int:
+        return self.inserted + self.modified + self.deleted
+
+    def __str__(self) -> str:
+        return f"{self.inserted} inserted, {self.modified} modified, {self.deleted} deleted"
+
+
+def _int(b: bytes) -> int:
+    return int.from_bytes(b, "big")
+
+
+def _match_key(fm: p4runtime_pb2.FieldMatch) -> tuple:
+    kind = fm.WhichOneof("field_match_type")
+    m = getattr(fm, kind)
+    if kind == "exact":
+        return fm.field_id, kind, _int(m.value)
+    if kind == "lpm":
+        return fm.field_id, kind, _int(m.value), m.prefix_len
+    if kind == "ternary":
+        return fm.field_id, kind, _int(m.value), _int(m.mask)
+    if kind == "range":
+        return fm.field_id, kind, _int(m.low), _int(m.high)
+    return fm.field_id, kind, _int(m.value)
+
+
+def _action_value(a: p4runtime_pb2.Action) -> tuple:
+    return a.action_id, tuple(sorted((p.param_id, _int(p.value)) for p in a.params))
+
+
+def table_key(e: p4runtime_pb2.TableEntry) -> tuple:
+    return e.table_id, tuple(sorted(_match_key(m) for m in e.match)), e.priority
+
+
+def table_value(e: p4runtime_pb2.TableEntry) -> tuple:
+    kind = e.action.WhichOneof("type")
+    if kind == "action":
+        return kind, _action_value(e.action.action)
+    return kind, getattr(e.action, kind)
+
+
+def member_key(m: p4runtime_pb2.ActionProfileMember) -> tuple:
+    return m.action_profile_id, m.member_id
+
+
+def member_value(m: p4runtime_pb2.ActionProfileMember) -> tuple:
+    return _action_value(m.action)
+
+
+def group_key(g: p4runtime_pb2.ActionProfileGroup) -> tuple:
+    return g.action_profile_id, g.group_id
+
+
+def group_value(g: p4runtime_pb2.ActionProfileGroup) -> frozenset:
+    return frozenset((m.member_id, m.weight or 1) for m in g.members)
+
+
+@dataclass
+class _Diff:
+    insert: list = field(default_factory=list)
+    modify: list = field(default_factory=list)
+    delete: list = field(default_factory=list)
+
+
+def _diff(desired: list, existing: list, key: Callable[..., Hashable], value: Callable) -> _Diff:
+    have = {key(e): e for e in existing}
+    want: dict = {}
+    for e in desired:
+        k = key(e)
+        if k in want:
+            raise ValueError(f"desired state lists the same entity twice: {k}")
+        want[k] = e
+    d = _Diff()
+    for k, e in want.items():
+        if k not in have:
+            d.insert.append(e)
+        elif value(have[k]) != value(e):
+            d.modify.append(e)
+    d.delete = [e for k, e in have.items() if k not in want]
+    return d
+
+
+def read_state(conn: SwitchConnection, tables: set[int], profiles: set[int]) -> SwitchState:
+    queries = [p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry(table_id=t)) for t in sorted(tables)]
+    for p in sorted(profiles):
+        queries.append(p4runtime_pb2.Entity(action_profile_member=p4runtime_pb2.ActionProfileMember(action_profile_id=p)))
+        queries.append(p4runtime_pb2.Entity(action_profile_group=p4runtime_pb2.ActionProfileGroup(action_profile_id=p)))
+    state = SwitchState(managed_tables=set(tables), managed_profiles=set(profiles))
+    if not queries:
+        return state
+    for ent in conn.read(queries):
+        kind = ent.WhichOneof("entity")
+        if kind == "table_entry" and not ent.table_entry.is_default_action:
+            state.table_entries.append(ent.table_entry)
+        elif kind == "action_profile_member":
+            state.members.append(ent.action_profile_member)
+        elif kind == "action_profile_group":
+            state.groups.append(ent.action_profile_group)
+    return state
+
+
+def reconcile(conn: SwitchConnection, desired: SwitchState, dry_run: bool = False) -> SyncReport:
+    existing = read_state(conn, desired.managed_tables, desired.managed_profiles)
+    tables = _diff(desired.table_entries, existing.table_entries, table_key, table_value)
+    members = _diff(desired.members, existing.members, member_key, member_value)
+    groups = _diff(desired.groups, existing.groups, group_key, group_value)
+
+    # Order matters: a member exists before a group lists it, a group before
+    # an entry points at it; deletions go the other way.
+    batches = [
+        [update(INSERT, action_profile_member=m) for m in members.insert]
+        + [update(MODIFY, action_profile_member=m) for m in members.modify],
+        [update(INSERT, action_profile_group=g) for g in groups.insert]
+        + [update(MODIFY, action_profile_group=g) for g in groups.modify],
+        [update(INSERT, table_entry=e) for e in tables.insert]
+        + [update(MODIFY, table_entry=e) for e in tables.modify],
+        [update(DELETE, table_entry=_identity(e)) for e in tables.delete],
+        [update(DELETE, action_profile_group=g) for g in groups.delete],
+        [update(DELETE, action_profile_member=m) for m in members.delete],
+    ]
+    report = SyncReport(
+        inserted=len(tables.insert) + len(members.insert) + len(groups.insert),
+        modified=len(tables.modify) + len(members.modify) + len(groups.modify),
+        deleted=len(tables.delete) + len(members.delete) + len(groups.delete))
+    if not dry_run:
+        for batch in batches:
+            conn.write(batch)
+    return report
+
+
+def _identity(e: p4runtime_pb2.TableEntry) -> p4runtime_pb2.TableEntry:
+    return p4runtime_pb2.TableEntry(table_id=e.table_id, match=e.match, priority=e.priority)

@@ -1,0 +1,146 @@
+"""Find the P4 toolchain (p4c and BMv2) and report what is there.
+
+Tools are looked up, in order, in the directory named by $P4_TOOLCHAIN_BIN,
+on $PATH, then in /opt/p4/bin. Nothing here installs them: see the README
+for p4lang's Docker image and packages.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ENV_VAR = "P4_TOOLCHAIN_BIN"
+DEFAULT_PREFIX_BIN = "/opt/p4/bin"
+
+REQUIRED_TOOLS = {
+    "p4c-bm2-ss": "p4c's BMv2 back end (compiles p4src/ to BMv2 JSON + P4Info)",
+    "simple_switch_grpc": "BMv2 switch with the P4Runtime server",
+    "simple_switch_CLI": "BMv2 Thrift CLI (queue rates, registers, mirroring)",
+}
+
+HOW_TO_GET = """\
+How to get p4c and BMv2:
+  * Docker: `make docker-run` / `make docker-test` run everything in an image
+    built on p4lang's published p4lang/p4c image (it carries p4c and BMv2).
+  * Packages: p4lang publishes p4c and BMv2 (with simple_switch_grpc) as
+    Ubuntu packages (p4lang-p4c, p4lang-bmv2); see
+    the p4c README "Installing packaged versions of p4c".
+  * From source: build p4c, PI and behavioral-model from the p4lang
+    repositories and install them into a prefix, e.g. /opt/p4.
+Then put the tools on PATH, in /opt/p4/bin, or set {env}=/path/to/bin.""".format(env=ENV_VAR)
+
+
+class ToolchainMissing(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    path: str | None
+
+    @property
+    def found(self) -> bool:
+        return self.path is not None
+
+
+def search_dirs() -> list[str]:
+    dirs = []
+    if os.environ.get(ENV_VAR):
+        dirs.append(os.environ[ENV_VAR])
+    dirs.extend(p for p in os.environ.get("PATH", "").split(os.pathsep) if p)
+    dirs.append(DEFAULT_PREFIX_BIN)
+    return dirs
+
+
+def find_tool(name: str) -> Tool:
+    for d in search_dirs():
+        candidate = Path(d) / name
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return Tool(name, str(candidate))
+    return Tool(name, None)
+
+
+def require(name: str) -> str:
+    tool = find_tool(name)
+    if not tool.found:
+        raise ToolchainMissing(
+            f"{name} not found ({REQUIRED_TOOLS.get(name, 'P4 tool')}).\n"
+            f"Searched: ${ENV_VAR}, $PATH, {DEFAULT_PREFIX_BIN}.\n{HOW_TO_GET}")
+    return tool.path  # type: ignore[return-value]
+
+
+def missing_tools() -> list[str]:
+    return [n for n in REQUIRED_TOOLS if not find_tool(n).found]
+
+
+def bmv2_python_dirs() -> list[str]:
+    """Directories holding BMv2's generated Thrift modules (bm_runtime,
+    sswitch_runtime), found next to the installed simple_switch_CLI."""
+    cli = find_tool("simple_switch_CLI")
+    if not cli.found:
+        return []
+    prefix = Path(cli.path).resolve().parent.parent  # type: ignore[arg-type]
+    found = []
+    for pattern in ("lib/python3*/site-packages", "lib/python3*/dist-packages",
+                    "lib/python3/dist-packages", "local/lib/python3*/*-packages"):
+        for d in sorted(glob.glob(str(prefix / pattern))):
+            if os.path.isdir(os.path.join(d, "sswitch_runtime")) and d not in found:
+                found.append(d)
+    return found
+
+
+def tool_version(path: str) -> str:
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"(cannot run: {exc})"
+    text = (out.stdout or out.stderr).strip().splitlines()
+    return text[0] if text else f"(exit {out.returncode}, no version printed)"
+
+
+def doctor() -> int:
+    """Print what was found, with versions, and how to get what is missing."""
+    ok = True
+    print("P4 toolchain (search order: $%s, $PATH, %s)" % (ENV_VAR, DEFAULT_PREFIX_BIN))
+    for name, what in REQUIRED_TOOLS.items():
+        tool = find_tool(name)
+        if tool.found:
+            version = tool_version(tool.path) if name != "simple_switch_CLI" else "Thrift CLI"
+            print(f"  [ok]      {name:20s} {tool.path}  ({version})")
+        else:
+            ok = False
+            print(f"  [MISSING] {name:20s} {what}")
+    pydirs = bmv2_python_dirs()
+    if pydirs:
+        print(f"  [ok]      {'BMv2 Thrift modules':20s} {pydirs[0]}")
+    else:
+        ok = False
+        print(f"  [MISSING] {'BMv2 Thrift modules':20s} bm_runtime/sswitch_runtime next to simple_switch_CLI")
+    try:
+        import thrift  # noqa: F401
+        print(f"  [ok]      {'python thrift':20s} {thrift.__file__}")
+    except ImportError:
+        ok = False
+        print(f"  [MISSING] {'python thrift':20s} run `make setup` (Debian python3-thrift)")
+    for name in ("ip", "tc", "ethtool", "ping"):
+        path = shutil.which(name)
+        print(f"  [{'ok' if path else 'MISSING':7s}] {name:20s} {path or 'install iproute2 / ethtool / iputils-ping'}")
+        ok = ok and bool(path)
+    if os.geteuid() != 0:
+        ok = False
+        print("  [MISSING] root                 network namespaces, veths and tc need root")
+    if not ok:
+        print("\n" + HOW_TO_GET)
+        return 1
+    print("\nAll set: `make run` and `make test` will use this toolchain.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(doctor())

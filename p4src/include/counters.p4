@@ -1,0 +1,36 @@
+// Packet accounting: per-port packet/byte counters on both sides of the
+// traffic manager, and the drop counter indexed by drop reason. All are
+// indirect counters, readable over P4Runtime (CounterEntry).
+#ifndef COUNTERS_P4
+#define COUNTERS_P4
+
+#include <core.p4>
+#include <v1model.p4>
+#include "headers.p4"
+
+control IngressPortCounter(in standard_metadata_t std_meta) {
+    counter(PORT_COUNT, CounterType.packets_and_bytes) ingress_port_counter;
+    apply {
+        ingress_port_counter.count((bit<32>) std_meta.ingress_port);
+    }
+}
+
+control EgressPortCounter(in standard_metadata_t std_meta) {
+    counter(PORT_COUNT, CounterType.packets_and_bytes) egress_port_counter;
+    apply {
+        egress_port_counter.count((bit<32>) std_meta.egress_port);
+    }
+}
+
+// Drops the packet if any control set a drop reason, and counts why.
+control DropAccounting(in local_metadata_t meta, inout standard_metadata_t std_meta) {
+    counter(DROP_REASON_COUNT, CounterType.packets) drop_counter;
+    apply {
+        if (meta.drop_reason != DROP_NONE) {
+            drop_counter.count((bit<32>) meta.drop_reason);
+            mark_to_drop(std_meta);
+        }
+    }
+}
+
+#endif

@@ -1,0 +1,34 @@
+// Constants shared by every control of the pipeline: one place to change a
+// size, a protocol number or a drop reason. The control plane reads the
+// DROP_* constants from this file (control/p4constants.py), so a new drop
+// reason only needs a line here.
+#ifndef DEFINES_P4
+#define DEFINES_P4
+
+typedef bit<9>  port_t;
+typedef bit<48> mac_addr_t;
+typedef bit<32> ipv4_addr_t;
+typedef bit<16> next_id_t;
+typedef bit<8>  drop_reason_t;
+
+const bit<16> ETHERTYPE_IPV4 = 0x0800;
+const bit<8>  IP_PROTO_TCP = 6;
+const bit<8>  IP_PROTO_UDP = 17;
+
+// Table and extern sizes.
+const bit<32> PORT_COUNT = 512;            // one counter cell per 9-bit port number
+const bit<32> IPV4_LPM_TABLE_SIZE = 4096;
+const bit<32> NEXT_HOP_TABLE_SIZE = 1024;
+const bit<32> ECMP_SELECTOR_SIZE = 4096;   // action profile members
+const bit<32> ECMP_HASH_WIDTH = 16;
+
+// Why a packet was dropped: index of the ingress drop_counter.
+const drop_reason_t DROP_NONE = 0;
+const drop_reason_t DROP_PARSER_ERROR = 1;       // truncated or malformed headers
+const drop_reason_t DROP_BAD_IPV4_CHECKSUM = 2;
+const drop_reason_t DROP_NOT_IPV4 = 3;
+const drop_reason_t DROP_NO_ROUTE = 4;           // no LPM match, or next hop missing
+const drop_reason_t DROP_TTL_EXPIRED = 5;
+const bit<32> DROP_REASON_COUNT = 16;
+
+#endif

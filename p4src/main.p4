@@ -1,0 +1,51 @@
+// The fabric switch: a v1model pipeline composed of one control per concern.
+// Features (ECN marking, INT, flowlets, aggregation) plug in as controls
+// applied below; each lives in its own include/ file.
+#include <core.p4>
+#include <v1model.p4>
+
+#include "include/defines.p4"
+#include "include/headers.p4"
+#include "include/parser.p4"
+#include "include/checksums.p4"
+#include "include/counters.p4"
+#include "include/forwarding.p4"
+
+control FabricIngress(inout headers_t hdr,
+                      inout local_metadata_t meta,
+                      inout standard_metadata_t std_meta) {
+    IngressPortCounter() port_counter;
+    Forwarding() forwarding;
+    DropAccounting() drops;
+
+    apply {
+        port_counter.apply(std_meta);
+        if (std_meta.parser_error != error.NoError) {
+            meta.drop_reason = DROP_PARSER_ERROR;
+        } else if (std_meta.checksum_error == 1) {
+            meta.drop_reason = DROP_BAD_IPV4_CHECKSUM;
+        } else if (!hdr.ipv4.isValid()) {
+            meta.drop_reason = DROP_NOT_IPV4;
+        } else {
+            forwarding.apply(hdr, meta, std_meta);
+        }
+        drops.apply(meta, std_meta);
+    }
+}
+
+control FabricEgress(inout headers_t hdr,
+                     inout local_metadata_t meta,
+                     inout standard_metadata_t std_meta) {
+    EgressPortCounter() port_counter;
+
+    apply {
+        port_counter.apply(std_meta);
+    }
+}
+
+V1Switch(FabricParser(),
+         VerifyIpv4Checksum(),
+         FabricIngress(),
+         FabricEgress(),
+         ComputeIpv4Checksum(),
+         FabricDeparser()) main;

@@ -1,0 +1,1 @@
+"""Helpers for the PTF data-plane tests (imported by tests, never collected)."""

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Run the PTF data-plane tests against a real simple_switch_grpc.
+
+Creates veth pairs (switch side ptfsw<N>, test side ptfdp<N>), starts
+simple_switch_grpc on the switch sides, runs `ptf` on the test sides, checks
+the switch survived, and tears everything down (also on Ctrl-C and errors).
+
+    ptf-tests/run_ptf.py [ptf test spec, e.g. forwarding.EcmpTest]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from control.build import compile_p4  # noqa: E402
+from control.network import sh, tail  # noqa: E402
+from control.switch import SwitchConnection  # noqa: E402
+from control.toolchain import require  # noqa: E402
+
+PORTS = [1, 2, 3, 4]
+GRPC_ADDR = "127.0.0.1:50150"   # apart from the launcher's 50051+ range
+THRIFT_PORT = 9190
+DEVICE_ID = 1
+
+
+def make_veths() -> None:
+    for p in PORTS:
+        sw, dp = f"ptfsw{p}", f"ptfdp{p}"
+        sh("ip", "link", "del", sw, check=False)
+        sh("ip", "link", "add", sw, "type", "veth", "peer", "name", dp)
+        for dev in (sw, dp):
+            sh("sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1")
+            sh("ip", "link", "set", dev, "mtu", "9500", "up")
+            sh("ethtool", "-K", dev, "tx", "off", "rx", "off", check=False)
+
+
+def remove_veths() -> None:
+    for p in PORTS:
+        sh("ip", "link", "del", f"ptfsw{p}", check=False)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("spec", nargs="*", help="PTF test spec(s) (default: all)")
+    ap.add_argument("--log-level", default="info", help="BMv2 log level")
+    args = ap.parse_args()
+    out = REPO / "build" / "ptf"
+    out.mkdir(parents=True, exist_ok=True)
+    pipeline = compile_p4()
+    switch_bin = require("simple_switch_grpc")
+    make_veths()
+    log, stdout = out / "switch.log", out / "switch.stdout"
+    cmd = [switch_bin, "--device-id", str(DEVICE_ID), "--thrift-port", str(THRIFT_PORT),
+           "--log-file", str(log), "--log-flush", "--log-level", args.log_level,
+           *[a for p in PORTS for a in ("-i", f"{p}@ptfsw{p}")],
+           "--no-p4", "--", "--grpc-server-addr", GRPC_ADDR]
+    switch = subprocess.Popen(cmd, stdout=open(stdout, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    rc = 1
+    try:
+        SwitchConnection("ptf-switch", GRPC_ADDR, DEVICE_ID, connect_timeout=20).close()
+        params = ";".join(f"{k}={v}" for k, v in {
+            "grpc_addr": GRPC_ADDR, "device_id": DEVICE_ID, "thrift_port": THRIFT_PORT,
+            "bmv2_json": pipeline.bmv2_json, "p4info": pipeline.p4info_txt}.items())
+        ptf = [str(Path(sys.executable).parent / "ptf"), "--test-dir", str(REPO / "ptf-tests" / "tests"),
+               "--pypath", str(REPO / "ptf-tests"), "--pypath", str(REPO),
+               "--log-file", str(out / "ptf.log"), "--fail-skipped", "--test-params", params,
+               *[a for p in PORTS for a in ("--interface", f"{p}@ptfdp{p}")], *args.spec]
+        print(f"ptf: switch log {log}, PTF log {out / 'ptf.log'}", flush=True)
+        rc = subprocess.call(ptf, cwd=out)
+        time.sleep(0.2)
+        if switch.poll() is not None:
+            print(f"FAIL: simple_switch_grpc died during the tests (exit {switch.returncode})\n"
+                  f"--- {stdout} ---\n{tail(stdout)}\n--- {log} ---\n{tail(log)}", file=sys.stderr)
+            rc = rc or 1
+    finally:
+        if switch.poll() is None:
+            os.killpg(switch.pid, 15)
+            try:
+                switch.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                os.killpg(switch.pid, 9)
+        remove_veths()
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""Topology files: every shipped file loads, and every kind of mistake is
+reported with the file, the field and what is wrong."""
+from pathlib import Path
+
+import pytest
+import yaml
+
+from control.topology import TopologyError, from_dict, load
+
+TOPOLOGIES = Path(__file__).resolve().parents[2] / "topologies"
+
+
+@pytest.mark.parametrize("name,switches,hosts", [
+    ("star", 1, 4), ("dumbbell", 2, 4), ("leaf-spine", 4, 4), ("fat-tree-k4", 20, 16)])
+def test_shipped_topologies_load(name, switches, hosts):
+    topo = load(TOPOLOGIES / f"{name}.yaml")
+    assert (len(topo.switches), len(topo.hosts)) == (switches, hosts)
+
+
+def base():
+    return {"name": "t", "switches": ["s1", "s2"], "hosts": ["h1", "h2"],
+            "links": [["h1", "s1"], ["s1", "s2"], ["h2", "s2"]]}
+
+
+def with_change(path, value):
+    data = base()
+    target = data
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return data
+
+
+@pytest.mark.parametrize("data,field,message", [
+    pytest.param(with_change(["links", 1], {"a": "s1", "b": "s3"}), "links[1].b", "unknown node 's3'", id="unknown-node"),
+    pytest.param(with_change(["links", 1], {"a": "s1", "b": "s2", "bandwidth_mbps": 0}),
+                 "links[1].bandwidth_mbps", "must be > 0", id="zero-bandwidth"),
+    pytest.param(with_change(["links", 1], {"a": "s1", "b": "s2", "loss_pct": 120}),
+                 "links[1].loss_pct", "within 0..100", id="loss-over-100"),
+    pytest.param(with_change(["links", 1], {"a": "s1", "b": "s2", "delay_ms": "5ms"}),
+                 "links[1].delay_ms", "expected a number", id="delay-as-string"),
+    pytest.param(with_change(["links", 1], {"a": "s1", "b": "s2", "latency": 1}),
+                 "links[1].latency", "unknown field", id="unknown-link-field"),
+    pytest.param(with_change(["links", 1], ["s1", "s1"]), "links[1]", "to itself", id="self-link"),
+    pytest.param(with_change(["links", 1], ["s1"]), "links[1]", "[node, node]", id="short-link"),
+    pytest.param(with_change(["links", 1], ["h1", "h2"]), "links[1]", "two hosts", id="host-to-host"),
+    pytest.param(with_change(["links"], [["h1", "s1"], ["h1", "s2"], ["h2", "s2"], ["s1", "s2"]]),
+                 "links[1]", "already has a link", id="host-two-links"),
+    pytest.param(with_change(["links"], [["h1", "s1"], ["s1", "s2"]]), "links", "host 'h2' has no link", id="host-unlinked"),
+    pytest.param(with_change(["links"], [["h1", "s1"], ["h2", "s2"]]), "links", "not connected", id="disconnected"),
+    pytest.param(with_change(["hosts"], ["h1", "s1"]), "hosts[1].name", "duplicate node name", id="duplicate-name"),
+    pytest.param(with_change(["hosts"], ["h1", "H2"]), "hosts[1].name", "not a valid node name", id="bad-name"),
+    pytest.param(with_change(["hosts"], ["h1", "averyveryverylongname"]), "hosts[1].name", "not a valid node name",
+                 id="name-too-long-for-ifname"),
+    pytest.param(with_change(["switches"], []), "switches", "at least 1", id="no-switches"),
+    pytest.param(with_change(["switches"], "s1"), "switches", "expected a list", id="switches-not-list"),
+    pytest.param(with_change(["hostz"], []), "hostz", "unknown field", id="unknown-top-field"),
+    pytest.param(with_change(["defaults"], {"link": {"bandwidth_mbps": -1}}), "defaults.link.bandwidth_mbps",
+                 "must be > 0", id="bad-default"),
+    pytest.param(with_change(["name"], ""), "name", "non-empty string", id="empty-name"),
+])
+def test_invalid_topology_names_field_and_problem(data, field, message):
+    with pytest.raises(TopologyError) as err:
+        from_dict(data, source="bad.yaml")
+    text = str(err.value)
+    assert text.startswith(f"bad.yaml: {field}:"), text
+    assert message in text
+
+
+def test_unreadable_and_malformed_files_name_the_file(tmp_path):
+    with pytest.raises(TopologyError, match="missing.yaml: cannot read"):
+        load(tmp_path / "missing.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: x\nlinks: [h1, s1\n")
+    with pytest.raises(TopologyError, match="broken.yaml: not valid YAML"):
+        load(broken)
+    scalar = tmp_path / "scalar.yaml"
+    scalar.write_text("just a string\n")
+    with pytest.raises(TopologyError, match="scalar.yaml: expected a mapping"):
+        load(scalar)
+
+
+def test_defaults_apply_and_links_override(tmp_path):
+    data = base()
+    data["defaults"] = {"link": {"bandwidth_mbps": 40, "delay_ms": 2}}
+    data["links"][1] = {"a": "s1", "b": "s2", "bandwidth_mbps": 10}
+    f = tmp_path / "t.yaml"
+    f.write_text(yaml.safe_dump(data))
+    topo = load(f)
+    assert [(link.bandwidth_mbps, link.delay_ms) for link in topo.links] == [(40, 2), (10, 2), (40, 2)]
