@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import forwarding
+from . import ecn, forwarding
 from .p4info import EntryError, P4Info
 from .switch import Pipeline, SwitchConnection, SwitchError
 from .sync import SwitchState, SyncReport, read_state, reconcile
@@ -66,7 +66,11 @@ class FabricController:
         """Everything switch `name` should hold. Feature modules add their
         entities here as they arrive."""
         slots = forwarding.slots_on_switch(self.p4info, current) if current else None
-        return forwarding.forwarding_state(self.p4info, self.topo.routes()[name], slots)
+        state = forwarding.forwarding_state(self.p4info, self.topo.routes()[name], slots)
+        return state.merge(ecn.ecn_state(self.p4info, self.ecn_profiles(name)))
+
+    def ecn_profiles(self, switch: str) -> dict[int, "ecn.EcnProfile"]:
+        return {port: p for (sw, port), p in self.topo.features.get("ecn", {}).items() if sw == switch}
 
     def program(self, dry_run: bool = False) -> list[SwitchResult]:
         self.connect()
@@ -81,6 +85,25 @@ class FabricController:
             plans[name] = self.desired_state(name, current)
         return [SwitchResult(name, pushed[name], reconcile(self.connections[name], plan, dry_run))
                 for name, plan in plans.items()]
+
+    def program_switch(self, name: str) -> SyncReport:
+        """Reconcile one switch (pipeline assumed in place), e.g. after a runtime change."""
+        self.connect()
+        conn = self.connections[name]
+        skeleton = self.desired_state(name)
+        current = read_state(conn, skeleton.managed_tables, skeleton.managed_profiles)
+        return reconcile(conn, self.desired_state(name, current))
+
+    def set_ecn_profile(self, switch: str, port: int, profile: "ecn.EcnProfile | None") -> SyncReport:
+        """Change (or remove, with None) the ECN profile of one egress port at runtime."""
+        if port not in self.topo.switches[switch].ports:
+            raise EntryError(f"{switch} has no port {port}")
+        profiles = self.topo.features.setdefault("ecn", {})
+        if profile is None:
+            profiles.pop((switch, port), None)
+        else:
+            profiles[(switch, port)] = profile
+        return self.program_switch(switch)
 
     def counter(self, switch: str, counter: str, index: int | None = None) -> dict[int, tuple[int, int]]:
         self.connect()

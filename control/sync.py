@@ -31,6 +31,18 @@ class SwitchState:
     managed_tables: set[int] = field(default_factory=set)
     managed_profiles: set[int] = field(default_factory=set)
 
+    def merge(self, other: "SwitchState") -> "SwitchState":
+        """Add another feature's entities (its tables and profiles must be its own)."""
+        overlap = (self.managed_tables & other.managed_tables) | (self.managed_profiles & other.managed_profiles)
+        if overlap:
+            raise ValueError(f"two features manage the same tables/profiles: {sorted(overlap)}")
+        self.table_entries += other.table_entries
+        self.members += other.members
+        self.groups += other.groups
+        self.managed_tables |= other.managed_tables
+        self.managed_profiles |= other.managed_profiles
+        return self
+
 
 @dataclass
 class SyncReport:

@@ -6,6 +6,7 @@ file, the field and what is wrong, and is raised before anything is started.
 """
 from __future__ import annotations
 
+import importlib
 import ipaddress
 import re
 from collections import deque
@@ -19,7 +20,9 @@ NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,9}$")  # "<name>-eth<NN>" must fit IFNAM
 LINK_FIELDS = {"a", "b", "bandwidth_mbps", "delay_ms", "loss_pct"}
 NODE_FIELDS = {"name", "role"}
 HOST_FIELDS = NODE_FIELDS
-TOP_FIELDS = {"name", "description", "defaults", "switches", "hosts", "links"}
+# Feature sections: key in the file -> module whose parse_section(raw, topo, fail) validates it.
+FEATURE_SECTIONS = {"ecn": "control.ecn"}
+TOP_FIELDS = {"name", "description", "defaults", "switches", "hosts", "links", *FEATURE_SECTIONS}
 DEFAULT_LINK = {"bandwidth_mbps": 100.0, "delay_ms": 0.0, "loss_pct": 0.0}
 
 GRPC_PORT_BASE = 50050
@@ -110,6 +113,7 @@ class Topology:
     switches: dict[str, Switch]
     hosts: dict[str, Host]
     links: list[LinkSpec]
+    features: dict[str, Any] = field(default_factory=dict)  # parsed feature sections, e.g. "ecn"
 
     def switch_neighbours(self, name: str) -> list[Port]:
         return [p for p in self.switches[name].ports.values() if p.peer in self.switches]
@@ -225,6 +229,9 @@ def from_dict(data: Any, source: str = "<topology>") -> Topology:
     _attach(v, switches, hosts, links)
     topo = Topology(name, str(description), source, switches, hosts, links)
     _check_connected(v, topo)
+    for key, module in FEATURE_SECTIONS.items():
+        if data.get(key) is not None:
+            topo.features[key] = importlib.import_module(module).parse_section(data[key], topo, v.fail)
     return topo
 
 

@@ -10,6 +10,7 @@
 #include "include/checksums.p4"
 #include "include/counters.p4"
 #include "include/forwarding.p4"
+#include "include/ecn.p4"
 
 control FabricIngress(inout headers_t hdr,
                       inout local_metadata_t meta,
@@ -37,9 +38,11 @@ control FabricEgress(inout headers_t hdr,
                      inout local_metadata_t meta,
                      inout standard_metadata_t std_meta) {
     EgressPortCounter() port_counter;
+    EcnMarking() ecn;
 
     apply {
         port_counter.apply(std_meta);
+        ecn.apply(hdr, std_meta);
     }
 }
 

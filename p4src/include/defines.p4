@@ -22,6 +22,14 @@ const bit<32> NEXT_HOP_TABLE_SIZE = 1024;
 const bit<32> ECMP_SELECTOR_SIZE = 4096;   // action profile members
 const bit<32> ECMP_HASH_WIDTH = 16;
 
+// ECN (RFC 3168): the two low bits of the IPv4 TOS byte.
+const bit<2> ECN_NOT_ECT = 0;
+const bit<2> ECN_ECT1 = 1;
+const bit<2> ECN_ECT0 = 2;
+const bit<2> ECN_CE = 3;
+typedef bit<19> qdepth_t;                  // standard_metadata.enq_qdepth, in packets
+const bit<32> PROBABILITY_SCALE = 1000000; // WRED probabilities are in parts per million
+
 // Why a packet was dropped: index of the ingress drop_counter.
 const drop_reason_t DROP_NONE = 0;
 const drop_reason_t DROP_PARSER_ERROR = 1;       // truncated or malformed headers

@@ -112,3 +112,18 @@ class P4RuntimeTest(BaseTest):
 
     def drops(self, reason: str) -> int:
         return self.counter("drop_counter", drop_reasons()[reason])[0]
+
+    # -- data plane ------------------------------------------------------------
+
+    def iface(self, port: int) -> str:
+        """The Linux interface PTF uses for `port` (for raw-socket senders)."""
+        return self.dataplane.ports[(0, port)].interface_name
+
+    def receive_all(self, port: int, timeout: float = 1.0) -> list[bytes]:
+        """Every frame that arrives on `port` until none came for `timeout` s."""
+        frames = []
+        while True:
+            result = tu.dp_poll(self, device_number=0, port_number=port, timeout=timeout)
+            if not isinstance(result, self.dataplane.PollSuccess):
+                return frames
+            frames.append(bytes(result.packet))

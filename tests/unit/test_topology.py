@@ -88,3 +88,49 @@ def test_defaults_apply_and_links_override(tmp_path):
     f.write_text(yaml.safe_dump(data))
     topo = load(f)
     assert [(link.bandwidth_mbps, link.delay_ms) for link in topo.links] == [(40, 2), (10, 2), (40, 2)]
+
+
+def ecn_topology(*profiles):
+    data = base()
+    data["ecn"] = list(profiles)
+    return data
+
+
+def test_ecn_profiles_resolve_ports():
+    topo = from_dict(ecn_topology({"switch": "s1", "towards": "s2", "mode": "step", "k": 10},
+                                  {"switch": "s2", "port": "all", "mode": "wred", "kmin": 5, "kmax": 30, "pmax": 0.1}))
+    profiles = topo.features["ecn"]
+    assert str(profiles[("s1", 2)]) == "step K=10"
+    assert str(profiles[("s2", 1)]) == str(profiles[("s2", 2)]) == "WRED Kmin=5 Kmax=30 Pmax=0.1"
+    assert ("s1", 1) not in profiles
+
+
+@pytest.mark.parametrize("profile,field,message", [
+    pytest.param({"switch": "s1", "port": 1, "mode": "wred", "kmin": 40, "kmax": 30, "pmax": 0.1},
+                 "ecn[0].kmin", "kmin (40) must be below kmax (30)", id="kmin-above-kmax"),
+    pytest.param({"switch": "s1", "port": 1, "mode": "wred", "kmin": 5, "kmax": 30, "pmax": 1.5},
+                 "ecn[0].pmax", "probability within 0..1", id="pmax-above-1"),
+    pytest.param({"switch": "s1", "port": 1, "mode": "wred", "kmin": 5, "kmax": 30, "pmax": -0.1},
+                 "ecn[0].pmax", "probability within 0..1", id="pmax-negative"),
+    pytest.param({"switch": "s1", "port": 7, "mode": "step", "k": 5}, "ecn[0].port", "s1 has no port 7", id="unknown-port"),
+    pytest.param({"switch": "s1", "towards": "h2", "mode": "step", "k": 5}, "ecn[0].towards", "no link to 'h2'",
+                 id="not-a-neighbour"),
+    pytest.param({"switch": "s9", "port": 1, "mode": "step", "k": 5}, "ecn[0].switch", "unknown switch", id="unknown-switch"),
+    pytest.param({"switch": "s1", "port": 1, "mode": "red", "k": 5}, "ecn[0].mode", "'step' or 'wred'", id="unknown-mode"),
+    pytest.param({"switch": "s1", "port": 1, "mode": "step"}, "ecn[0]", "needs k", id="step-without-k"),
+    pytest.param({"switch": "s1", "port": 1, "mode": "step", "k": 5, "pmax": 0.1}, "ecn[0].pmax",
+                 "not a parameter of mode step", id="step-with-pmax"),
+    pytest.param({"switch": "s1", "port": 1, "mode": "step", "k": -1}, "ecn[0].k", "queue depth", id="negative-k"),
+    pytest.param({"switch": "s1", "mode": "step", "k": 5}, "ecn[0]", "exactly one of port", id="no-port"),
+])
+def test_invalid_ecn_profiles_are_named(profile, field, message):
+    with pytest.raises(TopologyError) as err:
+        from_dict(ecn_topology(profile), source="bad.yaml")
+    assert str(err.value).startswith(f"bad.yaml: {field}:"), str(err.value)
+    assert message in str(err.value)
+
+
+def test_duplicate_ecn_port_is_rejected():
+    with pytest.raises(TopologyError, match=r"ecn\[1\]: s1 port 2 already has an ECN profile"):
+        from_dict(ecn_topology({"switch": "s1", "port": 2, "mode": "step", "k": 5},
+                               {"switch": "s1", "towards": "s2", "mode": "step", "k": 9}), source="bad.yaml")

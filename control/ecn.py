@@ -1,0 +1,137 @@
+"""Control-plane side of p4src/include/ecn.p4: per-port ECN marking profiles.
+
+In a topology file (validated with the rest of it, before anything starts):
+
+    ecn:
+      - {switch: s1, towards: h5, mode: step, k: 10}
+      - {switch: s1, port: 2, mode: wred, kmin: 5, kmax: 30, pmax: 0.1}
+      - {switch: leaf1, port: all, mode: step, k: 20}
+
+k, kmin and kmax are egress queue depths in packets (BMv2's enq_qdepth);
+pmax is the marking probability reached at kmax (0..1).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from .p4info import P4Info
+from .sync import SwitchState
+
+TABLE = "ecn_profile"
+MARKED_COUNTER = "ecn_marked_counter"
+QDEPTH_REGISTER = "egress_qdepth"
+QDEPTH_MAX = (1 << 19) - 1       # enq_qdepth is 19 bits
+PPM = 1_000_000
+FIELDS = {"switch", "port", "towards", "mode", "k", "kmin", "kmax", "pmax"}
+
+
+@dataclass(frozen=True)
+class EcnProfile:
+    mode: str                 # "step" or "wred"
+    k: int = 0                # step threshold
+    kmin: int = 0
+    kmax: int = 0
+    pmax: float = 0.0
+
+    @classmethod
+    def step(cls, k: int) -> "EcnProfile":
+        return cls.from_mapping({"mode": "step", "k": k})
+
+    @classmethod
+    def wred(cls, kmin: int, kmax: int, pmax: float) -> "EcnProfile":
+        return cls.from_mapping({"mode": "wred", "kmin": kmin, "kmax": kmax, "pmax": pmax})
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any], fail: Callable[[str, str], None] | None = None) -> "EcnProfile":
+        def bad(field: str, what: str):
+            if fail:
+                fail(field, what)
+            raise ValueError(f"{field}: {what}")
+
+        def depth(field: str) -> int:
+            if field not in raw:
+                bad("", f"mode {raw.get('mode')} needs {field}")
+            v = raw[field]
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= QDEPTH_MAX:
+                bad(field, f"expected a queue depth in packets, 0..{QDEPTH_MAX}, got {v!r}")
+            return v
+
+        mode = raw.get("mode")
+        if mode == "step":
+            extra = {"kmin", "kmax", "pmax"} & set(raw)
+            if extra:
+                bad(sorted(extra)[0], "not a parameter of mode step (it takes k)")
+            return cls("step", k=depth("k"))
+        if mode == "wred":
+            if "k" in raw:
+                bad("k", "not a parameter of mode wred (it takes kmin, kmax, pmax)")
+            kmin, kmax = depth("kmin"), depth("kmax")
+            if kmin >= kmax:
+                bad("kmin", f"kmin ({kmin}) must be below kmax ({kmax})")
+            if "pmax" not in raw:
+                bad("", "mode wred needs pmax")
+            pmax = raw["pmax"]
+            if isinstance(pmax, bool) or not isinstance(pmax, (int, float)) or not 0 <= pmax <= 1:
+                bad("pmax", f"expected a probability within 0..1, got {pmax!r}")
+            return cls("wred", kmin=kmin, kmax=kmax, pmax=float(pmax))
+        bad("mode", f"expected 'step' or 'wred', got {mode!r}")
+        raise AssertionError("unreachable")
+
+    def action(self) -> tuple[str, dict]:
+        if self.mode == "step":
+            return "mark_step", {"k": self.k}
+        return "mark_wred", {"wred_kmin": self.kmin, "wred_kmax": self.kmax,
+                             "wred_pmax_ppm": round(self.pmax * PPM)}
+
+    def __str__(self) -> str:
+        if self.mode == "step":
+            return f"step K={self.k}"
+        return f"WRED Kmin={self.kmin} Kmax={self.kmax} Pmax={self.pmax:g}"
+
+
+def parse_section(raw: Any, topo, fail: Callable[[str, str], None]) -> dict[tuple[str, int], EcnProfile]:
+    """Validate a topology's `ecn:` list -> {(switch, port): profile}.
+    `fail(field, what)` raises the loader's error naming file and field."""
+    if not isinstance(raw, list):
+        fail("ecn", "expected a list of {switch, port|towards, mode, ...}")
+    profiles: dict[tuple[str, int], EcnProfile] = {}
+    for i, item in enumerate(raw):
+        where = f"ecn[{i}]"
+        if not isinstance(item, dict):
+            fail(where, f"expected a mapping, got {item!r}")
+        unknown = sorted(set(map(str, item)) - FIELDS)
+        if unknown:
+            fail(f"{where}.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(FIELDS))})")
+        name = item.get("switch")
+        if name not in topo.switches:
+            fail(f"{where}.switch", f"unknown switch {name!r} (switches: {', '.join(topo.switches)})")
+        sw = topo.switches[name]
+        if ("port" in item) == ("towards" in item):
+            fail(where, "give exactly one of port (a number or 'all') and towards (a neighbour's name)")
+        if "towards" in item:
+            ports = [p.number for p in sw.ports.values() if p.peer == item["towards"]]
+            if not ports:
+                fail(f"{where}.towards", f"{name} has no link to {item['towards']!r}")
+        elif item["port"] == "all":
+            ports = sorted(sw.ports)
+        else:
+            if item["port"] not in sw.ports:
+                fail(f"{where}.port", f"{name} has no port {item['port']!r} (ports: {sorted(sw.ports)})")
+            ports = [item["port"]]
+        profile = EcnProfile.from_mapping(item, lambda field, what: fail(f"{where}.{field}" if field else where, what))
+        for port in ports:
+            if (name, port) in profiles:
+                fail(where, f"{name} port {port} already has an ECN profile")
+            profiles[(name, port)] = profile
+    return profiles
+
+
+def ecn_state(p4info: P4Info, profiles: Mapping[int, EcnProfile]) -> SwitchState:
+    """Entities for one switch: {egress port: profile}. Ports without one never mark."""
+    state = SwitchState(managed_tables={p4info.table(TABLE).preamble.id})
+    for port, profile in sorted(profiles.items()):
+        action, params = profile.action()
+        state.table_entries.append(p4info.table_entry(TABLE, {"std_meta.egress_port": port},
+                                                      action=action, params=params))
+    return state

@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""Incast N:1 through a bottleneck, three ways: no ECN, step ECN + DCQCN,
+WRED ECN + DCQCN.
+
+    .venv/bin/python experiments/ecn_incast.py [--duration 10] [--out experiments/results/ecn_incast]
+
+Brings topologies/incast.yaml up on BMv2 (4 senders, 1 receiver; the
+receiver's port is served at 800 packets/s), then for each case sets the
+bottleneck port's ECN profile over P4Runtime and runs the host agents
+(hostagent.roce) in the hosts' namespaces, all starting at the same instant.
+
+Recorded per case:
+  - per-flow throughput over time and PSN-gap losses (receiver agent),
+  - CE fraction and CNPs sent (receiver) / received (senders), DCQCN rates,
+  - bottleneck queue depth over time: the egress pipeline writes each
+    packet's enq_qdepth into the register egress_qdepth[port]; a thread reads
+    it over Thrift every 5 ms (the depth the last departing packet saw on
+    arrival, in packets),
+  - marks counted by the switch (ecn_marked_counter, P4Runtime).
+Writes CSV and PNG under --out, prints a summary table and where files went.
+Fixed seeds: the agents' only randomness is the switch's WRED draws, and the
+scenario itself (start times, rates) is deterministic.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from control.bmv2_thrift import Bmv2Thrift  # noqa: E402
+from control.build import compile_p4  # noqa: E402
+from control.controller import FabricController  # noqa: E402
+from control.ecn import MARKED_COUNTER, QDEPTH_REGISTER, EcnProfile  # noqa: E402
+from control.network import Network, queue_rate_pps  # noqa: E402
+from control.topology import load  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    profile: EcnProfile | None
+    dcqcn: bool
+
+
+CASES = [
+    Case("no-ecn", None, dcqcn=False),
+    Case("step-ecn-dcqcn", EcnProfile.step(10), dcqcn=True),
+    Case("wred-ecn-dcqcn", EcnProfile.wred(5, 30, 0.2), dcqcn=True),
+]
+
+
+def sample_queue(thrift: Bmv2Thrift, port: int, stop: threading.Event, t0: float, out: list) -> None:
+    while not stop.is_set():
+        out.append((time.time() - t0, thrift.register_read(QDEPTH_REGISTER, port)))
+        time.sleep(0.005)
+
+
+def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: Path) -> dict:
+    sw = topo.switches["s1"]
+    receiver = topo.hosts["h5"]
+    port = receiver.switch_port
+    senders = [h for h in topo.hosts.values() if h.role == "sender"]
+    ctl.set_ecn_profile("s1", port, case.profile)
+    marked_before = ctl.counter("s1", MARKED_COUNTER, port).get(port, (0, 0))[0]
+    py = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else sys.executable
+    start_at = time.time() + 3.0
+    case_dir = out / case.name
+    case_dir.mkdir(parents=True, exist_ok=True)
+
+    def agent(host, role: str, extra: list[str]) -> subprocess.Popen:
+        cmd = ["ip", "netns", "exec", host.name, py, "-m", "hostagent.roce", role, "--iface", host.iface,
+               "--src-ip", host.ip, "--src-mac", host.mac, "--gw-mac", host.gateway_mac,
+               "--duration", str(args.duration), "--start-at", str(start_at),
+               "--out", str(case_dir / f"{role}-{host.name}"), *extra]
+        return subprocess.Popen(cmd, cwd=REPO)
+
+    procs = [agent(receiver, "receive", ["--duration", str(args.duration + 1.0)])]
+    for i, h in enumerate(senders, start=1):
+        extra = ["--dst-ip", receiver.ip, "--qp", str(i), "--line-rate-pps", str(args.sender_rate)]
+        extra += [] if case.dcqcn else ["--fixed-rate", "--not-ect"]
+        procs.append(agent(h, "send", extra))
+    samples: list = []
+    stop = threading.Event()
+    with Bmv2Thrift(sw.thrift_port) as thrift:
+        thrift.register_write(QDEPTH_REGISTER, port, 0)
+        time.sleep(max(0.0, start_at - time.time()))
+        sampler = threading.Thread(target=sample_queue, args=(thrift, port, stop, start_at, samples))
+        sampler.start()
+        for p in procs:
+            p.wait(timeout=args.duration + 30)
+        stop.set()
+        sampler.join()
+    net.check_alive()
+    if any(p.returncode for p in procs):
+        raise RuntimeError(f"{case.name}: an agent failed (exit codes {[p.returncode for p in procs]})")
+    marked = ctl.counter("s1", MARKED_COUNTER, port).get(port, (0, 0))[0] - marked_before
+
+    rx = json.loads((case_dir / "receive-h5.json").read_text())
+    tx = {h.name: json.loads((case_dir / f"send-{h.name}.json").read_text()) for h in senders}
+    with open(case_dir / "queue.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["t_s", "qdepth_pkts"])
+        w.writerows((round(t, 4), q) for t, q in samples)
+
+    flows = rx["flows"].values()
+    received = sum(f["packets"] for f in flows)
+    warm = args.duration * 0.2  # skip the first 20% (start-up) for steady-state figures
+    steady_q = [q for t, q in samples if warm <= t <= args.duration]
+    bins = _read_bins(case_dir / "receive-h5.csv")
+    steady_pkts = sum(n for (t, _flow), n in bins.items() if warm <= t < args.duration)
+    capacity = queue_rate_pps(topo.switches["s1"].ports[port].link.bandwidth_mbps)
+    result = {
+        "case": case.name,
+        "profile": str(case.profile) if case.profile else "none",
+        "sent": sum(t["sent"] for t in tx.values()),
+        "received": received,
+        "drops": sum(f["lost"] for f in flows),
+        "ce_fraction": round(sum(f["ce"] for f in flows) / received, 4) if received else 0.0,
+        "switch_marks": marked,
+        "cnps_sent": sum(f["cnps_sent"] for f in flows),
+        "cnps_received": sum(t["cnps_received"] for t in tx.values()),
+        "utilisation": round(steady_pkts / ((args.duration - warm) * capacity), 3),
+        "queue_mean": round(statistics.fmean(steady_q), 1) if steady_q else 0.0,
+        "queue_p95": round(sorted(steady_q)[int(0.95 * (len(steady_q) - 1))], 1) if steady_q else 0.0,
+        "queue_max": max(steady_q) if steady_q else 0,
+        "ignored_by_agents": sum(sum(t["ignored"].values()) for t in tx.values()) + sum(rx["ignored"].values()),
+    }
+    _plot_case(case, result, samples, bins, tx, case_dir, capacity, rx["bin_s"])
+    return result
+
+
+def _read_bins(path: Path) -> dict:
+    bins = {}
+    with open(path) as f:
+        for row in csv.DictReader(f):
+            bins[(float(row["t_s"]), row["flow"])] = int(row["packets"])
+    return bins
+
+
+def _plot_case(case: Case, result: dict, samples, bins, tx, case_dir: Path, capacity: int, bin_s: float) -> None:
+    fig, axes = plt.subplots(3, 1, figsize=(9, 9), sharex=True)
+    flows = sorted({flow for _t, flow in bins})
+    for flow in flows:
+        pts = sorted((t, n / bin_s) for (t, fl), n in bins.items() if fl == flow)
+        axes[0].plot([p[0] for p in pts], [p[1] for p in pts], label=f"flow {flow}", lw=1)
+    axes[0].axhline(capacity / len(flows or [1]), color="grey", ls=":", lw=1, label="fair share")
+    axes[0].set_ylabel("throughput (pkts/s)")
+    axes[0].legend(fontsize=7, ncol=3)
+    axes[1].plot([s[0] for s in samples], [s[1] for s in samples], lw=0.8)
+    if case.profile and case.profile.mode == "step":
+        axes[1].axhline(case.profile.k, color="red", ls="--", lw=1, label=f"K={case.profile.k}")
+    elif case.profile:
+        axes[1].axhline(case.profile.kmin, color="orange", ls="--", lw=1, label=f"Kmin={case.profile.kmin}")
+        axes[1].axhline(case.profile.kmax, color="red", ls="--", lw=1, label=f"Kmax={case.profile.kmax}")
+    axes[1].set_ylabel("bottleneck queue (pkts)")
+    axes[1].legend(fontsize=7)
+    for name in tx:
+        rows = list(csv.DictReader(open(case_dir / f"send-{name}.csv")))
+        axes[2].plot([float(r["t_s"]) for r in rows], [float(r["rate_pps"]) for r in rows], lw=1, label=name)
+    axes[2].set_ylabel("sender rate Rc (pkts/s)")
+    axes[2].set_xlabel("time (s)")
+    axes[2].legend(fontsize=7, ncol=4)
+    fig.suptitle(f"{case.name}: drops {result['drops']}, CE {result['ce_fraction']:.1%}, "
+                 f"utilisation {result['utilisation']:.0%}, queue mean {result['queue_mean']}")
+    fig.tight_layout()
+    fig.savefig(case_dir / "timeseries.png", dpi=110)
+    plt.close(fig)
+
+
+def _plot_summary(results: list[dict], out: Path) -> Path:
+    fig, axes = plt.subplots(1, 4, figsize=(13, 3.2))
+    names = [r["case"] for r in results]
+    for ax, key, label in zip(axes, ["drops", "queue_mean", "utilisation", "ce_fraction"],
+                              ["drops (packets)", "mean queue (pkts)", "utilisation", "CE fraction"]):
+        ax.bar(names, [r[key] for r in results], color=["#999", "#3a7", "#37a"])
+        ax.set_title(label, fontsize=9)
+        ax.tick_params(axis="x", labelsize=7, rotation=15)
+    fig.tight_layout()
+    path = out / "summary.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--duration", type=float, default=10.0, help="seconds of traffic per case")
+    ap.add_argument("--sender-rate", type=float, default=500.0, help="sender line rate, pkts/s (4 senders)")
+    ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "ecn_incast"))
+    ap.add_argument("--cases", nargs="*", default=[c.name for c in CASES], choices=[c.name for c in CASES])
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    topo = load(REPO / "topologies" / "incast.yaml")
+    compile_p4()
+    results = []
+    with Network(topo, REPO / "build" / "experiments" / "ecn_incast", log_level="off") as net, \
+            FabricController(topo) as ctl:
+        ctl.program()
+        net.apply_queue_rates()
+        for case in (c for c in CASES if c.name in args.cases):
+            print(f"==> {case.name}: {args.duration:g}s of 4:1 incast "
+                  f"({case.profile or 'no marking'}{', DCQCN' if case.dcqcn else ', fixed rate'})", flush=True)
+            results.append(run_case(case, topo, net, ctl, args, out))
+    keys = list(results[0])
+    with open(out / "summary.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(results)
+    summary_png = _plot_summary(results, out)
+    cols = ["case", "sent", "received", "drops", "ce_fraction", "cnps_sent", "utilisation",
+            "queue_mean", "queue_p95", "queue_max"]
+    print("\n" + " ".join(f"{c:>14s}" for c in cols))
+    for r in results:
+        print(" ".join(f"{r[c]!s:>14s}" for c in cols))
+    print(f"\nresults: {out}/summary.csv, {summary_png}, and per case <case>/timeseries.png + CSVs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

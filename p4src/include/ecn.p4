@@ -1,0 +1,86 @@
+// ECN marking at egress, as the switch side of DCQCN does it.
+//
+// A packet's queue depth at enqueue (enq_qdepth, in packets) is compared
+// with the profile of its egress port, set at runtime in ecn_profile:
+//   mark_step(k):                 mark when depth >= k
+//   mark_wred(kmin, kmax, pmax):  no mark below kmin; between kmin and kmax
+//                                 mark with probability pmax * (depth - kmin) / (kmax - kmin);
+//                                 always mark at or above kmax (pmax in ppm)
+// Ports without an entry never mark. Only ECN-capable packets (ECT(0),
+// ECT(1)) are marked; Not-ECT packets are left to tail drop, CE stays CE.
+// The IPv4 checksum is recomputed after egress (checksums.p4).
+// The last enqueue depth seen per port is kept in a register, sampled by
+// experiments over Thrift.
+#ifndef ECN_P4
+#define ECN_P4
+
+#include <core.p4>
+#include <v1model.p4>
+#include "headers.p4"
+
+control EcnMarking(inout headers_t hdr, in standard_metadata_t std_meta) {
+    counter(PORT_COUNT, CounterType.packets) ecn_marked_counter;
+    register<bit<32>>(PORT_COUNT) egress_qdepth;
+
+    // The matched profile, copied out of the action for the apply block.
+    qdepth_t kmin = 0;
+    qdepth_t kmax = 0;
+    bit<32> pmax_ppm = 0;
+
+    action mark_step(qdepth_t k) {
+        kmin = k;
+    }
+
+    action mark_wred(qdepth_t wred_kmin, qdepth_t wred_kmax, bit<32> wred_pmax_ppm) {
+        kmin = wred_kmin;
+        kmax = wred_kmax;
+        pmax_ppm = wred_pmax_ppm;
+    }
+
+    table ecn_profile {
+        key = {
+            std_meta.egress_port: exact;
+        }
+        actions = {
+            mark_step;
+            mark_wred;
+            NoAction;
+        }
+        default_action = NoAction();
+        size = PORT_COUNT;
+    }
+
+    apply {
+        if (!hdr.ipv4.isValid()) {
+            return;
+        }
+        egress_qdepth.write((bit<32>) std_meta.egress_port, (bit<32>) std_meta.enq_qdepth);
+        if (hdr.ipv4.ecn != ECN_ECT0 && hdr.ipv4.ecn != ECN_ECT1) {
+            return;  // Not-ECT: tail drop only. CE: already marked.
+        }
+        qdepth_t q = std_meta.enq_qdepth;
+        bool mark = false;
+        switch (ecn_profile.apply().action_run) {
+            mark_step: {
+                mark = q >= kmin;
+            }
+            mark_wred: {
+                if (q >= kmax) {
+                    mark = true;
+                } else if (q >= kmin) {
+                    // P(mark) = pmax * (q - kmin) / (kmax - kmin), without division:
+                    // mark if r * (kmax - kmin) < pmax * (q - kmin), r uniform in [0, 1e6).
+                    bit<32> r;
+                    random(r, 0, PROBABILITY_SCALE - 1);
+                    mark = (bit<64>) r * (bit<64>) (kmax - kmin) < (bit<64>) pmax_ppm * (bit<64>) (q - kmin);
+                }
+            }
+        }
+        if (mark) {
+            hdr.ipv4.ecn = ECN_CE;
+            ecn_marked_counter.count((bit<32>) std_meta.egress_port);
+        }
+    }
+}
+
+#endif
