@@ -4,6 +4,10 @@ minimal port-forwarding program (p4src/baseline/port_forward.p4), on the same
 BMv2 build in the same run. Prints pps for each and their ratio, and writes
 build/bench/forwarding_rate.csv. Numbers, not assertions: track the ratio.
 
+It also measures the host agent's packet path (hostagent.roce sender, with
+its DCQCN bookkeeping, unpaced) on the same veth, so experiments can check
+that the traffic source is not what limits them.
+
 Method: two veth pairs; simple_switch_grpc (logging off) between them; a
 sender process blasts prebuilt 64-byte UDP frames (8 flows) into port 1 far
 above what BMv2 can forward; the rate is what leaves port 2, read from the
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import multiprocessing as mp
 import statistics
 import subprocess
@@ -92,6 +97,17 @@ def measure(name: str, pipeline, duration: float) -> tuple[float, int]:
         switch.wait(timeout=10)
 
 
+def measure_agent(duration: float) -> float:
+    """Packets per second the DCQCN sender loop reaches with no pacing limit."""
+    out = REPO / "build" / "bench" / "agent-sender"
+    subprocess.run([sys.executable, "-m", "hostagent.roce", "send", "--iface", PAIRS[1][1],
+                    "--src-ip", "10.0.1.1", "--src-mac", "0a:00:01:00:00:01", "--gw-mac", "0a:00:00:00:01:01",
+                    "--dst-ip", "10.0.2.1", "--qp", "1", "--duration", str(duration),
+                    "--line-rate-pps", "10000000", "--min-rate-pps", "1", "--out", str(out)],
+                   cwd=REPO, check=True, capture_output=True)
+    return json.loads(out.with_suffix(".json").read_text())["sent"] / duration
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description="BMv2 saturation rate: this pipeline vs port forwarding.")
     ap.add_argument("--duration", type=float, default=5.0, help="seconds measured per run (default 5)")
@@ -115,19 +131,26 @@ def main() -> int:
                 pps, offered = measure(name, pipeline, args.duration)
                 rows.append({"run": run, "program": name, "forwarded_pps": round(pps), "offered_pps": offered})
                 print(f"run {run}/{args.repeats} {name:9s} forwarded {pps:9.0f} pps (offered {offered} pps)", flush=True)
+            agent = measure_agent(args.duration)
+            rows.append({"run": run, "program": "agent-sender", "forwarded_pps": round(agent), "offered_pps": round(agent)})
+            print(f"run {run}/{args.repeats} agent sender loop {agent:9.0f} pps", flush=True)
     finally:
         for sw, _ in PAIRS.values():
             sh("ip", "link", "del", sw, check=False)
-    median = {n: statistics.median(r["forwarded_pps"] for r in rows if r["program"] == n) for n in programs}
+    median = {n: statistics.median(r["forwarded_pps"] for r in rows if r["program"] == n)
+              for n in [*programs, "agent-sender"]}
     csv_path = out_dir / "forwarding_rate.csv"
     with open(csv_path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    print(f"\n{'program':28s} {'median pps':>10s}")
+    print(f"\n{'program':32s} {'median pps':>10s}")
     print(f"{'baseline (port_forward.p4)':28s} {median['baseline']:10.0f}")
     print(f"{'fabric (main.p4)':28s} {median['fabric']:10.0f}")
+    print(f"{'host agent sender (DCQCN loop)':28s} {median['agent-sender']:10.0f}")
     print(f"ratio fabric/baseline: {median['fabric'] / median['baseline']:.3f}")
+    print(f"ratio agent sender/fabric: {median['agent-sender'] / median['fabric']:.1f}"
+          " (above 1: the switch, not the agent, limits experiments)")
     print(f"raw runs: {csv_path}")
     return 0
 

@@ -67,7 +67,7 @@ class RoceOffsets:
         ip = len(pkt) - len(pkt[IP])
         udp = len(pkt) - len(pkt[UDP])
         bth = len(pkt) - len(pkt[BTH])
-        bth_fixed = len(BTH()) - 4  # BTH without the trailing ICRC
+        bth_fixed = len(BTH(icrc=0)) - 4  # BTH without the trailing ICRC
         return cls(ip_tos=ip + 1, ip_proto=ip + 9, ip_src=ip + 12, udp_dport=udp + 2, bth=bth,
                    bth_opcode=bth, bth_dqpn=bth + 5, bth_psn=bth + 9, min_len=bth + bth_fixed)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 
-import ptf.testutils as tu
 from scapy.layers.inet import IP
 from scapy.layers.l2 import Ether
 

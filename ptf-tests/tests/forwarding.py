@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ptf.testutils as tu
 from ptf.mask import Mask
-from scapy.layers.inet import ICMP, IP, TCP, UDP
+from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
 
