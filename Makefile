@@ -16,7 +16,7 @@ HAVE_NATIVE := $(shell for t in p4c-bm2-ss simple_switch_grpc; do \
 	done; echo yes)
 HAVE_DOCKER := $(shell docker info >/dev/null 2>&1 && echo yes)
 
-.PHONY: help setup doctor build run test unit ptf e2e bench clean \
+.PHONY: help setup doctor build run test unit ptf e2e bench fixtures clean \
         docker-build docker-run docker-test require-toolchain
 
 help:
@@ -65,6 +65,10 @@ test: unit docker-test
 else
 test: unit require-toolchain
 endif
+
+# Refresh the P4Info the unit tests use (tests/e2e/test_build.py checks it is current).
+fixtures: build
+	cp build/main.p4info.txtpb tests/fixtures/main.p4info.txtpb
 
 bench: require-toolchain build
 	$(PY) benchmarks/forwarding_rate.py $(ARGS)

@@ -43,6 +43,7 @@ class FabricController:
         self.topo = topo
         self.pipeline = pipeline
         self.p4info = P4Info(pipeline.p4info())
+        self.routes = topo.routes()
         self.connections: dict[str, SwitchConnection] = {}
 
     def connect(self, timeout: float = 15.0) -> None:
@@ -66,7 +67,7 @@ class FabricController:
         """Everything switch `name` should hold. Feature modules add their
         entities here as they arrive."""
         slots = forwarding.slots_on_switch(self.p4info, current) if current else None
-        state = forwarding.forwarding_state(self.p4info, self.topo.routes()[name], slots)
+        state = forwarding.forwarding_state(self.p4info, self.routes[name], slots)
         return state.merge(ecn.ecn_state(self.p4info, self.ecn_profiles(name)))
 
     def ecn_profiles(self, switch: str) -> dict[int, "ecn.EcnProfile"]:
@@ -74,17 +75,18 @@ class FabricController:
 
     def program(self, dry_run: bool = False) -> list[SwitchResult]:
         self.connect()
-        pushed = {}
-        for name, conn in self.connections.items():
-            pushed[name] = False if dry_run else conn.push_pipeline(self.pipeline)
-        # Build and validate every switch's state before writing any of it.
-        plans = {}
+        # Build and validate every switch's state before writing anything, the
+        # pipeline included: a bad entry leaves every switch as it was.
+        for name in self.connections:
+            self.desired_state(name)
+        pushed = {name: False if dry_run else conn.push_pipeline(self.pipeline)
+                  for name, conn in self.connections.items()}
+        results = []
         for name, conn in self.connections.items():
             skeleton = self.desired_state(name)
             current = read_state(conn, skeleton.managed_tables, skeleton.managed_profiles)
-            plans[name] = self.desired_state(name, current)
-        return [SwitchResult(name, pushed[name], reconcile(self.connections[name], plan, dry_run))
-                for name, plan in plans.items()]
+            results.append(SwitchResult(name, pushed[name], reconcile(conn, self.desired_state(name, current), dry_run)))
+        return results
 
     def program_switch(self, name: str) -> SyncReport:
         """Reconcile one switch (pipeline assumed in place), e.g. after a runtime change."""

@@ -81,8 +81,11 @@ def run(args) -> int:
     with Network(topo, run_dir, log_level=args.log_level, pcap=args.pcap) as net, \
             FabricController(topo, pipeline) as ctl:
         step("connecting P4Runtime, pushing the pipeline, writing routes and ECMP groups")
-        ctl.connect()
-        net.check_alive()
+        try:
+            ctl.connect()
+        except SwitchError:
+            net.check_alive()  # a switch that died explains it better
+            raise
         results = ctl.program()
         step("setting BMv2 egress queue rates from link bandwidth (Thrift)")
         net.apply_queue_rates()

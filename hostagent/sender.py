@@ -54,8 +54,9 @@ class RawSender:
                 return sent
             if gap:
                 if now < next_at:
+                    time.sleep(min(next_at - now, 0.001))
                     continue
-                next_at += gap
+                next_at = max(next_at + gap, now - 0.01)  # no catch-up burst after a stall
             for _ in range(64 if not gap else 1):  # check the clock every 64 frames when unpaced
                 try:
                     send(frames[sent % n])

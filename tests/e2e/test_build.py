@@ -1,0 +1,33 @@
+"""`make build` on the real p4c: outputs, failures with p4c's own message,
+and the unit tests' P4Info fixture being current."""
+import subprocess
+import sys
+
+from control.build import CompileError, compile_p4
+from conftest import REPO
+
+import pytest
+
+
+def test_build_writes_json_and_p4info(tmp_path):
+    p = compile_p4(REPO / "p4src" / "main.p4", tmp_path)
+    assert p.bmv2_json.stat().st_size > 0 and "tables" in p.p4info_txt.read_text()
+
+
+def test_unit_test_p4info_fixture_is_current():
+    p = compile_p4()
+    assert p.p4info_txt.read_text() == (REPO / "tests" / "fixtures" / "main.p4info.txtpb").read_text(), \
+        "p4src changed: run `make fixtures` to refresh tests/fixtures/main.p4info.txtpb"
+
+
+def test_broken_program_fails_with_p4c_message(tmp_path):
+    src = tmp_path / "broken.p4"
+    src.write_text((REPO / "p4src" / "baseline" / "port_forward.p4").read_text().replace(
+        "std_meta.egress_spec =", "std_meta.egress_spek ="))
+    with pytest.raises(CompileError) as err:
+        compile_p4(src, tmp_path / "out")
+    assert "egress_spek" in str(err.value)
+    assert not (tmp_path / "out" / "broken.json").exists()
+    proc = subprocess.run([sys.executable, "-m", "control.build", str(src), "-o", str(tmp_path / "out")],
+                          cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 1 and "egress_spek" in proc.stderr

@@ -1,0 +1,110 @@
+"""Building P4Runtime entities from the P4Info: what the controller writes,
+and the clear errors for what it must refuse.
+
+Uses tests/fixtures/main.p4info.txtpb, the P4Info of p4src/main.p4 (a test in
+tests/e2e checks it matches a fresh compile; `make fixtures` refreshes it)."""
+from pathlib import Path
+
+import pytest
+
+from control import ecn, forwarding
+from control.ecn import EcnProfile
+from control.p4info import EntryError, P4Info
+from control.topology import load
+
+REPO = Path(__file__).resolve().parents[2]
+P4INFO = REPO / "tests" / "fixtures" / "main.p4info.txtpb"
+
+
+@pytest.fixture(scope="module")
+def p4info():
+    return P4Info.from_file(P4INFO)
+
+
+def test_lpm_entry_is_canonical(p4info):
+    e = p4info.table_entry("ipv4_lpm", {"hdr.ipv4.dst_addr": "10.0.3.0/24"}, action="set_next_id",
+                           params={"next_id": 2})
+    assert e.table_id == p4info.table("FabricIngress.forwarding.ipv4_lpm").preamble.id
+    (m,) = e.match
+    assert (m.lpm.value, m.lpm.prefix_len) == (bytes([10, 0, 3, 0]), 24)
+    assert e.action.action.params[0].value == b"\x02"  # canonical: no leading zero bytes
+
+
+def test_indirect_entry_and_member(p4info):
+    e = p4info.table_entry("next_hop", {"meta.next_id": 1}, group_id=1)
+    assert e.action.action_profile_group_id == 1
+    m = p4info.member("ecmp_selector", 258, "route",
+                      {"port": 3, "src_mac": "0a:00:00:00:03:03", "dst_mac": "0a:00:00:00:01:01"})
+    values = [p.value for p in m.action.params]
+    assert values == [b"\x03", bytes.fromhex("0a00000303"), bytes.fromhex("0a00000101")]
+
+
+@pytest.mark.parametrize("build,message", [
+    pytest.param(lambda i: i.table_entry("ipv4_routes", {}, action="drop_no_route"),
+                 "unknown table 'ipv4_routes'", id="unknown-table"),
+    pytest.param(lambda i: i.table_entry("ipv4_lpm", {"hdr.ipv4.src_addr": "10.0.0.0/8"}, action="drop_no_route"),
+                 "unknown match field 'hdr.ipv4.src_addr'", id="unknown-field"),
+    pytest.param(lambda i: i.table_entry("ipv4_lpm", {"hdr.ipv4.dst_addr": "10.0.0.0/33"}, action="drop_no_route"),
+                 "prefix length 33 outside 0..32", id="prefix-too-long"),
+    pytest.param(lambda i: i.table_entry("ipv4_lpm", {"hdr.ipv4.dst_addr": "10.0.0.1/24"}, action="drop_no_route"),
+                 "bits set beyond the /24 prefix", id="host-bits-set"),
+    pytest.param(lambda i: i.table_entry("ipv4_lpm", {"hdr.ipv4.dst_addr": "10.0.0.0/8"}, action="set_next_id",
+                                         params={"next_id": 70000}),
+                 "value 70000 does not fit in 16 bits", id="param-too-wide"),
+    pytest.param(lambda i: i.table_entry("ipv4_lpm", {"hdr.ipv4.dst_addr": "10.0.0.0/8"}, action="route",
+                                         params={"port": 1, "src_mac": 0, "dst_mac": 0}),
+                 "action 'FabricIngress.forwarding.route' is not allowed", id="action-not-in-table"),
+    pytest.param(lambda i: i.table_entry("ipv4_lpm", {"hdr.ipv4.dst_addr": "10.0.0.0/8"}, action="set_next_id",
+                                         params={"next": 1}),
+                 "unknown parameter 'next'", id="unknown-param"),
+    pytest.param(lambda i: i.table_entry("ipv4_lpm", {"hdr.ipv4.dst_addr": "10.0.0.0/8"}, action="set_next_id"),
+                 "missing parameter 'next_id'", id="missing-param"),
+    pytest.param(lambda i: i.table_entry("next_hop", {}, member_id=1), "missing exact match field 'meta.next_id'",
+                 id="missing-exact"),
+    pytest.param(lambda i: i.table_entry("next_hop", {"meta.next_id": 1}, action="route",
+                                         params={"port": 1, "src_mac": 0, "dst_mac": 0}),
+                 "is indirect", id="action-on-indirect-table"),
+    pytest.param(lambda i: i.table_entry("ipv4_lpm", {"hdr.ipv4.dst_addr": "10.0.0.0/8"}, member_id=1),
+                 "is direct", id="member-on-direct-table"),
+    pytest.param(lambda i: i.member("ecmp_selector", 1, "route", {"port": 512, "src_mac": 0, "dst_mac": 0}),
+                 "port: value 512 does not fit in 9 bits", id="port-too-wide"),
+    pytest.param(lambda i: i.member("ecmp_selector", 1, "route", {"port": 1, "src_mac": "0a:zz", "dst_mac": 0}),
+                 "cannot read '0a:zz'", id="bad-mac"),
+    pytest.param(lambda i: i.group("ecmp_selector", 1, [5, 5]), "lists a member twice", id="duplicate-member"),
+    pytest.param(lambda i: i.counter_entry("drop_counter", 99), "index 99 outside 0..15", id="counter-index"),
+    pytest.param(lambda i: i.table_entry("ecn_profile", {"std_meta.egress_port": 1}, action="mark_step",
+                                         params={"k": 1 << 19}), "does not fit in 19 bits", id="k-too-deep"),
+])
+def test_invalid_entries_are_refused_with_a_clear_message(p4info, build, message):
+    with pytest.raises(EntryError) as err:
+        build(p4info)
+    assert message in str(err.value)
+
+
+def test_forwarding_state_for_leaf_spine(p4info):
+    topo = load(REPO / "topologies" / "leaf-spine.yaml")
+    state = forwarding.forwarding_state(p4info, topo.routes()["leaf1"])
+    assert (len(state.table_entries), len(state.members), len(state.groups)) == (7, 18, 1)
+    (group,) = state.groups
+    assert len(group.members) == forwarding.ECMP_SLOTS
+    spine = forwarding.forwarding_state(p4info, topo.routes()["spine1"])
+    assert (len(spine.table_entries), len(spine.members), len(spine.groups)) == (6, 2, 0)
+
+
+def test_forwarding_state_keeps_current_slots(p4info):
+    topo = load(REPO / "topologies" / "leaf-spine.yaml")
+    routes = topo.routes()["leaf1"]
+    first = forwarding.forwarding_state(p4info, routes)
+    (group,) = first.groups
+    current = forwarding.slots_on_switch(p4info, first)
+    hops = current[group.group_id]
+    rotated = {group.group_id: hops[1:] + hops[:1]}  # a switch whose slots differ from a fresh plan
+    again = forwarding.forwarding_state(p4info, routes, rotated)
+    assert forwarding.slots_on_switch(p4info, again) == rotated
+
+
+def test_ecn_state(p4info):
+    state = ecn.ecn_state(p4info, {3: EcnProfile.step(12), 4: EcnProfile.wred(5, 30, 0.25)})
+    step, wred = state.table_entries
+    assert p4info.by_id(step.action.action.action_id).preamble.name.endswith("mark_step")
+    assert [int.from_bytes(p.value, "big") for p in wred.action.action.params] == [5, 30, 250_000]
