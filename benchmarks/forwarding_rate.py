@@ -34,7 +34,7 @@ from scapy.layers.l2 import Ether  # noqa: E402
 
 from control.build import compile_p4  # noqa: E402
 from control.forwarding import ECMP_PROFILE, NEXT_HOP_TABLE, LPM_TABLE, member_id  # noqa: E402
-from control.network import sh  # noqa: E402
+from control.network import make_veth_pair, sh  # noqa: E402
 from control.p4info import P4Info  # noqa: E402
 from control.switch import SwitchConnection  # noqa: E402
 from control.sync import SwitchState, reconcile  # noqa: E402
@@ -119,11 +119,7 @@ def main() -> int:
         "fabric": compile_p4(REPO / "p4src" / "main.p4", out_dir),
     }
     for sw, dp in PAIRS.values():
-        sh("ip", "link", "del", sw, check=False)
-        sh("ip", "link", "add", sw, "type", "veth", "peer", "name", dp)
-        for dev in (sw, dp):
-            sh("sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1")
-            sh("ip", "link", "set", dev, "up")
+        make_veth_pair(sw, dp)
     rows = []
     try:
         for run in range(1, args.repeats + 1):

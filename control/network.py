@@ -45,6 +45,19 @@ def sh(*args: str, check: bool = True, netns: str | None = None, timeout: float 
     return proc
 
 
+def make_veth_pair(a: str, b: str, mtu: int | None = None) -> None:
+    """A veth pair in the root namespace, up, IPv6 off (no router solicitations
+    in captures), checksum offload off; a stale pair of the same name is replaced."""
+    sh("ip", "link", "del", a, check=False)
+    sh("ip", "link", "add", a, "type", "veth", "peer", "name", b)
+    for dev in (a, b):
+        sh("sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1")
+        if mtu:
+            sh("ip", "link", "set", dev, "mtu", str(mtu))
+        sh("ip", "link", "set", dev, "up")
+        sh("ethtool", "-K", dev, "tx", "off", "rx", "off", check=False)
+
+
 def tail(path: Path, lines: int = 20) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])

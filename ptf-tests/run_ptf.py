@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from control.build import compile_p4  # noqa: E402
-from control.network import sh, tail  # noqa: E402
+from control.network import make_veth_pair, sh, tail  # noqa: E402
 from control.switch import SwitchConnection  # noqa: E402
 from control.toolchain import require  # noqa: E402
 
@@ -32,13 +32,7 @@ DEVICE_ID = 1
 
 def make_veths() -> None:
     for p in PORTS:
-        sw, dp = f"ptfsw{p}", f"ptfdp{p}"
-        sh("ip", "link", "del", sw, check=False)
-        sh("ip", "link", "add", sw, "type", "veth", "peer", "name", dp)
-        for dev in (sw, dp):
-            sh("sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1")
-            sh("ip", "link", "set", dev, "mtu", "9500", "up")
-            sh("ethtool", "-K", dev, "tx", "off", "rx", "off", check=False)
+        make_veth_pair(f"ptfsw{p}", f"ptfdp{p}", mtu=9500)
 
 
 def remove_veths() -> None:
