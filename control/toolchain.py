@@ -130,7 +130,8 @@ def doctor() -> int:
         print(f"  [MISSING] {'python thrift':20s} run `make setup` (Debian python3-thrift)")
     for name in ("ip", "tc", "ethtool", "ping"):
         path = shutil.which(name)
-        print(f"  [{'ok' if path else 'MISSING':7s}] {name:20s} {path or 'install iproute2 / ethtool / iputils-ping'}")
+        tag = "[ok]     " if path else "[MISSING]"
+        print(f"  {tag} {name:20s} {path or 'run `make setup` (iproute2, ethtool, iputils-ping)'}")
         ok = ok and bool(path)
     if os.geteuid() != 0:
         ok = False
