@@ -59,7 +59,7 @@ def main() -> int:
     rc = 1
     try:
         SwitchConnection("ptf-switch", GRPC_ADDR, DEVICE_ID, connect_timeout=20).close()
-        params = ";".join(f"{k}={v}" for k, v in {
+        params = ";".join(f"{k}={str(v)!r}" for k, v in {  # PTF exec()s each value
             "grpc_addr": GRPC_ADDR, "device_id": DEVICE_ID, "thrift_port": THRIFT_PORT,
             "bmv2_json": pipeline.bmv2_json, "p4info": pipeline.p4info_txt}.items())
         ptf = [str(Path(sys.executable).parent / "ptf"), "--test-dir", str(REPO / "ptf-tests" / "tests"),

@@ -3,6 +3,8 @@ and MAC rewrite, TTL and checksum, drops of expired, corrupted, unroutable
 and malformed packets, per-port counters, and resilient ECMP."""
 from __future__ import annotations
 
+import random
+
 import ptf.testutils as tu
 from ptf.mask import Mask
 from scapy.layers.inet import IP, TCP, UDP
@@ -12,12 +14,13 @@ from scapy.packet import Raw
 from ptf_lib.base_test import HOST_MAC, P4RuntimeTest, SWITCH_MAC, neighbour_mac, port_mac
 
 
-def ipv4_packet(dst: str, l4: str = "tcp", ttl: int = 64, sport: int = 1234, src: str = "10.9.0.1", **kw):
+def ipv4_packet(dst: str, l4: str = "tcp", ttl: int = 64, sport: int = 1234, dport: int = 80,
+                src: str = "10.9.0.1", **kw):
     builders = {
         "tcp": lambda: tu.simple_tcp_packet(eth_dst=SWITCH_MAC, eth_src=HOST_MAC, ip_src=src, ip_dst=dst,
-                                            ip_ttl=ttl, tcp_sport=sport, **kw),
+                                            ip_ttl=ttl, tcp_sport=sport, tcp_dport=dport, **kw),
         "udp": lambda: tu.simple_udp_packet(eth_dst=SWITCH_MAC, eth_src=HOST_MAC, ip_src=src, ip_dst=dst,
-                                            ip_ttl=ttl, udp_sport=sport, **kw),
+                                            ip_ttl=ttl, udp_sport=sport, udp_dport=dport, **kw),
         "icmp": lambda: tu.simple_icmp_packet(eth_dst=SWITCH_MAC, eth_src=HOST_MAC, ip_src=src, ip_dst=dst,
                                               ip_ttl=ttl, **kw),
     }
@@ -125,13 +128,16 @@ class EcmpTest(P4RuntimeTest):
     """Flows spread over every member; one flow sticks to one member; removing
     a member moves only the flows that were on it."""
 
-    FLOWS = 64
+    # A fixed set of flows with ephemeral-looking ports (seeded): CRC hashes
+    # are linear, so consecutive port numbers alone would reach only some slots.
+    FLOWS = [(s, d) for s, d in zip(random.Random(4791).sample(range(1024, 65536), 64),
+                                    random.Random(17).sample(range(1, 65536), 64))]
 
-    def send_flows(self, ports) -> dict[int, int]:
+    def send_flows(self, ports) -> dict[tuple, int]:
         """Send one packet of each flow; return the port each flow left on."""
         chosen = {}
-        for sport in range(10000, 10000 + self.FLOWS):
-            pkt = ipv4_packet("10.0.0.2", sport=sport)
+        for flow in self.FLOWS:
+            pkt = ipv4_packet("10.0.0.2", sport=flow[0], dport=flow[1])
             tu.send_packet(self, 1, pkt)
             any_rewrite = Mask(routed(pkt, ports[0]))
             any_rewrite.set_do_not_care_scapy(Ether, "src")
@@ -139,8 +145,8 @@ class EcmpTest(P4RuntimeTest):
             index, received = tu.verify_packet_any_port(self, any_rewrite, ports)
             port = ports[index]
             self.assertEqual(bytes(received)[:len(pkt)], bytes(routed(pkt, port)),
-                             f"flow {sport}: MACs must be those of port {port}")
-            chosen[sport] = port
+                             f"flow {flow}: MACs must be those of port {port}")
+            chosen[flow] = port
         return chosen
 
     def runTest(self):
@@ -153,10 +159,11 @@ class EcmpTest(P4RuntimeTest):
         used = sorted(set(before.values()))
         self.assertEqual(used, members, f"64 flows should use every member, used {used}")
 
-        sticky = ipv4_packet("10.0.0.2", sport=10007)
+        flow = self.FLOWS[7]
+        sticky = ipv4_packet("10.0.0.2", sport=flow[0], dport=flow[1])
         for _ in range(10):
             tu.send_packet(self, 1, sticky)
-            tu.verify_packet(self, routed(sticky, before[10007]), before[10007])
+            tu.verify_packet(self, routed(sticky, before[flow]), before[flow])
 
         removed = 3
         self.set_ecmp_group(1, [p for p in members if p != removed], previous=slots)

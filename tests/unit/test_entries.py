@@ -36,7 +36,7 @@ def test_indirect_entry_and_member(p4info):
     m = p4info.member("ecmp_selector", 258, "route",
                       {"port": 3, "src_mac": "0a:00:00:00:03:03", "dst_mac": "0a:00:00:00:01:01"})
     values = [p.value for p in m.action.params]
-    assert values == [b"\x03", bytes.fromhex("0a00000303"), bytes.fromhex("0a00000101")]
+    assert values == [b"\x03", bytes.fromhex("0a0000000303"), bytes.fromhex("0a0000000101")]
 
 
 @pytest.mark.parametrize("build,message", [
