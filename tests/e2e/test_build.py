@@ -2,11 +2,13 @@
 and the unit tests' P4Info fixture being current."""
 import subprocess
 import sys
-
-from control.build import CompileError, compile_p4
-from conftest import REPO
+from pathlib import Path
 
 import pytest
+
+from control.build import CompileError, compile_p4
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_build_writes_json_and_p4info(tmp_path):

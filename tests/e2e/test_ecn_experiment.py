@@ -6,8 +6,10 @@ receive them)."""
 import csv
 import subprocess
 import sys
+from pathlib import Path
 
-from conftest import REPO
+REPO = Path(__file__).resolve().parents[2]
+
 
 
 def test_ecn_incast_experiment(tmp_path):

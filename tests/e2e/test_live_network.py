@@ -3,17 +3,19 @@ idempotent programming, all-or-nothing validation, switch-death reports,
 queue rates over Thrift, and cleanup."""
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from control.build import compile_p4
 from control.bmv2_thrift import Bmv2Thrift, Bmv2ThriftError
+from control.build import compile_p4
 from control.controller import FabricController
 from control.network import Network, SwitchDied, cleanup_stale
 from control.p4info import EntryError
 from control.sync import read_state
 from control.topology import load
-from conftest import REPO
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -2,9 +2,11 @@
 switches, programs them, pings all pairs across the spines, exits 0 and
 leaves nothing behind."""
 import subprocess
+from pathlib import Path
 
 from control.topology import load
-from conftest import REPO
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def leftovers(topo) -> list[str]:
