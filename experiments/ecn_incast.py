@@ -89,9 +89,12 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
                "--out", str(case_dir / f"{role}-{host.name}"), *extra]
         return subprocess.Popen(cmd, cwd=REPO)
 
-    procs = [agent(receiver, "receive", ["--duration", str(args.duration + 1.0)])]
+    dcqcn = dict(kv.split("=", 1) for kv in args.dcqcn)
+    np_args = ["--cnp-interval-s", dcqcn.pop("cnp_interval_s")] if "cnp_interval_s" in dcqcn else []
+    rp_args = [a for k, v in dcqcn.items() for a in ("--" + k.replace("_", "-"), v)]
+    procs = [agent(receiver, "receive", ["--duration", str(args.duration + 1.0), *np_args])]
     for i, h in enumerate(senders, start=1):
-        extra = ["--dst-ip", receiver.ip, "--qp", str(i), "--line-rate-pps", str(args.sender_rate)]
+        extra = ["--dst-ip", receiver.ip, "--qp", str(i), "--line-rate-pps", str(args.sender_rate), *rp_args]
         extra += [] if case.dcqcn else ["--fixed-rate", "--not-ect"]
         procs.append(agent(h, "send", extra))
     samples: list = []
@@ -119,9 +122,9 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
 
     flows = rx["flows"].values()
     received = sum(f["packets"] for f in flows)
-    warm = args.duration * 0.2  # skip the first 20% (start-up) for steady-state figures
+    warm = args.duration * 0.2  # steady state: after the first 20% (start-up at line rate)
     steady_q = [q for t, q in samples if warm <= t <= args.duration]
-    bins = _read_bins(case_dir / "receive-h5.csv")
+    bins, lost_bins = _read_bins(case_dir / "receive-h5.csv")
     steady_pkts = sum(n for (t, _flow), n in bins.items() if warm <= t < args.duration)
     capacity = queue_rate_pps(topo.switches["s1"].ports[port].link.bandwidth_mbps)
     result = {
@@ -130,6 +133,7 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
         "sent": sum(t["sent"] for t in tx.values()),
         "received": received,
         "drops": sum(f["lost"] for f in flows),
+        "drops_steady": sum(n for (t, _flow), n in lost_bins.items() if t >= warm),
         "ce_fraction": round(sum(f["ce"] for f in flows) / received, 4) if received else 0.0,
         "switch_marks": marked,
         "cnps_sent": sum(f["cnps_sent"] for f in flows),
@@ -144,12 +148,14 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
     return result
 
 
-def _read_bins(path: Path) -> dict:
-    bins = {}
+def _read_bins(path: Path) -> tuple[dict, dict]:
+    """(t, flow) -> packets received, and (t, flow) -> packets found lost."""
+    received, lost = {}, {}
     with open(path) as f:
         for row in csv.DictReader(f):
-            bins[(float(row["t_s"]), row["flow"])] = int(row["packets"])
-    return bins
+            key = (float(row["t_s"]), row["flow"])
+            received[key], lost[key] = int(row["packets"]), int(row["lost"])
+    return received, lost
 
 
 def _plot_case(case: Case, result: dict, samples, bins, tx, case_dir: Path, capacity: int, bin_s: float) -> None:
@@ -168,7 +174,8 @@ def _plot_case(case: Case, result: dict, samples, bins, tx, case_dir: Path, capa
         axes[1].axhline(case.profile.kmin, color="orange", ls="--", lw=1, label=f"Kmin={case.profile.kmin}")
         axes[1].axhline(case.profile.kmax, color="red", ls="--", lw=1, label=f"Kmax={case.profile.kmax}")
     axes[1].set_ylabel("bottleneck queue (pkts)")
-    axes[1].legend(fontsize=7)
+    if case.profile:
+        axes[1].legend(fontsize=7)
     for name in tx:
         rows = list(csv.DictReader(open(case_dir / f"send-{name}.csv")))
         axes[2].plot([float(r["t_s"]) for r in rows], [float(r["rate_pps"]) for r in rows], lw=1, label=name)
@@ -201,6 +208,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--duration", type=float, default=10.0, help="seconds of traffic per case")
     ap.add_argument("--sender-rate", type=float, default=500.0, help="sender line rate, pkts/s (4 senders)")
+    ap.add_argument("--dcqcn", action="append", default=[], metavar="NAME=VALUE",
+                    help="override a DCQCN parameter (hostagent.dcqcn.DcqcnParams), e.g. --dcqcn g=0.0625")
     ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "ecn_incast"))
     ap.add_argument("--cases", nargs="*", default=[c.name for c in CASES], choices=[c.name for c in CASES])
     args = ap.parse_args()
@@ -223,7 +232,7 @@ def main() -> int:
         w.writeheader()
         w.writerows(results)
     summary_png = _plot_summary(results, out)
-    cols = ["case", "sent", "received", "drops", "ce_fraction", "cnps_sent", "utilisation",
+    cols = ["case", "sent", "received", "drops", "drops_steady", "ce_fraction", "cnps_sent", "utilisation",
             "queue_mean", "queue_p95", "queue_max"]
     print("\n" + " ".join(f"{c:>14s}" for c in cols))
     for r in results:

@@ -15,12 +15,16 @@ NotificationPoint (the receiver, NP): at most one CNP per flow per interval N
 when CE-marked packets arrive.
 
 Scaling. The paper's constants are for 40 Gbit/s NICs: K = T = 55 us, N = 50 us,
-B = 10 MB, g = 1/256, R_AI = 40 Mbit/s. Here a bottleneck serves ~1000 packets/s
-(BMv2 on a laptop) and Python paces packets with ~0.1 ms resolution, so time
-constants are scaled up ~100x (K = T = 5.5 ms, N = 5 ms), B down to 100 KB
-(about 100 packets), rates are in packets per second, and g is raised to 1/16
-so alpha tracks congestion within the few hundred CNPs a run sees. Every
-value is a field of DcqcnParams and a flag of the agent.
+B = 10 MB, g = 1/256, R_AI = 40 Mbit/s. Here a bottleneck serves ~800 packets/s
+(BMv2 on a laptop), Python paces with ~0.1 ms resolution, and a marked packet
+waits 10-20 ms in the queue before its CE reaches the receiver. DCQCN assumes
+that feedback delay is shorter than N (one cut per congestion episode), so the
+time constants are scaled up ~400x: K = T = N = 20 ms. B is 100 KB (about 100
+packets), rates are in packets per second, and g is 1/32 so alpha tracks
+congestion within the few hundred CNPs a run sees. With N = T = 5 ms instead
+(~100x) the senders cut several times per episode, oscillate in lockstep and
+leave the link ~20% idle (measured; see README). Every value is a field of
+DcqcnParams and a flag of the agent.
 """
 from __future__ import annotations
 
@@ -31,14 +35,14 @@ from dataclasses import dataclass, field
 class DcqcnParams:
     line_rate_pps: float = 1000.0       # initial and maximum rate Rc
     min_rate_pps: float = 10.0
-    g: float = 1.0 / 16                 # alpha gain (paper: 1/256)
-    alpha_timer_s: float = 0.0055       # K: alpha decay period (paper: 55 us)
-    rate_timer_s: float = 0.0055        # T: rate-increase timer (paper: 55 us)
+    g: float = 1.0 / 32                 # alpha gain (paper: 1/256)
+    alpha_timer_s: float = 0.020        # K: alpha decay period (paper: 55 us)
+    rate_timer_s: float = 0.020         # T: rate-increase timer (paper: 55 us)
     byte_counter_bytes: int = 100_000   # B: rate-increase byte counter (paper: 10 MB)
     fast_recovery_steps: int = 5        # F
     r_ai_pps: float = 5.0               # R_AI: additive increase step
     r_hai_pps: float = 50.0             # R_HAI: hyper increase step
-    cnp_interval_s: float = 0.005       # N: NP sends at most one CNP per flow per N (paper: 50 us)
+    cnp_interval_s: float = 0.020       # N: NP sends at most one CNP per flow per N (paper: 50 us)
 
     def __post_init__(self):
         problems = []

@@ -128,7 +128,7 @@ def run_receiver(a) -> dict:
     flows: dict = {}
     cnp_frames: dict = {}
     ignored = defaultdict(int)
-    bins: dict = defaultdict(lambda: defaultdict(lambda: [0, 0]))  # flow -> bin -> [pkts, ce]
+    bins: dict = defaultdict(lambda: defaultdict(lambda: [0, 0, 0]))  # flow -> bin -> [pkts, ce, lost]
     if a.start_at:
         time.sleep(max(0.0, a.start_at - time.time()))
     t0 = time.monotonic()
@@ -155,12 +155,14 @@ def run_receiver(a) -> dict:
             f = flows[key] = {"src": src, "qp": qp, "packets": 0, "bytes": 0, "ce": 0, "cnps_sent": 0,
                               "max_psn": -1, "first_s": now}
         psn = _u24(rx, O.bth_psn)
+        b = bins[key][int(now / a.bin_s)]
+        b[0] += 1
+        if psn > f["max_psn"] + 1:
+            b[2] += psn - f["max_psn"] - 1  # a gap: lost packets, noticed now
         f["packets"] += 1
         f["bytes"] += len(rx)
         f["max_psn"] = max(f["max_psn"], psn)
         f["last_s"] = now
-        b = bins[key][int(now / a.bin_s)]
-        b[0] += 1
         if rx[O.ip_tos] & 0b11 == CE:
             f["ce"] += 1
             b[1] += 1
@@ -173,8 +175,8 @@ def run_receiver(a) -> dict:
     for f in flows.values():
         f["lost"] = f["max_psn"] + 1 - f["packets"]  # PSN gaps (no reordering on a single path)
     summary = {"role": "receiver", "flows": flows, "ignored": dict(ignored), "bin_s": a.bin_s}
-    rows = [(round(i * a.bin_s, 4), key, v[0], v[1]) for key, per in bins.items() for i, v in sorted(per.items())]
-    _write(a.out, summary, ["t_s", "flow", "packets", "ce"], rows)
+    rows = [(round(i * a.bin_s, 4), key, *v) for key, per in bins.items() for i, v in sorted(per.items())]
+    _write(a.out, summary, ["t_s", "flow", "packets", "ce", "lost"], rows)
     return summary
 
 
