@@ -55,9 +55,9 @@ def rx_packets(iface: str) -> int:
     return int(Path(f"/sys/class/net/{iface}/statistics/rx_packets").read_text())
 
 
-def _blast(iface: str, duration: float, out) -> None:
+def _blast(iface: str, duration: float, rate_pps: float, out) -> None:
     with RawSender(iface) as s:
-        out.put(s.blast(frames(), duration))
+        out.put(s.blast(frames(), duration, rate_pps or None))
 
 
 def program_fabric(conn: SwitchConnection, p4info: P4Info) -> None:
@@ -71,7 +71,7 @@ def program_fabric(conn: SwitchConnection, p4info: P4Info) -> None:
     reconcile(conn, state)
 
 
-def measure(name: str, pipeline, duration: float) -> tuple[float, int]:
+def measure(name: str, pipeline, duration: float, offered_pps: float) -> tuple[float, int]:
     cmd = [require("simple_switch_grpc"), "--device-id", str(DEVICE_ID), "--thrift-port", str(THRIFT_PORT),
            "-i", f"1@{PAIRS[1][0]}", "-i", f"2@{PAIRS[2][0]}", "--no-p4", "--", "--grpc-server-addr", GRPC_ADDR]
     switch = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
@@ -81,7 +81,7 @@ def measure(name: str, pipeline, duration: float) -> tuple[float, int]:
             if name == "fabric":
                 program_fabric(conn, P4Info(pipeline.p4info()))
         queue: mp.Queue = mp.Queue()
-        sender = mp.Process(target=_blast, args=(PAIRS[1][1], duration + 1.5, queue))
+        sender = mp.Process(target=_blast, args=(PAIRS[1][1], duration + 1.5, offered_pps, queue))
         sender.start()
         time.sleep(1.0)  # warm-up: BMv2 queues fill, rate settles
         before, t0 = rx_packets(PAIRS[2][1]), time.perf_counter()
@@ -112,6 +112,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description="BMv2 saturation rate: this pipeline vs port forwarding.")
     ap.add_argument("--duration", type=float, default=5.0, help="seconds measured per run (default 5)")
     ap.add_argument("--repeats", type=int, default=3, help="runs per program (default 3)")
+    ap.add_argument("--offered-pps", type=float, default=50000,
+                    help="offered load, above BMv2's capacity (0: as fast as the sender can)")
     args = ap.parse_args()
     out_dir = REPO / "build" / "bench"
     programs = {
@@ -124,7 +126,7 @@ def main() -> int:
     try:
         for run in range(1, args.repeats + 1):
             for name, pipeline in programs.items():
-                pps, offered = measure(name, pipeline, args.duration)
+                pps, offered = measure(name, pipeline, args.duration, args.offered_pps)
                 rows.append({"run": run, "program": name, "forwarded_pps": round(pps), "offered_pps": offered})
                 print(f"run {run}/{args.repeats} {name:9s} forwarded {pps:9.0f} pps (offered {offered} pps)", flush=True)
             agent = measure_agent(args.duration)

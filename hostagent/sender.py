@@ -56,8 +56,13 @@ class RawSender:
                 if now < next_at:
                     time.sleep(min(next_at - now, 0.001))
                     continue
-                next_at = max(next_at + gap, now - 0.01)  # no catch-up burst after a stall
-            for _ in range(64 if not gap else 1):  # check the clock every 64 frames when unpaced
+                # Send what is due since the last wake-up (sleep is coarser than the gap),
+                # but no catch-up burst after a long stall.
+                due = min(64, max(1, int((now - next_at) / gap) + 1))
+                next_at = max(next_at + due * gap, now - 0.01)
+            else:
+                due = 64  # unpaced: check the clock every 64 frames
+            for _ in range(due):
                 try:
                     send(frames[sent % n])
                     sent += 1
