@@ -41,7 +41,7 @@ from control.sync import SwitchState, reconcile  # noqa: E402
 from control.toolchain import require  # noqa: E402
 from hostagent.sender import RawSender  # noqa: E402
 
-GRPC_ADDR, THRIFT_PORT, DEVICE_ID = "127.0.0.1:50250", 9290, 1
+GRPC_ADDR, THRIFT_PORT, DEVICE_ID = "127.0.0.1:9458", 9088, 1  # apart from the launcher and PTF
 PAIRS = {1: ("benchsw1", "benchdp1"), 2: ("benchsw2", "benchdp2")}
 
 

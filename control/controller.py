@@ -67,7 +67,8 @@ class FabricController:
         """Everything switch `name` should hold. Feature modules add their
         entities here as they arrive."""
         slots = forwarding.slots_on_switch(self.p4info, current) if current else None
-        state = forwarding.forwarding_state(self.p4info, self.routes[name], slots)
+        seed = forwarding.ecmp_seed(self.topo.switches[name].device_id)
+        state = forwarding.forwarding_state(self.p4info, self.routes[name], slots, seed=seed)
         return state.merge(ecn.ecn_state(self.p4info, self.ecn_profiles(name)))
 
     def ecn_profiles(self, switch: str) -> dict[int, "ecn.EcnProfile"]:

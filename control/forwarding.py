@@ -21,9 +21,15 @@ from .topology import NextHop, Route
 
 LPM_TABLE = "ipv4_lpm"
 NEXT_HOP_TABLE = "next_hop"
+SEED_TABLE = "ecmp_seed_config"
 ECMP_PROFILE = "ecmp_selector"
 ECMP_SLOTS = 16
 MAX_SLOTS = 256  # member ids are next_id << 8 | slot
+
+
+def ecmp_seed(device_id: int) -> int:
+    """A per-switch hash seed (odd, spread over 16 bits) against hash polarization."""
+    return (device_id * 0x9E37 + 0x3C6F) & 0xFFFF | 1
 
 
 def member_id(next_id: int, slot: int) -> int:
@@ -76,13 +82,16 @@ def next_hop_of(p4info: P4Info, action) -> NextHop:
 
 def forwarding_state(p4info: P4Info, routes: Sequence[Route],
                      current_slots: Mapping[int, Sequence[NextHop]] | None = None,
-                     slots: int = ECMP_SLOTS) -> SwitchState:
+                     slots: int = ECMP_SLOTS, seed: int | None = None) -> SwitchState:
     """The entities one switch needs for `routes`. `current_slots` (next_id ->
-    slot assignment read from the switch) keeps ECMP groups resilient."""
+    slot assignment read from the switch) keeps ECMP groups resilient; `seed`
+    is the switch's ECMP hash seed (see ecmp_seed())."""
     current_slots = current_slots or {}
     state = SwitchState(
-        managed_tables={p4info.table(LPM_TABLE).preamble.id, p4info.table(NEXT_HOP_TABLE).preamble.id},
+        managed_tables={p4info.table(t).preamble.id for t in (LPM_TABLE, NEXT_HOP_TABLE, SEED_TABLE)},
         managed_profiles={p4info.action_profile(ECMP_PROFILE).preamble.id})
+    if seed is not None:
+        state.table_entries.append(p4info.default_entry(SEED_TABLE, "set_ecmp_seed", {"seed": seed}))
     hop_sets = sorted({tuple(sorted(set(r.next_hops), key=lambda h: (h.port, h.dst_mac))) for r in routes},
                       key=lambda hs: [(h.port, h.dst_mac) for h in hs])
     next_ids = {hs: i + 1 for i, hs in enumerate(hop_sets)}

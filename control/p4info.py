@@ -189,6 +189,18 @@ class P4Info:
             entry.action.action.CopyFrom(self.action_call(action, params, table))
         return entry
 
+    def default_entry(self, table_name: str, action: str,
+                      params: Mapping[str, Any] | None = None) -> p4runtime_pb2.TableEntry:
+        """The default action of a (direct) table, e.g. a keyless config table."""
+        table = self.table(table_name)
+        if table.implementation_id:
+            raise EntryError(f"table {table.preamble.name}: an indirect table has no settable default action on BMv2")
+        if table.const_default_action_id:
+            raise EntryError(f"table {table.preamble.name}: its default action is const")
+        entry = p4runtime_pb2.TableEntry(table_id=table.preamble.id, is_default_action=True)
+        entry.action.action.CopyFrom(self.action_call(action, params, table))
+        return entry
+
     def _field_match(self, tname: str, f, kind: str, value: MatchValue):
         what = f"table {tname} field {f.name}"
         fm = p4runtime_pb2.FieldMatch(field_id=f.id)

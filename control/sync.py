@@ -1,6 +1,9 @@
 """Idempotent programming: make a switch hold exactly a desired set of
 entities, writing only the difference.
 
+Default actions (TableEntry.is_default_action) are modified, never inserted
+or deleted, and only for the tables whose default the desired state sets.
+
 The controller describes what a switch should hold (SwitchState). reconcile()
 reads what the switch holds in the same tables and action profiles, compares
 by identity (table + match + priority, profile + member/group id) and value,
@@ -81,6 +84,8 @@ def _action_value(a: p4runtime_pb2.Action) -> tuple:
 
 
 def table_key(e: p4runtime_pb2.TableEntry) -> tuple:
+    if e.is_default_action:
+        return e.table_id, "default"
     return e.table_id, tuple(sorted(_match_key(m) for m in e.match)), e.priority
 
 
@@ -132,8 +137,11 @@ def _diff(desired: list, existing: list, key: Callable[..., Hashable], value: Ca
     return d
 
 
-def read_state(conn: SwitchConnection, tables: set[int], profiles: set[int]) -> SwitchState:
+def read_state(conn: SwitchConnection, tables: set[int], profiles: set[int],
+               default_tables: set[int] = frozenset()) -> SwitchState:
     queries = [p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry(table_id=t)) for t in sorted(tables)]
+    queries += [p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry(table_id=t, is_default_action=True))
+                for t in sorted(default_tables)]
     for p in sorted(profiles):
         queries.append(p4runtime_pb2.Entity(action_profile_member=p4runtime_pb2.ActionProfileMember(action_profile_id=p)))
         queries.append(p4runtime_pb2.Entity(action_profile_group=p4runtime_pb2.ActionProfileGroup(action_profile_id=p)))
@@ -142,7 +150,8 @@ def read_state(conn: SwitchConnection, tables: set[int], profiles: set[int]) -> 
         return state
     for ent in conn.read(queries):
         kind = ent.WhichOneof("entity")
-        if kind == "table_entry" and not ent.table_entry.is_default_action:
+        if kind == "table_entry" and (not ent.table_entry.is_default_action
+                                      or ent.table_entry.table_id in default_tables):
             state.table_entries.append(ent.table_entry)
         elif kind == "action_profile_member":
             state.members.append(ent.action_profile_member)
@@ -152,8 +161,13 @@ def read_state(conn: SwitchConnection, tables: set[int], profiles: set[int]) -> 
 
 
 def reconcile(conn: SwitchConnection, desired: SwitchState, dry_run: bool = False) -> SyncReport:
-    existing = read_state(conn, desired.managed_tables, desired.managed_profiles)
+    default_tables = {e.table_id for e in desired.table_entries if e.is_default_action}
+    existing = read_state(conn, desired.managed_tables, desired.managed_profiles, default_tables)
     tables = _diff(desired.table_entries, existing.table_entries, table_key, table_value)
+    # A default action always exists: "insert" means modify, and it is never deleted.
+    tables.modify += [e for e in tables.insert if e.is_default_action]
+    tables.insert = [e for e in tables.insert if not e.is_default_action]
+    tables.delete = [e for e in tables.delete if not e.is_default_action]
     members = _diff(desired.members, existing.members, member_key, member_value)
     groups = _diff(desired.groups, existing.groups, group_key, group_value)
 

@@ -25,7 +25,9 @@ FEATURE_SECTIONS = {"ecn": "control.ecn"}
 TOP_FIELDS = {"name", "description", "defaults", "switches", "hosts", "links", *FEATURE_SECTIONS}
 DEFAULT_LINK = {"bandwidth_mbps": 100.0, "delay_ms": 0.0, "loss_pct": 0.0}
 
-GRPC_PORT_BASE = 50050
+# Switch n listens on P4Runtime 9559+n and Thrift 9090+n: below Linux's
+# ephemeral range (32768+), so an outgoing connection never holds the port.
+GRPC_PORT_BASE = 9559
 THRIFT_PORT_BASE = 9090
 
 

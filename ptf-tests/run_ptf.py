@@ -21,12 +21,12 @@ sys.path.insert(0, str(REPO))
 
 from control.build import compile_p4  # noqa: E402
 from control.network import make_veth_pair, sh, tail  # noqa: E402
-from control.switch import SwitchConnection  # noqa: E402
+from control.switch import SwitchConnection, SwitchError  # noqa: E402
 from control.toolchain import require  # noqa: E402
 
 PORTS = [1, 2, 3, 4]
-GRPC_ADDR = "127.0.0.1:50150"   # apart from the launcher's 50051+ range
-THRIFT_PORT = 9190
+GRPC_ADDR = "127.0.0.1:9459"    # apart from the launcher's 9560+ / 9091+, below the ephemeral range
+THRIFT_PORT = 9089
 DEVICE_ID = 1
 
 
@@ -58,7 +58,14 @@ def main() -> int:
     switch = subprocess.Popen(cmd, stdout=open(stdout, "w"), stderr=subprocess.STDOUT, start_new_session=True)
     rc = 1
     try:
-        SwitchConnection("ptf-switch", GRPC_ADDR, DEVICE_ID, connect_timeout=20).close()
+        try:
+            SwitchConnection("ptf-switch", GRPC_ADDR, DEVICE_ID, connect_timeout=20).close()
+        except SwitchError:
+            if switch.poll() is not None:
+                print(f"FAIL: simple_switch_grpc exited at start (code {switch.returncode})\n"
+                      f"--- {stdout} ---\n{tail(stdout)}", file=sys.stderr)
+                return 1
+            raise
         params = ";".join(f"{k}={str(v)!r}" for k, v in {  # PTF exec()s each value
             "grpc_addr": GRPC_ADDR, "device_id": DEVICE_ID, "thrift_port": THRIFT_PORT,
             "bmv2_json": pipeline.bmv2_json, "p4info": pipeline.p4info_txt}.items())

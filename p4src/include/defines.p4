@@ -21,6 +21,7 @@ const bit<32> IPV4_LPM_TABLE_SIZE = 4096;
 const bit<32> NEXT_HOP_TABLE_SIZE = 1024;
 const bit<32> ECMP_SELECTOR_SIZE = 4096;   // action profile members
 const bit<32> ECMP_HASH_WIDTH = 16;
+const bit<16> ECMP_DEFAULT_SEED = 0x9E37;  // until the controller sets the switch's own (forwarding.p4)
 
 // ECN (RFC 3168): the two low bits of the IPv4 TOS byte.
 const bit<2> ECN_NOT_ECT = 0;

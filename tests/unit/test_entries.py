@@ -83,11 +83,11 @@ def test_invalid_entries_are_refused_with_a_clear_message(p4info, build, message
 
 def test_forwarding_state_for_leaf_spine(p4info):
     topo = load(REPO / "topologies" / "leaf-spine.yaml")
-    state = forwarding.forwarding_state(p4info, topo.routes()["leaf1"])
-    assert (len(state.table_entries), len(state.members), len(state.groups)) == (7, 18, 1)
+    state = forwarding.forwarding_state(p4info, topo.routes()["leaf1"], seed=forwarding.ecmp_seed(3))
+    assert (len(state.table_entries), len(state.members), len(state.groups)) == (8, 18, 1)  # + seed default
     (group,) = state.groups
     assert len(group.members) == forwarding.ECMP_SLOTS
-    spine = forwarding.forwarding_state(p4info, topo.routes()["spine1"])
+    spine = forwarding.forwarding_state(p4info, topo.routes()["spine1"])  # no seed: keep the switch's
     assert (len(spine.table_entries), len(spine.members), len(spine.groups)) == (6, 2, 0)
 
 
@@ -108,3 +108,14 @@ def test_ecn_state(p4info):
     step, wred = state.table_entries
     assert p4info.by_id(step.action.action.action_id).preamble.name.endswith("mark_step")
     assert [int.from_bytes(p.value, "big") for p in wred.action.action.params] == [5, 30, 250_000]
+
+
+def test_seed_is_a_default_entry_and_differs_per_switch(p4info):
+    topo = load(REPO / "topologies" / "fat-tree-k4.yaml")
+    seeds = {forwarding.ecmp_seed(sw.device_id) for sw in topo.switches.values()}
+    assert len(seeds) == len(topo.switches) and all(s & 1 for s in seeds)
+    state = forwarding.forwarding_state(p4info, topo.routes()["a11"], seed=forwarding.ecmp_seed(5))
+    (default,) = [e for e in state.table_entries if e.is_default_action]
+    assert int.from_bytes(default.action.action.params[0].value, "big") == forwarding.ecmp_seed(5)
+    with pytest.raises(EntryError, match="indirect table has no settable default"):
+        p4info.default_entry("next_hop", "route", {"port": 1, "src_mac": 0, "dst_mac": 0})
