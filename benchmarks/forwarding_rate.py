@@ -33,7 +33,7 @@ from scapy.layers.inet import IP, UDP  # noqa: E402
 from scapy.layers.l2 import Ether  # noqa: E402
 
 from control.build import compile_p4  # noqa: E402
-from control.forwarding import ECMP_PROFILE, NEXT_HOP_TABLE, LPM_TABLE, member_id  # noqa: E402
+from control.forwarding import ECMP_PROFILE, LPM_TABLE, NEXT_HOP_TABLE, member_id  # noqa: E402
 from control.network import make_veth_pair, sh  # noqa: E402
 from control.p4info import P4Info  # noqa: E402
 from control.switch import SwitchConnection  # noqa: E402

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from ptf_lib.base_test import HOST_MAC, SWITCH_MAC, P4RuntimeTest
 from scapy.layers.inet import IP
 from scapy.layers.l2 import Ether
 
@@ -17,7 +18,6 @@ from control.bmv2_thrift import Bmv2Thrift
 from control.ecn import MARKED_COUNTER, EcnProfile, ecn_state
 from hostagent.headers import CE, ECT0, ECT1, NOT_ECT, roce_data
 from hostagent.sender import RawSender
-from ptf_lib.base_test import HOST_MAC, P4RuntimeTest, SWITCH_MAC
 
 IN_PORT, OUT_PORT = 1, 2
 UNLIMITED_PPS = 10_000_000

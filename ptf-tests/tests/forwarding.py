@@ -7,11 +7,10 @@ import random
 
 import ptf.testutils as tu
 from ptf.mask import Mask
+from ptf_lib.base_test import HOST_MAC, SWITCH_MAC, P4RuntimeTest, neighbour_mac, port_mac
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
-
-from ptf_lib.base_test import HOST_MAC, P4RuntimeTest, SWITCH_MAC, neighbour_mac, port_mac
 
 
 def ipv4_packet(dst: str, l4: str = "tcp", ttl: int = 64, sport: int = 1234, dport: int = 80,

@@ -20,17 +20,27 @@ def leftovers(topo) -> list[str]:
     return found
 
 
+def make_run(*args: str) -> str:
+    proc = subprocess.run(["make", "run", *args], cwd=REPO, capture_output=True, text=True, timeout=900)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    return out
+
+
+def top_tier_packets(out: str) -> list[int]:
+    """Packets per spine/core from the summary line 'Traffic through the top tier: s 8 pkts, ...'."""
+    line = next(ln for ln in out.splitlines() if ln.startswith("Traffic through the top tier"))
+    return [int(part.split()[1]) for part in line.split(":", 1)[1].split(",")]
+
+
 def test_make_run_no_cli_on_leaf_spine():
     topo = load(REPO / "topologies" / "leaf-spine.yaml")
     assert leftovers(topo) == [], "a previous run left things behind"
-    proc = subprocess.run(["make", "run", "ARGS=--no-cli"], cwd=REPO, capture_output=True, text=True, timeout=600)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
+    out = make_run("ARGS=--no-cli")
     assert "All-pairs connectivity: 12/12 host pairs OK" in out, out
     # Both spines carried some of the leaf-to-leaf pings (ECMP over the 5-tuple).
-    line = next(ln for ln in out.splitlines() if ln.startswith("Traffic through the top tier"))
-    counts = [int(part.split()[1]) for part in line.split(":", 1)[1].split(",")]
-    assert len(counts) == 2 and all(c > 0 for c in counts), line
+    counts = top_tier_packets(out)
+    assert len(counts) == 2 and all(c > 0 for c in counts), out
     assert leftovers(topo) == [], out
 
 
@@ -47,11 +57,7 @@ def test_make_run_rejects_a_broken_topology_before_starting(tmp_path):
 def test_fat_tree_reaches_all_pairs_and_uses_every_core():
     """240 host pairs over 20 switches; with per-switch ECMP seeds no core is
     left idle (a single shared hash polarizes: half the cores carried nothing)."""
-    proc = subprocess.run(["make", "run", "TOPO=fat-tree-k4", "ARGS=--no-cli --log-level warn"], cwd=REPO,
-                          capture_output=True, text=True, timeout=900)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
+    out = make_run("TOPO=fat-tree-k4", "ARGS=--no-cli --log-level warn")
     assert "All-pairs connectivity: 240/240 host pairs OK" in out, out
-    line = next(ln for ln in out.splitlines() if ln.startswith("Traffic through the top tier"))
-    counts = [int(part.split()[1]) for part in line.split(":", 1)[1].split(",")]
-    assert len(counts) == 4 and all(c > 0 for c in counts), line
+    counts = top_tier_packets(out)
+    assert len(counts) == 4 and all(c > 0 for c in counts), out
