@@ -162,15 +162,12 @@ class Network:
            netns=host.name)
 
     def _add_link(self, link) -> None:
-        ends = []
-        for me, other in ((link.a, link.b), (link.b, link.a)):
-            if me in self.topo.hosts:
-                ends.append(self.topo.hosts[me].iface)
-            else:
-                sw = self.topo.switches[me]
-                port = next(p for p in sw.ports.values() if p.link is link)
-                ends.append(port.iface)
-        a_if, b_if = ends
+        def iface(node: str) -> str:
+            if node in self.topo.hosts:
+                return self.topo.hosts[node].iface
+            return next(p.iface for p in self.topo.switches[node].ports.values() if p.link is link)
+
+        a_if, b_if = iface(link.a), iface(link.b)
         # Record the end that stays in the root namespace: deleting it removes the pair.
         self._record("veth", a_if if link.a in self.topo.switches else b_if)
         sh("ip", "link", "add", a_if, "type", "veth", "peer", "name", b_if)

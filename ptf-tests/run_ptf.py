@@ -55,7 +55,8 @@ def main() -> int:
            "--log-file", str(log), "--log-flush", "--log-level", args.log_level,
            *[a for p in PORTS for a in ("-i", f"{p}@ptfsw{p}")],
            "--no-p4", "--", "--grpc-server-addr", GRPC_ADDR]
-    switch = subprocess.Popen(cmd, stdout=open(stdout, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    with open(stdout, "w") as out_file:
+        switch = subprocess.Popen(cmd, stdout=out_file, stderr=subprocess.STDOUT, start_new_session=True)
     rc = 1
     try:
         try:
