@@ -21,7 +21,7 @@ from pathlib import Path
 from . import ecn, forwarding
 from .p4info import EntryError, P4Info
 from .switch import Pipeline, SwitchConnection, SwitchError
-from .sync import SwitchState, SyncReport, read_state, reconcile
+from .sync import SwitchState, SyncReport, read_managed, reconcile
 from .topology import Topology, TopologyError, load
 
 REPO = Path(__file__).resolve().parent.parent
@@ -78,24 +78,22 @@ class FabricController:
         self.connect()
         # Build and validate every switch's state before writing anything, the
         # pipeline included: a bad entry leaves every switch as it was.
-        for name in self.connections:
-            self.desired_state(name)
+        skeletons = {name: self.desired_state(name) for name in self.connections}
         pushed = {name: False if dry_run else conn.push_pipeline(self.pipeline)
                   for name, conn in self.connections.items()}
-        results = []
-        for name, conn in self.connections.items():
-            skeleton = self.desired_state(name)
-            current = read_state(conn, skeleton.managed_tables, skeleton.managed_profiles)
-            results.append(SwitchResult(name, pushed[name], reconcile(conn, self.desired_state(name, current), dry_run)))
-        return results
+        return [SwitchResult(name, pushed[name], self._sync(name, skeletons[name], dry_run))
+                for name in self.connections]
 
     def program_switch(self, name: str) -> SyncReport:
         """Reconcile one switch (pipeline assumed in place), e.g. after a runtime change."""
         self.connect()
+        return self._sync(name, self.desired_state(name))
+
+    def _sync(self, name: str, skeleton: SwitchState, dry_run: bool = False) -> SyncReport:
+        """Read the switch once; plan with what it holds (ECMP slots stay put); write the difference."""
         conn = self.connections[name]
-        skeleton = self.desired_state(name)
-        current = read_state(conn, skeleton.managed_tables, skeleton.managed_profiles)
-        return reconcile(conn, self.desired_state(name, current))
+        current = read_managed(conn, skeleton)
+        return reconcile(conn, self.desired_state(name, current), dry_run, existing=current)
 
     def set_ecn_profile(self, switch: str, port: int, profile: "ecn.EcnProfile | None") -> SyncReport:
         """Change (or remove, with None) the ECN profile of one egress port at runtime."""

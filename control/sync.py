@@ -160,9 +160,22 @@ def read_state(conn: SwitchConnection, tables: set[int], profiles: set[int],
     return state
 
 
-def reconcile(conn: SwitchConnection, desired: SwitchState, dry_run: bool = False) -> SyncReport:
-    default_tables = {e.table_id for e in desired.table_entries if e.is_default_action}
-    existing = read_state(conn, desired.managed_tables, desired.managed_profiles, default_tables)
+def default_tables(state: SwitchState) -> set[int]:
+    """Tables whose default action `state` sets."""
+    return {e.table_id for e in state.table_entries if e.is_default_action}
+
+
+def read_managed(conn: SwitchConnection, state: SwitchState) -> SwitchState:
+    """What the switch holds in the tables, profiles and defaults `state` manages."""
+    return read_state(conn, state.managed_tables, state.managed_profiles, default_tables(state))
+
+
+def reconcile(conn: SwitchConnection, desired: SwitchState, dry_run: bool = False,
+              existing: SwitchState | None = None) -> SyncReport:
+    """Write the difference; `existing` is a read_managed() result the caller
+    already has for the same managed sets (saves reading the switch again)."""
+    if existing is None:
+        existing = read_managed(conn, desired)
     tables = _diff(desired.table_entries, existing.table_entries, table_key, table_value)
     # A default action always exists: "insert" means modify, and it is never deleted.
     tables.modify += [e for e in tables.insert if e.is_default_action]
