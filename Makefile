@@ -70,8 +70,9 @@ endif
 fixtures: build
 	cp build/main.p4info.txtpb tests/fixtures/main.p4info.txtpb
 
+# Regenerates the table in the README and build/bench/{summary.csv,forwarding_rate.png}.
 bench: require-toolchain build
-	$(PY) benchmarks/forwarding_rate.py $(ARGS)
+	$(PY) benchmarks/forwarding_rate.py --readme README.md $(ARGS)
 
 docker-build:
 	docker build -f docker/Dockerfile -t $(IMAGE) .

@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import ecn, forwarding
+from . import ecn, features, forwarding
 from .p4info import EntryError, P4Info
 from .switch import Pipeline, SwitchConnection, SwitchError
 from .sync import SwitchState, SyncReport, read_managed, reconcile
@@ -64,15 +64,14 @@ class FabricController:
         self.close()
 
     def desired_state(self, name: str, current: SwitchState | None = None) -> SwitchState:
-        """Everything switch `name` should hold. Feature modules add their
-        entities here as they arrive."""
+        """Everything switch `name` should hold: forwarding, then every
+        feature's entries (control/features.py)."""
         slots = forwarding.slots_on_switch(self.p4info, current) if current else None
         seed = forwarding.ecmp_seed(self.topo.switches[name].device_id)
         state = forwarding.forwarding_state(self.p4info, self.routes[name], slots, seed=seed)
-        return state.merge(ecn.ecn_state(self.p4info, self.ecn_profiles(name)))
-
-    def ecn_profiles(self, switch: str) -> dict[int, "ecn.EcnProfile"]:
-        return {port: p for (sw, port), p in self.topo.features.get("ecn", {}).items() if sw == switch}
+        for feature in features.features():
+            state.merge(feature.switch_state(self.p4info, self.topo, name))
+        return state
 
     def program(self, dry_run: bool = False) -> list[SwitchResult]:
         self.connect()
@@ -99,7 +98,7 @@ class FabricController:
         """Change (or remove, with None) the ECN profile of one egress port at runtime."""
         if port not in self.topo.switches[switch].ports:
             raise EntryError(f"{switch} has no port {port}")
-        profiles = self.topo.features.setdefault("ecn", {})
+        profiles = self.topo.features.setdefault(ecn.SECTION, {})
         if profile is None:
             profiles.pop((switch, port), None)
         else:

@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping
 from .p4info import P4Info
 from .sync import SwitchState
 
+SECTION = "ecn"
 TABLE = "ecn_profile"
 MARKED_COUNTER = "ecn_marked_counter"
 QDEPTH_REGISTER = "egress_qdepth"
@@ -135,3 +136,15 @@ def ecn_state(p4info: P4Info, profiles: Mapping[int, EcnProfile]) -> SwitchState
         state.table_entries.append(p4info.table_entry(TABLE, {"std_meta.egress_port": port},
                                                       action=action, params=params))
     return state
+
+
+def switch_state(p4info: P4Info, topo, switch: str) -> SwitchState:
+    """The ECN profiles the topology file gives `switch` (feature interface)."""
+    profiles = topo.features.get(SECTION, {})
+    return ecn_state(p4info, {port: p for (sw, port), p in profiles.items() if sw == switch})
+
+
+def bench_state(p4info: P4Info, port: int) -> SwitchState:
+    """ECN at its most expensive for `make bench`: WRED on `port` from depth 0,
+    so every ECN-capable packet takes the marking path and draws a random number."""
+    return ecn_state(p4info, {port: EcnProfile.wred(0, QDEPTH_MAX, 1.0)})

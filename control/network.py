@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .bmv2 import DEFAULT_INTERACTIVE_LOG_LEVEL, LOG_LEVELS, switch_command
 from .bmv2_thrift import Bmv2Thrift
 from .toolchain import require
 from .topology import Host, Switch, Topology
@@ -85,7 +86,10 @@ class SwitchProcess:
 
 
 class Network:
-    def __init__(self, topo: Topology, run_dir: Path, log_level: str = "info", pcap: bool = False):
+    def __init__(self, topo: Topology, run_dir: Path, log_level: str = DEFAULT_INTERACTIVE_LOG_LEVEL,
+                 pcap: bool = False):
+        if log_level not in LOG_LEVELS:
+            raise NetworkError(f"BMv2 log level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
         self.topo = topo
         self.run_dir = Path(run_dir)
         self.log_level = log_level
@@ -200,16 +204,12 @@ class Network:
     def _start_switch(self, binary: str, sw: Switch) -> None:
         log = self.run_dir / f"{sw.name}.log"
         stdout = self.run_dir / f"{sw.name}.stdout"
-        cmd = [binary, "--device-id", str(sw.device_id), "--thrift-port", str(sw.thrift_port)]
-        for port in sorted(sw.ports.values(), key=lambda p: p.number):
-            cmd += ["-i", f"{port.number}@{port.iface}"]
-        if self.log_level != "off":
-            cmd += ["--log-file", str(log), "--log-flush", "--log-level", self.log_level]
-        if self.pcap:
-            pcap_dir = self.run_dir / "pcap"
+        pcap_dir = self.run_dir / "pcap" if self.pcap else None
+        if pcap_dir:
             pcap_dir.mkdir(exist_ok=True)
-            cmd += ["--pcap", str(pcap_dir)]
-        cmd += ["--no-p4", "--", "--grpc-server-addr", sw.grpc_addr]
+        cmd = switch_command(binary, device_id=sw.device_id, thrift_port=sw.thrift_port, grpc_addr=sw.grpc_addr,
+                             ports={p.number: p.iface for p in sw.ports.values()},
+                             log_level=self.log_level, log_file=log, pcap_dir=pcap_dir)
         with open(stdout, "w") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)

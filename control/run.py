@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from .bmv2 import DEFAULT_INTERACTIVE_LOG_LEVEL, LOG_LEVELS
 from .build import CompileError, compile_p4
 from .cli import FabricCLI
 from .controller import FabricController
@@ -111,8 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--topology", "-t", default="leaf-spine", help="topology name in topologies/ or a YAML path")
     ap.add_argument("--no-cli", action="store_true", help="do not open the CLI: exit after the summary")
     ap.add_argument("--pcap", action="store_true", help="write per-port pcaps under <run-dir>/pcap")
-    ap.add_argument("--log-level", default="info", choices=["trace", "debug", "info", "warn", "error", "off"],
-                    help="BMv2 log level (default info; trace logs every table lookup)")
+    ap.add_argument("--log-level", default=DEFAULT_INTERACTIVE_LOG_LEVEL, choices=LOG_LEVELS,
+                    help="BMv2 log level (default info; trace logs every table lookup and slows BMv2 "
+                         "several times; off for measurements)")
     ap.add_argument("--run-dir", default=str(REPO / "build" / "run"), help="where logs and state go")
     args = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)

@@ -6,7 +6,6 @@ file, the field and what is wrong, and is raised before anything is started.
 """
 from __future__ import annotations
 
-import importlib
 import ipaddress
 import re
 from collections import deque
@@ -20,9 +19,8 @@ NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,9}$")  # "<name>-eth<NN>" must fit IFNAM
 LINK_FIELDS = {"a", "b", "bandwidth_mbps", "delay_ms", "loss_pct"}
 NODE_FIELDS = {"name", "role"}
 HOST_FIELDS = NODE_FIELDS
-# Feature sections: key in the file -> module whose parse_section(raw, topo, fail) validates it.
-FEATURE_SECTIONS = {"ecn": "control.ecn"}
-TOP_FIELDS = {"name", "description", "defaults", "switches", "hosts", "links", *FEATURE_SECTIONS}
+# Besides these, each feature's section (control/features.py validates it).
+BASE_FIELDS = {"name", "description", "defaults", "switches", "hosts", "links"}
 DEFAULT_LINK = {"bandwidth_mbps": 100.0, "delay_ms": 0.0, "loss_pct": 0.0}
 
 # Switch n listens on P4Runtime 9559+n and Thrift 9090+n: below Linux's
@@ -187,10 +185,14 @@ def load(path: str | Path) -> Topology:
 
 
 def from_dict(data: Any, source: str = "<topology>") -> Topology:
+    from . import features  # feature modules import this module's types
+
     v = _Validator(source)
+    feature_sections = features.sections()
+    top_fields = BASE_FIELDS | set(feature_sections)
     if not isinstance(data, dict):
-        v.fail("", f"expected a mapping with keys {sorted(TOP_FIELDS)}, got {type(data).__name__}")
-    v.no_unknown_keys("", data, TOP_FIELDS)
+        v.fail("", f"expected a mapping with keys {sorted(top_fields)}, got {type(data).__name__}")
+    v.no_unknown_keys("", data, top_fields)
     name = v.string("name", data.get("name"))
     description = data.get("description", "") or ""
 
@@ -231,9 +233,9 @@ def from_dict(data: Any, source: str = "<topology>") -> Topology:
     _attach(v, switches, hosts, links)
     topo = Topology(name, str(description), source, switches, hosts, links)
     _check_connected(v, topo)
-    for key, module in FEATURE_SECTIONS.items():
-        if data.get(key) is not None:
-            topo.features[key] = importlib.import_module(module).parse_section(data[key], topo, v.fail)
+    for section, feature in feature_sections.items():
+        if data.get(section) is not None:
+            topo.features[section] = feature.parse_section(data[section], topo, v.fail)
     return topo
 
 

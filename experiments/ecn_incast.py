@@ -42,6 +42,7 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from control.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS  # noqa: E402
 from control.bmv2_thrift import Bmv2Thrift  # noqa: E402
 from control.build import compile_p4  # noqa: E402
 from control.controller import FabricController  # noqa: E402
@@ -211,6 +212,8 @@ def main() -> int:
     ap.add_argument("--dcqcn", action="append", default=[], metavar="NAME=VALUE",
                     help="override a DCQCN parameter (hostagent.dcqcn.DcqcnParams), e.g. --dcqcn g=0.0625")
     ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "ecn_incast"))
+    ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS,
+                    help="BMv2 log level (default off: logging slows BMv2 several times)")
     ap.add_argument("--cases", nargs="*", default=[c.name for c in CASES], choices=[c.name for c in CASES])
     args = ap.parse_args()
     out = Path(args.out)
@@ -218,7 +221,7 @@ def main() -> int:
     topo = load(REPO / "topologies" / "incast.yaml")
     compile_p4()
     results = []
-    with Network(topo, REPO / "build" / "experiments" / "ecn_incast", log_level="off") as net, \
+    with Network(topo, REPO / "build" / "experiments" / "ecn_incast", log_level=args.log_level) as net, \
             FabricController(topo) as ctl:
         ctl.program()
         net.apply_queue_rates()

@@ -1,24 +1,17 @@
 """Building P4Runtime entities from the P4Info: what the controller writes,
 and the clear errors for what it must refuse.
 
-Uses tests/fixtures/main.p4info.txtpb, the P4Info of p4src/main.p4 (a test in
-tests/e2e checks it matches a fresh compile; `make fixtures` refreshes it)."""
+Uses the `p4info` fixture (tests/unit/conftest.py)."""
 from pathlib import Path
 
 import pytest
 
 from control import ecn, forwarding
 from control.ecn import EcnProfile
-from control.p4info import EntryError, P4Info
+from control.p4info import EntryError
 from control.topology import load
 
 REPO = Path(__file__).resolve().parents[2]
-P4INFO = REPO / "tests" / "fixtures" / "main.p4info.txtpb"
-
-
-@pytest.fixture(scope="module")
-def p4info():
-    return P4Info.from_file(P4INFO)
 
 
 def test_lpm_entry_is_canonical(p4info):

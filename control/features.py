@@ -1,0 +1,60 @@
+"""The registry of pipeline features: how a feature plugs into the project.
+
+A feature (ECN marking, INT, load balancing, aggregation, ...) is a P4
+control in p4src/include/, switched on at runtime through P4Runtime tables,
+and one control-plane module here that the rest of the project finds through
+this registry instead of being wired in by hand:
+
+    SECTION = "ecn"                    # its section in a topology file
+
+    def parse_section(raw, topo, fail) -> Any
+        Validate the section (called by control.topology.load, after the
+        topology itself is known; `fail(field, what)` raises a TopologyError
+        naming the file and field). The result lands in topo.features[SECTION].
+
+    def switch_state(p4info, topo, switch) -> SwitchState
+        The entries one switch must hold for the feature, from the parsed
+        section (an empty state, still naming the tables it manages, when the
+        file has none: reconciliation then removes stale entries).
+        FabricController.desired_state merges every feature's state.
+
+    def bench_state(p4info, port) -> SwitchState
+        The entries that switch the feature on for all traffic leaving
+        `port`, the worst case `make bench` measures against "feature off".
+
+Adding a feature is adding its module name to FEATURE_MODULES.
+"""
+from __future__ import annotations
+
+import importlib
+from functools import cache
+from types import ModuleType
+
+FEATURE_MODULES = ("control.ecn",)
+
+_REQUIRED = ("SECTION", "parse_section", "switch_state", "bench_state")
+
+
+@cache
+def features() -> tuple[ModuleType, ...]:
+    """The feature modules, imported and checked to have the whole interface."""
+    mods = []
+    for name in FEATURE_MODULES:
+        mod = importlib.import_module(name)
+        missing = [attr for attr in _REQUIRED if not hasattr(mod, attr)]
+        if missing:
+            raise TypeError(f"feature module {name} lacks {', '.join(missing)} (see control/features.py)")
+        mods.append(mod)
+    return tuple(mods)
+
+
+def sections() -> dict[str, ModuleType]:
+    """Topology-file section name -> feature module."""
+    return {mod.SECTION: mod for mod in features()}
+
+
+def by_name(section: str) -> ModuleType:
+    try:
+        return sections()[section]
+    except KeyError:
+        raise KeyError(f"no feature {section!r} (features: {', '.join(sections())})") from None
