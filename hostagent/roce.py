@@ -7,6 +7,10 @@ The sender (DCQCN reaction point) paces RC SEND_ONLY packets (ECT(0)) at the
 rate DCQCN allows and reacts to CNPs. The receiver (notification point)
 counts packets, CE marks and PSN gaps per flow, and answers CE with at most
 one CNP per flow per interval. Both write a JSON summary and CSV time series.
+Options for load balancing: `send --plb` repaths (new UDP source port) on
+persistent congestion (hostagent/plb.py); `receive --reorder` delivers each
+flow in PSN order through a reorder buffer and reports reordering
+(hostagent/reorder.py).
 Frames are built once with the Scapy layers of hostagent.headers and sent as
 bytes on one raw socket; malformed or unexpected frames are counted and
 ignored, never fatal.
@@ -25,11 +29,15 @@ from pathlib import Path
 
 from .dcqcn import DcqcnParams, NotificationPoint, ReactionPoint
 from .headers import CE, CNP, ECT0, NOT_ECT, OFFSETS, RC_SEND_ONLY, ROCEV2_UDP_PORT, roce_cnp, roce_data
+from .plb import add_plb_arguments, plb_from_args
+from .reorder import ReorderBank, ReorderParams, add_reorder_arguments
 
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
 PACKET_IGNORE_OUTGOING = 23
 O = OFFSETS
+UDP_SPORT = O.udp_dport - 2   # UDP: source port, then destination port
+PROGRESS_S = 0.5              # how often the loops call their progress hook
 
 
 def open_socket(iface: str) -> socket.socket:
@@ -67,7 +75,9 @@ def _u24(frame: bytes, at: int) -> int:
 
 # --------------------------------------------------------------------------
 
-def run_sender(a) -> dict:
+def run_sender(a, progress=None, write: bool = True) -> dict:
+    """Send until a.duration (or a.packets, when set) with DCQCN, and PLB with a.plb.
+    progress(now, sent, rp, plb), if given, is called every PROGRESS_S; True stops."""
     params = DcqcnParams(**{f.name: getattr(a, f.name) for f in fields(DcqcnParams) if getattr(a, f.name, None) is not None})
     frame = bytearray(bytes(roce_data(a.src_mac, a.gw_mac, a.src_ip, a.dst_ip, a.qp, payload=a.payload,
                                       ecn=NOT_ECT if a.not_ect else ECT0)))
@@ -75,15 +85,17 @@ def run_sender(a) -> dict:
     sock = open_socket(a.iface)
     sock.setblocking(False)
     rp = ReactionPoint(params, now=0.0)
+    plb = plb_from_args(a, sport=int.from_bytes(frame[UDP_SPORT:UDP_SPORT + 2], "big"))
+    limit = getattr(a, "packets", None)
     series, ignored = [], defaultdict(int)
     sent = 0
     if a.start_at:
         time.sleep(max(0.0, a.start_at - time.time()))
-    t0 = time.monotonic()
-    next_send, next_sample, end = 0.0, 0.0, a.duration
+    t0, t0_wall = time.monotonic(), time.time()
+    next_send, next_sample, next_progress, end = 0.0, 0.0, 0.0, a.duration
     while True:
         now = time.monotonic() - t0
-        if now >= end:
+        if now >= end or (limit is not None and sent >= limit):
             break
         while True:  # CNPs
             try:
@@ -94,13 +106,24 @@ def run_sender(a) -> dict:
             if kind == "cnp" and _u24(rx, O.bth_dqpn) == a.qp:
                 if not a.fixed_rate:
                     rp.on_cnp(now)
+                if plb is not None:
+                    plb.on_cnp(now)
             elif kind != "data":
                 ignored[kind] += 1
         if not a.fixed_rate:
             rp.advance(now)
+        if plb is not None:
+            sport = plb.advance(now)
+            if sport is not None:  # repath: the next packets carry a new ECMP hash
+                frame[UDP_SPORT:UDP_SPORT + 2] = sport.to_bytes(2, "big")
         if now >= next_sample:
-            series.append((round(now, 4), round(rp.rate, 2), round(rp.target, 2), round(rp.alpha, 4), sent, rp.cnps))
+            series.append((round(now, 4), round(rp.rate, 2), round(rp.target, 2), round(rp.alpha, 4), sent, rp.cnps)
+                          + ((plb.sport,) if plb is not None else ()))
             next_sample += a.sample_s
+        if progress is not None and now >= next_progress:
+            next_progress += PROGRESS_S
+            if progress(now, sent, rp, plb):
+                break
         if now >= next_send:
             frame[psn_at:psn_at + 3] = (sent & 0xFFFFFF).to_bytes(3, "big")
             try:
@@ -108,6 +131,8 @@ def run_sender(a) -> dict:
                 sent += 1
                 if not a.fixed_rate:
                     rp.on_sent(len(frame), now)
+                if plb is not None:
+                    plb.on_sent(now)
             except OSError:
                 ignored["tx-error"] += 1
             next_send = max(next_send + 1.0 / rp.rate, now - 0.01)  # no catch-up bursts after a stall
@@ -115,27 +140,43 @@ def run_sender(a) -> dict:
             time.sleep(min(next_send - now, 0.0005))
     summary = {"role": "sender", "qp": a.qp, "src": a.src_ip, "dst": a.dst_ip, "sent": sent,
                "duration_s": a.duration, "cnps_received": rp.cnps, "final_rate_pps": rp.rate,
-               "ignored": dict(ignored), "params": asdict(params), "dcqcn": not a.fixed_rate}
-    _write(a.out, summary, ["t_s", "rate_pps", "target_pps", "alpha", "sent", "cnps"], series)
+               "ignored": dict(ignored), "params": asdict(params), "dcqcn": not a.fixed_rate,
+               "t0_wall": t0_wall, "plb": plb.summary() if plb is not None else None}
+    if write:
+        _write(a.out, summary, ["t_s", "rate_pps", "target_pps", "alpha", "sent", "cnps"]
+               + (["sport"] if plb is not None else []), series)
     return summary
 
 
-def run_receiver(a) -> dict:
+def run_receiver(a, progress=None, write: bool = True) -> dict:
+    """Receive until a.duration; with a.reorder, through a reorder buffer per flow.
+    progress(now, flows, rob), if given, is called every PROGRESS_S; True stops."""
     params = DcqcnParams(cnp_interval_s=a.cnp_interval_s)
     np_ = NotificationPoint(params)
+    rob = (ReorderBank(ReorderParams(gap_timeout_s=a.reorder_timeout, capacity=a.reorder_capacity), start_psn=0)
+           if getattr(a, "reorder", False) else None)
     sock = open_socket(a.iface)
-    sock.settimeout(0.05)
+    sock.settimeout(0.05 if rob is None else min(0.05, a.reorder_timeout / 4))  # timeouts fire on time
     flows: dict = {}
     cnp_frames: dict = {}
     ignored = defaultdict(int)
-    bins: dict = defaultdict(lambda: defaultdict(lambda: [0, 0, 0]))  # flow -> bin -> [pkts, ce, lost]
+    # flow -> bin -> [pkts, ce, lost, reorder buffer max occupancy]; with --reorder, lost = declared lost
+    bins: dict = defaultdict(lambda: defaultdict(lambda: [0, 0, 0, 0]))
     if a.start_at:
         time.sleep(max(0.0, a.start_at - time.time()))
-    t0 = time.monotonic()
+    t0, t0_wall = time.monotonic(), time.time()
+    next_progress = 0.0
     while True:
         now = time.monotonic() - t0
         if now >= a.duration:
             break
+        if rob is not None:
+            for k, rel in rob.advance(now).items():
+                bins[k][int(now / a.bin_s)][2] += rel.lost
+        if progress is not None and now >= next_progress:
+            next_progress += PROGRESS_S
+            if progress(now, flows, rob):
+                break
         try:
             rx = sock.recv(4096)
         except socket.timeout:
@@ -143,6 +184,7 @@ def run_receiver(a) -> dict:
         except OSError:
             ignored["rx-error"] += 1
             continue
+        now = time.monotonic() - t0  # the arrival time, not the time recv() started waiting
         kind = classify(rx)
         if kind != "data":
             ignored[kind] += 1
@@ -157,7 +199,10 @@ def run_receiver(a) -> dict:
         psn = _u24(rx, O.bth_psn)
         b = bins[key][int(now / a.bin_s)]
         b[0] += 1
-        if psn > f["max_psn"] + 1:
+        if rob is not None:
+            b[2] += rob.push(key, psn, now).lost
+            b[3] = max(b[3], rob[key].occupancy)
+        elif psn > f["max_psn"] + 1:
             b[2] += psn - f["max_psn"] - 1  # a gap: lost packets, noticed now
         f["packets"] += 1
         f["bytes"] += len(rx)
@@ -172,11 +217,18 @@ def run_receiver(a) -> dict:
                     cnp = cnp_frames[key] = bytes(roce_cnp(a.src_mac, a.gw_mac, a.src_ip, src, qp))
                 sock.send(cnp)
                 f["cnps_sent"] += 1
-    for f in flows.values():
+    for key, f in flows.items():
         f["lost"] = f["max_psn"] + 1 - f["packets"]  # PSN gaps (no reordering on a single path)
-    summary = {"role": "receiver", "flows": flows, "ignored": dict(ignored), "bin_s": a.bin_s}
-    rows = [(round(i * a.bin_s, 4), key, *v) for key, per in bins.items() for i, v in sorted(per.items())]
-    _write(a.out, summary, ["t_s", "flow", "packets", "ce", "lost"], rows)
+        if rob is not None:
+            f["reorder"] = rob[key].summary()
+            f["lost"] = f["reorder"]["missing"]      # robust to reordering, duplicates and PSN wrap
+    summary = {"role": "receiver", "flows": flows, "ignored": dict(ignored), "bin_s": a.bin_s, "t0_wall": t0_wall,
+               "reorder": asdict(rob.params) if rob is not None else None}
+    header = ["t_s", "flow", "packets", "ce", "lost"] + (["reorder_held_max"] if rob is not None else [])
+    rows = [(round(i * a.bin_s, 4), key, *v[:len(header) - 2])
+            for key, per in bins.items() for i, v in sorted(per.items())]
+    if write:
+        _write(a.out, summary, header, rows)
     return summary
 
 
@@ -215,10 +267,12 @@ def main(argv=None) -> int:
         if f.name != "cnp_interval_s":
             s.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=type(f.default), default=None,
                            help=f"DCQCN {f.name} (default {f.default})")
+    add_plb_arguments(s)
     r = sub.choices["receive"]
     r.add_argument("--cnp-interval-s", type=float, default=DcqcnParams.cnp_interval_s,
                    help="N: at most one CNP per flow per interval")
     r.add_argument("--bin-s", type=float, default=0.05, help="time-series bin width")
+    add_reorder_arguments(r)
     a = ap.parse_args(argv)
     try:
         (run_sender if a.cmd == "send" else run_receiver)(a)
