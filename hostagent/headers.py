@@ -8,6 +8,10 @@ hot paths do not dissect with Scapy (tens of microseconds a packet): they read
 fixed offsets, and `RoceOffsets` derives those offsets from the layers here,
 so there is still one definition (tests/unit/test_headers.py checks both
 agree).
+
+INT v2.1 and Telemetry Report v2.0 live in int_headers.py; importing this
+module binds them too (UDP/INT_UDP_PORT -> INTShim, TCP with DSCP INT_DSCP
+-> INTShim, UDP/REPORT_UDP_PORT -> TelemetryReportGroup).
 """
 from __future__ import annotations
 
@@ -17,6 +21,10 @@ from scapy.contrib.roce import BTH, CNP_OPCODE, CNPPadding, opcode  # noqa: F401
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw, bind_layers
+
+from .int_headers import (INT_DSCP, INT_UDP_PORT, REPORT_UDP_PORT, HopMetadata,  # noqa: F401  (re-exported)
+                          INTMetadataHeader, INTMetadataStack, INTReportMain, INTShim,
+                          TelemetryReportGroup, TelemetryReportIndividual)
 
 ROCEV2_UDP_PORT = 4791
 RC_SEND_ONLY = opcode("RC", "SEND_ONLY")[0]   # 0x04: a data packet

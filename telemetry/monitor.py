@@ -1,0 +1,152 @@
+"""Monitoring next to a running network, in one command: the INT collector,
+the switch exporter and Prometheus, all on loopback; prints their URLs;
+stops and cleans up all of them on Ctrl-C / SIGTERM (or after --duration).
+
+    python -m telemetry.monitor --topology topologies/leaf-spine.yaml
+
+Prometheus is Debian's `prometheus` binary with its own config and TSDB
+under --run-dir (default build/monitor); Grafana is not packaged here: see
+monitoring/docker-compose.yml for a Grafana (and Prometheus) in Docker,
+which reads the same dashboards.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+from hostagent.int_headers import REPORT_UDP_PORT
+from monitoring import prometheus_config
+from . import metrics as m
+from .collector import Collector, progress_line
+from .prometheus import PrometheusError, PrometheusMissing, PrometheusProcess
+from .switch_exporter import DEFAULT_P4INFO, Bmv2Reader, SwitchExporter
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_RUN_DIR = REPO / "build" / "monitor"
+COLLECTOR_JOB, EXPORTER_JOB = "int-collector", "switch-exporter"
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m telemetry.monitor", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--topology", "-t", required=True,
+                    help="the running network's topology: a name in topologies/ or a YAML path")
+    ap.add_argument("--p4info", type=Path, default=DEFAULT_P4INFO, help="P4Info of the running pipeline "
+                    "(default: build/main.p4info.txtpb)")
+    ap.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="config, TSDB, logs and collector "
+                    "outputs (default: build/monitor)")
+    ap.add_argument("--collector-bind", default="127.0.0.1",
+                    help="address the collector receives reports on (default: %(default)s)")
+    ap.add_argument("--collector-port", type=int, default=REPORT_UDP_PORT,
+                    help="UDP port of reports (default: %(default)s)")
+    ap.add_argument("--collector-netns", help="receive reports inside this network namespace (e.g. a host)")
+    ap.add_argument("--collector-metrics-port", type=int, default=m.COLLECTOR_METRICS_PORT,
+                    help="port of the collector's /metrics, 0 = any (default: %(default)s)")
+    ap.add_argument("--exporter-port", type=int, default=m.EXPORTER_METRICS_PORT,
+                    help="port of the switch exporter's /metrics, 0 = any (default: %(default)s)")
+    ap.add_argument("--prometheus-port", type=int, default=m.PROMETHEUS_PORT,
+                    help="Prometheus web port, 0 = any (default: %(default)s)")
+    ap.add_argument("--no-prometheus", action="store_true", help="run only the collector and the exporter "
+                    "(e.g. with docker-compose's Prometheus)")
+    ap.add_argument("--interval", type=float, default=1.0, help="seconds between switch reads (default: 1)")
+    ap.add_argument("--scrape-interval", default="5s", help="Prometheus scrape interval (default: 5s)")
+    ap.add_argument("--progress", type=float, default=10.0, help="seconds between status lines, 0 = none")
+    ap.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C)")
+    args = ap.parse_args(argv)
+
+    from control.run import resolve_topology
+    from control.topology import TopologyError, load
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    collector: Optional[Collector] = None
+    exporter: Optional[SwitchExporter] = None
+    prom: Optional[PrometheusProcess] = None
+    run_dir = args.run_dir.resolve()
+    try:
+        topo = load(resolve_topology(args.topology))
+        run_dir.mkdir(parents=True, exist_ok=True)
+        names = {sw.device_id: sw.name for sw in topo.switches.values()}
+        collector = Collector(bind=args.collector_bind, port=args.collector_port, netns=args.collector_netns,
+                              metrics_port=args.collector_metrics_port, out_dir=run_dir / "collector",
+                              node_names=names).start()
+        exporter = SwitchExporter(topo, Bmv2Reader(args.p4info), interval=args.interval).start(
+            port=args.exporter_port)
+        if not args.no_prometheus:
+            config = prometheus_config.write(
+                run_dir / "prometheus.yml",
+                {COLLECTOR_JOB: [collector.server.target], EXPORTER_JOB: [exporter.server.target]},
+                scrape_interval=args.scrape_interval)
+            data = run_dir / "prometheus-data"
+            shutil.rmtree(data, ignore_errors=True)   # a fresh TSDB per run
+            prom = PrometheusProcess(config, data, port=args.prometheus_port, log=run_dir / "prometheus.log").start()
+    except (TopologyError, OSError, PrometheusMissing, PrometheusError) as exc:
+        print(f"monitor: error: {exc}", file=sys.stderr)
+        _cleanup(prom, exporter, collector)
+        return 2
+
+    print(f"monitor: topology {topo.name} ({len(topo.switches)} switches)")
+    print(f"monitor: INT reports   -> {collector.report_address}")
+    print(f"monitor: collector     -> {collector.server.url}")
+    print(f"monitor: switches      -> {exporter.server.url}")
+    if prom is not None:
+        print(f"monitor: Prometheus    -> {prom.url}  (pid {prom.proc.pid}, config {prom.config}, log {prom.log})")
+    print("monitor: Grafana       -> docker compose -f monitoring/docker-compose.yml up grafana "
+          f"(http://127.0.0.1:{m.GRAFANA_PORT}; dashboards in monitoring/grafana/dashboards)")
+    for path in collector.outputs:
+        print(f"monitor: output        -> {path}")
+    print("monitor: running; Ctrl-C stops and cleans up", flush=True)
+
+    code = 0
+    start = last = time.monotonic()
+    last_packets = 0
+    try:
+        while not stop.wait(0.5):
+            now = time.monotonic()
+            if prom is not None and prom.proc.poll() is not None:
+                print(f"monitor: Prometheus exited ({prom.proc.returncode}); its log:\n{prom.log_tail()}",
+                      file=sys.stderr)
+                code = 1
+                break
+            if args.duration is not None and now - start >= args.duration:
+                break
+            if args.progress and now - last >= args.progress:
+                totals = collector.totals()
+                rate = (totals["packets"] - last_packets) / (now - last)
+                print(f"monitor: {progress_line(now - start, totals, rate)}\n"
+                      f"monitor:          exporter {exporter.status()}"
+                      + (f"; Prometheus targets: {_targets(prom)}" if prom is not None else ""), flush=True)
+                last, last_packets = now, totals["packets"]
+    finally:
+        _cleanup(prom, exporter, collector)
+    for path in collector.outputs:
+        print(f"monitor: wrote {path}")
+    print("monitor: stopped collector, exporter" + (" and Prometheus" if prom is not None else ""), flush=True)
+    return code
+
+
+def _targets(prom: PrometheusProcess) -> str:
+    try:
+        return ", ".join(f"{t['labels'].get('job')} {t.get('health')}" for t in prom.targets()) or "none yet"
+    except PrometheusError as exc:
+        return f"unknown ({exc})"
+
+
+def _cleanup(prom: Optional[PrometheusProcess], exporter: Optional[SwitchExporter],
+             collector: Optional[Collector]) -> None:
+    for stop in (prom.stop if prom else None, exporter.stop if exporter else None,
+                 collector.stop if collector else None):
+        if stop is not None:
+            try:
+                stop()
+            except Exception as exc:  # keep cleaning up the others
+                print(f"monitor: while stopping: {exc}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,306 @@
+"""Prometheus metrics of every switch of a running topology: port packet
+and byte counters (ingress_port_counter, egress_port_counter), drops by
+reason (drop_counter; reasons from p4src/include/defines.p4 via
+control/p4constants.py), ECN marks (ecn_marked_counter), and the egress
+queue depth (register egress_qdepth, over BMv2 Thrift: PI does not serve
+register reads).
+
+    python -m telemetry.switch_exporter --topology topologies/leaf-spine.yaml \\
+        [--p4info build/main.p4info.txtpb] [--port 9772] [--interval 1]
+
+A poll thread reads every switch each interval and keeps the latest
+readings; a scrape serves them, so a slow or dead switch never stalls
+Prometheus (it shows as fabric_switch_up 0 and read errors by source). The
+exporter connects to P4Runtime as a backup client (election id 0,0 by
+default, below the controller's 0,1): it only reads.
+
+Reading and exposing are separate: `samples()` turns readings into metric
+families and needs no switch (tests feed it readings).
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Optional, Protocol
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from . import metrics as m
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_P4INFO = REPO / "build" / "main.p4info.txtpb"
+INGRESS_COUNTER = "ingress_port_counter"
+EGRESS_COUNTER = "egress_port_counter"
+DROP_COUNTER = "drop_counter"
+ECN_COUNTER = "ecn_marked_counter"
+QDEPTH_REGISTER = "egress_qdepth"
+COUNTERS = (INGRESS_COUNTER, EGRESS_COUNTER, DROP_COUNTER, ECN_COUNTER)
+
+
+@dataclass(frozen=True)
+class SwitchReadings:
+    """One read of one switch. counters: counter name -> cell index ->
+    (packets, bytes); a counter missing from it was not read. qdepth: the
+    egress_qdepth register cells (index = port), or None if not read.
+    errors: (source, message) of every read that failed."""
+    switch: str
+    counters: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)
+    qdepth: Optional[list[int]] = None
+    errors: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def up(self) -> bool:
+        return not any(source == "p4runtime" for source, _ in self.errors) and bool(self.counters)
+
+
+class SwitchReader(Protocol):
+    def read(self, switch) -> SwitchReadings: ...
+
+    def close(self) -> None: ...
+
+
+def drop_reason_names() -> dict[int, str]:
+    """drop_counter index -> reason name (lower case), DROP_NONE left out."""
+    from .state import drop_reason_names as all_reasons
+    return {code: name for code, name in all_reasons().items() if code != 0}
+
+
+def samples(topo, readings: Iterable[SwitchReadings], reasons: dict[int, str],
+            read_errors: Optional[dict[tuple[str, str], int]] = None) -> list[Metric]:
+    """Metric families for `readings` of switches of `topo`: only the
+    topology's ports are exported (labelled with the neighbour's name),
+    every known drop reason (0 when not counted yet) and any other nonzero
+    drop_counter cell as reason_<n>."""
+    fam = {spec.name: (CounterMetricFamily if spec.kind == "counter" else GaugeMetricFamily)(
+        spec.name, spec.help, labels=spec.labels) for spec in m.EXPORTER_METRICS}
+    port_counters = ((m.FABRIC_PORT_RX_PACKETS, INGRESS_COUNTER, 0), (m.FABRIC_PORT_RX_BYTES, INGRESS_COUNTER, 1),
+                     (m.FABRIC_PORT_TX_PACKETS, EGRESS_COUNTER, 0), (m.FABRIC_PORT_TX_BYTES, EGRESS_COUNTER, 1),
+                     (m.FABRIC_ECN_MARKED, ECN_COUNTER, 0))
+    for r in readings:
+        sw = topo.switches.get(r.switch)
+        if sw is None:
+            continue
+        fam[m.FABRIC_SWITCH_UP.name].add_metric([r.switch], 1.0 if r.up else 0.0)
+        for number, port in sorted(sw.ports.items()):
+            labels = [r.switch, str(number), port.peer]
+            for spec, counter, which in port_counters:
+                cells = r.counters.get(counter)
+                if cells is not None:
+                    fam[spec.name].add_metric(labels, float(cells.get(number, (0, 0))[which]))
+            if r.qdepth is not None and number < len(r.qdepth):
+                fam[m.FABRIC_QUEUE_DEPTH.name].add_metric(labels, float(r.qdepth[number]))
+        drops = r.counters.get(DROP_COUNTER)
+        if drops is not None:
+            for code in sorted(set(reasons) | {c for c, (p, _) in drops.items() if p and c != 0}):
+                name = reasons.get(code, f"reason_{code}")
+                fam[m.FABRIC_DROPS.name].add_metric([r.switch, name], float(drops.get(code, (0, 0))[0]))
+    for (switch, source), n in sorted((read_errors or {}).items()):
+        fam[m.FABRIC_READ_ERRORS.name].add_metric([switch, source], float(n))
+    return list(fam.values())
+
+
+class Bmv2Reader:
+    """Reads BMv2 switches: counters over P4Runtime (control/switch.py's
+    SwitchConnection, entries from control/p4info.py), egress_qdepth over
+    Thrift (control/bmv2_thrift.py). Connections are kept and re-made after
+    a failure."""
+
+    def __init__(self, p4info_path: Path = DEFAULT_P4INFO, *, election_id: tuple[int, int] = (0, 0),
+                 connect_timeout: float = 2.0, read_qdepth: bool = True):
+        from control.p4info import P4Info
+        if not Path(p4info_path).exists():
+            raise FileNotFoundError(f"{p4info_path} not found: run `make build` first, or pass --p4info")
+        self.p4info = P4Info.from_file(p4info_path)
+        self.election_id = election_id
+        self.connect_timeout = connect_timeout
+        self.read_qdepth = read_qdepth
+        self._p4rt: dict[str, object] = {}
+        self._thrift: dict[str, object] = {}
+
+    def read(self, sw) -> SwitchReadings:
+        from control.p4info import EntryError
+        errors: list[tuple[str, str]] = []
+        counters: dict[str, dict[int, tuple[int, int]]] = {}
+        try:
+            conn = self._connection(sw)
+            for name in COUNTERS:
+                try:
+                    counters[name] = conn.counter(self.p4info.counter_entry(name))
+                except EntryError as exc:       # the pipeline has no such counter: say so, read the rest
+                    errors.append(("p4info", str(exc)))
+        except (Exception, SystemExit) as exc:  # SystemExit: p4runtime-shell exits when arbitration fails
+            text = str(exc) or type(exc).__name__
+            errors.append(("p4runtime", text if text.startswith(sw.name) else f"{sw.name}: {text}"))
+            self._drop(self._p4rt, sw.name)
+            counters = {}
+        qdepth = None
+        if self.read_qdepth:
+            try:
+                qdepth = [int(v) for v in self._thrift_session(sw).register_read(QDEPTH_REGISTER)]
+            except Exception as exc:
+                errors.append(("thrift", str(exc)))
+                self._drop(self._thrift, sw.name)
+        return SwitchReadings(sw.name, counters, qdepth, tuple(errors))
+
+    def _connection(self, sw):
+        conn = self._p4rt.get(sw.name)
+        if conn is None:
+            from control.switch import SwitchConnection
+            conn = self._p4rt[sw.name] = SwitchConnection(sw.name, sw.grpc_addr, sw.device_id,
+                                                          election_id=self.election_id,
+                                                          connect_timeout=self.connect_timeout)
+        return conn
+
+    def _thrift_session(self, sw):
+        session = self._thrift.get(sw.name)
+        if session is None:
+            from control.bmv2_thrift import Bmv2Thrift
+            session = self._thrift[sw.name] = Bmv2Thrift(sw.thrift_port, connect_timeout=self.connect_timeout,
+                                                         name=sw.name)
+        return session
+
+    @staticmethod
+    def _drop(cache: dict, name: str) -> None:
+        item = cache.pop(name, None)
+        if item is not None:
+            try:
+                item.close()
+            except Exception:
+                pass
+
+    def close(self) -> None:
+        for cache in (self._p4rt, self._thrift):
+            for name in list(cache):
+                self._drop(cache, name)
+
+
+class SwitchExporter:
+    """Polls every switch of `topo` with `reader` each `interval` seconds
+    and serves the latest readings as Prometheus metrics."""
+
+    def __init__(self, topo, reader: SwitchReader, *, interval: float = 1.0,
+                 reasons: Optional[dict[int, str]] = None):
+        self.topo = topo
+        self.reader = reader
+        self.interval = interval
+        self.reasons = drop_reason_names() if reasons is None else reasons
+        self.latest: dict[str, SwitchReadings] = {}
+        self.read_errors: dict[tuple[str, str], int] = {}
+        self.polls = 0
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
+        self.server: Optional[m.MetricsServer] = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def collect(self) -> Iterable[Metric]:
+        """prometheus_client's collector interface: the latest readings."""
+        with self._lock:
+            return samples(self.topo, list(self.latest.values()), self.reasons, dict(self.read_errors))
+
+    def _read(self, sw) -> SwitchReadings:
+        try:
+            return self.reader.read(sw)
+        except Exception as exc:   # a reader must not kill the poll thread
+            return SwitchReadings(sw.name, errors=(("reader", f"{sw.name}: {exc}"),))
+
+    def poll_once(self) -> None:
+        """Read every switch, in parallel: a dead switch costs its connect
+        timeout once per poll, not once per switch."""
+        switches = list(self.topo.switches.values())
+        with ThreadPoolExecutor(max_workers=min(16, len(switches)), thread_name_prefix="read") as pool:
+            results = list(pool.map(self._read, switches))
+        with self._lock:
+            for sw, readings in zip(switches, results):
+                self.latest[sw.name] = readings
+                for source, _ in readings.errors:
+                    self.read_errors[(sw.name, source)] = self.read_errors.get((sw.name, source), 0) + 1
+            self.polls += 1
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            self.poll_once()
+            self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+
+    def start(self, host: str = "127.0.0.1", port: int = m.EXPORTER_METRICS_PORT) -> "SwitchExporter":
+        self.server = m.MetricsServer(self.registry, host, port)
+        self._thread = threading.Thread(target=self._run, name="switch-exporter", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        self.reader.close()
+
+    def status(self) -> str:
+        with self._lock:
+            up = sorted(name for name, r in self.latest.items() if r.up)
+            down = {name: r.errors[0][1] for name, r in self.latest.items() if not r.up and r.errors}
+        text = f"polls {self.polls}, switches up {len(up)}/{len(self.topo.switches)}"
+        if down:
+            _, why = sorted(down.items())[0]
+            text += f" (e.g. {why.splitlines()[0][:120]})"
+        return text
+
+
+def parse_election_id(text: str) -> tuple[int, int]:
+    try:
+        high, low = (int(x) for x in text.split(","))
+        return high, low
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected HIGH,LOW (two integers), got {text!r}") from None
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m telemetry.switch_exporter", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--topology", "-t", required=True, help="topology YAML of the running network")
+    ap.add_argument("--p4info", type=Path, default=DEFAULT_P4INFO, help="P4Info of the running pipeline")
+    ap.add_argument("--bind", default="127.0.0.1", help="address of /metrics (default: %(default)s)")
+    ap.add_argument("--port", type=int, default=m.EXPORTER_METRICS_PORT, help="port of /metrics (default: %(default)s)")
+    ap.add_argument("--interval", type=float, default=1.0, help="seconds between reads of every switch")
+    ap.add_argument("--election-id", type=parse_election_id, default=(0, 0),
+                    help="P4Runtime election id HIGH,LOW (default 0,0: a backup below the controller)")
+    ap.add_argument("--no-qdepth", action="store_true", help="do not read egress_qdepth over Thrift")
+    ap.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C)")
+    args = ap.parse_args(argv)
+    from control.topology import TopologyError, load
+    try:
+        topo = load(args.topology)
+        reader = Bmv2Reader(args.p4info, election_id=args.election_id, read_qdepth=not args.no_qdepth)
+        exporter = SwitchExporter(topo, reader, interval=args.interval).start(args.bind, args.port)
+    except (TopologyError, OSError) as exc:
+        print(f"switch_exporter: error: {exc}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"switch_exporter: {len(topo.switches)} switches of {topo.name}, metrics on {exporter.server.url}",
+          flush=True)
+    start = time.monotonic()
+    try:
+        while not stop.wait(5.0 if args.duration is None else min(5.0, args.duration)):
+            print(f"switch_exporter: {exporter.status()}", flush=True)
+            if args.duration is not None and time.monotonic() - start >= args.duration:
+                break
+    finally:
+        exporter.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
