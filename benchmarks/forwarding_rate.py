@@ -38,84 +38,19 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scapy.layers.inet import IP, UDP  # noqa: E402
-from scapy.layers.l2 import Ether  # noqa: E402
-
-from control import features  # noqa: E402
-from control.bmv2 import switch_command  # noqa: E402
+from cases import (DST_IP, HOST_MAC, IN_PORT, MAIN, OUT_PORT, PAIRS, REPO, SRC_IP, SWITCH_MAC,  # noqa: E402
+                   Case, cases, frames, make_veths, program, remove_veths, rx_packets, select, start_switch)
 from control.build import compile_p4  # noqa: E402
-from control.forwarding import forwarding_state  # noqa: E402
-from control.network import make_veth_pair, sh  # noqa: E402
-from control.p4info import P4Info  # noqa: E402
-from control.switch import Pipeline, SwitchConnection  # noqa: E402
-from control.sync import SwitchState, reconcile  # noqa: E402
-from control.toolchain import require  # noqa: E402
-from control.topology import NextHop, Route  # noqa: E402
-from hostagent.headers import ECT0  # noqa: E402
+from control.switch import Pipeline  # noqa: E402
 from hostagent.sender import RawSender  # noqa: E402
 
-GRPC_ADDR, THRIFT_PORT, DEVICE_ID = "127.0.0.1:9458", 9088, 1  # apart from the launcher and PTF
-PAIRS = {1: ("benchsw1", "benchdp1"), 2: ("benchsw2", "benchdp2")}
-IN_PORT, OUT_PORT = 1, 2
-SWITCH_MAC, HOST_MAC = "0a:00:00:00:01:01", "0a:00:01:00:00:01"
-DST_NET, DST_IP = "10.0.2.0/24", "10.0.2.1"
 OVERLOAD = 1.3            # offered = OVERLOAD x probed capacity
 PROBE_PPS = 150_000       # the probe's offered load: above what BMv2 forwards here
 WARMUP_S = 1.0
-
-
-def frames() -> list[bytes]:
-    return [bytes(Ether(dst=SWITCH_MAC, src=HOST_MAC)
-                  / IP(src="10.0.1.1", dst=DST_IP, tos=ECT0) / UDP(sport=5000 + i, dport=4791) / (b"\0" * 18))
-            for i in range(8)]
-
-
-def rx_packets(iface: str) -> int:
-    return int(Path(f"/sys/class/net/{iface}/statistics/rx_packets").read_text())
-
-
-# -- what each program is given ----------------------------------------------
-
-def fabric_state(p4info: P4Info) -> SwitchState:
-    """The fabric's forwarding as a leaf has it: a route to a 16-slot ECMP
-    group (two next hops, both out of port 2 so every packet is counted)."""
-    hops = (NextHop(OUT_PORT, "0a:00:00:00:02:01", "0a:00:02:00:00:01"),
-            NextHop(OUT_PORT, "0a:00:00:00:02:01", "0a:00:02:00:00:02"))
-    return forwarding_state(p4info, [Route(DST_NET, hops, host="h2")], seed=0x5A5B)
-
-
-def router_state(p4info: P4Info) -> SwitchState:
-    state = SwitchState(managed_tables={p4info.table("ipv4_lpm").preamble.id})
-    state.table_entries.append(p4info.table_entry("ipv4_lpm", {"hdr.ipv4.dst_addr": DST_NET}, action="forward",
-                                                  params={"port": OUT_PORT, "dst_mac": "0a:00:02:00:00:01"}))
-    return state
-
-
-@dataclass(frozen=True)
-class Case:
-    name: str
-    source: Path
-    what: str
-    state: Callable[[P4Info], SwitchState] | None = None
-
-
-def cases() -> list[Case]:
-    main = REPO / "p4src" / "main.p4"
-    out = [Case("port_forward", REPO / "p4src" / "baseline" / "port_forward.p4", "no parsing, port 1 -> 2"),
-           Case("basic_router", REPO / "p4src" / "baseline" / "basic_router.p4", "1 LPM table, TTL, checksum",
-                router_state),
-           Case("fabric", main, "every feature off", fabric_state)]
-    for feature in features.features():
-        out.append(Case(f"fabric+{feature.SECTION}", main, f"{feature.SECTION} on for all traffic",
-                        lambda p4info, f=feature: fabric_state(p4info).merge(f.bench_state(p4info, OUT_PORT))))
-    return out
 
 
 # -- one measurement -----------------------------------------------------------
@@ -127,14 +62,9 @@ def _blast(iface: str, duration: float, rate_pps: float, out) -> None:
 
 def measure(case: Case, pipeline: Pipeline, duration: float, offered_pps: float) -> tuple[float, float]:
     """(forwarded pps, offered pps actually sent) for one run of `case`."""
-    cmd = switch_command(require("simple_switch_grpc"), device_id=DEVICE_ID, thrift_port=THRIFT_PORT,
-                         grpc_addr=GRPC_ADDR, ports={p: sw for p, (sw, _) in PAIRS.items()}, log_level="off")
-    switch = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    switch = start_switch()
     try:
-        with SwitchConnection(case.name, GRPC_ADDR, DEVICE_ID, connect_timeout=20) as conn:
-            conn.push_pipeline(pipeline, force=True)
-            if case.state:
-                reconcile(conn, case.state(P4Info(pipeline.p4info())))
+        program(case, pipeline)
         queue: mp.Queue = mp.Queue()
         total = WARMUP_S + duration + 0.5
         sender = mp.Process(target=_blast, args=(PAIRS[IN_PORT][1], total, offered_pps, queue))
@@ -156,7 +86,7 @@ def measure_agent(duration: float) -> float:
     """Packets per second the DCQCN sender loop reaches with no pacing limit."""
     out = REPO / "build" / "bench" / "agent-sender"
     subprocess.run([sys.executable, "-m", "hostagent.roce", "send", "--iface", PAIRS[IN_PORT][1],
-                    "--src-ip", "10.0.1.1", "--src-mac", HOST_MAC, "--gw-mac", SWITCH_MAC,
+                    "--src-ip", SRC_IP, "--src-mac", HOST_MAC, "--gw-mac", SWITCH_MAC,
                     "--dst-ip", DST_IP, "--qp", "1", "--duration", str(duration),
                     "--line-rate-pps", "10000000", "--min-rate-pps", "1", "--out", str(out)],
                    cwd=REPO, check=True, capture_output=True)
@@ -226,15 +156,14 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=4.0, help="seconds measured per run (default 4)")
     ap.add_argument("--repeats", type=int, default=5, help="rounds; the median is reported (default 5)")
     ap.add_argument("--only", nargs="*", help="measure only these programs (names as printed)")
+    ap.add_argument("--fabric", type=Path, default=MAIN,
+                    help="measure this P4 program as the fabric (to compare a change; default p4src/main.p4)")
     ap.add_argument("--readme", type=Path, help="rewrite the bench table in this README")
     args = ap.parse_args()
     out_dir = REPO / "build" / "bench"
-    chosen = [c for c in cases() if not args.only or c.name in args.only]
-    if not chosen:
-        raise SystemExit(f"--only matched nothing (programs: {', '.join(c.name for c in cases())})")
-    pipelines = {c.name: compile_p4(c.source, out_dir) for c in chosen}
-    for sw, dp in PAIRS.values():
-        make_veth_pair(sw, dp)
+    chosen = select(cases(args.fabric), args.only)
+    pipelines = {c.name: compile_p4(c.source, out_dir / f"{c.source.parent.name}-{c.source.stem}") for c in chosen}
+    make_veths()
     rows: list[dict] = []
     agent = 0.0
     try:
@@ -252,8 +181,7 @@ def main() -> int:
         agent = measure_agent(args.duration)
         print(f"host agent sender loop {agent:8.0f} pps", flush=True)
     finally:
-        for sw, _ in PAIRS.values():
-            sh("ip", "link", "del", sw, check=False)
+        remove_veths()
 
     with open(out_dir / "forwarding_rate.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))

@@ -9,7 +9,7 @@ about 3x slower. "off" is passed as `--log-level off`, never as "no flag".
 
 Defaults by use: experiments and the benchmark run with logging off; `make
 run` logs at info (what a user debugging a topology reads); the PTF runner
-logs at info so a failing test can be read in build/ptf/switch.log.
+logs at info so a failing test can be read in build/ptf/switch.txt.
 """
 from __future__ import annotations
 
@@ -21,6 +21,12 @@ DEFAULT_EXPERIMENT_LOG_LEVEL = "off"
 DEFAULT_INTERACTIVE_LOG_LEVEL = "info"
 
 
+def written_log(log_file: Path) -> Path:
+    """Where BMv2 really writes `--log-file log_file`: its (spdlog) rotating
+    file sink appends ".txt" to the name it is given."""
+    return Path(f"{log_file}.txt")
+
+
 def switch_command(binary: str, *, device_id: int, thrift_port: int, grpc_addr: str,
                    ports: Mapping[int, str], log_level: str, log_file: Path | None = None,
                    pcap_dir: Path | None = None) -> list[str]:
@@ -28,7 +34,8 @@ def switch_command(binary: str, *, device_id: int, thrift_port: int, grpc_addr: 
 
     `ports` maps BMv2 port numbers to interface names. The log level is
     always explicit; a `log_file` is passed whatever the level (at "off" it
-    stays empty, which is how the tests prove logging is off). The pipeline
+    stays empty, which is how the tests prove logging is off); BMv2 writes
+    it as written_log(log_file). The pipeline
     comes later over P4Runtime (`--no-p4`); P4Runtime listens on `grpc_addr`
     (loopback by default everywhere in the project).
     """

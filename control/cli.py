@@ -1,6 +1,7 @@
 """An interactive prompt over a running network, in Mininet's spirit:
 
     fabric> h1 ping -c 3 h4        run a command in h1's namespace (host names -> IPs)
+    fabric> g1 ping -I g1.eth1 g2.eth1   multi-homed hosts: host.nic -> that NIC's IP
     fabric> pingall                 ping every host pair
     fabric> counters leaf1          port and drop counters of a switch (P4Runtime)
 """
@@ -50,39 +51,73 @@ class FabricCLI(cmd.Cmd):
         return False
 
     def _ip(self, word: str) -> str:
-        host = self.net.topo.hosts.get(word)
-        return host.ip if host else word
+        """A host name -> its (first NIC's) address; host.nic -> that NIC's."""
+        topo = self.net.topo
+        if word in topo.hosts:
+            return topo.hosts[word].ip
+        host, dot, nic = word.partition(".")
+        if dot and host in topo.hosts and nic in topo.hosts[host].nics:
+            return topo.hosts[host].nics[nic].ip
+        return word
 
     def do_nodes(self, _arg: str):
         """List switches and hosts."""
         for sw in self.net.topo.switches.values():
+            where = "".join(f"  {label} {getattr(sw, label)}" for label in ("plane", "rail")
+                            if getattr(sw, label) is not None)
             print(f"{sw.name:8s} switch  device {sw.device_id}  P4Runtime {sw.grpc_addr}  Thrift 127.0.0.1:{sw.thrift_port}"
-                  f"  role {sw.role or '-'}")
+                  f"  role {sw.role or '-'}{where}")
         for h in self.net.topo.hosts.values():
-            print(f"{h.name:8s} host    {h.ip}/{h.prefix_len}  {h.mac}  on {h.switch} port {h.switch_port}")
+            if not h.multi_homed:
+                print(f"{h.name:8s} host    {h.ip}/{h.prefix_len}  {h.mac}  on {h.switch} port {h.switch_port}")
+                continue
+            print(f"{h.name:8s} host    {len(h.nics)} NICs  role {h.role or '-'}")
+            for n in h.nics.values():
+                where = "".join(f"  {label} {getattr(n, label)}" for label in ("plane", "rail")
+                                if getattr(n, label) is not None)
+                print(f"  {n.id:10s} {n.iface:10s} {n.ip}/{n.prefix_len}  {n.mac}  on {n.switch} port {n.switch_port}"
+                      f"{where}")
 
     def do_links(self, _arg: str):
         """List links with bandwidth, delay and loss."""
-        for link in self.net.topo.links:
-            print(f"{link.a:>8s} <-> {link.b:<8s} {link.bandwidth_mbps:g} Mbit/s  {link.delay_ms:g} ms  {link.loss_pct:g}% loss")
+        topo = self.net.topo
+
+        def end(node: str) -> str:
+            return topo.link_nic(link, node).label if node in topo.hosts else node
+
+        for link in topo.links:
+            print(f"{end(link.a):>8s} <-> {end(link.b):<8s} {link.bandwidth_mbps:g} Mbit/s  {link.delay_ms:g} ms  "
+                  f"{link.loss_pct:g}% loss")
 
     def do_routes(self, arg: str):
-        """routes <switch>: the routes and ECMP next hops the controller computed."""
+        """routes <switch>: the routes and ECMP next hops the controller computed.
+        routes <host>: the host's own routes and policy rules (multi-homed hosts)."""
         name = arg.strip()
+        if name in self.net.topo.hosts:
+            routes, rules = self.net.topo.host_routing(name)
+            for rule in rules:
+                print(f"rule from {rule.source} table {rule.table} priority {rule.priority}")
+            for r in routes:
+                print(f"{r.prefix:18s} via {r.via} dev {r.dev}" + (f" table {r.table}" if r.table is not None else ""))
+            return
         if name not in self.net.topo.switches:
-            print(f"usage: routes <switch> ({', '.join(self.net.topo.switches)})")
+            topo = self.net.topo
+            print(f"usage: routes <switch|host> ({', '.join(topo.switches)}; {', '.join(topo.hosts)})")
             return
         for r in self.net.topo.routes()[name]:
             hops = ", ".join(f"port {h.port} -> {h.peer}" for h in r.next_hops)
             print(f"{r.prefix:18s} {hops}")
 
     def do_pingall(self, _arg: str):
-        """Ping every ordered pair of hosts."""
-        results = self.net.ping_all()
+        """Ping every ordered pair of hosts; with multi-homed hosts, every
+        pair of NICs on a shared plane, each from its source NIC."""
+        topo = self.net.topo
+        pairs = [(a, b) for a, b, connected in topo.nic_pairs() if connected]
+        results = self.net.ping_nics(pairs)
         for (a, b), ok in sorted(results.items()):
             if not ok:
                 print(f"  {a} -> {b}: no reply")
-        print(f"{sum(results.values())}/{len(results)} host pairs reachable")
+        print(f"{sum(results.values())}/{len(results)} {'NIC' if topo.multi_homed else 'host'} pairs reachable")
 
     def do_counters(self, arg: str):
         """counters <switch>: per-port packets/bytes and drops by reason."""

@@ -6,9 +6,13 @@ In a topology file (validated with the rest of it, before anything starts):
       - {switch: s1, towards: h5, mode: step, k: 10}
       - {switch: s1, port: 2, mode: wred, kmin: 5, kmax: 30, pmax: 0.1}
       - {switch: leaf1, port: all, mode: step, k: 20}
+      - {switch: s1, towards: h1, mode: monitor}
 
 k, kmin and kmax are egress queue depths in packets (BMv2's enq_qdepth);
-pmax is the marking probability reached at kmax (0..1).
+pmax is the marking probability reached at kmax (0..1). Mode monitor marks
+nothing: like the others, it records each packet's queue depth in the
+register egress_qdepth[port] for experiments to sample. Ports without a
+profile do neither, at the cost of one table miss.
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ FIELDS = {"switch", "port", "towards", "mode", "k", "kmin", "kmax", "pmax"}
 
 @dataclass(frozen=True)
 class EcnProfile:
-    mode: str                 # "step" or "wred"
+    mode: str                 # "step", "wred" or "monitor"
     k: int = 0                # step threshold
     kmin: int = 0
     kmax: int = 0
@@ -38,6 +42,10 @@ class EcnProfile:
     @classmethod
     def step(cls, k: int) -> "EcnProfile":
         return cls.from_mapping({"mode": "step", "k": k})
+
+    @classmethod
+    def monitor(cls) -> "EcnProfile":
+        return cls("monitor")
 
     @classmethod
     def wred(cls, kmin: int, kmax: int, pmax: float) -> "EcnProfile":
@@ -76,16 +84,25 @@ class EcnProfile:
             if isinstance(pmax, bool) or not isinstance(pmax, (int, float)) or not 0 <= pmax <= 1:
                 bad("pmax", f"expected a probability within 0..1, got {pmax!r}")
             return cls("wred", kmin=kmin, kmax=kmax, pmax=float(pmax))
-        bad("mode", f"expected 'step' or 'wred', got {mode!r}")
+        if mode == "monitor":
+            extra = {"k", "kmin", "kmax", "pmax"} & set(raw)
+            if extra:
+                bad(sorted(extra)[0], "not a parameter of mode monitor (it takes none)")
+            return cls("monitor")
+        bad("mode", f"expected 'step', 'wred' or 'monitor', got {mode!r}")
         raise AssertionError("unreachable")
 
     def action(self) -> tuple[str, dict]:
+        if self.mode == "monitor":
+            return "monitor_depth", {}
         if self.mode == "step":
             return "mark_step", {"k": self.k}
         return "mark_wred", {"wred_kmin": self.kmin, "wred_kmax": self.kmax,
                              "wred_pmax_ppm": round(self.pmax * PPM)}
 
     def __str__(self) -> str:
+        if self.mode == "monitor":
+            return "no marking (depth monitored)"
         if self.mode == "step":
             return f"step K={self.k}"
         return f"WRED Kmin={self.kmin} Kmax={self.kmax} Pmax={self.pmax:g}"

@@ -1,14 +1,14 @@
 """Control-plane side of p4src/include/forwarding.p4: IPv4 routes and ECMP
 groups from the topology's shortest paths.
 
-Each distinct set of next hops on a switch gets a next_id. A single next hop
-is one action profile member; an ECMP set is a group of ECMP_SLOTS members
-("slots"), each slot routing to one next hop. BMv2's selector picks slot
-hash % group size, so with a fixed group size a flow keeps its slot for as
-long as the group lives. When a next hop goes away only its slots are
-handed to the others (and a new next hop takes slots from the most loaded),
-so only the flows of the changed next hop move: resilient hashing on top of
-a plain action selector.
+A route with one next hop is a `route` action in ipv4_lpm. Each distinct set
+of several next hops on a switch is an ECMP group with a next_id: the route
+says set_next_id, and the group is ECMP_SLOTS entries (next_id, slot) ->
+route in next_hop, each slot routing to one next hop. The data plane picks
+the slot from the flow's hash, so a flow keeps its slot for as long as the
+group lives. When a next hop goes away only its slots are handed to the
+others (and a new next hop takes slots from the most loaded), so only the
+flows of the changed next hop move: resilient hashing.
 """
 from __future__ import annotations
 
@@ -21,19 +21,13 @@ from .topology import NextHop, Route
 
 LPM_TABLE = "ipv4_lpm"
 NEXT_HOP_TABLE = "next_hop"
-SEED_TABLE = "ecmp_seed_config"
-ECMP_PROFILE = "ecmp_selector"
-ECMP_SLOTS = 16
-MAX_SLOTS = 256  # member ids are next_id << 8 | slot
+SEED_TABLE = "ecmp_hash"
+ECMP_SLOTS = 16  # 2^ECMP_SLOT_BITS in p4src/include/defines.p4: the slot is a P4 field of that width
 
 
 def ecmp_seed(device_id: int) -> int:
     """A per-switch hash seed (odd, spread over 16 bits) against hash polarization."""
     return (device_id * 0x9E37 + 0x3C6F) & 0xFFFF | 1
-
-
-def member_id(next_id: int, slot: int) -> int:
-    return next_id << 8 | slot
 
 
 def assign_slots(next_hops: Sequence[NextHop], previous: Sequence[NextHop] | None = None,
@@ -42,8 +36,8 @@ def assign_slots(next_hops: Sequence[NextHop], previous: Sequence[NextHop] | Non
     as possible away from `previous` (the assignment the switch holds now)."""
     if not next_hops:
         raise ValueError("an ECMP group needs at least one next hop")
-    if not 0 < slots <= MAX_SLOTS:
-        raise ValueError(f"slots must be within 1..{MAX_SLOTS}, got {slots}")
+    if not 0 < slots <= ECMP_SLOTS:
+        raise ValueError(f"slots must be within 1..{ECMP_SLOTS}, got {slots}")
     hops = list(dict.fromkeys(next_hops))
     if previous is None or len(previous) != slots:
         return [hops[i % len(hops)] for i in range(slots)]
@@ -80,6 +74,18 @@ def next_hop_of(p4info: P4Info, action) -> NextHop:
     return NextHop(values["port"], mac(values["src_mac"]), mac(values["dst_mac"]))
 
 
+def route_entry(p4info: P4Info, prefix: str, hop: NextHop):
+    """ipv4_lpm: `prefix` straight to one next hop."""
+    return p4info.table_entry(LPM_TABLE, {"hdr.ipv4.dst_addr": prefix}, action="route", params=route_params(hop))
+
+
+def group_entries(p4info: P4Info, next_id: int, assignment: Sequence[NextHop]) -> list:
+    """next_hop: one entry per slot of ECMP group `next_id`."""
+    return [p4info.table_entry(NEXT_HOP_TABLE, {"meta.next_id": next_id, "meta.ecmp_slot": slot},
+                               action="route", params=route_params(hop))
+            for slot, hop in enumerate(assignment)]
+
+
 def forwarding_state(p4info: P4Info, routes: Sequence[Route],
                      current_slots: Mapping[int, Sequence[NextHop]] | None = None,
                      slots: int = ECMP_SLOTS, seed: int | None = None) -> SwitchState:
@@ -87,41 +93,36 @@ def forwarding_state(p4info: P4Info, routes: Sequence[Route],
     slot assignment read from the switch) keeps ECMP groups resilient; `seed`
     is the switch's ECMP hash seed (see ecmp_seed())."""
     current_slots = current_slots or {}
-    state = SwitchState(
-        managed_tables={p4info.table(t).preamble.id for t in (LPM_TABLE, NEXT_HOP_TABLE, SEED_TABLE)},
-        managed_profiles={p4info.action_profile(ECMP_PROFILE).preamble.id})
+    state = SwitchState(managed_tables={p4info.table(t).preamble.id for t in (LPM_TABLE, NEXT_HOP_TABLE, SEED_TABLE)})
     if seed is not None:
-        state.table_entries.append(p4info.default_entry(SEED_TABLE, "set_ecmp_seed", {"seed": seed}))
-    hop_sets = sorted({tuple(sorted(set(r.next_hops), key=lambda h: (h.port, h.dst_mac))) for r in routes},
-                      key=lambda hs: [(h.port, h.dst_mac) for h in hs])
+        state.table_entries.append(p4info.default_entry(SEED_TABLE, "hash_flow", {"seed": seed}))
+    key = lambda h: (h.port, h.dst_mac)  # noqa: E731
+    hop_sets = sorted({tuple(sorted(set(r.next_hops), key=key)) for r in routes if len(set(r.next_hops)) > 1},
+                      key=lambda hs: [key(h) for h in hs])
     next_ids = {hs: i + 1 for i, hs in enumerate(hop_sets)}
     for hops, next_id in next_ids.items():
-        if len(hops) == 1:
-            mid = member_id(next_id, 0)
-            state.members.append(p4info.member(ECMP_PROFILE, mid, "route", route_params(hops[0])))
-            state.table_entries.append(p4info.table_entry(NEXT_HOP_TABLE, {"meta.next_id": next_id}, member_id=mid))
-            continue
-        assignment = assign_slots(hops, current_slots.get(next_id), slots)
-        mids = []
-        for slot, hop in enumerate(assignment):
-            mids.append(member_id(next_id, slot))
-            state.members.append(p4info.member(ECMP_PROFILE, mids[-1], "route", route_params(hop)))
-        state.groups.append(p4info.group(ECMP_PROFILE, next_id, mids))
-        state.table_entries.append(p4info.table_entry(NEXT_HOP_TABLE, {"meta.next_id": next_id}, group_id=next_id))
+        state.table_entries += group_entries(p4info, next_id, assign_slots(hops, current_slots.get(next_id), slots))
     for route in routes:
-        hops = tuple(sorted(set(route.next_hops), key=lambda h: (h.port, h.dst_mac)))
-        state.table_entries.append(p4info.table_entry(
-            LPM_TABLE, {"hdr.ipv4.dst_addr": route.prefix}, action="set_next_id",
-            params={"next_id": next_ids[hops]}))
+        hops = tuple(sorted(set(route.next_hops), key=key))
+        if len(hops) == 1:
+            state.table_entries.append(route_entry(p4info, route.prefix, hops[0]))
+        else:
+            state.table_entries.append(p4info.table_entry(
+                LPM_TABLE, {"hdr.ipv4.dst_addr": route.prefix}, action="set_next_id",
+                params={"next_id": next_ids[hops]}))
     return state
 
 
 def slots_on_switch(p4info: P4Info, existing: SwitchState) -> dict[int, list[NextHop]]:
-    """Current slot assignment of each ECMP group, from a read_state() result."""
-    members = {m.member_id: m for m in existing.members}
-    out = {}
-    for g in existing.groups:
-        ids = sorted(m.member_id for m in g.members)
-        if all(i in members for i in ids):
-            out[g.group_id] = [next_hop_of(p4info, members[i].action) for i in ids]
-    return out
+    """Current slot assignment of each ECMP group, from a read_state() result
+    (a group missing a slot is left out: it is rewritten whole)."""
+    table_id = p4info.table(NEXT_HOP_TABLE).preamble.id
+    fields = {f.id: f.name for f in p4info.table(NEXT_HOP_TABLE).match_fields}
+    groups: dict[int, dict[int, NextHop]] = {}
+    for e in existing.table_entries:
+        if e.table_id != table_id or e.is_default_action:
+            continue
+        match = {fields[m.field_id]: int.from_bytes(m.exact.value, "big") for m in e.match}
+        groups.setdefault(match["meta.next_id"], {})[match["meta.ecmp_slot"]] = next_hop_of(p4info, e.action.action)
+    return {next_id: [slots[i] for i in range(len(slots))]
+            for next_id, slots in groups.items() if sorted(slots) == list(range(len(slots)))}

@@ -7,6 +7,11 @@ is. Doing it directly keeps the launcher independent of Mininet's Python
 version and its OVS clean-up, lets us record and remove exactly what we made,
 and runs the same inside the Docker image.
 
+A multi-homed host is one namespace with one veth per NIC, each with its
+own address, MAC, gateway and static ARP entry; its routes (per-NIC policy
+tables, per-destination routes in the main table) come from
+Topology.host_routing.
+
 Every object made is recorded in <run_dir>/network-state.json before it is
 made, so a run killed with SIGKILL is cleaned up by the next one.
 """
@@ -21,10 +26,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .bmv2 import DEFAULT_INTERACTIVE_LOG_LEVEL, LOG_LEVELS, switch_command
+from .bmv2 import DEFAULT_INTERACTIVE_LOG_LEVEL, LOG_LEVELS, switch_command, written_log
 from .bmv2_thrift import Bmv2Thrift
 from .toolchain import require
-from .topology import Host, Switch, Topology
+from .topology import Host, Nic, Switch, Topology
 
 QUEUE_RATE_PACKET_BYTES = 1500  # link bandwidth -> BMv2 queue rate (pps) assumes MTU-sized packets
 STATE_FILE = "network-state.json"
@@ -118,6 +123,8 @@ class Network:
             self._add_host(host)
         for link in self.topo.links:
             self._add_link(link)
+        for host in self.topo.hosts.values():
+            self._configure_host_routing(host)
         for sw in self.topo.switches.values():
             self._start_switch(binary, sw)
         self.check_alive()
@@ -168,7 +175,7 @@ class Network:
     def _add_link(self, link) -> None:
         def iface(node: str) -> str:
             if node in self.topo.hosts:
-                return self.topo.hosts[node].iface
+                return self.topo.link_nic(link, node).iface
             return next(p.iface for p in self.topo.switches[node].ports.values() if p.link is link)
 
         a_if, b_if = iface(link.a), iface(link.b)
@@ -179,7 +186,7 @@ class Network:
             netem = ["delay", f"{link.delay_ms}ms"] if link.delay_ms else []
             netem += ["loss", f"{link.loss_pct}%"] if link.loss_pct else []
             if node in self.topo.hosts:
-                self._configure_host_iface(self.topo.hosts[node])
+                self._configure_nic(self.topo.link_nic(link, node))
                 ns = node
             else:
                 sh("sysctl", "-qw", f"net.ipv6.conf.{iface}.disable_ipv6=1")
@@ -188,21 +195,34 @@ class Network:
             if netem:
                 sh("tc", "qdisc", "add", "dev", iface, "root", "netem", *netem, netns=ns)
 
-    def _configure_host_iface(self, host: Host) -> None:
-        ns, dev = host.name, host.iface
+    def _configure_nic(self, nic: Nic) -> None:
+        """Move a NIC's veth end into its host's namespace: MAC, address, up,
+        and a static ARP entry for its gateway (the switch port's MAC)."""
+        ns, dev = nic.host, nic.iface
         sh("ip", "link", "set", dev, "netns", ns)
         sh("sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1", netns=ns)
-        sh("ip", "link", "set", dev, "address", host.mac, netns=ns)
-        sh("ip", "addr", "add", f"{host.ip}/{host.prefix_len}", "dev", dev, netns=ns)
+        sh("ip", "link", "set", dev, "address", nic.mac, netns=ns)
+        sh("ip", "addr", "add", f"{nic.ip}/{nic.prefix_len}", "dev", dev, netns=ns)
         sh("ip", "link", "set", dev, "up", netns=ns)
         # BMv2 does not complete partial checksums: the host computes its own.
         sh("ethtool", "-K", dev, "tx", "off", "rx", "off", netns=ns)
-        sh("ip", "route", "add", "default", "via", host.gateway_ip, "dev", dev, netns=ns)
-        sh("ip", "neigh", "replace", host.gateway_ip, "lladdr", host.gateway_mac, "dev", dev,
+        sh("ip", "neigh", "replace", nic.gateway_ip, "lladdr", nic.gateway_mac, "dev", dev,
            "nud", "permanent", netns=ns)
 
+    def _configure_host_routing(self, host: Host) -> None:
+        """A one-NIC host: a default route via its gateway. Several NICs:
+        per-NIC tables selected by source address, and per-destination routes
+        in the main table (see Topology.host_routing)."""
+        routes, rules = self.topo.host_routing(host.name)
+        for r in routes:
+            table = ["table", str(r.table)] if r.table is not None else []
+            sh("ip", "route", "add", r.prefix, "via", r.via, "dev", r.dev, *table, netns=host.name)
+        for rule in rules:
+            sh("ip", "rule", "add", "from", rule.source, "table", str(rule.table), "priority", str(rule.priority),
+               netns=host.name)
+
     def _start_switch(self, binary: str, sw: Switch) -> None:
-        log = self.run_dir / f"{sw.name}.log"
+        log = self.run_dir / sw.name  # BMv2 writes <run_dir>/<switch>.txt (written_log)
         stdout = self.run_dir / f"{sw.name}.stdout"
         pcap_dir = self.run_dir / "pcap" if self.pcap else None
         if pcap_dir:
@@ -214,7 +234,7 @@ class Network:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
         self._record("pids", proc.pid)
-        self.switches[sw.name] = SwitchProcess(sw, proc, log, stdout)
+        self.switches[sw.name] = SwitchProcess(sw, proc, written_log(log), stdout)
 
     # -- after the pipeline is in --------------------------------------------
 
@@ -237,8 +257,25 @@ class Network:
         return subprocess.run(["ip", "netns", "exec", host, *args], capture_output=True, text=True,
                               timeout=timeout)
 
+    def ping_nics(self, pairs: list[tuple[Nic, Nic]] | None = None, count: int = 1,
+                  timeout_s: int = 2) -> dict[tuple[str, str], bool]:
+        """Ping NIC b from NIC a for each pair (default: every ordered pair of
+        NICs on different hosts), in parallel; True where a reply came. Keys
+        are NIC labels (the host name for a one-NIC host, else host.nic). A
+        multi-homed host pings from the NIC's address (-I), so its policy
+        rule sends the request out of that very NIC."""
+        if pairs is None:
+            pairs = [(a, b) for a, b, _ in self.topo.nic_pairs()]
+        procs = {}
+        for a, b in pairs:
+            src = ["-I", a.ip] if self.topo.hosts[a.host].multi_homed else []
+            procs[(a.label, b.label)] = subprocess.Popen(
+                ["ip", "netns", "exec", a.host, "ping", "-n", "-q", "-c", str(count), "-W", str(timeout_s), *src, b.ip],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return {pair: p.wait() == 0 for pair, p in procs.items()}
+
     def ping_all(self, count: int = 1, timeout_s: int = 2) -> dict[tuple[str, str], bool]:
-        """Ping every ordered host pair, in parallel; True where a reply came."""
+        """Ping every ordered host pair (each host's first NIC), in parallel; True where a reply came."""
         procs = {}
         for a in self.topo.hosts:
             for b, hb in self.topo.hosts.items():

@@ -124,12 +124,20 @@ class P4Info:
     # Entity builders
 
     def action_call(self, action_name: str, params: Mapping[str, Any] | None,
-                    table: p4info_pb2.Table | None = None) -> p4runtime_pb2.Action:
+                    table: p4info_pb2.Table | None = None, default: bool = False) -> p4runtime_pb2.Action:
+        """An action with its parameters; with `table`, one the table accepts
+        for an entry (or, with `default`, as its default action)."""
         action = self.action(action_name)
         where = action.preamble.name
-        if table is not None and action.preamble.id not in {r.id for r in table.action_refs}:
-            allowed = ", ".join(self.by_id(r.id).preamble.name for r in table.action_refs)
-            raise EntryError(f"table {table.preamble.name}: action {where!r} is not allowed (allowed: {allowed})")
+        if table is not None:
+            refs = {r.id: r for r in table.action_refs}
+            scope = p4info_pb2.ActionRef.TABLE_ONLY if default else p4info_pb2.ActionRef.DEFAULT_ONLY  # forbidden here
+            usable = [r for r in table.action_refs if r.scope != scope]
+            if action.preamble.id not in refs or refs[action.preamble.id].scope == scope:
+                allowed = ", ".join(self.by_id(r.id).preamble.name for r in usable)
+                what = "a default action" if default else "an entry's action"
+                raise EntryError(f"table {table.preamble.name}: action {where!r} is not allowed as {what} "
+                                 f"(allowed: {allowed})")
         params = dict(params or {})
         msg = p4runtime_pb2.Action(action_id=action.preamble.id)
         declared = {p.name: p for p in action.params}
@@ -198,7 +206,7 @@ class P4Info:
         if table.const_default_action_id:
             raise EntryError(f"table {table.preamble.name}: its default action is const")
         entry = p4runtime_pb2.TableEntry(table_id=table.preamble.id, is_default_action=True)
-        entry.action.action.CopyFrom(self.action_call(action, params, table))
+        entry.action.action.CopyFrom(self.action_call(action, params, table, default=True))
         return entry
 
     def _field_match(self, tname: str, f, kind: str, value: MatchValue):

@@ -1,5 +1,6 @@
 """The main job: build, bring a topology up on BMv2, program every switch,
-prove all-pairs host connectivity, print a summary, then open the CLI.
+prove all-pairs host connectivity (every NIC pair that shares a plane, from
+each NIC, on multi-homed topologies), print a summary, then open the CLI.
 
     python -m control.run                      # leaf-spine, then the CLI
     python -m control.run --no-cli             # same, non-interactive; exit 0 on success
@@ -43,10 +44,54 @@ def step(msg: str) -> float:
     return time.monotonic()
 
 
+def connectivity(topo: Topology, reach: dict[tuple[str, str], bool]) -> tuple[bool, list[str]]:
+    """Judge ping results keyed by NIC label (host names on one-NIC
+    topologies): every pair the fabric connects must answer and, across
+    planes, none may. Returns (ok, summary lines)."""
+    nics = {n.label: n for n in topo.nics}
+    dist = topo.hops_between_switches()
+    expect = {pair: nics[pair[1]].switch in dist[nics[pair[0]].switch] for pair in reach}
+    should = [pair for pair, e in expect.items() if e]
+    good = sum(reach[pair] for pair in should)
+    leaks = sorted(pair for pair, e in expect.items() if not e and reach[pair])
+    ok = good == len(should) and not leaks
+    unit = "NIC" if topo.multi_homed else "host"
+    lines = [f"All-pairs connectivity: {good}/{len(should)} {unit} pairs {'OK' if good == len(should) else 'FAILED'}"]
+
+    def tally(pairs, what: str) -> str:
+        n = sum(reach[p] for p in pairs)
+        return f"{n}/{len(pairs)} {what} {'OK' if n == len(pairs) else 'FAILED'}"
+
+    for plane in topo.planes:
+        same = [p for p in should if nics[p[0]].plane == plane and nics[p[1]].plane == plane]
+        lines.append(f"  plane {plane}: {tally(same, 'NIC pairs')}")
+    across = [p for p, e in expect.items() if not e]
+    if topo.planes and across:
+        lines.append(f"  across planes: {sum(reach[p] for p in across)}/{len(across)} NIC pairs answered "
+                     f"({'FAILED: planes must be disjoint' if leaks else 'OK: the planes are disjoint'})")
+    for rail in topo.rails:
+        same = [p for p in should if nics[p[0]].rail == rail and nics[p[1]].rail == rail]
+        other = [p for p in should if nics[p[0]].rail == rail and nics[p[1]].rail not in (rail, None)]
+        lines.append(f"  rail {rail}: {tally(same, 'NIC pairs within the rail')}, "
+                     f"{tally(other, 'to other rails')} (through the spines)")
+    for a, b in sorted(p for p in should if not reach[p]):
+        lines.append(f"  no reply: {a} -> {b} ({nics[b].ip})")
+    for a, b in leaks:
+        lines.append(f"  unexpected reply across planes: {a} -> {b} ({nics[b].ip})")
+    return ok, lines
+
+
 def summary(topo: Topology, net: Network, ctl: FabricController, results, reach: dict, took: float) -> bool:
-    ok = all(reach.values())
+    ok, lines = connectivity(topo, reach)
     print("\n" + "=" * 72)
-    print(f"Topology {topo.name}: {len(topo.switches)} switches, {len(topo.hosts)} hosts, {len(topo.links)} links")
+    shape = f"{len(topo.switches)} switches, {len(topo.hosts)} hosts, {len(topo.links)} links"
+    if topo.multi_homed:
+        shape += f", {len(topo.nics)} NICs"
+    if topo.planes:
+        shape += f", planes {', '.join(topo.planes)}"
+    if topo.rails:
+        shape += f", rails {', '.join(map(str, topo.rails))}"
+    print(f"Topology {topo.name}: {shape}")
     print(f"{'switch':10s} {'device':>6s} {'P4Runtime':>16s} {'thrift':>6s} {'ports':>5s}  programming")
     for r in results:
         sw = topo.switches[r.name]
@@ -62,14 +107,24 @@ def summary(topo: Topology, net: Network, ctl: FabricController, results, reach:
             spread.append(f"{sw.name} {sum(rx.get(p.number, (0, 0))[0] for p in uplinks)} pkts")
     if spread:
         print("Traffic through the top tier: " + ", ".join(spread))
-    print(f"All-pairs connectivity: {sum(reach.values())}/{len(reach)} host pairs "
-          f"{'OK' if ok else 'FAILED'}  ({took:.1f}s from start)")
-    for (a, b), good in sorted(reach.items()):
-        if not good:
-            print(f"  no reply: {a} -> {b} ({topo.hosts[b].ip})")
-    print(f"Logs: {net.run_dir}/<switch>.log")
+    print(f"{lines[0]}  ({took:.1f}s from start)")
+    for line in lines[1:]:
+        print(line)
+    print(f"Logs: {net.run_dir}/<switch>.txt (BMv2, level {net.log_level}) and <switch>.stdout")
     print("=" * 72)
     return ok
+
+
+def ping_everything(topo: Topology, net: Network) -> dict[tuple[str, str], bool]:
+    """Ping every ordered NIC pair on different hosts (host pairs on one-NIC
+    topologies), pairs across planes included (they must not answer)."""
+    pairs = [(a, b) for a, b, _ in topo.nic_pairs()]
+    reach = net.ping_nics(pairs)
+    expect = {(a.label, b.label): e for a, b, e in topo.nic_pairs()}
+    failed = [(a, b) for a, b in pairs if expect[(a.label, b.label)] and not reach[(a.label, b.label)]]
+    if failed:  # a first ping can race the last writes: retry the failed pairs once
+        reach.update({pair: True for pair, good in net.ping_nics(failed).items() if good})
+    return reach
 
 
 def run(args) -> int:
@@ -90,11 +145,13 @@ def run(args) -> int:
         results = ctl.program()
         step("setting BMv2 egress queue rates from link bandwidth (Thrift)")
         net.apply_queue_rates()
-        step(f"pinging all {len(topo.hosts) * (len(topo.hosts) - 1)} host pairs")
-        reach = net.ping_all()
-        if not all(reach.values()):  # a first ping can race the last writes: retry the failed pairs once
-            retry = net.ping_all()
-            reach = {pair: ok or retry[pair] for pair, ok in reach.items()}
+        pairs = topo.nic_pairs()
+        connected = sum(e for _, _, e in pairs)
+        unit, how = ("NIC", ", each from its source NIC") if topo.multi_homed else ("host", "")
+        across = len(pairs) - connected
+        isolated = f", and {across} across planes that must not answer" if across else ""
+        step(f"pinging all {connected} {unit} pairs{how}{isolated}")
+        reach = ping_everything(topo, net)
         net.check_alive()
         ok = summary(topo, net, ctl, results, reach, time.monotonic() - t0)
         if args.no_cli:

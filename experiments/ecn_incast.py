@@ -13,9 +13,9 @@ Recorded per case:
   - per-flow throughput over time and PSN-gap losses (receiver agent),
   - CE fraction and CNPs sent (receiver) / received (senders), DCQCN rates,
   - bottleneck queue depth over time: the egress pipeline writes each
-    packet's enq_qdepth into the register egress_qdepth[port]; a thread reads
-    it over Thrift every 5 ms (the depth the last departing packet saw on
-    arrival, in packets),
+    packet's enq_qdepth into the register egress_qdepth[port] (every ECN
+    profile does, "monitor" without marking); a thread reads it over Thrift
+    every 5 ms (the depth the last departing packet saw on arrival, in packets),
   - marks counted by the switch (ecn_marked_counter, P4Runtime).
 Writes CSV and PNG under --out, prints a summary table and where files went.
 Fixed seeds: the agents' only randomness is the switch's WRED draws, and the
@@ -54,12 +54,12 @@ from control.topology import load  # noqa: E402
 @dataclass(frozen=True)
 class Case:
     name: str
-    profile: EcnProfile | None
+    profile: EcnProfile   # mode monitor: no marking, the queue depth is still recorded
     dcqcn: bool
 
 
 CASES = [
-    Case("no-ecn", None, dcqcn=False),
+    Case("no-ecn", EcnProfile.monitor(), dcqcn=False),
     Case("step-ecn-dcqcn", EcnProfile.step(10), dcqcn=True),
     Case("wred-ecn-dcqcn", EcnProfile.wred(5, 30, 0.2), dcqcn=True),
 ]
@@ -130,7 +130,7 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
     capacity = queue_rate_pps(topo.switches["s1"].ports[port].link.bandwidth_mbps)
     result = {
         "case": case.name,
-        "profile": str(case.profile) if case.profile else "none",
+        "profile": str(case.profile),
         "sent": sum(t["sent"] for t in tx.values()),
         "received": received,
         "drops": sum(f["lost"] for f in flows),
@@ -169,13 +169,13 @@ def _plot_case(case: Case, result: dict, samples, bins, tx, case_dir: Path, capa
     axes[0].set_ylabel("throughput (pkts/s)")
     axes[0].legend(fontsize=7, ncol=3)
     axes[1].plot([s[0] for s in samples], [s[1] for s in samples], lw=0.8)
-    if case.profile and case.profile.mode == "step":
+    if case.profile.mode == "step":
         axes[1].axhline(case.profile.k, color="red", ls="--", lw=1, label=f"K={case.profile.k}")
-    elif case.profile:
+    elif case.profile.mode == "wred":
         axes[1].axhline(case.profile.kmin, color="orange", ls="--", lw=1, label=f"Kmin={case.profile.kmin}")
         axes[1].axhline(case.profile.kmax, color="red", ls="--", lw=1, label=f"Kmax={case.profile.kmax}")
     axes[1].set_ylabel("bottleneck queue (pkts)")
-    if case.profile:
+    if case.profile.mode != "monitor":
         axes[1].legend(fontsize=7)
     for name in tx:
         rows = list(csv.DictReader(open(case_dir / f"send-{name}.csv")))
@@ -227,7 +227,7 @@ def main() -> int:
         net.apply_queue_rates()
         for case in (c for c in CASES if c.name in args.cases):
             print(f"==> {case.name}: {args.duration:g}s of 4:1 incast "
-                  f"({case.profile or 'no marking'}{', DCQCN' if case.dcqcn else ', fixed rate'})", flush=True)
+                  f"({case.profile}{', DCQCN' if case.dcqcn else ', fixed rate'})", flush=True)
             results.append(run_case(case, topo, net, ctl, args, out))
     keys = list(results[0])
     with open(out / "summary.csv", "w", newline="") as f:

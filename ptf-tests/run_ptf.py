@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from control.bmv2 import DEFAULT_INTERACTIVE_LOG_LEVEL, LOG_LEVELS, switch_command  # noqa: E402
+from control.bmv2 import DEFAULT_INTERACTIVE_LOG_LEVEL, LOG_LEVELS, switch_command, written_log  # noqa: E402
 from control.build import compile_p4  # noqa: E402
 from control.network import make_veth_pair, sh, tail  # noqa: E402
 from control.switch import SwitchConnection, SwitchError  # noqa: E402
@@ -45,16 +45,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("spec", nargs="*", help="PTF test spec(s) (default: all)")
     ap.add_argument("--log-level", default=DEFAULT_INTERACTIVE_LOG_LEVEL, choices=LOG_LEVELS,
-                    help="BMv2 log level (default info, so a failing test can be read in build/ptf/switch.log)")
+                    help="BMv2 log level (default info, so a failing test can be read in build/ptf/switch.txt)")
     args = ap.parse_args()
     out = REPO / "build" / "ptf"
     out.mkdir(parents=True, exist_ok=True)
     pipeline = compile_p4()
     switch_bin = require("simple_switch_grpc")
     make_veths()
-    log, stdout = out / "switch.log", out / "switch.stdout"
+    log, stdout = written_log(out / "switch"), out / "switch.stdout"
     cmd = switch_command(switch_bin, device_id=DEVICE_ID, thrift_port=THRIFT_PORT, grpc_addr=GRPC_ADDR,
-                         ports={p: f"ptfsw{p}" for p in PORTS}, log_level=args.log_level, log_file=log)
+                         ports={p: f"ptfsw{p}" for p in PORTS}, log_level=args.log_level, log_file=out / "switch")
     with open(stdout, "w") as out_file:
         switch = subprocess.Popen(cmd, stdout=out_file, stderr=subprocess.STDOUT, start_new_session=True)
     rc = 1

@@ -18,9 +18,9 @@ const bit<8>  IP_PROTO_UDP = 17;
 // Table and extern sizes.
 const bit<32> PORT_COUNT = 512;            // one counter cell per 9-bit port number
 const bit<32> IPV4_LPM_TABLE_SIZE = 4096;
-const bit<32> NEXT_HOP_TABLE_SIZE = 1024;
-const bit<32> ECMP_SELECTOR_SIZE = 4096;   // action profile members
-const bit<32> ECMP_HASH_WIDTH = 16;
+const bit<32> NEXT_HOP_TABLE_SIZE = 4096;  // (ECMP group, slot) entries
+#define ECMP_SLOT_BITS 4                   // an ECMP group has 2^ECMP_SLOT_BITS = 16 slots
+typedef bit<ECMP_SLOT_BITS> ecmp_slot_t;
 const bit<16> ECMP_DEFAULT_SEED = 0x9E37;  // until the controller sets the switch's own (forwarding.p4)
 
 // ECN (RFC 3168): the two low bits of the IPv4 TOS byte.

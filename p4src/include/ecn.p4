@@ -6,11 +6,13 @@
 //   mark_wred(kmin, kmax, pmax):  no mark below kmin; between kmin and kmax
 //                                 mark with probability pmax * (depth - kmin) / (kmax - kmin);
 //                                 always mark at or above kmax (pmax in ppm)
-// Ports without an entry never mark. Only ECN-capable packets (ECT(0),
-// ECT(1)) are marked; Not-ECT packets are left to tail drop, CE stays CE.
-// The IPv4 checksum is recomputed after egress (checksums.p4).
-// The last enqueue depth seen per port is kept in a register, sampled by
-// experiments over Thrift.
+//   monitor_depth():              no marking, depth recorded (see below)
+// Only ECN-capable packets (ECT(0), ECT(1)) are marked; Not-ECT packets are
+// left to tail drop, CE stays CE. The IPv4 checksum is recomputed after
+// egress (checksums.p4).
+// Every action records the depth the packet saw in the register
+// egress_qdepth[port], which experiments sample over Thrift. A port without
+// an entry costs one table miss: no register write, no comparison.
 #ifndef ECN_P4
 #define ECN_P4
 
@@ -27,11 +29,17 @@ control EcnMarking(inout headers_t hdr, in standard_metadata_t std_meta) {
     qdepth_t kmax = 0;
     bit<32> pmax_ppm = 0;
 
+    action monitor_depth() {
+        egress_qdepth.write((bit<32>) std_meta.egress_port, (bit<32>) std_meta.enq_qdepth);
+    }
+
     action mark_step(qdepth_t k) {
+        monitor_depth();
         kmin = k;
     }
 
     action mark_wred(qdepth_t wred_kmin, qdepth_t wred_kmax, bit<32> wred_pmax_ppm) {
+        monitor_depth();
         kmin = wred_kmin;
         kmax = wred_kmax;
         pmax_ppm = wred_pmax_ppm;
@@ -44,41 +52,42 @@ control EcnMarking(inout headers_t hdr, in standard_metadata_t std_meta) {
         actions = {
             mark_step;
             mark_wred;
+            monitor_depth;
             NoAction;
         }
         default_action = NoAction();
         size = PORT_COUNT;
     }
 
+    action mark() {
+        hdr.ipv4.ecn = ECN_CE;
+        ecn_marked_counter.count((bit<32>) std_meta.egress_port);
+    }
+
     apply {
-        if (!hdr.ipv4.isValid()) {
-            return;
-        }
-        egress_qdepth.write((bit<32>) std_meta.egress_port, (bit<32>) std_meta.enq_qdepth);
-        if (hdr.ipv4.ecn != ECN_ECT0 && hdr.ipv4.ecn != ECN_ECT1) {
-            return;  // Not-ECT: tail drop only. CE: already marked.
-        }
-        qdepth_t q = std_meta.enq_qdepth;
-        bool mark = false;
+        // Non-IPv4 never reaches egress (ingress drops it): hdr.ipv4 is valid here.
         switch (ecn_profile.apply().action_run) {
             mark_step: {
-                mark = q >= kmin;
-            }
-            mark_wred: {
-                if (q >= kmax) {
-                    mark = true;
-                } else if (q >= kmin) {
-                    // P(mark) = pmax * (q - kmin) / (kmax - kmin), without division:
-                    // mark if r * (kmax - kmin) < pmax * (q - kmin), r uniform in [0, 1e6).
-                    bit<32> r;
-                    random(r, 0, PROBABILITY_SCALE - 1);
-                    mark = (bit<64>) r * (bit<64>) (kmax - kmin) < (bit<64>) pmax_ppm * (bit<64>) (q - kmin);
+                if ((hdr.ipv4.ecn == ECN_ECT0 || hdr.ipv4.ecn == ECN_ECT1) && std_meta.enq_qdepth >= kmin) {
+                    mark();
                 }
             }
-        }
-        if (mark) {
-            hdr.ipv4.ecn = ECN_CE;
-            ecn_marked_counter.count((bit<32>) std_meta.egress_port);
+            mark_wred: {
+                if (hdr.ipv4.ecn == ECN_ECT0 || hdr.ipv4.ecn == ECN_ECT1) {
+                    if (std_meta.enq_qdepth >= kmax) {
+                        mark();
+                    } else if (std_meta.enq_qdepth >= kmin) {
+                        // P(mark) = pmax * (q - kmin) / (kmax - kmin), without division:
+                        // mark if r * (kmax - kmin) < pmax * (q - kmin), r uniform in [0, 1e6).
+                        bit<32> r;
+                        random(r, 0, PROBABILITY_SCALE - 1);
+                        if ((bit<64>) r * (bit<64>) (kmax - kmin)
+                                < (bit<64>) pmax_ppm * (bit<64>) (std_meta.enq_qdepth - kmin)) {
+                            mark();
+                        }
+                    }
+                }
+            }
         }
     }
 }

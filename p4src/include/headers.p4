@@ -63,7 +63,7 @@ struct local_metadata_t {
     bit<16>       l4_src_port;
     bit<16>       l4_dst_port;
     next_id_t     next_id;
-    bit<16>       ecmp_key;      // the 5-tuple hash mixed with this switch's seed
+    ecmp_slot_t   ecmp_slot;     // slot of the flow in its ECMP group (5-tuple hash, switch seed)
     drop_reason_t drop_reason;
 }
 

@@ -24,16 +24,28 @@ parser FabricParser(packet_in packet,
         }
     }
 
+    // Validity is checked by the transition's match, not by verify()
+    // expressions: BMv2 then reads version and IHL as bytes, with no
+    // arithmetic on the good path. Only a first fragment carries the L4 header.
     state parse_ipv4 {
         packet.extract(hdr.ipv4);
-        verify(hdr.ipv4.version == 4, error.IPv4IncorrectVersion);
-        verify(hdr.ipv4.ihl == 5, error.IPv4OptionsNotSupported);
-        // Only a first fragment carries the L4 header.
-        transition select(hdr.ipv4.frag_offset, hdr.ipv4.protocol) {
-            (0, IP_PROTO_TCP): parse_tcp;
-            (0, IP_PROTO_UDP): parse_udp;
-            default: accept;
+        transition select(hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.frag_offset, hdr.ipv4.protocol) {
+            (4, 5, 0, IP_PROTO_TCP): parse_tcp;
+            (4, 5, 0, IP_PROTO_UDP): parse_udp;
+            (4, 5, _, _): accept;
+            (4, _, _, _): reject_ipv4_options;
+            default: reject_ipv4_version;
         }
+    }
+
+    state reject_ipv4_options {
+        verify(false, error.IPv4OptionsNotSupported);
+        transition accept;
+    }
+
+    state reject_ipv4_version {
+        verify(false, error.IPv4IncorrectVersion);
+        transition accept;
     }
 
     state parse_tcp {

@@ -17,7 +17,7 @@ import ptf
 import ptf.testutils as tu
 from ptf.base_tests import BaseTest
 
-from control.forwarding import ECMP_PROFILE, LPM_TABLE, NEXT_HOP_TABLE, assign_slots, member_id, route_params
+from control.forwarding import LPM_TABLE, NEXT_HOP_TABLE, assign_slots, group_entries, route_entry
 from control.p4constants import drop_reasons
 from control.p4info import P4Info
 from control.switch import Pipeline, SwitchConnection
@@ -77,28 +77,30 @@ class P4RuntimeTest(BaseTest):
         reconcile(self.sw, self.state)
 
     def add_route(self, prefix: str, next_id: int) -> None:
+        """`prefix` to ECMP group `next_id` (see set_ecmp_group / add_next_hop)."""
         self.state.table_entries.append(self.p4info.table_entry(
             LPM_TABLE, {"hdr.ipv4.dst_addr": prefix}, action="set_next_id", params={"next_id": next_id}))
 
+    def add_direct_route(self, prefix: str, port: int) -> None:
+        """`prefix` straight to the next hop behind `port` (no group)."""
+        self.state.table_entries.append(route_entry(self.p4info, prefix, next_hop(port)))
+
     def add_next_hop(self, next_id: int, port: int) -> None:
-        mid = member_id(next_id, 0)
-        self.state.members.append(self.p4info.member(ECMP_PROFILE, mid, "route", route_params(next_hop(port))))
-        self.state.table_entries.append(self.p4info.table_entry(NEXT_HOP_TABLE, {"meta.next_id": next_id}, member_id=mid))
+        """Group `next_id` with one next hop: every slot routes out of `port`."""
+        self.set_ecmp_group(next_id, [port])
 
     def set_ecmp_group(self, next_id: int, ports: list[int], previous: list[NextHop] | None = None) -> list[NextHop]:
-        """(Re)write an ECMP group over `ports`, resiliently if `previous`
-        (the slot assignment it had) is given. Returns the new assignment."""
+        """(Re)write ECMP group `next_id` over `ports`, resiliently if
+        `previous` (the slot assignment it had) is given. Returns the new assignment."""
         table_id = self.p4info.table(NEXT_HOP_TABLE).preamble.id
+        next_id_field = next(f.id for f in self.p4info.table(NEXT_HOP_TABLE).match_fields if f.name == "meta.next_id")
         s = self.state
-        s.members = [m for m in s.members if m.member_id >> 8 != next_id]
-        s.groups = [g for g in s.groups if g.group_id != next_id]
         s.table_entries = [e for e in s.table_entries
-                           if not (e.table_id == table_id and e.action.action_profile_group_id == next_id)]
+                           if not (e.table_id == table_id and any(
+                               m.field_id == next_id_field and int.from_bytes(m.exact.value, "big") == next_id
+                               for m in e.match))]
         slots = assign_slots([next_hop(p) for p in ports], previous)
-        mids = [member_id(next_id, i) for i in range(len(slots))]
-        s.members += [self.p4info.member(ECMP_PROFILE, m, "route", route_params(h)) for m, h in zip(mids, slots)]
-        s.groups.append(self.p4info.group(ECMP_PROFILE, next_id, mids))
-        s.table_entries.append(self.p4info.table_entry(NEXT_HOP_TABLE, {"meta.next_id": next_id}, group_id=next_id))
+        s.table_entries += group_entries(self.p4info, next_id, slots)
         return slots
 
     # -- counters --------------------------------------------------------------

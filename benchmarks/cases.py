@@ -1,0 +1,114 @@
+"""What the benchmarks measure: the programs, the entries each is given, the
+frames offered, and the veth pairs BMv2 sits between. Shared by
+forwarding_rate.py (packets per second) and instructions_per_packet.py
+(callgrind instruction counts)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from scapy.layers.inet import IP, UDP  # noqa: E402
+from scapy.layers.l2 import Ether  # noqa: E402
+
+from control import features  # noqa: E402
+from control.bmv2 import switch_command  # noqa: E402
+from control.forwarding import forwarding_state  # noqa: E402
+from control.network import make_veth_pair, sh  # noqa: E402
+from control.p4info import P4Info  # noqa: E402
+from control.switch import Pipeline, SwitchConnection  # noqa: E402
+from control.sync import SwitchState, reconcile  # noqa: E402
+from control.toolchain import require  # noqa: E402
+from control.topology import NextHop, Route  # noqa: E402
+from hostagent.headers import ECT0  # noqa: E402
+
+GRPC_ADDR, THRIFT_PORT, DEVICE_ID = "127.0.0.1:9458", 9088, 1  # apart from the launcher and PTF
+PAIRS = {1: ("benchsw1", "benchdp1"), 2: ("benchsw2", "benchdp2")}  # port: (switch side, traffic side)
+IN_PORT, OUT_PORT = 1, 2
+SWITCH_MAC, HOST_MAC = "0a:00:00:00:01:01", "0a:00:01:00:00:01"
+SRC_IP, DST_NET, DST_IP = "10.0.1.1", "10.0.2.0/24", "10.0.2.1"
+MAIN = REPO / "p4src" / "main.p4"
+
+
+def frames() -> list[bytes]:
+    """64-byte UDP frames of 8 flows, ECN-capable (so ECN takes its marking path)."""
+    return [bytes(Ether(dst=SWITCH_MAC, src=HOST_MAC)
+                  / IP(src=SRC_IP, dst=DST_IP, tos=ECT0) / UDP(sport=5000 + i, dport=4791) / (b"\0" * 18))
+            for i in range(8)]
+
+
+def fabric_state(p4info: P4Info) -> SwitchState:
+    """The fabric's forwarding as a leaf has it: a route to a 16-slot ECMP
+    group (two next hops, both out of port 2 so every packet is counted)."""
+    hops = (NextHop(OUT_PORT, "0a:00:00:00:02:01", "0a:00:02:00:00:01"),
+            NextHop(OUT_PORT, "0a:00:00:00:02:01", "0a:00:02:00:00:02"))
+    return forwarding_state(p4info, [Route(DST_NET, hops, host="h2")], seed=0x5A5B)
+
+
+def router_state(p4info: P4Info) -> SwitchState:
+    state = SwitchState(managed_tables={p4info.table("ipv4_lpm").preamble.id})
+    state.table_entries.append(p4info.table_entry("ipv4_lpm", {"hdr.ipv4.dst_addr": DST_NET}, action="forward",
+                                                  params={"port": OUT_PORT, "dst_mac": "0a:00:02:00:00:01"}))
+    return state
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    source: Path
+    what: str
+    state: Callable[[P4Info], SwitchState] | None = None
+
+
+def cases(fabric_source: Path = MAIN) -> list[Case]:
+    """The references, the fabric with every feature off, and the fabric with
+    each registered feature on (its bench_state(), control/features.py)."""
+    out = [Case("port_forward", REPO / "p4src" / "baseline" / "port_forward.p4", "no parsing, port 1 -> 2"),
+           Case("basic_router", REPO / "p4src" / "baseline" / "basic_router.p4", "1 LPM table, TTL, checksum",
+                router_state),
+           Case("fabric", fabric_source, "every feature off", fabric_state)]
+    for feature in features.features():
+        out.append(Case(f"fabric+{feature.SECTION}", fabric_source, f"{feature.SECTION} on for all traffic",
+                        lambda p4info, f=feature: fabric_state(p4info).merge(f.bench_state(p4info, OUT_PORT))))
+    return out
+
+
+def select(all_cases: list[Case], only: list[str] | None) -> list[Case]:
+    chosen = [c for c in all_cases if not only or c.name in only]
+    if not chosen:
+        raise SystemExit(f"--only matched nothing (programs: {', '.join(c.name for c in all_cases)})")
+    return chosen
+
+
+def make_veths() -> None:
+    for sw, dp in PAIRS.values():
+        make_veth_pair(sw, dp)
+
+
+def remove_veths() -> None:
+    for sw, _ in PAIRS.values():
+        sh("ip", "link", "del", sw, check=False)
+
+
+def rx_packets(iface: str) -> int:
+    return int(Path(f"/sys/class/net/{iface}/statistics/rx_packets").read_text())
+
+
+def start_switch(prefix: list[str] | None = None) -> subprocess.Popen:
+    """simple_switch_grpc between the bench veths, logging off (optionally
+    under a wrapper such as valgrind)."""
+    cmd = switch_command(require("simple_switch_grpc"), device_id=DEVICE_ID, thrift_port=THRIFT_PORT,
+                         grpc_addr=GRPC_ADDR, ports={p: sw for p, (sw, _) in PAIRS.items()}, log_level="off")
+    return subprocess.Popen([*(prefix or []), *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+
+
+def program(case: Case, pipeline: Pipeline, timeout: float = 20) -> None:
+    with SwitchConnection(case.name, GRPC_ADDR, DEVICE_ID, connect_timeout=timeout) as conn:
+        conn.push_pipeline(pipeline, force=True)
+        if case.state:
+            reconcile(conn, case.state(P4Info(pipeline.p4info())))
