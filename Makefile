@@ -8,22 +8,36 @@ PY         := $(VENV)/bin/python
 TOPO       ?= leaf-spine
 ARGS       ?=
 IMAGE      ?= p4-ai-fabric
-DOCKER_RUN := docker run --rm --privileged -v /lib/modules:/lib/modules:ro
+# Container engine of the docker-* targets: docker or podman (make docker-run
+# DOCKER=podman); by default the first that answers, else the first installed.
+# DOCKER_FLAGS: options that engine needs on this host (podman on hybrid
+# cgroups: --runtime runc). Both are worked out once, and only when used.
+DOCKER       ?= $(eval DOCKER := $(shell bash docker/engine.sh detect))$(DOCKER)
+DOCKER_FLAGS ?= $(eval DOCKER_FLAGS := $(shell bash docker/engine.sh flags $(DOCKER)))$(DOCKER_FLAGS)
+# P4C_IMAGE: base image of docker/Dockerfile if set (its default: docker.io/p4lang/p4c:latest).
+# DOCKER_TEST: the goals docker-test makes inside the container.
+P4C_IMAGE   ?=
+DOCKER_TEST ?= test
+DOCKER_RUN  = $(DOCKER) $(DOCKER_FLAGS) run --rm --privileged \
+	$(if $(wildcard /lib/modules),-v /lib/modules:/lib/modules:ro)
 
 # Native toolchain present? (same search as control/toolchain.py)
 HAVE_NATIVE := $(shell for t in p4c-bm2-ss simple_switch_grpc; do \
 	  { [ -n "$$P4_TOOLCHAIN_BIN" ] && [ -x "$$P4_TOOLCHAIN_BIN/$$t" ]; } || command -v $$t >/dev/null 2>&1 || [ -x /opt/p4/bin/$$t ] || exit 0; \
 	done; echo yes)
-HAVE_DOCKER := $(shell docker info >/dev/null 2>&1 && echo yes)
+HAVE_DOCKER ?= $(eval HAVE_DOCKER := $(shell $(DOCKER) info >/dev/null 2>&1 && echo yes))$(HAVE_DOCKER)
 
-.PHONY: help setup doctor build run test unit ptf e2e bench fixtures clean \
-        docker-build docker-run docker-test require-toolchain
+.PHONY: help setup doctor build run test unit monitoring ptf e2e bench experiments monitor fixtures clean \
+        docker-build docker-run docker-test test-docker require-toolchain
 
 help:
 	@echo "make run [TOPO=leaf-spine] [ARGS=--no-cli]  build, start, program, ping all pairs, open the CLI"
 	@echo "make test                                   unit + PTF data-plane + end-to-end tests"
 	@echo "make doctor                                 what toolchain was found, and how to get what is missing"
+	@echo "make monitor [TOPO=leaf-spine]              INT collector, switch exporter, Prometheus next to a running network"
+	@echo "make experiments | experiment-NAME          every experiment (CSV + PNG under experiments/results/), or one"
 	@echo "make build | bench | docker-build | docker-run | docker-test | clean"
+	@echo "make test-docker                            docker-run + PTF in a container, on a locally built stand-in for p4lang/p4c"
 
 setup:
 	@bash scripts/setup.sh
@@ -55,33 +69,61 @@ unit: setup
 ptf: require-toolchain build
 	$(PY) ptf-tests/run_ptf.py
 
+# Collector, exporter and dashboards against a real Prometheus (Debian's package, from setup).
+monitoring: setup
+	$(PY) -m pytest tests/monitoring -q
+
 e2e: require-toolchain build
 	$(PY) -m pytest tests/e2e -q
 
 ifeq ($(HAVE_NATIVE),yes)
-test: unit ptf e2e
+test: unit monitoring ptf e2e
 else ifeq ($(HAVE_DOCKER),yes)
-test: unit docker-test
+test: unit monitoring docker-test
 else
-test: unit require-toolchain
+test: unit monitoring require-toolchain
 endif
 
 # Refresh the P4Info the unit tests use (tests/e2e/test_build.py checks it is current).
 fixtures: build
 	cp build/main.p4info.txtpb tests/fixtures/main.p4info.txtpb
 
+# Monitoring next to a running network (`make run` in another shell): INT collector,
+# switch exporter and Prometheus on 127.0.0.1; prints the URLs, Ctrl-C stops them.
+monitor: setup build
+	$(PY) -m telemetry.monitor --topology $(TOPO) $(ARGS)
+
+# Every experiment by name (experiments/NAME.py; files starting with _ are shared code):
+# `make experiments` runs them all, `make experiment-NAME ARGS=...` one.
+EXPERIMENTS := $(sort $(basename $(notdir $(filter-out experiments/_%,$(wildcard experiments/*.py)))))
+
+experiments: require-toolchain build
+	@for e in $(EXPERIMENTS); do echo "==> experiment $$e"; $(PY) experiments/$$e.py $(ARGS) || exit 1; done
+
+experiment-%: require-toolchain build
+	@test -f experiments/$*.py || { echo "no experiment $* (experiments: $(EXPERIMENTS))"; exit 2; }
+	$(PY) experiments/$*.py $(ARGS)
+
 # Regenerates the table in the README and build/bench/{summary.csv,forwarding_rate.png}.
 bench: require-toolchain build
 	$(PY) benchmarks/forwarding_rate.py --readme README.md $(ARGS)
 
 docker-build:
-	docker build -f docker/Dockerfile -t $(IMAGE) .
+	$(DOCKER) $(DOCKER_FLAGS) build -f docker/Dockerfile -t $(IMAGE) \
+	  $(if $(P4C_IMAGE),--build-arg P4C_IMAGE=$(P4C_IMAGE)) .
 
+# -it only on a terminal (the CLI), so `make docker-run ARGS=--no-cli` also runs unattended.
 docker-run: docker-build
-	$(DOCKER_RUN) -it $(IMAGE) make run TOPO=$(TOPO) ARGS="$(ARGS)"
+	$(DOCKER_RUN) $(shell [ -t 0 ] && echo -it) $(IMAGE) make run TOPO=$(TOPO) ARGS="$(ARGS)"
 
 docker-test: docker-build
-	$(DOCKER_RUN) $(IMAGE) make test
+	$(DOCKER_RUN) $(IMAGE) make $(DOCKER_TEST)
+
+# The Docker targets end to end on a container engine, without p4lang's image:
+# builds a stand-in for p4lang/p4c from the p4c/BMv2 on this machine (see
+# scripts/test_docker.sh). Not part of `make test`.
+test-docker:
+	bash scripts/test_docker.sh
 
 clean:
 	rm -rf build
