@@ -30,6 +30,36 @@ def ecmp_seed(device_id: int) -> int:
     return (device_id * 0x9E37 + 0x3C6F) & 0xFFFF | 1
 
 
+def _crc16_table() -> list[int]:
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0xA001 if crc & 1 else crc >> 1
+        table.append(crc)
+    return table
+
+
+_CRC16_TABLE = _crc16_table()
+
+
+def crc16(data: bytes) -> int:
+    """BMv2's HashAlgorithm.crc16 (CRC-16/ARC: polynomial 0x8005, reflected, init 0)."""
+    crc = 0
+    for byte in data:
+        crc = (crc >> 8) ^ _CRC16_TABLE[(crc ^ byte) & 0xFF]
+    return crc
+
+
+def slot_of(flow_hash: int, seed: int) -> int:
+    """The slot p4src/include/forwarding.p4 (hash_flow) picks for a 16-bit
+    flow hash on a switch with `seed`: the low bits of the CRC16 of the
+    32-bit product hash x (seed | 1). A model of the data plane, for tests
+    and analysis."""
+    mixed = (flow_hash * (seed | 1)) & 0xFFFFFFFF
+    return crc16(mixed.to_bytes(4, "big")) & (ECMP_SLOTS - 1)
+
+
 def assign_slots(next_hops: Sequence[NextHop], previous: Sequence[NextHop] | None = None,
                  slots: int = ECMP_SLOTS) -> list[NextHop]:
     """Which next hop each of `slots` slots routes to, moving as few slots

@@ -21,7 +21,7 @@
 // half the cores carried nothing. Each switch therefore mixes the 5-tuple
 // hash with its own seed (the default action of ecmp_hash, set by the
 // controller) through a multiplication, which is not linear in the hash
-// bits, and takes the slot from high bits of the product.
+// bits, and takes the slot from a CRC of the product.
 #ifndef FORWARDING_P4
 #define FORWARDING_P4
 
@@ -41,8 +41,13 @@ control Forwarding(inout headers_t hdr,
         hash(flow_hash, HashAlgorithm.crc16, 16w0,
              { hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.ipv4.protocol,
                meta.l4_src_port, meta.l4_dst_port }, 32w65536);
+        // The product is not linear in the hash bits; a CRC over it spreads
+        // every bit of it into the slot (a slice of the product alone left
+        // some pairs of switches correlated: tests/unit/test_ecmp_slots.py).
         bit<32> mixed = (bit<32>) flow_hash * (bit<32>) (seed | 1);
-        meta.ecmp_slot = mixed[23:24 - ECMP_SLOT_BITS];
+        bit<16> slot_hash;
+        hash(slot_hash, HashAlgorithm.crc16, 16w0, { mixed }, 32w65536);
+        meta.ecmp_slot = slot_hash[ECMP_SLOT_BITS - 1:0];
     }
 
     table ecmp_hash {

@@ -1,10 +1,13 @@
-"""Resilient ECMP slot assignment: a next hop that goes away moves only its own slots."""
+"""Resilient ECMP slot assignment: a next hop that goes away moves only its own
+slots; per-switch seeds keep one tier's choice from fixing the next one's."""
+import functools
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
-from control.forwarding import assign_slots
-from control.topology import NextHop
+from control.forwarding import assign_slots, crc16, ecmp_seed, slot_of
+from control.topology import NextHop, load
 
 HOPS = [NextHop(p, "0a:00:00:00:01:%02x" % p, "0a:00:00:00:02:%02x" % p) for p in range(1, 5)]
 
@@ -38,3 +41,42 @@ def test_single_next_hop_and_bad_input():
         assign_slots([], None, 16)
     with pytest.raises(ValueError, match="slots"):
         assign_slots(HOPS, None, 0)
+
+
+@functools.cache
+def _slots(seed: int) -> list[int]:
+    return [slot_of(h, seed) for h in range(0, 1 << 16, 2)]
+
+
+def _joint(seed_a: int, seed_b: int, ways: int = 2) -> Counter:
+    """(choice at tier A, choice at tier B) over 32768 flow hashes, each tier
+    splitting its 16 slots over `ways` next hops as assign_slots does."""
+    return Counter((a % ways, b % ways) for a, b in zip(_slots(seed_a), _slots(seed_b)))
+
+
+def test_bmv2_crc16_model():
+    assert crc16(b"123456789") == 0xBB3D  # CRC-16/ARC check value
+
+
+@pytest.mark.parametrize("ways", [2, 4])
+def test_per_switch_seeds_decorrelate_tiers(ways):
+    """Flows that took one uplink at one tier spread evenly over the next
+    tier's uplinks (polarization made them all take the same one): for every
+    pair of switch seeds of fat-tree-k4, each (first, second) choice holds
+    1/ways of the first choice's flows, within 10%."""
+    topo = load(Path(__file__).resolve().parents[2] / "topologies" / "fat-tree-k4.yaml")
+    seeds = [ecmp_seed(sw.device_id) for sw in topo.switches.values()][:8]
+    for a in seeds:
+        for b in seeds:
+            if a == b:
+                continue
+            joint = _joint(a, b, ways)
+            for first in range(ways):
+                share = [joint[(first, second)] for second in range(ways)]
+                even = sum(share) / ways
+                assert max(abs(n - even) for n in share) / even < 0.1, f"seeds {a:#x}/{b:#x}: {share}"
+
+
+def test_one_seed_everywhere_would_polarize():
+    joint = _joint(0x9E37, 0x9E37)
+    assert joint[(0, 1)] == joint[(1, 0)] == 0  # the second tier repeats the first choice
