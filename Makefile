@@ -32,7 +32,7 @@ HAVE_DOCKER ?= $(eval HAVE_DOCKER := $(shell $(DOCKER) info >/dev/null 2>&1 && e
 
 help:
 	@echo "make run [TOPO=leaf-spine] [ARGS=--no-cli]  build, start, program, ping all pairs, open the CLI"
-	@echo "make test                                   unit + PTF data-plane + end-to-end tests"
+	@echo "make test                                   unit + monitoring (real Prometheus) + PTF data-plane + end-to-end tests"
 	@echo "make doctor                                 what toolchain was found, and how to get what is missing"
 	@echo "make monitor [TOPO=leaf-spine]              INT collector, switch exporter, Prometheus next to a running network"
 	@echo "make experiments | experiment-NAME          every experiment (CSV + PNG under experiments/results/), or one"
