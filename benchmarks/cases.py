@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -99,12 +100,25 @@ def rx_packets(iface: str) -> int:
     return int(Path(f"/sys/class/net/{iface}/statistics/rx_packets").read_text())
 
 
-def start_switch(prefix: list[str] | None = None) -> subprocess.Popen:
+@contextmanager
+def running_switch(case: Case, pipeline: Pipeline, wrapper: list[str] | None = None, timeout: float = 20):
     """simple_switch_grpc between the bench veths, logging off (optionally
-    under a wrapper such as valgrind)."""
+    under a wrapper such as valgrind), running `case`'s program and entries;
+    stopped on exit."""
     cmd = switch_command(require("simple_switch_grpc"), device_id=DEVICE_ID, thrift_port=THRIFT_PORT,
                          grpc_addr=GRPC_ADDR, ports={p: sw for p, (sw, _) in PAIRS.items()}, log_level="off")
-    return subprocess.Popen([*(prefix or []), *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    switch = subprocess.Popen([*(wrapper or []), *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        program(case, pipeline, timeout)
+        yield switch
+        if switch.poll() is not None:
+            raise RuntimeError(f"simple_switch_grpc died while measuring {case.name}")
+    finally:
+        switch.terminate()
+        try:
+            switch.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            switch.kill()
 
 
 def program(case: Case, pipeline: Pipeline, timeout: float = 20) -> None:

@@ -46,7 +46,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cases import (DST_IP, HOST_MAC, IN_PORT, MAIN, OUT_PORT, PAIRS, REPO, SRC_IP, SWITCH_MAC,  # noqa: E402
-                   Case, cases, frames, make_veths, program, remove_veths, rx_packets, select, start_switch)
+                   Case, cases, frames, make_veths, remove_veths, running_switch, rx_packets, select)
 from control.build import compile_p4  # noqa: E402
 from control.switch import Pipeline  # noqa: E402
 from control.toolchain import require  # noqa: E402
@@ -67,9 +67,7 @@ def _blast(iface: str, duration: float, rate_pps: float, out) -> None:
 
 def measure(case: Case, pipeline: Pipeline, duration: float, offered_pps: float) -> tuple[float, float]:
     """(forwarded pps, offered pps actually sent) for one run of `case`."""
-    switch = start_switch()
-    try:
-        program(case, pipeline)
+    with running_switch(case, pipeline):
         queue: mp.Queue = mp.Queue()
         total = WARMUP_S + duration + 0.5
         sender = mp.Process(target=_blast, args=(PAIRS[IN_PORT][1], total, offered_pps, queue))
@@ -79,12 +77,7 @@ def measure(case: Case, pipeline: Pipeline, duration: float, offered_pps: float)
         time.sleep(duration)
         after, t1 = rx_packets(PAIRS[OUT_PORT][1]), time.perf_counter()
         sender.join()
-        if switch.poll() is not None:
-            raise RuntimeError(f"simple_switch_grpc died while measuring {case.name}")
-        return (after - before) / (t1 - t0), queue.get() / total
-    finally:
-        switch.terminate()
-        switch.wait(timeout=10)
+    return (after - before) / (t1 - t0), queue.get() / total
 
 
 def calibrate(case: Case, pipeline: Pipeline) -> float:

@@ -31,8 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cases import IN_PORT, MAIN, OUT_PORT, PAIRS, REPO, cases, frames, make_veths, program, remove_veths, \
-    rx_packets, select, start_switch  # noqa: E402
+from cases import IN_PORT, MAIN, OUT_PORT, PAIRS, REPO, cases, frames, make_veths, remove_veths, \
+    running_switch, rx_packets, select  # noqa: E402
 from control.build import compile_p4  # noqa: E402
 from hostagent.sender import RawSender  # noqa: E402
 
@@ -55,10 +55,8 @@ def measure(case, pipeline, packets: int) -> float:
     out_prefix = OUT_DIR / f"callgrind.{case.name}"
     for old in [out_prefix, *OUT_DIR.glob(f"{out_prefix.name}.*")]:
         old.unlink(missing_ok=True)
-    switch = start_switch(["valgrind", "--tool=callgrind", "--instr-atstart=no",
-                           f"--callgrind-out-file={out_prefix}"])
-    try:
-        program(case, pipeline, timeout=180)
+    wrapper = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out_prefix}"]
+    with running_switch(case, pipeline, wrapper, timeout=180) as switch:
         pid = str(switch.pid)
         callgrind_control("-i", "on", pid)
         before = rx_packets(PAIRS[OUT_PORT][1])
@@ -76,12 +74,6 @@ def measure(case, pipeline, packets: int) -> float:
         if not dumps:
             raise RuntimeError(f"{case.name}: callgrind wrote no dump under {OUT_DIR}")
         return total_instructions(dumps[-1]) / forwarded
-    finally:
-        switch.terminate()
-        try:
-            switch.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            switch.kill()
 
 
 def main() -> int:

@@ -21,6 +21,12 @@ DEFAULT_EXPERIMENT_LOG_LEVEL = "off"
 DEFAULT_INTERACTIVE_LOG_LEVEL = "info"
 
 
+def check_log_level(log_level: str) -> str:
+    if log_level not in LOG_LEVELS:
+        raise ValueError(f"BMv2 log level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
+    return log_level
+
+
 def written_log(log_file: Path) -> Path:
     """Where BMv2 really writes `--log-file log_file`: its (spdlog) rotating
     file sink appends ".txt" to the name it is given."""
@@ -39,12 +45,10 @@ def switch_command(binary: str, *, device_id: int, thrift_port: int, grpc_addr: 
     comes later over P4Runtime (`--no-p4`); P4Runtime listens on `grpc_addr`
     (loopback by default everywhere in the project).
     """
-    if log_level not in LOG_LEVELS:
-        raise ValueError(f"BMv2 log level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
     cmd = [binary, "--device-id", str(device_id), "--thrift-port", str(thrift_port)]
     for number, iface in sorted(ports.items()):
         cmd += ["-i", f"{number}@{iface}"]
-    cmd += ["--log-level", log_level]
+    cmd += ["--log-level", check_log_level(log_level)]
     if log_file is not None:
         cmd += ["--log-file", str(log_file), "--log-flush"]
     if pcap_dir is not None:

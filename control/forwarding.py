@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Mapping, Sequence
 
+from .p4constants import constants
 from .p4info import P4Info
 from .sync import SwitchState
 from .topology import NextHop, Route
@@ -22,7 +23,7 @@ from .topology import NextHop, Route
 LPM_TABLE = "ipv4_lpm"
 NEXT_HOP_TABLE = "next_hop"
 SEED_TABLE = "ecmp_hash"
-ECMP_SLOTS = 16  # 2^ECMP_SLOT_BITS in p4src/include/defines.p4: the slot is a P4 field of that width
+ECMP_SLOTS = 1 << constants()["ECMP_SLOT_BITS"]  # the slot is a P4 field of that width (defines.p4)
 
 
 def ecmp_seed(device_id: int) -> int:

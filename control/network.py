@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .bmv2 import DEFAULT_INTERACTIVE_LOG_LEVEL, LOG_LEVELS, switch_command, written_log
+from .bmv2 import DEFAULT_INTERACTIVE_LOG_LEVEL, check_log_level, switch_command, written_log
 from .bmv2_thrift import Bmv2Thrift
 from .toolchain import require
 from .topology import Host, Nic, Switch, Topology
@@ -93,11 +93,12 @@ class SwitchProcess:
 class Network:
     def __init__(self, topo: Topology, run_dir: Path, log_level: str = DEFAULT_INTERACTIVE_LOG_LEVEL,
                  pcap: bool = False):
-        if log_level not in LOG_LEVELS:
-            raise NetworkError(f"BMv2 log level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
+        try:
+            self.log_level = check_log_level(log_level)  # before anything starts
+        except ValueError as exc:
+            raise NetworkError(str(exc)) from None
         self.topo = topo
         self.run_dir = Path(run_dir)
-        self.log_level = log_level
         self.pcap = pcap
         self.switches: dict[str, SwitchProcess] = {}
         self._made = {"netns": [], "veth": [], "pids": []}

@@ -8,11 +8,13 @@ from pathlib import Path
 
 DEFINES = Path(__file__).resolve().parent.parent / "p4src" / "include" / "defines.p4"
 _CONST_RE = re.compile(r"^\s*const\s+[\w<>]+\s+(\w+)\s*=\s*(0x[0-9a-fA-F]+|\d+)\s*;", re.M)
+_DEFINE_RE = re.compile(r"^\s*#define\s+(\w+)\s+(0x[0-9a-fA-F]+|\d+)\b", re.M)  # widths P4 needs as macros
 
 
 @lru_cache(maxsize=None)
 def constants(path: Path = DEFINES) -> dict[str, int]:
-    return {name: int(value, 0) for name, value in _CONST_RE.findall(path.read_text())}
+    text = path.read_text()
+    return {name: int(value, 0) for name, value in _CONST_RE.findall(text) + _DEFINE_RE.findall(text)}
 
 
 def drop_reasons() -> dict[str, int]:

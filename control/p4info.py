@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Union
+from typing import Any, Mapping, Union
 
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
@@ -113,9 +113,6 @@ class P4Info:
 
     def action(self, name: str) -> p4info_pb2.Action:
         return self.get("actions", name)
-
-    def action_profile(self, name: str) -> p4info_pb2.ActionProfile:
-        return self.get("action_profiles", name)
 
     def counter(self, name: str) -> p4info_pb2.Counter:
         return self.get("counters", name)
@@ -259,36 +256,6 @@ class P4Info:
         else:
             raise EntryError(f"{what}: unsupported match kind {f.match_type}")
         return fm
-
-    def member(self, profile_name: str, member_id: int, action: str,
-               params: Mapping[str, Any] | None = None) -> p4runtime_pb2.ActionProfileMember:
-        profile = self.action_profile(profile_name)
-        table = self.by_id(profile.table_ids[0]) if profile.table_ids else None
-        if not 0 < member_id < 2**32:
-            raise EntryError(f"action profile {profile.preamble.name}: member id {member_id} outside 1..2^32-1")
-        return p4runtime_pb2.ActionProfileMember(
-            action_profile_id=profile.preamble.id, member_id=member_id,
-            action=self.action_call(action, params, table))
-
-    def group(self, profile_name: str, group_id: int, member_ids: Iterable[int],
-              max_size: int = 0) -> p4runtime_pb2.ActionProfileGroup:
-        profile = self.action_profile(profile_name)
-        pname = profile.preamble.name
-        if not profile.with_selector:
-            raise EntryError(f"action profile {pname} has no selector: it cannot hold groups")
-        if not 0 < group_id < 2**32:
-            raise EntryError(f"action profile {pname}: group id {group_id} outside 1..2^32-1")
-        members = list(member_ids)
-        if len(set(members)) != len(members):
-            raise EntryError(f"action profile {pname}: group {group_id} lists a member twice")
-        limit = profile.max_group_size or profile.size
-        if limit and len(members) > limit:
-            raise EntryError(f"action profile {pname}: group {group_id} has {len(members)} members, more than {limit}")
-        group = p4runtime_pb2.ActionProfileGroup(
-            action_profile_id=profile.preamble.id, group_id=group_id, max_size=max_size)
-        for m in members:
-            group.members.add(member_id=m, weight=1)
-        return group
 
     def counter_entry(self, counter_name: str, index: int | None = None) -> p4runtime_pb2.CounterEntry:
         counter = self.counter(counter_name)
