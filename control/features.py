@@ -30,7 +30,7 @@ import importlib
 from functools import cache
 from types import ModuleType
 
-FEATURE_MODULES = ("control.ecn",)
+FEATURE_MODULES = ("control.ecn", "control.int_telemetry")
 
 _REQUIRED = ("SECTION", "parse_section", "switch_state", "bench_state")
 

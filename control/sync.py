@@ -33,17 +33,26 @@ class SwitchState:
     groups: list[p4runtime_pb2.ActionProfileGroup] = field(default_factory=list)
     managed_tables: set[int] = field(default_factory=set)
     managed_profiles: set[int] = field(default_factory=set)
+    # Clone sessions (the replication engine's, e.g. telemetry reports): the
+    # ones a feature owns, by session id.
+    clone_sessions: list[p4runtime_pb2.CloneSessionEntry] = field(default_factory=list)
+    managed_clone_sessions: set[int] = field(default_factory=set)
 
     def merge(self, other: "SwitchState") -> "SwitchState":
         """Add another feature's entities (its tables and profiles must be its own)."""
         overlap = (self.managed_tables & other.managed_tables) | (self.managed_profiles & other.managed_profiles)
         if overlap:
             raise ValueError(f"two features manage the same tables/profiles: {sorted(overlap)}")
+        sessions = self.managed_clone_sessions & other.managed_clone_sessions
+        if sessions:
+            raise ValueError(f"two features manage the same clone sessions: {sorted(sessions)}")
         self.table_entries += other.table_entries
         self.members += other.members
         self.groups += other.groups
+        self.clone_sessions += other.clone_sessions
         self.managed_tables |= other.managed_tables
         self.managed_profiles |= other.managed_profiles
+        self.managed_clone_sessions |= other.managed_clone_sessions
         return self
 
 
@@ -112,6 +121,14 @@ def group_value(g: p4runtime_pb2.ActionProfileGroup) -> frozenset:
     return frozenset((m.member_id, m.weight or 1) for m in g.members)
 
 
+def clone_session_key(c: p4runtime_pb2.CloneSessionEntry) -> int:
+    return c.session_id
+
+
+def clone_session_value(c: p4runtime_pb2.CloneSessionEntry) -> tuple:
+    return (frozenset((r.egress_port, r.instance) for r in c.replicas), c.class_of_service, c.packet_length_bytes)
+
+
 @dataclass
 class _Diff:
     insert: list = field(default_factory=list)
@@ -138,14 +155,18 @@ def _diff(desired: list, existing: list, key: Callable[..., Hashable], value: Ca
 
 
 def read_state(conn: SwitchConnection, tables: set[int], profiles: set[int],
-               default_tables: set[int] = frozenset()) -> SwitchState:
+               default_tables: set[int] = frozenset(), clone_sessions: set[int] = frozenset()) -> SwitchState:
     queries = [p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry(table_id=t)) for t in sorted(tables)]
     queries += [p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry(table_id=t, is_default_action=True))
                 for t in sorted(default_tables)]
     for p in sorted(profiles):
         queries.append(p4runtime_pb2.Entity(action_profile_member=p4runtime_pb2.ActionProfileMember(action_profile_id=p)))
         queries.append(p4runtime_pb2.Entity(action_profile_group=p4runtime_pb2.ActionProfileGroup(action_profile_id=p)))
-    state = SwitchState(managed_tables=set(tables), managed_profiles=set(profiles))
+    if clone_sessions:  # session id 0: every session (filtered below)
+        queries.append(p4runtime_pb2.Entity(packet_replication_engine_entry=p4runtime_pb2.PacketReplicationEngineEntry(
+            clone_session_entry=p4runtime_pb2.CloneSessionEntry(session_id=0))))
+    state = SwitchState(managed_tables=set(tables), managed_profiles=set(profiles),
+                        managed_clone_sessions=set(clone_sessions))
     if not queries:
         return state
     for ent in conn.read(queries):
@@ -157,6 +178,10 @@ def read_state(conn: SwitchConnection, tables: set[int], profiles: set[int],
             state.members.append(ent.action_profile_member)
         elif kind == "action_profile_group":
             state.groups.append(ent.action_profile_group)
+        elif (kind == "packet_replication_engine_entry"
+              and ent.packet_replication_engine_entry.WhichOneof("type") == "clone_session_entry"
+              and ent.packet_replication_engine_entry.clone_session_entry.session_id in clone_sessions):
+            state.clone_sessions.append(ent.packet_replication_engine_entry.clone_session_entry)
     return state
 
 
@@ -167,7 +192,8 @@ def default_tables(state: SwitchState) -> set[int]:
 
 def read_managed(conn: SwitchConnection, state: SwitchState) -> SwitchState:
     """What the switch holds in the tables, profiles and defaults `state` manages."""
-    return read_state(conn, state.managed_tables, state.managed_profiles, default_tables(state))
+    return read_state(conn, state.managed_tables, state.managed_profiles, default_tables(state),
+                      state.managed_clone_sessions)
 
 
 def reconcile(conn: SwitchConnection, desired: SwitchState, dry_run: bool = False,
@@ -183,6 +209,7 @@ def reconcile(conn: SwitchConnection, desired: SwitchState, dry_run: bool = Fals
     tables.delete = [e for e in tables.delete if not e.is_default_action]
     members = _diff(desired.members, existing.members, member_key, member_value)
     groups = _diff(desired.groups, existing.groups, group_key, group_value)
+    sessions = _diff(desired.clone_sessions, existing.clone_sessions, clone_session_key, clone_session_value)
 
     # Order matters: a member exists before a group lists it, a group before
     # an entry points at it; deletions go the other way.
@@ -196,11 +223,14 @@ def reconcile(conn: SwitchConnection, desired: SwitchState, dry_run: bool = Fals
         [update(DELETE, table_entry=_identity(e)) for e in tables.delete],
         [update(DELETE, action_profile_group=g) for g in groups.delete],
         [update(DELETE, action_profile_member=m) for m in members.delete],
+        [update(kind, packet_replication_engine_entry=p4runtime_pb2.PacketReplicationEngineEntry(
+            clone_session_entry=c)) for kind, batch in ((INSERT, sessions.insert), (MODIFY, sessions.modify),
+                                                        (DELETE, sessions.delete)) for c in batch],
     ]
     report = SyncReport(
-        inserted=len(tables.insert) + len(members.insert) + len(groups.insert),
-        modified=len(tables.modify) + len(members.modify) + len(groups.modify),
-        deleted=len(tables.delete) + len(members.delete) + len(groups.delete))
+        inserted=len(tables.insert) + len(members.insert) + len(groups.insert) + len(sessions.insert),
+        modified=len(tables.modify) + len(members.modify) + len(groups.modify) + len(sessions.modify),
+        deleted=len(tables.delete) + len(members.delete) + len(groups.delete) + len(sessions.delete))
     if not dry_run:
         for batch in batches:
             conn.write(batch)

@@ -11,12 +11,15 @@
 #include "include/counters.p4"
 #include "include/forwarding.p4"
 #include "include/ecn.p4"
+#include "include/int_source.p4"
+#include "include/int_egress.p4"
 
 control FabricIngress(inout headers_t hdr,
                       inout local_metadata_t meta,
                       inout standard_metadata_t std_meta) {
     IngressPortCounter() port_counter;
     Forwarding() forwarding;
+    IntSource() int_source;
     DropAccounting() drops;
 
     // A packet that cannot be forwarded gets a drop reason (defines.p4) and
@@ -28,6 +31,9 @@ control FabricIngress(inout headers_t hdr,
         if (std_meta.parser_error == error.NoError && std_meta.checksum_error == 0
                 && hdr.ipv4.isValid() && hdr.ipv4.ttl > 1) {
             forwarding.apply(hdr, meta, std_meta);
+            int_source.apply(hdr, meta, std_meta);
+        } else if (std_meta.parser_error == error.IntMalformed || hdr.int_shim.isValid()) {
+            meta.drop_reason = DROP_INT_MALFORMED;     // a parser error inside INT headers
         } else if (std_meta.parser_error != error.NoError) {
             meta.drop_reason = DROP_PARSER_ERROR;
         } else if (std_meta.checksum_error == 1) {
@@ -45,10 +51,14 @@ control FabricEgress(inout headers_t hdr,
                      inout local_metadata_t meta,
                      inout standard_metadata_t std_meta) {
     EgressPortCounter() port_counter;
+    IntEgress() int_egress;
     EcnMarking() ecn;
 
+    // INT before ECN: a report clone's IPv4 header is the report's own by
+    // the time ECN looks at it (the reported packet is left as received).
     apply {
         port_counter.apply(std_meta);
+        int_egress.apply(hdr, meta, std_meta);
         ecn.apply(hdr, std_meta);
     }
 }

@@ -19,10 +19,37 @@ control VerifyIpv4Checksum(inout headers_t hdr, inout local_metadata_t meta) {
     }
 }
 
+// The INT bytes a TCP/UDP checksum covers: every INT header (invalid ones
+// add nothing), a header stack element by element (BMv2 takes no whole
+// stack in a checksum). The payload follows them.
+#define ELEMENTS_8(s, i) s[(i)], s[(i) + 1], s[(i) + 2], s[(i) + 3], s[(i) + 4], s[(i) + 5], s[(i) + 6], s[(i) + 7]
+#define INT_FILL_ELEMENTS(h) ELEMENTS_8(h.int_fill, 0), ELEMENTS_8(h.int_fill, 8), ELEMENTS_8(h.int_fill, 16), \
+    h.int_fill[24], h.int_fill[25], h.int_fill[26], h.int_fill[27], h.int_fill[28], h.int_fill[29], h.int_fill[30]
+#define INT_STACK_ELEMENTS(h) ELEMENTS_8(h.int_stack, 0), ELEMENTS_8(h.int_stack, 8), ELEMENTS_8(h.int_stack, 16), \
+    ELEMENTS_8(h.int_stack, 24), ELEMENTS_8(h.int_stack, 32), ELEMENTS_8(h.int_stack, 40), \
+    ELEMENTS_8(h.int_stack, 48), ELEMENTS_8(h.int_stack, 56)
+#define INT_CHECKSUM_HEADERS(h) \
+    h.int_shim, h.int_md, h.int_node_id, h.int_l1_ports, h.int_hop_latency, h.int_queue, \
+    h.int_ingress_ts, h.int_egress_ts, INT_FILL_ELEMENTS(h), h.int_ds_tx_bytes, h.int_ds_tx_time, \
+    h.int_ds_link_rate, h.int_checksum_fill, INT_STACK_ELEMENTS(h)
+
+// IPv4 header checksum, and the TCP/UDP checksum of packets whose length
+// INT changed (source, transit, sink): meta.telemetry.l4_checksum. A zero UDP
+// checksum (none) stays zero.
 control ComputeIpv4Checksum(inout headers_t hdr, inout local_metadata_t meta) {
     apply {
         update_checksum(hdr.ipv4.isValid(), IPV4_CHECKSUM_FIELDS(hdr.ipv4),
                         hdr.ipv4.hdr_checksum, HashAlgorithm.csum16);
+        update_checksum_with_payload(meta.telemetry.l4_checksum && hdr.udp.isValid() && hdr.udp.checksum != 0,
+            { hdr.ipv4.src_addr, hdr.ipv4.dst_addr, 8w0, hdr.ipv4.protocol, hdr.udp.length,
+              hdr.udp.src_port, hdr.udp.dst_port, hdr.udp.length, INT_CHECKSUM_HEADERS(hdr) },
+            hdr.udp.checksum, HashAlgorithm.csum16);
+        update_checksum_with_payload(meta.telemetry.l4_checksum && hdr.tcp.isValid(),
+            { hdr.ipv4.src_addr, hdr.ipv4.dst_addr, 8w0, hdr.ipv4.protocol, meta.telemetry.l4_length,
+              hdr.tcp.src_port, hdr.tcp.dst_port, hdr.tcp.seq_no, hdr.tcp.ack_no, hdr.tcp.data_offset,
+              hdr.tcp.reserved, hdr.tcp.flags, hdr.tcp.window, hdr.tcp.urgent_ptr, hdr.tcp_options,
+              INT_CHECKSUM_HEADERS(hdr) },
+            hdr.tcp.checksum, HashAlgorithm.csum16);
     }
 }
 

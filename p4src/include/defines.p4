@@ -38,6 +38,34 @@ const drop_reason_t DROP_BAD_IPV4_CHECKSUM = 2;
 const drop_reason_t DROP_NOT_IPV4 = 3;
 const drop_reason_t DROP_NO_ROUTE = 4;           // no LPM match, or next hop missing
 const drop_reason_t DROP_TTL_EXPIRED = 5;
+const drop_reason_t DROP_INT_MALFORMED = 6;      // INT headers: bad version/type, length, hop ML or stack size
 const bit<32> DROP_REASON_COUNT = 16;
+
+// In-band network telemetry (INT v2.1, Telemetry Report v2.0): the wire
+// contract is docs/int.md; hostagent/int_headers.py holds the same values.
+const bit<16> INT_UDP_PORT = 6000;         // UDP dport announcing INT after the UDP header (NPT 1)
+const bit<6>  INT_DSCP = 0x17;             // IPv4 DSCP announcing INT after the TCP header (NPT 0)
+const bit<16> REPORT_UDP_PORT = 32766;     // telemetry reports go to this collector port
+const bit<4>  INT_VERSION = 2;
+const bit<4>  REPORT_VERSION = 2;
+const bit<4>  INT_TYPE_MD = 1;
+const bit<2>  INT_NPT_DSCP = 0;
+const bit<2>  INT_NPT_UDP_PORT = 1;
+const bit<8>  INT_HEADER_WORDS = 3;        // INT-MD header, counted by the shim's Length
+const bit<16> INT_SHIM_AND_HEADER_BYTES = 16;
+const bit<16> FABRIC_DS_ID = 0xAF01;       // this project's INT domain: DS bits = tx bytes, tx time, link rate
+// The metadata stack a switch can carry and report, in 4-byte words. A hop
+// that would grow the stack beyond it pushes nothing and sets M.
+#define INT_MAX_STACK_WORDS 64             // checksums.p4 and int_egress.p4 unroll these
+const bit<8>  INT_MAX_STACK_WORDS_C = INT_MAX_STACK_WORDS;
+#define INT_MAX_FILL_WORDS 31              // all-ones words a hop may need (HopML is 5 bits); checksums.p4 lists them
+const bit<32> INT_WATCHLIST_SIZE = 1024;
+const bit<16> INT_DEFAULT_MTU = 1500;      // IPv4 bytes, until the controller sets a port's
+const bit<32> REPORT_MIRROR_SESSION = 500; // clone session of telemetry reports (set by the controller)
+const bit<8>  INT_REPORT_FIELDS = 1;       // @field_list of what a report clone keeps
+// standard_metadata.instance_type of BMv2 (simple_switch.cpp)
+typedef bit<32> instance_type_t;
+const instance_type_t INSTANCE_NORMAL = 0;
+const instance_type_t INSTANCE_EGRESS_CLONE = 2;
 
 #endif

@@ -52,6 +52,26 @@ parser FabricParser(packet_in packet,
         packet.extract(hdr.tcp);
         meta.l4_src_port = hdr.tcp.src_port;
         meta.l4_dst_port = hdr.tcp.dst_port;
+        transition select(hdr.tcp.data_offset, hdr.ipv4.dscp) {
+            (5, INT_DSCP): parse_int_shim;
+            (5, _): accept;
+            (0 &&& 0xC, _): reject_tcp_offset;   // 0..3: shorter than the TCP header
+            (4, _): reject_tcp_offset;
+            default: parse_tcp_options;
+        }
+    }
+
+    // TCP options are kept as one opaque block: INT over TCP sits after them.
+    state parse_tcp_options {
+        packet.extract(hdr.tcp_options, ((bit<32>) hdr.tcp.data_offset - 5) * 32);
+        transition select(hdr.ipv4.dscp) {
+            INT_DSCP: parse_int_shim;
+            default: accept;
+        }
+    }
+
+    state reject_tcp_offset {
+        verify(false, error.HeaderTooShort);
         transition accept;
     }
 
@@ -59,16 +79,99 @@ parser FabricParser(packet_in packet,
         packet.extract(hdr.udp);
         meta.l4_src_port = hdr.udp.src_port;
         meta.l4_dst_port = hdr.udp.dst_port;
-        transition accept;
+        transition select(hdr.udp.dst_port) {
+            INT_UDP_PORT: parse_int_shim;
+            default: accept;
+        }
+    }
+
+    // INT-MD: shim, header, then the metadata stack as 4-byte words. A
+    // malformed INT packet stops here with error.IntMalformed (or a
+    // PacketTooShort/StackOutOfBounds with the shim valid), which ingress
+    // counts as DROP_INT_MALFORMED.
+    state parse_int_shim {
+        packet.extract(hdr.int_shim);
+        verify(hdr.int_shim.int_type == INT_TYPE_MD && hdr.int_shim.len >= INT_HEADER_WORDS,
+               error.IntMalformed);
+        meta.telemetry.words_left = hdr.int_shim.len - INT_HEADER_WORDS;
+        transition parse_int_md;
+    }
+
+    state parse_int_md {
+        packet.extract(hdr.int_md);
+        verify(hdr.int_md.ver == INT_VERSION, error.IntMalformed);
+        meta.telemetry.hop_words = INT_BASELINE_WORDS(hdr.int_md.instruction_bitmap);
+        transition select(hdr.int_md.ds_id) {
+            FABRIC_DS_ID: parse_int_fabric_ds;
+            default: check_int_hop_ml;
+        }
+    }
+
+    state parse_int_fabric_ds {
+        meta.telemetry.hop_words = meta.telemetry.hop_words + INT_FABRIC_DS_WORDS(hdr.int_md.ds_instruction);
+        transition check_int_hop_ml;
+    }
+
+    // HopML must hold what the bitmaps ask for; the rest of it is all-ones
+    // fill (bits 6-14, a domain this switch does not know).
+    state check_int_hop_ml {
+        verify((bit<8>) hdr.int_md.hop_ml >= meta.telemetry.hop_words, error.IntMalformed);
+        meta.telemetry.fill_words = (bit<8>) hdr.int_md.hop_ml - meta.telemetry.hop_words;
+        transition parse_int_stack;
+    }
+
+    state parse_int_stack {
+        transition select(meta.telemetry.words_left) {
+            0: accept;
+            default: parse_int_word;
+        }
+    }
+
+    state parse_int_word {
+        packet.extract(hdr.int_stack.next);
+        meta.telemetry.words_left = meta.telemetry.words_left - 1;
+        transition parse_int_stack;
     }
 }
 
+// Emits every valid header in the order of headers_t (see there).
 control FabricDeparser(packet_out packet, in headers_t hdr) {
     apply {
         packet.emit(hdr.ethernet);
         packet.emit(hdr.ipv4);
-        packet.emit(hdr.tcp);
         packet.emit(hdr.udp);
+        packet.emit(hdr.tcp);
+        packet.emit(hdr.tcp_options);
+        packet.emit(hdr.report_group);
+        packet.emit(hdr.report_individual);
+        packet.emit(hdr.report_main);
+        packet.emit(hdr.report_l1_ports);
+        packet.emit(hdr.report_hop_latency);
+        packet.emit(hdr.report_queue);
+        packet.emit(hdr.report_ingress_ts);
+        packet.emit(hdr.report_egress_ts);
+        packet.emit(hdr.report_drop);
+        packet.emit(hdr.report_ds_tx_bytes);
+        packet.emit(hdr.report_ds_tx_time);
+        packet.emit(hdr.report_ds_link_rate);
+        packet.emit(hdr.inner_ipv4);
+        packet.emit(hdr.inner_udp);
+        packet.emit(hdr.inner_tcp);
+        packet.emit(hdr.inner_tcp_options);
+        packet.emit(hdr.int_shim);
+        packet.emit(hdr.int_md);
+        packet.emit(hdr.int_node_id);
+        packet.emit(hdr.int_l1_ports);
+        packet.emit(hdr.int_hop_latency);
+        packet.emit(hdr.int_queue);
+        packet.emit(hdr.int_ingress_ts);
+        packet.emit(hdr.int_egress_ts);
+        packet.emit(hdr.int_fill);
+        packet.emit(hdr.int_ds_tx_bytes);
+        packet.emit(hdr.int_ds_tx_time);
+        packet.emit(hdr.int_ds_link_rate);
+        packet.emit(hdr.int_checksum_fill);
+        packet.emit(hdr.int_stack);
     }
 }
 

@@ -17,6 +17,7 @@ import ptf
 import ptf.testutils as tu
 from ptf.base_tests import BaseTest
 
+from control.int_telemetry import REPORT_SESSION
 from control.forwarding import LPM_TABLE, NEXT_HOP_TABLE, assign_slots, group_entries, route_entry
 from control.p4constants import drop_reasons
 from control.p4info import P4Info
@@ -70,7 +71,8 @@ class P4RuntimeTest(BaseTest):
     def empty_state(self) -> SwitchState:
         info = self.p4info.proto
         return SwitchState(managed_tables={t.preamble.id for t in info.tables},
-                           managed_profiles={p.preamble.id for p in info.action_profiles})
+                           managed_profiles={p.preamble.id for p in info.action_profiles},
+                           managed_clone_sessions={REPORT_SESSION})
 
     def apply(self) -> None:
         """Make the switch hold exactly self.state."""

@@ -1,0 +1,481 @@
+"""PTF tests of INT (p4src/include/int_source.p4, int_egress.p4): source,
+transit and sink byte layouts, E and M bits, Telemetry Report v2.0 from the
+sink with consecutive sequence numbers, malformed INT dropped with its own
+reason, sampling, and traffic outside the watchlist left alone.
+
+Expected bytes are written here with struct, field by field from the specs
+(INT v2.1, Telemetry Report v2.0), not with the project's Scapy encoder.
+What only the switch knows (timestamps, hop latency, queue depth) is read
+from the received bytes and checked for consistency instead.
+
+Ports: 1 a host port (the watchlist matches there), 2 the destination's
+port (a sink or a transit port, per test), 3 a fabric port INT packets
+arrive on, 4 the way to the collector.
+"""
+from __future__ import annotations
+
+import struct
+
+import ptf.testutils as tu
+from ptf_lib.base_test import HOST_MAC, SWITCH_MAC, P4RuntimeTest, neighbour_mac, port_mac
+from scapy.layers.inet import IP, TCP, UDP
+from scapy.layers.l2 import Ether
+from scapy.packet import Raw
+
+from control.int_telemetry import Instructions, ReportPath, WatchRule, int_state, watchlist_entries
+from hostagent.int_headers import TelemetryReportGroup
+
+HOST_PORT, DST_PORT, FABRIC_PORT, COLLECTOR_PORT = 1, 2, 3, 4
+NODE_ID = 7
+REPORT = ReportPath(COLLECTOR_PORT, port_mac(COLLECTOR_PORT), neighbour_mac(COLLECTOR_PORT),
+                    "10.255.0.7", "10.0.9.1", 32766)
+BASELINE = ["node_id", "l1_ports", "hop_latency", "queue", "ingress_ts", "egress_ts"]
+HPCC = ["node_id", "l1_ports", "queue", "tx_bytes", "tx_time", "link_rate"]
+LINK_RATE = 1000
+DS_ID = 0xAF01
+
+
+def udp_packet(payload: bytes = b"gradient chunk 0123456789abcdef", sport: int = 49152, dport: int = 4791,
+               src: str = "10.0.1.1", dst: str = "10.0.2.1", **ip):
+    return Ether(dst=SWITCH_MAC, src=HOST_MAC) / IP(src=src, dst=dst, id=7, **ip) / UDP(sport=sport, dport=dport) \
+        / Raw(payload)
+
+
+def tcp_packet(options=(("MSS", 1460), ("NOP", None), ("WScale", 7)), tos: int = 0x28 | 1):
+    return Ether(dst=SWITCH_MAC, src=HOST_MAC) / IP(src="10.0.1.1", dst="10.0.2.1", id=9, tos=tos) \
+        / TCP(sport=40000, dport=5001, flags="PA", seq=1000, options=list(options)) / Raw(b"tcp payload bytes")
+
+
+def routed(pkt, port: int) -> bytes:
+    out = pkt.copy()
+    out[Ether].src, out[Ether].dst = port_mac(port), neighbour_mac(port)
+    out[IP].ttl -= 1
+    del out[IP].chksum
+    return bytes(Ether(bytes(out)))
+
+
+def l4_checksum_ok(frame: bytes) -> bool:
+    """The TCP/UDP checksum of an Ethernet/IPv4 frame, recomputed by Scapy, equals the one sent."""
+    ip = Ether(frame)[IP]
+    l4 = ip.payload
+    if isinstance(l4, UDP) and l4.chksum == 0:
+        return True
+    sent = l4.chksum
+    again = IP(bytes(ip))
+    del again.payload.chksum
+    return IP(bytes(again)).payload.chksum == sent
+
+
+# -- INT bytes written from the specs ------------------------------------------
+
+def shim(npt: int, words: int, npt_field: int) -> bytes:
+    """Type 1 (INT-MD) | NPT | rsvd | Length | 16 bits."""
+    return struct.pack("!BBH", (1 << 4) | (npt << 2), words, npt_field)
+
+
+def md_header(hop_ml: int, remaining: int, bitmap: int, ds_id: int = 0, ds_ins: int = 0,
+              d: int = 0, e: int = 0, m: int = 0) -> bytes:
+    first = (2 << 28) | (d << 27) | (e << 26) | (m << 25) | (hop_ml << 8) | remaining
+    return struct.pack("!IHHHH", first, bitmap, ds_id, ds_ins, 0)
+
+
+def words_of(names) -> int:
+    sizes = {"node_id": 1, "l1_ports": 1, "hop_latency": 1, "queue": 1, "ingress_ts": 2, "egress_ts": 2,
+             "l2_ports": 2, "tx_utilization": 1, "buffer": 1, "checksum_complement": 1,
+             "tx_bytes": 1, "tx_time": 1, "link_rate": 1}
+    return sum(sizes[n] for n in names)
+
+
+class Hop:
+    """One hop's metadata read back from `data` in the order the bitmaps
+    give (INT v2.1 section 4.7): baseline bits, DS bits, checksum last."""
+    ORDER = ["node_id", "l1_ports", "hop_latency", "queue", "ingress_ts", "egress_ts", "l2_ports",
+             "tx_utilization", "buffer", "tx_bytes", "tx_time", "link_rate", "checksum_complement"]
+
+    def __init__(self, names, data: bytes):
+        self.values, self.raw = {}, {}
+        offset = 0
+        for name in self.ORDER:
+            if name not in names:
+                continue
+            size = 4 * words_of([name])
+            chunk = data[offset:offset + size]
+            self.raw[name] = chunk
+            self.values[name] = int.from_bytes(chunk, "big")
+            offset += size
+        assert offset == len(data), (offset, len(data))
+
+
+class IntTestBase(P4RuntimeTest):
+    sinks: set[int] = {HOST_PORT}
+    mtu = 1500
+
+    def setUp(self):
+        super().setUp()
+        self.add_direct_route("10.0.2.0/24", DST_PORT)
+        self.add_direct_route("10.0.1.0/24", HOST_PORT)
+        self.add_direct_route("10.0.9.0/24", COLLECTOR_PORT)
+        self.base = list(self.state.table_entries)
+        self.watch()
+
+    def watch(self, *rules: WatchRule, sinks=None, mtu=None) -> None:
+        """Make the switch's INT state this: `rules` on HOST_PORT only, the
+        given sink ports, reports to COLLECTOR_PORT."""
+        sinks = self.sinks if sinks is None else sinks
+        int_entries = int_state(self.p4info, node_id=NODE_ID, ports={p: LINK_RATE for p in self.ports},
+                                sink_ports=set(sinks), rules=(), report=REPORT,
+                                mtu=self.mtu if mtu is None else mtu)
+        int_entries.table_entries += watchlist_entries(self.p4info, tuple(rules), [HOST_PORT])
+        self.state = self.empty_state()
+        self.state.table_entries = list(self.base) + int_entries.table_entries
+        self.state.clone_sessions = list(int_entries.clone_sessions)
+        self.apply()
+
+    def send(self, port: int, pkt) -> None:
+        tu.send_packet(self, port, bytes(pkt))
+
+    def one(self, port: int, timeout: float = 2.0) -> bytes:
+        result = tu.dp_poll(self, device_number=0, port_number=port, timeout=timeout)
+        self.assertIsInstance(result, self.dataplane.PollSuccess, f"nothing left port {port}")
+        return bytes(result.packet)
+
+    def int_packet(self, names, hops: list[bytes], remaining: int, payload_pkt=None, npt_field: int = 4791,
+                   hop_ml: int | None = None, ver: int = 2, shim_words: int | None = None) -> bytes:
+        """A UDP packet as an upstream switch sends it: INT with `hops` on
+        the stack (top first), built from the spec."""
+        ins = Instructions.of(names)
+        hop_ml = ins.hop_ml if hop_ml is None else hop_ml
+        stack = b"".join(hops)
+        words = 3 + len(stack) // 4 if shim_words is None else shim_words
+        header = bytearray(md_header(hop_ml, remaining, ins.bitmap, ins.ds_id, ins.ds_bits))
+        header[0] = (ver << 4) | (header[0] & 0x0F)
+        int_bytes = shim(1, words, npt_field) + bytes(header) + stack
+        inner = payload_pkt if payload_pkt is not None else udp_packet()
+        l4 = inner[UDP]
+        pkt = Ether(dst=SWITCH_MAC, src=neighbour_mac(FABRIC_PORT)) / IP(bytes(inner[IP]))
+        pkt[UDP].dport = 6000
+        pkt[UDP].remove_payload()
+        pkt = pkt / Raw(int_bytes + bytes(l4.payload))
+        del pkt[IP].len, pkt[IP].chksum, pkt[UDP].len, pkt[UDP].chksum
+        return bytes(Ether(bytes(pkt)))
+
+
+# -- source ---------------------------------------------------------------------
+
+class SourcePushesShimHeaderAndItsHopTest(IntTestBase):
+    """Host port in, transit port out: shim (NPT 1, original port), INT-MD
+    header, the source's own hop; lengths and both checksums right."""
+    sinks: set[int] = set()
+
+    def runTest(self):
+        self.watch(WatchRule(instructions=Instructions.of(BASELINE), max_hops=5))
+        pkt = udp_packet()
+        self.send(HOST_PORT, pkt)
+        out = self.one(DST_PORT)
+        plain = routed(pkt, DST_PORT)
+        hop_words = words_of(BASELINE)
+        int_len = 4 + 12 + 4 * hop_words
+        self.assertEqual(len(out), len(plain) + int_len)
+        self.assertEqual(out[:14], plain[:14])
+        ip = Ether(out)[IP]
+        self.assertEqual(ip.len, len(plain) - 14 + int_len)
+        self.assertEqual(ip.ttl, 63)
+        self.assertEqual(struct.unpack("!H", out[36:38])[0], 6000, "UDP dport becomes INT_UDP_PORT")
+        self.assertEqual(struct.unpack("!H", out[38:40])[0], 8 + 31 + int_len, "UDP length covers INT")
+        self.assertTrue(l4_checksum_ok(out), "UDP checksum recomputed over the INT bytes")
+        at = 42
+        self.assertEqual(out[at:at + 4], shim(1, 3 + hop_words, 4791))
+        self.assertEqual(out[at + 4:at + 16], md_header(hop_words, 4, Instructions.of(BASELINE).bitmap))
+        hop = Hop(BASELINE, out[at + 16:at + int_len])
+        v = hop.values
+        self.assertEqual(v["node_id"], NODE_ID)
+        self.assertEqual(v["l1_ports"], (HOST_PORT << 16) | DST_PORT)
+        self.assertEqual(v["queue"] >> 24, 0, "queue id 0")
+        self.assertLess(v["queue"] & 0xFFFFFF, 64)
+        self.assertGreater(v["ingress_ts"], 0)
+        self.assertGreaterEqual(v["egress_ts"], v["ingress_ts"])
+        self.assertEqual(v["hop_latency"], v["egress_ts"] - v["ingress_ts"])
+        self.assertEqual(out[at + int_len:], bytes(pkt[Raw]), "payload untouched, after INT")
+
+
+class EveryInstructionCombinationGivesItsHopMlTest(IntTestBase):
+    """All 2^6 baseline combinations, with and without the DS bits: HopML,
+    shim Length and the pushed bytes follow the bitmap."""
+    sinks: set[int] = set()
+
+    def runTest(self):
+        ds_names = ["tx_bytes", "tx_time", "link_rate"]
+        checked = 0
+        for combo in range(1, 1 << 6):
+            for ds in (False, True):
+                names = [n for i, n in enumerate(BASELINE) if combo >> i & 1] + (ds_names if ds else [])
+                self.watch(WatchRule(instructions=Instructions.of(names), max_hops=3))
+                pkt = udp_packet(sport=1000 + combo)
+                self.send(HOST_PORT, pkt)
+                out = self.one(DST_PORT)
+                words = words_of(names)
+                with self.subTest(instructions=names):
+                    self.assertEqual(out[43], 3 + words, "shim Length")
+                    self.assertEqual(out[48] & 0x1F, words, "HopML")
+                    self.assertEqual(len(out), len(routed(pkt, DST_PORT)) + 16 + 4 * words)
+                    hop = Hop(names, out[58:58 + 4 * words])
+                    if "link_rate" in names:
+                        self.assertEqual(hop.values["link_rate"], LINK_RATE)
+                    if "tx_bytes" in names:
+                        self.assertGreater(hop.values["tx_bytes"], 0)
+                checked += 1
+        self.assertEqual(checked, 126)
+
+
+class UnsupportedBitsAreAllOnesTest(IntTestBase):
+    """Bits 6-8 (L2 ports, tx utilisation, buffer) and bit 15 (checksum
+    complement) cannot be given on BMv2: their words are all-ones, and the
+    checksum complement comes last."""
+    sinks: set[int] = set()
+
+    def runTest(self):
+        names = ["node_id", "l2_ports", "tx_utilization", "buffer", "tx_bytes", "checksum_complement"]
+        self.watch(WatchRule(instructions=Instructions.of(names), max_hops=3))
+        self.send(HOST_PORT, udp_packet())
+        out = self.one(DST_PORT)
+        hop = Hop(names, out[58:58 + 4 * words_of(names)])
+        self.assertEqual(hop.values["node_id"], NODE_ID)
+        for name in ("l2_ports", "tx_utilization", "buffer", "checksum_complement"):
+            self.assertEqual(set(hop.raw[name]), {0xFF}, name)
+        self.assertNotEqual(hop.raw["tx_bytes"], b"\xff" * 4)
+        self.assertTrue(l4_checksum_ok(out))
+
+
+class TcpSourceUsesDscpAndKeepsOptionsTest(IntTestBase):
+    """TCP: DSCP becomes INT_DSCP (ECN kept), the original DSCP goes to the
+    shim's upper 6 bits, INT follows the TCP options, TCP checksum valid."""
+    sinks: set[int] = set()
+
+    def runTest(self):
+        self.watch(WatchRule(instructions=Instructions.of(["node_id"]), max_hops=4))
+        pkt = tcp_packet()
+        self.send(HOST_PORT, pkt)
+        out = self.one(DST_PORT)
+        self.assertEqual(out[15], (0x17 << 2) | 1, "DSCP 0x17, ECN ECT(1) kept")
+        tcp_len = (out[14 + 20 + 12] >> 4) * 4
+        at = 14 + 20 + tcp_len
+        sent_tcp = bytes(pkt[TCP])
+        self.assertEqual(out[34:50] + out[52:at], sent_tcp[:16] + sent_tcp[18:tcp_len],
+                         "TCP header (but its checksum) and options unchanged")
+        self.assertEqual(out[at:at + 4], shim(0, 4, (0x28 >> 2) << 2))
+        self.assertEqual(struct.unpack("!I", out[at + 16:at + 20])[0], NODE_ID)
+        self.assertEqual(out[at + 20:], b"tcp payload bytes")
+        self.assertTrue(l4_checksum_ok(out), "TCP checksum covers INT")
+
+
+class TrafficOutsideTheWatchlistIsUntouchedTest(IntTestBase):
+    """A rule for UDP to 10.0.2.0/24 port 4791: another port, another
+    protocol, another destination all pass unchanged."""
+    sinks: set[int] = set()
+
+    def runTest(self):
+        self.watch(WatchRule(dst="10.0.2.0/24", protocol=17, dst_ports=(4791, 4791)))
+        cases = {"other port": (udp_packet(dport=4792), DST_PORT),
+                 "other protocol": (tcp_packet(), DST_PORT),
+                 "other destination": (udp_packet(dst="10.0.9.1"), COLLECTOR_PORT)}
+        for what, (pkt, port) in cases.items():
+            with self.subTest(case=what):
+                self.send(HOST_PORT, pkt)
+                self.assertEqual(self.one(port), routed(pkt, port))
+        self.send(HOST_PORT, udp_packet())
+        self.assertEqual(struct.unpack("!H", self.one(DST_PORT)[36:38])[0], 6000, "the rule itself matches")
+
+
+class SamplingOneInNTest(IntTestBase):
+    """sample: 4 puts INT into about a quarter of the packets. With n = 400
+    and p = 1/4 the count is 100 +- 8.7 (one standard deviation); the test
+    accepts 100 +- 40 (4.6 sigma: fails about once in 250,000 runs)."""
+    sinks: set[int] = set()
+
+    def runTest(self):
+        self.watch(WatchRule(instructions=Instructions.of(["node_id"]), sample=4))
+        self.dataplane.set_qlen(10_000)
+        n = 400
+        for i in range(n):
+            self.send(HOST_PORT, udp_packet(sport=2000 + i))
+        frames = self.receive_all(DST_PORT, timeout=1.0)
+        self.assertEqual(len(frames), n)
+        with_int = sum(1 for f in frames if struct.unpack("!H", f[36:38])[0] == 6000)
+        self.assertGreaterEqual(with_int, 60)
+        self.assertLessEqual(with_int, 140)
+
+
+# -- transit --------------------------------------------------------------------
+
+def spec_hop(node: int, occupancy: int) -> bytes:
+    return struct.pack("!II", node, occupancy)
+
+
+class TransitPushesOnTopOfTheStackTest(IntTestBase):
+    """The spec's INT-MD-over-UDP example (bits 0 and 3, HopML 2, two hops,
+    RemainingHopCnt 6) through a transit hop: a third hop on top, count 5,
+    Length 9, the rest byte for byte."""
+    sinks: set[int] = set()
+
+    def runTest(self):
+        names = ["node_id", "queue"]
+        sent = self.int_packet(names, [spec_hop(2, 5), spec_hop(1, 3)], remaining=6)
+        self.send(FABRIC_PORT, Ether(sent))
+        out = self.one(DST_PORT)
+        self.assertEqual(len(out), len(sent) + 8)
+        self.assertEqual(out[42:46], shim(1, 9, 4791))
+        self.assertEqual(out[46:58], md_header(2, 5, 0x9000))
+        self.assertEqual(struct.unpack("!I", out[58:62])[0], NODE_ID)
+        self.assertEqual(out[62], 0, "queue id")
+        self.assertEqual(out[66:82], spec_hop(2, 5) + spec_hop(1, 3))
+        self.assertEqual(out[82:], sent[74:], "payload")
+        self.assertTrue(l4_checksum_ok(out))
+
+
+class ZeroRemainingHopCountSetsETest(IntTestBase):
+    sinks: set[int] = set()
+
+    def runTest(self):
+        sent = self.int_packet(["node_id", "queue"], [spec_hop(2, 5)], remaining=0)
+        self.send(FABRIC_PORT, Ether(sent))
+        out = self.one(DST_PORT)
+        expected = bytearray(routed(Ether(sent), DST_PORT))
+        expected[46] |= 0x04          # E: bit 5 of the first byte (Ver(4) D E M)
+        self.assertEqual(len(out), len(sent), "nothing pushed")
+        self.assertEqual(out[42:], bytes(expected[42:]))
+
+
+class MtuWouldBeExceededSetsMTest(IntTestBase):
+    sinks: set[int] = set()
+
+    def runTest(self):
+        sent = self.int_packet(["node_id", "queue"], [spec_hop(2, 5)], remaining=5)
+        ip_len = len(sent) - 14
+        self.watch(mtu=ip_len + 7)    # one 8-byte hop more would exceed it
+        self.send(FABRIC_PORT, Ether(sent))
+        out = self.one(DST_PORT)
+        self.assertEqual(len(out), len(sent), "nothing pushed")
+        self.assertEqual(out[46] & 0x02, 0x02, "M set")
+        self.assertEqual(out[49], 5, "RemainingHopCnt unchanged")
+        self.watch(mtu=ip_len + 8)    # exactly fits
+        self.send(FABRIC_PORT, Ether(sent))
+        self.assertEqual(len(self.one(DST_PORT)), len(sent) + 8)
+
+
+# -- malformed INT ----------------------------------------------------------------
+
+class MalformedIntIsDroppedWithItsReasonTest(IntTestBase):
+    """Bad version, a Length beyond the packet, HopML below what the bitmap
+    asks, a stack beyond INT_MAX_STACK_WORDS: dropped as INT_MALFORMED, the
+    switch keeps forwarding."""
+    sinks: set[int] = set()
+
+    def runTest(self):
+        names = ["node_id", "queue"]
+        good = self.int_packet(names, [spec_hop(2, 5)], remaining=5)
+        cases = {
+            "version 1": self.int_packet(names, [spec_hop(2, 5)], remaining=5, ver=1),
+            "length beyond the packet": self.int_packet(names, [spec_hop(2, 5)], remaining=5, shim_words=40,
+                                                        payload_pkt=udp_packet(payload=b"x")),
+            "HopML below the bitmap": self.int_packet(names, [spec_hop(2, 5)], remaining=5, hop_ml=1),
+            "stack beyond 64 words": self.int_packet(names, [spec_hop(2, 5)] * 33, remaining=5),
+            "shim Length below the header": self.int_packet(names, [], remaining=5, shim_words=2),
+        }
+        before = self.drops("INT_MALFORMED")
+        for i, (what, frame) in enumerate(cases.items(), 1):
+            with self.subTest(case=what):
+                self.send(FABRIC_PORT, Ether(frame))
+                tu.verify_no_other_packets(self, timeout=0.5)
+                self.assertEqual(self.drops("INT_MALFORMED"), before + i)
+        self.send(FABRIC_PORT, Ether(good))
+        self.assertEqual(len(self.one(DST_PORT)), len(good) + 8, "a good INT packet still goes through")
+
+
+# -- sink and reports ---------------------------------------------------------------
+
+class SinkRestoresThePacketAndReportsTest(IntTestBase):
+    """The sink port gets the original packet back byte for byte (port,
+    lengths, checksum); the collector port gets a Telemetry Report v2.0
+    whose inner packet is the INT packet as received, and sequence numbers
+    count up by one."""
+    sinks: set[int] = {DST_PORT}
+
+    def runTest(self):
+        names = ["node_id", "queue"]
+        seqs = []
+        for i in range(5):
+            original = udp_packet(payload=b"chunk %d" % i)
+            sent = self.int_packet(names, [spec_hop(2, 5 + i), spec_hop(1, 3)], remaining=6, payload_pkt=original)
+            self.send(FABRIC_PORT, Ether(sent))
+            out = self.one(DST_PORT)
+            fabric_side = original.copy()
+            fabric_side[Ether].src = neighbour_mac(FABRIC_PORT)
+            self.assertEqual(out, routed(fabric_side, DST_PORT), "original packet restored byte for byte")
+            report = self.one(COLLECTOR_PORT)
+            seqs.append(self.check_report(report, sent))
+        self.assertEqual([(s - seqs[0]) % (1 << 22) for s in seqs], [0, 1, 2, 3, 4])
+
+    def check_report(self, frame: bytes, sent: bytes) -> int:
+        eth = Ether(frame)
+        self.assertEqual((eth.src, eth.dst), (REPORT.src_mac, REPORT.dst_mac))
+        ip = eth[IP]
+        self.assertEqual((ip.src, ip.dst, ip.flags.value, ip.proto), (REPORT.src_ip, REPORT.collector_ip, 2, 17))
+        self.assertEqual(ip.len, len(frame) - 14)
+        udp = ip[UDP]
+        self.assertEqual((udp.dport, udp.len, udp.chksum), (REPORT.collector_port, len(frame) - 34, 0))
+        raw = bytes(udp.payload)
+        ver_hw_seq, node = struct.unpack("!II", raw[:8])
+        self.assertEqual(ver_hw_seq >> 28, 2)
+        self.assertEqual((ver_hw_seq >> 22) & 0x3F, 0, "hw_id")
+        self.assertEqual(node, NODE_ID)
+        rep_in, rep_len, md_len, flags = raw[8], raw[9], raw[10], raw[11]
+        self.assertEqual(rep_in, (1 << 4) | 4, "RepType INT, InType IPv4")
+        self.assertEqual(md_len, 10)
+        self.assertEqual(flags >> 4, 0b0010, "F set; D, Q, I clear")
+        md_bits, ds_id, ds_bits, ds_status = struct.unpack("!HHHH", raw[12:20])
+        self.assertEqual((md_bits, ds_id, ds_bits, ds_status), (0x7C00, DS_ID, 0xE000, 0))
+        md = raw[20:60]
+        ports, latency, queue = struct.unpack("!III", md[:12])
+        self.assertEqual(ports, (FABRIC_PORT << 16) | DST_PORT)
+        its, ets = struct.unpack("!QQ", md[12:28])
+        self.assertGreaterEqual(ets, its)
+        self.assertEqual(latency, ets - its)
+        self.assertEqual(queue >> 24, 0)
+        tx_bytes, tx_time, rate = struct.unpack("!III", md[28:40])
+        self.assertEqual(tx_time, ets & 0xFFFFFFFF)
+        self.assertEqual(rate, LINK_RATE)
+        self.assertGreater(tx_bytes, 0)
+        inner = raw[60:]
+        stack_end = 20 + 8 + 4 * (1 + sent[43])
+        self.assertEqual(rep_len, (8 + 40 + len(inner)) // 4)
+        self.assertEqual(inner, sent[14:14 + stack_end], "inner: IPv4 .. end of the INT stack, as received")
+        group = TelemetryReportGroup(raw)   # the collector's parser agrees
+        self.assertEqual(group.node_id, NODE_ID)
+        return ver_hw_seq & 0x3FFFFF
+
+
+class SinkOnTcpRestoresDscpAndChecksumTest(IntTestBase):
+    """Source and sink on one switch (host port in, host port out): the TCP
+    packet leaves exactly as it came, DSCP and checksum included, and a
+    report with an empty stack goes to the collector."""
+    sinks: set[int] = {HOST_PORT, DST_PORT}
+
+    def runTest(self):
+        self.watch(WatchRule(instructions=Instructions.of(["node_id", "hop_latency"]), max_hops=4))
+        pkt = tcp_packet()
+        self.send(HOST_PORT, pkt)
+        self.assertEqual(self.one(DST_PORT), routed(pkt, DST_PORT))
+        report = self.one(COLLECTOR_PORT)
+        inner = IP(bytes(Ether(report)[UDP].payload)[60:])
+        self.assertEqual(inner.tos >> 2, 0x17)
+
+
+class DiscardBitDropsAfterReportingTest(IntTestBase):
+    sinks: set[int] = {DST_PORT}
+
+    def runTest(self):
+        sent = bytearray(self.int_packet(["node_id"], [struct.pack("!I", 3)], remaining=4))
+        sent[46] |= 0x08                  # D
+        self.send(FABRIC_PORT, Ether(bytes(sent)))
+        self.one(COLLECTOR_PORT)
+        tu.verify_no_packet(self, bytes(sent), (0, DST_PORT), timeout=0.5)
