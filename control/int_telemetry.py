@@ -7,6 +7,12 @@ In a topology file (validated with the rest of it, before anything starts):
       collector: h5                  # the host (or host.nic) that receives reports
       collector_port: 32766          # its UDP port (default REPORT_UDP_PORT)
       mtu: 1500                      # IPv4 bytes a port sends; INT never grows a packet beyond it
+      refresh_ms: 100                # sink: report an unchanged flow again after this (0: every packet)
+      latency_bucket_us: 16          # latency changes within a bucket are "unchanged" (a power of two)
+      queue_bucket: 4                # so are queue changes within a bucket (packets, a power of two)
+      queue_report_threshold: 20     # congestion reports above this queue depth (packets; omit: none)
+      queue_report_interval_ms: 1    # at most one congestion report per port per interval
+      drop_report_interval_ms: 1     # drop reports, at most one per reason per interval (omit: none)
       watchlist:
         - {src: 10.0.1.0/24, dst: 10.0.5.0/24, protocol: udp, dst_ports: 4791,
            instructions: [node_id, l1_ports, hop_latency, queue, tx_bytes, tx_time, link_rate],
@@ -24,6 +30,12 @@ Every switch then counts its ports' transmitted bytes and pushes its hop
 into INT packets; host-facing ports are sinks: they strip INT and send a
 Telemetry Report v2.0, through clone session REPORT_SESSION, out of the port
 that leads to the collector. A switch's node id is its device id.
+
+Reports (docs/int.md): the sink reports a flow when a hop's ports, latency
+bucket or queue bucket changed, or when refresh_ms has passed; a hop whose
+queue is above queue_report_threshold sends a congestion report (Q); a switch
+that drops a packet sends a drop report (D) with the reason. Both are
+rate-limited, and int_report_counter counts what was sent and held back.
 """
 from __future__ import annotations
 
@@ -69,7 +81,14 @@ INSTRUCTIONS: dict[str, tuple[int, int]] = {
 }
 DEFAULT_INSTRUCTIONS = ("node_id", "l1_ports", "hop_latency", "queue", "ingress_ts", "egress_ts")
 PROTOCOLS = {"udp": 17, "tcp": 6}
-SECTION_FIELDS = {"collector", "collector_port", "mtu", "watchlist"}
+SECTION_FIELDS = {"collector", "collector_port", "mtu", "watchlist", "refresh_ms", "latency_bucket_us",
+                  "queue_bucket", "queue_report_threshold", "queue_report_interval_ms", "drop_report_interval_ms"}
+DROP_REPORT_TABLE = "drop_report"
+REPORT_COUNTER = "int_report_counter"
+REPORT_KINDS = {name: constants()[f"REPORT_{name.upper()}"]
+                for name in ("flow", "suppressed", "queue", "queue_limited", "drop", "drop_limited")}
+INSTANCE_INGRESS_CLONE = constants()["INSTANCE_INGRESS_CLONE"]
+QDEPTH_MAX = (1 << 19) - 1
 RULE_FIELDS = {"src", "dst", "protocol", "src_ports", "dst_ports", "instructions", "max_hops", "sample"}
 MAX_PRIORITY = 1 << 20
 
@@ -132,11 +151,47 @@ class WatchRule:
 
 
 @dataclass(frozen=True)
+class ReportSettings:
+    """When switches report (the runtime settings of int_egress.p4)."""
+    refresh_ms: float = 100.0              # 0: the sink reports every packet (no suppression)
+    latency_bucket_us: int = 16            # powers of two: the data plane shifts
+    queue_bucket: int = 4
+    queue_report_threshold: Optional[int] = None   # packets; None: no congestion reports
+    queue_report_interval_ms: float = 1.0
+    drop_report_interval_ms: Optional[float] = 1.0  # None: no drop reports
+
+    def __post_init__(self) -> None:
+        for name in ("latency_bucket_us", "queue_bucket"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1 or v & (v - 1):
+                raise IntConfigError(f"{name}: expected a power of two (1, 2, 4, ...), got {v!r}")
+        for name in ("refresh_ms", "queue_report_interval_ms", "drop_report_interval_ms"):
+            v = getattr(self, name)
+            if v is None and name == "drop_report_interval_ms":
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v * 1000 < 2**32:
+                raise IntConfigError(f"{name}: expected milliseconds within 0..{2**32 // 1000}, got {v!r}")
+        t = self.queue_report_threshold
+        if t is not None and (isinstance(t, bool) or not isinstance(t, int) or not 0 <= t <= QDEPTH_MAX):
+            raise IntConfigError(f"queue_report_threshold: expected a queue depth in packets, "
+                                 f"0..{QDEPTH_MAX}, got {t!r}")
+
+    def port_params(self) -> dict:
+        return {"queue_report_threshold": QDEPTH_MAX if self.queue_report_threshold is None
+                else self.queue_report_threshold,
+                "queue_report_interval_us": round(self.queue_report_interval_ms * 1000),
+                "latency_bucket_shift": self.latency_bucket_us.bit_length() - 1,
+                "queue_bucket_shift": self.queue_bucket.bit_length() - 1,
+                "flow_refresh_us": round(self.refresh_ms * 1000)}
+
+
+@dataclass(frozen=True)
 class IntConfig:
     collector: str                     # host or host.nic
     collector_port: int = ih.REPORT_UDP_PORT
     mtu: int = DEFAULT_MTU
     watchlist: tuple[WatchRule, ...] = ()
+    reports: ReportSettings = ReportSettings()
 
 
 def _prefix(value, what: str) -> str:
@@ -215,6 +270,11 @@ def parse_section(raw: Any, topo, fail: Callable[[str, str], None]) -> IntConfig
     mtu = raw.get("mtu", DEFAULT_MTU)
     if isinstance(mtu, bool) or not isinstance(mtu, int) or not 68 <= mtu <= 0xFFFF:
         fail("int.mtu", f"expected an IPv4 MTU within 68..65535 bytes, got {mtu!r}")
+    try:
+        reports = ReportSettings(**{k: raw[k] for k in ReportSettings.__dataclass_fields__ if k in raw})
+    except IntConfigError as exc:
+        field_name, _, what = str(exc).partition(": ")
+        fail(f"int.{field_name}", what)
     rules = raw.get("watchlist", [])
     if not isinstance(rules, list):
         fail("int.watchlist", "expected a list of rules")
@@ -227,7 +287,7 @@ def parse_section(raw: Any, topo, fail: Callable[[str, str], None]) -> IntConfig
             if sep and field_name in RULE_FIELDS:
                 fail(f"int.watchlist[{i}].{field_name}", what)
             fail(f"int.watchlist[{i}]", str(exc))
-    return IntConfig(str(raw["collector"]), port, mtu, tuple(parsed))
+    return IntConfig(str(raw["collector"]), port, mtu, tuple(parsed), reports)
 
 
 # -- entries ------------------------------------------------------------------
@@ -264,11 +324,12 @@ def watchlist_entries(p4info: P4Info, rules: tuple[WatchRule, ...], ingress_port
     return entries
 
 
-def port_entry(p4info: P4Info, port: int, node_id: int, sink: bool, mtu: int, rate_mbps: int):
+def port_entry(p4info: P4Info, port: int, node_id: int, sink: bool, mtu: int, rate_mbps: int,
+               reports: ReportSettings = ReportSettings()):
     return p4info.table_entry(PORT_TABLE, {"std_meta.egress_port": port, "std_meta.instance_type": INSTANCE_NORMAL},
                               action="set_int_port",
                               params={"switch_id": node_id, "is_sink": int(sink), "port_mtu": mtu,
-                                      "port_rate_mbps": rate_mbps})
+                                      "port_rate_mbps": rate_mbps, **reports.port_params()})
 
 
 @dataclass(frozen=True)
@@ -283,12 +344,18 @@ class ReportPath:
 
 
 def report_entries(p4info: P4Info, node_id: int, path: ReportPath, ports: list[int]) -> list:
-    """int_port entries for report clones (instance E2E clone) on every port."""
+    """int_port entries for report clones on every port: INT reports (E2E
+    clones) and drop reports (ingress clones)."""
     params = {"src_mac": path.src_mac, "dst_mac": path.dst_mac, "src_addr": path.src_ip,
               "collector_addr": path.collector_ip, "collector_port": path.collector_port, "switch_id": node_id}
-    return [p4info.table_entry(PORT_TABLE, {"std_meta.egress_port": port,
-                                            "std_meta.instance_type": INSTANCE_EGRESS_CLONE},
-                               action="build_report", params=params) for port in ports]
+    return [p4info.table_entry(PORT_TABLE, {"std_meta.egress_port": port, "std_meta.instance_type": instance},
+                               action=action, params=params)
+            for port in ports for instance, action in ((INSTANCE_EGRESS_CLONE, "build_report"),
+                                                       (INSTANCE_INGRESS_CLONE, "build_drop_report"))]
+
+
+def drop_report_entry(p4info: P4Info, interval_ms: float):
+    return p4info.default_entry(DROP_REPORT_TABLE, "report_drops", {"min_interval_us": round(interval_ms * 1000)})
 
 
 def clone_session(port: int) -> p4runtime_pb2.CloneSessionEntry:
@@ -297,19 +364,25 @@ def clone_session(port: int) -> p4runtime_pb2.CloneSessionEntry:
 
 
 def empty_state(p4info: P4Info) -> SwitchState:
+    """INT off: no entries, drop reports off (the drop_report default back to NoAction)."""
     return SwitchState(managed_tables={p4info.table(WATCHLIST_TABLE).preamble.id,
-                                       p4info.table(PORT_TABLE).preamble.id},
-                       managed_clone_sessions={REPORT_SESSION})
+                                       p4info.table(PORT_TABLE).preamble.id,
+                                       p4info.table(DROP_REPORT_TABLE).preamble.id},
+                       managed_clone_sessions={REPORT_SESSION},
+                       table_entries=[p4info.default_entry(DROP_REPORT_TABLE, "NoAction")])
 
 
 def int_state(p4info: P4Info, *, node_id: int, ports: Mapping[int, int], sink_ports: set[int],
-              rules: tuple[WatchRule, ...], report: ReportPath, mtu: int = DEFAULT_MTU) -> SwitchState:
+              rules: tuple[WatchRule, ...], report: ReportPath, mtu: int = DEFAULT_MTU,
+              reports: ReportSettings = ReportSettings()) -> SwitchState:
     """One switch's INT entries. `ports`: port -> link rate (Mbit/s);
     `sink_ports` face hosts: INT enters there (watchlist) and leaves there (sink)."""
     state = empty_state(p4info)
+    if reports.drop_report_interval_ms is not None:
+        state.table_entries = [drop_report_entry(p4info, reports.drop_report_interval_ms)]
     state.table_entries += watchlist_entries(p4info, rules, sorted(sink_ports))
     for port, rate in sorted(ports.items()):
-        state.table_entries.append(port_entry(p4info, port, node_id, port in sink_ports, mtu, rate))
+        state.table_entries.append(port_entry(p4info, port, node_id, port in sink_ports, mtu, rate, reports))
     state.table_entries += report_entries(p4info, node_id, report, sorted(ports))
     state.clone_sessions.append(clone_session(report.port))
     return state
@@ -336,7 +409,7 @@ def switch_state(p4info: P4Info, topo, switch: str) -> SwitchState:
     ports = {p.number: int(p.link.bandwidth_mbps) for p in sw.ports.values()}
     sinks = {p.number for p in sw.ports.values() if p.peer in topo.hosts}
     return int_state(p4info, node_id=sw.device_id, ports=ports, sink_ports=sinks, rules=cfg.watchlist,
-                     report=report_path(topo, switch, cfg), mtu=cfg.mtu)
+                     report=report_path(topo, switch, cfg), mtu=cfg.mtu, reports=cfg.reports)
 
 
 def bench_state(p4info: P4Info, port: int) -> SwitchState:
@@ -351,3 +424,9 @@ def bench_state(p4info: P4Info, port: int) -> SwitchState:
     state.table_entries += watchlist_entries(p4info, (rule,), None)
     state.table_entries.append(port_entry(p4info, port, 1, False, 9000, 1000))
     return state
+
+
+def report_counts(conn, p4info: P4Info) -> dict[str, int]:
+    """int_report_counter of a switch: reports sent and held back, by kind."""
+    cells = conn.counter(p4info.counter_entry(REPORT_COUNTER))
+    return {name: cells.get(index, (0, 0))[0] for name, index in REPORT_KINDS.items()}

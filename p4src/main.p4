@@ -13,6 +13,7 @@
 #include "include/ecn.p4"
 #include "include/int_source.p4"
 #include "include/int_egress.p4"
+#include "include/int_drop_report.p4"
 
 control FabricIngress(inout headers_t hdr,
                       inout local_metadata_t meta,
@@ -21,6 +22,7 @@ control FabricIngress(inout headers_t hdr,
     Forwarding() forwarding;
     IntSource() int_source;
     DropAccounting() drops;
+    IntDropReport() drop_report;
 
     // A packet that cannot be forwarded gets a drop reason (defines.p4) and
     // is counted and dropped by DropAccounting. The good path evaluates one
@@ -43,7 +45,10 @@ control FabricIngress(inout headers_t hdr,
         } else {
             meta.drop_reason = DROP_TTL_EXPIRED;
         }
-        drops.apply(meta, std_meta);
+        if (meta.drop_reason != DROP_NONE) {
+            drops.apply(meta, std_meta);
+            drop_report.apply(meta, std_meta);
+        }
     }
 }
 

@@ -22,14 +22,12 @@ control EgressPortCounter(in standard_metadata_t std_meta) {
     }
 }
 
-// Drops the packet if any control set a drop reason, and counts why.
+// Drops a packet some control gave a drop reason (the caller checks), and counts why.
 control DropAccounting(in local_metadata_t meta, inout standard_metadata_t std_meta) {
     counter(DROP_REASON_COUNT, CounterType.packets) drop_counter;
     apply {
-        if (meta.drop_reason != DROP_NONE) {
-            drop_counter.count((bit<32>) meta.drop_reason);
-            mark_to_drop(std_meta);
-        }
+        drop_counter.count((bit<32>) meta.drop_reason);
+        mark_to_drop(std_meta);
     }
 }
 

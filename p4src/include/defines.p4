@@ -63,9 +63,23 @@ const bit<32> INT_WATCHLIST_SIZE = 1024;
 const bit<16> INT_DEFAULT_MTU = 1500;      // IPv4 bytes, until the controller sets a port's
 const bit<32> REPORT_MIRROR_SESSION = 500; // clone session of telemetry reports (set by the controller)
 const bit<8>  INT_REPORT_FIELDS = 1;       // @field_list of what a report clone keeps
+// Report suppression: per-flow state in registers of INT_FLOW_SLOTS cells,
+// indexed by a hash of the 5-tuple (colliding flows share a cell: at worst
+// extra reports, and the refresh period bounds what a collision can hide).
+const bit<32> INT_FLOW_SLOTS = 4096;
+const bit<16> INT_DS_FLAG_CHANGED = 0x8000;  // FABRIC_DS_ID DS flag: a hop saw its flow state change
+// int_report_counter cells: what became of each report a switch could send
+const bit<32> REPORT_FLOW = 0;             // sink report sent
+const bit<32> REPORT_SUPPRESSED = 1;       // sink report suppressed (nothing changed)
+const bit<32> REPORT_QUEUE = 2;            // congestion report sent
+const bit<32> REPORT_QUEUE_LIMITED = 3;    // congestion report dropped by the rate limit
+const bit<32> REPORT_DROP = 4;             // drop report sent
+const bit<32> REPORT_DROP_LIMITED = 5;     // drop report dropped by the rate limit
+const bit<32> REPORT_KINDS = 8;
 // standard_metadata.instance_type of BMv2 (simple_switch.cpp)
 typedef bit<32> instance_type_t;
 const instance_type_t INSTANCE_NORMAL = 0;
+const instance_type_t INSTANCE_INGRESS_CLONE = 1;
 const instance_type_t INSTANCE_EGRESS_CLONE = 2;
 
 #endif

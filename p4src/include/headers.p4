@@ -101,7 +101,7 @@ struct headers_t {
 // the switch's own measurements and the INT headers as they arrived.
 struct int_report_meta_t {
     @field_list(INT_REPORT_FIELDS) bit<1>   congested;
-    @field_list(INT_REPORT_FIELDS) bit<1>   dropped;
+    @field_list(INT_REPORT_FIELDS) bit<1>   intermediate;
     @field_list(INT_REPORT_FIELDS) bit<8>   drop_reason;
     @field_list(INT_REPORT_FIELDS) bit<16>  ingress_port;
     @field_list(INT_REPORT_FIELDS) bit<16>  egress_port;
@@ -138,6 +138,8 @@ struct int_meta_t {
     bool    l4_checksum;      // INT bytes inserted or removed: recompute the TCP/UDP checksum
     bit<16> l4_length;        // TCP/UDP length for the pseudo-header
     bit<32> sample;
+    bit<32> flow_slot;        // suppression state cell of the flow
+    bool    flow_changed;     // this hop's (ports, latency bucket, queue bucket) differ from last time
 }
 
 struct local_metadata_t {

@@ -2,13 +2,25 @@
 // strips INT and reports; report clones become Telemetry Report v2.0 packets.
 //
 // int_port, keyed by (egress port, instance type), says what to do:
-//   set_int_port(...)  a normal packet leaving a port of an INT-enabled
-//                      switch: count its bytes (HPCC's tx bytes), and if it
-//                      carries INT push this hop or, on a sink port, report
-//                      and strip
-//   build_report(...)  a report clone (instance E2E clone) leaving towards
-//                      the collector: wrap what it kept into a report
+//   set_int_port(...)       a normal packet leaving a port of an INT-enabled
+//                           switch: count its bytes (HPCC's tx bytes), and if
+//                           it carries INT push this hop or, on a sink port,
+//                           report and strip
+//   build_report(...)       a report clone of an INT packet (instance E2E
+//                           clone) leaving towards the collector: a flow
+//                           report from the sink, or a congestion report (Q)
+//                           from a hop whose queue is above the port's threshold
+//   build_drop_report(...)  a drop report clone (instance ingress clone,
+//                           int_drop_report.p4): D flag and the drop reason
 // A switch without entries (INT off) pays one table miss per packet.
+//
+// Suppression (what keeps telemetry cheap): every hop keeps, per flow cell,
+// (ingress port, egress port, hop latency bucket, queue bucket); a hop whose
+// value changed sets the FABRIC_DS_ID flag INT_DS_FLAG_CHANGED in the INT-MD
+// header. The sink reports a flow when that flag is set, when its own value
+// changed, or when the flow's refresh period has passed (0: every packet).
+// Buckets are the value shifted right by a runtime amount, saturated at 255.
+// Congestion reports are rate-limited per port (one per interval).
 //
 // Why the sink saves the stack into metadata: BMv2 clones at the end of
 // egress, from the headers as egress left them, and only the egress pass of
@@ -63,28 +75,89 @@ const bit<16> REPORT_DS_MD_BITS = 0xE000;
 const bit<8>  REPORT_MD_WORDS = 10;
 const bit<16> REPORT_HEADERS_BYTES = 14 + 20 + 8 + 8 + 4 + 8;  // Ethernet .. INT main contents
 const bit<16> REPORT_MD_BYTES = 40;
+// Drop reports: RepMdBits 1 (L1 ports), 4 (ingress timestamp), 15 (queue id
+// + drop reason): 4 words; then the dropped packet from IPv4 on, cut to
+// DROP_REPORT_INNER_BYTES.
+const bit<16> DROP_REPORT_MD_BITS = 0x4801;
+const bit<8>  DROP_REPORT_MD_WORDS = 4;
+const bit<16> DROP_REPORT_MD_BYTES = 16;
+const bit<16> DROP_REPORT_INNER_BYTES = 64;
 
 control IntEgress(inout headers_t hdr,
                   inout local_metadata_t meta,
                   inout standard_metadata_t std_meta) {
-    register<bit<32>>(PORT_COUNT) int_tx_bytes;   // bytes sent per port, mod 2^32
-    register<bit<32>>(1) report_seq_no;           // next report sequence number (hw_id 0)
+    register<bit<32>>(PORT_COUNT) int_tx_bytes;             // bytes sent per port, mod 2^32
+    register<bit<32>>(1) report_seq_no;                     // next report sequence number (hw_id 0)
+    register<bit<32>>(INT_FLOW_SLOTS) int_flow_state;       // ports and buckets a flow had last
+    register<bit<32>>(INT_FLOW_SLOTS) int_flow_report_time; // sink: when the flow was last reported (us)
+    register<bit<32>>(PORT_COUNT) queue_report_time;        // when the port last sent a congestion report
+    counter(REPORT_KINDS, CounterType.packets) int_report_counter;
 
     bit<32> node_id = 0;
     bit<1>  sink = 0;
     bit<16> mtu = INT_DEFAULT_MTU;
     bit<32> link_rate_mbps = 0;
     bit<32> tx_bytes = 0;
+    qdepth_t queue_threshold = 0;
+    bit<32> queue_interval_us = 0;
+    bit<8>  latency_shift = 0;
+    bit<8>  queue_shift = 0;
+    bit<32> refresh_us = 0;
+    bit<32> now_us = 0;
+    bit<32> last_us = 0;
     IntFill() fill;
 
-    action set_int_port(bit<32> switch_id, bit<1> is_sink, bit<16> port_mtu, bit<32> port_rate_mbps) {
+    action set_int_port(bit<32> switch_id, bit<1> is_sink, bit<16> port_mtu, bit<32> port_rate_mbps,
+                        qdepth_t queue_report_threshold, bit<32> queue_report_interval_us,
+                        bit<8> latency_bucket_shift, bit<8> queue_bucket_shift, bit<32> flow_refresh_us) {
         node_id = switch_id;
         sink = is_sink;
         mtu = port_mtu;
         link_rate_mbps = port_rate_mbps;
+        queue_threshold = queue_report_threshold;
+        queue_interval_us = queue_report_interval_us;
+        latency_shift = latency_bucket_shift;
+        queue_shift = queue_bucket_shift;
+        refresh_us = flow_refresh_us;
         int_tx_bytes.read(tx_bytes, (bit<32>) std_meta.egress_port);
         tx_bytes = tx_bytes + std_meta.packet_length;
         int_tx_bytes.write((bit<32>) std_meta.egress_port, tx_bytes);
+    }
+
+    // This hop's flow value: ingress port, egress port, latency and queue buckets.
+    action track_flow() {
+        hash(meta.telemetry.flow_slot, HashAlgorithm.crc32, 32w0,
+             { hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.ipv4.protocol, meta.l4_src_port, meta.l4_dst_port },
+             INT_FLOW_SLOTS);
+        bit<32> latency = (bit<32>) (std_meta.egress_global_timestamp - std_meta.ingress_global_timestamp);
+        bit<32> latency_bucket = latency >> latency_shift;
+        bit<32> queue_bucket = (bit<32>) std_meta.enq_qdepth >> queue_shift;
+        latency_bucket = (latency_bucket > 255 ? 32w255 : latency_bucket);
+        queue_bucket = (queue_bucket > 255 ? 32w255 : queue_bucket);
+        bit<32> value = std_meta.ingress_port[7:0] ++ std_meta.egress_port[7:0]
+                        ++ latency_bucket[7:0] ++ queue_bucket[7:0];
+        bit<32> previous;
+        int_flow_state.read(previous, meta.telemetry.flow_slot);
+        int_flow_state.write(meta.telemetry.flow_slot, value);
+        meta.telemetry.flow_changed = previous != value;
+        now_us = (bit<32>) std_meta.egress_global_timestamp;
+        now_us = (now_us == 0 ? 32w1 : now_us);   // stored times are >= 1: 0 means never
+    }
+
+    action read_flow_report_time() {
+        int_flow_report_time.read(last_us, meta.telemetry.flow_slot);
+    }
+
+    action write_flow_report_time() {
+        int_flow_report_time.write(meta.telemetry.flow_slot, now_us);
+    }
+
+    action read_queue_report_time() {
+        queue_report_time.read(last_us, (bit<32>) std_meta.egress_port);
+    }
+
+    action write_queue_report_time() {
+        queue_report_time.write((bit<32>) std_meta.egress_port, now_us);
     }
 
     // ---- transit: push this hop (INT v2.1 section 5.7) ---------------------
@@ -113,7 +186,7 @@ control IntEgress(inout headers_t hdr,
         meta.report.ipv4_checksum = hdr.ipv4.hdr_checksum;
         meta.report.l4_dst_port = hdr.udp.dst_port;
         meta.report.udp_length = hdr.udp.length;
-        meta.report.l4_checksum = hdr.udp.checksum;     // TCP: replaced in apply
+        meta.report.l4_checksum = hdr.udp.checksum;     // TCP: the caller replaces it
         meta.report.shim = hdr.int_shim.int_type ++ hdr.int_shim.npt ++ hdr.int_shim.rsvd
                            ++ hdr.int_shim.len ++ hdr.int_shim.npt_field;
         meta.report.md_header = hdr.int_md.ver ++ hdr.int_md.d ++ hdr.int_md.e ++ hdr.int_md.m
@@ -124,7 +197,7 @@ control IntEgress(inout headers_t hdr,
         SAVE_8_WORDS(stack4, 32) SAVE_8_WORDS(stack5, 40) SAVE_8_WORDS(stack6, 48) SAVE_8_WORDS(stack7, 56)
         // IPv4 header + L4 header + shim + MD header + stack
         meta.report.inner_bytes = ((bit<16>) hdr.ipv4.ihl << 2) + 8 + 4 + ((bit<16>) hdr.int_shim.len << 2);
-        meta.report.dropped = 0;
+        meta.report.intermediate = 0;
         meta.report.congested = 0;
         clone_preserving_field_list(CloneType.E2E, REPORT_MIRROR_SESSION, INT_REPORT_FIELDS);
     }
@@ -174,6 +247,18 @@ control IntEgress(inout headers_t hdr,
         hdr.int_md.ds_id = meta.report.md_header[47:32];
         hdr.int_md.ds_instruction = meta.report.md_header[31:16];
         hdr.int_md.ds_flags = meta.report.md_header[15:0];
+        // A congestion report's packet had this hop pushed: not part of what it received.
+        hdr.int_node_id.setInvalid();
+        hdr.int_l1_ports.setInvalid();
+        hdr.int_hop_latency.setInvalid();
+        hdr.int_queue.setInvalid();
+        hdr.int_ingress_ts.setInvalid();
+        hdr.int_egress_ts.setInvalid();
+        hdr.int_fill.pop_front(INT_MAX_FILL_WORDS);
+        hdr.int_ds_tx_bytes.setInvalid();
+        hdr.int_ds_tx_time.setInvalid();
+        hdr.int_ds_link_rate.setInvalid();
+        hdr.int_checksum_fill.setInvalid();
         // all 64 words; truncate() below cuts what the stack did not hold
         RESTORE_8_WORDS(stack0, 0) RESTORE_8_WORDS(stack1, 8) RESTORE_8_WORDS(stack2, 16)
         RESTORE_8_WORDS(stack3, 24) RESTORE_8_WORDS(stack4, 32) RESTORE_8_WORDS(stack5, 40)
@@ -217,10 +302,10 @@ control IntEgress(inout headers_t hdr,
         hdr.report_individual.in_type = 4;          // IPv4
         hdr.report_individual.report_length = (bit<8>) ((8 + REPORT_MD_BYTES + meta.report.inner_bytes) >> 2);
         hdr.report_individual.md_length = REPORT_MD_WORDS;
-        hdr.report_individual.d = meta.report.dropped;
+        hdr.report_individual.d = 0;
         hdr.report_individual.q = meta.report.congested;
         hdr.report_individual.f = 1;
-        hdr.report_individual.i = 0;
+        hdr.report_individual.i = meta.report.intermediate;
         hdr.report_individual.rsvd = 0;
         hdr.report_main.setValid();
         hdr.report_main.rep_md_bits = REPORT_MD_BITS;
@@ -248,6 +333,75 @@ control IntEgress(inout headers_t hdr,
         truncate((bit<32>) report_bytes);
     }
 
+    // ---- drop report clone (int_drop_report.p4): the packet as received --------
+
+    action build_drop_report(mac_addr_t src_mac, mac_addr_t dst_mac, ipv4_addr_t src_addr,
+                             ipv4_addr_t collector_addr, bit<16> collector_port, bit<32> switch_id) {
+        hdr.inner_ipv4 = hdr.ipv4;
+        hdr.inner_udp = hdr.udp;
+        hdr.inner_tcp = hdr.tcp;
+        hdr.inner_tcp_options = hdr.tcp_options;
+        hdr.tcp.setInvalid();
+        hdr.tcp_options.setInvalid();
+        hdr.ethernet.src_addr = src_mac;
+        hdr.ethernet.dst_addr = dst_mac;
+        hdr.ethernet.ether_type = ETHERTYPE_IPV4;
+        hdr.ipv4.setValid();
+        hdr.ipv4.version = 4;
+        hdr.ipv4.ihl = 5;
+        hdr.ipv4.dscp = 0;
+        hdr.ipv4.ecn = 0;
+        // Report Length 0xFF: to the end of the datagram, the inner packet cut
+        // to DROP_REPORT_INNER_BYTES (apply: none if it was not IPv4).
+        bit<16> inner_bytes = (bit<16>) std_meta.packet_length - 14;
+        inner_bytes = (inner_bytes > DROP_REPORT_INNER_BYTES ? DROP_REPORT_INNER_BYTES : inner_bytes);
+        hdr.ipv4.total_len = REPORT_HEADERS_BYTES - 14 + DROP_REPORT_MD_BYTES + inner_bytes;
+        hdr.ipv4.identification = 0;
+        hdr.ipv4.flags = 2;
+        hdr.ipv4.frag_offset = 0;
+        hdr.ipv4.ttl = 64;
+        hdr.ipv4.protocol = IP_PROTO_UDP;
+        hdr.ipv4.src_addr = src_addr;
+        hdr.ipv4.dst_addr = collector_addr;
+        hdr.udp.setValid();
+        hdr.udp.src_port = REPORT_UDP_PORT;
+        hdr.udp.dst_port = collector_port;
+        hdr.udp.length = hdr.ipv4.total_len - 20;
+        hdr.udp.checksum = 0;
+        bit<32> seq_no;
+        report_seq_no.read(seq_no, 0);
+        report_seq_no.write(0, (seq_no + 1) & 0x3FFFFF);
+        hdr.report_group.setValid();
+        hdr.report_group.ver = REPORT_VERSION;
+        hdr.report_group.hw_id = 0;
+        hdr.report_group.seq_no = seq_no[21:0];
+        hdr.report_group.node_id = switch_id;
+        hdr.report_individual.setValid();
+        hdr.report_individual.rep_type = 1;
+        hdr.report_individual.report_length = 0xFF;
+        hdr.report_individual.md_length = DROP_REPORT_MD_WORDS;
+        hdr.report_individual.d = 1;
+        hdr.report_individual.q = 0;
+        hdr.report_individual.f = 0;
+        hdr.report_individual.i = 1;
+        hdr.report_individual.rsvd = 0;
+        hdr.report_main.setValid();
+        hdr.report_main.rep_md_bits = DROP_REPORT_MD_BITS;
+        hdr.report_main.ds_id = 0;
+        hdr.report_main.ds_md_bits = 0;
+        hdr.report_main.ds_md_status = 0;
+        hdr.report_l1_ports.setValid();
+        hdr.report_l1_ports.ingress_port = meta.report.ingress_port;
+        hdr.report_l1_ports.egress_port = meta.report.egress_port;
+        hdr.report_ingress_ts.setValid();
+        hdr.report_ingress_ts.timestamp = meta.report.ingress_ts;
+        hdr.report_drop.setValid();
+        hdr.report_drop.queue_id = 0;
+        hdr.report_drop.drop_reason = meta.report.drop_reason;
+        hdr.report_drop.pad = 0;
+        truncate((bit<32>) (REPORT_HEADERS_BYTES + DROP_REPORT_MD_BYTES + DROP_REPORT_INNER_BYTES));
+    }
+
     table int_port {
         key = {
             std_meta.egress_port:   exact;
@@ -256,94 +410,143 @@ control IntEgress(inout headers_t hdr,
         actions = {
             set_int_port;
             build_report;
+            build_drop_report;
             @defaultonly NoAction;
         }
         const default_action = NoAction();
-        size = 2 * PORT_COUNT;
+        size = 3 * PORT_COUNT;
     }
 
     apply {
         switch (int_port.apply().action_run) {
             set_int_port: {
-                if (hdr.int_md.isValid() && sink == 1) {
-                    save_for_report();
-                    if (hdr.tcp.isValid()) {
-                        meta.report.l4_checksum = hdr.tcp.checksum;
-                        meta.report.inner_bytes = meta.report.inner_bytes + ((bit<16>) hdr.tcp.data_offset << 2) - 8;
-                    }
-                    if (hdr.int_shim.npt == INT_NPT_UDP_PORT) {
-                        hdr.udp.dst_port = hdr.int_shim.npt_field;
+                if (hdr.int_md.isValid()) {
+                    track_flow();
+                    if (sink == 1) {
+                        // Sink: report when something changed or the refresh is due, then strip.
+                        read_flow_report_time();
+                        if (refresh_us == 0 || meta.telemetry.flow_changed
+                                || (hdr.int_md.ds_id == FABRIC_DS_ID
+                                    && hdr.int_md.ds_flags & INT_DS_FLAG_CHANGED != 0)
+                                || last_us == 0 || now_us - last_us >= refresh_us) {
+                            save_for_report();
+                            if (hdr.tcp.isValid()) {
+                                meta.report.l4_checksum = hdr.tcp.checksum;
+                                meta.report.inner_bytes = meta.report.inner_bytes
+                                                          + ((bit<16>) hdr.tcp.data_offset << 2) - 8;
+                            }
+                            if (std_meta.enq_qdepth >= queue_threshold) {
+                                meta.report.congested = 1;
+                            }
+                            write_flow_report_time();
+                            int_report_counter.count(REPORT_FLOW);
+                        } else {
+                            int_report_counter.count(REPORT_SUPPRESSED);
+                        }
+                        if (hdr.int_shim.npt == INT_NPT_UDP_PORT) {
+                            hdr.udp.dst_port = hdr.int_shim.npt_field;
+                        } else {
+                            hdr.ipv4.dscp = hdr.int_shim.npt_field[7:2];
+                        }
+                        if (hdr.int_md.d == 1) {
+                            mark_to_drop(std_meta);
+                        }
+                        strip_int();
                     } else {
-                        hdr.ipv4.dscp = hdr.int_shim.npt_field[7:2];
-                    }
-                    if (hdr.int_md.d == 1) {
-                        mark_to_drop(std_meta);
-                    }
-                    strip_int();
-                } else if (hdr.int_md.isValid()) {
-                    if (hdr.int_md.remaining_hop_cnt == 0) {
-                        hdr.int_md.e = 1;
-                    } else if (hdr.ipv4.total_len + ((bit<16>) hdr.int_md.hop_ml << 2) > mtu
-                               || hdr.int_shim.len - INT_HEADER_WORDS + (bit<8>) hdr.int_md.hop_ml
-                                  > INT_MAX_STACK_WORDS_C) {
-                        hdr.int_md.m = 1;
-                    } else {
-                        bit<16> bitmap = hdr.int_md.instruction_bitmap;
-                        if (bitmap[15:15] == 1) {
-                            hdr.int_node_id.setValid();
-                            hdr.int_node_id.node_id = node_id;
-                        }
-                        if (bitmap[14:14] == 1) {
-                            hdr.int_l1_ports.setValid();
-                            hdr.int_l1_ports.ingress_port = (bit<16>) std_meta.ingress_port;
-                            hdr.int_l1_ports.egress_port = (bit<16>) std_meta.egress_port;
-                        }
-                        if (bitmap[13:13] == 1) {
-                            hdr.int_hop_latency.setValid();
-                            hdr.int_hop_latency.hop_latency =
-                                (bit<32>) (std_meta.egress_global_timestamp - std_meta.ingress_global_timestamp);
-                        }
-                        if (bitmap[12:12] == 1) {
-                            hdr.int_queue.setValid();
-                            hdr.int_queue.queue_id = 0;
-                            hdr.int_queue.occupancy = (bit<24>) std_meta.enq_qdepth;
-                        }
-                        if (bitmap[11:11] == 1) {
-                            hdr.int_ingress_ts.setValid();
-                            hdr.int_ingress_ts.timestamp = (bit<64>) std_meta.ingress_global_timestamp;
-                        }
-                        if (bitmap[10:10] == 1) {
-                            hdr.int_egress_ts.setValid();
-                            hdr.int_egress_ts.timestamp = (bit<64>) std_meta.egress_global_timestamp;
-                        }
-                        if (meta.telemetry.fill_words != 0) {
-                            fill.apply(hdr, meta);
-                        }
-                        if (hdr.int_md.ds_id == FABRIC_DS_ID) {
-                            bit<16> ds = hdr.int_md.ds_instruction;
-                            if (ds[15:15] == 1) {
-                                hdr.int_ds_tx_bytes.setValid();
-                                hdr.int_ds_tx_bytes.data = tx_bytes;
-                            }
-                            if (ds[14:14] == 1) {
-                                hdr.int_ds_tx_time.setValid();
-                                hdr.int_ds_tx_time.data = (bit<32>) std_meta.egress_global_timestamp;
-                            }
-                            if (ds[13:13] == 1) {
-                                hdr.int_ds_link_rate.setValid();
-                                hdr.int_ds_link_rate.data = link_rate_mbps;
+                        // Transit (and source): a congestion report first, from the packet as received.
+                        if (std_meta.enq_qdepth >= queue_threshold) {
+                            read_queue_report_time();
+                            if (last_us == 0 || now_us - last_us >= queue_interval_us) {
+                                save_for_report();
+                                if (hdr.tcp.isValid()) {
+                                    meta.report.l4_checksum = hdr.tcp.checksum;
+                                    meta.report.inner_bytes = meta.report.inner_bytes
+                                                              + ((bit<16>) hdr.tcp.data_offset << 2) - 8;
+                                }
+                                meta.report.congested = 1;
+                                meta.report.intermediate = 1;
+                                write_queue_report_time();
+                                int_report_counter.count(REPORT_QUEUE);
+                            } else {
+                                int_report_counter.count(REPORT_QUEUE_LIMITED);
                             }
                         }
-                        if (bitmap[0:0] == 1) {
-                            hdr.int_checksum_fill.setValid();
-                            hdr.int_checksum_fill.data = 0xFFFFFFFF;
+                        if (meta.telemetry.flow_changed && hdr.int_md.ds_id == FABRIC_DS_ID) {
+                            hdr.int_md.ds_flags = hdr.int_md.ds_flags | INT_DS_FLAG_CHANGED;
                         }
-                        push_done((bit<16>) hdr.int_md.hop_ml << 2);
+                        if (hdr.int_md.remaining_hop_cnt == 0) {
+                            hdr.int_md.e = 1;
+                        } else if (hdr.ipv4.total_len + ((bit<16>) hdr.int_md.hop_ml << 2) > mtu
+                                   || hdr.int_shim.len - INT_HEADER_WORDS + (bit<8>) hdr.int_md.hop_ml
+                                      > INT_MAX_STACK_WORDS_C) {
+                            hdr.int_md.m = 1;
+                        } else {
+                            bit<16> bitmap = hdr.int_md.instruction_bitmap;
+                            if (bitmap[15:15] == 1) {
+                                hdr.int_node_id.setValid();
+                                hdr.int_node_id.node_id = node_id;
+                            }
+                            if (bitmap[14:14] == 1) {
+                                hdr.int_l1_ports.setValid();
+                                hdr.int_l1_ports.ingress_port = (bit<16>) std_meta.ingress_port;
+                                hdr.int_l1_ports.egress_port = (bit<16>) std_meta.egress_port;
+                            }
+                            if (bitmap[13:13] == 1) {
+                                hdr.int_hop_latency.setValid();
+                                hdr.int_hop_latency.hop_latency =
+                                    (bit<32>) (std_meta.egress_global_timestamp - std_meta.ingress_global_timestamp);
+                            }
+                            if (bitmap[12:12] == 1) {
+                                hdr.int_queue.setValid();
+                                hdr.int_queue.queue_id = 0;
+                                hdr.int_queue.occupancy = (bit<24>) std_meta.enq_qdepth;
+                            }
+                            if (bitmap[11:11] == 1) {
+                                hdr.int_ingress_ts.setValid();
+                                hdr.int_ingress_ts.timestamp = (bit<64>) std_meta.ingress_global_timestamp;
+                            }
+                            if (bitmap[10:10] == 1) {
+                                hdr.int_egress_ts.setValid();
+                                hdr.int_egress_ts.timestamp = (bit<64>) std_meta.egress_global_timestamp;
+                            }
+                            if (meta.telemetry.fill_words != 0) {
+                                fill.apply(hdr, meta);
+                            }
+                            if (hdr.int_md.ds_id == FABRIC_DS_ID) {
+                                bit<16> ds = hdr.int_md.ds_instruction;
+                                if (ds[15:15] == 1) {
+                                    hdr.int_ds_tx_bytes.setValid();
+                                    hdr.int_ds_tx_bytes.data = tx_bytes;
+                                }
+                                if (ds[14:14] == 1) {
+                                    hdr.int_ds_tx_time.setValid();
+                                    hdr.int_ds_tx_time.data = (bit<32>) std_meta.egress_global_timestamp;
+                                }
+                                if (ds[13:13] == 1) {
+                                    hdr.int_ds_link_rate.setValid();
+                                    hdr.int_ds_link_rate.data = link_rate_mbps;
+                                }
+                            }
+                            if (bitmap[0:0] == 1) {
+                                hdr.int_checksum_fill.setValid();
+                                hdr.int_checksum_fill.data = 0xFFFFFFFF;
+                            }
+                            push_done((bit<16>) hdr.int_md.hop_ml << 2);
+                        }
                     }
                 }
                 meta.telemetry.l4_length = hdr.ipv4.total_len - ((bit<16>) hdr.ipv4.ihl << 2);
             }
-            build_report: {
+            build_drop_report: {
+                // InType IPv4 when the dropped packet was one, else no inner packet.
+                if (hdr.inner_ipv4.isValid()) {
+                    hdr.report_individual.in_type = 4;
+                } else {
+                    hdr.report_individual.in_type = 0;
+                    hdr.ipv4.total_len = REPORT_HEADERS_BYTES - 14 + DROP_REPORT_MD_BYTES;
+                    hdr.udp.length = hdr.ipv4.total_len - 20;
+                    truncate((bit<32>) (REPORT_HEADERS_BYTES + DROP_REPORT_MD_BYTES));
+                }
             }
         }
     }

@@ -15,6 +15,7 @@ arrive on, 4 the way to the collector.
 from __future__ import annotations
 
 import struct
+import time
 
 import ptf.testutils as tu
 from ptf_lib.base_test import HOST_MAC, SWITCH_MAC, P4RuntimeTest, neighbour_mac, port_mac
@@ -22,7 +23,10 @@ from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from control.int_telemetry import Instructions, ReportPath, WatchRule, int_state, watchlist_entries
+from control.bmv2_thrift import Bmv2Thrift
+from control.int_telemetry import (Instructions, ReportPath, ReportSettings, WatchRule, int_state, report_counts,
+                                    watchlist_entries)
+from control.p4constants import drop_reasons
 from hostagent.int_headers import TelemetryReportGroup
 
 HOST_PORT, DST_PORT, FABRIC_PORT, COLLECTOR_PORT = 1, 2, 3, 4
@@ -109,6 +113,8 @@ class Hop:
 class IntTestBase(P4RuntimeTest):
     sinks: set[int] = {HOST_PORT}
     mtu = 1500
+    # Unless a test is about them: a report for every sink packet, no drop reports.
+    reports = ReportSettings(refresh_ms=0, drop_report_interval_ms=None)
 
     def setUp(self):
         super().setUp()
@@ -118,13 +124,13 @@ class IntTestBase(P4RuntimeTest):
         self.base = list(self.state.table_entries)
         self.watch()
 
-    def watch(self, *rules: WatchRule, sinks=None, mtu=None) -> None:
+    def watch(self, *rules: WatchRule, sinks=None, mtu=None, reports: ReportSettings | None = None) -> None:
         """Make the switch's INT state this: `rules` on HOST_PORT only, the
         given sink ports, reports to COLLECTOR_PORT."""
         sinks = self.sinks if sinks is None else sinks
         int_entries = int_state(self.p4info, node_id=NODE_ID, ports={p: LINK_RATE for p in self.ports},
                                 sink_ports=set(sinks), rules=(), report=REPORT,
-                                mtu=self.mtu if mtu is None else mtu)
+                                mtu=self.mtu if mtu is None else mtu, reports=reports or self.reports)
         int_entries.table_entries += watchlist_entries(self.p4info, tuple(rules), [HOST_PORT])
         self.state = self.empty_state()
         self.state.table_entries = list(self.base) + int_entries.table_entries
@@ -139,8 +145,12 @@ class IntTestBase(P4RuntimeTest):
         self.assertIsInstance(result, self.dataplane.PollSuccess, f"nothing left port {port}")
         return bytes(result.packet)
 
+    def report_counts(self) -> dict[str, int]:
+        return report_counts(self.sw, self.p4info)
+
     def int_packet(self, names, hops: list[bytes], remaining: int, payload_pkt=None, npt_field: int = 4791,
-                   hop_ml: int | None = None, ver: int = 2, shim_words: int | None = None) -> bytes:
+                   hop_ml: int | None = None, ver: int = 2, shim_words: int | None = None,
+                   ds_flags: int = 0) -> bytes:
         """A UDP packet as an upstream switch sends it: INT with `hops` on
         the stack (top first), built from the spec."""
         ins = Instructions.of(names)
@@ -148,6 +158,7 @@ class IntTestBase(P4RuntimeTest):
         stack = b"".join(hops)
         words = 3 + len(stack) // 4 if shim_words is None else shim_words
         header = bytearray(md_header(hop_ml, remaining, ins.bitmap, ins.ds_id, ins.ds_bits))
+        header[10:12] = struct.pack("!H", ds_flags)
         header[0] = (ver << 4) | (header[0] & 0x0F)
         int_bytes = shim(1, words, npt_field) + bytes(header) + stack
         inner = payload_pkt if payload_pkt is not None else udp_packet()
@@ -479,3 +490,143 @@ class DiscardBitDropsAfterReportingTest(IntTestBase):
         self.send(FABRIC_PORT, Ether(bytes(sent)))
         self.one(COLLECTOR_PORT)
         tu.verify_no_packet(self, bytes(sent), (0, DST_PORT), timeout=0.5)
+
+
+# -- suppression, congestion and drop reports ------------------------------------
+
+CHANGED = 0x8000   # FABRIC_DS_ID DS flag: some hop saw its flow state change
+DS_NAMES = ["node_id", "tx_bytes"]
+
+
+def report_flags(frame: bytes) -> dict[str, int]:
+    raw = bytes(Ether(frame)[UDP].payload)
+    return {"D": raw[11] >> 7 & 1, "Q": raw[11] >> 6 & 1, "F": raw[11] >> 5 & 1, "I": raw[11] >> 4 & 1}
+
+
+class SuppressionReportsOnlyOnChangeTest(IntTestBase):
+    """With a 10 s refresh and wide buckets the sink reports a flow's first
+    packet, then only a packet whose CHANGED flag an upstream hop set, then,
+    with a short refresh, the first packet after it."""
+    sinks: set[int] = {DST_PORT}
+
+    def runTest(self):
+        wide = dict(latency_bucket_us=1 << 20, queue_bucket=1 << 10)
+        self.watch(reports=ReportSettings(refresh_ms=10_000, drop_report_interval_ms=None, **wide))
+        plain = self.int_packet(DS_NAMES, [struct.pack("!II", 3, 1000)], remaining=5)
+        flagged = self.int_packet(DS_NAMES, [struct.pack("!II", 3, 2000)], remaining=5, ds_flags=CHANGED)
+        sequence = [(plain, True)] + [(plain, False)] * 4 + [(flagged, True), (plain, False)]
+        for i, (frame, reported) in enumerate(sequence):
+            with self.subTest(packet=i, reported=reported):
+                self.send(FABRIC_PORT, Ether(frame))
+                self.one(DST_PORT)
+                if reported:
+                    self.one(COLLECTOR_PORT)
+                else:
+                    self.assertFalse(self.receive_all(COLLECTOR_PORT, timeout=0.3), "suppressed")
+        counts = self.report_counts()
+        self.assertEqual((counts["flow"], counts["suppressed"]), (2, 5))
+        self.watch(reports=ReportSettings(refresh_ms=200, drop_report_interval_ms=None, **wide))
+        time.sleep(0.3)
+        self.send(FABRIC_PORT, Ether(plain))
+        self.one(DST_PORT)
+        self.one(COLLECTOR_PORT)
+
+
+class TransitFlagsAChangeOnceTest(IntTestBase):
+    """A transit hop sets CHANGED on a flow's first packet (nothing known
+    yet) and not on the next one (same ports, same buckets)."""
+    sinks: set[int] = set()
+
+    def runTest(self):
+        self.watch(reports=ReportSettings(refresh_ms=0, latency_bucket_us=1 << 20, queue_bucket=1 << 10,
+                                          drop_report_interval_ms=None))
+        frame = self.int_packet(DS_NAMES, [struct.pack("!II", 3, 1000)], remaining=5, payload_pkt=udp_packet(sport=7))
+        flags = []
+        for _ in range(2):
+            self.send(FABRIC_PORT, Ether(frame))
+            flags.append(struct.unpack("!H", self.one(DST_PORT)[56:58])[0])
+        self.assertEqual(flags, [CHANGED, 0])
+
+
+class QueueReportsAboveThresholdTest(IntTestBase):
+    """A burst into a slow port: a transit hop sends a congestion report (Q
+    and I set) for exactly the INT packets that saw a queue of at least the
+    threshold; with a long interval, only one, the rest counted as held back."""
+    sinks: set[int] = set()
+    THRESHOLD = 5
+
+    def setUp(self):
+        super().setUp()
+        self.dataplane.set_qlen(10_000)
+        self.thrift = Bmv2Thrift(self.thrift_port)
+
+    def tearDown(self):
+        try:
+            self.thrift.set_queue_rate(DST_PORT, 10_000_000)
+            self.thrift.close()
+        finally:
+            super().tearDown()
+
+    def burst(self, count: int) -> list[bytes]:
+        self.thrift.set_queue_rate(DST_PORT, 20)
+        for i in range(count):
+            self.send(FABRIC_PORT, Ether(self.int_packet(["node_id", "queue"], [spec_hop(2, 1)], remaining=5,
+                                                          payload_pkt=udp_packet(sport=3000 + i))))
+        out = self.receive_all(DST_PORT, timeout=0.5)
+        self.thrift.set_queue_rate(DST_PORT, 10_000_000)
+        self.assertEqual(len(out), count)
+        return out
+
+    def runTest(self):
+        self.watch(reports=ReportSettings(refresh_ms=0, queue_report_threshold=self.THRESHOLD,
+                                          queue_report_interval_ms=0, drop_report_interval_ms=None))
+        out = self.burst(20)
+        deep = [f for f in out if struct.unpack("!I", f[62:66])[0] & 0xFFFFFF >= self.THRESHOLD]
+        self.assertGreater(len(deep), 5, "the burst builds a queue")
+        reports = self.receive_all(COLLECTOR_PORT, timeout=0.5)
+        self.assertEqual(len(reports), len(deep))
+        for r in reports:
+            self.assertEqual(report_flags(r), {"D": 0, "Q": 1, "F": 1, "I": 1})
+            queue = struct.unpack("!I", bytes(Ether(r)[UDP].payload)[28:32])[0]
+            self.assertGreaterEqual(queue & 0xFFFFFF, self.THRESHOLD)
+        before = self.report_counts()
+        self.watch(reports=ReportSettings(refresh_ms=0, queue_report_threshold=self.THRESHOLD,
+                                          queue_report_interval_ms=60_000, drop_report_interval_ms=None))
+        out = self.burst(20)
+        deep = [f for f in out if struct.unpack("!I", f[62:66])[0] & 0xFFFFFF >= self.THRESHOLD]
+        self.assertLessEqual(len(self.receive_all(COLLECTOR_PORT, timeout=0.5)), 1)
+        after = self.report_counts()
+        self.assertEqual(after["queue"] - before["queue"] + after["queue_limited"] - before["queue_limited"],
+                         len(deep))
+
+
+class DropReportsCarryTheReasonTest(IntTestBase):
+    """A dropped packet (TTL expired, not IPv4) makes a drop report: D set,
+    RepMdBits with the ingress port and the reason; one per reason per
+    interval, the rest counted."""
+    sinks: set[int] = set()
+
+    def runTest(self):
+        self.watch(reports=ReportSettings(refresh_ms=0, drop_report_interval_ms=60_000))
+        expired = udp_packet(ttl=1, payload=b"x" * 200)
+        self.send(HOST_PORT, expired)
+        report = self.one(COLLECTOR_PORT)
+        self.assertEqual(report_flags(report), {"D": 1, "Q": 0, "F": 0, "I": 1})
+        raw = bytes(Ether(report)[UDP].payload)
+        self.assertEqual(Ether(report)[IP].len, len(report) - 14)
+        self.assertEqual(raw[8] & 0x0F, 4, "InType IPv4")
+        self.assertEqual((raw[9], raw[10]), (0xFF, 4), "Report Length to the end, 4 metadata words")
+        self.assertEqual(struct.unpack("!H", raw[12:14])[0], 0x4801)
+        self.assertEqual(struct.unpack("!HH", raw[20:24]), (HOST_PORT, 0xFFFF))
+        self.assertEqual((raw[32], raw[33]), (0, drop_reasons()["TTL_EXPIRED"]))
+        self.assertEqual(raw[36:], bytes(expired[IP])[:64], "the dropped packet from IPv4 on, cut to 64 bytes")
+        for _ in range(5):
+            self.send(HOST_PORT, expired)
+        self.assertFalse(self.receive_all(COLLECTOR_PORT, timeout=0.5), "rate-limited")
+        self.assertEqual(self.counter("drop_reports_limited", drop_reasons()["TTL_EXPIRED"])[0], 5)
+        arp = Ether(dst="ff:ff:ff:ff:ff:ff", src=HOST_MAC, type=0x0806) / Raw(b"\x00" * 28)
+        self.send(HOST_PORT, arp)
+        raw = bytes(Ether(self.one(COLLECTOR_PORT))[UDP].payload)
+        self.assertEqual(raw[8] & 0x0F, 0, "InType none: not an IPv4 packet")
+        self.assertEqual(raw[33], drop_reasons()["NOT_IPV4"])
+        self.assertEqual(len(raw), 36)

@@ -1,0 +1,60 @@
+// Drop reports (Telemetry Report v2.0, D flag, INT-XD style): a packet the
+// ingress drops is cloned to the collector with its drop reason, from the
+// switch where it happened. Rate-limited per drop reason: at most one report
+// per reason per interval, so a storm of drops cannot flood the collector;
+// the ones held back are counted (int_report_counter, REPORT_DROP_LIMITED).
+// Off (no default action set by the controller): one table miss, on the
+// drop path only.
+#ifndef INT_DROP_REPORT_P4
+#define INT_DROP_REPORT_P4
+
+#include <core.p4>
+#include <v1model.p4>
+#include "headers.p4"
+
+control IntDropReport(inout local_metadata_t meta, in standard_metadata_t std_meta) {
+    register<bit<32>>(DROP_REASON_COUNT) drop_report_time;   // last report per reason (us)
+    counter(DROP_REASON_COUNT, CounterType.packets) drop_reports_limited;
+    bit<32> interval_us = 0;
+    bit<32> last_us = 0;
+
+    action report_drops(bit<32> min_interval_us) {
+        interval_us = min_interval_us;
+        drop_report_time.read(last_us, (bit<32>) meta.drop_reason);
+    }
+
+    table drop_report {
+        key = { }
+        actions = {
+            report_drops;
+            NoAction;
+        }
+        default_action = NoAction();
+        size = 1;
+    }
+
+    action clone_drop() {
+        bit<32> now_us = (bit<32>) std_meta.ingress_global_timestamp;
+        drop_report_time.write((bit<32>) meta.drop_reason, (now_us == 0 ? 32w1 : now_us));
+        meta.report.drop_reason = meta.drop_reason;
+        meta.report.ingress_port = (bit<16>) std_meta.ingress_port;
+        meta.report.egress_port = 0xFFFF;             // none chosen, or not the reason
+        meta.report.ingress_ts = (bit<64>) std_meta.ingress_global_timestamp;
+        clone_preserving_field_list(CloneType.I2E, REPORT_MIRROR_SESSION, INT_REPORT_FIELDS);
+    }
+
+    apply {
+        switch (drop_report.apply().action_run) {
+            report_drops: {
+                // last_us 0: never reported (times are stored as at least 1)
+                if (last_us == 0 || (bit<32>) std_meta.ingress_global_timestamp - last_us >= interval_us) {
+                    clone_drop();
+                } else {
+                    drop_reports_limited.count((bit<32>) meta.drop_reason);
+                }
+            }
+        }
+    }
+}
+
+#endif
