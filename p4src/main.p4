@@ -14,6 +14,7 @@
 #include "include/int_source.p4"
 #include "include/int_egress.p4"
 #include "include/int_drop_report.p4"
+#include "include/source_routing.p4"
 
 control FabricIngress(inout headers_t hdr,
                       inout local_metadata_t meta,
@@ -21,6 +22,7 @@ control FabricIngress(inout headers_t hdr,
     IngressPortCounter() port_counter;
     Forwarding() forwarding;
     IntSource() int_source;
+    SourceRouting() source_routing;
     DropAccounting() drops;
     IntDropReport() drop_report;
 
@@ -31,10 +33,14 @@ control FabricIngress(inout headers_t hdr,
     apply {
         port_counter.apply(std_meta);
         if (std_meta.parser_error == error.NoError && std_meta.checksum_error == 0
-                && hdr.ipv4.isValid() && hdr.ipv4.ttl > 1) {
+                && hdr.ipv4.isValid() && hdr.ipv4.ttl > 1 && !hdr.source_route[0].isValid()) {
             forwarding.apply(hdr, meta, std_meta);
             int_source.apply(hdr, meta, std_meta);
-        } else if (std_meta.parser_error == error.IntMalformed || hdr.int_shim.isValid()) {
+        } else if (std_meta.parser_error == error.NoError && std_meta.checksum_error == 0
+                   && hdr.ipv4.isValid() && hdr.ipv4.ttl > 1) {
+            source_routing.apply(hdr, std_meta);        // an INT probe
+        } else if (std_meta.parser_error == error.IntMalformed
+                   || (std_meta.parser_error != error.NoError && hdr.int_shim.isValid())) {
             meta.drop_reason = DROP_INT_MALFORMED;     // a parser error inside INT headers
         } else if (std_meta.parser_error != error.NoError) {
             meta.drop_reason = DROP_PARSER_ERROR;

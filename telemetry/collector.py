@@ -24,11 +24,11 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Optional, TextIO
+from typing import Any, Callable, Optional, TextIO
 
 from hostagent.int_headers import REPORT_UDP_PORT, TIMESTAMP_UNIT_NS
 from . import metrics as m
-from .decode import MalformedReport, decode_report
+from .decode import MalformedReport, ReportPacket, decode_report
 from .netns import socket_in_netns
 from .sequence import DEFAULT_WINDOW
 from .state import TelemetryState
@@ -55,8 +55,12 @@ class Collector:
     def __init__(self, *, bind: str = "127.0.0.1", port: int = REPORT_UDP_PORT, netns: Optional[str] = None,
                  metrics_bind: str = "127.0.0.1", metrics_port: Optional[int] = m.COLLECTOR_METRICS_PORT,
                  out_dir: Optional[Path] = DEFAULT_OUT, node_names: Optional[dict[int, str]] = None,
-                 time_unit_ns: int = TIMESTAMP_UNIT_NS, window: int = DEFAULT_WINDOW):
+                 time_unit_ns: int = TIMESTAMP_UNIT_NS, window: int = DEFAULT_WINDOW,
+                 listeners: Optional[list[Callable[[float, bytes, ReportPacket], None]]] = None):
         m.disable_created_series()
+        # Called with (time, datagram, decoded report) for every well-formed
+        # report, under the collector's lock (experiments: volumes, coverage).
+        self.listeners = list(listeners or [])
         self.bind, self.port, self.netns = bind, port, netns
         self.metrics_bind, self.metrics_port = metrics_bind, metrics_port
         self.out_dir = Path(out_dir) if out_dir is not None else None
@@ -158,6 +162,8 @@ class Collector:
                 self.state.malformed_datagram("decoder-error")
                 return
             verdict, outcomes = self.state.handle(pkt)
+            for listener in self.listeners:
+                listener(now, data, pkt)
             if self._csv is None:
                 return
             switch = self.state.switch(pkt.node_id)

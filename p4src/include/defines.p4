@@ -12,6 +12,8 @@ typedef bit<16> next_id_t;
 typedef bit<8>  drop_reason_t;
 
 const bit<16> ETHERTYPE_IPV4 = 0x0800;
+const bit<16> ETHERTYPE_SOURCE_ROUTE = 0x88B5;   // IEEE "local experimental": INT probe port lists
+#define SOURCE_ROUTE_MAX_HOPS 16
 const bit<8>  IP_PROTO_TCP = 6;
 const bit<8>  IP_PROTO_UDP = 17;
 

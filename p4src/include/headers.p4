@@ -17,6 +17,13 @@ header ethernet_t {
     bit<16>    ether_type;
 }
 
+// One hop of a source-routed INT probe: the egress port at this switch;
+// bos marks the last entry (an IPv4 packet follows it).
+header source_route_t {
+    bit<1>  bos;
+    bit<15> port;
+}
+
 header ipv4_t {
     bit<4>      version;
     bit<4>      ihl;
@@ -59,6 +66,7 @@ header udp_t {
 // report headers, then the reported packet from inner_ipv4 on.
 struct headers_t {
     ethernet_t          ethernet;
+    source_route_t[SOURCE_ROUTE_MAX_HOPS] source_route;
     ipv4_t              ipv4;
     udp_t               udp;
     tcp_t               tcp;

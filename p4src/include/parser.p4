@@ -20,7 +20,18 @@ parser FabricParser(packet_in packet,
         packet.extract(hdr.ethernet);
         transition select(hdr.ethernet.ether_type) {
             ETHERTYPE_IPV4: parse_ipv4;
+            ETHERTYPE_SOURCE_ROUTE: parse_source_route;
             default: accept;
+        }
+    }
+
+    // An INT probe's port list, up to the entry marked bos; more than
+    // SOURCE_ROUTE_MAX_HOPS entries is a parser error (StackOutOfBounds).
+    state parse_source_route {
+        packet.extract(hdr.source_route.next);
+        transition select(hdr.source_route.last.bos) {
+            1: parse_ipv4;
+            default: parse_source_route;
         }
     }
 
@@ -138,6 +149,7 @@ parser FabricParser(packet_in packet,
 control FabricDeparser(packet_out packet, in headers_t hdr) {
     apply {
         packet.emit(hdr.ethernet);
+        packet.emit(hdr.source_route);
         packet.emit(hdr.ipv4);
         packet.emit(hdr.udp);
         packet.emit(hdr.tcp);

@@ -630,3 +630,36 @@ class DropReportsCarryTheReasonTest(IntTestBase):
         self.assertEqual(raw[8] & 0x0F, 0, "InType none: not an IPv4 packet")
         self.assertEqual(raw[33], drop_reasons()["NOT_IPV4"])
         self.assertEqual(len(raw), 36)
+
+
+# -- source-routed probes --------------------------------------------------------
+
+class ProbeFollowsItsPortListTest(IntTestBase):
+    """A probe leaves out of its first entry's port with that entry popped
+    (and its hop pushed); after the last entry it is plain IPv4 with INT.
+    More entries than SOURCE_ROUTE_MAX_HOPS is a parser error."""
+    sinks: set[int] = set()
+
+    def runTest(self):
+        from hostagent.probes import ETHERTYPE_SOURCE_ROUTE, probe_frame
+        addrs = dict(src_mac=HOST_MAC, dst_mac=SWITCH_MAC, src_ip="10.0.1.1", dst_ip="10.0.2.1")
+        two = bytes(probe_frame([COLLECTOR_PORT, DST_PORT], **addrs))
+        self.send(FABRIC_PORT, Ether(two))
+        out = self.one(COLLECTOR_PORT)
+        self.assertEqual(struct.unpack("!H", out[12:14])[0], ETHERTYPE_SOURCE_ROUTE)
+        self.assertEqual(out[14:16], struct.pack("!H", 0x8000 | DST_PORT), "one entry left, bos")
+        self.assertEqual(out[16 + 8], two[18 + 8] - 1, "TTL decremented")
+        last = bytes(probe_frame([DST_PORT], **addrs))
+        self.send(FABRIC_PORT, Ether(last))
+        out = self.one(DST_PORT)
+        self.assertEqual(struct.unpack("!H", out[12:14])[0], 0x0800, "plain IPv4 after the last entry")
+        self.assertEqual(out[42:46], shim(1, 3 + 2, 6100))
+        self.assertEqual(struct.unpack("!II", out[58:66]), (NODE_ID, (FABRIC_PORT << 16) | DST_PORT))
+        self.assertTrue(l4_checksum_ok(out))
+        too_long = bytes(probe_frame([DST_PORT] * 16, **addrs))
+        entries = b"".join(struct.pack("!H", DST_PORT) for _ in range(17))
+        frame = bytes(too_long[:14]) + entries[:-2] + struct.pack("!H", 0x8000 | DST_PORT) + bytes(too_long[14 + 32:])
+        before = self.drops("PARSER_ERROR")
+        self.send(FABRIC_PORT, Ether(frame))
+        tu.verify_no_other_packets(self, timeout=0.5)
+        self.assertEqual(self.drops("PARSER_ERROR"), before + 1)
