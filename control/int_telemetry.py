@@ -84,6 +84,7 @@ PROTOCOLS = {"udp": 17, "tcp": 6}
 SECTION_FIELDS = {"collector", "collector_port", "mtu", "watchlist", "refresh_ms", "latency_bucket_us",
                   "queue_bucket", "queue_report_threshold", "queue_report_interval_ms", "drop_report_interval_ms"}
 DROP_REPORT_TABLE = "drop_report"
+SWITCH_TABLE = "int_switch"           # keyless: its default action switches INT on
 REPORT_COUNTER = "int_report_counter"
 REPORT_KINDS = {name: constants()[f"REPORT_{name.upper()}"]
                 for name in ("flow", "suppressed", "queue", "queue_limited", "drop", "drop_limited")}
@@ -364,12 +365,20 @@ def clone_session(port: int) -> p4runtime_pb2.CloneSessionEntry:
 
 
 def empty_state(p4info: P4Info) -> SwitchState:
-    """INT off: no entries, drop reports off (the drop_report default back to NoAction)."""
-    return SwitchState(managed_tables={p4info.table(WATCHLIST_TABLE).preamble.id,
-                                       p4info.table(PORT_TABLE).preamble.id,
-                                       p4info.table(DROP_REPORT_TABLE).preamble.id},
+    """INT off: no entries, int_switch and drop_report back to NoAction."""
+    return SwitchState(managed_tables={p4info.table(t).preamble.id
+                                       for t in (SWITCH_TABLE, WATCHLIST_TABLE, PORT_TABLE, DROP_REPORT_TABLE)},
                        managed_clone_sessions={REPORT_SESSION},
-                       table_entries=[p4info.default_entry(DROP_REPORT_TABLE, "NoAction")])
+                       table_entries=[p4info.default_entry(SWITCH_TABLE, "NoAction"),
+                                      p4info.default_entry(DROP_REPORT_TABLE, "NoAction")])
+
+
+def enabled_state(p4info: P4Info) -> SwitchState:
+    """INT on, before any entry: int_switch's default is enable_int."""
+    state = empty_state(p4info)
+    state.table_entries = [p4info.default_entry(SWITCH_TABLE, "enable_int"),
+                           p4info.default_entry(DROP_REPORT_TABLE, "NoAction")]
+    return state
 
 
 def int_state(p4info: P4Info, *, node_id: int, ports: Mapping[int, int], sink_ports: set[int],
@@ -377,9 +386,9 @@ def int_state(p4info: P4Info, *, node_id: int, ports: Mapping[int, int], sink_po
               reports: ReportSettings = ReportSettings()) -> SwitchState:
     """One switch's INT entries. `ports`: port -> link rate (Mbit/s);
     `sink_ports` face hosts: INT enters there (watchlist) and leaves there (sink)."""
-    state = empty_state(p4info)
+    state = enabled_state(p4info)
     if reports.drop_report_interval_ms is not None:
-        state.table_entries = [drop_report_entry(p4info, reports.drop_report_interval_ms)]
+        state.table_entries[1] = drop_report_entry(p4info, reports.drop_report_interval_ms)
     state.table_entries += watchlist_entries(p4info, rules, sorted(sink_ports))
     for port, rate in sorted(ports.items()):
         state.table_entries.append(port_entry(p4info, port, node_id, port in sink_ports, mtu, rate, reports))
@@ -420,7 +429,7 @@ def bench_state(p4info: P4Info, port: int) -> SwitchState:
     everything = Instructions.of(["node_id", "l1_ports", "hop_latency", "queue", "ingress_ts", "egress_ts",
                                   "tx_bytes", "tx_time", "link_rate"])
     rule = WatchRule(instructions=everything, max_hops=4)
-    state = empty_state(p4info)
+    state = enabled_state(p4info)
     state.table_entries += watchlist_entries(p4info, (rule,), None)
     state.table_entries.append(port_entry(p4info, port, 1, False, 9000, 1000))
     return state

@@ -3,8 +3,8 @@ list (p4src/include/source_routing.p4), probe packets for the paths that
 telemetry/probe_planner.py plans, their injection from the hosts, and the
 link coverage the collected reports prove.
 
-A probe is Ether(type=ETHERTYPE_SOURCE_ROUTE) / SourceRoute entries (one
-egress port per switch, the last marked bos) / IPv4 / UDP(dport=INT_UDP_PORT)
+A probe is Ether(type=ETHERTYPE_SOURCE_ROUTE) / SourceRoute (a count and
+one egress port per switch, popped per hop) / IPv4 / UDP(dport=INT_UDP_PORT)
 / INT shim + INT-MD header with an empty stack (the host is the INT source).
 Every switch pops its entry and pushes its hop (node id, ingress and egress
 port); the last switch's host port is a sink and reports the whole path.
@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from scapy.fields import BitField
+from scapy.fields import ByteField, FieldLenField, FieldListField, ShortField
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw, bind_layers
@@ -37,17 +37,18 @@ PROBE_INSTRUCTIONS = INS_NODE_ID | INS_L1_PORTS   # what coverage needs: who, in
 
 
 class SourceRoute(Packet):
-    """One port-list entry: bos (last entry) and the egress port."""
+    """The port list: hops_left entries of 16 bits, this switch's first."""
     name = "SourceRoute"
-    fields_desc = [BitField("bos", 0, 1), BitField("port", 0, 15)]
+    fields_desc = [FieldLenField("hops_left", None, fmt="B", count_of="ports"),
+                   ByteField("rsvd", 0),
+                   FieldListField("ports", [], ShortField("port", 0), count_from=lambda p: p.hops_left)]
 
     def mysummary(self) -> str:
-        return self.sprintf("port %SourceRoute.port%" + (" (last)" if self.bos else ""))
+        return "route " + " ".join(str(p) for p in self.ports)
 
 
 bind_layers(Ether, SourceRoute, type=ETHERTYPE_SOURCE_ROUTE)
-bind_layers(SourceRoute, SourceRoute, bos=0)
-bind_layers(SourceRoute, IP, bos=1)
+bind_layers(SourceRoute, IP)
 
 
 class ProbeError(ValueError):
@@ -61,12 +62,9 @@ def probe_frame(ports: Iterable[int], *, src_mac: str, dst_mac: str, src_ip: str
     if not 1 <= len(ports) <= SOURCE_ROUTE_MAX_HOPS:
         raise ProbeError(f"a probe takes 1..{SOURCE_ROUTE_MAX_HOPS} hops, got {len(ports)}")
     for p in ports:
-        if not 0 <= p < 1 << 15:
-            raise ProbeError(f"port {p} does not fit the 15-bit port field")
-    route = None
-    for i, port in enumerate(ports):
-        entry = SourceRoute(bos=int(i == len(ports) - 1), port=port)
-        route = entry if route is None else route / entry
+        if not 0 <= p < 1 << 16:
+            raise ProbeError(f"port {p} does not fit the 16-bit port field")
+    route = SourceRoute(ports=ports)
     md = INTMetadataHeader(remaining_hop_cnt=len(ports), instruction_bitmap=PROBE_INSTRUCTIONS)
     md.hop_ml = md.effective_hop_ml()
     inner = (IP(src=src_ip, dst=dst_ip) / UDP(sport=40000 + probe_id % 20000, dport=INT_UDP_PORT)

@@ -33,12 +33,12 @@ control FabricIngress(inout headers_t hdr,
     apply {
         port_counter.apply(std_meta);
         if (std_meta.parser_error == error.NoError && std_meta.checksum_error == 0
-                && hdr.ipv4.isValid() && hdr.ipv4.ttl > 1 && !hdr.source_route[0].isValid()) {
+                && hdr.ipv4.isValid() && hdr.ipv4.ttl > 1 && !hdr.source_route.isValid()) {
             forwarding.apply(hdr, meta, std_meta);
             int_source.apply(hdr, meta, std_meta);
         } else if (std_meta.parser_error == error.NoError && std_meta.checksum_error == 0
                    && hdr.ipv4.isValid() && hdr.ipv4.ttl > 1) {
-            source_routing.apply(hdr, std_meta);        // an INT probe
+            source_routing.apply(hdr, meta, std_meta);  // an INT probe
         } else if (std_meta.parser_error == error.IntMalformed
                    || (std_meta.parser_error != error.NoError && hdr.int_shim.isValid())) {
             meta.drop_reason = DROP_INT_MALFORMED;     // a parser error inside INT headers

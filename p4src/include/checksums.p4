@@ -20,18 +20,11 @@ control VerifyIpv4Checksum(inout headers_t hdr, inout local_metadata_t meta) {
 }
 
 // The INT bytes a TCP/UDP checksum covers: every INT header (invalid ones
-// add nothing), a header stack element by element (BMv2 takes no whole
-// stack in a checksum). The payload follows them.
-#define ELEMENTS_8(s, i) s[(i)], s[(i) + 1], s[(i) + 2], s[(i) + 3], s[(i) + 4], s[(i) + 5], s[(i) + 6], s[(i) + 7]
-#define INT_FILL_ELEMENTS(h) ELEMENTS_8(h.int_fill, 0), ELEMENTS_8(h.int_fill, 8), ELEMENTS_8(h.int_fill, 16), \
-    h.int_fill[24], h.int_fill[25], h.int_fill[26], h.int_fill[27], h.int_fill[28], h.int_fill[29], h.int_fill[30]
-#define INT_STACK_ELEMENTS(h) ELEMENTS_8(h.int_stack, 0), ELEMENTS_8(h.int_stack, 8), ELEMENTS_8(h.int_stack, 16), \
-    ELEMENTS_8(h.int_stack, 24), ELEMENTS_8(h.int_stack, 32), ELEMENTS_8(h.int_stack, 40), \
-    ELEMENTS_8(h.int_stack, 48), ELEMENTS_8(h.int_stack, 56)
+// add nothing). The payload follows them.
 #define INT_CHECKSUM_HEADERS(h) \
     h.int_shim, h.int_md, h.int_node_id, h.int_l1_ports, h.int_hop_latency, h.int_queue, \
-    h.int_ingress_ts, h.int_egress_ts, INT_FILL_ELEMENTS(h), h.int_ds_tx_bytes, h.int_ds_tx_time, \
-    h.int_ds_link_rate, h.int_checksum_fill, INT_STACK_ELEMENTS(h)
+    h.int_ingress_ts, h.int_egress_ts, h.int_fill16, h.int_fill8, h.int_fill4, h.int_fill2, h.int_fill1, \
+    h.int_ds_tx_bytes, h.int_ds_tx_time, h.int_ds_link_rate, h.int_checksum_fill, h.int_stack
 
 // IPv4 header checksum, and the TCP/UDP checksum of packets whose length
 // INT changed (source, transit, sink): meta.telemetry.l4_checksum. A zero UDP

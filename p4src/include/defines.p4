@@ -14,6 +14,7 @@ typedef bit<8>  drop_reason_t;
 const bit<16> ETHERTYPE_IPV4 = 0x0800;
 const bit<16> ETHERTYPE_SOURCE_ROUTE = 0x88B5;   // IEEE "local experimental": INT probe port lists
 #define SOURCE_ROUTE_MAX_HOPS 16
+#define SOURCE_ROUTE_REST_BITS 240         // (SOURCE_ROUTE_MAX_HOPS - 1) * 16
 const bit<8>  IP_PROTO_TCP = 6;
 const bit<8>  IP_PROTO_UDP = 17;
 
@@ -58,9 +59,9 @@ const bit<16> INT_SHIM_AND_HEADER_BYTES = 16;
 const bit<16> FABRIC_DS_ID = 0xAF01;       // this project's INT domain: DS bits = tx bytes, tx time, link rate
 // The metadata stack a switch can carry and report, in 4-byte words. A hop
 // that would grow the stack beyond it pushes nothing and sets M.
-#define INT_MAX_STACK_WORDS 64             // checksums.p4 and int_egress.p4 unroll these
+#define INT_MAX_STACK_WORDS 64
+#define INT_STACK_BITS 2048                // INT_MAX_STACK_WORDS * 32 (a varbit's size must be a literal)
 const bit<8>  INT_MAX_STACK_WORDS_C = INT_MAX_STACK_WORDS;
-#define INT_MAX_FILL_WORDS 31              // all-ones words a hop may need (HopML is 5 bits); checksums.p4 lists them
 const bit<32> INT_WATCHLIST_SIZE = 1024;
 const bit<16> INT_DEFAULT_MTU = 1500;      // IPv4 bytes, until the controller sets a port's
 const bit<32> REPORT_MIRROR_SESSION = 500; // clone session of telemetry reports (set by the controller)

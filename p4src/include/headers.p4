@@ -8,7 +8,8 @@
 error {
     IPv4IncorrectVersion,
     IPv4OptionsNotSupported,
-    IntMalformed
+    IntMalformed,
+    SourceRouteMalformed
 }
 
 header ethernet_t {
@@ -17,11 +18,19 @@ header ethernet_t {
     bit<16>    ether_type;
 }
 
-// One hop of a source-routed INT probe: the egress port at this switch;
-// bos marks the last entry (an IPv4 packet follows it).
+// A source-routed INT probe's port list: how many entries are left, this
+// switch's egress port, the others (popped one per hop); IPv4 follows.
 header source_route_t {
-    bit<1>  bos;
-    bit<15> port;
+    bit<8> hops_left;
+    bit<8> rsvd;
+}
+
+header source_route_port_t {
+    bit<16> port;
+}
+
+header source_route_rest_t {
+    varbit<SOURCE_ROUTE_REST_BITS> ports;
 }
 
 header ipv4_t {
@@ -66,7 +75,9 @@ header udp_t {
 // report headers, then the reported packet from inner_ipv4 on.
 struct headers_t {
     ethernet_t          ethernet;
-    source_route_t[SOURCE_ROUTE_MAX_HOPS] source_route;
+    source_route_t      source_route;
+    source_route_port_t source_route_port;
+    source_route_rest_t source_route_rest;
     ipv4_t              ipv4;
     udp_t               udp;
     tcp_t               tcp;
@@ -75,15 +86,8 @@ struct headers_t {
     report_group_t      report_group;
     report_individual_t report_individual;
     report_main_t       report_main;
-    int_l1_ports_t      report_l1_ports;
-    int_hop_latency_t   report_hop_latency;
-    int_queue_t         report_queue;
-    int_timestamp_t     report_ingress_ts;
-    int_timestamp_t     report_egress_ts;
-    report_drop_t       report_drop;
-    int_word_t          report_ds_tx_bytes;
-    int_word_t          report_ds_tx_time;
-    int_word_t          report_ds_link_rate;
+    report_int_md_t     report_int_md;
+    report_drop_md_t    report_drop_md;
     ipv4_t              inner_ipv4;
     udp_t               inner_udp;
     tcp_t               inner_tcp;
@@ -97,50 +101,36 @@ struct headers_t {
     int_queue_t         int_queue;
     int_timestamp_t     int_ingress_ts;
     int_timestamp_t     int_egress_ts;
-    int_word_t[INT_MAX_FILL_WORDS] int_fill; // all-ones: bits 6-14, unknown DS metadata
+    int_fill16_t        int_fill16;         // all-ones: bits 6-14, unknown DS metadata
+    int_fill8_t         int_fill8;
+    int_fill4_t         int_fill4;
+    int_fill2_t         int_fill2;
+    int_fill1_t         int_fill1;
     int_word_t          int_ds_tx_bytes;
     int_word_t          int_ds_tx_time;
     int_word_t          int_ds_link_rate;
     int_word_t          int_checksum_fill;  // bit 15 last (all-ones: the L4 checksum is recomputed)
-    int_word_t[INT_MAX_STACK_WORDS] int_stack;
+    int_stack_t         int_stack;
+    // Never emitted: what the sink (or a congested hop) keeps for its report
+    // clone, which inherits valid headers (BMv2 copies them into E2E clones)
+    // while the data packet leaves without them.
+    int_report_saved_t  int_saved;
+    int_shim_t          saved_int_shim;
+    int_md_t            saved_int_md;
+    int_stack_t         saved_int_stack;
 }
 
-// What a report clone keeps from the packet it reports (clone_preserving_field_list):
-// the switch's own measurements and the INT headers as they arrived.
+// What a drop report clone (an ingress clone, re-parsed from the packet as
+// received) keeps: clone_preserving_field_list copies these fields.
 struct int_report_meta_t {
-    @field_list(INT_REPORT_FIELDS) bit<1>   congested;
-    @field_list(INT_REPORT_FIELDS) bit<1>   intermediate;
-    @field_list(INT_REPORT_FIELDS) bit<8>   drop_reason;
-    @field_list(INT_REPORT_FIELDS) bit<16>  ingress_port;
-    @field_list(INT_REPORT_FIELDS) bit<16>  egress_port;
-    @field_list(INT_REPORT_FIELDS) bit<32>  hop_latency;
-    @field_list(INT_REPORT_FIELDS) bit<24>  queue_occupancy;
-    @field_list(INT_REPORT_FIELDS) bit<64>  ingress_ts;
-    @field_list(INT_REPORT_FIELDS) bit<64>  egress_ts;
-    @field_list(INT_REPORT_FIELDS) bit<32>  tx_bytes;
-    @field_list(INT_REPORT_FIELDS) bit<32>  link_rate_mbps;
-    // the IPv4/L4 fields the sink rewrote, as received
-    @field_list(INT_REPORT_FIELDS) bit<16>  ipv4_total_len;
-    @field_list(INT_REPORT_FIELDS) bit<6>   ipv4_dscp;
-    @field_list(INT_REPORT_FIELDS) bit<16>  ipv4_checksum;
-    @field_list(INT_REPORT_FIELDS) bit<16>  l4_dst_port;
-    @field_list(INT_REPORT_FIELDS) bit<16>  udp_length;
-    @field_list(INT_REPORT_FIELDS) bit<16>  l4_checksum;
-    @field_list(INT_REPORT_FIELDS) bit<32>  shim;
-    @field_list(INT_REPORT_FIELDS) bit<96>  md_header;
-    @field_list(INT_REPORT_FIELDS) bit<256> stack0;   // stack words 8k..8k+7 (int_egress.p4)
-    @field_list(INT_REPORT_FIELDS) bit<256> stack1;
-    @field_list(INT_REPORT_FIELDS) bit<256> stack2;
-    @field_list(INT_REPORT_FIELDS) bit<256> stack3;
-    @field_list(INT_REPORT_FIELDS) bit<256> stack4;
-    @field_list(INT_REPORT_FIELDS) bit<256> stack5;
-    @field_list(INT_REPORT_FIELDS) bit<256> stack6;
-    @field_list(INT_REPORT_FIELDS) bit<256> stack7;
-    @field_list(INT_REPORT_FIELDS) bit<16>  inner_bytes;     // reported packet: IPv4 + L4 + INT bytes
+    @field_list(INT_REPORT_FIELDS) bit<8>  drop_reason;
+    @field_list(INT_REPORT_FIELDS) bit<16> ingress_port;
+    @field_list(INT_REPORT_FIELDS) bit<64> ingress_ts;
 }
 
 struct int_meta_t {
-    bit<8>  words_left;       // parser: stack words still to extract
+    @field_list(INT_REPORT_FIELDS)
+    bit<1>  enabled;          // INT is on at this switch (int_switch, drop_report): egress looks at int_port
     bit<8>  hop_words;        // words this switch's metadata needs (bitmap bits it knows)
     bit<8>  fill_words;       // all-ones words to reach HopML
     bool    l4_checksum;      // INT bytes inserted or removed: recompute the TCP/UDP checksum

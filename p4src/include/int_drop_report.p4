@@ -20,6 +20,7 @@ control IntDropReport(inout local_metadata_t meta, in standard_metadata_t std_me
 
     action report_drops(bit<32> min_interval_us) {
         interval_us = min_interval_us;
+        meta.telemetry.enabled = 1;
         drop_report_time.read(last_us, (bit<32>) meta.drop_reason);
     }
 
@@ -38,7 +39,6 @@ control IntDropReport(inout local_metadata_t meta, in standard_metadata_t std_me
         drop_report_time.write((bit<32>) meta.drop_reason, (now_us == 0 ? 32w1 : now_us));
         meta.report.drop_reason = meta.drop_reason;
         meta.report.ingress_port = (bit<16>) std_meta.ingress_port;
-        meta.report.egress_port = 0xFFFF;             // none chosen, or not the reason
         meta.report.ingress_ts = (bit<64>) std_meta.ingress_global_timestamp;
         clone_preserving_field_list(CloneType.I2E, REPORT_MIRROR_SESSION, INT_REPORT_FIELDS);
     }

@@ -12,7 +12,8 @@
 //                           from a hop whose queue is above the port's threshold
 //   build_drop_report(...)  a drop report clone (instance ingress clone,
 //                           int_drop_report.p4): D flag and the drop reason
-// A switch without entries (INT off) pays one table miss per packet.
+// A switch where INT is off pays one condition per packet here (the flag
+// meta.telemetry.enabled, set in ingress by int_switch or drop_report).
 //
 // Suppression (what keeps telemetry cheap): every hop keeps, per flow cell,
 // (ingress port, egress port, hop latency bucket, queue bucket); a hop whose
@@ -22,13 +23,15 @@
 // Buckets are the value shifted right by a runtime amount, saturated at 255.
 // Congestion reports are rate-limited per port (one per interval).
 //
-// Why the sink saves the stack into metadata: BMv2 clones at the end of
-// egress, from the headers as egress left them, and only the egress pass of
-// the data packet knows its queue (occupancy, hop latency at the sink port,
-// the queue incast builds). So the sink copies what the report needs
-// (shim, MD header, stack words, rewritten IPv4/L4 fields, its own
-// measurements) into the @field_list(INT_REPORT_FIELDS) metadata, clones,
-// and then strips; the clone rebuilds the received packet from it.
+// How the sink's report keeps what the sink strips: BMv2 clones at the end
+// of egress, from the headers as egress left them, and only the egress pass
+// of the data packet knows its queue (occupancy, hop latency at the sink
+// port: the queue incast builds). So the sink keeps its own measurements,
+// the shim, the MD header and the IPv4/L4 fields it rewrites in the
+// @field_list(INT_REPORT_FIELDS) metadata, and the stack in saved_int_stack,
+// a header that is valid but never emitted: the clone inherits it, the data
+// packet leaves without it. Then it clones and strips; the clone rebuilds
+// the packet as received.
 #ifndef INT_EGRESS_P4
 #define INT_EGRESS_P4
 
@@ -36,35 +39,17 @@
 #include <v1model.p4>
 #include "headers.p4"
 
-// The stack (INT_MAX_STACK_WORDS = 64 words) is kept in eight 256-bit
-// fields (BMv2 shifts at most 256 bits): word i+j of field f is at bits
-// [32j+31:32j].
-#define SAVE_WORD(f, i, j) meta.report.f[32 * (j) + 31:32 * (j)] = hdr.int_stack[(i) + (j)].data;
-#define SAVE_8_WORDS(f, i) SAVE_WORD(f, i, 0) SAVE_WORD(f, i, 1) SAVE_WORD(f, i, 2) SAVE_WORD(f, i, 3) \
-    SAVE_WORD(f, i, 4) SAVE_WORD(f, i, 5) SAVE_WORD(f, i, 6) SAVE_WORD(f, i, 7)
-#define RESTORE_WORD(f, i, j) hdr.int_stack[(i) + (j)].setValid(); \
-    hdr.int_stack[(i) + (j)].data = meta.report.f[32 * (j) + 31:32 * (j)];
-#define RESTORE_8_WORDS(f, i) RESTORE_WORD(f, i, 0) RESTORE_WORD(f, i, 1) RESTORE_WORD(f, i, 2) \
-    RESTORE_WORD(f, i, 3) RESTORE_WORD(f, i, 4) RESTORE_WORD(f, i, 5) RESTORE_WORD(f, i, 6) RESTORE_WORD(f, i, 7)
-#define FILL_WORD(i) hdr.int_fill[i].setValid(); hdr.int_fill[i].data = 0xFFFFFFFF;
-
-// All-ones words, meta.telemetry.fill_words of them (at most 31), pushed
-// in chunks of 1, 2, 4, 8 and 16: what bits 6-14 and unknown DS metadata get.
+// All-ones words, meta.telemetry.fill_words of them (at most 31), as the
+// fill headers of 16, 8, 4, 2 and 1 words: what bits 6-14 and unknown DS
+// metadata get.
 control IntFill(inout headers_t hdr, in local_metadata_t meta) {
     apply {
         bit<8> n = meta.telemetry.fill_words;
-        if (n[0:0] == 1) { hdr.int_fill.push_front(1); FILL_WORD(0) }
-        if (n[1:1] == 1) { hdr.int_fill.push_front(2); FILL_WORD(0) FILL_WORD(1) }
-        if (n[2:2] == 1) { hdr.int_fill.push_front(4); FILL_WORD(0) FILL_WORD(1) FILL_WORD(2) FILL_WORD(3) }
-        if (n[3:3] == 1) {
-            hdr.int_fill.push_front(8);
-            FILL_WORD(0) FILL_WORD(1) FILL_WORD(2) FILL_WORD(3) FILL_WORD(4) FILL_WORD(5) FILL_WORD(6) FILL_WORD(7)
-        }
-        if (n[4:4] == 1) {
-            hdr.int_fill.push_front(16);
-            FILL_WORD(0) FILL_WORD(1) FILL_WORD(2) FILL_WORD(3) FILL_WORD(4) FILL_WORD(5) FILL_WORD(6) FILL_WORD(7)
-            FILL_WORD(8) FILL_WORD(9) FILL_WORD(10) FILL_WORD(11) FILL_WORD(12) FILL_WORD(13) FILL_WORD(14) FILL_WORD(15)
-        }
+        if (n[4:4] == 1) { hdr.int_fill16.setValid(); hdr.int_fill16.ones = ~(bit<512>) 0; }
+        if (n[3:3] == 1) { hdr.int_fill8.setValid(); hdr.int_fill8.ones = ~(bit<256>) 0; }
+        if (n[2:2] == 1) { hdr.int_fill4.setValid(); hdr.int_fill4.ones = ~(bit<128>) 0; }
+        if (n[1:1] == 1) { hdr.int_fill2.setValid(); hdr.int_fill2.ones = ~(bit<64>) 0; }
+        if (n[0:0] == 1) { hdr.int_fill1.setValid(); hdr.int_fill1.ones = ~(bit<32>) 0; }
     }
 }
 
@@ -173,33 +158,29 @@ control IntEgress(inout headers_t hdr,
     // ---- sink: keep what the report needs, clone, strip -------------------
 
     action save_for_report() {
-        meta.report.ingress_port = (bit<16>) std_meta.ingress_port;
-        meta.report.egress_port = (bit<16>) std_meta.egress_port;
-        meta.report.hop_latency = (bit<32>) (std_meta.egress_global_timestamp - std_meta.ingress_global_timestamp);
-        meta.report.queue_occupancy = (bit<24>) std_meta.enq_qdepth;
-        meta.report.ingress_ts = (bit<64>) std_meta.ingress_global_timestamp;
-        meta.report.egress_ts = (bit<64>) std_meta.egress_global_timestamp;
-        meta.report.tx_bytes = tx_bytes;
-        meta.report.link_rate_mbps = link_rate_mbps;
-        meta.report.ipv4_total_len = hdr.ipv4.total_len;
-        meta.report.ipv4_dscp = hdr.ipv4.dscp;
-        meta.report.ipv4_checksum = hdr.ipv4.hdr_checksum;
-        meta.report.l4_dst_port = hdr.udp.dst_port;
-        meta.report.udp_length = hdr.udp.length;
-        meta.report.l4_checksum = hdr.udp.checksum;     // TCP: the caller replaces it
-        meta.report.shim = hdr.int_shim.int_type ++ hdr.int_shim.npt ++ hdr.int_shim.rsvd
-                           ++ hdr.int_shim.len ++ hdr.int_shim.npt_field;
-        meta.report.md_header = hdr.int_md.ver ++ hdr.int_md.d ++ hdr.int_md.e ++ hdr.int_md.m
-                                ++ hdr.int_md.rsvd ++ hdr.int_md.hop_ml ++ hdr.int_md.remaining_hop_cnt
-                                ++ hdr.int_md.instruction_bitmap ++ hdr.int_md.ds_id
-                                ++ hdr.int_md.ds_instruction ++ hdr.int_md.ds_flags;
-        SAVE_8_WORDS(stack0, 0) SAVE_8_WORDS(stack1, 8) SAVE_8_WORDS(stack2, 16) SAVE_8_WORDS(stack3, 24)
-        SAVE_8_WORDS(stack4, 32) SAVE_8_WORDS(stack5, 40) SAVE_8_WORDS(stack6, 48) SAVE_8_WORDS(stack7, 56)
+        hdr.int_saved.setValid();
+        hdr.int_saved.ingress_port = (bit<16>) std_meta.ingress_port;
+        hdr.int_saved.egress_port = (bit<16>) std_meta.egress_port;
+        hdr.int_saved.hop_latency = (bit<32>) (std_meta.egress_global_timestamp - std_meta.ingress_global_timestamp);
+        hdr.int_saved.queue_occupancy = (bit<24>) std_meta.enq_qdepth;
+        hdr.int_saved.ingress_ts = (bit<64>) std_meta.ingress_global_timestamp;
+        hdr.int_saved.egress_ts = (bit<64>) std_meta.egress_global_timestamp;
+        hdr.int_saved.tx_bytes = tx_bytes;
+        hdr.int_saved.link_rate_mbps = link_rate_mbps;
+        hdr.int_saved.ipv4_total_len = hdr.ipv4.total_len;
+        hdr.int_saved.ipv4_dscp = hdr.ipv4.dscp;
+        hdr.int_saved.ipv4_checksum = hdr.ipv4.hdr_checksum;
+        hdr.int_saved.l4_dst_port = hdr.udp.dst_port;
+        hdr.int_saved.udp_length = hdr.udp.length;
+        hdr.int_saved.l4_checksum = hdr.udp.checksum;     // TCP: the caller replaces it
+        hdr.saved_int_shim = hdr.int_shim;
+        hdr.saved_int_md = hdr.int_md;
+        hdr.saved_int_stack = hdr.int_stack;            // invalid for an empty stack: then so is the copy
         // IPv4 header + L4 header + shim + MD header + stack
-        meta.report.inner_bytes = ((bit<16>) hdr.ipv4.ihl << 2) + 8 + 4 + ((bit<16>) hdr.int_shim.len << 2);
-        meta.report.intermediate = 0;
-        meta.report.congested = 0;
-        clone_preserving_field_list(CloneType.E2E, REPORT_MIRROR_SESSION, INT_REPORT_FIELDS);
+        hdr.int_saved.inner_bytes = ((bit<16>) hdr.ipv4.ihl << 2) + 8 + 4 + ((bit<16>) hdr.int_shim.len << 2);
+        hdr.int_saved.intermediate = 0;
+        hdr.int_saved.congested = 0;
+        clone_preserving_field_list(CloneType.E2E, REPORT_MIRROR_SESSION, INT_REPORT_FIELDS);   // keeps `enabled`
     }
 
     action strip_int() {
@@ -208,7 +189,7 @@ control IntEgress(inout headers_t hdr,
         hdr.udp.length = hdr.udp.length - int_bytes;    // no effect on TCP packets (udp invalid)
         hdr.int_shim.setInvalid();
         hdr.int_md.setInvalid();
-        hdr.int_stack.pop_front(INT_MAX_STACK_WORDS);
+        hdr.int_stack.setInvalid();
         meta.telemetry.l4_checksum = true;
     }
 
@@ -218,35 +199,23 @@ control IntEgress(inout headers_t hdr,
                         ipv4_addr_t collector_addr, bit<16> collector_port, bit<32> switch_id) {
         // The reported packet, as the sink received it.
         hdr.inner_ipv4 = hdr.ipv4;
-        hdr.inner_ipv4.total_len = meta.report.ipv4_total_len;
-        hdr.inner_ipv4.dscp = meta.report.ipv4_dscp;
-        hdr.inner_ipv4.hdr_checksum = meta.report.ipv4_checksum;
+        hdr.inner_ipv4.total_len = hdr.int_saved.ipv4_total_len;
+        hdr.inner_ipv4.dscp = hdr.int_saved.ipv4_dscp;
+        hdr.inner_ipv4.hdr_checksum = hdr.int_saved.ipv4_checksum;
         hdr.inner_ipv4.ttl = hdr.ipv4.ttl + 1;      // ingress decremented it
         hdr.inner_udp = hdr.udp;                   // one of inner_udp / inner_tcp ends up valid
-        hdr.inner_udp.dst_port = meta.report.l4_dst_port;
-        hdr.inner_udp.length = meta.report.udp_length;
-        hdr.inner_udp.checksum = meta.report.l4_checksum;
+        hdr.inner_udp.dst_port = hdr.int_saved.l4_dst_port;
+        hdr.inner_udp.length = hdr.int_saved.udp_length;
+        hdr.inner_udp.checksum = hdr.int_saved.l4_checksum;
         hdr.inner_tcp = hdr.tcp;
-        hdr.inner_tcp.checksum = meta.report.l4_checksum;
+        hdr.inner_tcp.checksum = hdr.int_saved.l4_checksum;
         hdr.inner_tcp_options = hdr.tcp_options;
-        hdr.int_shim.setValid();
-        hdr.int_shim.int_type = meta.report.shim[31:28];
-        hdr.int_shim.npt = meta.report.shim[27:26];
-        hdr.int_shim.rsvd = meta.report.shim[25:24];
-        hdr.int_shim.len = meta.report.shim[23:16];
-        hdr.int_shim.npt_field = meta.report.shim[15:0];
-        hdr.int_md.setValid();
-        hdr.int_md.ver = meta.report.md_header[95:92];
-        hdr.int_md.d = meta.report.md_header[91:91];
-        hdr.int_md.e = meta.report.md_header[90:90];
-        hdr.int_md.m = meta.report.md_header[89:89];
-        hdr.int_md.rsvd = meta.report.md_header[88:77];
-        hdr.int_md.hop_ml = meta.report.md_header[76:72];
-        hdr.int_md.remaining_hop_cnt = meta.report.md_header[71:64];
-        hdr.int_md.instruction_bitmap = meta.report.md_header[63:48];
-        hdr.int_md.ds_id = meta.report.md_header[47:32];
-        hdr.int_md.ds_instruction = meta.report.md_header[31:16];
-        hdr.int_md.ds_flags = meta.report.md_header[15:0];
+        hdr.int_shim = hdr.saved_int_shim;
+        hdr.int_md = hdr.saved_int_md;
+        hdr.int_stack = hdr.saved_int_stack;
+        hdr.saved_int_shim.setInvalid();
+        hdr.saved_int_md.setInvalid();
+        hdr.saved_int_stack.setInvalid();
         // A congestion report's packet had this hop pushed: not part of what it received.
         hdr.int_node_id.setInvalid();
         hdr.int_l1_ports.setInvalid();
@@ -254,18 +223,18 @@ control IntEgress(inout headers_t hdr,
         hdr.int_queue.setInvalid();
         hdr.int_ingress_ts.setInvalid();
         hdr.int_egress_ts.setInvalid();
-        hdr.int_fill.pop_front(INT_MAX_FILL_WORDS);
+        hdr.int_fill16.setInvalid();
+        hdr.int_fill8.setInvalid();
+        hdr.int_fill4.setInvalid();
+        hdr.int_fill2.setInvalid();
+        hdr.int_fill1.setInvalid();
         hdr.int_ds_tx_bytes.setInvalid();
         hdr.int_ds_tx_time.setInvalid();
         hdr.int_ds_link_rate.setInvalid();
         hdr.int_checksum_fill.setInvalid();
-        // all 64 words; truncate() below cuts what the stack did not hold
-        RESTORE_8_WORDS(stack0, 0) RESTORE_8_WORDS(stack1, 8) RESTORE_8_WORDS(stack2, 16)
-        RESTORE_8_WORDS(stack3, 24) RESTORE_8_WORDS(stack4, 32) RESTORE_8_WORDS(stack5, 40)
-        RESTORE_8_WORDS(stack6, 48) RESTORE_8_WORDS(stack7, 56)
 
         // The report: outer Ethernet/IPv4/UDP reuse the packet's own headers.
-        bit<16> report_bytes = REPORT_HEADERS_BYTES + REPORT_MD_BYTES + meta.report.inner_bytes;
+        bit<16> report_bytes = REPORT_HEADERS_BYTES + REPORT_MD_BYTES + hdr.int_saved.inner_bytes;
         hdr.tcp.setInvalid();
         hdr.tcp_options.setInvalid();
         hdr.ethernet.src_addr = src_mac;
@@ -300,36 +269,30 @@ control IntEgress(inout headers_t hdr,
         hdr.report_individual.setValid();
         hdr.report_individual.rep_type = 1;         // INT
         hdr.report_individual.in_type = 4;          // IPv4
-        hdr.report_individual.report_length = (bit<8>) ((8 + REPORT_MD_BYTES + meta.report.inner_bytes) >> 2);
+        hdr.report_individual.report_length = (bit<8>) ((8 + REPORT_MD_BYTES + hdr.int_saved.inner_bytes) >> 2);
         hdr.report_individual.md_length = REPORT_MD_WORDS;
         hdr.report_individual.d = 0;
-        hdr.report_individual.q = meta.report.congested;
+        hdr.report_individual.q = hdr.int_saved.congested;
         hdr.report_individual.f = 1;
-        hdr.report_individual.i = meta.report.intermediate;
+        hdr.report_individual.i = hdr.int_saved.intermediate;
         hdr.report_individual.rsvd = 0;
         hdr.report_main.setValid();
         hdr.report_main.rep_md_bits = REPORT_MD_BITS;
         hdr.report_main.ds_id = FABRIC_DS_ID;
         hdr.report_main.ds_md_bits = REPORT_DS_MD_BITS;
         hdr.report_main.ds_md_status = 0;
-        hdr.report_l1_ports.setValid();
-        hdr.report_l1_ports.ingress_port = meta.report.ingress_port;
-        hdr.report_l1_ports.egress_port = meta.report.egress_port;
-        hdr.report_hop_latency.setValid();
-        hdr.report_hop_latency.hop_latency = meta.report.hop_latency;
-        hdr.report_queue.setValid();
-        hdr.report_queue.queue_id = 0;
-        hdr.report_queue.occupancy = meta.report.queue_occupancy;
-        hdr.report_ingress_ts.setValid();
-        hdr.report_ingress_ts.timestamp = meta.report.ingress_ts;
-        hdr.report_egress_ts.setValid();
-        hdr.report_egress_ts.timestamp = meta.report.egress_ts;
-        hdr.report_ds_tx_bytes.setValid();
-        hdr.report_ds_tx_bytes.data = meta.report.tx_bytes;
-        hdr.report_ds_tx_time.setValid();
-        hdr.report_ds_tx_time.data = meta.report.egress_ts[31:0];
-        hdr.report_ds_link_rate.setValid();
-        hdr.report_ds_link_rate.data = meta.report.link_rate_mbps;
+        hdr.report_int_md.setValid();
+        hdr.report_int_md.ingress_port = hdr.int_saved.ingress_port;
+        hdr.report_int_md.egress_port = hdr.int_saved.egress_port;
+        hdr.report_int_md.hop_latency = hdr.int_saved.hop_latency;
+        hdr.report_int_md.queue_id = 0;
+        hdr.report_int_md.queue_occupancy = hdr.int_saved.queue_occupancy;
+        hdr.report_int_md.ingress_ts = hdr.int_saved.ingress_ts;
+        hdr.report_int_md.egress_ts = hdr.int_saved.egress_ts;
+        hdr.report_int_md.tx_bytes = hdr.int_saved.tx_bytes;
+        hdr.report_int_md.tx_time = hdr.int_saved.egress_ts[31:0];
+        hdr.report_int_md.link_rate_mbps = hdr.int_saved.link_rate_mbps;
+        hdr.int_saved.setInvalid();
         truncate((bit<32>) report_bytes);
     }
 
@@ -390,15 +353,13 @@ control IntEgress(inout headers_t hdr,
         hdr.report_main.ds_id = 0;
         hdr.report_main.ds_md_bits = 0;
         hdr.report_main.ds_md_status = 0;
-        hdr.report_l1_ports.setValid();
-        hdr.report_l1_ports.ingress_port = meta.report.ingress_port;
-        hdr.report_l1_ports.egress_port = meta.report.egress_port;
-        hdr.report_ingress_ts.setValid();
-        hdr.report_ingress_ts.timestamp = meta.report.ingress_ts;
-        hdr.report_drop.setValid();
-        hdr.report_drop.queue_id = 0;
-        hdr.report_drop.drop_reason = meta.report.drop_reason;
-        hdr.report_drop.pad = 0;
+        hdr.report_drop_md.setValid();
+        hdr.report_drop_md.ingress_port = meta.report.ingress_port;
+        hdr.report_drop_md.egress_port = 0xFFFF;      // none chosen, or not the reason
+        hdr.report_drop_md.ingress_ts = meta.report.ingress_ts;
+        hdr.report_drop_md.queue_id = 0;
+        hdr.report_drop_md.drop_reason = meta.report.drop_reason;
+        hdr.report_drop_md.pad = 0;
         truncate((bit<32>) (REPORT_HEADERS_BYTES + DROP_REPORT_MD_BYTES + DROP_REPORT_INNER_BYTES));
     }
 
@@ -418,6 +379,9 @@ control IntEgress(inout headers_t hdr,
     }
 
     apply {
+        if (meta.telemetry.enabled == 0) {
+            return;         // INT off at this switch: one condition, no table
+        }
         switch (int_port.apply().action_run) {
             set_int_port: {
                 if (hdr.int_md.isValid()) {
@@ -431,12 +395,12 @@ control IntEgress(inout headers_t hdr,
                                 || last_us == 0 || now_us - last_us >= refresh_us) {
                             save_for_report();
                             if (hdr.tcp.isValid()) {
-                                meta.report.l4_checksum = hdr.tcp.checksum;
-                                meta.report.inner_bytes = meta.report.inner_bytes
+                                hdr.int_saved.l4_checksum = hdr.tcp.checksum;
+                                hdr.int_saved.inner_bytes = hdr.int_saved.inner_bytes
                                                           + ((bit<16>) hdr.tcp.data_offset << 2) - 8;
                             }
                             if (std_meta.enq_qdepth >= queue_threshold) {
-                                meta.report.congested = 1;
+                                hdr.int_saved.congested = 1;
                             }
                             write_flow_report_time();
                             int_report_counter.count(REPORT_FLOW);
@@ -459,12 +423,12 @@ control IntEgress(inout headers_t hdr,
                             if (last_us == 0 || now_us - last_us >= queue_interval_us) {
                                 save_for_report();
                                 if (hdr.tcp.isValid()) {
-                                    meta.report.l4_checksum = hdr.tcp.checksum;
-                                    meta.report.inner_bytes = meta.report.inner_bytes
+                                    hdr.int_saved.l4_checksum = hdr.tcp.checksum;
+                                    hdr.int_saved.inner_bytes = hdr.int_saved.inner_bytes
                                                               + ((bit<16>) hdr.tcp.data_offset << 2) - 8;
                                 }
-                                meta.report.congested = 1;
-                                meta.report.intermediate = 1;
+                                hdr.int_saved.congested = 1;
+                                hdr.int_saved.intermediate = 1;
                                 write_queue_report_time();
                                 int_report_counter.count(REPORT_QUEUE);
                             } else {

@@ -43,7 +43,20 @@ header int_md_t {
     bit<16> ds_flags;
 }
 
-// One 4-byte word: the metadata stack as received, and all-ones fill.
+// The metadata stack as received: one variable-length header (BMv2 resets
+// every header of the PHV for every packet, so one header here, not one
+// per word, keeps the pipeline cheap for packets without INT).
+header int_stack_t {
+    varbit<INT_STACK_BITS> words;
+}
+
+// All-ones fill (bits 6-14, unknown DS metadata): 1, 2, 4, 8 or 16 words.
+header int_fill1_t  { bit<32>  ones; }
+header int_fill2_t  { bit<64>  ones; }
+header int_fill4_t  { bit<128> ones; }
+header int_fill8_t  { bit<256> ones; }
+header int_fill16_t { bit<512> ones; }
+
 header int_word_t {
     bit<32> data;
 }
@@ -69,6 +82,28 @@ header int_queue_t {
 
 header int_timestamp_t {
     bit<64> timestamp;
+}
+
+// Never emitted (headers.p4): the reporting switch's measurements and the
+// IPv4/L4 fields it rewrote, as received, for an INT report clone.
+header int_report_saved_t {
+    bit<1>  congested;
+    bit<1>  intermediate;
+    bit<6>  ipv4_dscp;
+    bit<16> ingress_port;
+    bit<16> egress_port;
+    bit<32> hop_latency;
+    bit<24> queue_occupancy;
+    bit<64> ingress_ts;
+    bit<64> egress_ts;
+    bit<32> tx_bytes;
+    bit<32> link_rate_mbps;
+    bit<16> ipv4_total_len;
+    bit<16> ipv4_checksum;
+    bit<16> l4_dst_port;
+    bit<16> udp_length;
+    bit<16> l4_checksum;
+    bit<16> inner_bytes;       // the reported packet: IPv4 + L4 + INT bytes
 }
 
 // Telemetry Report v2.0: group header, one individual report, its INT
@@ -99,8 +134,27 @@ header report_main_t {
     bit<16> ds_md_status;
 }
 
-// RepMdBits bit 15: queue id, drop reason, padding.
-header report_drop_t {
+// The metadata of an INT report (int_egress.p4): RepMdBits 1-5, then
+// FABRIC_DS_ID bits 0-2.
+header report_int_md_t {
+    bit<16> ingress_port;
+    bit<16> egress_port;
+    bit<32> hop_latency;
+    bit<8>  queue_id;
+    bit<24> queue_occupancy;
+    bit<64> ingress_ts;
+    bit<64> egress_ts;
+    bit<32> tx_bytes;
+    bit<32> tx_time;
+    bit<32> link_rate_mbps;
+}
+
+// The metadata of a drop report: RepMdBits 1 (L1 ports), 4 (ingress
+// timestamp), 15 (queue id, drop reason, padding).
+header report_drop_md_t {
+    bit<16> ingress_port;
+    bit<16> egress_port;
+    bit<64> ingress_ts;
     bit<8>  queue_id;
     bit<8>  drop_reason;
     bit<16> pad;

@@ -8,7 +8,7 @@
 // the controller against the bitmap), the hop budget and a sampling rate:
 // one packet in sample_one_in, drawn at random. Packets that already carry
 // INT never match (the key includes the shim's validity). No entry: one
-// table miss, nothing else.
+// table miss.
 //
 // Detection (docs/int.md): UDP gets destination port INT_UDP_PORT and keeps
 // the original port in the shim (NPT 1); TCP gets DSCP INT_DSCP and keeps
@@ -82,21 +82,42 @@ control IntSource(inout headers_t hdr,
         meta.telemetry.l4_checksum = true;
     }
 
+    // INT on at this switch: the controller sets int_switch's default action
+    // to enable_int. Off, a packet costs one keyless table (no key to look
+    // up): the watchlist's seven-field key is not even built.
+    action enable_int() {
+        meta.telemetry.enabled = 1;
+    }
+
+    table int_switch {
+        key = { }
+        actions = {
+            enable_int;
+            NoAction;
+        }
+        default_action = NoAction();
+        size = 1;
+    }
+
     apply {
-        switch (int_watchlist.apply().action_run) {
-            int_source: {
-                // TCP and UDP only: the shim follows the L4 header.
-                if (meta.telemetry.sample == 0 && hdr.udp.isValid()) {
-                    insert_int_headers();
-                    hdr.int_shim.npt = INT_NPT_UDP_PORT;
-                    hdr.int_shim.npt_field = hdr.udp.dst_port;
-                    hdr.udp.dst_port = INT_UDP_PORT;
-                    hdr.udp.length = hdr.udp.length + INT_SHIM_AND_HEADER_BYTES;
-                } else if (meta.telemetry.sample == 0 && hdr.tcp.isValid()) {
-                    insert_int_headers();
-                    hdr.int_shim.npt = INT_NPT_DSCP;
-                    hdr.int_shim.npt_field = (bit<16>) (hdr.ipv4.dscp ++ 2w0);
-                    hdr.ipv4.dscp = INT_DSCP;
+        switch (int_switch.apply().action_run) {
+            enable_int: {
+                switch (int_watchlist.apply().action_run) {
+                    int_source: {
+                        // TCP and UDP only: the shim follows the L4 header.
+                        if (meta.telemetry.sample == 0 && hdr.udp.isValid()) {
+                            insert_int_headers();
+                            hdr.int_shim.npt = INT_NPT_UDP_PORT;
+                            hdr.int_shim.npt_field = hdr.udp.dst_port;
+                            hdr.udp.dst_port = INT_UDP_PORT;
+                            hdr.udp.length = hdr.udp.length + INT_SHIM_AND_HEADER_BYTES;
+                        } else if (meta.telemetry.sample == 0 && hdr.tcp.isValid()) {
+                            insert_int_headers();
+                            hdr.int_shim.npt = INT_NPT_DSCP;
+                            hdr.int_shim.npt_field = (bit<16>) (hdr.ipv4.dscp ++ 2w0);
+                            hdr.ipv4.dscp = INT_DSCP;
+                        }
+                    }
                 }
             }
         }

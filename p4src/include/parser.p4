@@ -25,14 +25,14 @@ parser FabricParser(packet_in packet,
         }
     }
 
-    // An INT probe's port list, up to the entry marked bos; more than
-    // SOURCE_ROUTE_MAX_HOPS entries is a parser error (StackOutOfBounds).
+    // An INT probe's port list: this switch's entry, then the others as one
+    // block (at most SOURCE_ROUTE_MAX_HOPS entries; an empty list is malformed).
     state parse_source_route {
-        packet.extract(hdr.source_route.next);
-        transition select(hdr.source_route.last.bos) {
-            1: parse_ipv4;
-            default: parse_source_route;
-        }
+        packet.extract(hdr.source_route);
+        verify(hdr.source_route.hops_left != 0, error.SourceRouteMalformed);
+        packet.extract(hdr.source_route_port);
+        packet.extract(hdr.source_route_rest, ((bit<32>) hdr.source_route.hops_left - 1) * 16);
+        transition parse_ipv4;
     }
 
     // Validity is checked by the transition's match, not by verify()
@@ -104,7 +104,6 @@ parser FabricParser(packet_in packet,
         packet.extract(hdr.int_shim);
         verify(hdr.int_shim.int_type == INT_TYPE_MD && hdr.int_shim.len >= INT_HEADER_WORDS,
                error.IntMalformed);
-        meta.telemetry.words_left = hdr.int_shim.len - INT_HEADER_WORDS;
         transition parse_int_md;
     }
 
@@ -128,28 +127,18 @@ parser FabricParser(packet_in packet,
     state check_int_hop_ml {
         verify((bit<8>) hdr.int_md.hop_ml >= meta.telemetry.hop_words, error.IntMalformed);
         meta.telemetry.fill_words = (bit<8>) hdr.int_md.hop_ml - meta.telemetry.hop_words;
-        transition parse_int_stack;
-    }
-
-    state parse_int_stack {
-        transition select(meta.telemetry.words_left) {
-            0: accept;
-            default: parse_int_word;
-        }
-    }
-
-    state parse_int_word {
-        packet.extract(hdr.int_stack.next);
-        meta.telemetry.words_left = meta.telemetry.words_left - 1;
-        transition parse_int_stack;
+        // The stack as one block; longer than INT_MAX_STACK_WORDS: HeaderTooLong.
+        packet.extract(hdr.int_stack, ((bit<32>) hdr.int_shim.len - (bit<32>) INT_HEADER_WORDS) * 32);
+        transition accept;
     }
 }
 
-// Emits every valid header in the order of headers_t (see there).
 control FabricDeparser(packet_out packet, in headers_t hdr) {
     apply {
         packet.emit(hdr.ethernet);
         packet.emit(hdr.source_route);
+        packet.emit(hdr.source_route_port);
+        packet.emit(hdr.source_route_rest);
         packet.emit(hdr.ipv4);
         packet.emit(hdr.udp);
         packet.emit(hdr.tcp);
@@ -157,15 +146,8 @@ control FabricDeparser(packet_out packet, in headers_t hdr) {
         packet.emit(hdr.report_group);
         packet.emit(hdr.report_individual);
         packet.emit(hdr.report_main);
-        packet.emit(hdr.report_l1_ports);
-        packet.emit(hdr.report_hop_latency);
-        packet.emit(hdr.report_queue);
-        packet.emit(hdr.report_ingress_ts);
-        packet.emit(hdr.report_egress_ts);
-        packet.emit(hdr.report_drop);
-        packet.emit(hdr.report_ds_tx_bytes);
-        packet.emit(hdr.report_ds_tx_time);
-        packet.emit(hdr.report_ds_link_rate);
+        packet.emit(hdr.report_int_md);
+        packet.emit(hdr.report_drop_md);
         packet.emit(hdr.inner_ipv4);
         packet.emit(hdr.inner_udp);
         packet.emit(hdr.inner_tcp);
@@ -178,7 +160,11 @@ control FabricDeparser(packet_out packet, in headers_t hdr) {
         packet.emit(hdr.int_queue);
         packet.emit(hdr.int_ingress_ts);
         packet.emit(hdr.int_egress_ts);
-        packet.emit(hdr.int_fill);
+        packet.emit(hdr.int_fill16);
+        packet.emit(hdr.int_fill8);
+        packet.emit(hdr.int_fill4);
+        packet.emit(hdr.int_fill2);
+        packet.emit(hdr.int_fill1);
         packet.emit(hdr.int_ds_tx_bytes);
         packet.emit(hdr.int_ds_tx_time);
         packet.emit(hdr.int_ds_link_rate);

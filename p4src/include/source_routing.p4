@@ -1,7 +1,7 @@
 // Source routing of INT probes (INT-path style): a probe carries the egress
-// port of every switch on its path; each switch sends it out of the first
-// entry's port and pops the entry; after the last one (bos) the probe is a
-// plain IPv4 packet again. Probes carry INT from their host, so every hop
+// port of every switch on its path and a count of them; each switch sends it
+// out of the first entry's port and pops the entry; after the last one the
+// probe is a plain IPv4 packet again. Probes carry INT from their host, so every hop
 // pushes its metadata and the last switch's host port reports the path.
 // The controller never writes anything here: paths come with the packets
 // (telemetry/probe_planner.py plans them to cover every link).
@@ -12,14 +12,17 @@
 #include <v1model.p4>
 #include "headers.p4"
 
-control SourceRouting(inout headers_t hdr, inout standard_metadata_t std_meta) {
+control SourceRouting(inout headers_t hdr, inout local_metadata_t meta, inout standard_metadata_t std_meta) {
     apply {
-        std_meta.egress_spec = (port_t) hdr.source_route[0].port;
+        meta.telemetry.enabled = 1;     // egress pushes this hop wherever INT is configured (int_port)
+        std_meta.egress_spec = (port_t) hdr.source_route_port.port;
         hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
-        if (hdr.source_route[0].bos == 1) {
+        hdr.source_route_port.setInvalid();                  // popped: the next entry comes first
+        hdr.source_route.hops_left = hdr.source_route.hops_left - 1;
+        if (hdr.source_route.hops_left == 0) {
+            hdr.source_route.setInvalid();
             hdr.ethernet.ether_type = ETHERTYPE_IPV4;
         }
-        hdr.source_route.pop_front(1);
     }
 }
 

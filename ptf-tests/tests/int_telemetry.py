@@ -647,8 +647,8 @@ class ProbeFollowsItsPortListTest(IntTestBase):
         self.send(FABRIC_PORT, Ether(two))
         out = self.one(COLLECTOR_PORT)
         self.assertEqual(struct.unpack("!H", out[12:14])[0], ETHERTYPE_SOURCE_ROUTE)
-        self.assertEqual(out[14:16], struct.pack("!H", 0x8000 | DST_PORT), "one entry left, bos")
-        self.assertEqual(out[16 + 8], two[18 + 8] - 1, "TTL decremented")
+        self.assertEqual(out[14:18], bytes([1, 0]) + struct.pack("!H", DST_PORT), "one entry left")
+        self.assertEqual(out[18 + 8], two[20 + 8] - 1, "TTL decremented")
         last = bytes(probe_frame([DST_PORT], **addrs))
         self.send(FABRIC_PORT, Ether(last))
         out = self.one(DST_PORT)
@@ -656,10 +656,10 @@ class ProbeFollowsItsPortListTest(IntTestBase):
         self.assertEqual(out[42:46], shim(1, 3 + 2, 6100))
         self.assertEqual(struct.unpack("!II", out[58:66]), (NODE_ID, (FABRIC_PORT << 16) | DST_PORT))
         self.assertTrue(l4_checksum_ok(out))
-        too_long = bytes(probe_frame([DST_PORT] * 16, **addrs))
-        entries = b"".join(struct.pack("!H", DST_PORT) for _ in range(17))
-        frame = bytes(too_long[:14]) + entries[:-2] + struct.pack("!H", 0x8000 | DST_PORT) + bytes(too_long[14 + 32:])
         before = self.drops("PARSER_ERROR")
-        self.send(FABRIC_PORT, Ether(frame))
+        empty = two[:14] + bytes([0, 0]) + two[20:]
+        too_long = two[:14] + bytes([17, 0]) + struct.pack("!H", DST_PORT) * 17 + two[20:]
+        for frame in (empty, too_long):
+            self.send(FABRIC_PORT, Ether(frame))
         tu.verify_no_other_packets(self, timeout=0.5)
-        self.assertEqual(self.drops("PARSER_ERROR"), before + 1)
+        self.assertEqual(self.drops("PARSER_ERROR"), before + 2, "an empty or too long list is a parser error")
