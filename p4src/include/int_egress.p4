@@ -387,22 +387,39 @@ control IntEgress(inout headers_t hdr,
                 if (hdr.int_md.isValid()) {
                     track_flow();
                     if (sink == 1) {
-                        // Sink: report when something changed or the refresh is due, then strip.
+                        // Sink: report when something changed or the refresh is due, or
+                        // (rate-limited) when its queue is above the threshold; then strip.
+                        bool due = false;
+                        bool congested = false;
                         read_flow_report_time();
                         if (refresh_us == 0 || meta.telemetry.flow_changed
                                 || (hdr.int_md.ds_id == FABRIC_DS_ID
                                     && hdr.int_md.ds_flags & INT_DS_FLAG_CHANGED != 0)
                                 || last_us == 0 || now_us - last_us >= refresh_us) {
+                            due = true;
+                        }
+                        if (std_meta.enq_qdepth >= queue_threshold) {
+                            read_queue_report_time();
+                            if (last_us == 0 || now_us - last_us >= queue_interval_us) {
+                                congested = true;
+                                write_queue_report_time();
+                            } else {
+                                int_report_counter.count(REPORT_QUEUE_LIMITED);
+                            }
+                        }
+                        if (due || congested) {
                             save_for_report();
                             if (hdr.tcp.isValid()) {
                                 hdr.int_saved.l4_checksum = hdr.tcp.checksum;
                                 hdr.int_saved.inner_bytes = hdr.int_saved.inner_bytes
-                                                          + ((bit<16>) hdr.tcp.data_offset << 2) - 8;
-                            }
-                            if (std_meta.enq_qdepth >= queue_threshold) {
-                                hdr.int_saved.congested = 1;
+                                                            + ((bit<16>) hdr.tcp.data_offset << 2) - 8;
                             }
                             write_flow_report_time();
+                        }
+                        if (congested) {
+                            hdr.int_saved.congested = 1;
+                            int_report_counter.count(REPORT_QUEUE);
+                        } else if (due) {
                             int_report_counter.count(REPORT_FLOW);
                         } else {
                             int_report_counter.count(REPORT_SUPPRESSED);
