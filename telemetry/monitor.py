@@ -44,7 +44,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help="address the collector receives reports on (default: %(default)s)")
     ap.add_argument("--collector-port", type=int, default=REPORT_UDP_PORT,
                     help="UDP port of reports (default: %(default)s)")
-    ap.add_argument("--collector-netns", help="receive reports inside this network namespace (e.g. a host)")
+    ap.add_argument("--collector-netns", help="receive reports inside this network namespace (default: the "
+                    "collector host of the topology's int section, on its address; else this namespace)")
     ap.add_argument("--collector-metrics-port", type=int, default=m.COLLECTOR_METRICS_PORT,
                     help="port of the collector's /metrics, 0 = any (default: %(default)s)")
     ap.add_argument("--exporter-port", type=int, default=m.EXPORTER_METRICS_PORT,
@@ -72,7 +73,13 @@ def main(argv: Optional[list[str]] = None) -> int:
         topo = load(resolve_topology(args.topology))
         run_dir.mkdir(parents=True, exist_ok=True)
         names = {sw.device_id: sw.name for sw in topo.switches.values()}
-        collector = Collector(bind=args.collector_bind, port=args.collector_port, netns=args.collector_netns,
+        bind, port, netns = args.collector_bind, args.collector_port, args.collector_netns
+        int_cfg = topo.features.get("int")
+        if int_cfg is not None and netns is None:
+            # The switches send reports to the topology's collector host: receive them in its namespace.
+            nic = topo.nic(int_cfg.collector)
+            netns, bind, port = nic.host, nic.ip, int_cfg.collector_port
+        collector = Collector(bind=bind, port=port, netns=netns,
                               metrics_port=args.collector_metrics_port, out_dir=run_dir / "collector",
                               node_names=names).start()
         exporter = SwitchExporter(topo, Bmv2Reader(args.p4info), interval=args.interval).start(

@@ -44,8 +44,10 @@ def test_programming_twice_writes_nothing_the_second_time(net, topo):
         first = ctl.program()
         assert all(r.pipeline_pushed and r.report.inserted > 0 for r in first)
         counts = entity_counts(ctl)
-        # leaf1: 4 routes (2 to its hosts' ports, 2 to the spine group) + 16 slots of that group
-        assert counts["leaf1"] == (20, 0, 0)
+        # leaf1: 4 routes (2 to its hosts' ports, 2 to the spine group) + 16 slots of that group,
+        # and INT (the file's int section): 3 int_port entries per port (4 ports) + the
+        # watchlist rule on each of its 2 host ports
+        assert counts["leaf1"] == (20 + 12 + 2, 0, 0)
         second = ctl.program()
         assert [(r.pipeline_pushed, r.report.writes) for r in second] == [(False, 0)] * 4
         assert entity_counts(ctl) == counts
