@@ -24,6 +24,7 @@ from hostagent.int_headers import REPORT_UDP_PORT
 from monitoring import prometheus_config
 from . import metrics as m
 from .collector import Collector, progress_line
+from .netns import NETNS_DIR
 from .prometheus import PrometheusError, PrometheusMissing, PrometheusProcess
 from .switch_exporter import DEFAULT_P4INFO, Bmv2Reader, SwitchExporter
 
@@ -78,7 +79,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         if int_cfg is not None and netns is None:
             # The switches send reports to the topology's collector host: receive them in its namespace.
             nic = topo.nic(int_cfg.collector)
-            netns, bind, port = nic.host, nic.ip, int_cfg.collector_port
+            if (NETNS_DIR / nic.host).exists():
+                netns, bind, port = nic.host, nic.ip, int_cfg.collector_port
+            else:
+                print(f"monitor: no namespace {nic.host} (is the network running?): reports on "
+                      f"{bind}:{port} instead of the collector host {nic.label}", flush=True)
         collector = Collector(bind=bind, port=port, netns=netns,
                               metrics_port=args.collector_metrics_port, out_dir=run_dir / "collector",
                               node_names=names).start()
