@@ -74,8 +74,14 @@ def cases(fabric_source: Path = MAIN) -> list[Case]:
                 router_state),
            Case("fabric", fabric_source, "every feature off", fabric_state)]
     for feature in features.features():
-        out.append(Case(f"fabric+{feature.SECTION}", fabric_source, f"{feature.SECTION} on for all traffic",
-                        lambda p4info, f=feature: fabric_state(p4info).merge(f.bench_state(p4info, OUT_PORT))))
+        modes = getattr(feature, "BENCH_MODES", ())    # one row per mode (control/features.py)
+        for mode in modes:
+            out.append(Case(f"fabric+{feature.SECTION}:{mode}", fabric_source, f"{feature.SECTION} {mode} for all traffic",
+                            lambda p4info, f=feature, m=mode: fabric_state(p4info).merge(
+                                f.bench_states(p4info, OUT_PORT)[m])))
+        if not modes:
+            out.append(Case(f"fabric+{feature.SECTION}", fabric_source, f"{feature.SECTION} on for all traffic",
+                            lambda p4info, f=feature: fabric_state(p4info).merge(f.bench_state(p4info, OUT_PORT))))
     return out
 
 

@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import ecn, features, forwarding
+from . import ecn, features, forwarding, load_balancing
 from .p4info import EntryError, P4Info
 from .switch import Pipeline, SwitchConnection, SwitchError
 from .sync import SwitchState, SyncReport, read_managed, reconcile
@@ -69,9 +69,17 @@ class FabricController:
         slots = forwarding.slots_on_switch(self.p4info, current) if current else None
         seed = forwarding.ecmp_seed(self.topo.switches[name].device_id)
         state = forwarding.forwarding_state(self.p4info, self.routes[name], slots, seed=seed)
+        routing = SwitchState(table_entries=list(state.table_entries))
         for feature in features.features():
-            state.merge(feature.switch_state(self.p4info, self.topo, name))
+            state.merge(feature.switch_state(self.p4info, self.topo, name, forwarding=routing))
         return state
+
+    def set_load_balancing(self, switch: str, mode: "load_balancing.LbMode") -> SyncReport:
+        """Change the load-balancing mode of every ECMP group of `switch` at runtime."""
+        if switch not in self.topo.switches:
+            raise EntryError(f"no switch {switch!r}")
+        self.topo.features.setdefault(load_balancing.SECTION, {})[switch] = mode
+        return self.program_switch(switch)
 
     def program(self, dry_run: bool = False) -> list[SwitchResult]:
         self.connect()

@@ -155,7 +155,7 @@ def ecn_state(p4info: P4Info, profiles: Mapping[int, EcnProfile]) -> SwitchState
     return state
 
 
-def switch_state(p4info: P4Info, topo, switch: str) -> SwitchState:
+def switch_state(p4info: P4Info, topo, switch: str, *, forwarding: "SwitchState | None" = None) -> SwitchState:
     """The ECN profiles the topology file gives `switch` (feature interface)."""
     profiles = topo.features.get(SECTION, {})
     return ecn_state(p4info, {port: p for (sw, port), p in profiles.items() if sw == switch})

@@ -12,15 +12,21 @@ this registry instead of being wired in by hand:
         topology itself is known; `fail(field, what)` raises a TopologyError
         naming the file and field). The result lands in topo.features[SECTION].
 
-    def switch_state(p4info, topo, switch) -> SwitchState
+    def switch_state(p4info, topo, switch, *, forwarding=None) -> SwitchState
         The entries one switch must hold for the feature, from the parsed
         section (an empty state, still naming the tables it manages, when the
         file has none: reconciliation then removes stale entries).
-        FabricController.desired_state merges every feature's state.
+        FabricController.desired_state merges every feature's state;
+        `forwarding` is the routing it is about to write (routes, ECMP slot
+        assignments), for features that act on groups.
 
     def bench_state(p4info, port) -> SwitchState
         The entries that switch the feature on for all traffic leaving
         `port`, the worst case `make bench` measures against "feature off".
+
+    BENCH_MODES = ("a", "b")  and  def bench_states(p4info, port) -> dict   (optional)
+        When a feature has several modes: one state per mode name, and
+        `make bench` measures each ("fabric+SECTION:mode") instead of bench_state.
 
 Adding a feature is adding its module name to FEATURE_MODULES.
 """
@@ -30,7 +36,7 @@ import importlib
 from functools import cache
 from types import ModuleType
 
-FEATURE_MODULES = ("control.ecn", "control.int_telemetry")
+FEATURE_MODULES = ("control.ecn", "control.int_telemetry", "control.load_balancing")
 
 _REQUIRED = ("SECTION", "parse_section", "switch_state", "bench_state")
 

@@ -409,7 +409,7 @@ def report_path(topo, switch: str, cfg: IntConfig) -> ReportPath:
                       nic.ip, cfg.collector_port)
 
 
-def switch_state(p4info: P4Info, topo, switch: str) -> SwitchState:
+def switch_state(p4info: P4Info, topo, switch: str, *, forwarding: Optional[SwitchState] = None) -> SwitchState:
     """The INT entries the topology file gives `switch` (feature interface)."""
     cfg: Optional[IntConfig] = topo.features.get(SECTION)
     if cfg is None:

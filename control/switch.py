@@ -133,6 +133,13 @@ class SwitchConnection:
             cells[c.index.index] = (c.data.packet_count, c.data.byte_count)
         return cells
 
+    def direct_counters(self, table_id: int) -> list[tuple[p4runtime_pb2.TableEntry, int]]:
+        """Every entry of a table with its direct counter's packets."""
+        query = p4runtime_pb2.TableEntry(table_id=table_id, counter_data=p4runtime_pb2.CounterData())
+        return [(e.table_entry, e.table_entry.counter_data.packet_count)
+                for e in self.read([p4runtime_pb2.Entity(table_entry=query)])
+                if not e.table_entry.is_default_action]
+
 
 def update(kind: int, **entity) -> p4runtime_pb2.Update:
     """update(INSERT, table_entry=te) -> Update."""

@@ -64,6 +64,7 @@ control FabricEgress(inout headers_t hdr,
     EgressPortCounter() port_counter;
     IntEgress() int_egress;
     EcnMarking() ecn;
+    LoadRecorder() load_recorder;
 
     // INT before ECN: a report clone's IPv4 header is the report's own by
     // the time ECN looks at it (the reported packet is left as received).
@@ -71,6 +72,7 @@ control FabricEgress(inout headers_t hdr,
         port_counter.apply(std_meta);
         int_egress.apply(hdr, meta, std_meta);
         ecn.apply(hdr, std_meta);
+        load_recorder.apply(meta, std_meta);
     }
 }
 

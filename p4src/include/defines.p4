@@ -24,7 +24,12 @@ const bit<32> IPV4_LPM_TABLE_SIZE = 4096;
 const bit<32> NEXT_HOP_TABLE_SIZE = 4096;  // (ECMP group, slot) entries
 #define ECMP_SLOT_BITS 4                   // an ECMP group has 2^ECMP_SLOT_BITS = 16 slots
 typedef bit<ECMP_SLOT_BITS> ecmp_slot_t;
+const bit<32> ECMP_SLOTS = 1 << ECMP_SLOT_BITS;
 const bit<16> ECMP_DEFAULT_SEED = 0x9E37;  // until the controller sets the switch's own (forwarding.p4)
+
+// Load balancing (load_balancing.p4): groups with a mode, flowlet state cells.
+const bit<32> LB_GROUPS = 256;             // ECMP group ids (next_id) a mode can be set for: 0..255
+const bit<32> FLOWLET_CELLS = 4096;        // per flow-hash flowlet state (last seen, slot)
 
 // ECN (RFC 3168): the two low bits of the IPv4 TOS byte.
 const bit<2> ECN_NOT_ECT = 0;

@@ -1,5 +1,6 @@
 // IPv4 forwarding: LPM route -> next hop (egress port and MAC rewrite) or
-// ECMP group -> one of its slots, TTL decrement.
+// ECMP group -> one of its slots (by 5-tuple hash, or by the group's load
+// balancing mode: load_balancing.p4), TTL decrement.
 //
 // ipv4_lpm maps a destination prefix either straight to a next hop (route)
 // or to an ECMP group (set_next_id). A group has ECMP_SLOTS slots, entries
@@ -28,10 +29,13 @@
 #include <core.p4>
 #include <v1model.p4>
 #include "headers.p4"
+#include "load_balancing.p4"
 
 control Forwarding(inout headers_t hdr,
                    inout local_metadata_t meta,
                    inout standard_metadata_t std_meta) {
+    LoadBalancing() load_balancing;
+    direct_counter(CounterType.packets) next_hop_packets;   // per (group, slot): what each member got
 
     // The slot of a flow in its ECMP group, from the 5-tuple hash and this
     // switch's seed: one keyless table whose default action the controller
@@ -93,6 +97,7 @@ control Forwarding(inout headers_t hdr,
             @defaultonly NoAction;
         }
         default_action = NoAction();
+        counters = next_hop_packets;
         size = NEXT_HOP_TABLE_SIZE;
     }
 
@@ -103,6 +108,7 @@ control Forwarding(inout headers_t hdr,
         switch (ipv4_lpm.apply().action_run) {
             set_next_id: {
                 ecmp_hash.apply();
+                load_balancing.apply(hdr, meta, std_meta);   // the group's mode may pick another slot
                 if (!next_hop.apply().hit) {
                     meta.drop_reason = DROP_NO_ROUTE;
                 }

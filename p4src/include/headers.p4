@@ -128,6 +128,12 @@ struct int_report_meta_t {
     @field_list(INT_REPORT_FIELDS) bit<64> ingress_ts;
 }
 
+struct lb_meta_t {
+    ecmp_slot_t sample_a;     // adaptive: the two sampled slots
+    ecmp_slot_t sample_b;
+    bit<1>      record_load;  // adaptive: egress records the queue this packet saw
+}
+
 struct int_meta_t {
     @field_list(INT_REPORT_FIELDS)
     bit<1>  enabled;          // INT is on at this switch (int_switch, drop_report): egress looks at int_port
@@ -147,6 +153,7 @@ struct local_metadata_t {
     next_id_t     next_id;
     ecmp_slot_t   ecmp_slot;     // slot of the flow in its ECMP group (5-tuple hash, switch seed)
     drop_reason_t drop_reason;
+    lb_meta_t     lb;
     int_meta_t    telemetry;
     int_report_meta_t report;  // kept by report clones
 }

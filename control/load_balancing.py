@@ -1,0 +1,177 @@
+"""Control-plane side of p4src/include/load_balancing.p4: the load-balancing
+mode of each switch's ECMP groups.
+
+In a topology file (validated with the rest of it, before anything starts):
+
+    load_balancing:
+      - {switch: all, mode: flowlet, flowlet_gap_us: 500}
+      - {switch: leaf1, mode: spray}
+      - {switch: spine1, mode: adaptive, queue_stale_us: 2000}
+      - {switch: leaf2, mode: ecmp}
+
+`switch` is a switch name or `all` (later items override earlier ones for
+the switches they name). Modes: `ecmp` (the 5-tuple hash: no entry at all),
+`flowlet` (flowlet_gap_us, default 500), `spray`, `adaptive`
+(queue_stale_us, default 1000: how long a port's recorded queue depth is
+believed). Every ECMP group of a switch gets its switch's mode.
+
+FabricController.set_load_balancing(switch, mode) changes one at runtime.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional
+
+from .forwarding import ECMP_SLOTS, NEXT_HOP_TABLE, ecmp_seed, forwarding_state, route_params, slots_on_switch
+from .p4constants import constants
+from .p4info import P4Info
+from .sync import SwitchState
+
+SECTION = "load_balancing"
+GROUP_TABLE = "lb_group"
+CANDIDATE_TABLES = ("lb_candidate_a", "lb_candidate_b")
+FLOWLETS_COUNTER = "flowlets_started"
+MEMBER_COUNTER = "next_hop_packets"       # direct counter of next_hop: packets per (group, slot)
+LB_GROUPS = constants()["LB_GROUPS"]
+MODES = ("ecmp", "flowlet", "spray", "adaptive")
+FIELDS = {"switch", "mode", "flowlet_gap_us", "queue_stale_us"}
+BENCH_NEXT_ID = 1                         # benchmarks/cases.py routes through ECMP group 1
+BENCH_MODES = ("flowlet", "spray", "adaptive")
+
+
+@dataclass(frozen=True)
+class LbMode:
+    mode: str = "ecmp"
+    flowlet_gap_us: int = 500
+    queue_stale_us: int = 1000
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any], fail: Optional[Callable[[str, str], None]] = None) -> "LbMode":
+        def bad(field: str, what: str):
+            if fail:
+                fail(field, what)
+            raise ValueError(f"{field}: {what}")
+
+        mode = raw.get("mode")
+        if mode not in MODES:
+            bad("mode", f"expected one of {', '.join(MODES)}, got {mode!r}")
+        allowed = {"flowlet": {"flowlet_gap_us"}, "adaptive": {"queue_stale_us"}}.get(mode, set())
+        for key in ("flowlet_gap_us", "queue_stale_us"):
+            if key in raw and key not in allowed:
+                bad(key, f"not a parameter of mode {mode}")
+        kw = {}
+        for key in allowed:
+            if key in raw:
+                v = raw[key]
+                if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v < 2**31:
+                    bad(key, f"expected microseconds, 1..{2**31 - 1}, got {v!r}")
+                kw[key] = v
+        return cls(mode, **kw)
+
+    def action(self) -> Optional[tuple[str, dict]]:
+        """lb_group's action for this mode (None: ECMP, no entry)."""
+        if self.mode == "flowlet":
+            return "flowlet", {"flowlet_gap_us": self.flowlet_gap_us}
+        if self.mode == "spray":
+            return "spray", {}
+        if self.mode == "adaptive":
+            return "adaptive", {"queue_stale_us": self.queue_stale_us}
+        return None
+
+    def __str__(self) -> str:
+        if self.mode == "flowlet":
+            return f"flowlet (gap {self.flowlet_gap_us} us)"
+        if self.mode == "adaptive":
+            return f"adaptive (queue believed {self.queue_stale_us} us)"
+        return self.mode
+
+
+def parse_section(raw: Any, topo, fail: Callable[[str, str], None]) -> dict[str, LbMode]:
+    """Validate a topology's `load_balancing:` list -> {switch: mode}."""
+    if not isinstance(raw, list):
+        fail(SECTION, "expected a list of {switch, mode, ...}")
+    modes: dict[str, LbMode] = {}
+    for i, item in enumerate(raw):
+        where = f"{SECTION}[{i}]"
+        if not isinstance(item, dict):
+            fail(where, f"expected a mapping, got {item!r}")
+        unknown = sorted(set(map(str, item)) - FIELDS)
+        if unknown:
+            fail(f"{where}.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(FIELDS))})")
+        name = item.get("switch")
+        if name != "all" and name not in topo.switches:
+            fail(f"{where}.switch", f"unknown switch {name!r} (switches: {', '.join(topo.switches)}, or all)")
+        mode = LbMode.from_mapping(item, lambda field, what: fail(f"{where}.{field}", what))
+        for sw in (topo.switches if name == "all" else [name]):
+            modes[sw] = mode
+    return modes
+
+
+def empty_state(p4info: P4Info) -> SwitchState:
+    return SwitchState(managed_tables={p4info.table(t).preamble.id for t in (GROUP_TABLE, *CANDIDATE_TABLES)})
+
+
+def lb_state(p4info: P4Info, groups: Mapping[int, list], mode: LbMode) -> SwitchState:
+    """Entries for ECMP groups {next_id: slot assignment (NextHop per slot)} in `mode`."""
+    state = empty_state(p4info)
+    action = mode.action()
+    if action is None:
+        return state
+    for next_id, slots in sorted(groups.items()):
+        if not 0 <= next_id < LB_GROUPS:
+            raise ValueError(f"ECMP group {next_id} outside the 0..{LB_GROUPS - 1} lb_group can hold (LB_GROUPS)")
+        name, params = action
+        state.table_entries.append(p4info.table_entry(GROUP_TABLE, {"meta.next_id": next_id},
+                                                      action=name, params=params))
+        if mode.mode == "adaptive":
+            for slot, hop in enumerate(slots):
+                for table, key, act in (("lb_candidate_a", "meta.lb.sample_a", "candidate_a"),
+                                        ("lb_candidate_b", "meta.lb.sample_b", "candidate_b")):
+                    state.table_entries.append(p4info.table_entry(
+                        table, {"meta.next_id": next_id, key: slot}, action=act, params={"port": hop.port}))
+    return state
+
+
+def switch_state(p4info: P4Info, topo, switch: str, *, forwarding: Optional[SwitchState] = None) -> SwitchState:
+    """The load-balancing entries the topology file gives `switch` (feature
+    interface). Adaptive groups mirror the ports of their slots, so this
+    reads the groups from `forwarding` (what the controller is about to
+    write; default: computed from the topology's routes)."""
+    mode = topo.features.get(SECTION, {}).get(switch, LbMode())
+    if mode.mode == "ecmp":
+        return empty_state(p4info)
+    if forwarding is None:
+        forwarding = forwarding_state(p4info, topo.routes()[switch], seed=ecmp_seed(topo.switches[switch].device_id))
+    return lb_state(p4info, slots_on_switch(p4info, forwarding), mode)
+
+
+def bench_state(p4info: P4Info, port: int) -> SwitchState:
+    """The costliest mode for `make bench`: adaptive on the bench's group."""
+    return bench_states(p4info, port)["adaptive"]
+
+
+def bench_states(p4info: P4Info, port: int) -> dict[str, SwitchState]:
+    """Each mode on the bench's ECMP group (every slot out of `port`)."""
+    from .topology import NextHop
+    slots = [NextHop(port, "0a:00:00:00:02:01", "0a:00:02:00:00:01")] * ECMP_SLOTS
+    return {m: lb_state(p4info, {BENCH_NEXT_ID: slots}, LbMode(m)) for m in BENCH_MODES}
+
+
+def member_packets(conn, p4info: P4Info) -> dict[tuple[int, int], int]:
+    """Packets per (group, egress port) from next_hop's direct counter."""
+    table = p4info.table(NEXT_HOP_TABLE)
+    out: dict[tuple[int, int], int] = {}
+    for entry, packets in conn.direct_counters(table.preamble.id):
+        fields = {f.id: f.name for f in table.match_fields}
+        match = {fields[m.field_id]: int.from_bytes(m.exact.value, "big") for m in entry.match}
+        port = next(int.from_bytes(p.value, "big") for p in entry.action.action.params
+                    if p.param_id == _param_id(p4info, "port"))
+        key = (match["meta.next_id"], port)
+        out[key] = out.get(key, 0) + packets
+    return out
+
+
+def _param_id(p4info: P4Info, name: str) -> int:
+    return next(p.id for p in p4info.action("route").params if p.name == name)
+
+

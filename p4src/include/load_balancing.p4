@@ -1,0 +1,158 @@
+// Load balancing beyond ECMP: how a packet routed to an ECMP group picks its
+// slot (forwarding.p4 then routes it through next_hop[(group, slot)]).
+//
+// lb_group, keyed by the group, gives its mode; no entry is plain ECMP (the
+// 5-tuple hash), at the cost of one exact lookup:
+//   flowlet(gap_us)     a flow keeps its slot while its packets come closer
+//                       than gap_us; after a longer gap a new flowlet picks a
+//                       slot at random (LetFlow); state per flow-hash cell
+//   spray()             every packet picks a slot at random
+//   adaptive(stale_us)  every packet samples a slot at random and its
+//                       neighbour (slot ^ 1), and takes the one whose egress
+//                       port's queue was shorter (DRILL's power of two
+//                       choices). The controller deals slots to members round
+//                       robin, so neighbours belong to different members (two
+//                       independent samples would pick the same member half
+//                       the time with two members). A port's queue is the
+//                       depth the last adaptive packet leaving it saw,
+//                       forgotten after stale_us (a port nobody picks drains)
+// Random slots are uniform over the 16 slots; the controller spreads a
+// group's members over them (16/n slots each, +-1), and a removed member has
+// no slot left, so it is never chosen. Adaptive needs the port of a sampled
+// slot before choosing: lb_candidate_a/b mirror next_hop's ports for the
+// adaptive groups (the controller writes them with the group).
+#ifndef LOAD_BALANCING_P4
+#define LOAD_BALANCING_P4
+
+#include <core.p4>
+#include <v1model.p4>
+#include "headers.p4"
+
+// Per-port queue depth for adaptive mode: written in egress (LoadRecorder),
+// read in ingress (LoadBalancing), so declared outside both.
+register<bit<32>>(PORT_COUNT) lb_port_qdepth;
+register<bit<32>>(PORT_COUNT) lb_port_qdepth_time;     // us, when it was written
+
+control LoadBalancing(inout headers_t hdr,
+                      inout local_metadata_t meta,
+                      in standard_metadata_t std_meta) {
+    register<bit<32>>(FLOWLET_CELLS) flowlet_last_seen;    // us, 0 = never
+    register<bit<8>>(FLOWLET_CELLS) flowlet_slot;           // the current flowlet's slot
+    counter(LB_GROUPS, CounterType.packets) flowlets_started;
+
+    bit<32> gap_us = 0;
+    bit<32> stale_us = 0;
+    port_t  port_a = 0;
+    port_t  port_b = 0;
+
+    action flowlet(bit<32> flowlet_gap_us) {
+        gap_us = flowlet_gap_us;
+    }
+
+    action spray() {
+        random(meta.ecmp_slot, 0, (ecmp_slot_t) (ECMP_SLOTS - 1));
+    }
+
+    action adaptive(bit<32> queue_stale_us) {
+        stale_us = queue_stale_us;
+        random(meta.lb.sample_a, 0, (ecmp_slot_t) (ECMP_SLOTS - 1));
+        meta.lb.sample_b = meta.lb.sample_a ^ 1;    // its neighbour: another member (see above)
+        meta.lb.record_load = 1;
+    }
+
+    table lb_group {
+        key = {
+            meta.next_id: exact;
+        }
+        actions = {
+            flowlet;
+            spray;
+            adaptive;
+            @defaultonly NoAction;
+        }
+        const default_action = NoAction();
+        size = LB_GROUPS;
+    }
+
+    action candidate_a(port_t port) { port_a = port; }
+    action candidate_b(port_t port) { port_b = port; }
+
+    table lb_candidate_a {
+        key = {
+            meta.next_id:     exact;
+            meta.lb.sample_a: exact;
+        }
+        actions = { candidate_a; @defaultonly NoAction; }
+        const default_action = NoAction();
+        size = NEXT_HOP_TABLE_SIZE;
+    }
+
+    table lb_candidate_b {
+        key = {
+            meta.next_id:     exact;
+            meta.lb.sample_b: exact;
+        }
+        actions = { candidate_b; @defaultonly NoAction; }
+        const default_action = NoAction();
+        size = NEXT_HOP_TABLE_SIZE;
+    }
+
+    // Applied after ecmp_hash: meta.ecmp_slot holds the flow's ECMP slot,
+    // which the group's mode may replace.
+    apply {
+        switch (lb_group.apply().action_run) {
+            flowlet: {
+                bit<32> cell;
+                hash(cell, HashAlgorithm.crc32, 32w0,
+                     { hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.ipv4.protocol,
+                       meta.l4_src_port, meta.l4_dst_port }, FLOWLET_CELLS);
+                bit<32> now = (bit<32>) std_meta.ingress_global_timestamp;
+                now = (now == 0 ? 32w1 : now);
+                bit<32> last;
+                flowlet_last_seen.read(last, cell);
+                flowlet_last_seen.write(cell, now);
+                if (last == 0 || now - last > gap_us) {
+                    random(meta.ecmp_slot, 0, (ecmp_slot_t) (ECMP_SLOTS - 1));
+                    flowlet_slot.write(cell, (bit<8>) meta.ecmp_slot);
+                    flowlets_started.count((bit<32>) meta.next_id);
+                } else {
+                    bit<8> slot;
+                    flowlet_slot.read(slot, cell);
+                    meta.ecmp_slot = (ecmp_slot_t) slot;
+                }
+            }
+            adaptive: {
+                lb_candidate_a.apply();
+                lb_candidate_b.apply();
+                bit<32> now = (bit<32>) std_meta.ingress_global_timestamp;
+                bit<32> depth_a;
+                bit<32> depth_b;
+                bit<32> time_a;
+                bit<32> time_b;
+                lb_port_qdepth.read(depth_a, (bit<32>) port_a);
+                lb_port_qdepth.read(depth_b, (bit<32>) port_b);
+                lb_port_qdepth_time.read(time_a, (bit<32>) port_a);
+                lb_port_qdepth_time.read(time_b, (bit<32>) port_b);
+                if (now - time_a > stale_us) { depth_a = 0; }
+                if (now - time_b > stale_us) { depth_b = 0; }
+                if (depth_b < depth_a) {
+                    meta.ecmp_slot = meta.lb.sample_b;
+                } else {
+                    meta.ecmp_slot = meta.lb.sample_a;
+                }
+            }
+        }
+    }
+}
+
+// Egress: the queue depth adaptive packets see, per port, for LoadBalancing.
+control LoadRecorder(in local_metadata_t meta, in standard_metadata_t std_meta) {
+    apply {
+        if (meta.lb.record_load == 1) {
+            lb_port_qdepth.write((bit<32>) std_meta.egress_port, (bit<32>) std_meta.enq_qdepth);
+            lb_port_qdepth_time.write((bit<32>) std_meta.egress_port, (bit<32>) std_meta.egress_global_timestamp);
+        }
+    }
+}
+
+#endif
