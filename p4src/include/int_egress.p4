@@ -26,12 +26,13 @@
 // How the sink's report keeps what the sink strips: BMv2 clones at the end
 // of egress, from the headers as egress left them, and only the egress pass
 // of the data packet knows its queue (occupancy, hop latency at the sink
-// port: the queue incast builds). So the sink keeps its own measurements,
-// the shim, the MD header and the IPv4/L4 fields it rewrites in the
-// @field_list(INT_REPORT_FIELDS) metadata, and the stack in saved_int_stack,
-// a header that is valid but never emitted: the clone inherits it, the data
-// packet leaves without it. Then it clones and strips; the clone rebuilds
-// the packet as received.
+// port: the queue incast builds). So the sink keeps its own measurements
+// and the IPv4/L4 fields it rewrites in int_saved, and copies the shim, the
+// MD header and the stack into saved_int_shim/md/stack: headers that are
+// valid but never emitted, so the clone inherits them and the data packet
+// leaves without them. Then it clones and strips; the clone rebuilds the
+// packet as received. (Headers, not metadata: BMv2 resets every metadata
+// field of every packet, and only validity of headers.)
 #ifndef INT_EGRESS_P4
 #define INT_EGRESS_P4
 

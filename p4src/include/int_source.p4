@@ -7,8 +7,8 @@
 // enter the fabric. An entry gives the instruction bitmap, HopML (checked by
 // the controller against the bitmap), the hop budget and a sampling rate:
 // one packet in sample_one_in, drawn at random. Packets that already carry
-// INT never match (the key includes the shim's validity). No entry: one
-// table miss.
+// INT never match (the key includes the shim's validity). The watchlist is
+// looked up only where int_switch says INT is on.
 //
 // Detection (docs/int.md): UDP gets destination port INT_UDP_PORT and keeps
 // the original port in the shim (NPT 1); TCP gets DSCP INT_DSCP and keeps
