@@ -194,6 +194,52 @@ control IntEgress(inout headers_t hdr,
         meta.telemetry.l4_checksum = true;
     }
 
+    // ---- the report around a clone: outer Ethernet/IPv4/UDP (the packet's own
+    // headers, rewritten), group header with the next sequence number, and the
+    // individual report's common fields; the callers add lengths and metadata.
+
+    action report_headers(mac_addr_t src_mac, mac_addr_t dst_mac, ipv4_addr_t src_addr,
+                          ipv4_addr_t collector_addr, bit<16> collector_port, bit<32> switch_id,
+                          bit<16> ip_bytes) {
+        hdr.tcp.setInvalid();
+        hdr.tcp_options.setInvalid();
+        hdr.ethernet.src_addr = src_mac;
+        hdr.ethernet.dst_addr = dst_mac;
+        hdr.ethernet.ether_type = ETHERTYPE_IPV4;
+        hdr.ipv4.setValid();
+        hdr.ipv4.version = 4;
+        hdr.ipv4.ihl = 5;
+        hdr.ipv4.dscp = 0;
+        hdr.ipv4.ecn = 0;
+        hdr.ipv4.total_len = ip_bytes;
+        hdr.ipv4.identification = 0;
+        hdr.ipv4.flags = 2;                         // DF (Telemetry Report v2.0)
+        hdr.ipv4.frag_offset = 0;
+        hdr.ipv4.ttl = 64;
+        hdr.ipv4.protocol = IP_PROTO_UDP;
+        hdr.ipv4.src_addr = src_addr;
+        hdr.ipv4.dst_addr = collector_addr;
+        hdr.udp.setValid();
+        hdr.udp.src_port = REPORT_UDP_PORT;
+        hdr.udp.dst_port = collector_port;
+        hdr.udp.length = ip_bytes - 20;
+        hdr.udp.checksum = 0;
+        bit<32> seq_no;
+        report_seq_no.read(seq_no, 0);
+        report_seq_no.write(0, (seq_no + 1) & 0x3FFFFF);
+        hdr.report_group.setValid();
+        hdr.report_group.ver = REPORT_VERSION;
+        hdr.report_group.hw_id = 0;
+        hdr.report_group.seq_no = seq_no[21:0];
+        hdr.report_group.node_id = switch_id;
+        hdr.report_individual.setValid();
+        hdr.report_individual.rep_type = 1;         // INT
+        hdr.report_individual.in_type = 4;          // IPv4
+        hdr.report_individual.rsvd = 0;
+        hdr.report_main.setValid();
+        hdr.report_main.ds_md_status = 0;
+    }
+
     // ---- report clone: Telemetry Report v2.0 around the kept packet --------
 
     action build_report(mac_addr_t src_mac, mac_addr_t dst_mac, ipv4_addr_t src_addr,
@@ -234,54 +280,18 @@ control IntEgress(inout headers_t hdr,
         hdr.int_ds_link_rate.setInvalid();
         hdr.int_checksum_fill.setInvalid();
 
-        // The report: outer Ethernet/IPv4/UDP reuse the packet's own headers.
+        // The report around it.
         bit<16> report_bytes = REPORT_HEADERS_BYTES + REPORT_MD_BYTES + hdr.int_saved.inner_bytes;
-        hdr.tcp.setInvalid();
-        hdr.tcp_options.setInvalid();
-        hdr.ethernet.src_addr = src_mac;
-        hdr.ethernet.dst_addr = dst_mac;
-        hdr.ethernet.ether_type = ETHERTYPE_IPV4;
-        hdr.ipv4.version = 4;
-        hdr.ipv4.ihl = 5;
-        hdr.ipv4.dscp = 0;
-        hdr.ipv4.ecn = 0;
-        hdr.ipv4.total_len = report_bytes - 14;
-        hdr.ipv4.identification = 0;
-        hdr.ipv4.flags = 2;                         // DF (Telemetry Report v2.0)
-        hdr.ipv4.frag_offset = 0;
-        hdr.ipv4.ttl = 64;
-        hdr.ipv4.protocol = IP_PROTO_UDP;
-        hdr.ipv4.src_addr = src_addr;
-        hdr.ipv4.dst_addr = collector_addr;
-        hdr.udp.setValid();
-        hdr.udp.src_port = REPORT_UDP_PORT;
-        hdr.udp.dst_port = collector_port;
-        hdr.udp.length = report_bytes - 14 - 20;
-        hdr.udp.checksum = 0;
-
-        bit<32> seq_no;
-        report_seq_no.read(seq_no, 0);
-        report_seq_no.write(0, (seq_no + 1) & 0x3FFFFF);
-        hdr.report_group.setValid();
-        hdr.report_group.ver = REPORT_VERSION;
-        hdr.report_group.hw_id = 0;
-        hdr.report_group.seq_no = seq_no[21:0];
-        hdr.report_group.node_id = switch_id;
-        hdr.report_individual.setValid();
-        hdr.report_individual.rep_type = 1;         // INT
-        hdr.report_individual.in_type = 4;          // IPv4
+        report_headers(src_mac, dst_mac, src_addr, collector_addr, collector_port, switch_id, report_bytes - 14);
         hdr.report_individual.report_length = (bit<8>) ((8 + REPORT_MD_BYTES + hdr.int_saved.inner_bytes) >> 2);
         hdr.report_individual.md_length = REPORT_MD_WORDS;
         hdr.report_individual.d = 0;
         hdr.report_individual.q = hdr.int_saved.congested;
         hdr.report_individual.f = 1;
         hdr.report_individual.i = hdr.int_saved.intermediate;
-        hdr.report_individual.rsvd = 0;
-        hdr.report_main.setValid();
         hdr.report_main.rep_md_bits = REPORT_MD_BITS;
         hdr.report_main.ds_id = FABRIC_DS_ID;
         hdr.report_main.ds_md_bits = REPORT_DS_MD_BITS;
-        hdr.report_main.ds_md_status = 0;
         hdr.report_int_md.setValid();
         hdr.report_int_md.ingress_port = hdr.int_saved.ingress_port;
         hdr.report_int_md.egress_port = hdr.int_saved.egress_port;
@@ -305,55 +315,21 @@ control IntEgress(inout headers_t hdr,
         hdr.inner_udp = hdr.udp;
         hdr.inner_tcp = hdr.tcp;
         hdr.inner_tcp_options = hdr.tcp_options;
-        hdr.tcp.setInvalid();
-        hdr.tcp_options.setInvalid();
-        hdr.ethernet.src_addr = src_mac;
-        hdr.ethernet.dst_addr = dst_mac;
-        hdr.ethernet.ether_type = ETHERTYPE_IPV4;
-        hdr.ipv4.setValid();
-        hdr.ipv4.version = 4;
-        hdr.ipv4.ihl = 5;
-        hdr.ipv4.dscp = 0;
-        hdr.ipv4.ecn = 0;
         // Report Length 0xFF: to the end of the datagram, the inner packet cut
         // to DROP_REPORT_INNER_BYTES (apply: none if it was not IPv4).
         bit<16> inner_bytes = (bit<16>) std_meta.packet_length - 14;
         inner_bytes = (inner_bytes > DROP_REPORT_INNER_BYTES ? DROP_REPORT_INNER_BYTES : inner_bytes);
-        hdr.ipv4.total_len = REPORT_HEADERS_BYTES - 14 + DROP_REPORT_MD_BYTES + inner_bytes;
-        hdr.ipv4.identification = 0;
-        hdr.ipv4.flags = 2;
-        hdr.ipv4.frag_offset = 0;
-        hdr.ipv4.ttl = 64;
-        hdr.ipv4.protocol = IP_PROTO_UDP;
-        hdr.ipv4.src_addr = src_addr;
-        hdr.ipv4.dst_addr = collector_addr;
-        hdr.udp.setValid();
-        hdr.udp.src_port = REPORT_UDP_PORT;
-        hdr.udp.dst_port = collector_port;
-        hdr.udp.length = hdr.ipv4.total_len - 20;
-        hdr.udp.checksum = 0;
-        bit<32> seq_no;
-        report_seq_no.read(seq_no, 0);
-        report_seq_no.write(0, (seq_no + 1) & 0x3FFFFF);
-        hdr.report_group.setValid();
-        hdr.report_group.ver = REPORT_VERSION;
-        hdr.report_group.hw_id = 0;
-        hdr.report_group.seq_no = seq_no[21:0];
-        hdr.report_group.node_id = switch_id;
-        hdr.report_individual.setValid();
-        hdr.report_individual.rep_type = 1;
+        report_headers(src_mac, dst_mac, src_addr, collector_addr, collector_port, switch_id,
+                       REPORT_HEADERS_BYTES - 14 + DROP_REPORT_MD_BYTES + inner_bytes);
         hdr.report_individual.report_length = 0xFF;
         hdr.report_individual.md_length = DROP_REPORT_MD_WORDS;
         hdr.report_individual.d = 1;
         hdr.report_individual.q = 0;
         hdr.report_individual.f = 0;
         hdr.report_individual.i = 1;
-        hdr.report_individual.rsvd = 0;
-        hdr.report_main.setValid();
         hdr.report_main.rep_md_bits = DROP_REPORT_MD_BITS;
         hdr.report_main.ds_id = 0;
         hdr.report_main.ds_md_bits = 0;
-        hdr.report_main.ds_md_status = 0;
         hdr.report_drop_md.setValid();
         hdr.report_drop_md.ingress_port = meta.report.ingress_port;
         hdr.report_drop_md.egress_port = 0xFFFF;      // none chosen, or not the reason
