@@ -74,11 +74,21 @@ class FabricController:
             state.merge(feature.switch_state(self.p4info, self.topo, name, forwarding=routing))
         return state
 
-    def set_load_balancing(self, switch: str, mode: "load_balancing.LbMode") -> SyncReport:
-        """Change the load-balancing mode of every ECMP group of `switch` at runtime."""
+    def set_load_balancing(self, switch: str, mode: "load_balancing.LbMode", prefix: str | None = None) -> SyncReport:
+        """Change at runtime the load-balancing mode of every ECMP group of
+        `switch`, or (with `prefix`) of the group that prefix routes to."""
         if switch not in self.topo.switches:
             raise EntryError(f"no switch {switch!r}")
-        self.topo.features.setdefault(load_balancing.SECTION, {})[switch] = mode
+        modes = self.topo.features.setdefault(load_balancing.SECTION, {}).setdefault(
+            switch, load_balancing.SwitchModes())
+        if prefix is None:
+            modes.default = mode
+            modes.prefixes.clear()
+        else:
+            problem = load_balancing.check_prefix(self.topo, switch, prefix, mode, modes.prefixes)
+            if problem:
+                raise EntryError(problem)
+            modes.prefixes[prefix] = mode
         return self.program_switch(switch)
 
     def program(self, dry_run: bool = False) -> list[SwitchResult]:

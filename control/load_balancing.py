@@ -7,22 +7,24 @@ In a topology file (validated with the rest of it, before anything starts):
       - {switch: all, mode: flowlet, flowlet_gap_us: 500}
       - {switch: leaf1, mode: spray}
       - {switch: spine1, mode: adaptive, queue_stale_us: 2000}
-      - {switch: leaf2, mode: ecmp}
+      - {switch: leaf1, prefix: 10.0.3.0/24, mode: ecmp}
 
 `switch` is a switch name or `all` (later items override earlier ones for
 the switches they name). Modes: `ecmp` (the 5-tuple hash: no entry at all),
 `flowlet` (flowlet_gap_us, default 500), `spray`, `adaptive`
 (queue_stale_us, default 1000: how long a port's recorded queue depth is
-believed). Every ECMP group of a switch gets its switch's mode.
+believed). Every ECMP group of a switch gets its switch's mode, unless an
+item with `prefix` gives the group that destination prefix routes to its
+own (prefixes with the same next hops share a group, so they must agree).
 
-FabricController.set_load_balancing(switch, mode) changes one at runtime.
+FabricController.set_load_balancing(switch, mode[, prefix]) changes one at runtime.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
-from .forwarding import ECMP_SLOTS, NEXT_HOP_TABLE, ecmp_seed, forwarding_state, route_params, slots_on_switch
+from .forwarding import ECMP_SLOTS, LPM_TABLE, NEXT_HOP_TABLE, ecmp_seed, forwarding_state, slots_on_switch
 from .p4constants import constants
 from .p4info import P4Info
 from .sync import SwitchState
@@ -34,7 +36,7 @@ FLOWLETS_COUNTER = "flowlets_started"
 MEMBER_COUNTER = "next_hop_packets"       # direct counter of next_hop: packets per (group, slot)
 LB_GROUPS = constants()["LB_GROUPS"]
 MODES = ("ecmp", "flowlet", "spray", "adaptive")
-FIELDS = {"switch", "mode", "flowlet_gap_us", "queue_stale_us"}
+FIELDS = {"switch", "prefix", "mode", "flowlet_gap_us", "queue_stale_us"}
 BENCH_NEXT_ID = 1                         # benchmarks/cases.py routes through ECMP group 1
 BENCH_MODES = ("flowlet", "spray", "adaptive")
 
@@ -86,11 +88,36 @@ class LbMode:
         return self.mode
 
 
-def parse_section(raw: Any, topo, fail: Callable[[str, str], None]) -> dict[str, LbMode]:
-    """Validate a topology's `load_balancing:` list -> {switch: mode}."""
+@dataclass
+class SwitchModes:
+    """One switch's modes: its groups' default, and by destination prefix."""
+    default: LbMode = field(default_factory=LbMode)
+    prefixes: dict[str, LbMode] = field(default_factory=dict)
+
+
+def _hop_set(route) -> frozenset:
+    return frozenset((h.port, h.dst_mac) for h in route.next_hops)
+
+
+def check_prefix(topo, switch: str, prefix: str, mode: LbMode, others: Mapping[str, LbMode]) -> Optional[str]:
+    """What is wrong with giving `prefix`'s group on `switch` `mode` (None: nothing)."""
+    routes = {r.prefix: r for r in topo.routes()[switch]}
+    if prefix not in routes:
+        return f"{switch} has no route {prefix} (its routes: {', '.join(sorted(routes)) or 'none'})"
+    hops = _hop_set(routes[prefix])
+    if len(hops) < 2:
+        return f"{switch} routes {prefix} through one next hop: there is no group to balance"
+    for other, other_mode in others.items():
+        if other != prefix and other in routes and _hop_set(routes[other]) == hops and other_mode != mode:
+            return f"{prefix} and {other} share an ECMP group on {switch}; a group has one mode"
+    return None
+
+
+def parse_section(raw: Any, topo, fail: Callable[[str, str], None]) -> dict[str, SwitchModes]:
+    """Validate a topology's `load_balancing:` list -> {switch: its modes}."""
     if not isinstance(raw, list):
         fail(SECTION, "expected a list of {switch, mode, ...}")
-    modes: dict[str, LbMode] = {}
+    modes: dict[str, SwitchModes] = {}
     for i, item in enumerate(raw):
         where = f"{SECTION}[{i}]"
         if not isinstance(item, dict):
@@ -102,8 +129,18 @@ def parse_section(raw: Any, topo, fail: Callable[[str, str], None]) -> dict[str,
         if name != "all" and name not in topo.switches:
             fail(f"{where}.switch", f"unknown switch {name!r} (switches: {', '.join(topo.switches)}, or all)")
         mode = LbMode.from_mapping(item, lambda field, what: fail(f"{where}.{field}", what))
-        for sw in (topo.switches if name == "all" else [name]):
-            modes[sw] = mode
+        targets = list(topo.switches) if name == "all" else [name]
+        if "prefix" in item:
+            prefix = item["prefix"]
+            for sw in targets:
+                sm = modes.setdefault(sw, SwitchModes())
+                problem = check_prefix(topo, sw, prefix, mode, sm.prefixes)
+                if problem:
+                    fail(f"{where}.prefix", problem)
+                sm.prefixes[prefix] = mode
+        else:
+            for sw in targets:
+                modes.setdefault(sw, SwitchModes()).default = mode
     return modes
 
 
@@ -111,19 +148,21 @@ def empty_state(p4info: P4Info) -> SwitchState:
     return SwitchState(managed_tables={p4info.table(t).preamble.id for t in (GROUP_TABLE, *CANDIDATE_TABLES)})
 
 
-def lb_state(p4info: P4Info, groups: Mapping[int, list], mode: LbMode) -> SwitchState:
-    """Entries for ECMP groups {next_id: slot assignment (NextHop per slot)} in `mode`."""
+def lb_state(p4info: P4Info, groups: Mapping[int, list], mode: LbMode | Mapping[int, LbMode]) -> SwitchState:
+    """Entries for ECMP groups {next_id: slot assignment (NextHop per slot)}
+    in `mode` (one for all, or {next_id: mode})."""
     state = empty_state(p4info)
-    action = mode.action()
-    if action is None:
-        return state
     for next_id, slots in sorted(groups.items()):
+        group_mode = mode.get(next_id, LbMode()) if isinstance(mode, Mapping) else mode
+        action = group_mode.action()
+        if action is None:
+            continue
         if not 0 <= next_id < LB_GROUPS:
             raise ValueError(f"ECMP group {next_id} outside the 0..{LB_GROUPS - 1} lb_group can hold (LB_GROUPS)")
         name, params = action
         state.table_entries.append(p4info.table_entry(GROUP_TABLE, {"meta.next_id": next_id},
                                                       action=name, params=params))
-        if mode.mode == "adaptive":
+        if group_mode.mode == "adaptive":
             for slot, hop in enumerate(slots):
                 for table, key, act in (("lb_candidate_a", "meta.lb.sample_a", "candidate_a"),
                                         ("lb_candidate_b", "meta.lb.sample_b", "candidate_b")):
@@ -132,17 +171,36 @@ def lb_state(p4info: P4Info, groups: Mapping[int, list], mode: LbMode) -> Switch
     return state
 
 
+def prefix_groups(p4info: P4Info, forwarding: SwitchState) -> dict[str, int]:
+    """Destination prefix -> ECMP group id, from forwarding's LPM entries."""
+    table = p4info.table(LPM_TABLE)
+    set_next_id = p4info.action("set_next_id").preamble.id
+    out = {}
+    for e in forwarding.table_entries:
+        if e.table_id == table.preamble.id and e.action.action.action_id == set_next_id:
+            m = e.match[0].lpm
+            addr = ".".join(str(b) for b in m.value.rjust(4, b"\0"))
+            out[f"{addr}/{m.prefix_len}"] = int.from_bytes(e.action.action.params[0].value, "big")
+    return out
+
+
 def switch_state(p4info: P4Info, topo, switch: str, *, forwarding: Optional[SwitchState] = None) -> SwitchState:
     """The load-balancing entries the topology file gives `switch` (feature
-    interface). Adaptive groups mirror the ports of their slots, so this
-    reads the groups from `forwarding` (what the controller is about to
-    write; default: computed from the topology's routes)."""
-    mode = topo.features.get(SECTION, {}).get(switch, LbMode())
-    if mode.mode == "ecmp":
+    interface). Adaptive groups mirror the ports of their slots, and prefixes
+    name groups, so this reads the groups from `forwarding` (what the
+    controller is about to write; default: computed from the topology's routes)."""
+    modes = topo.features.get(SECTION, {}).get(switch, SwitchModes())
+    if modes.default.mode == "ecmp" and all(m.mode == "ecmp" for m in modes.prefixes.values()):
         return empty_state(p4info)
     if forwarding is None:
         forwarding = forwarding_state(p4info, topo.routes()[switch], seed=ecmp_seed(topo.switches[switch].device_id))
-    return lb_state(p4info, slots_on_switch(p4info, forwarding), mode)
+    groups = slots_on_switch(p4info, forwarding)
+    by_group = {next_id: modes.default for next_id in groups}
+    by_prefix = prefix_groups(p4info, forwarding)
+    for prefix, mode in modes.prefixes.items():
+        if prefix in by_prefix:
+            by_group[by_prefix[prefix]] = mode
+    return lb_state(p4info, groups, by_group)
 
 
 def bench_state(p4info: P4Info, port: int) -> SwitchState:

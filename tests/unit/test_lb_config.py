@@ -25,9 +25,46 @@ def test_all_then_one_switch_overrides():
     t = topo_with([{"switch": "all", "mode": "flowlet", "flowlet_gap_us": 300},
                    {"switch": "leaf2", "mode": "adaptive", "queue_stale_us": 5000}])
     modes = t.features["load_balancing"]
-    assert modes["leaf1"] == lb.LbMode("flowlet", flowlet_gap_us=300)
-    assert modes["leaf2"] == lb.LbMode("adaptive", queue_stale_us=5000)
+    assert modes["leaf1"].default == lb.LbMode("flowlet", flowlet_gap_us=300)
+    assert modes["leaf2"].default == lb.LbMode("adaptive", queue_stale_us=5000)
     assert set(modes) == set(t.switches)
+
+
+PREFIXED = {**LEAF_SPINE, "hosts": [{"name": "h1"}, {"name": "h2"}, {"name": "h3"}],
+            "links": LEAF_SPINE["links"] + [["h3", "leaf2"]]}
+
+
+def test_a_prefix_gives_its_group_its_own_mode(p4info):
+    t = from_dict({**PREFIXED, "load_balancing": [{"switch": "leaf1", "mode": "flowlet"},
+                                                  {"switch": "leaf1", "prefix": "10.0.2.0/24", "mode": "spray"}]},
+                  "t.yaml")
+    modes = t.features["load_balancing"]["leaf1"]
+    assert modes.default == lb.LbMode("flowlet") and modes.prefixes == {"10.0.2.0/24": lb.LbMode("spray")}
+    # spine1 reaches each host's subnet through one leaf: no group there
+    with pytest.raises(TopologyError, match="through one next hop"):
+        from_dict({**PREFIXED, "load_balancing": [{"switch": "spine1", "prefix": "10.0.2.0/24", "mode": "spray"}]},
+                  "t.yaml")
+
+
+def test_prefixes_sharing_a_group_must_agree_and_routes_must_exist():
+    # leaf1 reaches h2 (10.0.2.0/24) and h3 (10.0.3.0/24) through the same two spines: one group
+    section = [{"switch": "leaf1", "prefix": "10.0.2.0/24", "mode": "spray"},
+               {"switch": "leaf1", "prefix": "10.0.3.0/24", "mode": "flowlet"}]
+    with pytest.raises(TopologyError, match=r"load_balancing\[1\].prefix.*share an ECMP group"):
+        from_dict({**PREFIXED, "load_balancing": section}, "t.yaml")
+    with pytest.raises(TopologyError, match="has no route 10.9.0.0/24"):
+        from_dict({**PREFIXED, "load_balancing": [{"switch": "leaf1", "prefix": "10.9.0.0/24", "mode": "spray"}]},
+                  "t.yaml")
+
+
+def test_prefix_mode_overrides_the_switch_default_for_its_group_only(p4info):
+    t = from_dict({**PREFIXED, "load_balancing": [{"switch": "leaf1", "mode": "ecmp"},
+                                                  {"switch": "leaf1", "prefix": "10.0.2.0/24", "mode": "flowlet"}]},
+                  "t.yaml")
+    state = lb.switch_state(p4info, t, "leaf1")
+    group_entries = [e for e in state.table_entries if e.table_id == p4info.table(lb.GROUP_TABLE).preamble.id]
+    assert len(group_entries) == 1
+    assert group_entries[0].action.action.action_id == p4info.action("flowlet").preamble.id
 
 
 @pytest.mark.parametrize("section, field, words", [
