@@ -68,11 +68,14 @@ control FabricEgress(inout headers_t hdr,
 
     // INT before ECN: a report clone's IPv4 header is the report's own by
     // the time ECN looks at it (the reported packet is left as received).
+    // Features that need egress only for some packets share one condition.
     apply {
         port_counter.apply(std_meta);
-        int_egress.apply(hdr, meta, std_meta);
+        if (meta.telemetry.enabled == 1 || meta.lb.record_load == 1) {
+            int_egress.apply(hdr, meta, std_meta);
+            load_recorder.apply(meta, std_meta);
+        }
         ecn.apply(hdr, std_meta);
-        load_recorder.apply(meta, std_meta);
     }
 }
 
