@@ -87,7 +87,8 @@ DROP_REPORT_TABLE = "drop_report"
 SWITCH_TABLE = "int_switch"           # keyless: its default action switches INT on
 REPORT_COUNTER = "int_report_counter"
 REPORT_KINDS = {name: constants()[f"REPORT_{name.upper()}"]
-                for name in ("flow", "suppressed", "queue", "queue_limited", "drop", "drop_limited")}
+                for name in ("flow", "suppressed", "queue", "queue_limited", "drop")}
+DROP_LIMITED_COUNTER = "drop_reports_limited"   # per drop reason, in ingress
 INSTANCE_INGRESS_CLONE = constants()["INSTANCE_INGRESS_CLONE"]
 QDEPTH_MAX = (1 << 19) - 1
 RULE_FIELDS = {"src", "dst", "protocol", "src_ports", "dst_ports", "instructions", "max_hops", "sample"}
@@ -436,6 +437,10 @@ def bench_state(p4info: P4Info, port: int) -> SwitchState:
 
 
 def report_counts(conn, p4info: P4Info) -> dict[str, int]:
-    """int_report_counter of a switch: reports sent and held back, by kind."""
+    """Reports a switch sent and held back, by kind (int_report_counter, and
+    drop_reports_limited summed over the drop reasons as drop_limited)."""
     cells = conn.counter(p4info.counter_entry(REPORT_COUNTER))
-    return {name: cells.get(index, (0, 0))[0] for name, index in REPORT_KINDS.items()}
+    counts = {name: cells.get(index, (0, 0))[0] for name, index in REPORT_KINDS.items()}
+    limited = conn.counter(p4info.counter_entry(DROP_LIMITED_COUNTER))
+    counts["drop_limited"] = sum(p for p, _ in limited.values())
+    return counts

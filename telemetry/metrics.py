@@ -110,11 +110,15 @@ FABRIC_DROPS = MetricSpec("fabric_drops", "counter", "drop_counter packets by dr
 FABRIC_ECN_MARKED = MetricSpec("fabric_ecn_marked", "counter", "ecn_marked_counter: packets marked CE", PORT)
 FABRIC_QUEUE_DEPTH = MetricSpec("fabric_queue_depth_packets", "gauge",
                                 "egress_qdepth register: enqueue depth of the port's last packet", PORT)
+FABRIC_INT_REPORTS = MetricSpec("fabric_int_reports", "counter",
+                                "Telemetry reports a switch sent or held back (int_report_counter), by kind",
+                                ("switch", "kind"))
 FABRIC_READ_ERRORS = MetricSpec("fabric_exporter_read_errors", "counter",
                                 "Failed reads of a switch, by source (p4runtime, thrift)", ("switch", "source"))
 
 EXPORTER_METRICS = (FABRIC_SWITCH_UP, FABRIC_PORT_RX_PACKETS, FABRIC_PORT_RX_BYTES, FABRIC_PORT_TX_PACKETS,
-                    FABRIC_PORT_TX_BYTES, FABRIC_DROPS, FABRIC_ECN_MARKED, FABRIC_QUEUE_DEPTH, FABRIC_READ_ERRORS)
+                    FABRIC_PORT_TX_BYTES, FABRIC_DROPS, FABRIC_ECN_MARKED, FABRIC_QUEUE_DEPTH, FABRIC_INT_REPORTS,
+                    FABRIC_READ_ERRORS)
 
 
 def exposed_names() -> set[str]:

@@ -1,7 +1,8 @@
 """Prometheus metrics of every switch of a running topology: port packet
 and byte counters (ingress_port_counter, egress_port_counter), drops by
 reason (drop_counter; reasons from p4src/include/defines.p4 via
-control/p4constants.py), ECN marks (ecn_marked_counter), and the egress
+control/p4constants.py), ECN marks (ecn_marked_counter), INT reports sent
+and held back by kind (int_report_counter, drop_reports_limited), and the egress
 queue depth (register egress_qdepth, over BMv2 Thrift: PI does not serve
 register reads).
 
@@ -32,6 +33,8 @@ from typing import Iterable, Optional, Protocol
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from control.int_telemetry import REPORT_KINDS
+
 from . import metrics as m
 
 REPO = Path(__file__).resolve().parent.parent
@@ -40,8 +43,10 @@ INGRESS_COUNTER = "ingress_port_counter"
 EGRESS_COUNTER = "egress_port_counter"
 DROP_COUNTER = "drop_counter"
 ECN_COUNTER = "ecn_marked_counter"
+INT_REPORT_COUNTER = "int_report_counter"        # reports sent/held back by kind (control/int_telemetry.py)
+DROP_REPORTS_LIMITED = "drop_reports_limited"    # drop reports held back, per reason
 QDEPTH_REGISTER = "egress_qdepth"
-COUNTERS = (INGRESS_COUNTER, EGRESS_COUNTER, DROP_COUNTER, ECN_COUNTER)
+COUNTERS = (INGRESS_COUNTER, EGRESS_COUNTER, DROP_COUNTER, ECN_COUNTER, INT_REPORT_COUNTER, DROP_REPORTS_LIMITED)
 
 
 @dataclass(frozen=True)
@@ -101,6 +106,14 @@ def samples(topo, readings: Iterable[SwitchReadings], reasons: dict[int, str],
             for code in sorted(set(reasons) | {c for c, (p, _) in drops.items() if p and c != 0}):
                 name = reasons.get(code, f"reason_{code}")
                 fam[m.FABRIC_DROPS.name].add_metric([r.switch, name], float(drops.get(code, (0, 0))[0]))
+        reports = r.counters.get(INT_REPORT_COUNTER)
+        if reports is not None:
+            for kind, index in sorted(REPORT_KINDS.items(), key=lambda kv: kv[1]):
+                fam[m.FABRIC_INT_REPORTS.name].add_metric([r.switch, kind], float(reports.get(index, (0, 0))[0]))
+            limited = r.counters.get(DROP_REPORTS_LIMITED)
+            if limited is not None:
+                fam[m.FABRIC_INT_REPORTS.name].add_metric(
+                    [r.switch, "drop_limited"], float(sum(p for p, _ in limited.values())))
     for (switch, source), n in sorted((read_errors or {}).items()):
         fam[m.FABRIC_READ_ERRORS.name].add_metric([switch, source], float(n))
     return list(fam.values())

@@ -81,8 +81,7 @@ const bit<32> REPORT_FLOW = 0;             // sink report sent
 const bit<32> REPORT_SUPPRESSED = 1;       // sink report suppressed (nothing changed)
 const bit<32> REPORT_QUEUE = 2;            // congestion report sent
 const bit<32> REPORT_QUEUE_LIMITED = 3;    // congestion report dropped by the rate limit
-const bit<32> REPORT_DROP = 4;             // drop report sent
-const bit<32> REPORT_DROP_LIMITED = 5;     // drop report dropped by the rate limit
+const bit<32> REPORT_DROP = 4;             // drop report sent (held back: drop_reports_limited[reason])
 const bit<32> REPORT_KINDS = 8;
 // standard_metadata.instance_type of BMv2 (simple_switch.cpp)
 typedef bit<32> instance_type_t;

@@ -496,6 +496,7 @@ control IntEgress(inout headers_t hdr,
                 meta.telemetry.l4_length = hdr.ipv4.total_len - ((bit<16>) hdr.ipv4.ihl << 2);
             }
             build_drop_report: {
+                int_report_counter.count(REPORT_DROP);
                 // InType IPv4 when the dropped packet was one, else no inner packet.
                 if (hdr.inner_ipv4.isValid()) {
                     hdr.report_individual.in_type = 4;
