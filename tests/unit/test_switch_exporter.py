@@ -117,3 +117,13 @@ def test_bmv2_reader_names_what_it_cannot_reach():
 def test_bmv2_reader_needs_a_p4info(tmp_path):
     with pytest.raises(FileNotFoundError, match="make build"):
         Bmv2Reader(tmp_path / "missing.txtpb")
+
+
+def test_int_reports_by_kind():
+    readings = SwitchReadings("leaf1", counters={
+        "int_report_counter": {0: (40, 0), 1: (900, 0), 2: (7, 0), 3: (2, 0), 4: (1, 0)},
+        "drop_reports_limited": {5: (3, 0), 6: (4, 0)}})
+    d = as_dict(samples(TOPO, [readings], drop_reason_names()))
+    got = {k: value(d, "fabric_int_reports_total", switch="leaf1", kind=k)
+           for k in ("flow", "suppressed", "queue", "queue_limited", "drop", "drop_limited")}
+    assert got == {"flow": 40, "suppressed": 900, "queue": 7, "queue_limited": 2, "drop": 1, "drop_limited": 7}
