@@ -4,16 +4,18 @@ mode of each switch's ECMP groups.
 In a topology file (validated with the rest of it, before anything starts):
 
     load_balancing:
-      - {switch: all, mode: flowlet, flowlet_gap_us: 500}
+      - {switch: all, mode: flowlet, flowlet_gap_us: 20000}
       - {switch: leaf1, mode: spray}
       - {switch: spine1, mode: adaptive, queue_stale_us: 2000}
       - {switch: leaf1, prefix: 10.0.3.0/24, mode: ecmp}
 
 `switch` is a switch name or `all` (later items override earlier ones for
 the switches they name). Modes: `ecmp` (the 5-tuple hash: no entry at all),
-`flowlet` (flowlet_gap_us, default 500), `spray`, `adaptive`
-(queue_stale_us, default 1000: how long a port's recorded queue depth is
-believed). Every ECMP group of a switch gets its switch's mode, unless an
+`flowlet` (flowlet_gap_us, default 20000), `spray`, `adaptive`
+(queue_stale_us, default 20000: how long a port's recorded queue depth is
+believed). The defaults suit BMv2 ports serving hundreds of packets/s; a
+gap or staleness below the time between a port's packets turns both modes
+into spraying. Every ECMP group of a switch gets its switch's mode, unless an
 item with `prefix` gives the group that destination prefix routes to its
 own (prefixes with the same next hops share a group, so they must agree).
 
@@ -43,9 +45,13 @@ BENCH_MODES = ("flowlet", "spray", "adaptive")
 
 @dataclass(frozen=True)
 class LbMode:
+    # Defaults at this project's BMv2 time scale: links serve hundreds of
+    # packets/s (a few ms between a port's packets), so a sub-millisecond gap
+    # would start a flowlet at every packet and a sub-millisecond staleness
+    # would forget every recorded queue: both would turn into spraying.
     mode: str = "ecmp"
-    flowlet_gap_us: int = 500
-    queue_stale_us: int = 1000
+    flowlet_gap_us: int = 20_000
+    queue_stale_us: int = 20_000
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any], fail: Optional[Callable[[str, str], None]] = None) -> "LbMode":
