@@ -20,8 +20,10 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import signal
 import socket
 import sys
+import threading
 import time
 from collections import defaultdict
 from dataclasses import asdict, fields
@@ -148,6 +150,22 @@ def run_sender(a, progress=None, write: bool = True) -> dict:
     return summary
 
 
+def stop_on_signals():
+    """(flag, restore): until restore(), SIGTERM and SIGINT set the flag
+    instead of killing the process, so a receiver stopped early still writes
+    what it measured (signals can only be caught in the main thread;
+    elsewhere nothing changes)."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        return stop, lambda: None
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return stop, restore
+
+
 def run_receiver(a, progress=None, write: bool = True) -> dict:
     """Receive until a.duration; with a.reorder, through a reorder buffer per flow.
     progress(now, flows, rob), if given, is called every PROGRESS_S; True stops."""
@@ -166,7 +184,8 @@ def run_receiver(a, progress=None, write: bool = True) -> dict:
         time.sleep(max(0.0, a.start_at - time.time()))
     t0, t0_wall = time.monotonic(), time.time()
     next_progress = 0.0
-    while True:
+    stopped, restore_signals = stop_on_signals()
+    while not stopped.is_set():
         now = time.monotonic() - t0
         if now >= a.duration:
             break
@@ -217,6 +236,7 @@ def run_receiver(a, progress=None, write: bool = True) -> dict:
                     cnp = cnp_frames[key] = bytes(roce_cnp(a.src_mac, a.gw_mac, a.src_ip, src, qp))
                 sock.send(cnp)
                 f["cnps_sent"] += 1
+    restore_signals()
     for key, f in flows.items():
         f["lost"] = f["max_psn"] + 1 - f["packets"]  # PSN gaps (no reordering on a single path)
         if rob is not None:

@@ -143,3 +143,22 @@ def test_transfers_use_one_qp_each_and_write_a_row_per_transfer(monkeypatch, tmp
     rows = list(csv.DictReader(open(f"{out}.csv")))
     assert [r["qp"] for r in rows] == ["40", "41", "42"]
     assert "transfer 3/3 10.0.1.1 -> 10.0.5.1 qp 42: sent 30/30 packets" in capsys.readouterr().out
+
+
+def test_a_receiver_stopped_by_sigterm_still_writes_what_it_measured(tmp_path):
+    """SIGTERM ends `traffic receive` early, with its JSON written (needs root: a raw socket on lo)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    out = tmp_path / "rx"
+    proc = subprocess.Popen([sys.executable, "-m", "hostagent.traffic", "receive", "--iface", "lo",
+                             "--src-ip", "127.0.0.1", "--src-mac", "00:00:00:00:00:01", "--gw-mac", "00:00:00:00:00:02",
+                             "--duration", "60", "--progress-s", "0", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 0, output
+    summary = __import__("json").loads((tmp_path / "rx.json").read_text())
+    assert summary["role"] == "receiver"
