@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from .features import section_items
 from .p4info import P4Info
 from .sync import SwitchState
 
@@ -111,19 +112,9 @@ class EcnProfile:
 def parse_section(raw: Any, topo, fail: Callable[[str, str], None]) -> dict[tuple[str, int], EcnProfile]:
     """Validate a topology's `ecn:` list -> {(switch, port): profile}.
     `fail(field, what)` raises the loader's error naming file and field."""
-    if not isinstance(raw, list):
-        fail("ecn", "expected a list of {switch, port|towards, mode, ...}")
     profiles: dict[tuple[str, int], EcnProfile] = {}
-    for i, item in enumerate(raw):
-        where = f"ecn[{i}]"
-        if not isinstance(item, dict):
-            fail(where, f"expected a mapping, got {item!r}")
-        unknown = sorted(set(map(str, item)) - FIELDS)
-        if unknown:
-            fail(f"{where}.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(FIELDS))})")
-        name = item.get("switch")
-        if name not in topo.switches:
-            fail(f"{where}.switch", f"unknown switch {name!r} (switches: {', '.join(topo.switches)})")
+    for where, item, name in section_items(raw, SECTION, FIELDS, topo, fail,
+                                           what="{switch, port|towards, mode, ...}"):
         sw = topo.switches[name]
         if ("port" in item) == ("towards" in item):
             fail(where, "give exactly one of port (a number or 'all') and towards (a neighbour's name)")

@@ -35,6 +35,7 @@ from __future__ import annotations
 import importlib
 from functools import cache
 from types import ModuleType
+from typing import Any, Callable, Iterator
 
 FEATURE_MODULES = ("control.ecn", "control.int_telemetry", "control.load_balancing")
 
@@ -64,3 +65,25 @@ def by_name(section: str) -> ModuleType:
         return sections()[section]
     except KeyError:
         raise KeyError(f"no feature {section!r} (features: {', '.join(sections())})") from None
+
+
+def section_items(raw: Any, section: str, fields: set[str], topo, fail: Callable[[str, str], None], *,
+                  what: str, allow_all: bool = False) -> Iterator[tuple[str, dict, str]]:
+    """The items of a feature section that is a list of per-switch mappings:
+    checks the list, each item's type, its fields and its `switch` (a name,
+    or "all" when `allow_all`), and yields (where, item, switch name) with
+    `where` the item's location for `fail` ("ecn[2]")."""
+    if not isinstance(raw, list):
+        fail(section, f"expected a list of {what}")
+    for i, item in enumerate(raw):
+        where = f"{section}[{i}]"
+        if not isinstance(item, dict):
+            fail(where, f"expected a mapping, got {item!r}")
+        unknown = sorted(set(map(str, item)) - fields)
+        if unknown:
+            fail(f"{where}.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(fields))})")
+        name = item.get("switch")
+        if not (allow_all and name == "all") and name not in topo.switches:
+            fail(f"{where}.switch", f"unknown switch {name!r} (switches: {', '.join(topo.switches)}"
+                                    + (", or all)" if allow_all else ")"))
+        yield where, item, name

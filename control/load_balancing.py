@@ -28,6 +28,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from .forwarding import ECMP_SLOTS, LPM_TABLE, NEXT_HOP_TABLE, ecmp_seed, forwarding_state, slots_on_switch
 from .p4constants import constants
+from .features import section_items
 from .p4info import P4Info
 from .sync import SwitchState
 
@@ -121,19 +122,9 @@ def check_prefix(topo, switch: str, prefix: str, mode: LbMode, others: Mapping[s
 
 def parse_section(raw: Any, topo, fail: Callable[[str, str], None]) -> dict[str, SwitchModes]:
     """Validate a topology's `load_balancing:` list -> {switch: its modes}."""
-    if not isinstance(raw, list):
-        fail(SECTION, "expected a list of {switch, mode, ...}")
     modes: dict[str, SwitchModes] = {}
-    for i, item in enumerate(raw):
-        where = f"{SECTION}[{i}]"
-        if not isinstance(item, dict):
-            fail(where, f"expected a mapping, got {item!r}")
-        unknown = sorted(set(map(str, item)) - FIELDS)
-        if unknown:
-            fail(f"{where}.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(FIELDS))})")
-        name = item.get("switch")
-        if name != "all" and name not in topo.switches:
-            fail(f"{where}.switch", f"unknown switch {name!r} (switches: {', '.join(topo.switches)}, or all)")
+    for where, item, name in section_items(raw, SECTION, FIELDS, topo, fail, what="{switch, mode, ...}",
+                                           allow_all=True):
         mode = LbMode.from_mapping(item, lambda field, what: fail(f"{where}.{field}", what))
         targets = list(topo.switches) if name == "all" else [name]
         if "prefix" in item:

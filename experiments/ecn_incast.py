@@ -42,6 +42,8 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from experiments._plots import save_figure  # noqa: E402
+
 from control.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS  # noqa: E402
 from control.bmv2_thrift import Bmv2Thrift  # noqa: E402
 from control.build import compile_p4  # noqa: E402
@@ -185,9 +187,7 @@ def _plot_case(case: Case, result: dict, samples, bins, tx, case_dir: Path, capa
     axes[2].legend(fontsize=7, ncol=4)
     fig.suptitle(f"{case.name}: drops {result['drops']}, CE {result['ce_fraction']:.1%}, "
                  f"utilisation {result['utilisation']:.0%}, queue mean {result['queue_mean']}")
-    fig.tight_layout()
-    fig.savefig(case_dir / "timeseries.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, case_dir / "timeseries.png")
 
 
 def _plot_summary(results: list[dict], out: Path) -> Path:
@@ -198,11 +198,7 @@ def _plot_summary(results: list[dict], out: Path) -> Path:
         ax.bar(names, [r[key] for r in results], color=["#999", "#3a7", "#37a"])
         ax.set_title(label, fontsize=9)
         ax.tick_params(axis="x", labelsize=7, rotation=15)
-    fig.tight_layout()
-    path = out / "summary.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, out / "summary.png")
 
 
 def main() -> int:

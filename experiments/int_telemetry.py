@@ -48,6 +48,8 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from experiments._plots import save_figure  # noqa: E402
+
 from control.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS  # noqa: E402
 from control.bmv2_thrift import Bmv2Thrift  # noqa: E402
 from control.build import compile_p4  # noqa: E402
@@ -247,9 +249,7 @@ def _plot_case(case: str, result: dict, sink_reports, samples, rows, case_dir: P
     axes[1].legend(fontsize=7, ncol=3, markerscale=4)
     fig.suptitle(f"{case}: {result['reports_per_s']} reports/s, {result['report_kbytes_per_s']} kB/s; "
                  f"queue error mean {result['queue_error_mean_pkts']} pkts")
-    fig.tight_layout()
-    fig.savefig(case_dir / "timeseries.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, case_dir / "timeseries.png")
 
 
 def _plot_summary(results: list[dict], out: Path) -> Path:
@@ -259,11 +259,7 @@ def _plot_summary(results: list[dict], out: Path) -> Path:
                               ["reports per second", "report kB per second", "queue error (mean, pkts)"]):
         ax.bar(names, [r[key] or 0 for r in results], color=["#37a", "#3a7"])
         ax.set_title(label, fontsize=9)
-    fig.tight_layout()
-    path = out / "summary.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, out / "summary.png")
 
 
 def main() -> int:

@@ -142,6 +142,8 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from experiments._plots import save_figure  # noqa: E402
+
 from control.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS  # noqa: E402
 from control.bmv2_thrift import Bmv2Thrift  # noqa: E402
 from control.build import compile_p4  # noqa: E402
@@ -663,10 +665,7 @@ def plot_grid(rows, summary, modes, panels_of, path: Path, case="symmetric") -> 
             _strip(ax, rs, [m for m in modes if any(r["mode"] == m for r in rs)], key, lines(s),
                    f"{topo} ({case}), {n} flows / {rs[0]['paths']} paths")
             ax.set_ylabel(ylabel, fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_reorder(summary, modes, path: Path) -> Path:
@@ -680,10 +679,7 @@ def plot_reorder(summary, modes, path: Path) -> Path:
         ax.set_xticks(range(len(rows)))
         ax.set_xticklabels(labels, fontsize=5, rotation=90)
         ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_fct(fct_rows, modes, path: Path) -> Path:
@@ -700,10 +696,7 @@ def plot_fct(fct_rows, modes, path: Path) -> Path:
         ax.set_ylabel("completion time (s)")
         ax.set_title(f"{t}: {rs[0]['flows']} concurrent transfer chains, {rs[0]['packets']} pkts", fontsize=9)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
