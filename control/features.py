@@ -37,7 +37,7 @@ from functools import cache
 from types import ModuleType
 from typing import Any, Callable, Iterator
 
-FEATURE_MODULES = ("control.ecn", "control.int_telemetry", "control.load_balancing")
+FEATURE_MODULES = ("control.ecn", "control.int_telemetry", "control.load_balancing", "control.aggregation")
 
 _REQUIRED = ("SECTION", "parse_section", "switch_state", "bench_state")
 

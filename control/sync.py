@@ -37,6 +37,9 @@ class SwitchState:
     # ones a feature owns, by session id.
     clone_sessions: list[p4runtime_pb2.CloneSessionEntry] = field(default_factory=list)
     managed_clone_sessions: set[int] = field(default_factory=set)
+    # Multicast groups (e.g. aggregation results), by group id, likewise.
+    multicast_groups: list[p4runtime_pb2.MulticastGroupEntry] = field(default_factory=list)
+    managed_multicast_groups: set[int] = field(default_factory=set)
 
     def merge(self, other: "SwitchState") -> "SwitchState":
         """Add another feature's entities (its tables and profiles must be its own)."""
@@ -46,10 +49,15 @@ class SwitchState:
         sessions = self.managed_clone_sessions & other.managed_clone_sessions
         if sessions:
             raise ValueError(f"two features manage the same clone sessions: {sorted(sessions)}")
+        groups = self.managed_multicast_groups & other.managed_multicast_groups
+        if groups:
+            raise ValueError(f"two features manage the same multicast groups: {sorted(groups)}")
         self.table_entries += other.table_entries
         self.members += other.members
         self.groups += other.groups
         self.clone_sessions += other.clone_sessions
+        self.multicast_groups += other.multicast_groups
+        self.managed_multicast_groups |= other.managed_multicast_groups
         self.managed_tables |= other.managed_tables
         self.managed_profiles |= other.managed_profiles
         self.managed_clone_sessions |= other.managed_clone_sessions
@@ -129,6 +137,14 @@ def clone_session_value(c: p4runtime_pb2.CloneSessionEntry) -> tuple:
     return (frozenset((r.egress_port, r.instance) for r in c.replicas), c.class_of_service, c.packet_length_bytes)
 
 
+def multicast_group_key(g: p4runtime_pb2.MulticastGroupEntry) -> int:
+    return g.multicast_group_id
+
+
+def multicast_group_value(g: p4runtime_pb2.MulticastGroupEntry) -> frozenset:
+    return frozenset((r.egress_port, r.instance) for r in g.replicas)
+
+
 @dataclass
 class _Diff:
     insert: list = field(default_factory=list)
@@ -155,7 +171,8 @@ def _diff(desired: list, existing: list, key: Callable[..., Hashable], value: Ca
 
 
 def read_state(conn: SwitchConnection, tables: set[int], profiles: set[int],
-               default_tables: set[int] = frozenset(), clone_sessions: set[int] = frozenset()) -> SwitchState:
+               default_tables: set[int] = frozenset(), clone_sessions: set[int] = frozenset(),
+               multicast_groups: set[int] = frozenset()) -> SwitchState:
     queries = [p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry(table_id=t)) for t in sorted(tables)]
     queries += [p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry(table_id=t, is_default_action=True))
                 for t in sorted(default_tables)]
@@ -165,8 +182,12 @@ def read_state(conn: SwitchConnection, tables: set[int], profiles: set[int],
     if clone_sessions:  # session id 0: every session (filtered below)
         queries.append(p4runtime_pb2.Entity(packet_replication_engine_entry=p4runtime_pb2.PacketReplicationEngineEntry(
             clone_session_entry=p4runtime_pb2.CloneSessionEntry(session_id=0))))
+    if multicast_groups:  # group id 0: every group (filtered below)
+        queries.append(p4runtime_pb2.Entity(packet_replication_engine_entry=p4runtime_pb2.PacketReplicationEngineEntry(
+            multicast_group_entry=p4runtime_pb2.MulticastGroupEntry(multicast_group_id=0))))
     state = SwitchState(managed_tables=set(tables), managed_profiles=set(profiles),
-                        managed_clone_sessions=set(clone_sessions))
+                        managed_clone_sessions=set(clone_sessions),
+                        managed_multicast_groups=set(multicast_groups))
     if not queries:
         return state
     for ent in conn.read(queries):
@@ -182,6 +203,10 @@ def read_state(conn: SwitchConnection, tables: set[int], profiles: set[int],
               and ent.packet_replication_engine_entry.WhichOneof("type") == "clone_session_entry"
               and ent.packet_replication_engine_entry.clone_session_entry.session_id in clone_sessions):
             state.clone_sessions.append(ent.packet_replication_engine_entry.clone_session_entry)
+        elif (kind == "packet_replication_engine_entry"
+              and ent.packet_replication_engine_entry.WhichOneof("type") == "multicast_group_entry"
+              and ent.packet_replication_engine_entry.multicast_group_entry.multicast_group_id in multicast_groups):
+            state.multicast_groups.append(ent.packet_replication_engine_entry.multicast_group_entry)
     return state
 
 
@@ -193,7 +218,7 @@ def default_tables(state: SwitchState) -> set[int]:
 def read_managed(conn: SwitchConnection, state: SwitchState) -> SwitchState:
     """What the switch holds in the tables, profiles and defaults `state` manages."""
     return read_state(conn, state.managed_tables, state.managed_profiles, default_tables(state),
-                      state.managed_clone_sessions)
+                      state.managed_clone_sessions, state.managed_multicast_groups)
 
 
 def reconcile(conn: SwitchConnection, desired: SwitchState, dry_run: bool = False,
@@ -210,10 +235,17 @@ def reconcile(conn: SwitchConnection, desired: SwitchState, dry_run: bool = Fals
     members = _diff(desired.members, existing.members, member_key, member_value)
     groups = _diff(desired.groups, existing.groups, group_key, group_value)
     sessions = _diff(desired.clone_sessions, existing.clone_sessions, clone_session_key, clone_session_value)
+    mcast = _diff(desired.multicast_groups, existing.multicast_groups, multicast_group_key, multicast_group_value)
 
     # Order matters: a member exists before a group lists it, a group before
     # an entry points at it; deletions go the other way.
+    def pre(kind, **entry):
+        return update(kind, packet_replication_engine_entry=p4runtime_pb2.PacketReplicationEngineEntry(**entry))
+
     batches = [
+        # Multicast groups exist before an entry can send packets to them.
+        [pre(kind, multicast_group_entry=g) for kind, batch in ((INSERT, mcast.insert), (MODIFY, mcast.modify))
+         for g in batch],
         [update(INSERT, action_profile_member=m) for m in members.insert]
         + [update(MODIFY, action_profile_member=m) for m in members.modify],
         [update(INSERT, action_profile_group=g) for g in groups.insert]
@@ -226,11 +258,15 @@ def reconcile(conn: SwitchConnection, desired: SwitchState, dry_run: bool = Fals
         [update(kind, packet_replication_engine_entry=p4runtime_pb2.PacketReplicationEngineEntry(
             clone_session_entry=c)) for kind, batch in ((INSERT, sessions.insert), (MODIFY, sessions.modify),
                                                         (DELETE, sessions.delete)) for c in batch],
+        [pre(DELETE, multicast_group_entry=g) for g in mcast.delete],
     ]
     report = SyncReport(
-        inserted=len(tables.insert) + len(members.insert) + len(groups.insert) + len(sessions.insert),
-        modified=len(tables.modify) + len(members.modify) + len(groups.modify) + len(sessions.modify),
-        deleted=len(tables.delete) + len(members.delete) + len(groups.delete) + len(sessions.delete))
+        inserted=len(tables.insert) + len(members.insert) + len(groups.insert) + len(sessions.insert)
+        + len(mcast.insert),
+        modified=len(tables.modify) + len(members.modify) + len(groups.modify) + len(sessions.modify)
+        + len(mcast.modify),
+        deleted=len(tables.delete) + len(members.delete) + len(groups.delete) + len(sessions.delete)
+        + len(mcast.delete))
     if not dry_run:
         for batch in batches:
             conn.write(batch)

@@ -15,6 +15,7 @@
 #include "include/int_egress.p4"
 #include "include/int_drop_report.p4"
 #include "include/source_routing.p4"
+#include "include/aggregation.p4"
 
 control FabricIngress(inout headers_t hdr,
                       inout local_metadata_t meta,
@@ -25,6 +26,7 @@ control FabricIngress(inout headers_t hdr,
     SourceRouting() source_routing;
     DropAccounting() drops;
     IntDropReport() drop_report;
+    Aggregation() aggregation;
 
     // A packet that cannot be forwarded gets a drop reason (defines.p4) and
     // is counted and dropped by DropAccounting. The good path evaluates one
@@ -35,13 +37,19 @@ control FabricIngress(inout headers_t hdr,
         if (std_meta.parser_error == error.NoError && std_meta.checksum_error == 0
                 && hdr.ipv4.isValid() && hdr.ipv4.ttl > 1 && !hdr.source_route.isValid()) {
             forwarding.apply(hdr, meta, std_meta);
-            int_source.apply(hdr, meta, std_meta);
+            if (hdr.agg.isValid()) {
+                aggregation.apply(hdr, meta, std_meta);   // to a parameter server: maybe summed here
+            } else {
+                int_source.apply(hdr, meta, std_meta);
+            }
         } else if (std_meta.parser_error == error.NoError && std_meta.checksum_error == 0
                    && hdr.ipv4.isValid() && hdr.ipv4.ttl > 1) {
             source_routing.apply(hdr, meta, std_meta);  // an INT probe
         } else if (std_meta.parser_error == error.IntMalformed
                    || (std_meta.parser_error != error.NoError && hdr.int_shim.isValid())) {
             meta.drop_reason = DROP_INT_MALFORMED;     // a parser error inside INT headers
+        } else if (std_meta.parser_error != error.NoError && hdr.agg.isValid()) {
+            meta.drop_reason = DROP_AGG_BAD_LENGTH;    // fewer than AGG_ELEMENTS elements
         } else if (std_meta.parser_error != error.NoError) {
             meta.drop_reason = DROP_PARSER_ERROR;
         } else if (std_meta.checksum_error == 1) {
@@ -65,15 +73,20 @@ control FabricEgress(inout headers_t hdr,
     IntEgress() int_egress;
     EcnMarking() ecn;
     LoadRecorder() load_recorder;
+    AggregationEgress() aggregation;
 
     // INT before ECN: a report clone's IPv4 header is the report's own by
     // the time ECN looks at it (the reported packet is left as received).
     // Features that need egress only for some packets share one condition.
     apply {
         port_counter.apply(std_meta);
-        if (meta.telemetry.enabled == 1 || meta.lb.record_load == 1) {
-            int_egress.apply(hdr, meta, std_meta);
-            load_recorder.apply(meta, std_meta);
+        if (meta.telemetry.enabled == 1 || meta.lb.record_load == 1 || meta.agg.result == 1) {
+            if (meta.agg.result == 1) {
+                aggregation.apply(hdr, std_meta);     // a result replica: to its worker
+            } else {
+                int_egress.apply(hdr, meta, std_meta);
+                load_recorder.apply(meta, std_meta);
+            }
         }
         ecn.apply(hdr, std_meta);
     }

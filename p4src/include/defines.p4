@@ -47,6 +47,10 @@ const drop_reason_t DROP_NOT_IPV4 = 3;
 const drop_reason_t DROP_NO_ROUTE = 4;           // no LPM match, or next hop missing
 const drop_reason_t DROP_TTL_EXPIRED = 5;
 const drop_reason_t DROP_INT_MALFORMED = 6;      // INT headers: bad version/type, length, hop ML or stack size
+const drop_reason_t DROP_AGG_UNKNOWN_JOB = 7;    // aggregation packet to a parameter server of this switch, job not set up
+const drop_reason_t DROP_AGG_NOT_WORKER = 8;     // sender is not a worker of the job
+const drop_reason_t DROP_AGG_SLOT_RANGE = 9;     // slot outside the job's range
+const drop_reason_t DROP_AGG_BAD_LENGTH = 10;    // not AGG_ELEMENTS elements (short ones fail to parse)
 const bit<32> DROP_REASON_COUNT = 16;
 
 // In-band network telemetry (INT v2.1, Telemetry Report v2.0): the wire
@@ -83,6 +87,38 @@ const bit<32> REPORT_QUEUE = 2;            // congestion report sent
 const bit<32> REPORT_QUEUE_LIMITED = 3;    // congestion report dropped by the rate limit
 const bit<32> REPORT_DROP = 4;             // drop report sent (held back: drop_reports_limited[reason])
 const bit<32> REPORT_KINDS = 8;
+// In-network aggregation (aggregation.p4; the wire contract is
+// docs/aggregation.md, hostagent/aggregation.py holds the same values).
+// A job's packets use UDP port AGG_UDP_PORT_BASE + job (jobs 1..15: SwitchML's
+// 0xBEE0-0xBEEF), from a worker's port to the same port of the job's
+// parameter server; the switch that serves that server aggregates them.
+const bit<16> AGG_UDP_PORT_BASE = 0xBEE0;
+const bit<16> AGG_UDP_PORT_MASK = 0xFFF0;
+#define AGG_ELEMENTS 64                    // int32 elements per packet (docs/aggregation.md: why 64)
+const bit<16> AGG_UDP_LENGTH = 276;        // UDP header 8 + aggregation header 12 + 4 * AGG_ELEMENTS
+const bit<32> AGG_SLOTS = 512;             // aggregation slots of a switch (jobs get ranges of them)
+const bit<32> AGG_CELLS = 1024;            // 2 shadow sets per slot
+const bit<32> AGG_MAX_WORKERS = 32;        // a job's workers: one bit each in a slot's bitmap
+const bit<16> AGG_SLOT_SET = 0x8000;       // slot field: shadow set bit; the rest is the slot in the job's range
+const bit<8>  AGG_FLAG_RESULT = 0x01;      // sums (from the switch, or WIDE from the server)
+const bit<8>  AGG_FLAG_RETRANSMIT = 0x02;  // a worker sends this contribution again
+const bit<8>  AGG_FLAG_COLLISION = 0x04;   // slot held by another use: sent on to the parameter server
+const bit<8>  AGG_FLAG_OVERFLOW = 0x08;    // the sum overflowed int32: the block goes to the parameter server
+const bit<8>  AGG_FLAG_FALLBACK = 0x10;    // for the parameter server (contribution or, from it, a request)
+const bit<8>  AGG_FLAG_WIDE = 0x20;        // elements are int64 (parameter server results)
+const bit<8>  AGG_FLAG_SERVER = 0x40;      // sent by the parameter server
+// agg_events cells: what the aggregation control did with packets
+const bit<32> AGG_EVENT_CONTRIBUTION = 0;  // a contribution added to a slot
+const bit<32> AGG_EVENT_DUPLICATE = 1;     // a contribution already in an unfinished slot: dropped
+const bit<32> AGG_EVENT_COMPLETE = 2;      // a slot completed: result multicast
+const bit<32> AGG_EVENT_RESULT_AGAIN = 3;  // a contribution to a completed slot: its result unicast
+const bit<32> AGG_EVENT_COLLISION = 4;     // slot held: sent to the parameter server
+const bit<32> AGG_EVENT_OVERFLOW = 5;      // a slot completed with an overflowed sum
+const bit<32> AGG_EVENT_STALE = 6;         // older than the slot's use: dropped
+const bit<32> AGG_EVENT_FALLBACK = 7;      // a fallback contribution passed to the parameter server
+const bit<32> AGG_EVENT_RELEASED = 8;      // a parameter server result freed the slot of its block
+const bit<32> AGG_EVENTS = 16;
+
 // standard_metadata.instance_type of BMv2 (simple_switch.cpp)
 typedef bit<32> instance_type_t;
 const instance_type_t INSTANCE_NORMAL = 0;

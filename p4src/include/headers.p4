@@ -69,6 +69,19 @@ header udp_t {
     bit<16> checksum;
 }
 
+// In-network aggregation (aggregation.p4, docs/aggregation.md), after UDP.
+header agg_t {
+    bit<8>  flags;        // AGG_FLAG_*
+    bit<8>  job;
+    bit<8>  worker;       // written by the switch from agg_worker (what the sender says is ignored)
+    bit<8>  exponent;     // block exponent + 128; results carry the maximum
+    bit<16> slot;         // AGG_SLOT_SET | slot in the job's range
+    bit<16> reserved;
+    bit<32> seq;          // the job's block sequence number
+}
+
+#include "aggregation_lanes.p4"
+
 // Deparsed in this order (parser.p4). A data packet is ethernet, ipv4, one
 // L4 header, INT (shim, MD header, this hop, the stack it arrived with). A
 // telemetry report reuses ethernet/ipv4/udp as its outer headers, then the
@@ -82,6 +95,8 @@ struct headers_t {
     udp_t               udp;
     tcp_t               tcp;
     tcp_options_t       tcp_options;
+    agg_t               agg;
+    agg_data_t          agg_data;
     // Telemetry report (report clones only)
     report_group_t      report_group;
     report_individual_t report_individual;
@@ -146,6 +161,21 @@ struct int_meta_t {
     bool    flow_changed;     // this hop's (ports, latency bucket, queue bucket) differ from last time
 }
 
+struct agg_meta_t {
+    bit<1>  result;       // a result replica: egress writes the worker's addresses
+    bit<8>  workers;      // the job's: number, this worker's bit, its unicast group
+    bit<32> worker_bit;
+    bit<16> worker_group;
+    bit<16> job_group;
+    bit<16> base;         // the job's slots: base, count, shared (hashed) or by the packet
+    bit<16> slots;
+    bit<1>  shared;
+    bit<48> steal_after;  // an unfinished use older than this (us) may be taken over
+    bit<32> server;       // the parameter server address this packet is to or from
+    bit<32> cell;         // the (slot, shadow set) cell of the packet's block, and its state
+    bit<144> state;
+}
+
 struct local_metadata_t {
     // L4 ports of TCP/UDP packets, 0 otherwise: part of the ECMP 5-tuple.
     bit<16>       l4_src_port;
@@ -156,6 +186,7 @@ struct local_metadata_t {
     lb_meta_t     lb;
     int_meta_t    telemetry;
     int_report_meta_t report;  // kept by report clones
+    agg_meta_t    agg;
 }
 
 #endif

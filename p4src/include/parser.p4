@@ -92,8 +92,17 @@ parser FabricParser(packet_in packet,
         meta.l4_dst_port = hdr.udp.dst_port;
         transition select(hdr.udp.dst_port) {
             INT_UDP_PORT: parse_int_shim;
+            AGG_UDP_PORT_BASE &&& AGG_UDP_PORT_MASK: parse_agg;
             default: accept;
         }
+    }
+
+    // Aggregation: a short packet fails here (PacketTooShort with hdr.agg
+    // valid), which ingress counts as DROP_AGG_BAD_LENGTH.
+    state parse_agg {
+        packet.extract(hdr.agg);
+        packet.extract(hdr.agg_data);
+        transition accept;
     }
 
     // INT-MD: shim, header, then the metadata stack as 4-byte words. A
@@ -143,6 +152,8 @@ control FabricDeparser(packet_out packet, in headers_t hdr) {
         packet.emit(hdr.udp);
         packet.emit(hdr.tcp);
         packet.emit(hdr.tcp_options);
+        packet.emit(hdr.agg);
+        packet.emit(hdr.agg_data);
         packet.emit(hdr.report_group);
         packet.emit(hdr.report_individual);
         packet.emit(hdr.report_main);

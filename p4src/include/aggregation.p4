@@ -1,0 +1,252 @@
+// In-network aggregation: SwitchML's slots with shadow sets, ATP's sharing
+// of a slot pool between jobs with the parameter server as fallback. The
+// wire contract and the protocol are docs/aggregation.md.
+//
+// A job's workers send blocks of AGG_ELEMENTS int32 to the job's parameter
+// server (PS); the switch that serves the PS (agg_job) sums them in registers
+// instead of forwarding them. A slot cell (slot, shadow set) holds one use:
+// (job, seq) of the block, the workers that contributed (bitmap), their
+// count, the largest block exponent, and the element sums. The last
+// contribution completes the cell and its packet, now carrying the sums,
+// is multicast to the job's workers; egress writes each worker's addresses.
+//
+//  contribution to...                 the switch
+//  the cell's use, new worker         adds; the last one multicasts the result
+//  the cell's use, worker in bitmap   unfinished: drops it; completed: unicasts the result
+//  an older use than the cell's       drops it: a late duplicate (dedicated slots,
+//                                     while the cell's use is younger than steal_after)
+//  a free or completed cell, an older starts a use: the sums are the elements
+//  use of its own job (dedicated), or
+//  a use older than steal_after
+//  a cell another use holds           forwards it to the PS, flagged COLLISION
+//
+// A worker sends to a slot again only once it has that slot's previous
+// result, alternating the shadow set; a new use overwrites the cell, so no
+// reset round is needed, and the other set still answers retransmissions for
+// the previous use. A completed sum that overflowed int32 is multicast
+// flagged OVERFLOW: the workers send that block to the PS, which sums in
+// int64. PS results (SERVER|RESULT) release the cell of their block.
+#ifndef AGGREGATION_P4
+#define AGGREGATION_P4
+
+#include <core.p4>
+#include <v1model.p4>
+#include "headers.p4"
+
+// A cell's state, one register word: seq, bitmap, time of its first
+// contribution (us), job, count, exponent, status.
+#define AGG_CELL_SEQ(s)      s[143:112]
+#define AGG_CELL_BITMAP(s)   s[111:80]
+#define AGG_CELL_STARTED(s)  s[79:32]
+#define AGG_CELL_JOB(s)      s[31:24]
+#define AGG_CELL_COUNT(s)    s[23:16]
+#define AGG_CELL_EXPONENT(s) s[15:8]
+#define AGG_CELL_STATUS(s)   s[7:0]
+const bit<8> AGG_CELL_DONE = 1;
+const bit<8> AGG_CELL_OVERFLOW = 2;
+
+control Aggregation(inout headers_t hdr,
+                    inout local_metadata_t meta,
+                    inout standard_metadata_t std_meta) {
+    register<bit<144>>(AGG_CELLS) agg_cell;
+    AGG_SUM_REGISTERS
+    counter(AGG_EVENTS, CounterType.packets) agg_events;
+
+    // The packet's cell and that cell's state: meta.agg.cell, meta.agg.state.
+    bit<32>  sum = 0;
+    bit<32>  overflow = 0;
+
+    // The jobs whose parameter server this switch serves, by (server
+    // address, job): ternary, so a wildcard-job entry per server catches
+    // jobs that are not set up.
+    action set_job(bit<8> workers, bit<16> base, bit<16> slots, bit<1> shared,
+                   bit<16> job_group, bit<48> steal_after_us) {
+        meta.agg.workers = workers;
+        meta.agg.base = base;
+        meta.agg.slots = slots;
+        meta.agg.shared = shared;
+        meta.agg.job_group = job_group;
+        meta.agg.steal_after = steal_after_us;
+    }
+    action unknown_job() {
+        meta.drop_reason = DROP_AGG_UNKNOWN_JOB;
+    }
+    table agg_job {
+        key = {
+            meta.agg.server: exact;
+            hdr.agg.job:     ternary;
+        }
+        actions = { set_job; unknown_job; @defaultonly NoAction; }
+        const default_action = NoAction;
+        size = 256;
+    }
+
+    // Who the sender is: the worker id is learned here, never read from the packet.
+    action set_worker(bit<8> worker, bit<32> worker_bit, bit<16> worker_group) {
+        hdr.agg.worker = worker;
+        hdr.udp.checksum = 0;     // the switch rewrites the payload from here on
+        meta.agg.worker_bit = worker_bit;
+        meta.agg.worker_group = worker_group;
+    }
+    action not_a_worker() {
+        meta.drop_reason = DROP_AGG_NOT_WORKER;
+    }
+    table agg_worker {
+        key = {
+            hdr.agg.job:       exact;
+            hdr.ipv4.src_addr: exact;
+        }
+        actions = { set_worker; @defaultonly not_a_worker; }
+        const default_action = not_a_worker();
+        size = 4096;
+    }
+
+    // The cell of the packet's block: its job's dedicated slot (the packet
+    // says which), or a slot of a shared range by hash of (job, seq).
+    action dedicated_cell() {
+        meta.agg.cell = ((bit<32>) (meta.agg.base + (hdr.agg.slot & ~AGG_SLOT_SET))) * 2
+               + (bit<32>) (hdr.agg.slot >> 15);
+    }
+    action shared_cell() {
+        hash(meta.agg.cell, HashAlgorithm.crc32, (bit<32>) meta.agg.base, { hdr.agg.job, hdr.agg.seq },
+             (bit<32>) meta.agg.slots);
+        meta.agg.cell = meta.agg.cell * 2 + (bit<32>) (hdr.agg.slot >> 15);
+    }
+
+    action start_use() {
+        AGG_LANES_START(meta.agg.cell)
+        meta.agg.state = hdr.agg.seq ++ meta.agg.worker_bit ++ std_meta.ingress_global_timestamp
+                ++ hdr.agg.job ++ 8w1 ++ hdr.agg.exponent ++ 8w0;
+    }
+    action add_contribution() {
+        AGG_LANES_ADD(meta.agg.cell, sum, overflow)
+        AGG_CELL_BITMAP(meta.agg.state) = AGG_CELL_BITMAP(meta.agg.state) | meta.agg.worker_bit;
+        AGG_CELL_COUNT(meta.agg.state) = AGG_CELL_COUNT(meta.agg.state) + 1;
+        AGG_CELL_STATUS(meta.agg.state) = AGG_CELL_STATUS(meta.agg.state) | ((bit<8>) overflow[31:31]) << 1;   // AGG_CELL_OVERFLOW
+    }
+    action read_result() {
+        AGG_LANES_READ(meta.agg.cell)
+    }
+
+    // The packet becomes a result from the parameter server to the workers
+    // of `group`: egress (agg_replica) writes each worker's addresses.
+    action send_result(bit<16> group) {
+        std_meta.mcast_grp = group;
+        meta.agg.result = 1;
+        hdr.agg.flags = AGG_FLAG_RESULT
+            | (AGG_CELL_STATUS(meta.agg.state) & AGG_CELL_OVERFLOW) << 2;   // AGG_CELL_OVERFLOW -> AGG_FLAG_OVERFLOW
+        hdr.agg.exponent = AGG_CELL_EXPONENT(meta.agg.state);
+        hdr.ipv4.src_addr = meta.agg.server;
+        hdr.udp.checksum = 0;
+    }
+    action absorb() {
+        mark_to_drop(std_meta);
+    }
+
+    apply {
+        // Contributions go to the server; the server's own packets come from it.
+        meta.agg.server = hdr.ipv4.dst_addr;
+        if (hdr.agg.flags & AGG_FLAG_SERVER != 0) {
+            meta.agg.server = hdr.ipv4.src_addr;
+        }
+        if (!agg_job.apply().hit || meta.drop_reason != DROP_NONE) {
+            return;   // not aggregated here (routed as any packet), or dropped
+        }
+        if (meta.agg.shared == 1) {
+            shared_cell();
+        } else if ((hdr.agg.slot & ~AGG_SLOT_SET) < meta.agg.slots) {
+            dedicated_cell();
+        } else {
+            meta.drop_reason = DROP_AGG_SLOT_RANGE;
+            return;
+        }
+        agg_cell.read(meta.agg.state, meta.agg.cell);
+
+        if (hdr.agg.flags & AGG_FLAG_SERVER != 0) {
+            // The server's result for a block that fell back frees its cell.
+            if (hdr.agg.flags & AGG_FLAG_RESULT != 0 && AGG_CELL_JOB(meta.agg.state) == hdr.agg.job
+                    && AGG_CELL_SEQ(meta.agg.state) == hdr.agg.seq) {
+                agg_events.count(AGG_EVENT_RELEASED);
+                agg_cell.write(meta.agg.cell, 0);
+            }
+            return;
+        }
+        if (!agg_worker.apply().hit) {
+            return;   // drop_reason DROP_AGG_NOT_WORKER
+        }
+        if (hdr.udp.length != AGG_UDP_LENGTH) {
+            meta.drop_reason = DROP_AGG_BAD_LENGTH;
+            return;
+        }
+        if (hdr.agg.flags & AGG_FLAG_FALLBACK != 0) {
+            agg_events.count(AGG_EVENT_FALLBACK);   // routed on to the server
+            return;
+        }
+
+        if (AGG_CELL_JOB(meta.agg.state) == hdr.agg.job && AGG_CELL_SEQ(meta.agg.state) == hdr.agg.seq) {
+            if (AGG_CELL_BITMAP(meta.agg.state) & meta.agg.worker_bit != 0) {
+                if (AGG_CELL_STATUS(meta.agg.state) & AGG_CELL_DONE != 0) {
+                    read_result();
+                    agg_events.count(AGG_EVENT_RESULT_AGAIN);
+                    send_result(meta.agg.worker_group);
+                } else {
+                    agg_events.count(AGG_EVENT_DUPLICATE);
+                    absorb();
+                }
+                return;
+            }
+            add_contribution();
+            if (hdr.agg.exponent > AGG_CELL_EXPONENT(meta.agg.state)) {
+                AGG_CELL_EXPONENT(meta.agg.state) = hdr.agg.exponent;
+            }
+        } else if (meta.agg.shared == 0 && AGG_CELL_JOB(meta.agg.state) == hdr.agg.job
+                   && AGG_CELL_SEQ(meta.agg.state) > hdr.agg.seq
+                   && std_meta.ingress_global_timestamp - AGG_CELL_STARTED(meta.agg.state) <= meta.agg.steal_after) {
+            agg_events.count(AGG_EVENT_STALE);
+            absorb();
+            return;
+        } else if (AGG_CELL_JOB(meta.agg.state) == 0 || AGG_CELL_STATUS(meta.agg.state) & AGG_CELL_DONE != 0
+                   || (meta.agg.shared == 0 && AGG_CELL_JOB(meta.agg.state) == hdr.agg.job)
+                   || std_meta.ingress_global_timestamp - AGG_CELL_STARTED(meta.agg.state) > meta.agg.steal_after) {
+            start_use();
+        } else {
+            agg_events.count(AGG_EVENT_COLLISION);
+            hdr.agg.flags = hdr.agg.flags | AGG_FLAG_COLLISION;   // routed on to the server
+            return;
+        }
+
+        agg_events.count(AGG_EVENT_CONTRIBUTION);
+        if (AGG_CELL_COUNT(meta.agg.state) == meta.agg.workers) {
+            AGG_CELL_STATUS(meta.agg.state) = AGG_CELL_STATUS(meta.agg.state) | AGG_CELL_DONE;
+            agg_cell.write(meta.agg.cell, meta.agg.state);
+            agg_events.count(AGG_EVENT_COMPLETE);
+            if (AGG_CELL_STATUS(meta.agg.state) & AGG_CELL_OVERFLOW != 0) {
+                agg_events.count(AGG_EVENT_OVERFLOW);
+            }
+            send_result(meta.agg.job_group);
+        } else {
+            agg_cell.write(meta.agg.cell, meta.agg.state);
+            absorb();
+        }
+    }
+}
+
+// Egress of a result replica: the worker it goes to, by replication id.
+control AggregationEgress(inout headers_t hdr, in standard_metadata_t std_meta) {
+    action to_worker(ipv4_addr_t worker, mac_addr_t src_mac, mac_addr_t dst_mac) {
+        hdr.ipv4.dst_addr = worker;
+        hdr.ethernet.src_addr = src_mac;
+        hdr.ethernet.dst_addr = dst_mac;
+    }
+    table agg_replica {
+        key = { std_meta.egress_rid: exact; }
+        actions = { to_worker; @defaultonly NoAction; }
+        const default_action = NoAction;
+        size = 4096;
+    }
+    apply {
+        agg_replica.apply();
+    }
+}
+
+#endif
