@@ -36,8 +36,12 @@ SRC_IP, DST_NET, DST_IP = "10.0.1.1", "10.0.2.0/24", "10.0.2.1"
 MAIN = REPO / "p4src" / "main.p4"
 
 
-def frames() -> list[bytes]:
-    """64-byte UDP frames of 8 flows, ECN-capable (so ECN takes its marking path)."""
+def frames(case: "Case | None" = None) -> list[bytes]:
+    """What the bench offers: `case`'s own frames if its feature has
+    bench_frames (control/features.py), else 64-byte UDP frames of 8 flows,
+    ECN-capable (so ECN takes its marking path)."""
+    if case is not None and case.frames is not None:
+        return case.frames()
     return [bytes(Ether(dst=SWITCH_MAC, src=HOST_MAC)
                   / IP(src=SRC_IP, dst=DST_IP, tos=ECT0) / UDP(sport=5000 + i, dport=4791) / (b"\0" * 18))
             for i in range(8)]
@@ -64,6 +68,7 @@ class Case:
     source: Path
     what: str
     state: Callable[[P4Info], SwitchState] | None = None
+    frames: Callable[[], list[bytes]] | None = None     # None: the default UDP frames
 
 
 def cases(fabric_source: Path = MAIN) -> list[Case]:
@@ -80,8 +85,11 @@ def cases(fabric_source: Path = MAIN) -> list[Case]:
                             lambda p4info, f=feature, m=mode: fabric_state(p4info).merge(
                                 f.bench_states(p4info, OUT_PORT)[m])))
         if not modes:
-            out.append(Case(f"fabric+{feature.SECTION}", fabric_source, f"{feature.SECTION} on for all traffic",
-                            lambda p4info, f=feature: fabric_state(p4info).merge(f.bench_state(p4info, OUT_PORT))))
+            own = getattr(feature, "bench_frames", None)
+            out.append(Case(f"fabric+{feature.SECTION}", fabric_source,
+                            getattr(feature, "BENCH_WHAT", f"{feature.SECTION} on for all traffic"),
+                            lambda p4info, f=feature: fabric_state(p4info).merge(f.bench_state(p4info, OUT_PORT)),
+                            frames=(lambda f=own: f(SWITCH_MAC, HOST_MAC)) if own else None))
     return out
 
 

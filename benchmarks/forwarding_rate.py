@@ -60,9 +60,9 @@ WARMUP_S = 1.0
 
 # -- one measurement -----------------------------------------------------------
 
-def _blast(iface: str, duration: float, rate_pps: float, out) -> None:
+def _blast(iface: str, offered: list[bytes], duration: float, rate_pps: float, out) -> None:
     with RawSender(iface) as s:
-        out.put(s.blast(frames(), duration, rate_pps))
+        out.put(s.blast(offered, duration, rate_pps))
 
 
 def measure(case: Case, pipeline: Pipeline, duration: float, offered_pps: float) -> tuple[float, float]:
@@ -70,7 +70,7 @@ def measure(case: Case, pipeline: Pipeline, duration: float, offered_pps: float)
     with running_switch(case, pipeline):
         queue: mp.Queue = mp.Queue()
         total = WARMUP_S + duration + 0.5
-        sender = mp.Process(target=_blast, args=(PAIRS[IN_PORT][1], total, offered_pps, queue))
+        sender = mp.Process(target=_blast, args=(PAIRS[IN_PORT][1], frames(case), total, offered_pps, queue))
         sender.start()
         time.sleep(WARMUP_S)
         before, t0 = rx_packets(PAIRS[OUT_PORT][1]), time.perf_counter()

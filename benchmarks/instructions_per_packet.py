@@ -64,7 +64,7 @@ def measure(case, pipeline, packets: int) -> float:
         # about as much as the PHV is large. Fill the pool first, so the count
         # is the steady-state cost of a packet.
         with RawSender(PAIRS[IN_PORT][1]) as sender:
-            sender.blast(frames(), WARMUP_PACKETS / SEND_PPS, SEND_PPS)
+            sender.blast(frames(case), WARMUP_PACKETS / SEND_PPS, SEND_PPS)
         time.sleep(1.0)
         duration = packets / SEND_PPS
         # Idle: the same time without traffic. BMv2's and gRPC's threads poll
@@ -78,7 +78,7 @@ def measure(case, pipeline, packets: int) -> float:
         callgrind_control("-i", "on", pid)
         before = rx_packets(PAIRS[OUT_PORT][1])
         with RawSender(PAIRS[IN_PORT][1]) as sender:
-            sent = sender.blast(frames(), duration, SEND_PPS)
+            sent = sender.blast(frames(case), duration, SEND_PPS)
         deadline = time.monotonic() + 60
         while rx_packets(PAIRS[OUT_PORT][1]) - before < sent and time.monotonic() < deadline:
             time.sleep(0.2)

@@ -283,21 +283,46 @@ def switch_state(p4info: P4Info, topo, switch: str, *, forwarding: Optional[Swit
 
 BENCH_JOB = 1
 BENCH_WORKERS = 4
+BENCH_SERVER = "10.0.2.1"                 # the bench route's destination (benchmarks/cases.py)
+BENCH_SEQS = 64 * 50                      # distinct blocks the bench cycles through
+BENCH_WHAT = f"aggregation packets of {BENCH_WORKERS} workers (results multicast), not plain UDP"
 
 
 def bench_state(p4info: P4Info, port: int) -> SwitchState:
     """Aggregation for `make bench`: job BENCH_JOB of BENCH_WORKERS workers
-    (the bench's sender addresses 10.0.1.1..4) whose server is the bench
-    route's destination; results leave through `port`. The bench measures
-    aggregation packets against plain forwarding (benchmarks/cases.py)."""
+    (10.0.1.1..4) whose server is the bench route's destination; results
+    leave through `port`. A cell's older use is never kept (steal after 0),
+    so the bench's frames, cycled, keep aggregating."""
     job = Job(BENCH_JOB, tuple(f"w{i}" for i in range(BENCH_WORKERS)), "server", slots=64)
     placement = JobPlacement(job, "bench", 0, 64)
     workers = [WorkerPath(f"10.0.1.{i + 1}", port, "0a:00:00:00:02:01", "0a:00:02:00:00:01")
                for i in range(BENCH_WORKERS)]
     state = empty_state(p4info, {job.group, *(job.worker_group(i) for i in range(BENCH_WORKERS))})
-    state.merge(job_state(p4info, placement, "10.0.2.1", workers, DEFAULT_STEAL_AFTER_MS))
-    state.table_entries.append(unknown_job_entry(p4info, "10.0.2.1"))
+    state.merge(job_state(p4info, placement, BENCH_SERVER, workers, 0))
+    state.table_entries.append(unknown_job_entry(p4info, BENCH_SERVER))
     return state
+
+
+def bench_frames(switch_mac: str, host_mac: str) -> list[bytes]:
+    """BENCH_SEQS blocks, each from the BENCH_WORKERS workers in turn (the
+    last completes the block: its packet becomes BENCH_WORKERS results), over
+    64 slots and both shadow sets: every packet is aggregated."""
+    import numpy as np
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Ether
+    from scapy.packet import Raw
+
+    data = np.arange(ah.ELEMENTS, dtype=np.int64) - 32
+    # Per worker, the headers once (UDP checksum 0: none, as IPv4 allows); then payloads.
+    heads = [bytes(Ether(dst=switch_mac, src=host_mac) / IP(src=f"10.0.1.{w + 1}", dst=BENCH_SERVER)
+                   / UDP(sport=ah.job_port(BENCH_JOB), dport=ah.job_port(BENCH_JOB), chksum=0)
+                   / Raw(bytes(ah.UDP_LENGTH - 8)))[:42] for w in range(BENCH_WORKERS)]
+    out = []
+    for seq in range(BENCH_SEQS):
+        slot = (seq % 64) | (ah.SLOT_SET if (seq // 64) & 1 else 0)
+        payload = ah.pack(0, BENCH_JOB, seq, data, slot=slot)
+        out += [head + payload for head in heads]
+    return out
 
 
 def events(conn, p4info: P4Info) -> dict[str, int]:

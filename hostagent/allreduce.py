@@ -26,13 +26,17 @@ is summed by the parameter server in int64.
 Reliability: a window of W packets in flight; packet p uses slot p mod W and
 shadow set (p / W) mod 2, and is sent only once the result of packet p - W
 is in (the slot's previous use is then finished for every worker). A packet
-without a result after the retransmission timeout is sent again (flag
-RETRANSMIT), with the timeout doubled up to its maximum; the switch adds
+without a result after the retransmission timeout (RFC 6298: smoothed round
+trip + 4 deviations, from packets sent once) is sent again (flag
+RETRANSMIT), with the timeout doubled up to MAX_RTO_S; the switch adds
 nothing twice and answers a retransmission to a finished slot with the
 result. Results are accepted in any order, duplicates ignored. Fallback to
-the parameter server (a slot held by another job, an overflow): the server
-asks for the block (FALLBACK request) and the worker sends it there
-(FALLBACK); the server's result is int64 (WIDE). The previous call's packets
+the parameter server: when the server asks for a block (FALLBACK request:
+its slot was held by another use), when the switch's sum overflowed, or
+when FALLBACK_AFTER sends of a packet brought no result (its slot may have
+been released and taken since: shared pools), the worker sends the block
+to the server (FALLBACK), which gathers it from every worker; the server's
+result is int64 (WIDE). The previous call's packets
 are kept to answer a server asking for a block of a call this worker has
 finished.
 """
@@ -50,8 +54,9 @@ import numpy as np
 from . import agg_headers as ah
 
 DEFAULT_WINDOW = 32
-DEFAULT_RTO_S = 0.05          # first retransmission timeout
-MAX_RTO_S = 0.8
+MIN_RTO_S = 0.05              # retransmission timeout: RFC 6298 from measured round trips, within these
+MAX_RTO_S = 0.1
+FALLBACK_AFTER = 5            # sends of a packet without a result before it goes to the parameter server
 
 
 @dataclass
@@ -66,10 +71,13 @@ class WorkerStats:
     fallback_blocks: int = 0       # blocks whose result came from the parameter server
     overflow_blocks: int = 0
     server_requests: int = 0
+    timeout_fallbacks: int = 0     # packets sent to the server after FALLBACK_AFTER sends without a result
     malformed: int = 0             # datagrams that were not aggregation packets (ignored)
+    send_errors: int = 0           # packets the kernel refused to send (treated as lost)
     calls: int = 0
     elements: int = 0
     elapsed_s: float = 0.0
+    srtt_ms: float = 0.0           # smoothed round trip (send to result) at the end of the last call
 
 
 def block_exponents(blocks: np.ndarray) -> np.ndarray:
@@ -113,7 +121,7 @@ class AggregationWorker:
     job's port). n_workers: the job's worker count (sets the quantisation)."""
 
     def __init__(self, job: int, server_ip: str, n_workers: int, *, bind_ip: str = "0.0.0.0",
-                 window: int = DEFAULT_WINDOW, rto_s: float = DEFAULT_RTO_S, max_rto_s: float = MAX_RTO_S,
+                 window: int = DEFAULT_WINDOW, min_rto_s: float = MIN_RTO_S, max_rto_s: float = MAX_RTO_S,
                  timeout_s: float = 300.0):
         self.port = ah.job_port(job)
         if not 1 <= n_workers <= ah.MAX_WORKERS:
@@ -121,7 +129,9 @@ class AggregationWorker:
         if not 1 <= window <= 0x7FFF:
             raise ValueError(f"window must be 1..32767 (slots of the job), got {window}")
         self.job, self.server, self.n_workers, self.window = job, (server_ip, self.port), n_workers, window
-        self.rto_s, self.max_rto_s, self.timeout_s = rto_s, max_rto_s, timeout_s
+        self.min_rto_s, self.max_rto_s, self.timeout_s = min_rto_s, max_rto_s, timeout_s
+        self.srtt: Optional[float] = None
+        self.rttvar = 0.0
         self.stats = WorkerStats()
         self._seq = 0
         self._previous: Optional[_Call] = None
@@ -175,6 +185,7 @@ class AggregationWorker:
         start = time.monotonic()
         self._run(call)
         self.stats.elapsed_s = time.monotonic() - start
+        self.stats.srtt_ms = (self.srtt or 0.0) * 1000
         self.stats.calls += 1
         self.stats.elements += flat.size
         out = self._assemble(call)[:flat.size]
@@ -203,48 +214,69 @@ class AggregationWorker:
         return bytes([flags]) + payload[1:] if flags else payload
 
     def _send(self, payload: bytes) -> None:
+        """Hand a packet to the kernel. One it refuses (a full buffer, or
+        EPERM: the host's own packet filter dropped it) is a lost packet,
+        which the retransmission timer covers."""
         try:
             self.sock.sendto(payload, self.server)
-        except BlockingIOError:
-            select.select([], [self.sock], [], 0.05)
-            self.sock.sendto(payload, self.server)
+        except (BlockingIOError, PermissionError, ConnectionRefusedError):
+            self.stats.send_errors += 1
         self.stats.packets_sent += 1
         self.stats.bytes_sent += len(payload)
+
+    @property
+    def rto_s(self) -> float:
+        if self.srtt is None:
+            return 2 * self.min_rto_s
+        return min(self.max_rto_s, max(self.min_rto_s, self.srtt + 4 * self.rttvar))
+
+    def _rtt_sample(self, rtt: float) -> None:
+        if self.srtt is None:
+            self.srtt, self.rttvar = rtt, rtt / 2
+        else:
+            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
+            self.srtt = 0.875 * self.srtt + 0.125 * rtt
 
     def _run(self, call: _Call) -> None:
         W, L = self.window, call.lead
         next_p = 0
         done = 0
-        deadline: dict[int, tuple[float, float]] = {}     # p -> (resend at, timeout)
+        # p -> [resend at, timeout, sends, first sent]
+        outstanding: dict[int, list] = {}
         give_up = time.monotonic() + self.timeout_s
         while done < call.total:
             now = time.monotonic()
             # New packets, as the window and the exponents they need allow.
             while (next_p < call.total and (next_p < W or call.results[next_p - W] is not None)
-                   and (next_p < L or call.results[next_p - L] is not None)):
+                   and (next_p < L or L == 0 or call.results[next_p - L] is not None)):
                 flags = ah.FLAG_FALLBACK if next_p in call.fallback else 0
                 self._send(self._payload(call, next_p, flags))
-                deadline[next_p] = (now + self.rto_s, self.rto_s)
+                rto = self.rto_s
+                outstanding[next_p] = [now + rto, rto, 1, now]
                 next_p += 1
-            # Retransmissions.
-            for p, (at, rto) in list(deadline.items()):
+            # Retransmissions; after FALLBACK_AFTER sends, to the server.
+            for p, state in outstanding.items():
+                at, rto, sends, _ = state
                 if at <= now:
+                    if sends >= FALLBACK_AFTER and p not in call.fallback:
+                        call.fallback.add(p)
+                        self.stats.timeout_fallbacks += 1
                     flags = ah.FLAG_RETRANSMIT | (ah.FLAG_FALLBACK if p in call.fallback else 0)
                     self._send(self._payload(call, p, flags))
                     self.stats.retransmissions += 1
                     rto = min(rto * 2, self.max_rto_s)
-                    deadline[p] = (now + rto, rto)
+                    state[:3] = [now + rto, rto, sends + 1]
             if now > give_up:
-                missing = sorted(deadline)[:5]
+                missing = sorted(outstanding)[:5]
                 raise AllReduceTimeout(
                     f"job {self.job}: no result for packets {missing} (seq {[call.base + p for p in missing]}) "
                     f"after {self.timeout_s:.0f} s; {done}/{call.total} done")
-            wait = min((at for at, _ in deadline.values()), default=now + 0.05) - now
+            wait = min((s[0] for s in outstanding.values()), default=now + 0.05) - now
             readable, _, _ = select.select([self.sock], [], [], max(0.0, min(wait, 0.05)))
             if readable:
-                done += self._receive(call, deadline)
+                done += self._receive(call, outstanding)
 
-    def _receive(self, call: _Call, deadline: dict) -> int:
+    def _receive(self, call: _Call, outstanding: dict) -> int:
         """Handle every waiting datagram; returns packets newly completed."""
         completed = 0
         while True:
@@ -276,14 +308,16 @@ class AggregationWorker:
                 if p not in call.fallback:
                     call.fallback.add(p)
                     self.stats.overflow_blocks += 1
-                    if p in deadline:
+                    if p in outstanding:
                         self._send(self._payload(call, p, ah.FLAG_FALLBACK))
                 continue
             call.results[p] = (pkt.elements.astype(np.int64), pkt.exponent)
             if pkt.flags & ah.FLAG_SERVER:
                 self.stats.fallback_blocks += 1
             self.stats.results += 1
-            deadline.pop(p, None)
+            state = outstanding.pop(p, None)
+            if state is not None and state[2] == 1:          # Karn: only packets sent once
+                self._rtt_sample(time.monotonic() - state[3])
             completed += 1
 
     def _answer_request(self, call: _Call, p: int, seq: int) -> None:
@@ -311,6 +345,9 @@ class AggregationWorker:
 
 # -- checking a result, and the command line ------------------------------------
 
+DTYPES = ("float32", "int32", "int32-large")
+
+
 def worker_input(seed: int, rank: int, elements: int, dtype: str) -> np.ndarray:
     """The deterministic input of worker `rank` (every worker can make everyone's)."""
     rng = np.random.default_rng([seed, rank])
@@ -318,7 +355,9 @@ def worker_input(seed: int, rank: int, elements: int, dtype: str) -> np.ndarray:
         return rng.standard_normal(elements).astype(np.float32)
     if dtype == "int32":
         return rng.integers(-1000, 1001, elements, dtype=np.int64).astype(np.int32)
-    raise ValueError(f"dtype must be float32 or int32, got {dtype!r}")
+    if dtype == "int32-large":     # |x| near 2^30: sums of 3 or more overflow int32 (the server's path)
+        return (rng.choice([-1, 1], elements) * rng.integers(2**30, 2**31 - 1, elements)).astype(np.int32)
+    raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
 
 
 def check(result: np.ndarray, inputs: list[np.ndarray]) -> tuple[bool, float, float]:
@@ -359,7 +398,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--workers", type=int, required=True, help="the job's number of workers")
     ap.add_argument("--bind", default="0.0.0.0")
     ap.add_argument("--elements", type=int, default=1 << 20)
-    ap.add_argument("--dtype", choices=("float32", "int32"), default="float32")
+    ap.add_argument("--dtype", choices=DTYPES, default="float32",
+                    help="inputs: float32 normal, int32 in [-1000, 1000], or int32-large (sums overflow int32)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--window", type=int, default=DEFAULT_WINDOW)

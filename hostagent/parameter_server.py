@@ -13,7 +13,7 @@ Packets reach it when the aggregating switch passes a contribution on:
 A block that reaches the server is summed here, in int64, from every
 worker's contribution: at its first packet the server asks the workers it
 has nothing from (FALLBACK request) and asks again every --request-ms until
-it has all; then it sends each worker the result (RESULT | WIDE, int64
+it has all (for --give-up-s at most); then it sends each worker the result (RESULT | WIDE, int64
 elements, largest exponent), which also frees the block's slot on the
 switch. A finished block's result is kept (the last --keep blocks), so a
 worker that lost it gets it again when it sends the block again.
@@ -52,6 +52,8 @@ class ServerStats:
     results_sent: int = 0
     results_resent: int = 0
     ignored: int = 0               # not an aggregation packet, another job, not a worker
+    send_errors: int = 0           # packets the kernel refused to send (lost)
+    abandoned: int = 0             # blocks given up after give_up_s without every contribution
 
 
 @dataclass
@@ -59,11 +61,12 @@ class _Block:
     contributions: dict = field(default_factory=dict)   # worker index -> int64 elements
     exponent: int = 0                                   # largest biased exponent
     asked_at: float = 0.0
+    started: float = field(default_factory=time.monotonic)
 
 
 class ParameterServer:
     def __init__(self, job: int, workers: list[str], *, bind_ip: str = "0.0.0.0",
-                 request_s: float = 0.05, keep: int = 65536):
+                 request_s: float = 0.1, keep: int = 65536, give_up_s: float = 30.0):
         if not workers:
             raise ValueError("a job needs workers")
         if len(workers) > ah.MAX_WORKERS:
@@ -71,7 +74,7 @@ class ParameterServer:
         self.job, self.port = job, ah.job_port(job)
         self.workers = {ip: i for i, ip in enumerate(workers)}
         self.addresses = list(workers)
-        self.request_s, self.keep = request_s, keep
+        self.request_s, self.keep, self.give_up_s = request_s, keep, give_up_s
         self.stats = ServerStats()
         self.pending: dict[int, _Block] = {}
         self.finished: OrderedDict[int, bytes] = OrderedDict()   # seq -> result payload
@@ -88,11 +91,12 @@ class ParameterServer:
         self.sock.close()
 
     def _send(self, payload: bytes, ip: str) -> None:
+        """A packet the kernel refuses (full buffer, EPERM from a packet
+        filter) is lost: workers retransmit, and requests are repeated."""
         try:
             self.sock.sendto(payload, (ip, self.port))
-        except BlockingIOError:
-            select.select([], [self.sock], [], 0.05)
-            self.sock.sendto(payload, (ip, self.port))
+        except (BlockingIOError, PermissionError, ConnectionRefusedError):
+            self.stats.send_errors += 1
 
     def serve(self, duration_s: Optional[float] = None, stop=lambda: False) -> None:
         end = None if duration_s is None else time.monotonic() + duration_s
@@ -156,7 +160,10 @@ class ParameterServer:
     def _ask_again(self) -> None:
         now = time.monotonic()
         for seq, block in list(self.pending.items()):
-            if now - block.asked_at >= self.request_s:
+            if now - block.started > self.give_up_s:
+                del self.pending[seq]          # its workers moved on (they got the switch's result)
+                self.stats.abandoned += 1
+            elif now - block.asked_at >= self.request_s:
                 self._ask(seq, block)
 
     def _finish(self, seq: int, block: _Block) -> None:
@@ -179,7 +186,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--workers", required=True, help="the job's worker addresses, in worker order, comma-separated")
     ap.add_argument("--bind", default="0.0.0.0", help="address to listen on (default: all of this namespace)")
     ap.add_argument("--duration", type=float, default=None, help="seconds to serve (default: until SIGTERM/SIGINT)")
-    ap.add_argument("--request-ms", type=float, default=50.0, help="ask workers again for missing blocks this often")
+    ap.add_argument("--request-ms", type=float, default=100.0, help="ask workers again for missing blocks this often")
+    ap.add_argument("--give-up-s", type=float, default=30.0, help="forget a block missing contributions this long")
     ap.add_argument("--progress-s", type=float, default=5.0)
     ap.add_argument("--out", default=None, help="write PREFIX.json with the counters at the end")
     args = ap.parse_args(argv)
@@ -187,7 +195,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         for w in workers:
             socket.inet_aton(w)
-        server = ParameterServer(args.job, workers, bind_ip=args.bind, request_s=args.request_ms / 1000)
+        server = ParameterServer(args.job, workers, bind_ip=args.bind, request_s=args.request_ms / 1000,
+                                 give_up_s=args.give_up_s)
     except (ValueError, OSError) as exc:
         ap.error(str(exc))
     stopping = []

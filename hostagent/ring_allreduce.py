@@ -70,8 +70,11 @@ Reliability (UDP over BMv2 drops packets; tests add loss):
   * Packets of finished steps and of earlier calls are answered with an ACK
     (the receiver has them all) and otherwise ignored. Between calls nobody
     reads the socket, so a lost final ACK is answered at the start of the next
-    call; close() lingers (default 1 s without any packet) answering such
-    retransmissions so that the neighbour's last call can finish.
+    call (the neighbour's call lasts until then); close() lingers (default:
+    until 1 s passed without any packet) answering such retransmissions so
+    that the neighbour's last call can finish; linger(until=...) does the same
+    until the caller knows that every worker is done (workers that are threads
+    of one process).
   * Overall timeout: an allreduce() call that has not finished after
     timeout_s raises TimeoutError naming the rank, the step and the packets it
     still misses from the left neighbour / still waits ACKs for from the right
@@ -191,6 +194,7 @@ class RingStats:
     ack_packets_sent: int = 0
     retransmissions: int = 0       # data packets sent again after a timeout
     duplicates: int = 0            # data packets that had already arrived
+    early_next_call: int = 0       # data packets of the next call, kept until it starts
     ignored: int = 0               # not ours, from a host that is not a neighbour, malformed, stale ACKs
     elapsed_s: float = 0.0
 
@@ -374,24 +378,42 @@ class RingAllReduce:
             self.last_stats = self.stats - before
         return acc
 
+    def linger(self, quiet_s: float, until: Callable[[], bool] | None = None,
+               max_s: float | None = None) -> int:
+        """Answer late packets while no call runs: retransmissions of finished
+        calls get their ACK (the neighbour's last ACK may have been lost, and it
+        cannot finish its call without one). Returns when no packet arrived for
+        quiet_s, when until() is true (checked every 10 ms), or after max_s
+        (default timeout_s). Returns how many packets it handled."""
+        if self._in_call:
+            raise RuntimeError(f"rank {self.rank}: linger() during an all-reduce call")
+        handled = 0
+        now = time.monotonic()
+        end = now + (self.timeout_s if max_s is None else max_s)
+        quiet_until = now + quiet_s
+        while not (until is not None and until()):
+            now = time.monotonic()
+            if now >= min(quiet_until, end):
+                break
+            wait = min(quiet_until, end) - now
+            ready, _, _ = select.select([self._sock], [], [], wait if until is None else min(wait, 0.01))
+            count = self._drain() if ready else 0
+            if count:
+                handled += count
+                quiet_until = time.monotonic() + quiet_s
+        return handled
+
     def close(self, linger_s: float | None = None) -> None:
-        """Close the socket. After a successful call, first answer late
-        retransmissions of the left neighbour until none arrived for linger_s
-        (its last ACK may have been lost); at most timeout_s in all."""
+        """Close the socket. After a successful call, first linger(linger_s)
+        (default: the ring's linger_s) so that the left neighbour gets the ACKs
+        of its last call; 0 closes at once, which is safe when every worker's
+        last call has returned."""
         if self._sock.fileno() < 0:
             return
         linger = self.linger_s if linger_s is None else linger_s
         try:
             if linger > 0 and self.stats.calls and not self._broken:
-                end = time.monotonic() + self.timeout_s
-                quiet_until = time.monotonic() + linger
-                while True:
-                    now = time.monotonic()
-                    if now >= min(quiet_until, end):
-                        break
-                    ready, _, _ = select.select([self._sock], [], [], min(quiet_until, end) - now)
-                    if ready and self._drain():
-                        quiet_until = time.monotonic() + linger
+                self.linger(linger)
         finally:
             self._sock.close()
 
@@ -460,10 +482,11 @@ class RingAllReduce:
 
     def _send_datagram(self, packet: bytes, addr: tuple[str, int]) -> None:
         """Hand one datagram to the kernel (tests override this to lose packets).
-        A full socket buffer counts as a loss: the timer retransmits."""
+        A full socket buffer, or a packet the host's own filter drops
+        (EPERM), counts as a loss: the timer retransmits."""
         try:
             self._sock.sendto(packet, addr)
-        except (BlockingIOError, ConnectionRefusedError):
+        except (BlockingIOError, ConnectionRefusedError, PermissionError):
             pass
 
     def _count_sent(self, packet: bytes) -> None:
@@ -567,6 +590,7 @@ class RingAllReduce:
         if age == CALL_MOD - 1 and self._in_call:
             # the next call: the left neighbour is ahead of us; keep it for then
             self._next_call_packets.append(packet)
+            self.stats.early_next_call += 1
             self._send_ack(header.step, header.call, 0, header.seq)
             return
         if age != 0 or not self._in_call:

@@ -88,7 +88,7 @@ const bit<32> REPORT_QUEUE_LIMITED = 3;    // congestion report dropped by the r
 const bit<32> REPORT_DROP = 4;             // drop report sent (held back: drop_reports_limited[reason])
 const bit<32> REPORT_KINDS = 8;
 // In-network aggregation (aggregation.p4; the wire contract is
-// docs/aggregation.md, hostagent/aggregation.py holds the same values).
+// docs/aggregation.md; hostagent/agg_headers.py holds the same values).
 // A job's packets use UDP port AGG_UDP_PORT_BASE + job (jobs 1..15: SwitchML's
 // 0xBEE0-0xBEEF), from a worker's port to the same port of the job's
 // parameter server; the switch that serves that server aggregates them.

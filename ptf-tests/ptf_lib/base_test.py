@@ -17,6 +17,7 @@ import ptf
 import ptf.testutils as tu
 from ptf.base_tests import BaseTest
 
+from control.aggregation import GROUPS_PER_JOB, JOB_GROUP_BASE
 from control.int_telemetry import REPORT_SESSION
 from control.forwarding import LPM_TABLE, NEXT_HOP_TABLE, assign_slots, group_entries, route_entry
 from control.p4constants import drop_reasons
@@ -72,7 +73,8 @@ class P4RuntimeTest(BaseTest):
         info = self.p4info.proto
         return SwitchState(managed_tables={t.preamble.id for t in info.tables},
                            managed_profiles={p.preamble.id for p in info.action_profiles},
-                           managed_clone_sessions={REPORT_SESSION})
+                           managed_clone_sessions={REPORT_SESSION},
+                           managed_multicast_groups=set(range(JOB_GROUP_BASE, JOB_GROUP_BASE + 16 * GROUPS_PER_JOB)))
 
     def apply(self) -> None:
         """Make the switch hold exactly self.state."""

@@ -1,0 +1,308 @@
+#!/usr/bin/env python3
+"""In-network aggregation on BMv2 (docs/aggregation.md), on
+topologies/aggregation-rack.yaml: one switch, eight workers, a parameter server.
+
+    make experiment-aggregation [ARGS="--elements 262144 --phases goodput,loss,jobs,training"]
+
+Phases (each writes a CSV and a PNG under --out, default
+experiments/results/aggregation/):
+
+  goodput   all-reduce of the same float32 data by n = 2, 4, 8 workers,
+            through the switch (jobs 3, 2, 1) and with the ring all-reduce
+            over UDP between the same hosts through the same switch:
+            elements/s, and UDP payload bytes per worker against the bound
+            (in-network: a worker sends S and receives S; ring: 2(n-1)/n S
+            each way; S = 4 bytes x elements).
+  loss      n = 4 (job 2) under 0, 1, 2, 5% loss on both directions of every
+            worker's link: completion time, retransmissions, blocks the
+            parameter server completed.
+  jobs      1 to 4 jobs of 4 workers at once (jobs 4-7) sharing a slot pool
+            smaller than their windows together: completion time per job,
+            share of blocks falling back to the parameter server, Jain's
+            fairness index of the jobs' rates.
+  training  data-parallel training of an MLP on scikit-learn's digits with 4
+            workers whose gradients are all-reduced through the switch (job
+            2), next to the single-process reference and the ring: loss and
+            accuracy per epoch.
+
+Every number comes from the workers' own JSON (hostagent.allreduce,
+hostagent.ring_allreduce, hostagent.training), written per phase in the
+same directory. Times are BMv2's on this machine: compare within a run.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from control.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS  # noqa: E402
+from control.build import compile_p4  # noqa: E402
+from control.controller import FabricController  # noqa: E402
+from control.network import Network  # noqa: E402
+from control.topology import load  # noqa: E402
+from experiments._allreduce_runs import (PY, RING_PORT, impaired, run_ina, run_jobs, run_ring,  # noqa: E402
+                                         start_server, stop_server)
+from experiments._plots import save_figure  # noqa: E402
+
+PHASES = ("goodput", "loss", "jobs", "training")
+JOB_OF_N = {2: 3, 4: 2, 8: 1}          # aggregation-rack.yaml's dedicated jobs
+SHARED_JOBS = (4, 5, 6, 7)
+
+
+def write_csv(path: Path, rows: list[dict]) -> Path:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def mean(xs) -> float:
+    xs = list(xs)
+    return sum(xs) / len(xs)
+
+
+def goodput(topo, args, out: Path) -> list[dict]:
+    rows = []
+    S = 4 * args.elements
+    for n in args.workers:
+        job = JOB_OF_N[n]
+        hosts = list(topo.features["aggregation"].job(job).workers)
+        print(f"==> goodput, n = {n}: in-network (job {job}), then ring", flush=True)
+        ina = run_ina(topo, job, elements=args.elements, dtype="float32", out=out / f"ina-n{n}", repeat=args.repeat)
+        ring = run_ring(topo, hosts, elements=args.elements, dtype="float32", out=out / f"ring-n{n}",
+                        repeat=args.repeat)
+        for method, results in (("in-network", ina), ("ring", ring)):
+            if method == "in-network":
+                elapsed = max(mean(r["elapsed_s"] for r in w["runs"]) for w in results)
+                sent = mean(w["stats"]["bytes_sent"] for w in results) / args.repeat
+                received = mean(w["stats"]["bytes_received"] for w in results) / args.repeat
+                retx = sum(w["stats"]["retransmissions"] for w in results)
+                bound = S
+            else:
+                elapsed = max(w["mean_elapsed_s"] for w in results)
+                sent = mean(w["stats"]["bytes_sent"] for w in results) / args.repeat
+                received = mean(w["stats"]["bytes_received"] for w in results) / args.repeat
+                retx = sum(w["stats"]["retransmissions"] for w in results)
+                bound = 2 * (n - 1) / n * S
+            rows.append({"method": method, "workers": n, "elements": args.elements,
+                         "elapsed_s": round(elapsed, 3), "elements_per_s": round(args.elements / elapsed),
+                         "bytes_sent_per_worker": round(sent), "bytes_received_per_worker": round(received),
+                         "bound_bytes_each_way": round(bound), "sent_over_bound": round(sent / bound, 3),
+                         "retransmissions": retx})
+            print(f"    {method:10s} n={n}: {elapsed:.2f} s, {args.elements / elapsed:,.0f} elements/s, "
+                  f"{sent / 1e6:.2f} MB sent per worker ({sent / bound:.2f} x the bound)", flush=True)
+    path = write_csv(out / "goodput.csv", rows)
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    for k, method in enumerate(("in-network", "ring")):
+        rs = [r for r in rows if r["method"] == method]
+        xs = [i + (k - 0.5) * 0.38 for i in range(len(rs))]
+        a1.bar(xs, [r["elements_per_s"] for r in rs], 0.38, label=method)
+        a2.bar(xs, [r["bytes_sent_per_worker"] / 1e6 for r in rs], 0.38, label=f"{method} sent")
+        a2.scatter(xs, [r["bound_bytes_each_way"] / 1e6 for r in rs], marker="_", s=400, color="k", zorder=3,
+                   label="bound" if k == 0 else None)
+    for a in (a1, a2):
+        a.set_xticks(range(len(args.workers)), [f"n = {n}" for n in args.workers])
+        a.legend()
+    a1.set_ylabel("elements / s")
+    a1.set_title(f"All-reduce rate ({args.elements} float32)")
+    a2.set_ylabel("MB sent per worker")
+    a2.set_title("Traffic per worker vs bound")
+    print(f"goodput: {path}, {save_figure(fig, out / 'goodput.png')}")
+    return rows
+
+
+def loss(topo, args, out: Path) -> list[dict]:
+    rows = []
+    job = 2
+    hosts = list(topo.features["aggregation"].job(job).workers)
+    for pct in args.loss:
+        print(f"==> loss {pct}% on every worker's link (job {job}, 4 workers)", flush=True)
+        with impaired(topo, hosts, loss_pct=pct) if pct else _nothing() as how:
+            if how:
+                print(f"    {how}", flush=True)
+            results = run_ina(topo, job, elements=args.elements, dtype="float32", out=out / f"loss{pct}")
+        packets = results[0]["stats"]["results"]
+        rows.append({"loss_pct": pct, "elapsed_s": round(max(w["runs"][0]["elapsed_s"] for w in results), 3),
+                     "retransmissions_per_worker": round(mean(w["stats"]["retransmissions"] for w in results)),
+                     "packets_per_worker": packets,
+                     "server_blocks": results[0]["server"].get("blocks_completed", 0),
+                     "all_within_bound": all(w["ok"] for w in results)})
+        print(f"    {rows[-1]['elapsed_s']} s, {rows[-1]['retransmissions_per_worker']} retransmissions per worker "
+              f"for {packets} packets", flush=True)
+    path = write_csv(out / "loss.csv", rows)
+    fig, a1 = plt.subplots(figsize=(6, 4))
+    a1.plot([r["loss_pct"] for r in rows], [r["elapsed_s"] for r in rows], "o-", label="completion time")
+    a1.set_xlabel("loss on each direction of every worker's link (%)")
+    a1.set_ylabel("completion time (s)")
+    a2 = a1.twinx()
+    a2.plot([r["loss_pct"] for r in rows], [r["retransmissions_per_worker"] for r in rows], "s--", color="C1",
+            label="retransmissions per worker")
+    a2.set_ylabel("retransmissions per worker")
+    a1.set_title(f"All-reduce of {args.elements} float32, 4 workers, under loss")
+    fig.legend(loc="upper left", bbox_to_anchor=(0.12, 0.88))
+    print(f"loss: {path}, {save_figure(fig, out / 'loss.png')}")
+    return rows
+
+
+class _nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def jobs(topo, args, out: Path) -> list[dict]:
+    rows = []
+    for k in range(1, len(SHARED_JOBS) + 1):
+        chosen = list(SHARED_JOBS[:k])
+        print(f"==> {k} job(s) at once sharing the pool: jobs {chosen}", flush=True)
+        results = run_jobs(topo, chosen, elements=args.elements, dtype="float32", out=out / f"jobs{k}")
+        rates = []
+        for job, rs in results.items():
+            elapsed = max(w["runs"][0]["elapsed_s"] for w in rs)
+            packets = rs[0]["stats"]["results"]
+            server = rs[0]["stats"]["fallback_blocks"]
+            rates.append(args.elements / elapsed)
+            rows.append({"jobs": k, "job": job, "elapsed_s": round(elapsed, 3),
+                         "elements_per_s": round(args.elements / elapsed), "packets": packets,
+                         "server_share": round(server / packets, 4),
+                         "collisions_at_server": rs[0]["server"].get("collisions", 0),
+                         "exact_or_within_bound": all(w["ok"] for w in rs)})
+        jain = sum(rates) ** 2 / (len(rates) * sum(r * r for r in rates))
+        for r in rows[-k:]:
+            r["jain_fairness"] = round(jain, 4)
+        print(f"    per job: {', '.join(f'{r:,.0f}' for r in rates)} elements/s; fairness {jain:.3f}; server share "
+              f"{mean(r['server_share'] for r in rows[-k:]):.1%}", flush=True)
+    path = write_csv(out / "jobs.csv", rows)
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    ks = sorted({r["jobs"] for r in rows})
+    a1.plot(ks, [mean(r["elapsed_s"] for r in rows if r["jobs"] == k) for k in ks], "o-", label="mean")
+    a1.plot(ks, [max(r["elapsed_s"] for r in rows if r["jobs"] == k) for k in ks], "s--", label="slowest job")
+    a1.set_xlabel("jobs sharing the pool")
+    a1.set_ylabel("completion time (s)")
+    a1.legend()
+    a2.bar(ks, [100 * mean(r["server_share"] for r in rows if r["jobs"] == k) for k in ks])
+    a2.set_xlabel("jobs sharing the pool")
+    a2.set_ylabel("blocks completed by the parameter server (%)")
+    a1.set_title("Multi-job completion time")
+    a2.set_title("Fallback to the parameter server")
+    print(f"jobs: {path}, {save_figure(fig, out / 'jobs.png')}")
+    return rows
+
+
+def training(topo, args, out: Path) -> list[dict]:
+    job = 2
+    j = topo.features["aggregation"].job(job)
+    server_ip = topo.hosts[j.server].ip
+    epochs = str(args.epochs)
+    print(f"==> training: digits MLP, {args.epochs} epochs; reference, 4 workers in-network (job {job}), "
+          f"4 workers ring", flush=True)
+    subprocess.run([PY, "-m", "hostagent.training", "--epochs", epochs, "--out", str(out / "train-reference")],
+                   cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+    server = start_server(topo, job, out)
+    try:
+        procs = [subprocess.Popen(["ip", "netns", "exec", w, PY, "-m", "hostagent.training", "--epochs", epochs,
+                                   "--job", str(job), "--server", server_ip, "--rank", str(r),
+                                   "--workers-total", str(len(j.workers)), "--out", str(out / f"train-ina{r}")],
+                                  cwd=REPO, stdout=subprocess.DEVNULL if r else None)
+                 for r, w in enumerate(j.workers)]
+        codes = [p.wait(timeout=1800) for p in procs]
+    finally:
+        stop_server(server, out, job)
+    addresses = ",".join(topo.hosts[w].ip for w in j.workers)
+    ring = [subprocess.Popen(["ip", "netns", "exec", w, PY, "-m", "hostagent.training", "--epochs", epochs,
+                              "--rank", str(r), "--addresses", addresses, "--port", str(RING_PORT),
+                              "--out", str(out / f"train-ring{r}")], cwd=REPO, stdout=subprocess.DEVNULL)
+            for r, w in enumerate(j.workers)]
+    codes += [p.wait(timeout=1800) for p in ring]
+    if any(codes):
+        raise SystemExit(f"training: a worker failed (exit codes {codes})")
+
+    def read(name):
+        with open(out / f"{name}.csv") as f:
+            return list(csv.DictReader(f))
+
+    ref, ina, rng = read("train-reference"), read("train-ina0"), read("train-ring0")
+    rows = []
+    for a, b, c in zip(ref, ina, rng):
+        rows.append({"epoch": int(a["epoch"]),
+                     "reference_train_loss": float(a["train_loss"]), "ina_train_loss": float(b["train_loss"]),
+                     "ring_train_loss": float(c["train_loss"]),
+                     "reference_test_accuracy": float(a["test_accuracy"]),
+                     "ina_test_accuracy": float(b["test_accuracy"]), "ring_test_accuracy": float(c["test_accuracy"]),
+                     "ina_loss_rel_diff": abs(float(b["train_loss"]) - float(a["train_loss"])) / float(a["train_loss"]),
+                     "ina_wall_s": float(b["wall_s"]) if "wall_s" in b else None,
+                     "ring_wall_s": float(c["wall_s"]) if "wall_s" in c else None})
+    path = write_csv(out / "training.csv", rows)
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    ep = [r["epoch"] for r in rows]
+    for key, label, style in (("reference", "single process", "k-"), ("ina", "4 workers, in-network", "C0--"),
+                              ("ring", "4 workers, ring", "C1:")):
+        a1.plot(ep, [r[f"{key}_train_loss"] for r in rows], style, label=label)
+        a2.plot(ep, [100 * r[f"{key}_test_accuracy"] for r in rows], style, label=label)
+    a1.set_yscale("log")
+    a1.set_xlabel("epoch")
+    a1.set_ylabel("training loss")
+    a2.set_xlabel("epoch")
+    a2.set_ylabel("test accuracy (%)")
+    a1.legend()
+    a1.set_title("Digits MLP: loss")
+    a2.set_title("Digits MLP: test accuracy")
+    last = rows[-1]
+    print(f"    final test accuracy: reference {last['reference_test_accuracy']:.4f}, in-network "
+          f"{last['ina_test_accuracy']:.4f}, ring {last['ring_test_accuracy']:.4f}; largest relative loss "
+          f"difference in-network vs reference {max(r['ina_loss_rel_diff'] for r in rows):.2e}", flush=True)
+    print(f"training: {path}, {save_figure(fig, out / 'training.png')}")
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--phases", default=",".join(PHASES), help=f"comma-separated, of {', '.join(PHASES)}")
+    ap.add_argument("--elements", type=int, default=1 << 18, help="float32 elements per all-reduce")
+    ap.add_argument("--repeat", type=int, default=1, help="goodput: all-reduces per run")
+    ap.add_argument("--workers", default="2,4,8", help="goodput: worker counts (of 2, 4, 8)")
+    ap.add_argument("--loss", default="0,1,2,5", help="loss sweep, percent")
+    ap.add_argument("--epochs", type=int, default=30)
+    ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "aggregation"))
+    ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS)
+    args = ap.parse_args(argv)
+    phases = [p.strip() for p in args.phases.split(",") if p.strip()]
+    unknown = sorted(set(phases) - set(PHASES))
+    if unknown:
+        ap.error(f"unknown phase {unknown[0]!r} (phases: {', '.join(PHASES)})")
+    args.workers = [int(n) for n in args.workers.split(",")]
+    if any(n not in JOB_OF_N for n in args.workers):
+        ap.error(f"--workers: each of {', '.join(map(str, JOB_OF_N))}")
+    args.loss = [float(x) if "." in x else int(x) for x in args.loss.split(",")]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    topo = load(REPO / "topologies" / "aggregation-rack.yaml")
+    compile_p4()
+    start = time.monotonic()
+    with Network(topo, REPO / "build" / "experiments" / "aggregation", log_level=args.log_level) as net, \
+            FabricController(topo) as ctl:
+        ctl.program()
+        net.apply_queue_rates()
+        for phase in phases:
+            globals()[phase](topo, args, out)
+            net.check_alive()
+    print(f"\naggregation experiment done in {time.monotonic() - start:.0f} s; results in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""In-network aggregation on a live network (topologies/aggregation-rack.yaml:
+one switch, eight workers, a parameter server): all-reduces of 1M elements
+across 4 workers come back exact (integers) or within the quantisation
+bound (floats) under 0%, 1% and 5% loss with duplication and reordering on
+every worker's link; sums that overflow int32 are completed by the
+parameter server; four jobs sharing a slot pool smaller than their windows
+each get exact sums; on leaf-spine the switch of the server aggregates for
+workers behind other switches."""
+from pathlib import Path
+
+import pytest
+
+from control import aggregation as ag
+from control.build import compile_p4
+from control.controller import FabricController
+from control.network import Network
+from control.topology import load
+from experiments._allreduce_runs import impaired, run_ina, run_jobs
+
+REPO = Path(__file__).resolve().parents[2]
+MILLION = 1 << 20
+
+
+# First: the module's rack network (below) must not be up yet (same host names).
+def test_leaf_spine_aggregates_at_the_servers_switch(tmp_path):
+    compile_p4()
+    topo = load(REPO / "topologies" / "leaf-spine.yaml")
+    with Network(topo, tmp_path / "net", log_level="warn") as net, FabricController(topo) as ctl:
+        ctl.program()
+        results = run_ina(topo, 1, elements=64 * 500, dtype="int32", out=tmp_path / "ls", timeout_s=120)
+        assert_all_good(results, 64 * 500)
+        assert events(ctl, "leaf2")["complete"] >= 500
+        assert events(ctl, "leaf1")["complete"] == 0
+        net.check_alive()
+
+
+@pytest.fixture(scope="module")
+def rack(tmp_path_factory):
+    compile_p4()
+    topo = load(REPO / "topologies" / "aggregation-rack.yaml")
+    run = tmp_path_factory.mktemp("aggregation-live")
+    with Network(topo, run / "net", log_level="warn") as net, FabricController(topo) as ctl:
+        ctl.program()
+        net.apply_queue_rates()
+        yield topo, net, ctl, run
+
+
+def events(ctl, switch="tor1") -> dict:
+    cells = ctl.counter(switch, ag.EVENTS_COUNTER)
+    return {name: cells.get(i, (0, 0))[0] for name, i in ag.EVENTS.items()}
+
+
+def assert_all_good(results, elements):
+    assert results, "no worker reported"
+    for r in results:
+        assert r["ok"], f"worker {r['rank']}: {r['runs']}"
+        assert r["elements"] == elements and len(r["runs"]) == 1
+
+
+@pytest.mark.parametrize("loss, dtype", [(0, "float32"), (1, "int32"), (5, "float32")],
+                         ids=["no-loss-float32", "1pct-loss-int32", "5pct-loss-float32"])
+def test_million_elements_four_workers(rack, loss, dtype):
+    topo, net, ctl, run = rack
+    job = 2                                        # h1-h4, 64 dedicated slots
+    hosts = list(topo.features["aggregation"].job(job).workers)
+    before = events(ctl)
+    out = run / f"loss{loss}-{dtype}"
+    if loss:
+        # both directions of every worker's link: contributions and results
+        with impaired(topo, hosts, loss_pct=loss, duplicate_pct=1, reorder_pct=5) as how:
+            print(how)
+            results = run_ina(topo, job, elements=MILLION, dtype=dtype, out=out, timeout_s=240)
+    else:
+        results = run_ina(topo, job, elements=MILLION, dtype=dtype, out=out, timeout_s=240)
+    net.check_alive()
+    assert_all_good(results, MILLION)
+    after = events(ctl)
+    completed = after["complete"] - before["complete"]
+    packets = MILLION // 64 + 32 * (dtype == "float32")   # float: the window's exponent-only packets
+    assert completed + sum(r["stats"]["fallback_blocks"] for r in results[:1]) >= packets
+    if loss:
+        assert sum(r["stats"]["retransmissions"] for r in results) > 0
+        assert after["duplicate"] + after["result_again"] > before["duplicate"] + before["result_again"]
+
+
+def test_overflowing_sums_are_completed_by_the_parameter_server(rack):
+    topo, net, ctl, run = rack
+    before = events(ctl)
+    results = run_ina(topo, 2, elements=64 * 200, dtype="int32-large", out=run / "overflow", timeout_s=120)
+    assert_all_good(results, 64 * 200)
+    assert all(r["stats"]["overflow_blocks"] > 0 for r in results)
+    assert all(r["stats"]["fallback_blocks"] == r["stats"]["overflow_blocks"] for r in results)
+    assert events(ctl)["overflow"] > before["overflow"]
+    assert results[0]["server"]["blocks_completed"] >= results[0]["stats"]["overflow_blocks"]
+
+
+def test_four_jobs_share_a_pool_smaller_than_their_windows(rack):
+    topo, net, ctl, run = rack
+    cfg = topo.features["aggregation"]
+    jobs = [4, 5, 6, 7]                            # shared: true, pool of 64 slots, 4 x 32 in flight
+    assert all(cfg.job(j).shared for j in jobs) and cfg.shared_slots < 4 * 32
+    before = events(ctl)
+    results = run_jobs(topo, jobs, elements=64 * 2000, dtype="int32", out=run / "shared", timeout_s=240)
+    for job, rs in results.items():
+        assert_all_good(rs, 64 * 2000)
+    after = events(ctl)
+    assert after["collision"] > before["collision"], "the pool was never contended"
+    assert sum(rs[0]["server"]["blocks_completed"] for rs in results.values()) > 0
+    net.check_alive()
