@@ -213,9 +213,10 @@ def training(topo, args, out: Path) -> list[dict]:
     subprocess.run([PY, "-m", "hostagent.training", "--epochs", epochs, "--out", str(out / "train-reference")],
                    cwd=REPO, check=True, stdout=subprocess.DEVNULL)
     server = start_server(topo, job, out)
+    start_at = str(time.time() + 3.0)
     try:
         procs = [subprocess.Popen(["ip", "netns", "exec", w, PY, "-m", "hostagent.training", "--epochs", epochs,
-                                   "--job", str(job), "--server", server_ip, "--rank", str(r),
+                                   "--job", str(job), "--server", server_ip, "--rank", str(r), "--start-at", start_at,
                                    "--workers-total", str(len(j.workers)), "--out", str(out / f"train-ina{r}")],
                                   cwd=REPO, stdout=subprocess.DEVNULL if r else None)
                  for r, w in enumerate(j.workers)]

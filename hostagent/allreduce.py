@@ -8,7 +8,9 @@ The array is cut into blocks of ELEMENTS values, each sent as one packet to
 the job's parameter server; the switch that serves the server adds the
 workers' packets in its slot registers and multicasts the sum back. Every
 worker of the job calls allreduce with arrays of the same size, in the same
-order.
+order, and starts from the same `seq_base`: a job's sequence numbers must
+not repeat those of an earlier run whose results the switch still holds
+(the command line derives the base from the agreed start time).
 
 Quantisation (float arrays): blocks travel as int32. A block with largest
 magnitude below 2^e on some worker is scaled by 2^(B - E) and rounded, where
@@ -114,6 +116,7 @@ class _Call:
     payloads: list = field(default_factory=list)   # packet p's bytes once built (None before)
     results: list = field(default_factory=list)    # (sums int64, biased exponent) per packet
     fallback: set = field(default_factory=set)
+    timed_out: set = field(default_factory=set)    # fallen back for want of a result: ask the switch too
 
 
 class AggregationWorker:
@@ -122,7 +125,7 @@ class AggregationWorker:
 
     def __init__(self, job: int, server_ip: str, n_workers: int, *, bind_ip: str = "0.0.0.0",
                  window: int = DEFAULT_WINDOW, min_rto_s: float = MIN_RTO_S, max_rto_s: float = MAX_RTO_S,
-                 timeout_s: float = 300.0):
+                 timeout_s: float = 300.0, seq_base: int = 0):
         self.port = ah.job_port(job)
         if not 1 <= n_workers <= ah.MAX_WORKERS:
             raise ValueError(f"n_workers must be 1..{ah.MAX_WORKERS}, got {n_workers}")
@@ -133,7 +136,7 @@ class AggregationWorker:
         self.srtt: Optional[float] = None
         self.rttvar = 0.0
         self.stats = WorkerStats()
-        self._seq = 0
+        self._seq = seq_base & 0xFFFFFFFF
         self._previous: Optional[_Call] = None
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
@@ -260,9 +263,13 @@ class AggregationWorker:
                 if at <= now:
                     if sends >= FALLBACK_AFTER and p not in call.fallback:
                         call.fallback.add(p)
+                        call.timed_out.add(p)
                         self.stats.timeout_fallbacks += 1
-                    flags = ah.FLAG_RETRANSMIT | (ah.FLAG_FALLBACK if p in call.fallback else 0)
-                    self._send(self._payload(call, p, flags))
+                    if p not in call.fallback or p in call.timed_out:
+                        # (a finished slot answers with its result; the server may never hear of it)
+                        self._send(self._payload(call, p, ah.FLAG_RETRANSMIT))
+                    if p in call.fallback:
+                        self._send(self._payload(call, p, ah.FLAG_RETRANSMIT | ah.FLAG_FALLBACK))
                     self.stats.retransmissions += 1
                     rto = min(rto * 2, self.max_rto_s)
                     state[:3] = [now + rto, rto, sends + 1]
@@ -348,6 +355,12 @@ class AggregationWorker:
 DTYPES = ("float32", "int32", "int32-large")
 
 
+def seq_base_at(start_at: float) -> int:
+    """A job's first sequence number from the start time its workers agreed
+    on (milliseconds, mod 2^32): runs started apart use different numbers."""
+    return int(start_at * 1000) & 0xFFFFFFFF
+
+
 def worker_input(seed: int, rank: int, elements: int, dtype: str) -> np.ndarray:
     """The deterministic input of worker `rank` (every worker can make everyone's)."""
     rng = np.random.default_rng([seed, rank])
@@ -405,15 +418,18 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--window", type=int, default=DEFAULT_WINDOW)
     ap.add_argument("--timeout-s", type=float, default=300.0, help="give up (exit 1) after this long without finishing")
     ap.add_argument("--start-at", type=float, default=None, help="wall-clock time to start at (all workers together)")
+    ap.add_argument("--seq-base", type=int, default=None,
+                    help="the job's first sequence number, the same on every worker (default: --start-at in ms)")
     ap.add_argument("--out", default=None, help="write PREFIX.json: timings, counters, check")
     args = ap.parse_args(argv)
     if not 0 <= args.rank < args.workers:
         ap.error(f"--rank must be 0..{args.workers - 1}, got {args.rank}")
     if args.elements < 1:
         ap.error("--elements must be at least 1")
+    seq_base = args.seq_base if args.seq_base is not None else seq_base_at(args.start_at or 0.0)
     try:
         worker = AggregationWorker(args.job, args.server, args.workers, bind_ip=args.bind, window=args.window,
-                                   timeout_s=args.timeout_s)
+                                   timeout_s=args.timeout_s, seq_base=seq_base)
     except (ValueError, OSError) as exc:
         ap.error(str(exc))
     mine = worker_input(args.seed, args.rank, args.elements, args.dtype)

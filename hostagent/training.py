@@ -335,6 +335,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--job", type=int, help="in-network aggregation: the job (with --server, --rank, --workers-total)")
     ap.add_argument("--server", help="in-network aggregation: the job's parameter server address")
     ap.add_argument("--workers-total", type=int, help="in-network aggregation: the job's number of workers")
+    ap.add_argument("--start-at", type=float, help="in-network aggregation: wall-clock start agreed by the workers "
+                                                   "(also gives the job's first sequence number)")
     ap.add_argument("--out", help="output prefix: writes <out>.csv (default training-results/<mode>)")
     a = ap.parse_args(argv)
     ina = a.job is not None
@@ -346,9 +348,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error("--workers: threads or the ring (--rank/--addresses), not both")
     try:
         if ina:
-            from .allreduce import AggregationWorker
+            import time as _time
+            from .allreduce import AggregationWorker, seq_base_at
             out = a.out or f"training-results/ina-rank{a.rank}"
-            with AggregationWorker(a.job, a.server, a.workers_total, timeout_s=a.timeout) as worker:
+            start_at = a.start_at or _time.time()
+            with AggregationWorker(a.job, a.server, a.workers_total, timeout_s=a.timeout,
+                                   seq_base=seq_base_at(start_at)) as worker:
+                _time.sleep(max(0.0, start_at - _time.time()))
                 records = train(a.rank, a.workers_total, worker.allreduce, a.epochs, a.batch_size, a.lr, a.seed,
                                 on_epoch=_print_record)
                 s = worker.stats
