@@ -74,6 +74,7 @@ class WorkerStats:
     overflow_blocks: int = 0
     server_requests: int = 0
     timeout_fallbacks: int = 0     # packets sent to the server after FALLBACK_AFTER sends without a result
+    timeouts_deferred: int = 0     # timeouts that did not look like a loss (no later packet answered yet)
     malformed: int = 0             # datagrams that were not aggregation packets (ignored)
     send_errors: int = 0           # packets the kernel refused to send (treated as lost)
     calls: int = 0
@@ -244,9 +245,10 @@ class AggregationWorker:
         W, L = self.window, call.lead
         next_p = 0
         done = 0
-        # p -> [resend at, timeout, sends, first sent]
+        # p -> [resend at, timeout, sends, first sent, last sent, timeout deferred]
         outstanding: dict[int, list] = {}
         give_up = time.monotonic() + self.timeout_s
+        self._newest_answered = self._last_result_at = time.monotonic()
         while done < call.total:
             now = time.monotonic()
             # New packets, as the window and the exponents they need allow.
@@ -255,12 +257,21 @@ class AggregationWorker:
                 flags = ah.FLAG_FALLBACK if next_p in call.fallback else 0
                 self._send(self._payload(call, next_p, flags))
                 rto = self.rto_s
-                outstanding[next_p] = [now + rto, rto, 1, now]
+                outstanding[next_p] = [now + rto, rto, 1, now, now, False]
                 next_p += 1
-            # Retransmissions; after FALLBACK_AFTER sends, to the server.
+            # Retransmissions. A block waits for every worker, so a result can
+            # be late because others are slow: a timeout is deferred once
+            # (one more timeout) unless it looks like a loss, i.e. a packet
+            # sent after this one has its result already, or no result came
+            # for a whole timeout. After FALLBACK_AFTER sends, to the server
+            # as well.
             for p, state in outstanding.items():
-                at, rto, sends, _ = state
+                at, rto, sends, _, last, deferred = state
                 if at <= now:
+                    if not deferred and self._newest_answered <= last and now - self._last_result_at < rto:
+                        state[0], state[5] = now + rto, True      # once per send
+                        self.stats.timeouts_deferred += 1
+                        continue
                     if sends >= FALLBACK_AFTER and p not in call.fallback:
                         call.fallback.add(p)
                         call.timed_out.add(p)
@@ -273,6 +284,7 @@ class AggregationWorker:
                     self.stats.retransmissions += 1
                     rto = min(rto * 2, self.max_rto_s)
                     state[:3] = [now + rto, rto, sends + 1]
+                    state[4], state[5] = now, False
             if now > give_up:
                 missing = sorted(outstanding)[:5]
                 raise AllReduceTimeout(
@@ -323,8 +335,12 @@ class AggregationWorker:
                 self.stats.fallback_blocks += 1
             self.stats.results += 1
             state = outstanding.pop(p, None)
-            if state is not None and state[2] == 1:          # Karn: only packets sent once
-                self._rtt_sample(time.monotonic() - state[3])
+            now = time.monotonic()
+            self._last_result_at = now
+            if state is not None:
+                self._newest_answered = max(self._newest_answered, state[4])
+                if state[2] == 1:                             # Karn: only packets sent once
+                    self._rtt_sample(now - state[3])
             completed += 1
 
     def _answer_request(self, call: _Call, p: int, seq: int) -> None:
