@@ -18,6 +18,8 @@ that switch's AGG_SLOTS slots (its workers' window is at most that);
 `shared: true` makes the job take slots from the shared pool by hash of
 (job, seq), and fall back to the server when another job holds one (ATP).
 
+FabricController.set_aggregation_jobs(jobs) changes the jobs at runtime.
+
 On the aggregating switch, per job: an agg_job entry (server address, job)
 with the job's worker count, slots and multicast group; one agg_worker entry
 per worker (its id is its position in `workers`); multicast group

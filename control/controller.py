@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import ecn, features, forwarding, load_balancing
+from . import aggregation, ecn, features, forwarding, load_balancing
 from .p4info import EntryError, P4Info
 from .switch import Pipeline, SwitchConnection, SwitchError
 from .sync import SwitchState, SyncReport, read_managed, reconcile
@@ -111,6 +111,26 @@ class FabricController:
         conn = self.connections[name]
         current = read_managed(conn, skeleton)
         return reconcile(conn, self.desired_state(name, current), dry_run, existing=current)
+
+    def set_aggregation_jobs(self, jobs: "list[aggregation.Job]", *, shared_slots: int | None = None,
+                             steal_after_ms: int | None = None) -> dict[str, SyncReport]:
+        """Replace the aggregation jobs at runtime (add, change, remove a job):
+        validated as the topology file's section is, slots placed again, and
+        every switch reconciled (only the servers' switches hold entries).
+        Nothing is written when the jobs are invalid."""
+        old = self.topo.features.get(aggregation.SECTION) or aggregation.AggregationConfig()
+        raw = {"shared_slots": old.shared_slots if shared_slots is None else shared_slots,
+               "steal_after_ms": old.steal_after_ms if steal_after_ms is None else steal_after_ms,
+               "jobs": [{"job": j.job, "workers": list(j.workers), "server": j.server,
+                         **({"shared": True} if j.shared else {"slots": j.slots})} for j in jobs]}
+
+        def fail(where: str, what: str):
+            raise EntryError(f"{where}: {what}")
+
+        cfg = aggregation.parse_section(raw, self.topo, fail)
+        self.topo.features[aggregation.SECTION] = cfg
+        self.connect()
+        return {name: self._sync(name, self.desired_state(name)) for name in self.topo.switches}
 
     def set_ecn_profile(self, switch: str, port: int, profile: "ecn.EcnProfile | None") -> SyncReport:
         """Change (or remove, with None) the ECN profile of one egress port at runtime."""

@@ -4,8 +4,9 @@ across 4 workers come back exact (integers) or within the quantisation
 bound (floats) under 0%, 1% and 5% loss with duplication and reordering on
 every worker's link; sums that overflow int32 are completed by the
 parameter server; four jobs sharing a slot pool smaller than their windows
-each get exact sums; on leaf-spine the switch of the server aggregates for
-workers behind other switches."""
+each get exact sums; a job set up at runtime aggregates, and once removed
+its packets are dropped as an unknown job; on leaf-spine the switch of the
+server aggregates for workers behind other switches."""
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,8 @@ from control.build import compile_p4
 from control.controller import FabricController
 from control.network import Network
 from control.topology import load
-from experiments._allreduce_runs import impaired, run_ina, run_jobs
+from control.p4constants import drop_reasons
+from experiments._allreduce_runs import RunFailed, impaired, run_ina, run_jobs
 
 REPO = Path(__file__).resolve().parents[2]
 MILLION = 1 << 20
@@ -107,3 +109,24 @@ def test_four_jobs_share_a_pool_smaller_than_their_windows(rack):
     assert after["collision"] > before["collision"], "the pool was never contended"
     assert sum(rs[0]["server"]["blocks_completed"] for rs in results.values()) > 0
     net.check_alive()
+
+
+def test_a_job_set_up_at_runtime_aggregates_and_removed_is_refused(rack):
+    topo, net, ctl, run = rack
+    jobs = list(topo.features["aggregation"].jobs)
+    try:
+        ctl.set_aggregation_jobs(jobs + [ag.Job(9, ("h5", "h6"), "ps", slots=32)])
+        results = run_ina(topo, 9, elements=64 * 100, dtype="int32", out=run / "runtime-job", timeout_s=60)
+        assert_all_good(results, 64 * 100)
+    finally:
+        ctl.set_aggregation_jobs(jobs)
+    unknown = drop_reasons()["AGG_UNKNOWN_JOB"]
+    drops_before = ctl.counter("tor1", "drop_counter").get(unknown, (0, 0))[0]
+    removed = ag.Job(9, ("h5", "h6"), "ps", slots=32)          # the servers don't know it any more
+    topo.features["aggregation"].jobs += (removed,)
+    try:
+        with pytest.raises(RunFailed, match="no result"):
+            run_ina(topo, 9, elements=64, dtype="int32", out=run / "removed-job", timeout_s=3)
+    finally:
+        topo.features["aggregation"].jobs = tuple(j for j in topo.features["aggregation"].jobs if j.job != 9)
+    assert ctl.counter("tor1", "drop_counter").get(unknown, (0, 0))[0] > drops_before

@@ -1,0 +1,92 @@
+// Fast failover in the data plane: a switch stops sending to a neighbour it
+// no longer hears from, without waiting for the controller.
+//
+// Liveness: every source-routed packet (heartbeats from hostagent/heartbeat.py,
+// INT probes) that arrives on a port proves the link and the neighbour
+// behind it work; SourceRouting writes the time into port_heard[port]. A
+// port heard from, then silent for longer than the timeout (failover_config,
+// set at runtime), is dead. A port never heard from is not monitored (so a
+// switch starts forwarding before its first heartbeat). Detection takes at
+// most timeout + one heartbeat period.
+//
+// Failover: a packet routed to an ECMP group whose slot's next hop leaves
+// through a dead port takes the slot's backup (next_hop_backup, the next
+// slot's member on another port, precomputed by the controller): only the
+// flows of the dead member move, each to one backup, and they come back
+// when the port is heard from again. A dead backup, or none, leaves no live
+// member: the packet is dropped as DROP_NO_LIVE_MEMBER, never sent to a
+// dead port.
+//
+// Why not P4Runtime watch_port: BMv2 implements it for action-selector
+// members, and then spreads a dead member's flows over the live members by
+// hash % live, which moves the flows of healthy members too; the fabric's
+// groups are slot tables (forwarding.p4), and the backup per slot keeps
+// every healthy flow where it was. BMv2 also learns a port is down only from
+// its interface state, polled every 200 ms: a neighbour that died, or a link
+// that black-holes, is not a port going down.
+#ifndef FAILOVER_P4
+#define FAILOVER_P4
+
+#include <core.p4>
+#include <v1model.p4>
+#include "headers.p4"
+
+// When each port last heard from its neighbour (us, BMv2's clock; 0: never).
+register<bit<48>>(PORT_COUNT) port_heard;
+
+control Failover(inout headers_t hdr,
+                 inout local_metadata_t meta,
+                 inout standard_metadata_t std_meta) {
+    direct_counter(CounterType.packets) backup_packets;     // per (group, slot): packets sent to the backup
+    bit<48> heard = 0;
+
+    action watch(bit<48> timeout_us) {
+        meta.failover_timeout = timeout_us;
+    }
+    // Keyless: its default action switches failover on (watch) or off (NoAction).
+    table failover_config {
+        key = { }
+        actions = { watch; NoAction; }
+        default_action = NoAction();
+        size = 1;
+    }
+
+    action backup(port_t port, mac_addr_t src_mac, mac_addr_t dst_mac) {
+        std_meta.egress_spec = port;
+        hdr.ethernet.src_addr = src_mac;
+        hdr.ethernet.dst_addr = dst_mac;
+    }
+    table next_hop_backup {
+        key = {
+            meta.next_id:   exact;
+            meta.ecmp_slot: exact;
+        }
+        actions = { backup; @defaultonly NoAction; }
+        default_action = NoAction();
+        counters = backup_packets;
+        size = NEXT_HOP_TABLE_SIZE;
+    }
+
+    action no_live_member() {
+        meta.drop_reason = DROP_NO_LIVE_MEMBER;
+    }
+
+    // Applied after next_hop chose the packet's port (TTL and MACs done).
+    apply {
+        if (failover_config.apply().hit) {
+            port_heard.read(heard, (bit<32>) std_meta.egress_spec);
+            if (heard != 0 && std_meta.ingress_global_timestamp - heard > meta.failover_timeout) {
+                if (next_hop_backup.apply().hit) {
+                    port_heard.read(heard, (bit<32>) std_meta.egress_spec);
+                    if (heard != 0 && std_meta.ingress_global_timestamp - heard > meta.failover_timeout) {
+                        no_live_member();
+                    }
+                } else {
+                    no_live_member();
+                }
+            }
+        }
+    }
+}
+
+#endif
