@@ -37,7 +37,8 @@ from functools import cache
 from types import ModuleType
 from typing import Any, Callable, Iterator
 
-FEATURE_MODULES = ("control.ecn", "control.int_telemetry", "control.load_balancing", "control.aggregation")
+FEATURE_MODULES = ("control.ecn", "control.int_telemetry", "control.load_balancing", "control.aggregation",
+                   "control.failover")
 
 _REQUIRED = ("SECTION", "parse_section", "switch_state", "bench_state")
 

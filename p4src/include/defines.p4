@@ -51,6 +51,7 @@ const drop_reason_t DROP_AGG_UNKNOWN_JOB = 7;    // aggregation packet to a para
 const drop_reason_t DROP_AGG_NOT_WORKER = 8;     // sender is not a worker of the job
 const drop_reason_t DROP_AGG_SLOT_RANGE = 9;     // slot outside the job's range
 const drop_reason_t DROP_AGG_BAD_LENGTH = 10;    // not AGG_ELEMENTS elements (short ones fail to parse)
+const drop_reason_t DROP_NO_LIVE_MEMBER = 11;    // failover: the member's port and its backup's are dead
 const bit<32> DROP_REASON_COUNT = 16;
 
 // In-band network telemetry (INT v2.1, Telemetry Report v2.0): the wire

@@ -72,17 +72,20 @@ control Failover(inout headers_t hdr,
     }
 
     // Applied after next_hop chose the packet's port (TTL and MACs done).
+    // (A keyless table's default action is a miss: branch on the action.)
     apply {
-        if (failover_config.apply().hit) {
-            port_heard.read(heard, (bit<32>) std_meta.egress_spec);
-            if (heard != 0 && std_meta.ingress_global_timestamp - heard > meta.failover_timeout) {
-                if (next_hop_backup.apply().hit) {
-                    port_heard.read(heard, (bit<32>) std_meta.egress_spec);
-                    if (heard != 0 && std_meta.ingress_global_timestamp - heard > meta.failover_timeout) {
+        switch (failover_config.apply().action_run) {
+            watch: {
+                port_heard.read(heard, (bit<32>) std_meta.egress_spec);
+                if (heard != 0 && std_meta.ingress_global_timestamp - heard > meta.failover_timeout) {
+                    if (next_hop_backup.apply().hit) {
+                        port_heard.read(heard, (bit<32>) std_meta.egress_spec);
+                        if (heard != 0 && std_meta.ingress_global_timestamp - heard > meta.failover_timeout) {
+                            no_live_member();
+                        }
+                    } else {
                         no_live_member();
                     }
-                } else {
-                    no_live_member();
                 }
             }
         }

@@ -30,11 +30,13 @@
 #include <v1model.p4>
 #include "headers.p4"
 #include "load_balancing.p4"
+#include "failover.p4"
 
 control Forwarding(inout headers_t hdr,
                    inout local_metadata_t meta,
                    inout standard_metadata_t std_meta) {
     LoadBalancing() load_balancing;
+    Failover() failover;
     direct_counter(CounterType.packets) next_hop_packets;   // per (group, slot): what each member got
 
     // The slot of a flow in its ECMP group, from the 5-tuple hash and this
@@ -111,6 +113,8 @@ control Forwarding(inout headers_t hdr,
                 load_balancing.apply(hdr, meta, std_meta);   // the group's mode may pick another slot
                 if (!next_hop.apply().hit) {
                     meta.drop_reason = DROP_NO_ROUTE;
+                } else {
+                    failover.apply(hdr, meta, std_meta);     // a dead member's port: its backup
                 }
             }
             NoAction: {

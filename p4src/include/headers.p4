@@ -187,6 +187,7 @@ struct local_metadata_t {
     int_meta_t    telemetry;
     int_report_meta_t report;  // kept by report clones
     agg_meta_t    agg;
+    bit<48>       failover_timeout;   // failover.p4: a port silent this long (us) is dead
 }
 
 #endif

@@ -11,9 +11,12 @@
 #include <core.p4>
 #include <v1model.p4>
 #include "headers.p4"
+#include "failover.p4"
 
 control SourceRouting(inout headers_t hdr, inout local_metadata_t meta, inout standard_metadata_t std_meta) {
     apply {
+        // A probe or heartbeat came in: the link and the neighbour behind it work.
+        port_heard.write((bit<32>) std_meta.ingress_port, std_meta.ingress_global_timestamp);
         meta.telemetry.enabled = 1;     // egress pushes this hop wherever INT is configured (int_port)
         std_meta.egress_spec = (port_t) hdr.source_route_port.port;
         hdr.ipv4.ttl = hdr.ipv4.ttl - 1;

@@ -1,0 +1,142 @@
+"""PTF tests of data-plane failover (p4src/include/failover.p4): a member
+whose port stopped hearing heartbeats is replaced by its slot's backup, so
+only its flows move and the others stay; the flows come back when the port
+is heard again; with no live member left packets are dropped with their own
+reason, never sent to a dead port; a port never heard from is not
+monitored; with failover off nothing changes.
+
+Group 1 routes 10.0.0.0/8 over ports 2, 3 and 4; packets enter on port 1.
+Heartbeats are source-routed frames (hostagent/heartbeat.py) sent into a
+member's port and routed out of port 1. The timeout is 1 s and the tests
+wait 1.3 s for a port to die: far from the threshold either way.
+"""
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+from ptf_lib.base_test import HOST_MAC, SWITCH_MAC, P4RuntimeTest
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+
+from control.failover import backups, empty_state, failover_state
+from hostagent.heartbeat import HEARTBEAT_UDP_PORT, heartbeat_frame
+from hostagent.sender import RawSender
+
+IN_PORT = 1
+MEMBERS = [2, 3, 4]
+GROUP = 1
+TIMEOUT_MS = 1000
+DEAD_AFTER_S = 1.3
+FLOWS = 96
+
+
+def flow_packet(sport: int) -> bytes:
+    return bytes(Ether(dst=SWITCH_MAC, src=HOST_MAC) / IP(src="10.9.0.1", dst="10.0.0.2")
+                 / UDP(sport=sport, dport=4791) / (b"\0" * 32))
+
+
+class FailoverTestBase(P4RuntimeTest):
+    def setUp(self):
+        super().setUp()
+        self.dataplane.set_qlen(10_000)
+        self.add_route("10.0.0.0/8", GROUP)
+        self.slots = self.set_ecmp_group(GROUP, MEMBERS)
+        self.forwarding = list(self.state.table_entries)
+        self.set_failover(True)
+
+    def set_failover(self, on: bool) -> None:
+        fo = failover_state(self.p4info, {GROUP: self.slots}, TIMEOUT_MS) if on else empty_state(self.p4info)
+        ids = empty_state(self.p4info).managed_tables
+        self.state.table_entries = [e for e in self.forwarding if e.table_id not in ids] + fo.table_entries
+        self.apply()
+
+    def heartbeat(self, ports) -> None:
+        """One heartbeat into each of `ports`, routed out of port 1 (drained)."""
+        for port in ports:
+            with RawSender(self.iface(port)) as tx:
+                tx.send(heartbeat_frame([IN_PORT], src_mac=HOST_MAC, dst_mac=SWITCH_MAC, src_ip="10.8.0.1",
+                                        dst_ip="10.9.0.1"))
+        got = [f for f in self.receive_all(IN_PORT, timeout=0.3)   # (the capture also shows what we sent)
+               if UDP in Ether(f) and Ether(f)[UDP].dport == HEARTBEAT_UDP_PORT]
+        self.assertEqual(len(got), len(list(ports)), "every heartbeat is source-routed out of port 1")
+
+    def flow_ports(self) -> dict[int, int]:
+        """Egress port of each of FLOWS flows (one packet each); None for a drop."""
+        out = {}
+        with RawSender(self.iface(IN_PORT)) as tx:
+            for i in range(FLOWS):
+                tx.send(flow_packet(40000 + i))
+                time.sleep(0.002)
+        by_port = {p: self.receive_all(p, timeout=0.5) for p in MEMBERS}
+        for port, frames in by_port.items():
+            for f in frames:
+                pkt = Ether(f)
+                if UDP in pkt and pkt[UDP].dport == 4791:   # (the capture also shows heartbeats we sent)
+                    out[pkt[UDP].sport - 40000] = port
+        return out
+
+
+class OnlyTheDeadMembersFlowsMoveTest(FailoverTestBase):
+    def runTest(self):
+        self.heartbeat(MEMBERS)
+        before = self.flow_ports()
+        self.assertEqual(len(before), FLOWS)
+        self.assertEqual(set(before.values()), set(MEMBERS), "every member carries flows")
+        time.sleep(DEAD_AFTER_S)
+        self.heartbeat([3, 4])                   # port 2 stays silent: dead
+        after = self.flow_ports()
+        self.assertEqual(len(after), FLOWS, "nothing is lost: the dead member's flows take backups")
+        for flow, port in before.items():
+            if port == 2:
+                self.assertIn(after[flow], (3, 4))
+            else:
+                self.assertEqual(after[flow], port, f"flow {flow} on a live member moved")
+        # each dead slot's flows went to its precomputed backup
+        backup = backups(self.slots)
+        moved = Counter(after[f] for f, p in before.items() if p == 2)
+        self.assertTrue(set(moved) <= {backup[s].port for s, hop in enumerate(self.slots) if hop.port == 2})
+
+
+class FlowsComeBackWhenThePortIsHeardAgainTest(FailoverTestBase):
+    def runTest(self):
+        self.heartbeat(MEMBERS)
+        before = self.flow_ports()
+        time.sleep(DEAD_AFTER_S)
+        self.heartbeat([3, 4])
+        self.assertNotIn(2, set(self.flow_ports().values()))
+        self.heartbeat(MEMBERS)
+        self.assertEqual(self.flow_ports(), before)
+
+
+class NoLiveMemberDropsWithItsReasonTest(FailoverTestBase):
+    def runTest(self):
+        self.heartbeat(MEMBERS)
+        time.sleep(DEAD_AFTER_S)
+        self.heartbeat([4])                      # 2 and 3 dead: slots of 2 or 3 whose backup is dead too drop
+        dropped_before = self.drops("NO_LIVE_MEMBER")
+        after = self.flow_ports()
+        lost = FLOWS - len(after)
+        self.assertEqual(set(after.values()), {4}, f"nothing is sent to a dead port: {after} slots {self.slots}")
+        self.assertEqual(self.drops("NO_LIVE_MEMBER") - dropped_before, lost)
+        time.sleep(DEAD_AFTER_S)                 # now every member is dead
+        before_all = self.drops("NO_LIVE_MEMBER")
+        self.assertEqual(self.flow_ports(), {})
+        self.assertEqual(self.drops("NO_LIVE_MEMBER") - before_all, FLOWS)
+
+
+class PortsNeverHeardAreNotMonitoredTest(FailoverTestBase):
+    def runTest(self):
+        ports = self.flow_ports()                # no heartbeat ever: forwarding as usual
+        self.assertEqual(len(ports), FLOWS)
+        self.assertEqual(set(ports.values()), set(MEMBERS))
+
+
+class FailoverOffChangesNothingTest(FailoverTestBase):
+    def runTest(self):
+        self.heartbeat(MEMBERS)
+        before = self.flow_ports()
+        self.set_failover(False)
+        time.sleep(DEAD_AFTER_S)                 # every port silent, but nobody watches
+        self.assertEqual(self.flow_ports(), before)
+        self.assertEqual(self.drops("NO_LIVE_MEMBER"), 0)
