@@ -137,6 +137,27 @@ class FabricCLI(cmd.Cmd):
             if index and drops.get(index, (0, 0))[0]:
                 print(f"dropped {reason}: {drops[index][0]}")
 
+    def do_fault(self, arg: str):
+        """fault diagnose [seconds]: read every switch's counters twice and name
+        the most likely faulty link or switch, with the evidence (control/diagnose.py)."""
+        words = arg.split()
+        if not words or words[0] != "diagnose" or len(words) > 2:
+            print("usage: fault diagnose [seconds between the two readings, default 2]")
+            return
+        try:
+            interval = float(words[1]) if len(words) == 2 else 2.0
+        except ValueError:
+            print(f"fault diagnose: {words[1]!r} is not a number of seconds")
+            return
+        from . import diagnose
+        findings, took = diagnose.run(self.ctl, interval)
+        if not findings:
+            print(f"no fault found ({took:.1f} s)")
+            return
+        print(f"most likely: {findings[0]}  ({took:.1f} s)")
+        for f in findings[1:5]:
+            print(f"  also: {f}")
+
     def do_log(self, arg: str):
         """log <switch>: the last lines of a switch's BMv2 log."""
         sp = self.net.switches.get(arg.strip())

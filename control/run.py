@@ -9,6 +9,8 @@ each NIC, on multi-homed topologies), print a summary, then open the CLI.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import threading
 import signal
 import sys
 import time
@@ -145,19 +147,47 @@ def run(args) -> int:
         results = ctl.program()
         step("setting BMv2 egress queue rates from link bandwidth (Thrift)")
         net.apply_queue_rates()
-        pairs = topo.nic_pairs()
-        connected = sum(e for _, _, e in pairs)
-        unit, how = ("NIC", ", each from its source NIC") if topo.multi_homed else ("host", "")
-        across = len(pairs) - connected
-        isolated = f", and {across} across planes that must not answer" if across else ""
-        step(f"pinging all {connected} {unit} pairs{how}{isolated}")
-        reach = ping_everything(topo, net)
-        net.check_alive()
-        ok = summary(topo, net, ctl, results, reach, time.monotonic() - t0)
-        if args.no_cli:
-            return 0 if ok else 1
-        FabricCLI(net, ctl).cmdloop()
+        with _heartbeats(topo):
+            return _checked_and_cli(args, topo, net, ctl, results, t0)
+
+
+@contextlib.contextmanager
+def _heartbeats(topo):
+    """With failover configured, heartbeats on every link for as long as the network runs."""
+    cfg = topo.features.get("failover")
+    if cfg is None:
+        yield
+        return
+    from hostagent.heartbeat import HeartbeatSender, planned_heartbeats
+    sender = HeartbeatSender(planned_heartbeats(topo))
+    stop = threading.Event()
+    thread = threading.Thread(target=sender.run, args=(cfg.heartbeat_ms / 1000, None, stop.is_set), daemon=True)
+    step(f"failover on: heartbeats every {cfg.heartbeat_ms:g} ms along {len(sender.paths)} paths, "
+         f"a port silent {cfg.timeout_ms:g} ms is dead")
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        sender.close()
+
+
+def _checked_and_cli(args, topo, net, ctl, results, t0) -> int:
+    """Ping every pair, print the summary, then the CLI (unless --no-cli)."""
+    pairs = topo.nic_pairs()
+    connected = sum(e for _, _, e in pairs)
+    unit, how = ("NIC", ", each from its source NIC") if topo.multi_homed else ("host", "")
+    across = len(pairs) - connected
+    isolated = f", and {across} across planes that must not answer" if across else ""
+    step(f"pinging all {connected} {unit} pairs{how}{isolated}")
+    reach = ping_everything(topo, net)
+    net.check_alive()
+    ok = summary(topo, net, ctl, results, reach, time.monotonic() - t0)
+    if args.no_cli:
         return 0 if ok else 1
+    FabricCLI(net, ctl).cmdloop()
+    return 0 if ok else 1
 
 
 def _terminate(signum, _frame):

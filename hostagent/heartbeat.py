@@ -6,11 +6,12 @@ failover timeout is dead and its ECMP members fail over to their backups.
 
     python -m hostagent.heartbeat --topology topologies/leaf-spine.yaml [--period-ms 20] [--duration 60]
 
-Runs in the root namespace of a running network (`make run`) and sends from
-inside the hosts' namespaces. The paths are the INT probe plan
-(telemetry/probe_planner.py: an Euler circuit per connected part, cut at
-edge switches), so every directed switch link, and every host link towards
-its switch, carries one heartbeat per period. A heartbeat is
+Runs in the root namespace of a running network (`make run` runs it when the
+topology has `failover:`) and sends from inside the hosts' namespaces. One
+heartbeat per switch link goes across it and back (planned_heartbeats), so
+a dead switch silences only its own links' heartbeats (a single tour through
+every link, like the INT probes', would go silent after the first dead
+switch and kill every link behind it). A heartbeat is
 Ether(type=ETHERTYPE_SOURCE_ROUTE) / SourceRoute(ports) / IPv4 / UDP to
 HEARTBEAT_UDP_PORT / "heartbeat <seq>", without INT (reports stay for probes).
 """
@@ -30,7 +31,7 @@ from scapy.packet import Raw
 
 from .probes import ETHERTYPE_SOURCE_ROUTE, SOURCE_ROUTE_MAX_HOPS, ProbeError, SourceRoute
 
-HEARTBEAT_UDP_PORT = 6200
+HEARTBEAT_UDP_PORT = 6200          # p4src/include/defines.p4 (tests check they agree)
 
 
 def heartbeat_frame(ports: list[int], *, src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, seq: int = 0) -> bytes:
@@ -47,21 +48,66 @@ class HeartbeatPath:
     host: str
     iface: str
     frame: bytes
-    links: list[tuple[str, str]]
+    links: list[tuple[str, str]]     # the directed switch links whose far end records it
+
+
+def _port_to(topo, switch: str, peer: str) -> int:
+    return next(p.number for p in topo.switches[switch].ports.values() if p.peer == peer)
+
+
+def _switch_path(topo, src: str, dst: str) -> list[str]:
+    """Shortest switch path src .. dst (BFS over switch links)."""
+    prev, frontier = {src: None}, [src]
+    while frontier and dst not in prev:
+        nxt = []
+        for s in frontier:
+            for port in topo.switches[s].ports.values():
+                if port.peer in topo.switches and port.peer not in prev:
+                    prev[port.peer] = s
+                    nxt.append(port.peer)
+        frontier = nxt
+    if dst not in prev:
+        raise ProbeError(f"no switch path from {src} to {dst}")
+    path = [dst]
+    while prev[path[-1]] is not None:
+        path.append(prev[path[-1]])
+    return path[::-1]
 
 
 def planned_heartbeats(topo, max_hops: int = SOURCE_ROUTE_MAX_HOPS) -> list[HeartbeatPath]:
-    """One heartbeat per path of the probe plan (every directed switch link)."""
-    from telemetry.probe_planner import plan_probe_paths
-    from .probes import _nic_behind
+    """One heartbeat per switch link A-B, recorded at both ends: from a host
+    h next to A (or the nearest host), to A, across to B and back to A
+    (B records A->B, A records B->A), then home to h. A link with a host
+    behind one end (leaf-spine, dual-plane, rails) is tested by itself; one
+    between two switches without hosts (fat-tree aggregation-core) also
+    depends on the switches between it and the host."""
     out = []
-    for i, path in enumerate(plan_probe_paths(topo, max_hops=max_hops)):
-        src = _nic_behind(topo, path.switches[0], path.start_host)
-        dst = _nic_behind(topo, path.switches[-1], path.end_host)
-        frame = heartbeat_frame(list(path.ports), src_mac=src.mac, dst_mac=src.gateway_mac, src_ip=src.ip,
-                                dst_ip=dst.ip, seq=i)
-        links = list(zip(path.switches, path.switches[1:]))
-        out.append(HeartbeatPath(src.host, src.iface, frame, links))
+    done = set()
+    hosts_at = {}
+    for h in topo.hosts.values():
+        for nic in h.nics.values():
+            hosts_at.setdefault(nic.switch, nic)
+    for sw in sorted(topo.switches):
+        for port in sorted(topo.switches[sw].ports.values(), key=lambda p: p.number):
+            a, b = sw, port.peer
+            if b not in topo.switches or (b, a) in done:
+                continue
+            done.add((a, b))
+            if a not in hosts_at and b in hosts_at:
+                a, b = b, a
+            home = a if a in hosts_at else min(hosts_at, key=lambda s: (len(_switch_path(topo, s, a)), s))
+            nic = hosts_at[home]
+            there = _switch_path(topo, home, a)
+            ports = [_port_to(topo, x, y) for x, y in zip(there, there[1:])]
+            ports += [_port_to(topo, a, b), _port_to(topo, b, a)]
+            back = there[::-1]
+            ports += [_port_to(topo, x, y) for x, y in zip(back, back[1:])]
+            ports.append(nic.switch_port)
+            if len(ports) > max_hops:
+                raise ProbeError(f"the heartbeat of {a}-{b} needs {len(ports)} hops, more than {max_hops}")
+            frame = heartbeat_frame(ports, src_mac=nic.mac, dst_mac=nic.gateway_mac, src_ip=nic.ip,
+                                    dst_ip=nic.ip, seq=len(out))
+            out.append(HeartbeatPath(nic.host, nic.iface, frame, [(a, b), (b, a)]))
     return out
 
 
@@ -122,7 +168,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopping.append(True))
     covered = {link for p in paths for link in p.links}
-    print(f"heartbeats: {len(paths)} paths covering {len(covered)} directed switch links, every {period_ms:g} ms",
+    print(f"heartbeats: {len(paths)} links, {len(covered)} directions, every {period_ms:g} ms",
           flush=True)
     sender.run(period_ms / 1000, args.duration, stop=lambda: bool(stopping))
     sender.close()

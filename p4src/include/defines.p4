@@ -13,6 +13,7 @@ typedef bit<8>  drop_reason_t;
 
 const bit<16> ETHERTYPE_IPV4 = 0x0800;
 const bit<16> ETHERTYPE_SOURCE_ROUTE = 0x88B5;   // IEEE "local experimental": INT probe port lists
+const bit<16> HEARTBEAT_UDP_PORT = 6200;         // a source-routed packet to this port is a heartbeat (failover.p4)
 #define SOURCE_ROUTE_MAX_HOPS 16
 #define SOURCE_ROUTE_REST_BITS 240         // (SOURCE_ROUTE_MAX_HOPS - 1) * 16
 const bit<8>  IP_PROTO_TCP = 6;

@@ -1,9 +1,10 @@
 // Fast failover in the data plane: a switch stops sending to a neighbour it
 // no longer hears from, without waiting for the controller.
 //
-// Liveness: every source-routed packet (heartbeats from hostagent/heartbeat.py,
-// INT probes) that arrives on a port proves the link and the neighbour
-// behind it work; SourceRouting writes the time into port_heard[port]. A
+// Liveness: a heartbeat (a source-routed packet to UDP HEARTBEAT_UDP_PORT,
+// from hostagent/heartbeat.py) that arrives on a port proves the link and
+// the neighbour behind it work; SourceRouting writes the time into
+// port_heard[port]. A
 // port heard from, then silent for longer than the timeout (failover_config,
 // set at runtime), is dead. A port never heard from is not monitored (so a
 // switch starts forwarding before its first heartbeat). Detection takes at

@@ -15,8 +15,12 @@
 
 control SourceRouting(inout headers_t hdr, inout local_metadata_t meta, inout standard_metadata_t std_meta) {
     apply {
-        // A probe or heartbeat came in: the link and the neighbour behind it work.
-        port_heard.write((bit<32>) std_meta.ingress_port, std_meta.ingress_global_timestamp);
+        // A heartbeat came in: the link and the neighbour behind it work
+        // (failover.p4). Probes do not count: a port they make heard would
+        // be declared dead once they stop.
+        if (hdr.udp.isValid() && hdr.udp.dst_port == HEARTBEAT_UDP_PORT) {
+            port_heard.write((bit<32>) std_meta.ingress_port, std_meta.ingress_global_timestamp);
+        }
         meta.telemetry.enabled = 1;     // egress pushes this hop wherever INT is configured (int_port)
         std_meta.egress_spec = (port_t) hdr.source_route_port.port;
         hdr.ipv4.ttl = hdr.ipv4.ttl - 1;

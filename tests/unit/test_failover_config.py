@@ -55,6 +55,11 @@ def test_a_leaf_gets_watch_and_a_backup_per_slot(p4info):
     assert p4info.table(NEXT_HOP_TABLE)
 
 
+def test_heartbeat_port_matches_the_p4_program():
+    from control.p4constants import constants
+    assert constants()["HEARTBEAT_UDP_PORT"] == HEARTBEAT_UDP_PORT
+
+
 def test_heartbeats_cover_every_directed_switch_link_without_int():
     paths = planned_heartbeats(LS)
     covered = {link for p in paths for link in p.links}
