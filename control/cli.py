@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import cmd
 import shlex
+import threading
 import subprocess
 
 from .controller import FabricController
@@ -20,10 +21,15 @@ class FabricCLI(cmd.Cmd):
     intro = "Type `help` for commands; `<host> <command>` runs a command on a host. `exit` tears down."
     prompt = "fabric> "
 
-    def __init__(self, net: Network, controller: FabricController):
+    def __init__(self, net: Network, controller: FabricController, lock: "threading.Lock | None" = None):
         super().__init__()
         self.net = net
         self.ctl = controller
+        self.lock = lock or threading.Lock()     # shared with the recovery supervisor (control/recovery.py)
+
+    def onecmd(self, line: str) -> bool:
+        with self.lock:
+            return super().onecmd(line)
 
     def precmd(self, line: str) -> str:
         try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from . import aggregation, ecn, features, forwarding, load_balancing
 from .p4info import EntryError, P4Info
 from .switch import Pipeline, SwitchConnection, SwitchError
 from .sync import SwitchState, SyncReport, read_managed, reconcile
-from .topology import Topology, TopologyError, load
+from .topology import Failures, Topology, TopologyError, load
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_PIPELINE = Pipeline(REPO / "build" / "main.json", REPO / "build" / "main.p4info.txtpb")
@@ -36,7 +37,13 @@ class SwitchResult:
 
 
 class FabricController:
-    def __init__(self, topo: Topology, pipeline: Pipeline = DEFAULT_PIPELINE):
+    """election_id: this controller's P4Runtime election id (high, low). Of
+    the controllers connected to a switch the highest is primary and alone
+    may write; a backup (lower id) takes over when the primary goes
+    (wait_until_primary, then program: it writes only what is missing)."""
+
+    def __init__(self, topo: Topology, pipeline: Pipeline = DEFAULT_PIPELINE,
+                 election_id: tuple[int, int] = (0, 1)):
         for path in (pipeline.bmv2_json, pipeline.p4info_txt):
             if not path.exists():
                 raise FileNotFoundError(f"{path} not found: run `make build` first")
@@ -45,11 +52,14 @@ class FabricController:
         self.p4info = P4Info(pipeline.p4info())
         self.routes = topo.routes()
         self.connections: dict[str, SwitchConnection] = {}
+        self.election_id = election_id
+        self.failed = Failures()              # what routes currently avoid (reroute)
 
     def connect(self, timeout: float = 15.0) -> None:
         for sw in self.topo.switches.values():
             if sw.name not in self.connections:
                 self.connections[sw.name] = SwitchConnection(sw.name, sw.grpc_addr, sw.device_id,
+                                                             election_id=self.election_id,
                                                              connect_timeout=timeout)
 
     def close(self) -> None:
@@ -100,6 +110,69 @@ class FabricController:
                   for name, conn in self.connections.items()}
         return [SwitchResult(name, pushed[name], self._sync(name, skeletons[name], dry_run))
                 for name in self.connections]
+
+    def primary_of(self) -> dict[str, bool]:
+        """Switch -> whether this controller is its primary now."""
+        self.connect()
+        return {name: conn.is_primary() for name, conn in self.connections.items()}
+
+    def wait_until_primary(self, timeout: float = 30.0, poll: float = 0.1) -> float:
+        """Block until this controller is primary on every switch (a backup
+        after the primary left); returns the seconds it took."""
+        start = time.monotonic()
+        while not all(self.primary_of().values()):
+            if time.monotonic() - start > timeout:
+                backup = sorted(n for n, p in self.primary_of().items() if not p)
+                raise SwitchError(f"still a backup controller of {', '.join(backup)} after {timeout:.0f} s")
+            time.sleep(poll)
+        return time.monotonic() - start
+
+    def reroute(self, failed: Failures) -> dict[str, SyncReport]:
+        """Routes that avoid `failed` links and switches on every switch that
+        answers (Failures() restores the topology's own). ECMP groups keep
+        their slots where they can (resilient), so only the flows of what
+        failed move."""
+        for s in failed.switches:
+            if s not in self.topo.switches:
+                raise EntryError(f"no switch {s!r}")
+        for link in failed.links:
+            a, b = sorted(link)
+            if a not in self.topo.switches or not any(p.peer == b for p in self.topo.switches[a].ports.values()):
+                raise EntryError(f"no link {a}-{b}")
+        self.failed = failed
+        self.routes = self.topo.routes(failed if failed else None)
+        self.connect_what_answers(skip=failed.switches)
+        return {name: self._sync(name, self.desired_state(name))
+                for name in sorted(self.connections) if name not in failed.switches}
+
+    def connect_what_answers(self, timeout: float = 3.0, skip=frozenset()) -> list[str]:
+        """Connect to every switch that answers (but those in `skip`); the
+        names of those that do not."""
+        silent = []
+        for sw in self.topo.switches.values():
+            if sw.name in self.connections or sw.name in skip:
+                continue
+            try:
+                self.connections[sw.name] = SwitchConnection(sw.name, sw.grpc_addr, sw.device_id,
+                                                             election_id=self.election_id, connect_timeout=timeout)
+            except SwitchError:
+                silent.append(sw.name)
+        return silent
+
+    def recover_switch(self, name: str, timeout: float = 15.0) -> SwitchResult:
+        """A switch came back empty (restarted): reconnect, push the pipeline,
+        write its whole state in one reconciliation."""
+        old = self.connections.pop(name, None)
+        if old is not None:
+            try:
+                old.close()
+            except Exception:        # the old stream died with the old process
+                pass
+        sw = self.topo.switches[name]
+        conn = self.connections[name] = SwitchConnection(name, sw.grpc_addr, sw.device_id,
+                                                         election_id=self.election_id, connect_timeout=timeout)
+        pushed = conn.push_pipeline(self.pipeline)
+        return SwitchResult(name, pushed, self._sync(name, self.desired_state(name)))
 
     def program_switch(self, name: str) -> SyncReport:
         """Reconcile one switch (pipeline assumed in place), e.g. after a runtime change."""

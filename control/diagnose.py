@@ -148,23 +148,10 @@ def snapshot(ctl) -> Snapshot:
     return snap
 
 
-def connect_what_answers(ctl, timeout: float = 3.0) -> None:
-    """Connect to every switch that answers; the others stay unconnected."""
-    from .switch import SwitchConnection
-    for sw in ctl.topo.switches.values():
-        if sw.name in ctl.connections:
-            continue
-        try:
-            ctl.connections[sw.name] = SwitchConnection(sw.name, sw.grpc_addr, sw.device_id,
-                                                        connect_timeout=timeout)
-        except Exception:
-            pass
-
-
 def run(ctl, interval_s: float = 2.0) -> tuple[list[Finding], float]:
     """(findings, seconds it took) on a live network."""
     start = time.monotonic()
-    connect_what_answers(ctl)
+    ctl.connect_what_answers()
     before = snapshot(ctl)
     time.sleep(interval_s)
     after = snapshot(ctl)

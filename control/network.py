@@ -17,10 +17,12 @@ made, so a run killed with SIGKILL is cleaned up by the next one.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -221,6 +223,26 @@ class Network:
         for rule in rules:
             sh("ip", "rule", "add", "from", rule.source, "table", str(rule.table), "priority", str(rule.priority),
                netns=host.name)
+
+    def restart_switch(self, name: str, timeout: float = 15.0) -> None:
+        """Start a switch whose process died again, same ports and addresses
+        (it comes back empty: the controller recovers it, recover_switch)."""
+        sp = self.switches[name]
+        if sp.proc.poll() is None:
+            raise NetworkError(f"switch {name} is running (pid {sp.proc.pid}): nothing to restart")
+        self._start_switch(require("simple_switch_grpc"), sp.switch)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.switches[name].died():
+                raise NetworkError(self.switches[name].died())
+            with contextlib.suppress(OSError):
+                socket.create_connection(("127.0.0.1", int(sp.switch.grpc_addr.rsplit(":", 1)[1])), 0.5).close()
+                return
+            time.sleep(0.1)
+        raise NetworkError(f"switch {name} restarted but P4Runtime does not answer after {timeout:.0f} s")
+
+    def dead_switches(self) -> list[str]:
+        return [name for name, sp in self.switches.items() if sp.proc.poll() is not None]
 
     def _start_switch(self, binary: str, sw: Switch) -> None:
         log = self.run_dir / sw.name  # BMv2 writes <run_dir>/<switch>.txt (written_log)

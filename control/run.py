@@ -147,33 +147,54 @@ def run(args) -> int:
         results = ctl.program()
         step("setting BMv2 egress queue rates from link bandwidth (Thrift)")
         net.apply_queue_rates()
-        with _heartbeats(topo):
-            return _checked_and_cli(args, topo, net, ctl, results, t0)
+        lock = threading.Lock()
+        with _heartbeats(topo), _supervised(net, ctl, lock), _rerouting(topo, ctl, lock):
+            return _checked_and_cli(args, topo, net, ctl, results, t0, lock)
 
 
 @contextlib.contextmanager
-def _heartbeats(topo):
-    """With failover configured, heartbeats on every link for as long as the network runs."""
-    cfg = topo.features.get("failover")
-    if cfg is None:
-        yield
-        return
-    from hostagent.heartbeat import HeartbeatSender, planned_heartbeats
-    sender = HeartbeatSender(planned_heartbeats(topo))
+def _in_background(run):
+    """run(stop: threading.Event) in a thread until the block ends."""
     stop = threading.Event()
-    thread = threading.Thread(target=sender.run, args=(cfg.heartbeat_ms / 1000, None, stop.is_set), daemon=True)
-    step(f"failover on: heartbeats every {cfg.heartbeat_ms:g} ms along {len(sender.paths)} paths, "
-         f"a port silent {cfg.timeout_ms:g} ms is dead")
+    thread = threading.Thread(target=run, args=(stop,), daemon=True)
     thread.start()
     try:
         yield
     finally:
         stop.set()
         thread.join()
-        sender.close()
 
 
-def _checked_and_cli(args, topo, net, ctl, results, t0) -> int:
+def _supervised(net, ctl, lock):
+    """A switch process that dies is restarted and reprogrammed (control/recovery.py)."""
+    from .recovery import Supervisor
+    return _in_background(Supervisor(net, ctl, lock, on_recovery=lambda r: print(f"\n[recovery] {r}",
+                                                                                 flush=True)).run)
+
+
+def _heartbeats(topo):
+    """With failover configured, heartbeats on every link for as long as the network runs."""
+    cfg = topo.features.get("failover")
+    if cfg is None:
+        return contextlib.nullcontext()
+    from hostagent.heartbeat import running_heartbeats
+    step(f"failover on: heartbeats every {cfg.heartbeat_ms:g} ms on every switch link, "
+         f"a port silent {cfg.timeout_ms:g} ms is dead")
+    return running_heartbeats(topo, cfg.heartbeat_ms / 1000)
+
+
+def _rerouting(topo, ctl, lock):
+    """With failover configured, the controller also routes around links and
+    switches the heartbeats say are dead, and back (control/recovery.py)."""
+    cfg = topo.features.get("failover")
+    if cfg is None:
+        return contextlib.nullcontext()
+    from .recovery import Rerouter
+    return _in_background(Rerouter(ctl, cfg.timeout_ms, lock,
+                                   on_change=lambda m: print(f"\n[reroute] {m}", flush=True)).run)
+
+
+def _checked_and_cli(args, topo, net, ctl, results, t0, lock) -> int:
     """Ping every pair, print the summary, then the CLI (unless --no-cli)."""
     pairs = topo.nic_pairs()
     connected = sum(e for _, _, e in pairs)
@@ -186,7 +207,7 @@ def _checked_and_cli(args, topo, net, ctl, results, t0) -> int:
     ok = summary(topo, net, ctl, results, reach, time.monotonic() - t0)
     if args.no_cli:
         return 0 if ok else 1
-    FabricCLI(net, ctl).cmdloop()
+    FabricCLI(net, ctl, lock).cmdloop()
     return 0 if ok else 1
 
 

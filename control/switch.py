@@ -42,6 +42,22 @@ class Pipeline:
         return int.from_bytes(digest[:8], "big")
 
 
+class _Client(P4RuntimeClient):
+    """p4runtime-shell's client, keeping the arbitration answer (its own
+    handshake only prints it, and exits the process when none comes)."""
+
+    def handshake(self):
+        req = p4runtime_pb2.StreamMessageRequest()
+        req.arbitration.device_id = self.device_id
+        req.arbitration.election_id.high, req.arbitration.election_id.low = self.election_id
+        self.stream_out_q.put(req)
+        rep = self.get_stream_packet("arbitration", timeout=2)
+        if rep is None:
+            self.tear_down()
+            raise SwitchError(f"device {self.device_id}: no arbitration answer")
+        self.primary = rep.arbitration.status.code == 0
+
+
 class SwitchConnection:
     def __init__(self, name: str, grpc_addr: str, device_id: int,
                  election_id: tuple[int, int] = (0, 1), connect_timeout: float = 10.0):
@@ -55,7 +71,18 @@ class SwitchConnection:
             raise SwitchError(f"{name}: no P4Runtime server at {grpc_addr} after {connect_timeout:.0f}s") from None
         finally:
             channel.close()
-        self.client = P4RuntimeClient(device_id, grpc_addr, election_id)
+        self.election_id = election_id
+        self.client = _Client(device_id, grpc_addr, election_id)
+        self._primary = self.client.primary
+
+    def is_primary(self) -> bool:
+        """Whether this connection is the switch's primary controller now
+        (the switch tells every controller when the primary changes)."""
+        while True:
+            rep = self.client.get_stream_packet("arbitration", timeout=0)
+            if rep is None:
+                return self._primary
+            self._primary = rep.arbitration.status.code == 0
 
     def close(self) -> None:
         if self.client is not None:
@@ -124,6 +151,8 @@ class SwitchConnection:
             raise SwitchError(f"{self.name}: write failed: {exc}") from None
         except P4RuntimeException as exc:
             raise SwitchError(f"{self.name}: write failed: {exc}") from None
+        except grpc.RpcError as exc:          # e.g. PERMISSION_DENIED: this controller is not primary
+            raise SwitchError(f"{self.name}: write refused: {exc.code().name}: {exc.details()}") from None
 
     def counter(self, entry: p4runtime_pb2.CounterEntry) -> dict[int, tuple[int, int]]:
         """Read counter cells: index -> (packets, bytes)."""

@@ -155,6 +155,25 @@ class Host:
 
 
 @dataclass(frozen=True)
+class Failures:
+    """Links (unordered switch pairs) and switches routes must avoid."""
+    links: frozenset = frozenset()      # of frozenset({a, b})
+    switches: frozenset = frozenset()
+
+    def cuts(self, switch: str, port: "Port") -> bool:
+        return (switch in self.switches or port.peer in self.switches
+                or frozenset((switch, port.peer)) in self.links)
+
+    def __bool__(self) -> bool:
+        return bool(self.links or self.switches)
+
+    def __str__(self) -> str:
+        parts = [f"link {'-'.join(sorted(link))}" for link in sorted(self.links, key=sorted)]
+        parts += [f"switch {s}" for s in sorted(self.switches)]
+        return ", ".join(parts) or "nothing"
+
+
+@dataclass(frozen=True)
 class NextHop:
     port: int
     src_mac: str
@@ -248,33 +267,39 @@ class Topology:
 
     # -- paths ----------------------------------------------------------------
 
-    def switch_neighbours(self, name: str) -> list[Port]:
-        return [p for p in self.switches[name].ports.values() if p.peer in self.switches]
+    def switch_neighbours(self, name: str, failed: "Failures | None" = None) -> list[Port]:
+        """The ports of `name` that lead to a switch (minus failed links and switches)."""
+        return [p for p in self.switches[name].ports.values()
+                if p.peer in self.switches and (failed is None or not failed.cuts(name, p))]
 
-    def hops_between_switches(self) -> dict[str, dict[str, int]]:
+    def hops_between_switches(self, failed: "Failures | None" = None) -> dict[str, dict[str, int]]:
         """All-pairs shortest hop count between switches (BFS per switch);
-        a switch missing from dist[a] is not reachable from a (another plane)."""
+        a switch missing from dist[a] is not reachable from a (another plane,
+        or cut off by `failed`)."""
         dist: dict[str, dict[str, int]] = {}
         for src in self.switches:
             d = {src: 0}
             queue = deque([src])
             while queue:
                 cur = queue.popleft()
-                for port in self.switch_neighbours(cur):
+                for port in self.switch_neighbours(cur, failed):
                     if port.peer not in d:
                         d[port.peer] = d[cur] + 1
                         queue.append(port.peer)
             dist[src] = d
         return dist
 
-    def routes(self) -> dict[str, list[Route]]:
+    def routes(self, failed: "Failures | None" = None) -> dict[str, list[Route]]:
         """Per switch, one route per NIC subnet it can reach, with every
-        equal-cost next hop. A switch has no route to a NIC on another plane."""
-        dist = self.hops_between_switches()
+        equal-cost next hop. A switch has no route to a NIC on another plane,
+        nor (with `failed`) around failed links and switches."""
+        dist = self.hops_between_switches(failed)
         table: dict[str, list[Route]] = {}
         for sw_name, sw in self.switches.items():
             routes = []
             for nic in self.nics:
+                if failed is not None and (sw_name in failed.switches or nic.switch in failed.switches):
+                    continue
                 if nic.switch == sw_name:
                     port = sw.ports[nic.switch_port]
                     hops = (NextHop(port.number, port.mac, nic.mac, nic.label),)
@@ -282,7 +307,7 @@ class Topology:
                     target = dist[sw_name][nic.switch]
                     hops = tuple(
                         NextHop(p.number, p.mac, self.switches[p.peer].ports[p.peer_port].mac, p.peer)
-                        for p in self.switch_neighbours(sw_name)
+                        for p in self.switch_neighbours(sw_name, failed)
                         if dist[p.peer].get(nic.switch) == target - 1)
                 else:
                     continue

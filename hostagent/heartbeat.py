@@ -18,9 +18,11 @@ HEARTBEAT_UDP_PORT / "heartbeat <seq>", without INT (reports stay for probes).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -144,6 +146,22 @@ class HeartbeatSender:
             self.send()
             next_at += period_s
             time.sleep(max(0.0, next_at - time.monotonic()))
+
+
+@contextlib.contextmanager
+def running_heartbeats(topo, period_s: float):
+    """Heartbeats on every switch link of a running network, from a thread,
+    for as long as the block runs."""
+    sender = HeartbeatSender(planned_heartbeats(topo))
+    stop = threading.Event()
+    thread = threading.Thread(target=sender.run, args=(period_s, None, stop.is_set), daemon=True)
+    thread.start()
+    try:
+        yield sender
+    finally:
+        stop.set()
+        thread.join()
+        sender.close()
 
 
 def main(argv: Optional[list[str]] = None) -> int:

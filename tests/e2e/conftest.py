@@ -14,3 +14,26 @@ def _require_toolchain_and_root():
         pytest.fail(f"end-to-end tests need p4c and BMv2; missing {', '.join(missing)}.\n{HOW_TO_GET}", pytrace=False)
     if os.geteuid() != 0:
         pytest.fail("end-to-end tests need root (network namespaces, veths, tc)", pytrace=False)
+
+
+@pytest.fixture
+def failover_network(tmp_path):
+    """A live leaf-spine with data-plane failover (heartbeats every 20 ms,
+    100 ms timeout), programmed, heartbeats running: (topo, net, ctl)."""
+    from pathlib import Path
+
+    import yaml
+
+    from control.build import compile_p4
+    from control.controller import FabricController
+    from control.network import Network
+    from control.topology import from_dict
+    from hostagent.heartbeat import running_heartbeats
+    raw = yaml.safe_load((Path(__file__).resolve().parents[2] / "topologies" / "leaf-spine.yaml").read_text())
+    raw["failover"] = {"heartbeat_ms": 20, "timeout_ms": 100}
+    topo = from_dict(raw, "leaf-spine + failover")
+    compile_p4()
+    with Network(topo, tmp_path / "net", log_level="warn") as net, FabricController(topo) as ctl:
+        ctl.program()
+        with running_heartbeats(topo, 0.02):
+            yield topo, net, ctl

@@ -2,7 +2,6 @@
 between the leaves: it names a lossy link (a rate limit with a tiny queue
 on one direction) and a switch whose process was killed, each as its first
 finding, with the evidence."""
-import socket
 import threading
 import time
 from pathlib import Path

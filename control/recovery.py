@@ -1,0 +1,132 @@
+"""Recovery of switches whose process died: the launcher starts the switch
+again, and the controller pushes the pipeline and writes its whole state in
+one reconciliation (nothing duplicated: reconcile writes only what is
+missing, and a restarted switch is empty).
+
+`make run` runs a Supervisor in the background for as long as the network
+is up; it shares a lock with the CLI, so a recovery never interleaves with
+a command.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from .controller import FabricController, SwitchResult
+from .network import Network
+
+
+@dataclass
+class Recovery:
+    switch: str
+    result: SwitchResult
+    seconds: float
+
+    def __str__(self) -> str:
+        r = self.result
+        return (f"{self.switch} died and was restarted: pipeline {'pushed' if r.pipeline_pushed else 'in place'}, "
+                f"{r.report} ({self.seconds:.1f} s)")
+
+
+class Supervisor:
+    def __init__(self, net: Network, ctl: FabricController, lock: threading.Lock | None = None,
+                 on_recovery=print):
+        self.net, self.ctl = net, ctl
+        self.lock = lock or threading.Lock()
+        self.on_recovery = on_recovery
+        self.recoveries: list[Recovery] = []
+
+    def check_once(self) -> list[Recovery]:
+        """Restart and reprogram every switch whose process died."""
+        done = []
+        with self.lock:
+            for name in self.net.dead_switches():
+                start = time.monotonic()
+                self.net.restart_switch(name)
+                result = self.ctl.recover_switch(name)
+                rec = Recovery(name, result, time.monotonic() - start)
+                done.append(rec)
+                self.recoveries.append(rec)
+                self.on_recovery(rec)
+        return done
+
+    def run(self, stop: threading.Event, period_s: float = 0.5) -> None:
+        while not stop.wait(period_s):
+            try:
+                self.check_once()
+            except Exception as exc:          # keep supervising; say what failed
+                self.on_recovery(f"recovery failed: {exc}")
+
+
+# -- rerouting around failed links and switches -------------------------------
+
+def link_health(topo, timeout_ms: float, thrift_of=None) -> tuple[set, set]:
+    """(dead links, dead switches) from the data plane's own liveness state:
+    each switch's port_heard register (heartbeats, failover.p4) read over
+    Thrift against the switch's clock. A link is dead when either end has
+    heard from the other before and not for timeout_ms (or the end's switch
+    does not answer); a switch is dead when it does not answer Thrift.
+    `thrift_of(switch)` opens a Bmv2Thrift (default: the switch's port)."""
+    from .bmv2_thrift import Bmv2Thrift
+    from .failover import HEARD_REGISTER
+    thrift_of = thrift_of or (lambda s: Bmv2Thrift(topo.switches[s].thrift_port, connect_timeout=1.0))
+    heard: dict[str, dict[int, int] | None] = {}
+    for s in topo.switches:
+        try:
+            with thrift_of(s) as t:
+                now = t.now_us()
+                values = t.register_read(HEARD_REGISTER)
+                heard[s] = {p: (now - values[p]) / 1000 if values[p] else None for p in topo.switches[s].ports}
+        except Exception:
+            heard[s] = None
+    dead_switches = {s for s, h in heard.items() if h is None}
+    dead_links = set()
+    for s, ports in heard.items():
+        if ports is None:
+            continue
+        for number, port in topo.switches[s].ports.items():
+            if port.peer not in topo.switches or port.peer in dead_switches:
+                continue
+            silent_ms = ports[number]
+            if silent_ms is not None and silent_ms > timeout_ms:
+                dead_links.add(frozenset((s, port.peer)))
+    return dead_links, dead_switches
+
+
+class Rerouter:
+    """The controller's side of failure recovery: every period, read link and
+    switch health from the heartbeat registers (link_health); when what is
+    dead changes, recompute routes around it and reconcile every switch that
+    answers (FabricController.reroute); when it comes back, routes return.
+    Needs heartbeats (the topology's failover: section; make run sends them)."""
+
+    def __init__(self, ctl: FabricController, timeout_ms: float, lock: threading.Lock | None = None,
+                 on_change=print, thrift_of=None):
+        self.ctl, self.timeout_ms = ctl, timeout_ms
+        self.lock = lock or threading.Lock()
+        self.on_change, self.thrift_of = on_change, thrift_of
+        self.changes: list[tuple[float, str]] = []
+
+    def check_once(self):
+        from .topology import Failures
+        links, switches = link_health(self.ctl.topo, self.timeout_ms, self.thrift_of)
+        failed = Failures(frozenset(links), frozenset(switches))
+        if failed == self.ctl.failed:
+            return None
+        with self.lock:
+            start = time.monotonic()
+            reports = self.ctl.reroute(failed)
+            took = time.monotonic() - start
+        writes = sum(r.writes for r in reports.values())
+        what = f"routes now avoid {failed}" if failed else "everything is back: the topology's own routes"
+        self.changes.append((time.time(), what))
+        self.on_change(f"{what} ({writes} writes on {len(reports)} switches, {took * 1000:.0f} ms)")
+        return failed
+
+    def run(self, stop: threading.Event, period_s: float = 0.2) -> None:
+        while not stop.wait(period_s):
+            try:
+                self.check_once()
+            except Exception as exc:
+                self.on_change(f"rerouting failed: {exc}")
