@@ -415,7 +415,6 @@ def check(result: np.ndarray, inputs: list[np.ndarray]) -> tuple[bool, float, fl
 def main(argv: Optional[list[str]] = None) -> int:
     import argparse
     import json
-    import sys
     from dataclasses import asdict
     from pathlib import Path
 
