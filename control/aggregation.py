@@ -37,6 +37,7 @@ from typing import Any, Callable, Optional
 from p4.v1 import p4runtime_pb2
 
 from hostagent import agg_headers as ah
+from .features import check_mapping
 from .p4constants import constants
 from .p4info import P4Info
 from .sync import SwitchState
@@ -112,11 +113,7 @@ def _int(value: Any, lo: int, hi: int) -> Optional[int]:
 
 def parse_section(raw: Any, topo, fail: Callable[[str, str], None]) -> AggregationConfig:
     """Validate a topology's `aggregation:` section and place the jobs' slots."""
-    if not isinstance(raw, dict):
-        fail(SECTION, "expected a mapping with jobs (and shared_slots, steal_after_ms)")
-    unknown = sorted(set(raw) - FIELDS)
-    if unknown:
-        fail(f"{SECTION}.{unknown[0]}", f"unknown field (fields: {', '.join(sorted(FIELDS))})")
+    check_mapping(raw, SECTION, FIELDS, fail, what="{jobs, shared_slots, steal_after_ms}")
     shared_slots = _int(raw.get("shared_slots", DEFAULT_SHARED_SLOTS), 1, AGG_SLOTS)
     if shared_slots is None:
         fail(f"{SECTION}.shared_slots", f"expected 1..{AGG_SLOTS}, got {raw.get('shared_slots')!r}")
@@ -129,11 +126,7 @@ def parse_section(raw: Any, topo, fail: Callable[[str, str], None]) -> Aggregati
     jobs: list[Job] = []
     for i, item in enumerate(jobs_raw):
         where = f"{SECTION}.jobs[{i}]"
-        if not isinstance(item, dict):
-            fail(where, "expected a mapping {job, workers, server, slots | shared}")
-        unknown = sorted(set(item) - JOB_FIELDS)
-        if unknown:
-            fail(f"{where}.{unknown[0]}", f"unknown field (fields: {', '.join(sorted(JOB_FIELDS))})")
+        check_mapping(item, where, JOB_FIELDS, fail, what="{job, workers, server, slots | shared}")
         job_id = _int(item.get("job"), 1, ah.MAX_JOBS)
         if job_id is None:
             fail(f"{where}.job", f"expected a job id 1..{ah.MAX_JOBS}, got {item.get('job')!r}")

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
+from .features import check_mapping
 from .forwarding import ecmp_seed, forwarding_state, slots_on_switch
 from .p4info import P4Info
 from .sync import SwitchState
@@ -56,11 +57,7 @@ def _ms(value: Any) -> Optional[float]:
 
 
 def parse_section(raw: Any, topo, fail: Callable[[str, str], None]) -> FailoverConfig:
-    if not isinstance(raw, dict):
-        fail(SECTION, "expected a mapping {heartbeat_ms, timeout_ms}")
-    unknown = sorted(set(raw) - FIELDS)
-    if unknown:
-        fail(f"{SECTION}.{unknown[0]}", f"unknown field (fields: {', '.join(sorted(FIELDS))})")
+    check_mapping(raw, SECTION, FIELDS, fail, what="{heartbeat_ms, timeout_ms}")
     values = {}
     for key, default in (("heartbeat_ms", FailoverConfig.heartbeat_ms), ("timeout_ms", FailoverConfig.timeout_ms)):
         v = _ms(raw.get(key, default))

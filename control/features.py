@@ -68,6 +68,17 @@ def by_name(section: str) -> ModuleType:
         raise KeyError(f"no feature {section!r} (features: {', '.join(sections())})") from None
 
 
+def check_mapping(raw: Any, where: str, fields: set[str], fail: Callable[[str, str], None], *, what: str) -> dict:
+    """A section (or an item of one) that must be a mapping of known fields:
+    `fail` names the field that is wrong."""
+    if not isinstance(raw, dict):
+        fail(where, f"expected a mapping {what}, got {raw!r}")
+    unknown = sorted(set(map(str, raw)) - fields)
+    if unknown:
+        fail(f"{where}.{unknown[0]}", f"unknown field (fields: {', '.join(sorted(fields))})")
+    return raw
+
+
 def section_items(raw: Any, section: str, fields: set[str], topo, fail: Callable[[str, str], None], *,
                   what: str, allow_all: bool = False) -> Iterator[tuple[str, dict, str]]:
     """The items of a feature section that is a list of per-switch mappings:
@@ -78,11 +89,7 @@ def section_items(raw: Any, section: str, fields: set[str], topo, fail: Callable
         fail(section, f"expected a list of {what}")
     for i, item in enumerate(raw):
         where = f"{section}[{i}]"
-        if not isinstance(item, dict):
-            fail(where, f"expected a mapping, got {item!r}")
-        unknown = sorted(set(map(str, item)) - fields)
-        if unknown:
-            fail(f"{where}.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(fields))})")
+        check_mapping(item, where, fields, fail, what=what)
         name = item.get("switch")
         if not (allow_all and name == "all") and name not in topo.switches:
             fail(f"{where}.switch", f"unknown switch {name!r} (switches: {', '.join(topo.switches)}"

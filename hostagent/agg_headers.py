@@ -27,6 +27,7 @@ pack()/unpack() here, which produce the same bytes.
 """
 from __future__ import annotations
 
+import socket
 import struct
 from dataclasses import dataclass
 from typing import Optional
@@ -129,6 +130,22 @@ def pack(flags: int, job: int, seq: int, elements: Optional[np.ndarray] = None, 
             raise ValueError(f"a packet carries {ELEMENTS} elements, got {len(elements)}")
         body = np.asarray(elements).astype(dtype, casting="unsafe" if not wide else "same_kind").tobytes()
     return _HEADER.pack(flags, job, worker, exponent, slot, 0, seq & 0xFFFFFFFF) + body
+
+
+def job_socket(job: int, bind_ip: str = "0.0.0.0", buffer_bytes: int = 4 << 20) -> socket.socket:
+    """A non-blocking UDP socket on the job's port (workers and parameter
+    servers alike), with room for a window of packets each way."""
+    port = job_port(job)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffer_bytes)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffer_bytes)
+    try:
+        sock.bind((bind_ip, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"job {job}: cannot bind UDP {bind_ip}:{port}: {exc.strerror}") from None
+    sock.setblocking(False)
+    return sock
 
 
 class MalformedPacket(ValueError):

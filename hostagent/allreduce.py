@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import math
 import select
-import socket
 import time
 from dataclasses import dataclass, field
 from typing import Optional
@@ -139,15 +138,7 @@ class AggregationWorker:
         self.stats = WorkerStats()
         self._seq = seq_base & 0xFFFFFFFF
         self._previous: Optional[_Call] = None
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
-        try:
-            self.sock.bind((bind_ip, self.port))
-        except OSError as exc:
-            self.sock.close()
-            raise OSError(f"job {job}: cannot bind UDP {bind_ip}:{self.port}: {exc.strerror}") from None
-        self.sock.setblocking(False)
+        self.sock = ah.job_socket(job, bind_ip)
 
     def close(self) -> None:
         self.sock.close()

@@ -78,14 +78,7 @@ class ParameterServer:
         self.stats = ServerStats()
         self.pending: dict[int, _Block] = {}
         self.finished: OrderedDict[int, bytes] = OrderedDict()   # seq -> result payload
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-        try:
-            self.sock.bind((bind_ip, self.port))
-        except OSError as exc:
-            self.sock.close()
-            raise OSError(f"job {job}: cannot bind UDP {bind_ip}:{self.port}: {exc.strerror}") from None
-        self.sock.setblocking(False)
+        self.sock = ah.job_socket(job, bind_ip)
 
     def close(self) -> None:
         self.sock.close()

@@ -107,6 +107,21 @@ class P4RuntimeTest(BaseTest):
         s.table_entries += group_entries(self.p4info, next_id, slots)
         return slots
 
+    def route_through_group(self, prefix: str, next_id: int, ports: list[int]) -> None:
+        """`prefix` to ECMP group `next_id` over `ports`: self.slots is the
+        slot assignment, self.forwarding the routing entries (kept aside for
+        with_feature)."""
+        self.add_route(prefix, next_id)
+        self.slots = self.set_ecmp_group(next_id, ports)
+        self.forwarding = list(self.state.table_entries)
+
+    def with_feature(self, feature: SwitchState) -> None:
+        """Make the switch hold the routing plus exactly `feature`'s entries
+        in the tables it manages."""
+        self.state.table_entries = [e for e in self.forwarding if e.table_id not in feature.managed_tables]
+        self.state.table_entries += feature.table_entries
+        self.apply()
+
     # -- counters --------------------------------------------------------------
 
     def counter(self, name: str, index: int) -> tuple[int, int]:

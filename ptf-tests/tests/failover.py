@@ -40,16 +40,12 @@ class FailoverTestBase(P4RuntimeTest):
     def setUp(self):
         super().setUp()
         self.dataplane.set_qlen(10_000)
-        self.add_route("10.0.0.0/8", GROUP)
-        self.slots = self.set_ecmp_group(GROUP, MEMBERS)
-        self.forwarding = list(self.state.table_entries)
+        self.route_through_group("10.0.0.0/8", GROUP, MEMBERS)
         self.set_failover(True)
 
     def set_failover(self, on: bool) -> None:
-        fo = failover_state(self.p4info, {GROUP: self.slots}, TIMEOUT_MS) if on else empty_state(self.p4info)
-        ids = empty_state(self.p4info).managed_tables
-        self.state.table_entries = [e for e in self.forwarding if e.table_id not in ids] + fo.table_entries
-        self.apply()
+        self.with_feature(failover_state(self.p4info, {GROUP: self.slots}, TIMEOUT_MS) if on
+                          else empty_state(self.p4info))
 
     def heartbeat(self, ports) -> None:
         """One heartbeat into each of `ports`, routed out of port 1 (drained)."""

@@ -19,7 +19,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from control.bmv2_thrift import Bmv2Thrift
-from control.load_balancing import FLOWLETS_COUNTER, LbMode, empty_state, lb_state, member_packets
+from control.load_balancing import FLOWLETS_COUNTER, LbMode, lb_state, member_packets
 from hostagent.sender import RawSender
 
 IN_PORT = 1
@@ -37,9 +37,7 @@ class LbTestBase(P4RuntimeTest):
     def setUp(self):
         super().setUp()
         self.dataplane.set_qlen(10_000)
-        self.add_route("10.0.0.0/8", GROUP)
-        self.slots = self.set_ecmp_group(GROUP, MEMBERS)
-        self.forwarding = list(self.state.table_entries)
+        self.route_through_group("10.0.0.0/8", GROUP, MEMBERS)
         self.set_mode(LbMode("ecmp"))
 
     def set_mode(self, mode: LbMode, members: list[int] | None = None) -> None:
@@ -47,10 +45,7 @@ class LbTestBase(P4RuntimeTest):
             self.state.table_entries = list(self.forwarding)
             self.slots = self.set_ecmp_group(GROUP, members, previous=self.slots)
             self.forwarding = list(self.state.table_entries)
-        lb = lb_state(self.p4info, {GROUP: self.slots}, mode)
-        ids = empty_state(self.p4info).managed_tables
-        self.state.table_entries = [e for e in self.forwarding if e.table_id not in ids] + lb.table_entries
-        self.apply()
+        self.with_feature(lb_state(self.p4info, {GROUP: self.slots}, mode))
 
     def ports_of(self, frames_by_port: dict[int, list[bytes]]) -> Counter:
         return Counter({port: len(frames) for port, frames in frames_by_port.items()})
