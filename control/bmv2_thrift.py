@@ -10,6 +10,7 @@ change that); the launcher only ever connects to it on 127.0.0.1.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 
@@ -51,6 +52,9 @@ class Bmv2Thrift:
         protocol = TBinaryProtocol.TBinaryProtocol(self._transport)
         self.standard = Standard.Client(TMultiplexedProtocol.TMultiplexedProtocol(protocol, "standard"))
         self.sswitch = SimpleSwitch.Client(TMultiplexedProtocol.TMultiplexedProtocol(protocol, "simple_switch"))
+        # Failed attempts are retried and reported once (Bmv2ThriftError): the
+        # Thrift library's own line per attempt would only repeat it.
+        logging.getLogger("thrift.transport.TSocket").setLevel(logging.CRITICAL)
         deadline = time.monotonic() + connect_timeout
         while True:
             try:

@@ -70,7 +70,8 @@ def link_health(topo, timeout_ms: float, thrift_of=None) -> tuple[set, set]:
     `thrift_of(switch)` opens a Bmv2Thrift (default: the switch's port)."""
     from .bmv2_thrift import Bmv2Thrift
     from .failover import HEARD_REGISTER
-    thrift_of = thrift_of or (lambda s: Bmv2Thrift(topo.switches[s].thrift_port, connect_timeout=1.0))
+    # A switch that refuses the connection is dead: no retrying for long.
+    thrift_of = thrift_of or (lambda s: Bmv2Thrift(topo.switches[s].thrift_port, connect_timeout=0.2))
     heard: dict[str, dict[int, int] | None] = {}
     for s in topo.switches:
         try:

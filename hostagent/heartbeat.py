@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import multiprocessing
 import signal
 import socket
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -148,20 +148,39 @@ class HeartbeatSender:
             time.sleep(max(0.0, next_at - time.monotonic()))
 
 
+def _send_until_stopped(topo, period_s: float, stop, ready) -> None:
+    sender = HeartbeatSender(planned_heartbeats(topo))
+    ready.set()
+    try:
+        sender.run(period_s, None, stop.is_set)
+    finally:
+        sender.close()
+
+
 @contextlib.contextmanager
 def running_heartbeats(topo, period_s: float):
-    """Heartbeats on every switch link of a running network, from a thread,
-    for as long as the block runs."""
-    sender = HeartbeatSender(planned_heartbeats(topo))
-    stop = threading.Event()
-    thread = threading.Thread(target=sender.run, args=(period_s, None, stop.is_set), daemon=True)
-    thread.start()
+    """Heartbeats on every link of a running network for as long as the block
+    runs, from a process of their own: in the caller's process a pause of
+    the interpreter (the controller reconciling, a garbage collection) longer
+    than the failover timeout would silence every link at once, and the
+    switches would rightly declare them all dead."""
+    ctx = multiprocessing.get_context("spawn")  # not fork: gRPC's threads in this process do not survive it
+    stop, ready = ctx.Event(), ctx.Event()
+    proc = ctx.Process(target=_send_until_stopped, args=(topo, period_s, stop, ready), daemon=True,
+                       name="heartbeats")
+    proc.start()
+    if not ready.wait(30.0) or not proc.is_alive():
+        stop.set()
+        proc.join(1.0)
+        raise ProbeError(f"the heartbeat process did not start (exit code {proc.exitcode})")
     try:
-        yield sender
+        yield proc
     finally:
         stop.set()
-        thread.join()
-        sender.close()
+        proc.join(5.0)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -1,0 +1,262 @@
+"""Host-side plane failover for multi-homed hosts, and the sequenced flows
+the failure-timeline experiment measures with.
+
+On a dual-plane fabric every host has one NIC on each plane and each peer
+has one address per plane (topology: NIC i on plane i, 10.<i>.<host>.1).
+A `FlowSender` keeps several UDP flows (one source port each, so ECMP
+spreads them) to each peer, on the peer's first plane. The peer's
+`FlowReceiver` acknowledges: every ack period, one ack per sender address
+that sent it something new, listing each flow's highest sequence number.
+A flow whose acks stop advancing for `timeout_ms` while it has packets out
+moves to the peer's next plane (the host route for that address leaves by
+the NIC on that plane) -- what RDMA NIC bonding does after a retransmission
+timeout. Detection bound: timeout + one ack period. A moved flow stays
+where it went; with `failover=False` flows never move (the switches'
+protection alone is measured).
+
+Wire format (UDP to FLOW_UDP_PORT for data, ACK_UDP_PORT for acks):
+
+    FlowData  kind=1, plane, sender, flow, seq             12 bytes, padded
+    FlowAck   kind=2, plane, sender, count, count x (flow u16, seq u32)
+
+`sender` is the sending host's index in the topology, `plane` the index of
+the NIC the packet was sent to. Scapy dissects both ports (bind_layers);
+the sockets use the struct codec below, which gives the same bytes
+(tests/unit/test_plane_failover.py).
+"""
+from __future__ import annotations
+
+import selectors
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+
+from scapy.fields import ByteField, FieldLenField, IntField, PacketListField, ShortField
+from scapy.layers.inet import UDP
+from scapy.packet import Packet, bind_layers
+
+FLOW_UDP_PORT = 6300
+ACK_UDP_PORT = 6301
+KIND_DATA = 1
+KIND_ACK = 2
+DATA_BYTES = 64                    # a data packet's UDP payload (header + padding)
+
+_HEAD = struct.Struct("!BBHH")     # kind, plane, sender, flow | count
+_SEQ = struct.Struct("!I")
+_ENTRY = struct.Struct("!HI")
+
+
+class FlowData(Packet):
+    name = "FlowData"
+    fields_desc = [ByteField("kind", KIND_DATA), ByteField("plane", 0), ShortField("sender", 0),
+                   ShortField("flow", 0), IntField("seq", 0)]
+
+
+class FlowAckEntry(Packet):
+    name = "FlowAckEntry"
+    fields_desc = [ShortField("flow", 0), IntField("seq", 0)]
+
+    def extract_padding(self, s):
+        return b"", s
+
+
+class FlowAck(Packet):
+    name = "FlowAck"
+    fields_desc = [ByteField("kind", KIND_ACK), ByteField("plane", 0), ShortField("sender", 0),
+                   FieldLenField("count", None, count_of="flows", fmt="H"),
+                   PacketListField("flows", [], FlowAckEntry, count_from=lambda p: p.count)]
+
+
+bind_layers(UDP, FlowData, dport=FLOW_UDP_PORT)
+bind_layers(UDP, FlowAck, dport=ACK_UDP_PORT)
+
+
+class FlowFormatError(ValueError):
+    """A datagram on the flow ports that is not a well-formed FlowData/FlowAck."""
+
+
+def pack_data(plane: int, sender: int, flow: int, seq: int) -> bytes:
+    head = _HEAD.pack(KIND_DATA, plane, sender, flow) + _SEQ.pack(seq)
+    return head + bytes(DATA_BYTES - len(head))
+
+
+def unpack_data(data: bytes) -> tuple[int, int, int, int]:
+    """(plane, sender, flow, seq); FlowFormatError when it is not FlowData."""
+    if len(data) < _HEAD.size + _SEQ.size:
+        raise FlowFormatError(f"{len(data)} bytes: shorter than a FlowData header")
+    kind, plane, sender, flow = _HEAD.unpack_from(data)
+    if kind != KIND_DATA:
+        raise FlowFormatError(f"kind {kind}, expected {KIND_DATA} (data)")
+    return plane, sender, flow, _SEQ.unpack_from(data, _HEAD.size)[0]
+
+
+def pack_ack(plane: int, sender: int, flows: dict[int, int]) -> bytes:
+    return _HEAD.pack(KIND_ACK, plane, sender, len(flows)) + b"".join(
+        _ENTRY.pack(f, s) for f, s in sorted(flows.items()))
+
+
+def unpack_ack(data: bytes) -> tuple[int, int, dict[int, int]]:
+    """(plane, sender, {flow: highest seq}); FlowFormatError when malformed."""
+    if len(data) < _HEAD.size:
+        raise FlowFormatError(f"{len(data)} bytes: shorter than a FlowAck header")
+    kind, plane, sender, count = _HEAD.unpack_from(data)
+    if kind != KIND_ACK:
+        raise FlowFormatError(f"kind {kind}, expected {KIND_ACK} (ack)")
+    if len(data) != _HEAD.size + count * _ENTRY.size:
+        raise FlowFormatError(f"{count} entries need {_HEAD.size + count * _ENTRY.size} bytes, got {len(data)}")
+    return plane, sender, dict(_ENTRY.iter_unpack(data[_HEAD.size:]))
+
+
+# -- sending ------------------------------------------------------------------
+
+@dataclass
+class Flow:
+    peer: str
+    index: int                     # flow id within this sender
+    addresses: list[str]           # the peer's address on each plane
+    sock: socket.socket
+    plane: int = 0
+    seq: int = 0                   # next sequence number
+    acked: int = -1                # highest sequence number acknowledged
+    progress_at: float = 0.0       # when acked last advanced (or the flow moved)
+    moves: list[tuple[float, int, int]] = field(default_factory=list)   # (time, from plane, to plane)
+
+
+class FlowSender:
+    """`flows_per_peer` flows to each peer at `rate_pps` packets/s per peer
+    (round robin over the flows), from the host's namespace. Records every
+    packet sent as (time, peer, flow, seq, plane) in `sent`."""
+
+    def __init__(self, host: str, sender_id: int, peers: dict[str, list[str]], *, flows_per_peer: int = 8,
+                 rate_pps: float = 400.0, timeout_ms: float = 100.0, failover: bool = True,
+                 netns_socket=None, base_port: int = 40000):
+        from telemetry.netns import socket_in_netns
+        if not peers:
+            raise ValueError("a FlowSender needs at least one peer")
+        if rate_pps <= 0 or flows_per_peer < 1 or timeout_ms <= 0:
+            raise ValueError(f"rate_pps ({rate_pps}), flows_per_peer ({flows_per_peer}) and timeout_ms "
+                             f"({timeout_ms}) must be positive")
+        open_socket = netns_socket or socket_in_netns
+        self.host, self.sender_id = host, sender_id
+        self.rate_pps, self.timeout_s, self.failover = rate_pps, timeout_ms / 1000, failover
+        self.flows: list[Flow] = []
+        for p, (peer, addresses) in enumerate(sorted(peers.items())):
+            for i in range(flows_per_peer):
+                s = open_socket(host)
+                s.bind(("0.0.0.0", base_port + p * flows_per_peer + i))
+                self.flows.append(Flow(peer, p * flows_per_peer + i, list(addresses), s))
+        self.ack_sock = open_socket(host)
+        self.ack_sock.bind(("0.0.0.0", ACK_UDP_PORT))
+        self.ack_sock.setblocking(False)
+        self.sent: list[tuple[float, str, int, int, int]] = []
+        self.malformed = 0
+        self.send_errors = 0
+
+    def _on_ack(self, data: bytes, now: float) -> None:
+        try:
+            _, _, acked = unpack_ack(data)
+        except FlowFormatError:
+            self.malformed += 1
+            return
+        for index, seq in acked.items():
+            if 0 <= index < len(self.flows) and seq > self.flows[index].acked:
+                self.flows[index].acked = seq
+                self.flows[index].progress_at = now
+
+    def _check_failover(self, now: float) -> None:
+        for f in self.flows:
+            if f.seq - 1 > f.acked and now - f.progress_at > self.timeout_s and len(f.addresses) > 1:
+                new = (f.plane + 1) % len(f.addresses)
+                f.moves.append((now, f.plane, new))
+                f.plane, f.progress_at = new, now
+
+    def run(self, stop: threading.Event) -> None:
+        per_peer = len(self.flows) // len({f.peer for f in self.flows})
+        interval = 1.0 / (self.rate_pps * len(self.flows) / per_peer)
+        sel = selectors.DefaultSelector()
+        sel.register(self.ack_sock, selectors.EVENT_READ)
+        now = time.monotonic()
+        for f in self.flows:
+            f.progress_at = now
+        next_at, k = now, 0
+        while not stop.is_set():
+            for _ in sel.select(max(0.0, next_at - time.monotonic())):
+                while True:
+                    try:
+                        data = self.ack_sock.recv(2048)
+                    except BlockingIOError:
+                        break
+                    self._on_ack(data, time.monotonic())
+            now = time.monotonic()
+            if now < next_at:
+                continue
+            f = self.flows[k % len(self.flows)]
+            k += 1
+            try:
+                f.sock.sendto(pack_data(f.plane, self.sender_id, f.index, f.seq), (f.addresses[f.plane], FLOW_UDP_PORT))
+            except OSError:
+                self.send_errors += 1      # e.g. a NIC whose link is down: counted as sent, lost
+            self.sent.append((now, f.peer, f.index, f.seq, f.plane))
+            f.seq += 1
+            next_at += interval
+            if self.failover:
+                self._check_failover(now)
+        sel.close()
+
+    def close(self) -> None:
+        for f in self.flows:
+            f.sock.close()
+        self.ack_sock.close()
+
+
+class FlowReceiver:
+    """Receives FlowData on FLOW_UDP_PORT in `host`'s namespace, records each
+    arrival as (time, sender, flow, seq, plane) in `received`, and every
+    `ack_ms` sends each sender address that sent something new a FlowAck."""
+
+    def __init__(self, host: str, *, ack_ms: float = 10.0, netns_socket=None):
+        from telemetry.netns import socket_in_netns
+        open_socket = netns_socket or socket_in_netns
+        self.host, self.ack_s = host, ack_ms / 1000
+        self.sock = open_socket(host)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)   # rides out the GIL's pauses
+        self.sock.bind(("0.0.0.0", FLOW_UDP_PORT))
+        self.sock.settimeout(self.ack_s)
+        self.received: list[tuple[float, int, int, int, int]] = []
+        self.malformed = 0
+
+    def run(self, stop: threading.Event) -> None:
+        pending: dict[str, tuple[int, int, dict[int, int]]] = {}     # address -> (plane, sender, flows)
+        highest: dict[tuple[int, int], int] = {}
+        next_ack = time.monotonic() + self.ack_s
+        while not stop.is_set():
+            try:
+                data, (addr, _) = self.sock.recvfrom(2048)
+            except socket.timeout:
+                data = None
+            except OSError:
+                data = None
+            now = time.monotonic()
+            if data is not None:
+                try:
+                    plane, sender, flow, seq = unpack_data(data)
+                except FlowFormatError:
+                    self.malformed += 1
+                else:
+                    self.received.append((now, sender, flow, seq, plane))
+                    key = (sender, flow)
+                    highest[key] = max(seq, highest.get(key, -1))
+                    pending.setdefault(addr, (plane, sender, {}))[2][flow] = highest[key]
+            if now >= next_ack:
+                for addr, (plane, sender, flows) in pending.items():
+                    try:
+                        self.sock.sendto(pack_ack(plane, sender, flows), (addr, ACK_UDP_PORT))
+                    except OSError:
+                        pass
+                pending.clear()
+                next_ack = now + self.ack_s
+
+    def close(self) -> None:
+        self.sock.close()

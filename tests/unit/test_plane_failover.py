@@ -1,0 +1,129 @@
+"""Host-side plane failover (hostagent/plane_failover.py): the Scapy layers
+and the struct codec give the same bytes, malformed datagrams are refused
+with the reason, and on loopback a sender whose first "plane" never
+answers moves every flow to the second one, while one whose plane answers
+moves nothing."""
+import re
+import socket
+import threading
+import time
+
+import pytest
+from scapy.layers.inet import IP, UDP
+
+from hostagent import plane_failover as pf
+
+
+def test_data_layer_and_codec_agree():
+    raw = pf.pack_data(1, 7, 12, 0xDEADBEEF)
+    assert len(raw) == pf.DATA_BYTES
+    layer = pf.FlowData(plane=1, sender=7, flow=12, seq=0xDEADBEEF)
+    assert raw.startswith(bytes(layer))
+    parsed = IP(bytes(IP() / UDP(sport=40000, dport=pf.FLOW_UDP_PORT) / raw))
+    assert parsed.haslayer(pf.FlowData)
+    assert (parsed[pf.FlowData].sender, parsed[pf.FlowData].flow, parsed[pf.FlowData].seq) == (7, 12, 0xDEADBEEF)
+    assert pf.unpack_data(raw) == (1, 7, 12, 0xDEADBEEF)
+
+
+def test_ack_layer_and_codec_agree():
+    flows = {3: 100, 0: 5, 65535: 2**32 - 1}
+    raw = pf.pack_ack(1, 2, flows)
+    layer = pf.FlowAck(plane=1, sender=2, flows=[pf.FlowAckEntry(flow=f, seq=s) for f, s in sorted(flows.items())])
+    assert bytes(layer) == raw
+    parsed = IP(bytes(IP() / UDP(dport=pf.ACK_UDP_PORT) / raw))[pf.FlowAck]
+    assert parsed.count == 3 and {e.flow: e.seq for e in parsed.flows} == flows
+    assert pf.unpack_ack(raw) == (1, 2, flows)
+
+
+@pytest.mark.parametrize("raw, reason", [
+    (b"", "shorter than a FlowData header"),
+    (bytes(9), "shorter than a FlowData header"),
+    (pf.pack_ack(0, 1, {1: 2}) + bytes(60), "expected 1 (data)"),
+], ids=["empty", "short", "an ack on the data port"])
+def test_malformed_data_is_refused(raw, reason):
+    with pytest.raises(pf.FlowFormatError, match=re.escape(reason)):
+        pf.unpack_data(raw)
+
+
+@pytest.mark.parametrize("raw, reason", [
+    (b"\x02\x00", "shorter than a FlowAck header"),
+    (pf.pack_data(0, 1, 2, 3), "expected 2 (ack)"),
+    (pf.pack_ack(0, 1, {1: 2, 3: 4})[:-1], "2 entries need 18 bytes, got 17"),
+    (pf.pack_ack(0, 1, {1: 2}) + b"\0", "1 entries need 12 bytes, got 13"),
+], ids=["short", "data on the ack port", "truncated entry", "trailing byte"])
+def test_malformed_acks_are_refused(raw, reason):
+    with pytest.raises(pf.FlowFormatError, match=re.escape(reason)):
+        pf.unpack_ack(raw)
+
+
+NOWHERE = "192.0.2.1"      # TEST-NET-1: nobody answers there
+
+
+def _loopback(host):
+    return socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+
+
+def _run(sender, receiver, seconds):
+    stop = threading.Event()
+    threads = [threading.Thread(target=x.run, args=(stop,)) for x in (receiver, sender)]
+    for t in threads:
+        t.start()
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join()
+    sender.close()
+    receiver.close()
+
+
+def test_flows_move_to_the_plane_that_answers():
+    # "plane 0" is an address nobody listens on, "plane 1" the receiver's.
+    receiver = pf.FlowReceiver("rx", netns_socket=_loopback)
+    sender = pf.FlowSender("tx", 3, {"peer": [NOWHERE, "127.0.0.1"]}, flows_per_peer=4, rate_pps=400,
+                           timeout_ms=50, netns_socket=_loopback, base_port=47100)
+    _run(sender, receiver, 0.6)
+    assert all(f.plane == 1 and len(f.moves) == 1 and f.moves[0][1:] == (0, 1) for f in sender.flows)
+    got = {(flow, seq) for _, s, flow, seq, plane in receiver.received if s == 3 and plane == 1}
+    assert {flow for flow, _ in got} == {0, 1, 2, 3}, "every flow is delivered on the new plane"
+    assert all(f.acked >= 0 for f in sender.flows)
+
+
+def test_flows_stay_where_acks_come_back():
+    receiver = pf.FlowReceiver("rx", netns_socket=_loopback)
+    sender = pf.FlowSender("tx", 1, {"peer": ["127.0.0.1", NOWHERE]}, flows_per_peer=4, rate_pps=400,
+                           timeout_ms=100, netns_socket=_loopback, base_port=47200)
+    _run(sender, receiver, 0.5)
+    assert all(f.plane == 0 and not f.moves for f in sender.flows)
+    assert len(receiver.received) == len(sender.sent) > 100
+
+
+def test_without_failover_flows_never_move():
+    receiver = pf.FlowReceiver("rx", netns_socket=_loopback)
+    sender = pf.FlowSender("tx", 1, {"peer": [NOWHERE, "127.0.0.1"]}, flows_per_peer=2, rate_pps=200,
+                           timeout_ms=20, failover=False, netns_socket=_loopback, base_port=47300)
+    _run(sender, receiver, 0.3)
+    assert all(f.plane == 0 and not f.moves for f in sender.flows)
+    assert not receiver.received
+
+
+@pytest.mark.parametrize("kwargs, reason", [
+    ({"peers": {}}, "at least one peer"),
+    ({"rate_pps": 0}, "must be positive"),
+    ({"flows_per_peer": 0}, "must be positive"),
+], ids=["no peers", "no rate", "no flows"])
+def test_bad_sender_settings_are_named(kwargs, reason):
+    args = {"peers": {"p": ["127.0.0.1"]}, **kwargs}
+    peers = args.pop("peers")
+    with pytest.raises(ValueError, match=reason):
+        pf.FlowSender("tx", 0, peers, netns_socket=_loopback, **args)
+
+
+def test_a_malformed_ack_is_counted_not_fatal():
+    sender = pf.FlowSender("tx", 0, {"p": ["127.0.0.1"]}, flows_per_peer=1, netns_socket=_loopback,
+                           base_port=47400)
+    try:
+        sender._on_ack(b"\x02\x00\x00", 0.0)
+        sender._on_ack(pf.pack_ack(0, 0, {0: 5, 99: 7}), 1.0)     # flow 99 is not ours: ignored
+    finally:
+        sender.close()
+    assert sender.malformed == 1 and sender.flows[0].acked == 5 and sender.flows[0].progress_at == 1.0
