@@ -6,6 +6,7 @@ In a topology file (validated with the rest of it, before anything starts):
     failover:
       heartbeat_ms: 20        # how often hostagent/heartbeat.py sends along every link
       timeout_ms: 100         # a port silent this long after a heartbeat is dead
+      paths: true             # also watch the paths to every other edge switch (default)
 
 Every switch then watches the ports of its ECMP groups (failover_config's
 default action: watch(timeout)), and each slot of a group gets a backup in
@@ -14,6 +15,18 @@ through another port. A packet whose member's port is dead takes the backup;
 with the backup dead too, it is dropped as DROP_NO_LIVE_MEMBER. The backups
 follow the slots the controller is about to write (`forwarding=`), so they
 stay right after the controller re-homes slots.
+
+With `paths`, heartbeats also run from every edge switch (a switch with
+hosts) to every other one through each of the far end's neighbours on a
+shortest path, and each switch learns, per port, which edge switches it
+still hears through it (path_heard). failover_destination maps each remote
+host subnet to the index of its edge switch (edge_switches(): the sorted
+names of the switches with hosts), so a member whose path to the packet's
+edge switch went silent is dead too: a link failing behind a neighbour
+(spine1's link down to leaf1, seen from leaf2) fails over in the data plane
+as well. The cost: edges x (edges - 1) x uplinks more heartbeats a period
+(4 on leaf-spine, 112 on fat-tree-k4; raise heartbeat_ms there, or set
+paths: false).
 
 Detection bound: a port is declared dead at most timeout_ms + heartbeat_ms
 after its last heartbeat arrived (and no earlier than timeout_ms), so
@@ -34,9 +47,11 @@ from .topology import NextHop
 SECTION = "failover"
 CONFIG_TABLE = "failover_config"
 BACKUP_TABLE = "next_hop_backup"
+DESTINATION_TABLE = "failover_destination"
 BACKUP_COUNTER = "backup_packets"
 HEARD_REGISTER = "port_heard"
-FIELDS = {"heartbeat_ms", "timeout_ms"}
+FIELDS = {"heartbeat_ms", "timeout_ms", "paths"}
+FAILOVER_ORIGINS = 64             # p4src/include/defines.p4: edge switches whose paths are watched
 BENCH_NEXT_ID = 1
 
 
@@ -44,6 +59,7 @@ BENCH_NEXT_ID = 1
 class FailoverConfig:
     heartbeat_ms: float = 20.0
     timeout_ms: float = 100.0
+    paths: bool = True
 
     @property
     def detection_bound_ms(self) -> float:
@@ -57,7 +73,7 @@ def _ms(value: Any) -> Optional[float]:
 
 
 def parse_section(raw: Any, topo, fail: Callable[[str, str], None]) -> FailoverConfig:
-    check_mapping(raw, SECTION, FIELDS, fail, what="{heartbeat_ms, timeout_ms}")
+    check_mapping(raw, SECTION, FIELDS, fail, what="{heartbeat_ms, timeout_ms, paths}")
     values = {}
     for key, default in (("heartbeat_ms", FailoverConfig.heartbeat_ms), ("timeout_ms", FailoverConfig.timeout_ms)):
         v = _ms(raw.get(key, default))
@@ -67,7 +83,28 @@ def parse_section(raw: Any, topo, fail: Callable[[str, str], None]) -> FailoverC
     if values["timeout_ms"] < 2 * values["heartbeat_ms"]:
         fail(f"{SECTION}.timeout_ms", f"{values['timeout_ms']:g} ms is less than two heartbeats "
                                       f"({values['heartbeat_ms']:g} ms each): one lost heartbeat would kill a port")
-    return FailoverConfig(**values)
+    paths = raw.get("paths", True)
+    if not isinstance(paths, bool):
+        fail(f"{SECTION}.paths", f"expected true or false, got {paths!r}")
+    edges = edge_switches(topo)
+    if paths and len(edges) > FAILOVER_ORIGINS:
+        fail(f"{SECTION}.paths", f"{len(edges)} switches have hosts; paths can be watched for at most "
+                                 f"{FAILOVER_ORIGINS} (set paths: false)")
+    return FailoverConfig(**values, paths=paths)
+
+
+def edge_switches(topo) -> list[str]:
+    """The switches with hosts, sorted: a path heartbeat carries its edge
+    switch's index in this list (HEARTBEAT_ORIGIN_PORT_BASE + index)."""
+    return sorted({nic.switch for nic in topo.nics})
+
+
+def destinations(topo, switch: str) -> dict[str, int]:
+    """Remote host subnet -> the index of the edge switch it sits behind."""
+    index = {s: i for i, s in enumerate(edge_switches(topo))}
+    return {route.prefix: index[topo.hosts[route.host].nics[route.nic].switch]
+            for route in topo.routes()[switch]
+            if topo.hosts[route.host].nics[route.nic].switch != switch}
 
 
 def backups(slots: list[NextHop]) -> dict[int, NextHop]:
@@ -86,12 +123,15 @@ def backups(slots: list[NextHop]) -> dict[int, NextHop]:
 
 def empty_state(p4info: P4Info) -> SwitchState:
     """Failover off: no backups, failover_config back to NoAction."""
-    return SwitchState(managed_tables={p4info.table(t).preamble.id for t in (CONFIG_TABLE, BACKUP_TABLE)},
+    return SwitchState(managed_tables={p4info.table(t).preamble.id
+                                       for t in (CONFIG_TABLE, BACKUP_TABLE, DESTINATION_TABLE)},
                        table_entries=[p4info.default_entry(CONFIG_TABLE, "NoAction")])
 
 
-def failover_state(p4info: P4Info, groups: Mapping[int, list[NextHop]], timeout_ms: float) -> SwitchState:
-    """Failover on with `timeout_ms`, backups for every slot of `groups`."""
+def failover_state(p4info: P4Info, groups: Mapping[int, list[NextHop]], timeout_ms: float,
+                   edges: Mapping[str, int] | None = None) -> SwitchState:
+    """Failover on with `timeout_ms`, backups for every slot of `groups`,
+    and the edge switch index of each remote prefix in `edges` (paths watched)."""
     state = empty_state(p4info)
     state.table_entries = [p4info.default_entry(CONFIG_TABLE, "watch",
                                                 {"timeout_us": int(round(timeout_ms * 1000))})]
@@ -100,6 +140,9 @@ def failover_state(p4info: P4Info, groups: Mapping[int, list[NextHop]], timeout_
             state.table_entries.append(p4info.table_entry(
                 BACKUP_TABLE, {"meta.next_id": next_id, "meta.ecmp_slot": slot}, action="backup",
                 params={"port": hop.port, "src_mac": hop.src_mac, "dst_mac": hop.dst_mac}))
+    for prefix, origin in sorted((edges or {}).items()):
+        state.table_entries.append(p4info.table_entry(DESTINATION_TABLE, {"hdr.ipv4.dst_addr": prefix},
+                                                      action="toward", params={"origin": origin}))
     return state
 
 
@@ -110,15 +153,17 @@ def switch_state(p4info: P4Info, topo, switch: str, *, forwarding: Optional[Swit
         return empty_state(p4info)
     if forwarding is None:
         forwarding = forwarding_state(p4info, topo.routes()[switch], seed=ecmp_seed(topo.switches[switch].device_id))
-    return failover_state(p4info, slots_on_switch(p4info, forwarding), cfg.timeout_ms)
+    return failover_state(p4info, slots_on_switch(p4info, forwarding), cfg.timeout_ms,
+                          destinations(topo, switch) if cfg.paths else None)
 
 
 def bench_state(p4info: P4Info, port: int) -> SwitchState:
     """Failover on for the bench's group (every packet checks its port's
-    liveness; the bench's heartbeat-less ports are never declared dead)."""
+    liveness and its path's, to edge 0; the bench's heartbeat-less ports
+    are never declared dead)."""
     from .forwarding import ECMP_SLOTS
     slots = [NextHop(port, "0a:00:00:00:02:01", "0a:00:02:00:00:01")] * ECMP_SLOTS
-    return failover_state(p4info, {BENCH_NEXT_ID: slots}, FailoverConfig.timeout_ms)
+    return failover_state(p4info, {BENCH_NEXT_ID: slots}, FailoverConfig.timeout_ms, {"0.0.0.0/0": 0})
 
 
 def backup_packets(conn, p4info: P4Info) -> dict[tuple[int, int], int]:

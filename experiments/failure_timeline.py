@@ -27,9 +27,11 @@ Protections (each on a fresh network):
                the other plane.
 
 Per run: packets sent and lost after t0; the outage: the send time of the
-last packet lost before the first 300 ms without loss (the few stray
+last packet lost before the first 200 ms without loss (the few stray
 losses of steady state, counted before t0 as lost_before_t0, are not the
-failure's); the controller's reroute time; the flows that moved plane.
+failure's); the controller's reroute time; the flows that moved plane;
+what the switches dropped, by reason. Each failure is repeated --repeats
+times; the table gives the median and the largest outage.
 Writes runs.csv, timeline.csv (per 20 ms of send time: packets sent, lost,
 and the delivered share) and
 timeline.png under --out (default experiments/results/failure_timeline/).
@@ -43,6 +45,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from statistics import median
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -53,6 +56,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import yaml  # noqa: E402
 
+from control import diagnose  # noqa: E402
 from control.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS  # noqa: E402
 from control.build import compile_p4  # noqa: E402
 from control.controller import FabricController  # noqa: E402
@@ -67,7 +71,7 @@ HEARTBEAT_MS, TIMEOUT_MS, REROUTE_PERIOD_S = 20, 100, 0.2
 PROTECTIONS = {"leaf-spine": ("controller", "data plane"), "dual-plane": ("controller", "data plane", "host")}
 FAILURES = ("link", "switch")
 BIN_S = 0.02
-QUIET_S = 0.3
+QUIET_S = 0.2          # twice the failover timeout: an outage is continuous loss
 
 
 def fabric(name: str, protection: str):
@@ -120,6 +124,16 @@ def fail_switch(net, ctl, name: str, lock: threading.Lock):
     return undo
 
 
+def drops_by_reason(before, after) -> str:
+    """Packets the switches dropped between two counter snapshots, by reason
+    (switches that did not answer both times are left out)."""
+    total = Counter()
+    for s, now in after.drops.items():
+        if now is not None and before.drops.get(s) is not None:
+            total.update({r: n - before.drops[s].get(r, 0) for r, n in now.items() if n > before.drops[s].get(r, 0)})
+    return "; ".join(f"{r} {n}" for r, n in sorted(total.items())) or "none"
+
+
 def outage_s(lost_after: list[float], quiet_s: float = QUIET_S) -> float:
     """When the outage a failure caused ended: the send time of the last lost
     packet before the first loss-free stretch of quiet_s (a stray loss
@@ -148,9 +162,11 @@ def one_run(name: str, topo, net, ctl, protection: str, failure: str, args, rero
     try:
         time.sleep(args.before)
         changes_before = len(rerouter.changes) if rerouter else 0
+        counters_before = diagnose.snapshot(ctl)
         t0, t0_wall = time.monotonic(), time.time()
         undo = fail_link(topo, leaf, spine) if failure == "link" else fail_switch(net, ctl, spine, lock)
         time.sleep(args.after)
+        counters_after = diagnose.snapshot(ctl)
     finally:
         stop.set()
         for t in threads:
@@ -173,7 +189,8 @@ def one_run(name: str, topo, net, ctl, protection: str, failure: str, args, rero
            "rerouted_ms": round(1000 * rerouted, 1) if rerouted is not None else "",
            "flows_moved": sum(len(f.moves) > 0 for x in senders for f in x.flows),
            "flows": sum(len(x.flows) for x in senders),
-           "last_second_lost": sum(1 for t in lost_after if t >= args.after - 1.2)}
+           "last_second_lost": sum(1 for t in lost_after if t >= args.after - 1.2),
+           "switch_drops": drops_by_reason(counters_before, counters_after)}
     sent_in = Counter(int((t + args.before) // BIN_S) for t, *_ in sent)
     lost_in = Counter(int((t + args.before) // BIN_S) for t in lost)
     bins = int((args.before + args.after - 0.2) / BIN_S)
@@ -204,11 +221,12 @@ def main(argv=None) -> int:
     ap.add_argument("--rate", type=float, default=100.0, help="packets/s per host pair (BMv2 and Python share 2 cores here)")
     ap.add_argument("--before", type=float, default=1.0, help="seconds of steady traffic before t0")
     ap.add_argument("--after", type=float, default=3.0, help="seconds observed after t0")
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each failure")
     ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "failure_timeline"))
     ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS)
     args = ap.parse_args(argv)
-    if args.rate <= 0 or args.before < 0.5 or args.after < 1.5:
-        ap.error("--rate must be positive, --before at least 0.5 s and --after at least 1.5 s")
+    if args.rate <= 0 or args.before < 0.5 or args.after < 1.5 or args.repeats < 1:
+        ap.error("--rate must be positive, --before at least 0.5 s, --after at least 1.5 s, --repeats at least 1")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     compile_p4()
@@ -233,15 +251,18 @@ def main(argv=None) -> int:
                 time.sleep(0.5)
                 try:
                     for failure in args.failures:
-                        row, tl = one_run(name, topo, net, ctl, protection, failure, args, rerouter, lock)
-                        rows.append(row)
-                        timeline += tl
-                        print(f"    {failure:6s} {row['target']:15s} lost {row['lost']:5d} of "
-                              f"{row['sent_after_t0']}, outage {row['outage_ms']:7.1f} ms"
-                              + (f", rerouted at {row['rerouted_ms']} ms" if row["rerouted_ms"] != "" else "")
-                              + (f", {row['flows_moved']}/{row['flows']} flows moved plane"
-                                 if protection == "host" else ""), flush=True)
-                        wait_for_routes_back(ctl, rerouter)
+                        for repeat in range(1, args.repeats + 1):
+                            row, tl = one_run(name, topo, net, ctl, protection, failure, args, rerouter, lock)
+                            row = {"repeat": repeat, **row}
+                            rows.append(row)
+                            if repeat == 1:
+                                timeline += tl
+                            print(f"    {failure:6s} {row['target']:15s} #{repeat} lost {row['lost']:4d} of "
+                                  f"{row['sent_after_t0']}, outage {row['outage_ms']:6.1f} ms"
+                                  + (f", rerouted at {row['rerouted_ms']} ms" if row["rerouted_ms"] != "" else "")
+                                  + (f", {row['flows_moved']}/{row['flows']} flows moved plane"
+                                     if protection == "host" else ""), flush=True)
+                            wait_for_routes_back(ctl, rerouter)
                 finally:
                     stop.set()
                     if thread:
@@ -270,11 +291,18 @@ def write_csv(path: Path, rows: list[dict]) -> None:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| topology | protection | failure | lost | outage (ms) | controller rerouted at (ms) |",
-             "|---|---|---|---:|---:|---:|"]
+    """Per (topology, protection, failure): median and largest outage and loss."""
+    lines = ["| topology | protection | failure | outage ms, median (max) | packets lost, median (max) "
+             "| controller rerouted at, median ms |", "|---|---|---|---:|---:|---:|"]
+    groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        lines.append(f"| {r['topology']} | {r['protection']} | {r['failure']} | {r['lost']} of "
-                     f"{r['sent_after_t0']} | {r['outage_ms']:.0f} | {r['rerouted_ms'] or '-'} |")
+        groups.setdefault((r["topology"], r["protection"], r["failure"]), []).append(r)
+    for (topology, protection, failure), rs in groups.items():
+        outage = [r["outage_ms"] for r in rs]
+        lost = [r["lost"] for r in rs]
+        rerouted = [r["rerouted_ms"] for r in rs if r["rerouted_ms"] != ""]
+        lines.append(f"| {topology} | {protection} | {failure} | {median(outage):.0f} ({max(outage):.0f}) | "
+                     f"{median(lost):.0f} ({max(lost)}) | {f'{median(rerouted):.0f}' if rerouted else '-'} |")
     return "\n".join(lines)
 
 

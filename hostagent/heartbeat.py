@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import multiprocessing
+import pickle
+import select
 import signal
 import socket
+import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional
 
 from scapy.layers.inet import IP, UDP
@@ -34,14 +37,19 @@ from scapy.packet import Raw
 from .probes import ETHERTYPE_SOURCE_ROUTE, SOURCE_ROUTE_MAX_HOPS, ProbeError, SourceRoute
 
 HEARTBEAT_UDP_PORT = 6200          # p4src/include/defines.p4 (tests check they agree)
+HEARTBEAT_ORIGIN_PORT_BASE = 0xC000   # a path heartbeat's source port: base + its edge switch's index
 
 
-def heartbeat_frame(ports: list[int], *, src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, seq: int = 0) -> bytes:
-    """A heartbeat that leaves switch i out of ports[i]."""
+def heartbeat_frame(ports: list[int], *, src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, seq: int = 0,
+                    origin: Optional[int] = None) -> bytes:
+    """A heartbeat that leaves switch i out of ports[i]; a path heartbeat
+    when `origin` (its edge switch's index) is given."""
     if not 1 <= len(ports) <= SOURCE_ROUTE_MAX_HOPS:
         raise ProbeError(f"a heartbeat takes 1..{SOURCE_ROUTE_MAX_HOPS} hops, got {len(ports)}")
     return bytes(Ether(src=src_mac, dst=dst_mac, type=ETHERTYPE_SOURCE_ROUTE) / SourceRoute(ports=ports)
-                 / IP(src=src_ip, dst=dst_ip) / UDP(sport=HEARTBEAT_UDP_PORT, dport=HEARTBEAT_UDP_PORT)
+                 / IP(src=src_ip, dst=dst_ip)
+                 / UDP(sport=HEARTBEAT_UDP_PORT if origin is None else HEARTBEAT_ORIGIN_PORT_BASE + origin,
+                       dport=HEARTBEAT_UDP_PORT)
                  / Raw(b"heartbeat %d" % seq))
 
 
@@ -51,6 +59,7 @@ class HeartbeatPath:
     iface: str
     frame: bytes
     links: list[tuple[str, str]]     # the directed switch links whose far end records it
+    paths: list[tuple[str, str, str]] = field(default_factory=list)   # (edge A, neighbour S, edge B): B hears A via S
 
 
 def _port_to(topo, switch: str, peer: str) -> int:
@@ -76,13 +85,19 @@ def _switch_path(topo, src: str, dst: str) -> list[str]:
     return path[::-1]
 
 
-def planned_heartbeats(topo, max_hops: int = SOURCE_ROUTE_MAX_HOPS) -> list[HeartbeatPath]:
+def planned_heartbeats(topo, max_hops: int = SOURCE_ROUTE_MAX_HOPS, paths: Optional[bool] = None) -> list[HeartbeatPath]:
     """One heartbeat per switch link A-B, recorded at both ends: from a host
     h next to A (or the nearest host), to A, across to B and back to A
     (B records A->B, A records B->A), then home to h. A link with a host
     behind one end (leaf-spine, dual-plane, rails) is tested by itself; one
     between two switches without hosts (fat-tree aggregation-core) also
-    depends on the switches between it and the host."""
+    depends on the switches between it and the host.
+
+    With `paths` (default: the topology's failover.paths), also one path
+    heartbeat per edge switch A, other edge switch B and neighbour S of B
+    on a shortest A-B path: from a host at A along a shortest path to S,
+    into B, out to a host at B (addressed to its sender, so B's host drops
+    it); B records that it hears A through S."""
     out = []
     done = set()
     hosts_at = {}
@@ -110,6 +125,37 @@ def planned_heartbeats(topo, max_hops: int = SOURCE_ROUTE_MAX_HOPS) -> list[Hear
             frame = heartbeat_frame(ports, src_mac=nic.mac, dst_mac=nic.gateway_mac, src_ip=nic.ip,
                                     dst_ip=nic.ip, seq=len(out))
             out.append(HeartbeatPath(nic.host, nic.iface, frame, [(a, b), (b, a)]))
+    if paths is None:
+        cfg = topo.features.get("failover")
+        paths = bool(cfg and cfg.paths)
+    if paths:
+        out += _path_heartbeats(topo, hosts_at, max_hops)
+    return out
+
+
+def _path_heartbeats(topo, hosts_at, max_hops: int) -> list[HeartbeatPath]:
+    from control.failover import edge_switches
+    edges = edge_switches(topo)
+    out = []
+    for origin, a in enumerate(edges):
+        nic = hosts_at[a]
+        for b in edges:
+            if b == a:
+                continue
+            try:
+                direct = len(_switch_path(topo, a, b))
+            except ProbeError:
+                continue                     # another plane
+            for s in sorted({p.peer for p in topo.switches[b].ports.values() if p.peer in topo.switches}):
+                there = _switch_path(topo, a, s) + [b]
+                if len(there) != direct:
+                    continue                 # not on a shortest path from a
+                ports = [_port_to(topo, x, y) for x, y in zip(there, there[1:])] + [hosts_at[b].switch_port]
+                if len(ports) > max_hops:
+                    raise ProbeError(f"the path heartbeat {a}->{s}->{b} needs {len(ports)} hops, more than {max_hops}")
+                frame = heartbeat_frame(ports, src_mac=nic.mac, dst_mac=nic.gateway_mac, src_ip=nic.ip,
+                                        dst_ip=nic.ip, seq=origin, origin=origin)
+                out.append(HeartbeatPath(nic.host, nic.iface, frame, [], [(a, s, b)]))
     return out
 
 
@@ -148,11 +194,17 @@ class HeartbeatSender:
             time.sleep(max(0.0, next_at - time.monotonic()))
 
 
-def _send_until_stopped(topo, period_s: float, stop, ready) -> None:
+def _serve() -> None:
+    """The heartbeat process of running_heartbeats: (topology, period_s)
+    pickled on stdin, "ready" on stdout once its sockets are open, sends
+    until SIGTERM."""
+    topo, period_s = pickle.load(sys.stdin.buffer)
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     sender = HeartbeatSender(planned_heartbeats(topo))
-    ready.set()
+    print("ready", flush=True)
     try:
-        sender.run(period_s, None, stop.is_set)
+        sender.run(period_s, None, stop=lambda: bool(stopping))
     finally:
         sender.close()
 
@@ -164,23 +216,24 @@ def running_heartbeats(topo, period_s: float):
     the interpreter (the controller reconciling, a garbage collection) longer
     than the failover timeout would silence every link at once, and the
     switches would rightly declare them all dead."""
-    ctx = multiprocessing.get_context("spawn")  # not fork: gRPC's threads in this process do not survive it
-    stop, ready = ctx.Event(), ctx.Event()
-    proc = ctx.Process(target=_send_until_stopped, args=(topo, period_s, stop, ready), daemon=True,
-                       name="heartbeats")
-    proc.start()
-    if not ready.wait(30.0) or not proc.is_alive():
-        stop.set()
-        proc.join(1.0)
-        raise ProbeError(f"the heartbeat process did not start (exit code {proc.exitcode})")
+    repo = Path(__file__).resolve().parent.parent
+    proc = subprocess.Popen([sys.executable, "-c", "from hostagent.heartbeat import _serve; _serve()"],
+                            cwd=repo, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
+        proc.stdin.write(pickle.dumps((topo, period_s)))
+        proc.stdin.close()
+        ready, _, _ = select.select([proc.stdout], [], [], 30.0)
+        if not ready or proc.stdout.readline().strip() != b"ready":
+            raise ProbeError(f"the heartbeat process did not start (exit code {proc.poll()})")
         yield proc
     finally:
-        stop.set()
-        proc.join(5.0)
-        if proc.is_alive():
+        proc.terminate()
+        try:
+            proc.wait(5.0)
+        except subprocess.TimeoutExpired:
             proc.kill()
-            proc.join()
+            proc.wait()
+        proc.stdout.close()
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -5,8 +5,9 @@ On a dual-plane fabric every host has one NIC on each plane and each peer
 has one address per plane (topology: NIC i on plane i, 10.<i>.<host>.1).
 A `FlowSender` keeps several UDP flows (one source port each, so ECMP
 spreads them) to each peer, on the peer's first plane. The peer's
-`FlowReceiver` acknowledges: every ack period, one ack per sender address
-that sent it something new, listing each flow's highest sequence number.
+`FlowReceiver` acknowledges each flow on the flow's own reversed 5-tuple
+(as a RoCE RC queue pair's ACKs travel), at most once an ack period: the
+highest sequence number it got.
 A flow whose acks stop advancing for `timeout_ms` while it has packets out
 moves to the peer's next plane (the host route for that address leaves by
 the NIC on that plane) -- what RDMA NIC bonding does after a retransmission
@@ -14,13 +15,14 @@ timeout. Detection bound: timeout + one ack period. A moved flow stays
 where it went; with `failover=False` flows never move (the switches'
 protection alone is measured).
 
-Wire format (UDP to FLOW_UDP_PORT for data, ACK_UDP_PORT for acks):
+Wire format (data: UDP to FLOW_UDP_PORT; acks: UDP from it, back to the
+flow's source port):
 
     FlowData  kind=1, plane, sender, flow, seq             12 bytes, padded
     FlowAck   kind=2, plane, sender, count, count x (flow u16, seq u32)
 
 `sender` is the sending host's index in the topology, `plane` the index of
-the NIC the packet was sent to. Scapy dissects both ports (bind_layers);
+the NIC the packet was sent to. Scapy dissects both (bind_layers);
 the sockets use the struct codec below, which gives the same bytes
 (tests/unit/test_plane_failover.py).
 """
@@ -38,7 +40,6 @@ from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers
 
 FLOW_UDP_PORT = 6300
-ACK_UDP_PORT = 6301
 KIND_DATA = 1
 KIND_ACK = 2
 DATA_BYTES = 64                    # a data packet's UDP payload (header + padding)
@@ -70,7 +71,7 @@ class FlowAck(Packet):
 
 
 bind_layers(UDP, FlowData, dport=FLOW_UDP_PORT)
-bind_layers(UDP, FlowAck, dport=ACK_UDP_PORT)
+bind_layers(UDP, FlowAck, sport=FLOW_UDP_PORT)
 
 
 class FlowFormatError(ValueError):
@@ -147,9 +148,8 @@ class FlowSender:
                 s = open_socket(host)
                 s.bind(("0.0.0.0", base_port + p * flows_per_peer + i))
                 self.flows.append(Flow(peer, p * flows_per_peer + i, list(addresses), s))
-        self.ack_sock = open_socket(host)
-        self.ack_sock.bind(("0.0.0.0", ACK_UDP_PORT))
-        self.ack_sock.setblocking(False)
+        for f in self.flows:
+            f.sock.setblocking(False)
         self.sent: list[tuple[float, str, int, int, int]] = []
         self.malformed = 0
         self.send_errors = 0
@@ -176,17 +176,20 @@ class FlowSender:
         per_peer = len(self.flows) // len({f.peer for f in self.flows})
         interval = 1.0 / (self.rate_pps * len(self.flows) / per_peer)
         sel = selectors.DefaultSelector()
-        sel.register(self.ack_sock, selectors.EVENT_READ)
+        for f in self.flows:
+            sel.register(f.sock, selectors.EVENT_READ)
         now = time.monotonic()
         for f in self.flows:
             f.progress_at = now
         next_at, k = now, 0
         while not stop.is_set():
-            for _ in sel.select(max(0.0, next_at - time.monotonic())):
+            for key, _ in sel.select(max(0.0, next_at - time.monotonic())):
                 while True:
                     try:
-                        data = self.ack_sock.recv(2048)
-                    except BlockingIOError:
+                        data = key.fileobj.recv(2048)
+                    except (BlockingIOError, InterruptedError):
+                        break
+                    except OSError:             # e.g. an ICMP error queued on the socket
                         break
                     self._on_ack(data, time.monotonic())
             now = time.monotonic()
@@ -208,13 +211,13 @@ class FlowSender:
     def close(self) -> None:
         for f in self.flows:
             f.sock.close()
-        self.ack_sock.close()
 
 
 class FlowReceiver:
     """Receives FlowData on FLOW_UDP_PORT in `host`'s namespace, records each
     arrival as (time, sender, flow, seq, plane) in `received`, and every
-    `ack_ms` sends each sender address that sent something new a FlowAck."""
+    `ack_ms` acknowledges each flow that sent something new, back to the
+    address and port it came from."""
 
     def __init__(self, host: str, *, ack_ms: float = 10.0, netns_socket=None):
         from telemetry.netns import socket_in_netns
@@ -228,15 +231,13 @@ class FlowReceiver:
         self.malformed = 0
 
     def run(self, stop: threading.Event) -> None:
-        pending: dict[str, tuple[int, int, dict[int, int]]] = {}     # address -> (plane, sender, flows)
+        pending: dict[tuple[str, int], tuple[int, int, int, int]] = {}   # (addr, port) -> plane, sender, flow, seq
         highest: dict[tuple[int, int], int] = {}
         next_ack = time.monotonic() + self.ack_s
         while not stop.is_set():
             try:
-                data, (addr, _) = self.sock.recvfrom(2048)
-            except socket.timeout:
-                data = None
-            except OSError:
+                data, source = self.sock.recvfrom(2048)
+            except OSError:                      # the timeout, or an ICMP error queued on the socket
                 data = None
             now = time.monotonic()
             if data is not None:
@@ -248,11 +249,11 @@ class FlowReceiver:
                     self.received.append((now, sender, flow, seq, plane))
                     key = (sender, flow)
                     highest[key] = max(seq, highest.get(key, -1))
-                    pending.setdefault(addr, (plane, sender, {}))[2][flow] = highest[key]
+                    pending[source] = (plane, sender, flow, highest[key])
             if now >= next_ack:
-                for addr, (plane, sender, flows) in pending.items():
+                for source, (plane, sender, flow, seq) in pending.items():
                     try:
-                        self.sock.sendto(pack_ack(plane, sender, flows), (addr, ACK_UDP_PORT))
+                        self.sock.sendto(pack_ack(plane, sender, {flow: seq}), source)
                     except OSError:
                         pass
                 pending.clear()

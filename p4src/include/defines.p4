@@ -14,6 +14,9 @@ typedef bit<8>  drop_reason_t;
 const bit<16> ETHERTYPE_IPV4 = 0x0800;
 const bit<16> ETHERTYPE_SOURCE_ROUTE = 0x88B5;   // IEEE "local experimental": INT probe port lists
 const bit<16> HEARTBEAT_UDP_PORT = 6200;         // a source-routed packet to this port is a heartbeat (failover.p4)
+const bit<16> HEARTBEAT_ORIGIN_PORT_BASE = 0xC000;  // a heartbeat from source port base + e comes from edge switch e
+#define FAILOVER_ORIGIN_BITS 6
+const bit<32> FAILOVER_ORIGINS = 1 << FAILOVER_ORIGIN_BITS;   // edge switches whose paths a switch watches
 #define SOURCE_ROUTE_MAX_HOPS 16
 #define SOURCE_ROUTE_REST_BITS 240         // (SOURCE_ROUTE_MAX_HOPS - 1) * 16
 const bit<8>  IP_PROTO_TCP = 6;

@@ -10,13 +10,21 @@
 // switch starts forwarding before its first heartbeat). Detection takes at
 // most timeout + one heartbeat period.
 //
-// Failover: a packet routed to an ECMP group whose slot's next hop leaves
-// through a dead port takes the slot's backup (next_hop_backup, the next
-// slot's member on another port, precomputed by the controller): only the
-// flows of the dead member move, each to one backup, and they come back
-// when the port is heard from again. A dead backup, or none, leaves no live
-// member: the packet is dropped as DROP_NO_LIVE_MEMBER, never sent to a
-// dead port.
+// Remote failures: a port can be heard while a link behind the neighbour
+// is dead (leaf2 hears spine1, but spine1's only way down to leaf1 is
+// gone). Path heartbeats, one per (edge switch A, neighbour S of edge B)
+// through S, carry A's index (UDP source port HEARTBEAT_ORIGIN_PORT_BASE +
+// A) and write path_heard[port from S][A] at B. Where failover_destination
+// names a packet's destination edge switch, a member is also dead when its
+// path to that edge switch, heard before, went silent: leaf2 stops sending
+// leaf1's traffic to spine1 without anyone telling it.
+//
+// Failover: a packet routed to an ECMP group whose slot's next hop is dead
+// takes the slot's backup (next_hop_backup, the next slot's member on
+// another port, precomputed by the controller): only the flows of the dead
+// member move, each to one backup, and they come back when the port (path)
+// is heard from again. A dead backup, or none, leaves no live member: the
+// packet is dropped as DROP_NO_LIVE_MEMBER, never sent to a dead port.
 //
 // Why not P4Runtime watch_port: BMv2 implements it for action-selector
 // members, and then spreads a dead member's flows over the live members by
@@ -34,12 +42,26 @@
 
 // When each port last heard from its neighbour (us, BMv2's clock; 0: never).
 register<bit<48>>(PORT_COUNT) port_heard;
+// When each port last heard a path heartbeat from each edge switch.
+register<bit<48>>(PORT_COUNT * FAILOVER_ORIGINS) path_heard;
+
+bit<32> path_index(in port_t port, in bit<32> origin) {
+    return ((bit<32>) port << FAILOVER_ORIGIN_BITS) | origin;
+}
+
+// Heard before, and not for longer than the timeout.
+bool silent(in bit<48> last, in bit<48> now, in bit<48> timeout) {
+    return last != 0 && now - last > timeout;
+}
 
 control Failover(inout headers_t hdr,
                  inout local_metadata_t meta,
                  inout standard_metadata_t std_meta) {
     direct_counter(CounterType.packets) backup_packets;     // per (group, slot): packets sent to the backup
-    bit<48> heard = 0;
+    bit<48> port_last = 0;
+    bit<48> path_last = 0;
+    bit<32> edge = 0;
+    bool by_path = false;
 
     action watch(bit<48> timeout_us) {
         meta.failover_timeout = timeout_us;
@@ -68,6 +90,24 @@ control Failover(inout headers_t hdr,
         size = NEXT_HOP_TABLE_SIZE;
     }
 
+    // The edge switch a destination sits behind (its paths are watched).
+    action toward(bit<32> origin) {
+        edge = origin;
+        by_path = true;
+    }
+    table failover_destination {
+        key = { hdr.ipv4.dst_addr: lpm; }
+        actions = { toward; @defaultonly NoAction; }
+        default_action = NoAction();
+        size = IPV4_LPM_TABLE_SIZE;
+    }
+
+    // When the chosen port, and its path to the destination's edge switch, were last heard.
+    action read_liveness() {
+        port_heard.read(port_last, (bit<32>) std_meta.egress_spec);
+        path_heard.read(path_last, path_index(std_meta.egress_spec, edge));
+    }
+
     action no_live_member() {
         meta.drop_reason = DROP_NO_LIVE_MEMBER;
     }
@@ -77,11 +117,15 @@ control Failover(inout headers_t hdr,
     apply {
         switch (failover_config.apply().action_run) {
             watch: {
-                port_heard.read(heard, (bit<32>) std_meta.egress_spec);
-                if (heard != 0 && std_meta.ingress_global_timestamp - heard > meta.failover_timeout) {
+                bit<48> now = std_meta.ingress_global_timestamp;
+                failover_destination.apply();
+                read_liveness();
+                if (silent(port_last, now, meta.failover_timeout)
+                        || (by_path && silent(path_last, now, meta.failover_timeout))) {
                     if (next_hop_backup.apply().hit) {
-                        port_heard.read(heard, (bit<32>) std_meta.egress_spec);
-                        if (heard != 0 && std_meta.ingress_global_timestamp - heard > meta.failover_timeout) {
+                        read_liveness();
+                        if (silent(port_last, now, meta.failover_timeout)
+                                || (by_path && silent(path_last, now, meta.failover_timeout))) {
                             no_live_member();
                         }
                     } else {

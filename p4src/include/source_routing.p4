@@ -20,6 +20,13 @@ control SourceRouting(inout headers_t hdr, inout local_metadata_t meta, inout st
         // be declared dead once they stop.
         if (hdr.udp.isValid() && hdr.udp.dst_port == HEARTBEAT_UDP_PORT) {
             port_heard.write((bit<32>) std_meta.ingress_port, std_meta.ingress_global_timestamp);
+            // A path heartbeat names the edge switch it left from: the path
+            // from there to here through this port works.
+            bit<16> origin = hdr.udp.src_port - HEARTBEAT_ORIGIN_PORT_BASE;
+            if (hdr.udp.src_port >= HEARTBEAT_ORIGIN_PORT_BASE && (bit<32>) origin < FAILOVER_ORIGINS) {
+                path_heard.write(path_index(std_meta.ingress_port, (bit<32>) origin),
+                                 std_meta.ingress_global_timestamp);
+            }
         }
         meta.telemetry.enabled = 1;     // egress pushes this hop wherever INT is configured (int_port)
         std_meta.egress_spec = (port_t) hdr.source_route_port.port;

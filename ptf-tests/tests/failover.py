@@ -7,7 +7,9 @@ monitored; with failover off nothing changes.
 
 Group 1 routes 10.0.0.0/8 over ports 2, 3 and 4; packets enter on port 1.
 Heartbeats are source-routed frames (hostagent/heartbeat.py) sent into a
-member's port and routed out of port 1. The timeout is 1 s and the tests
+member's port and routed out of port 1; path heartbeats also name the edge
+switch they come from, and a path silent to one edge switch moves only the
+flows to that switch's subnets. The timeout is 1 s and the tests
 wait 1.3 s for a port to die: far from the threshold either way.
 """
 from __future__ import annotations
@@ -31,8 +33,8 @@ DEAD_AFTER_S = 1.3
 FLOWS = 96
 
 
-def flow_packet(sport: int) -> bytes:
-    return bytes(Ether(dst=SWITCH_MAC, src=HOST_MAC) / IP(src="10.9.0.1", dst="10.0.0.2")
+def flow_packet(sport: int, dst: str = "10.0.0.2") -> bytes:
+    return bytes(Ether(dst=SWITCH_MAC, src=HOST_MAC) / IP(src="10.9.0.1", dst=dst)
                  / UDP(sport=sport, dport=4791) / (b"\0" * 32))
 
 
@@ -43,26 +45,29 @@ class FailoverTestBase(P4RuntimeTest):
         self.route_through_group("10.0.0.0/8", GROUP, MEMBERS)
         self.set_failover(True)
 
+    edges: dict[str, int] = {}
+
     def set_failover(self, on: bool) -> None:
-        self.with_feature(failover_state(self.p4info, {GROUP: self.slots}, TIMEOUT_MS) if on
+        self.with_feature(failover_state(self.p4info, {GROUP: self.slots}, TIMEOUT_MS, self.edges) if on
                           else empty_state(self.p4info))
 
-    def heartbeat(self, ports) -> None:
-        """One heartbeat into each of `ports`, routed out of port 1 (drained)."""
+    def heartbeat(self, ports, origin: int | None = None) -> None:
+        """One heartbeat into each of `ports` (a path heartbeat from edge
+        switch `origin` if given), routed out of port 1 (drained)."""
         for port in ports:
             with RawSender(self.iface(port)) as tx:
                 tx.send(heartbeat_frame([IN_PORT], src_mac=HOST_MAC, dst_mac=SWITCH_MAC, src_ip="10.8.0.1",
-                                        dst_ip="10.9.0.1"))
+                                        dst_ip="10.9.0.1", origin=origin))
         got = [f for f in self.receive_all(IN_PORT, timeout=0.3)   # (the capture also shows what we sent)
                if UDP in Ether(f) and Ether(f)[UDP].dport == HEARTBEAT_UDP_PORT]
         self.assertEqual(len(got), len(list(ports)), "every heartbeat is source-routed out of port 1")
 
-    def flow_ports(self) -> dict[int, int]:
-        """Egress port of each of FLOWS flows (one packet each); None for a drop."""
+    def flow_ports(self, dst: str = "10.0.0.2") -> dict[int, int]:
+        """Egress port of each of FLOWS flows to `dst` (one packet each); a drop has none."""
         out = {}
         with RawSender(self.iface(IN_PORT)) as tx:
             for i in range(FLOWS):
-                tx.send(flow_packet(40000 + i))
+                tx.send(flow_packet(40000 + i, dst))
                 time.sleep(0.002)
         by_port = {p: self.receive_all(p, timeout=0.5) for p in MEMBERS}
         for port, frames in by_port.items():
@@ -92,6 +97,35 @@ class OnlyTheDeadMembersFlowsMoveTest(FailoverTestBase):
         backup = backups(self.slots)
         moved = Counter(after[f] for f, p in before.items() if p == 2)
         self.assertTrue(set(moved) <= {backup[s].port for s, hop in enumerate(self.slots) if hop.port == 2})
+
+
+class ASilentPathMovesOnlyThatDestinationsFlowsTest(FailoverTestBase):
+    """Every port keeps hearing its neighbour, but port 2 stops hearing path
+    heartbeats from edge switch 5 (a link behind the neighbour failed):
+    flows to edge 5's subnet on port 2 take their backups, flows to edge 6
+    (whose paths were never heard: unmonitored) stay, and the moved flows
+    come back when the path is heard again."""
+    edges = {"10.0.1.0/24": 5, "10.0.2.0/24": 6}
+
+    def runTest(self):
+        self.heartbeat(MEMBERS)
+        self.heartbeat(MEMBERS, origin=5)
+        before = self.flow_ports("10.0.1.2")
+        before_other = self.flow_ports("10.0.2.2")
+        self.assertIn(2, set(before.values()))
+        time.sleep(DEAD_AFTER_S)
+        self.heartbeat(MEMBERS)                  # every neighbour is heard...
+        self.heartbeat([3, 4], origin=5)         # ...but edge 5 no longer through port 2
+        after = self.flow_ports("10.0.1.2")
+        self.assertEqual(len(after), FLOWS, "nothing is lost: the flows take backups")
+        for flow, port in before.items():
+            if port == 2:
+                self.assertIn(after[flow], (3, 4))
+            else:
+                self.assertEqual(after[flow], port, f"flow {flow} on a live path moved")
+        self.assertEqual(self.flow_ports("10.0.2.2"), before_other, "another destination's flows stay")
+        self.heartbeat(MEMBERS, origin=5)
+        self.assertEqual(self.flow_ports("10.0.1.2"), before, "heard again: the flows come back")
 
 
 class FlowsComeBackWhenThePortIsHeardAgainTest(FailoverTestBase):

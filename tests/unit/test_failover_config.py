@@ -9,10 +9,14 @@ from scapy.layers.l2 import Ether
 from control import failover as fo
 from control.forwarding import NEXT_HOP_TABLE
 from control.topology import NextHop, TopologyError, from_dict, load
-from hostagent.heartbeat import HEARTBEAT_UDP_PORT, heartbeat_frame, planned_heartbeats
+from hostagent.heartbeat import HEARTBEAT_ORIGIN_PORT_BASE, HEARTBEAT_UDP_PORT, heartbeat_frame, planned_heartbeats
 from hostagent.probes import SourceRoute
 
 LS = load("topologies/leaf-spine.yaml")
+LS_RAW = {"name": "ls", "switches": [{"name": n} for n in ("spine1", "spine2", "leaf1", "leaf2")],
+          "hosts": ["h1", "h2", "h3", "h4"],
+          "links": [["h1", "leaf1"], ["h2", "leaf1"], ["h3", "leaf2"], ["h4", "leaf2"], ["leaf1", "spine1"],
+                    ["leaf1", "spine2"], ["leaf2", "spine1"], ["leaf2", "spine2"]]}
 
 
 def hop(port):
@@ -31,7 +35,8 @@ def test_backup_is_the_nearest_following_slot_on_another_port():
     ({"period": 1}, "failover.period", "unknown field"),
     ({"heartbeat_ms": 0}, "failover.heartbeat_ms", "above 0"),
     ({"heartbeat_ms": 20, "timeout_ms": 30}, "failover.timeout_ms", "less than two heartbeats"),
-], ids=["not-mapping", "unknown-field", "zero-period", "timeout-too-short"])
+    ({"paths": "yes"}, "failover.paths", "expected true or false"),
+], ids=["not-mapping", "unknown-field", "zero-period", "timeout-too-short", "paths-not-bool"])
 def test_bad_sections_name_the_field(section, field, message):
     raw = {"name": "t", "switches": [{"name": "s1"}], "hosts": ["h1"], "links": [["h1", "s1"]], "failover": section}
     with pytest.raises(TopologyError) as err:
@@ -55,9 +60,54 @@ def test_a_leaf_gets_watch_and_a_backup_per_slot(p4info):
     assert p4info.table(NEXT_HOP_TABLE)
 
 
-def test_heartbeat_port_matches_the_p4_program():
+def test_heartbeat_constants_match_the_p4_program():
     from control.p4constants import constants
-    assert constants()["HEARTBEAT_UDP_PORT"] == HEARTBEAT_UDP_PORT
+    c = constants()
+    assert c["HEARTBEAT_UDP_PORT"] == HEARTBEAT_UDP_PORT
+    assert c["HEARTBEAT_ORIGIN_PORT_BASE"] == HEARTBEAT_ORIGIN_PORT_BASE
+    assert 1 << c["FAILOVER_ORIGIN_BITS"] == fo.FAILOVER_ORIGINS
+
+
+def test_too_many_edge_switches_for_paths_is_named():
+    n = fo.FAILOVER_ORIGINS + 1
+    raw = {"name": "big", "switches": [{"name": "core"}] + [{"name": f"e{i}"} for i in range(n)],
+           "hosts": [f"h{i}" for i in range(n)],
+           "links": [[f"h{i}", f"e{i}"] for i in range(n)] + [[f"e{i}", "core"] for i in range(n)],
+           "failover": {}}
+    with pytest.raises(TopologyError, match="failover.paths.*at most 64"):
+        from_dict(raw, "big.yaml")
+    raw["failover"] = {"paths": False}
+    assert from_dict(raw, "big.yaml").features["failover"].paths is False
+
+
+def test_each_remote_subnet_maps_to_its_edge_switch(p4info):
+    raw = {**LS_RAW, "failover": {}}
+    t = from_dict(raw, "ls.yaml")
+    assert fo.edge_switches(t) == ["leaf1", "leaf2"]
+    assert fo.destinations(t, "leaf1") == {t.hosts[h].primary.subnet: 1 for h in ("h3", "h4")}
+    assert fo.destinations(t, "spine1") == {**{t.hosts[h].primary.subnet: 0 for h in ("h1", "h2")},
+                                            **{t.hosts[h].primary.subnet: 1 for h in ("h3", "h4")}}
+    dest_table = p4info.table(fo.DESTINATION_TABLE).preamble.id
+    assert len([e for e in fo.switch_state(p4info, t, "leaf1").table_entries if e.table_id == dest_table]) == 2
+    t = from_dict({**raw, "failover": {"paths": False}}, "ls.yaml")
+    assert not [e for e in fo.switch_state(p4info, t, "leaf1").table_entries if e.table_id == dest_table]
+
+
+@pytest.mark.parametrize("name, count", [("leaf-spine", 4), ("dual-plane", 8), ("fat-tree-k4", 112)])
+def test_path_heartbeats_reach_every_edge_through_each_neighbour_on_a_shortest_path(name, count):
+    topo = load(f"topologies/{name}.yaml")
+    edges = fo.edge_switches(topo)
+    paths = [hb for hb in planned_heartbeats(topo, paths=True) if hb.paths]
+    assert len(paths) == count
+    for hb in paths:
+        (a, s, b), = hb.paths
+        udp = Ether(hb.frame)["UDP"]
+        assert udp.sport == HEARTBEAT_ORIGIN_PORT_BASE + edges.index(a) and udp.dport == HEARTBEAT_UDP_PORT
+        assert Ether(hb.frame)["IP"].dst == Ether(hb.frame)["IP"].src, "addressed to its sender: dropped at B's host"
+    if name == "leaf-spine":
+        assert {hb.paths[0] for hb in paths} == {(a, s, b) for a in ("leaf1", "leaf2") for b in ("leaf1", "leaf2")
+                                                 if a != b for s in ("spine1", "spine2")}
+    assert not [hb for hb in planned_heartbeats(topo, paths=False) if hb.paths]
 
 
 def test_heartbeats_cover_every_directed_switch_link_without_int():

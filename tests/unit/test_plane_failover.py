@@ -30,7 +30,7 @@ def test_ack_layer_and_codec_agree():
     raw = pf.pack_ack(1, 2, flows)
     layer = pf.FlowAck(plane=1, sender=2, flows=[pf.FlowAckEntry(flow=f, seq=s) for f, s in sorted(flows.items())])
     assert bytes(layer) == raw
-    parsed = IP(bytes(IP() / UDP(dport=pf.ACK_UDP_PORT) / raw))[pf.FlowAck]
+    parsed = IP(bytes(IP() / UDP(sport=pf.FLOW_UDP_PORT, dport=40001) / raw))[pf.FlowAck]
     assert parsed.count == 3 and {e.flow: e.seq for e in parsed.flows} == flows
     assert pf.unpack_ack(raw) == (1, 2, flows)
 
