@@ -126,11 +126,16 @@ def diagnose(topo, before: Snapshot, after: Snapshot) -> list[Finding]:
 
 
 def snapshot(ctl) -> Snapshot:
-    """Every switch's counters now (a switch that does not answer: None)."""
+    """Every switch's counters now (a switch that does not answer: None),
+    read from all switches at once: read one after another, the two ends of
+    a link are counted tens of ms apart, and a change in that skew between
+    two snapshots looks like a few packets lost on a healthy link."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from .failover import backup_packets
-    snap = Snapshot(time.monotonic())
     names = {v: k for k, v in drop_reasons().items()}
-    for s in ctl.topo.switches:
+
+    def read(s: str):
         try:
             conn = ctl.connections.get(s)
             if conn is None:
@@ -138,20 +143,24 @@ def snapshot(ctl) -> Snapshot:
             ing = conn.counter(ctl.p4info.counter_entry("ingress_port_counter"))
             eg = conn.counter(ctl.p4info.counter_entry("egress_port_counter"))
             drops = conn.counter(ctl.p4info.counter_entry("drop_counter"))
-            snap.ingress[s] = {p: v[0] for p, v in ing.items()}
-            snap.egress[s] = {p: v[0] for p, v in eg.items()}
-            snap.drops[s] = {names[i]: v[0] for i, v in drops.items() if i in names}
-            snap.backups[s] = sum(backup_packets(conn, ctl.p4info).values())
+            return ({p: v[0] for p, v in ing.items()}, {p: v[0] for p, v in eg.items()},
+                    {names[i]: v[0] for i, v in drops.items() if i in names},
+                    sum(backup_packets(conn, ctl.p4info).values()))
         except Exception:               # any failure to read is the evidence: the switch does not answer
-            snap.ingress[s] = snap.egress[s] = snap.drops[s] = None
-            snap.backups[s] = None
+            return None, None, None, None
+
+    snap = Snapshot(time.monotonic())
+    switches = list(ctl.topo.switches)
+    with ThreadPoolExecutor(max_workers=len(switches)) as pool:
+        for s, (ing, eg, drops, backups) in zip(switches, pool.map(read, switches)):
+            snap.ingress[s], snap.egress[s], snap.drops[s], snap.backups[s] = ing, eg, drops, backups
     return snap
 
 
 def run(ctl, interval_s: float = 2.0) -> tuple[list[Finding], float]:
     """(findings, seconds it took) on a live network."""
     start = time.monotonic()
-    ctl.connect_what_answers()
+    ctl.connect_what_answers(timeout=1.0)      # a live BMv2 answers in milliseconds; a dead one never
     before = snapshot(ctl)
     time.sleep(interval_s)
     after = snapshot(ctl)

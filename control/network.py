@@ -30,6 +30,7 @@ from pathlib import Path
 
 from .bmv2 import DEFAULT_INTERACTIVE_LOG_LEVEL, check_log_level, switch_command, written_log
 from .bmv2_thrift import Bmv2Thrift
+from .impairments import drop_fraction, netem_available, remove_impairment
 from .toolchain import require
 from .topology import Host, Nic, Switch, Topology
 
@@ -103,7 +104,7 @@ class Network:
         self.run_dir = Path(run_dir)
         self.pcap = pcap
         self.switches: dict[str, SwitchProcess] = {}
-        self._made = {"netns": [], "veth": [], "pids": []}
+        self._made = {"netns": [], "veth": [], "pids": [], "nft": []}
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -119,6 +120,7 @@ class Network:
         self.stop()
 
     def start(self) -> None:
+        self._check_link_emulation()              # before anything is made
         self.run_dir.mkdir(parents=True, exist_ok=True)
         cleanup_stale(self.run_dir)
         binary = require("simple_switch_grpc")
@@ -145,7 +147,7 @@ class Network:
                 sp.proc.wait()
         self.switches.clear()
         _remove(self._made)
-        self._made = {"netns": [], "veth": [], "pids": []}
+        self._made = {"netns": [], "veth": [], "pids": [], "nft": []}
         state = self.run_dir / STATE_FILE
         if state.exists():
             state.unlink()
@@ -160,6 +162,12 @@ class Network:
                 raise SwitchDied(report)
 
     # -- building ------------------------------------------------------------
+
+    def _check_link_emulation(self) -> None:
+        delayed = [f"{link.a}-{link.b}" for link in self.topo.links if link.delay_ms]
+        if delayed and not netem_available():
+            raise NetworkError(f"links {', '.join(delayed)} have delay_ms, which needs the kernel's netem qdisc "
+                               "(sch_netem), and this kernel has none; loss_pct works without it (nftables)")
 
     def _record(self, kind: str, value) -> None:
         self._made[kind].append(value)
@@ -195,8 +203,12 @@ class Network:
                 sh("sysctl", "-qw", f"net.ipv6.conf.{iface}.disable_ipv6=1")
                 sh("ip", "link", "set", iface, "up")
                 ns = None
-            if netem:
+            if netem and netem_available():
                 sh("tc", "qdisc", "add", "dev", iface, "root", "netem", *netem, netns=ns)
+            elif link.loss_pct:                  # no netem (and no delay, checked at start): nftables
+                drop_fraction(iface, link.loss_pct / 100, netns=ns)
+                if ns is None:                   # a host's rules go with its namespace
+                    self._record("nft", iface)
 
     def _configure_nic(self, nic: Nic) -> None:
         """Move a NIC's veth end into its host's namespace: MAC, address, up,
@@ -326,6 +338,8 @@ def _remove(made: dict) -> None:
                 time.sleep(0.1)
             else:
                 os.killpg(pid, signal.SIGKILL)
+    for iface in made.get("nft", []):
+        remove_impairment(iface)
     for veth in made.get("veth", []):
         sh("ip", "link", "del", veth, check=False)  # deletes the pair (also when one end is in a netns)
     for ns in made.get("netns", []):

@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Iterator, Optional
 
+from control.impairments import netem_available
+
 REPO = Path(__file__).resolve().parent.parent
 PY = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else sys.executable
 RING_PORT = 47000
@@ -134,16 +136,6 @@ def run_ring(topo, hosts: list[str], *, elements: int, dtype: str, out: Path, se
         procs.append((f"ring worker {rank} ({h})", _in_netns(h, args, prefix.with_suffix(".log")),
                       prefix.with_suffix(".log"), prefix))
     return _collect(procs, timeout_s)
-
-
-def netem_available() -> bool:
-    """Whether this kernel has the netem qdisc (some, e.g. minimal VM kernels, lack it)."""
-    probe = subprocess.run(["tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "0ms"],
-                           capture_output=True, text=True)
-    if probe.returncode == 0:
-        subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], capture_output=True)
-        return True
-    return "unknown" not in probe.stderr
 
 
 def _run(ns: Optional[str], *cmd: str) -> None:

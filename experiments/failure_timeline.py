@@ -40,6 +40,9 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
+import select
+import subprocess
 import sys
 import threading
 import time
@@ -60,12 +63,12 @@ from control import diagnose  # noqa: E402
 from control.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS  # noqa: E402
 from control.build import compile_p4  # noqa: E402
 from control.controller import FabricController  # noqa: E402
-from control.network import Network, sh  # noqa: E402
+from control.impairments import blackhole  # noqa: E402
+from control.network import Network  # noqa: E402
 from control.recovery import Rerouter  # noqa: E402
 from control.topology import from_dict  # noqa: E402
 from experiments._plots import save_figure  # noqa: E402
 from hostagent.heartbeat import running_heartbeats  # noqa: E402
-from hostagent.plane_failover import FlowReceiver, FlowSender  # noqa: E402
 
 HEARTBEAT_MS, TIMEOUT_MS, REROUTE_PERIOD_S = 20, 100, 0.2
 PROTECTIONS = {"leaf-spine": ("controller", "data plane"), "dual-plane": ("controller", "data plane", "host")}
@@ -100,11 +103,9 @@ def pairs(topo) -> dict[str, dict[str, list[str]]]:
 
 
 def fail_link(topo, a: str, b: str):
-    ifaces = [p.iface for p in topo.switches[a].ports.values() if p.peer == b]
-    ifaces += [p.iface for p in topo.switches[b].ports.values() if p.peer == a]
-    for iface in ifaces:
-        sh("tc", "qdisc", "add", "dev", iface, "root", "pfifo", "limit", "0")
-    return lambda: [sh("tc", "qdisc", "del", "dev", iface, "root") for iface in ifaces]
+    """Black-hole both directions of link a-b (the ports stay up); return the undo."""
+    undos = [blackhole(p.iface) for x, y in ((a, b), (b, a)) for p in topo.switches[x].ports.values() if p.peer == y]
+    return lambda: [undo() for undo in undos]
 
 
 def fail_switch(net, ctl, name: str, lock: threading.Lock):
@@ -150,31 +151,35 @@ def one_run(name: str, topo, net, ctl, protection: str, failure: str, args, rero
             lock: threading.Lock) -> tuple[dict, list]:
     leaf, spine = targets(topo)
     index = {h: i for i, h in enumerate(sorted(topo.hosts))}
-    stop = threading.Event()
-    receivers = [FlowReceiver(h) for h in topo.hosts]
-    senders = [FlowSender(h, index[h], peers, rate_pps=args.rate, timeout_ms=TIMEOUT_MS,
-                          failover=protection == "host")
+    work = args.run_dir / f"{name}-{protection}-{failure}".replace(" ", "_")
+    work.mkdir(parents=True, exist_ok=True)
+    counters_before = diagnose.snapshot(ctl)
+    duration = args.before + args.after + 0.3
+    agents = [Agent(h, ["receive", "--duration", str(duration + 2.0)], work / f"rx-{h}") for h in topo.hosts]
+    for a in agents:
+        a.wait_ready()                       # before any sender starts: nothing is sent to a closed port
+    agents += [Agent(h, ["send", "--host", h, "--sender-id", str(index[h]), "--rate", str(args.rate),
+                         "--timeout-ms", str(TIMEOUT_MS), "--duration", str(duration)]
+                     + [f"--peer={p}={','.join(a)}" for p, a in sorted(peers.items())]
+                     + ([] if protection == "host" else ["--no-failover"]), work / f"tx-{h}")
                for h, peers in pairs(topo).items() if peers]
-    threads = [threading.Thread(target=x.run, args=(stop,), daemon=True) for x in receivers + senders]
-    for t in threads:
-        t.start()
     undo = None
     try:
+        for a in agents:
+            a.wait_ready()
         time.sleep(args.before)
         changes_before = len(rerouter.changes) if rerouter else 0
-        counters_before = diagnose.snapshot(ctl)
         t0, t0_wall = time.monotonic(), time.time()
         undo = fail_link(topo, leaf, spine) if failure == "link" else fail_switch(net, ctl, spine, lock)
-        time.sleep(args.after)
-        counters_after = diagnose.snapshot(ctl)
+        results = {(a.host, a.role): a.result() for a in agents}
     finally:
-        stop.set()
-        for t in threads:
-            t.join()
-        for x in receivers + senders:
-            x.close()
-    got = {(s, f, q) for r in receivers for (_, s, f, q, _) in r.received}
-    sent = [(t - t0, index[x.host], f, q) for x in senders for (t, _, f, q, _) in x.sent]
+        for a in agents:
+            a.stop()
+    counters_after = diagnose.snapshot(ctl)
+    received = [r for (_, role), res in results.items() if role == "receive" for r in res["received"]]
+    senders = {h: res for (h, role), res in results.items() if role == "send"}
+    got = {(s, f, q) for (_, s, f, q, _) in received}
+    sent = [(t - t0, index[h], f, q) for h, res in senders.items() for (t, _, f, q, _) in res["sent"]]
     lost = [t for t, s, f, q in sent if (s, f, q) not in got and t < args.after - 0.2]   # the tail is in flight
     lost_before = [t for t in lost if t < 0]
     lost_after = [t for t in lost if t >= 0]
@@ -187,8 +192,9 @@ def one_run(name: str, topo, net, ctl, protection: str, failure: str, args, rero
            "lost_before_t0": len(lost_before),
            "outage_ms": round(1000 * outage_s(lost_after), 1),
            "rerouted_ms": round(1000 * rerouted, 1) if rerouted is not None else "",
-           "flows_moved": sum(len(f.moves) > 0 for x in senders for f in x.flows),
-           "flows": sum(len(x.flows) for x in senders),
+           "flows_moved": sum(len({m[0] for m in res["moves"] if m[1] >= t0}) for res in senders.values()),
+           "moves_before_t0": sum(1 for res in senders.values() for m in res["moves"] if m[1] < t0),
+           "flows": sum(res["flows"] for res in senders.values()),
            "last_second_lost": sum(1 for t in lost_after if t >= args.after - 1.2),
            "switch_drops": drops_by_reason(counters_before, counters_after)}
     sent_in = Counter(int((t + args.before) // BIN_S) for t, *_ in sent)
@@ -202,6 +208,41 @@ def one_run(name: str, topo, net, ctl, protection: str, failure: str, args, rero
     if undo is not None:
         undo()
     return row, timeline
+
+
+class Agent:
+    """One host's sender or receiver (hostagent.plane_failover) as a process
+    of its own in the host's namespace: in this process, a pause of the
+    interpreter (a counter snapshot, a reroute) delayed acks by 100 ms and
+    moved healthy flows."""
+
+    def __init__(self, host: str, args: list[str], prefix: Path):
+        self.host, self.role, self.out = host, args[0], prefix.with_suffix(".json")
+        self.ready = False
+        self.log = open(prefix.with_suffix(".log"), "w")
+        self.proc = subprocess.Popen(["ip", "netns", "exec", host, sys.executable, "-m", "hostagent.plane_failover",
+                                      *args, "--out", str(self.out)], cwd=REPO, stdout=subprocess.PIPE,
+                                     stderr=self.log, text=True)
+
+    def wait_ready(self, timeout_s: float = 20.0) -> None:
+        if self.ready:
+            return
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
+        if not ready or self.proc.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"{self.role} on {self.host} did not start: see {self.log.name}")
+        self.ready = True
+
+    def result(self, timeout_s: float = 60.0) -> dict:
+        if self.proc.wait(timeout_s) != 0:
+            raise RuntimeError(f"{self.role} on {self.host} failed (exit {self.proc.returncode}): see {self.log.name}")
+        return json.loads(self.out.read_text())
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stdout.close()
+        self.log.close()
 
 
 def wait_for_routes_back(ctl, rerouter: Rerouter | None, timeout_s: float = 5.0) -> None:
@@ -229,6 +270,7 @@ def main(argv=None) -> int:
         ap.error("--rate must be positive, --before at least 0.5 s, --after at least 1.5 s, --repeats at least 1")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    args.run_dir = REPO / "build" / "experiments" / "failure_timeline" / "agents"
     compile_p4()
     rows, timeline = [], []
     plan = [(t, p) for t in args.topologies for p in PROTECTIONS[t]

@@ -2,13 +2,15 @@
 """How well `fault diagnose` (control/diagnose.py) names injected faults, on
 leaf-spine under traffic between every pair of hosts.
 
-    make experiment-fault_diagnosis [ARGS="--faults 24 --seed 1 --interval 1.5"]
+    make experiment-fault_diagnosis [ARGS="--per-kind 4 --loss-rates 1 2 5 10 20 --seed 1 --interval 1.5"]
 
-Random faults, one at a time, each undone before the next:
+Random faults, one at a time in a random order, each undone before the next,
+--per-kind of each:
 
-  lossy link    a rate limit with a 2-packet queue (tc tbf) on one direction
-                of a random switch-to-switch link (this kernel has no netem):
-                most of what that direction carries is lost;
+  lossy link    one direction of a random switch-to-switch link loses each
+                --loss-rates percentage of what it carries, at random
+                (control/impairments.py: netem, or nftables where the kernel
+                has no netem);
   dead switch   a random switch's process killed (restarted and reprogrammed
                 afterwards);
   blackhole     a random switch loses its route to a random remote host
@@ -17,8 +19,8 @@ Random faults, one at a time, each undone before the next:
 
 For each: the diagnosis (two counter readings --interval apart), whether its
 first finding names the fault (top-1), and the time it took. Writes
-faults.csv and accuracy.png under --out (default
-experiments/results/fault_diagnosis/).
+faults.csv and accuracy.png (per kind, and per loss rate) under --out
+(default experiments/results/fault_diagnosis/).
 """
 from __future__ import annotations
 
@@ -44,13 +46,15 @@ from control.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS  # noqa: E402
 from control.build import compile_p4  # noqa: E402
 from control.controller import FabricController  # noqa: E402
 from control.forwarding import LPM_TABLE  # noqa: E402
-from control.network import Network, sh  # noqa: E402
+from control.impairments import drop_fraction  # noqa: E402
+from control.network import Network  # noqa: E402
 from control.switch import update  # noqa: E402
 from control.topology import load  # noqa: E402
 from experiments._plots import save_figure  # noqa: E402
 from telemetry.netns import socket_in_netns  # noqa: E402
 
 KINDS = ("lossy link", "dead switch", "blackhole")
+LOSS_RATES_PCT = (1, 2, 5, 10, 20)
 
 
 def traffic(topo, stop: threading.Event) -> list[threading.Thread]:
@@ -75,14 +79,13 @@ def traffic(topo, stop: threading.Event) -> list[threading.Thread]:
     return threads
 
 
-def inject(kind: str, rng: random.Random, topo, net, ctl):
+def inject(kind: str, loss_pct, rng: random.Random, topo, net, ctl):
     """Make the fault; return (what diagnose should name, how to undo it)."""
     if kind == "lossy link":
         links = diagnose.switch_links(topo)
         a, pa, b, pb = rng.choice(links)
-        iface = topo.switches[a].ports[pa].iface
-        sh("tc", "qdisc", "add", "dev", iface, "root", "tbf", "rate", "64kbit", "burst", "1600", "limit", "200")
-        return ("link", f"{a}:{pa}->{b}:{pb}"), lambda: sh("tc", "qdisc", "del", "dev", iface, "root")
+        undo = drop_fraction(topo.switches[a].ports[pa].iface, loss_pct / 100)
+        return ("link", f"{a}:{pa}->{b}:{pb}"), undo
     if kind == "dead switch":
         name = rng.choice(sorted(topo.switches))
         net.switches[name].proc.kill()
@@ -110,17 +113,26 @@ def inject(kind: str, rng: random.Random, topo, net, ctl):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--faults", type=int, default=24, help="faults injected, kinds in turn")
+    ap.add_argument("--per-kind", type=int, default=4,
+                    help="faults of each kind (lossy links: of each loss rate)")
+    ap.add_argument("--loss-rates", type=float, nargs="+", default=list(LOSS_RATES_PCT),
+                    help="percent lost by a lossy link")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--interval", type=float, default=1.5, help="seconds between the two counter readings")
     ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "fault_diagnosis"))
     ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS)
     args = ap.parse_args(argv)
-    if args.faults < 1:
-        ap.error("--faults must be at least 1")
+    if args.per_kind < 1:
+        ap.error("--per-kind must be at least 1")
+    bad = [r for r in args.loss_rates if not 0 < r <= 100]
+    if bad:
+        ap.error(f"--loss-rates are percentages in (0, 100], got {bad}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rng = random.Random(args.seed)
+    plan = [("lossy link", r) for r in args.loss_rates for _ in range(args.per_kind)]
+    plan += [(k, None) for k in KINDS[1:] for _ in range(args.per_kind)]
+    rng.shuffle(plan)
     topo = load(REPO / "topologies" / "leaf-spine.yaml")
     compile_p4()
     rows = []
@@ -131,16 +143,17 @@ def main(argv=None) -> int:
         threads = traffic(topo, stop)
         time.sleep(1.0)
         try:
-            for i in range(args.faults):
-                kind = KINDS[i % len(KINDS)]
-                (want_kind, want_name), undo = inject(kind, rng, topo, net, ctl)
+            for i, (kind, loss_pct) in enumerate(plan):
+                (want_kind, want_name), undo = inject(kind, loss_pct, rng, topo, net, ctl)
                 findings, took = diagnose.run(ctl, args.interval)
                 top = findings[0] if findings else None
                 right = top is not None and (top.kind, top.name) == (want_kind, want_name)
-                rows.append({"fault": i + 1, "kind": kind, "injected": f"{want_kind} {want_name}",
+                rows.append({"fault": i + 1, "kind": kind, "loss_pct": loss_pct if loss_pct is not None else "",
+                             "injected": f"{want_kind} {want_name}",
                              "named": f"{top.kind} {top.name}" if top else "nothing", "top1": right,
                              "seconds": round(took, 2), "evidence": "; ".join(top.evidence) if top else ""})
-                print(f"[{i + 1}/{args.faults}] {kind:11s} {want_name:22s} -> "
+                what = f"{kind} {loss_pct:g}%" if loss_pct is not None else kind
+                print(f"[{i + 1}/{len(plan)}] {what:16s} {want_name:22s} -> "
                       f"{rows[-1]['named']:28s} {'right' if right else 'WRONG'} ({took:.1f} s)", flush=True)
                 undo()
                 time.sleep(1.0)                 # counters settle before the next fault
@@ -152,21 +165,25 @@ def main(argv=None) -> int:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.6))
-    acc = [100 * sum(r["top1"] for r in rows if r["kind"] == k) / max(1, sum(r["kind"] == k for r in rows))
-           for k in KINDS]
-    a1.bar(KINDS, acc)
+    groups = [(f"{r:g}% loss", [x for x in rows if x["kind"] == "lossy link" and x["loss_pct"] == r])
+              for r in args.loss_rates]
+    groups += [(k, [x for x in rows if x["kind"] == k]) for k in KINDS[1:]]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.8))
+    labels = [g for g, _ in groups]
+    acc = [100 * sum(x["top1"] for x in rs) / len(rs) for _, rs in groups]
+    a1.bar(labels, acc)
     a1.set_ylabel("top-1 accuracy (%)")
     a1.set_ylim(0, 105)
     a1.set_title("fault diagnose: the right fault first")
-    a2.boxplot([[r["seconds"] for r in rows if r["kind"] == k] for k in KINDS])
-    a2.set_xticks(range(1, len(KINDS) + 1), KINDS)
+    a1.tick_params(axis="x", labelrotation=30)
+    a2.boxplot([[x["seconds"] for x in rs] for _, rs in groups])
+    a2.set_xticks(range(1, len(groups) + 1), labels, rotation=30)
     a2.set_ylabel("seconds to a diagnosis")
     a2.set_title(f"time (readings {args.interval:g} s apart)")
     png = save_figure(fig, out / "accuracy.png")
     total = sum(r["top1"] for r in rows)
-    print(f"\ntop-1: {total}/{len(rows)} "
-          + ", ".join(f"{k} {a:.0f}%" for k, a in zip(KINDS, acc))
+    print(f"\ntop-1: {total}/{len(rows)}; "
+          + ", ".join(f"{g} {a:.0f}%" for g, a in zip(labels, acc))
           + f"; median time {sorted(r['seconds'] for r in rows)[len(rows) // 2]} s")
     print(f"results: {out / 'faults.csv'}, {png}")
     return 0

@@ -7,12 +7,14 @@ A `FlowSender` keeps several UDP flows (one source port each, so ECMP
 spreads them) to each peer, on the peer's first plane. The peer's
 `FlowReceiver` acknowledges each flow on the flow's own reversed 5-tuple
 (as a RoCE RC queue pair's ACKs travel), at most once an ack period: the
-highest sequence number it got.
-A flow whose acks stop advancing for `timeout_ms` while it has packets out
-moves to the peer's next plane (the host route for that address leaves by
-the NIC on that plane) -- what RDMA NIC bonding does after a retransmission
-timeout. Detection bound: timeout + one ack period. A moved flow stays
-where it went; with `failover=False` flows never move (the switches'
+highest sequence number it got. A flow waiting for an ack for `timeout_ms`
+(the clock starts when a packet goes out with nothing outstanding, once the
+flow has had its first ack, and restarts whenever new data is acknowledged,
+as TCP's RTO) moves to the
+peer's next plane (the host route for that address leaves by the NIC on
+that plane) -- what RDMA NIC bonding does after a retransmission timeout.
+A flow notices a failure `timeout_ms` after its first packet into it. A
+moved flow stays where it went; with `failover=False` flows never move (the switches'
 protection alone is measured).
 
 Wire format (data: UDP to FLOW_UDP_PORT; acks: UDP from it, back to the
@@ -121,7 +123,7 @@ class Flow:
     plane: int = 0
     seq: int = 0                   # next sequence number
     acked: int = -1                # highest sequence number acknowledged
-    progress_at: float = 0.0       # when acked last advanced (or the flow moved)
+    waiting_since: float | None = None   # the retransmission clock: when the oldest wait for an ack began
     moves: list[tuple[float, int, int]] = field(default_factory=list)   # (time, from plane, to plane)
 
 
@@ -162,15 +164,17 @@ class FlowSender:
             return
         for index, seq in acked.items():
             if 0 <= index < len(self.flows) and seq > self.flows[index].acked:
-                self.flows[index].acked = seq
-                self.flows[index].progress_at = now
+                f = self.flows[index]
+                f.acked = seq
+                # New data acknowledged restarts the clock (as TCP's RTO); all of it stops it.
+                f.waiting_since = None if seq >= f.seq - 1 else now
 
     def _check_failover(self, now: float) -> None:
         for f in self.flows:
-            if f.seq - 1 > f.acked and now - f.progress_at > self.timeout_s and len(f.addresses) > 1:
+            if f.waiting_since is not None and now - f.waiting_since > self.timeout_s and len(f.addresses) > 1:
                 new = (f.plane + 1) % len(f.addresses)
                 f.moves.append((now, f.plane, new))
-                f.plane, f.progress_at = new, now
+                f.plane, f.waiting_since = new, now
 
     def run(self, stop: threading.Event) -> None:
         per_peer = len(self.flows) // len({f.peer for f in self.flows})
@@ -178,10 +182,7 @@ class FlowSender:
         sel = selectors.DefaultSelector()
         for f in self.flows:
             sel.register(f.sock, selectors.EVENT_READ)
-        now = time.monotonic()
-        for f in self.flows:
-            f.progress_at = now
-        next_at, k = now, 0
+        next_at, k = time.monotonic(), 0
         while not stop.is_set():
             for key, _ in sel.select(max(0.0, next_at - time.monotonic())):
                 while True:
@@ -202,6 +203,8 @@ class FlowSender:
             except OSError:
                 self.send_errors += 1      # e.g. a NIC whose link is down: counted as sent, lost
             self.sent.append((now, f.peer, f.index, f.seq, f.plane))
+            if f.waiting_since is None and f.acked >= 0:     # (a flow never acknowledged is still connecting)
+                f.waiting_since = now
             f.seq += 1
             next_at += interval
             if self.failover:
@@ -261,3 +264,83 @@ class FlowReceiver:
 
     def close(self) -> None:
         self.sock.close()
+
+
+# -- command line: one process per host, inside its namespace ------------------
+
+def _plain_socket(host):
+    return socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+
+
+def _peer(text: str) -> tuple[str, list[str]]:
+    import argparse
+    import ipaddress
+    name, _, addresses = text.partition("=")
+    try:
+        parsed = [str(ipaddress.IPv4Address(a)) for a in addresses.split(",")]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+    if not name or not parsed:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=ADDRESS[,ADDRESS...] (one per plane)")
+    return name, parsed
+
+
+def main(argv=None) -> int:
+    """Run a sender or a receiver in this namespace for --duration seconds;
+    print "ready" once the sockets are open, then write JSON to --out."""
+    import argparse
+    import json
+    import sys
+    ap = argparse.ArgumentParser(prog="python -m hostagent.plane_failover",
+                                 description="Sequenced UDP flows with per-flow acks and host plane failover.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    snd = sub.add_parser("send", help="flows to each --peer, moving plane when acks stop")
+    snd.add_argument("--host", required=True, help="this host's name (for the record)")
+    snd.add_argument("--sender-id", type=int, required=True, help="this host's index (0..65535)")
+    snd.add_argument("--peer", type=_peer, action="append", required=True,
+                     help="NAME=ADDRESS[,ADDRESS...]: the peer's address on each plane, in plane order")
+    snd.add_argument("--flows", type=int, default=8, help="flows per peer")
+    snd.add_argument("--rate", type=float, default=100.0, help="packets/s per peer")
+    snd.add_argument("--timeout-ms", type=float, default=100.0)
+    snd.add_argument("--no-failover", action="store_true", help="never move a flow")
+    rcv = sub.add_parser("receive", help="record arrivals and acknowledge every flow")
+    rcv.add_argument("--ack-ms", type=float, default=10.0)
+    for p in (snd, rcv):
+        p.add_argument("--duration", type=float, required=True, help="seconds")
+        p.add_argument("--out", required=True, help="JSON file")
+    args = ap.parse_args(argv)
+    if not 0 <= getattr(args, "sender_id", 0) <= 0xFFFF:
+        ap.error("--sender-id must be in 0..65535")
+    try:
+        if args.command == "send":
+            agent = FlowSender(args.host, args.sender_id, dict(args.peer), flows_per_peer=args.flows,
+                               rate_pps=args.rate, timeout_ms=args.timeout_ms, failover=not args.no_failover,
+                               netns_socket=_plain_socket)
+        else:
+            agent = FlowReceiver("", ack_ms=args.ack_ms, netns_socket=_plain_socket)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    print("ready", flush=True)
+    timer = threading.Timer(args.duration, stop.set)
+    timer.start()
+    try:
+        agent.run(stop)
+    finally:
+        timer.cancel()
+        agent.close()
+    if args.command == "send":
+        result = {"sent": agent.sent, "send_errors": agent.send_errors, "malformed_acks": agent.malformed,
+                  "moves": [[f.index, *m] for f in agent.flows for m in f.moves], "flows": len(agent.flows)}
+    else:
+        result = {"received": agent.received, "malformed": agent.malformed}
+    with open(args.out, "w") as f:
+        json.dump(result, f)
+    print(f"{args.command}: {len(result.get('sent', result.get('received')))} packets; results in {args.out}",
+          flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
