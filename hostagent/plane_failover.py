@@ -222,13 +222,13 @@ class FlowReceiver:
     `ack_ms` acknowledges each flow that sent something new, back to the
     address and port it came from."""
 
-    def __init__(self, host: str, *, ack_ms: float = 10.0, netns_socket=None):
+    def __init__(self, host: str, *, ack_ms: float = 10.0, netns_socket=None, address: str = "0.0.0.0"):
         from telemetry.netns import socket_in_netns
         open_socket = netns_socket or socket_in_netns
         self.host, self.ack_s = host, ack_ms / 1000
         self.sock = open_socket(host)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)   # rides out the GIL's pauses
-        self.sock.bind(("0.0.0.0", FLOW_UDP_PORT))
+        self.sock.bind((address, FLOW_UDP_PORT))
         self.sock.settimeout(self.ack_s)
         self.received: list[tuple[float, int, int, int, int]] = []
         self.malformed = 0

@@ -76,16 +76,52 @@ def _run(sender, receiver, seconds):
     receiver.close()
 
 
+def _plane_0_dies(failover: bool, base_port: int):
+    """Plane 0 is a receiver on 127.0.0.1, plane 1 one on 127.0.0.2; plane 0
+    stops after 0.4 s. Returns (sender, plane 1's receiver, when plane 0 died)."""
+    plane0 = pf.FlowReceiver("rx0", netns_socket=_loopback, address="127.0.0.1")
+    plane1 = pf.FlowReceiver("rx1", netns_socket=_loopback, address="127.0.0.2")
+    sender = pf.FlowSender("tx", 3, {"peer": ["127.0.0.1", "127.0.0.2"]}, flows_per_peer=4, rate_pps=400,
+                           timeout_ms=50, failover=failover, netns_socket=_loopback, base_port=base_port)
+    stop0, stop = threading.Event(), threading.Event()
+    threads = [threading.Thread(target=plane0.run, args=(stop0,)),
+               threading.Thread(target=plane1.run, args=(stop,)), threading.Thread(target=sender.run, args=(stop,))]
+    for t in threads:
+        t.start()
+    time.sleep(0.4)
+    stop0.set()
+    threads[0].join()
+    plane0.close()
+    died = time.monotonic()
+    time.sleep(0.6)
+    stop.set()
+    for t in threads[1:]:
+        t.join()
+    sender.close()
+    plane1.close()
+    return sender, plane1, died
+
+
 def test_flows_move_to_the_plane_that_answers():
-    # "plane 0" is an address nobody listens on, "plane 1" the receiver's.
-    receiver = pf.FlowReceiver("rx", netns_socket=_loopback)
-    sender = pf.FlowSender("tx", 3, {"peer": [NOWHERE, "127.0.0.1"]}, flows_per_peer=4, rate_pps=400,
-                           timeout_ms=50, netns_socket=_loopback, base_port=47100)
-    _run(sender, receiver, 0.6)
+    sender, plane1, died = _plane_0_dies(True, 47100)
+    assert all(not any(t < died for t, *_ in f.moves) for f in sender.flows), "no move while plane 0 answered"
     assert all(f.plane == 1 and len(f.moves) == 1 and f.moves[0][1:] == (0, 1) for f in sender.flows)
-    got = {(flow, seq) for _, s, flow, seq, plane in receiver.received if s == 3 and plane == 1}
-    assert {flow for flow, _ in got} == {0, 1, 2, 3}, "every flow is delivered on the new plane"
-    assert all(f.acked >= 0 for f in sender.flows)
+    assert {flow for _, s, flow, _, plane in plane1.received if s == 3 and plane == 1} == {0, 1, 2, 3}
+    assert min(t for t, *_ in plane1.received) > died, "plane 1 used only after"
+
+
+def test_without_failover_flows_never_move():
+    sender, plane1, _ = _plane_0_dies(False, 47300)
+    assert all(f.plane == 0 and not f.moves for f in sender.flows)
+    assert not plane1.received
+
+
+def test_a_flow_never_acknowledged_does_not_move():
+    receiver = pf.FlowReceiver("rx", netns_socket=_loopback)
+    sender = pf.FlowSender("tx", 1, {"peer": [NOWHERE, "127.0.0.1"]}, flows_per_peer=2, rate_pps=200,
+                           timeout_ms=20, netns_socket=_loopback, base_port=47500)
+    _run(sender, receiver, 0.3)
+    assert all(f.plane == 0 and not f.moves for f in sender.flows), "still connecting: nothing to time"
 
 
 def test_flows_stay_where_acks_come_back():
@@ -95,15 +131,6 @@ def test_flows_stay_where_acks_come_back():
     _run(sender, receiver, 0.5)
     assert all(f.plane == 0 and not f.moves for f in sender.flows)
     assert len(receiver.received) == len(sender.sent) > 100
-
-
-def test_without_failover_flows_never_move():
-    receiver = pf.FlowReceiver("rx", netns_socket=_loopback)
-    sender = pf.FlowSender("tx", 1, {"peer": [NOWHERE, "127.0.0.1"]}, flows_per_peer=2, rate_pps=200,
-                           timeout_ms=20, failover=False, netns_socket=_loopback, base_port=47300)
-    _run(sender, receiver, 0.3)
-    assert all(f.plane == 0 and not f.moves for f in sender.flows)
-    assert not receiver.received
 
 
 @pytest.mark.parametrize("kwargs, reason", [
