@@ -16,16 +16,17 @@ with the backup dead too, it is dropped as DROP_NO_LIVE_MEMBER. The backups
 follow the slots the controller is about to write (`forwarding=`), so they
 stay right after the controller re-homes slots.
 
-With `paths`, heartbeats also run from every edge switch (a switch with
-hosts) to every other one through each of the far end's neighbours on a
-shortest path, and each switch learns, per port, which edge switches it
-still hears through it (path_heard). failover_destination maps each remote
-host subnet to the index of its edge switch (edge_switches(): the sorted
-names of the switches with hosts), so a member whose path to the packet's
-edge switch went silent is dead too: a link failing behind a neighbour
-(spine1's link down to leaf1, seen from leaf2) fails over in the data plane
-as well. The cost: edges x (edges - 1) x uplinks more heartbeats a period
-(4 on leaf-spine, 112 on fat-tree-k4; raise heartbeat_ms there, or set
+With `paths`, heartbeats also make round trips from every edge switch (a
+switch with hosts) A to every other one B, through each neighbour N of A on
+a shortest path, carrying B's index; A, hearing one come back from N,
+records that the round trip to B through N works (path_heard).
+failover_destination maps each remote host subnet to the index of its edge
+switch (edge_switches(): the sorted names of the switches with hosts), so
+a member whose path to the packet's edge switch went silent is dead too: a
+link failing behind a neighbour (spine1's link down to leaf2, seen from
+leaf1), in either direction, fails over in the data plane as well. The
+cost: edges x (edges - 1) x uplinks more heartbeats a period (4 on
+leaf-spine, 112 on fat-tree-k4; raise heartbeat_ms there, or set
 paths: false).
 
 Detection bound: a port is declared dead at most timeout_ms + heartbeat_ms
@@ -94,8 +95,8 @@ def parse_section(raw: Any, topo, fail: Callable[[str, str], None]) -> FailoverC
 
 
 def edge_switches(topo) -> list[str]:
-    """The switches with hosts, sorted: a path heartbeat carries its edge
-    switch's index in this list (HEARTBEAT_ORIGIN_PORT_BASE + index)."""
+    """The switches with hosts, sorted: a path heartbeat carries the index of
+    its far edge switch in this list (HEARTBEAT_ORIGIN_PORT_BASE + index)."""
     return sorted({nic.switch for nic in topo.nics})
 
 

@@ -59,7 +59,7 @@ class HeartbeatPath:
     iface: str
     frame: bytes
     links: list[tuple[str, str]]     # the directed switch links whose far end records it
-    paths: list[tuple[str, str, str]] = field(default_factory=list)   # (edge A, neighbour S, edge B): B hears A via S
+    paths: list[tuple[str, str, str]] = field(default_factory=list)   # (edge A, A's neighbour N, edge B): A hears B's round trip via N
 
 
 def _port_to(topo, switch: str, peer: str) -> int:
@@ -94,10 +94,11 @@ def planned_heartbeats(topo, max_hops: int = SOURCE_ROUTE_MAX_HOPS, paths: Optio
     depends on the switches between it and the host.
 
     With `paths` (default: the topology's failover.paths), also one path
-    heartbeat per edge switch A, other edge switch B and neighbour S of B
-    on a shortest A-B path: from a host at A along a shortest path to S,
-    into B, out to a host at B (addressed to its sender, so B's host drops
-    it); B records that it hears A through S."""
+    heartbeat per edge switch A, other edge switch B and neighbour N of A
+    on a shortest A-B path: from a host at A through N along a shortest
+    path to B and the same way back, home; it carries B's index, and A,
+    hearing it back from N, records that the round trip to B through N
+    works (a failure in either direction stops it)."""
     out = []
     done = set()
     hosts_at = {}
@@ -137,25 +138,28 @@ def _path_heartbeats(topo, hosts_at, max_hops: int) -> list[HeartbeatPath]:
     from control.failover import edge_switches
     edges = edge_switches(topo)
     out = []
-    for origin, a in enumerate(edges):
+    for a in edges:
         nic = hosts_at[a]
-        for b in edges:
+        for far, b in enumerate(edges):
             if b == a:
                 continue
             try:
                 direct = len(_switch_path(topo, a, b))
             except ProbeError:
                 continue                     # another plane
-            for s in sorted({p.peer for p in topo.switches[b].ports.values() if p.peer in topo.switches}):
-                there = _switch_path(topo, a, s) + [b]
+            for n in sorted({p.peer for p in topo.switches[a].ports.values() if p.peer in topo.switches}):
+                there = [a] + _switch_path(topo, n, b)
                 if len(there) != direct:
-                    continue                 # not on a shortest path from a
-                ports = [_port_to(topo, x, y) for x, y in zip(there, there[1:])] + [hosts_at[b].switch_port]
+                    continue                 # n is not on a shortest path to b
+                back = there[::-1]
+                ports = [_port_to(topo, x, y) for x, y in zip(there, there[1:])]
+                ports += [_port_to(topo, x, y) for x, y in zip(back, back[1:])] + [nic.switch_port]
                 if len(ports) > max_hops:
-                    raise ProbeError(f"the path heartbeat {a}->{s}->{b} needs {len(ports)} hops, more than {max_hops}")
+                    raise ProbeError(f"the path heartbeat {a}->{n}->{b} and back needs {len(ports)} hops, "
+                                     f"more than {max_hops}")
                 frame = heartbeat_frame(ports, src_mac=nic.mac, dst_mac=nic.gateway_mac, src_ip=nic.ip,
-                                        dst_ip=nic.ip, seq=origin, origin=origin)
-                out.append(HeartbeatPath(nic.host, nic.iface, frame, [], [(a, s, b)]))
+                                        dst_ip=nic.ip, seq=far, origin=far)
+                out.append(HeartbeatPath(nic.host, nic.iface, frame, [], [(a, n, b)]))
     return out
 
 

@@ -11,13 +11,14 @@
 // most timeout + one heartbeat period.
 //
 // Remote failures: a port can be heard while a link behind the neighbour
-// is dead (leaf2 hears spine1, but spine1's only way down to leaf1 is
-// gone). Path heartbeats, one per (edge switch A, neighbour S of edge B)
-// through S, carry A's index (UDP source port HEARTBEAT_ORIGIN_PORT_BASE +
-// A) and write path_heard[port from S][A] at B. Where failover_destination
-// names a packet's destination edge switch, a member is also dead when its
-// path to that edge switch, heard before, went silent: leaf2 stops sending
-// leaf1's traffic to spine1 without anyone telling it.
+// is dead (leaf1 hears spine1, but spine1's only way down to leaf2 is
+// gone). Path heartbeats, one per (edge switch A, A's neighbour N, edge
+// switch B), go from A through N to B and back the same way, carrying B's
+// index (UDP source port HEARTBEAT_ORIGIN_PORT_BASE + B); A, hearing one
+// return from N, writes path_heard[port from N][B]: the round trip works.
+// Where failover_destination names a packet's destination edge switch, a
+// member is also dead when its path to that edge switch, heard before,
+// went silent: leaf1 stops sending leaf2's traffic to spine1 by itself.
 //
 // Failover: a packet routed to an ECMP group whose slot's next hop is dead
 // takes the slot's backup (next_hop_backup, the next slot's member on

@@ -20,8 +20,8 @@ control SourceRouting(inout headers_t hdr, inout local_metadata_t meta, inout st
         // be declared dead once they stop.
         if (hdr.udp.isValid() && hdr.udp.dst_port == HEARTBEAT_UDP_PORT) {
             port_heard.write((bit<32>) std_meta.ingress_port, std_meta.ingress_global_timestamp);
-            // A path heartbeat names the edge switch it left from: the path
-            // from there to here through this port works.
+            // A path heartbeat names the far edge switch of its round trip:
+            // the path there and back through this port works (failover.p4).
             bit<16> origin = hdr.udp.src_port - HEARTBEAT_ORIGIN_PORT_BASE;
             if (hdr.udp.src_port >= HEARTBEAT_ORIGIN_PORT_BASE && (bit<32>) origin < FAILOVER_ORIGINS) {
                 path_heard.write(path_index(std_meta.ingress_port, (bit<32>) origin),

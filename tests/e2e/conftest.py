@@ -17,9 +17,10 @@ def _require_toolchain_and_root():
 
 
 @pytest.fixture
-def failover_network(tmp_path):
-    """A live leaf-spine with data-plane failover (heartbeats every 20 ms,
-    100 ms timeout), programmed, heartbeats running: (topo, net, ctl)."""
+def failover_network(tmp_path, request):
+    """A live leaf-spine (or the topology named by indirect parametrisation)
+    with data-plane failover (heartbeats every 20 ms, 100 ms timeout),
+    programmed, heartbeats running: (topo, net, ctl)."""
     from pathlib import Path
 
     import yaml
@@ -29,9 +30,10 @@ def failover_network(tmp_path):
     from control.network import Network
     from control.topology import from_dict
     from hostagent.heartbeat import running_heartbeats
-    raw = yaml.safe_load((Path(__file__).resolve().parents[2] / "topologies" / "leaf-spine.yaml").read_text())
+    name = getattr(request, "param", "leaf-spine")
+    raw = yaml.safe_load((Path(__file__).resolve().parents[2] / "topologies" / f"{name}.yaml").read_text())
     raw["failover"] = {"heartbeat_ms": 20, "timeout_ms": 100}
-    topo = from_dict(raw, "leaf-spine + failover")
+    topo = from_dict(raw, f"{name} + failover")
     compile_p4()
     with Network(topo, tmp_path / "net", log_level="warn") as net, FabricController(topo) as ctl:
         ctl.program()

@@ -1,4 +1,4 @@
-"""Recovery on a live leaf-spine network: a switch whose process died is
+"""Recovery on live leaf-spine and dual-plane networks: a switch whose process died is
 restarted by the launcher and reprogrammed by the controller in one
 reconciliation (nothing duplicated, every pair reachable again); a backup
 controller (lower election id) cannot write while the primary is there,
@@ -21,10 +21,18 @@ from control.topology import Failures, load
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def net(tmp_path):
+TOPOLOGIES = ["leaf-spine", "dual-plane"]
+
+
+def first(topo, role: str) -> str:
+    """The first switch of `role` by name (of plane a on dual-plane): spine1, leaf1a, ..."""
+    return sorted(s.name for s in topo.switches.values() if s.role == role)[0]
+
+
+@pytest.fixture(params=TOPOLOGIES)
+def net(tmp_path, request):
     compile_p4()
-    topo = load(REPO / "topologies" / "leaf-spine.yaml")
+    topo = load(REPO / "topologies" / f"{request.param}.yaml")
     with Network(topo, tmp_path / "net", log_level="warn") as network:
         yield network
 
@@ -33,10 +41,11 @@ def test_a_dead_switch_is_restarted_and_reprogrammed_once(net):
     with FabricController(net.topo) as ctl:
         ctl.program()
         assert all(net.ping_all().values())
-        net.switches["spine1"].proc.kill()
-        net.switches["spine1"].proc.wait()
+        spine = first(net.topo, "spine")
+        net.switches[spine].proc.kill()
+        net.switches[spine].proc.wait()
         recovered = Supervisor(net, ctl, on_recovery=print).check_once()
-        assert [r.switch for r in recovered] == ["spine1"]
+        assert [r.switch for r in recovered] == [spine]
         assert recovered[0].result.pipeline_pushed and recovered[0].result.report.inserted > 0
         assert not net.dead_switches()
         assert all(net.ping_all().values()), "every pair reachable after the recovery"
@@ -47,7 +56,7 @@ def test_a_dead_switch_is_restarted_and_reprogrammed_once(net):
 
 def test_backup_controller_takes_over_without_rewriting(net):
     primary = FabricController(net.topo, election_id=(0, 2))
-    backup = FabricController(load(REPO / "topologies" / "leaf-spine.yaml"), election_id=(0, 1))
+    backup = FabricController(load(REPO / "topologies" / f"{net.topo.name}.yaml"), election_id=(0, 1))
     try:
         primary.program()
         backup.connect()
@@ -56,35 +65,37 @@ def test_backup_controller_takes_over_without_rewriting(net):
         route = backup.p4info.table_entry("ipv4_lpm", {"hdr.ipv4.dst_addr": "10.99.0.0/16"},
                                           action="set_next_id", params={"next_id": 1})
         with pytest.raises(SwitchError):
-            backup.connections["leaf1"].write([update(p4runtime_pb2.Update.INSERT, table_entry=route)])
+            backup.connections[first(net.topo, "leaf")].write([update(p4runtime_pb2.Update.INSERT, table_entry=route)])
         primary.close()                            # the primary controller goes away
         took = backup.wait_until_primary(timeout=10)
         print(f"\nbackup primary on every switch {took * 1000:.0f} ms after the primary left")
         results = backup.program()
         assert all(r.report.writes == 0 and not r.pipeline_pushed for r in results), [str(r.report) for r in results]
-        assert backup.set_load_balancing("leaf1", LbMode("spray")).writes > 0, "the new primary writes"
+        assert backup.set_load_balancing(first(net.topo, "leaf"), LbMode("spray")).writes > 0, "the new primary writes"
         assert all(net.ping_all().values())
     finally:
         primary.close()
         backup.close()
 
 
+@pytest.mark.parametrize("failover_network", TOPOLOGIES, indirect=True)
 def test_routes_avoid_a_dead_switch_and_return_when_it_is_back(failover_network):
     topo, net, ctl = failover_network
+    spine, leaf = first(topo, "spine"), first(topo, "leaf")
     rerouter = Rerouter(ctl, timeout_ms=100, on_change=print)
     time.sleep(0.3)
     assert rerouter.check_once() is None, "nothing failed yet"
-    leaf1_hops = {r.prefix: len(r.next_hops) for r in ctl.routes["leaf1"]}
-    net.switches["spine1"].proc.kill()
-    net.switches["spine1"].proc.wait()
-    ctl.connections.pop("spine1").close()
-    assert rerouter.check_once() == Failures(switches=frozenset({"spine1"}))
-    assert all(len(r.next_hops) == 1 for r in ctl.routes["leaf1"] if leaf1_hops[r.prefix] == 2)
+    leaf_hops = {r.prefix: len(r.next_hops) for r in ctl.routes[leaf]}
+    net.switches[spine].proc.kill()
+    net.switches[spine].proc.wait()
+    ctl.connections.pop(spine).close()
+    assert rerouter.check_once() == Failures(switches=frozenset({spine}))
+    assert all(len(r.next_hops) == 1 for r in ctl.routes[leaf] if leaf_hops[r.prefix] == 2)
     assert all(net.ping_all().values()), "every pair reachable around the dead spine"
-    net.restart_switch("spine1")
-    ctl.recover_switch("spine1")
-    time.sleep(0.5)                     # heartbeats through spine1 again
+    net.restart_switch(spine)
+    ctl.recover_switch(spine)
+    time.sleep(0.5)                     # heartbeats through the spine again
     assert rerouter.check_once() == Failures()
-    assert {r.prefix: len(r.next_hops) for r in ctl.routes["leaf1"]} == leaf1_hops, "routes are back"
+    assert {r.prefix: len(r.next_hops) for r in ctl.routes[leaf]} == leaf_hops, "routes are back"
     assert all(net.ping_all().values())
     assert all(r.report.writes == 0 for r in ctl.program()), "nothing left to fix"
