@@ -9,10 +9,10 @@ plane), 8 UDP flows per pair (ECMP spreads them over the spines), --rate
 packets/s per pair, acknowledged by the receivers every 10 ms
 (hostagent/plane_failover.py). At t0 one of:
 
-  link    the first leaf's link to the first spine (of plane a) black-holes
-          both ways (a qdisc that drops everything: the ports stay up, the
-          failure a port-state watch cannot see);
-  switch  the first spine's process (of plane a) is killed.
+  link       the first leaf's link to the first spine (of plane a)
+             black-holes both ways (a qdisc that drops everything: the ports
+             stay up, the failure a port-state watch cannot see);
+  switch     the first spine's process (of plane a) is killed.
 
 Protections (each on a fresh network):
 
@@ -39,6 +39,7 @@ timeline.png under --out (default experiments/results/failure_timeline/).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import select
@@ -67,6 +68,7 @@ from control.impairments import blackhole  # noqa: E402
 from control.network import Network  # noqa: E402
 from control.recovery import Rerouter  # noqa: E402
 from control.topology import from_dict  # noqa: E402
+from experiments._faults import kill_switch  # noqa: E402
 from experiments._plots import save_figure  # noqa: E402
 from hostagent.heartbeat import running_heartbeats  # noqa: E402
 
@@ -106,23 +108,6 @@ def fail_link(topo, a: str, b: str):
     """Black-hole both directions of link a-b (the ports stay up); return the undo."""
     undos = [blackhole(p.iface) for x, y in ((a, b), (b, a)) for p in topo.switches[x].ports.values() if p.peer == y]
     return lambda: [undo() for undo in undos]
-
-
-def fail_switch(net, ctl, name: str, lock: threading.Lock):
-    net.switches[name].proc.kill()
-    net.switches[name].proc.wait()
-    conn = ctl.connections.pop(name, None)
-    if conn is not None:
-        try:
-            conn.close()
-        except Exception:
-            pass
-
-    def undo():
-        with lock:
-            net.restart_switch(name)
-            ctl.recover_switch(name)
-    return undo
 
 
 def drops_by_reason(before, after) -> str:
@@ -170,7 +155,8 @@ def one_run(name: str, topo, net, ctl, protection: str, failure: str, args, rero
         time.sleep(args.before)
         changes_before = len(rerouter.changes) if rerouter else 0
         t0, t0_wall = time.monotonic(), time.time()
-        undo = fail_link(topo, leaf, spine) if failure == "link" else fail_switch(net, ctl, spine, lock)
+        undo = {"link": lambda: fail_link(topo, leaf, spine),
+                "switch": lambda: kill_switch(net, ctl, spine, lock)}[failure]()
         results = {(a.host, a.role): a.result() for a in agents}
     finally:
         for a in agents:
@@ -187,7 +173,7 @@ def one_run(name: str, topo, net, ctl, protection: str, failure: str, args, rero
     if rerouter and len(rerouter.changes) > changes_before:
         rerouted = rerouter.changes[changes_before][0] - t0_wall
     row = {"topology": name, "protection": protection, "failure": failure,
-           "target": f"{leaf}-{spine}" if failure == "link" else spine,
+           "target": spine if failure == "switch" else f"{leaf}-{spine}",
            "sent_after_t0": sum(1 for t, *_ in sent if t >= 0), "lost": len(lost_after),
            "lost_before_t0": len(lost_before),
            "outage_ms": round(1000 * outage_s(lost_after), 1),
@@ -282,7 +268,7 @@ def main(argv=None) -> int:
                 FabricController(topo) as ctl:
             ctl.program()
             protected = protection in ("controller", "data plane")
-            with running_heartbeats(topo, HEARTBEAT_MS / 1000) if protected else _nothing():
+            with running_heartbeats(topo, HEARTBEAT_MS / 1000) if protected else contextlib.nullcontext():
                 lock = threading.Lock()
                 rerouter = Rerouter(ctl, TIMEOUT_MS, lock, on_change=lambda m: None) if protected else None
                 stop = threading.Event()
@@ -315,14 +301,6 @@ def main(argv=None) -> int:
     print("\n" + table(rows))
     print(f"results: {out / 'runs.csv'}, {out / 'timeline.csv'}, {png}")
     return 0
-
-
-class _nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
