@@ -17,6 +17,8 @@ def leftovers(topo) -> list[str]:
     found += [f"veth {p.iface}" for s in topo.switches.values() for p in s.ports.values() if f" {p.iface}@" in links]
     procs = subprocess.run(["pgrep", "-f", "simple_switch_grpc --device-id"], capture_output=True, text=True).stdout
     found += [f"process {pid}" for pid in procs.split()]
+    heartbeats = subprocess.run(["pgrep", "-f", "hostagent.heartbeat import"], capture_output=True, text=True).stdout
+    found += [f"heartbeat process {pid}" for pid in heartbeats.split()]
     return found
 
 

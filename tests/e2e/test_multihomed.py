@@ -35,6 +35,7 @@ def test_make_run_dual_plane_reaches_each_plane_and_keeps_planes_apart():
     assert "All-pairs connectivity: 24/24 NIC pairs OK" in out, out
     assert "plane a: 12/12 NIC pairs OK" in out and "plane b: 12/12 NIC pairs OK" in out, out
     assert "across planes: 0/24 NIC pairs answered (OK: the planes are disjoint)" in out, out
+    assert "failover on: heartbeats every 20 ms" in out, "dual-plane ships with data-plane failover"
     counts = top_tier_packets(out)  # spine1a, spine2a, spine1b, spine2b
     assert len(counts) == 4 and counts[0] + counts[1] > 0 and counts[2] + counts[3] > 0, out
     assert leftovers(topo) == [], out
