@@ -41,6 +41,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from .features import check_mapping
 from .forwarding import ecmp_seed, forwarding_state, slots_on_switch
+from .p4constants import constants
 from .p4info import P4Info
 from .sync import SwitchState
 from .topology import NextHop
@@ -52,7 +53,7 @@ DESTINATION_TABLE = "failover_destination"
 BACKUP_COUNTER = "backup_packets"
 HEARD_REGISTER = "port_heard"
 FIELDS = {"heartbeat_ms", "timeout_ms", "paths"}
-FAILOVER_ORIGINS = 64             # p4src/include/defines.p4: edge switches whose paths are watched
+FAILOVER_ORIGINS = 1 << constants()["FAILOVER_ORIGIN_BITS"]   # edge switches whose paths are watched
 BENCH_NEXT_ID = 1
 
 

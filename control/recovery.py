@@ -9,12 +9,14 @@ a command.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from dataclasses import dataclass
 
 from .controller import FabricController, SwitchResult
 from .network import Network
+from .topology import Failures
 
 
 @dataclass
@@ -95,6 +97,53 @@ def link_health(topo, timeout_ms: float, thrift_of=None) -> tuple[set, set]:
     return dead_links, dead_switches
 
 
+class ThriftSessions:
+    """Thrift sessions to the switches kept open from one poll to the next:
+    a new session costs a connection and BMv2's whole JSON config (to
+    resolve register names), which every 200 ms on every switch is most of
+    a poll. A kept session is checked with one cheap call first; one that
+    fails (its switch died, or was restarted), or whose use failed, is
+    replaced by a new one, and if that cannot connect the switch does not
+    answer. Use as link_health's thrift_of."""
+
+    def __init__(self, topo, connect_timeout: float = 0.2, opener=None):
+        from .bmv2_thrift import Bmv2Thrift
+        self.opener = opener or (lambda s: Bmv2Thrift(topo.switches[s].thrift_port, connect_timeout=connect_timeout))
+        self.open: dict[str, object] = {}
+
+    def __call__(self, switch: str):
+        t = self.open.pop(switch, None)
+        if t is not None:
+            try:
+                t.now_us()
+            except Exception:
+                with contextlib.suppress(Exception):
+                    t.close()
+                t = None
+        if t is None:
+            t = self.opener(switch)          # raises when the switch does not answer
+        self.open[switch] = t
+        return self._borrowed(switch, t)
+
+    @contextlib.contextmanager
+    def _borrowed(self, switch: str, t):
+        """Stays open for the next poll, unless using it failed: e.g. a session
+        opened while a restarted switch had no pipeline yet knows no registers."""
+        try:
+            yield t
+        except Exception:
+            self.open.pop(switch, None)
+            with contextlib.suppress(Exception):
+                t.close()
+            raise
+
+    def close(self) -> None:
+        for t in self.open.values():
+            with contextlib.suppress(Exception):
+                t.close()
+        self.open.clear()
+
+
 class Rerouter:
     """The controller's side of failure recovery: every period, read link and
     switch health from the heartbeat registers (link_health); when what is
@@ -106,11 +155,11 @@ class Rerouter:
                  on_change=print, thrift_of=None):
         self.ctl, self.timeout_ms = ctl, timeout_ms
         self.lock = lock or threading.Lock()
-        self.on_change, self.thrift_of = on_change, thrift_of
+        self.on_change = on_change
+        self.thrift_of = thrift_of or ThriftSessions(ctl.topo)
         self.changes: list[tuple[float, str]] = []
 
     def check_once(self):
-        from .topology import Failures
         links, switches = link_health(self.ctl.topo, self.timeout_ms, self.thrift_of)
         failed = Failures(frozenset(links), frozenset(switches))
         if failed == self.ctl.failed:
@@ -126,8 +175,12 @@ class Rerouter:
         return failed
 
     def run(self, stop: threading.Event, period_s: float = 0.2) -> None:
-        while not stop.wait(period_s):
-            try:
-                self.check_once()
-            except Exception as exc:
-                self.on_change(f"rerouting failed: {exc}")
+        try:
+            while not stop.wait(period_s):
+                try:
+                    self.check_once()
+                except Exception as exc:
+                    self.on_change(f"rerouting failed: {exc}")
+        finally:
+            if isinstance(self.thrift_of, ThriftSessions):
+                self.thrift_of.close()

@@ -53,19 +53,11 @@ from control.network import Network  # noqa: E402
 from control.topology import load  # noqa: E402
 from experiments._allreduce_runs import (PY, RING_PORT, impaired, run_ina, run_jobs, run_ring,  # noqa: E402
                                          start_server, stop_server)
-from experiments._plots import save_figure  # noqa: E402
+from experiments._plots import save_figure, write_csv  # noqa: E402
 
 PHASES = ("goodput", "loss", "jobs", "training")
 JOB_OF_N = {2: 3, 4: 2, 8: 1}          # aggregation-rack.yaml's dedicated jobs
 SHARED_JOBS = (4, 5, 6, 7)
-
-
-def write_csv(path: Path, rows: list[dict]) -> Path:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    return path
 
 
 def mean(xs) -> float:

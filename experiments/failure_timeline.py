@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import json
 import select
 import subprocess
@@ -69,10 +68,10 @@ from control.network import Network  # noqa: E402
 from control.recovery import Rerouter  # noqa: E402
 from control.topology import from_dict  # noqa: E402
 from experiments._faults import kill_switch  # noqa: E402
-from experiments._plots import save_figure  # noqa: E402
+from experiments._plots import save_figure, write_csv  # noqa: E402
 from hostagent.heartbeat import running_heartbeats  # noqa: E402
 
-HEARTBEAT_MS, TIMEOUT_MS, REROUTE_PERIOD_S = 20, 100, 0.2
+HEARTBEAT_MS, TIMEOUT_MS = 20, 100
 PROTECTIONS = {"leaf-spine": ("controller", "data plane"), "dual-plane": ("controller", "data plane", "host")}
 FAILURES = ("link", "switch")
 BIN_S = 0.02
@@ -272,7 +271,7 @@ def main(argv=None) -> int:
                 lock = threading.Lock()
                 rerouter = Rerouter(ctl, TIMEOUT_MS, lock, on_change=lambda m: None) if protected else None
                 stop = threading.Event()
-                thread = threading.Thread(target=rerouter.run, args=(stop, REROUTE_PERIOD_S), daemon=True) \
+                thread = threading.Thread(target=rerouter.run, args=(stop,), daemon=True) \
                     if rerouter else None
                 if thread:
                     thread.start()
@@ -301,13 +300,6 @@ def main(argv=None) -> int:
     print("\n" + table(rows))
     print(f"results: {out / 'runs.csv'}, {out / 'timeline.csv'}, {png}")
     return 0
-
-
-def write_csv(path: Path, rows: list[dict]) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
 
 
 def table(rows: list[dict]) -> str:

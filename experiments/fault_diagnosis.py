@@ -25,7 +25,6 @@ faults.csv and accuracy.png (per kind, and per loss rate) under --out
 from __future__ import annotations
 
 import argparse
-import csv
 import random
 import sys
 import threading
@@ -51,7 +50,7 @@ from control.network import Network  # noqa: E402
 from control.switch import update  # noqa: E402
 from control.topology import load  # noqa: E402
 from experiments._faults import kill_switch  # noqa: E402
-from experiments._plots import save_figure  # noqa: E402
+from experiments._plots import save_figure, write_csv  # noqa: E402
 from telemetry.netns import socket_in_netns  # noqa: E402
 
 KINDS = ("lossy link", "dead switch", "blackhole")
@@ -151,10 +150,7 @@ def main(argv=None) -> int:
             stop.set()
             for t in threads:
                 t.join()
-    with open(out / "faults.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(out / "faults.csv", rows)
     groups = [(f"{r:g}% loss", [x for x in rows if x["kind"] == "lossy link" and x["loss_pct"] == r])
               for r in args.loss_rates]
     groups += [(k, [x for x in rows if x["kind"] == k]) for k in KINDS[1:]]

@@ -21,15 +21,12 @@ import pytest
 from control import failover as fo
 from control.impairments import blackhole
 from telemetry.netns import socket_in_netns
+from test_recovery_live import first
 
 PORT = 5201
 FLOWS = 32
 RATE_PPS = 300
 SETTLE_S = 1.0
-
-
-def first(topo, role: str) -> str:
-    return sorted(s.name for s in topo.switches.values() if s.role == role)[0]
 
 
 def flows_across_a_failure(topo, src: str, dst: str, fail) -> tuple[dict, set, float]:

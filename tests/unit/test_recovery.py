@@ -1,6 +1,8 @@
 """Routing around failures (Topology.routes with Failures) and reading link
 health from the heartbeat registers (control/recovery.link_health) with a
 stand-in for BMv2's Thrift server."""
+import pytest
+
 from control.recovery import link_health
 from control.topology import Failures, load
 
@@ -78,3 +80,44 @@ def test_ports_never_heard_are_not_dead():
     never = {s: {} for s in LS.switches}
     links, switches = link_health(LS, 100, lambda s: FakeThrift(5_000_000, never[s]))
     assert links == set() and switches == set()
+
+
+def test_thrift_sessions_are_kept_and_replaced_when_they_fail():
+    from control.recovery import ThriftSessions
+    opened = []
+
+    class Session(FakeThrift):
+        alive = True
+        closed = False
+
+        def now_us(self):
+            if not self.alive:
+                raise ConnectionResetError("the switch restarted")
+            return self.now
+
+        def close(self):
+            self.closed = True
+
+    def opener(s):
+        if s == "spine1":
+            raise ConnectionRefusedError("dead")
+        opened.append(Session(1_000_000, {}))
+        return opened[-1]
+
+    sessions = ThriftSessions(LS, opener=opener)
+    with sessions("leaf1") as a:
+        pass
+    with sessions("leaf1") as b:
+        assert b is a and not a.closed, "kept from one poll to the next"
+    a.alive = False
+    with sessions("leaf1") as c:
+        assert c is not a and a.closed, "a session that fails its check is replaced"
+    with pytest.raises(KeyError):
+        with sessions("leaf1") as d:
+            raise KeyError("port_heard")     # e.g. opened before the restarted switch had its pipeline
+    assert d.closed and "leaf1" not in sessions.open, "a session whose use failed is dropped"
+    with pytest.raises(ConnectionRefusedError):
+        sessions("spine1")
+    assert link_health(LS, 100, sessions)[1] == {"spine1"}
+    sessions.close()
+    assert all(s.closed for s in opened)
