@@ -5,6 +5,7 @@
 SHELL      := /bin/bash
 VENV       := .venv
 PY         := $(VENV)/bin/python
+FABRIC     := $(VENV)/bin/fabric
 TOPO       ?= leaf-spine
 ARGS       ?=
 IMAGE      ?= p4-ai-fabric
@@ -21,13 +22,13 @@ DOCKER_TEST ?= test
 DOCKER_RUN  = $(DOCKER) $(DOCKER_FLAGS) run --rm --privileged \
 	$(if $(wildcard /lib/modules),-v /lib/modules:/lib/modules:ro)
 
-# Native toolchain present? (same search as control/toolchain.py)
+# Native toolchain present? (same search as core/toolchain.py)
 HAVE_NATIVE := $(shell for t in p4c-bm2-ss simple_switch_grpc; do \
 	  { [ -n "$$P4_TOOLCHAIN_BIN" ] && [ -x "$$P4_TOOLCHAIN_BIN/$$t" ]; } || command -v $$t >/dev/null 2>&1 || [ -x /opt/p4/bin/$$t ] || exit 0; \
 	done; echo yes)
 HAVE_DOCKER ?= $(eval HAVE_DOCKER := $(shell $(DOCKER) info >/dev/null 2>&1 && echo yes))$(HAVE_DOCKER)
 
-.PHONY: help setup doctor build run test unit monitoring ptf e2e bench experiments monitor fixtures clean \
+.PHONY: help setup doctor build run test unit monitoring ptf e2e bench experiments monitor fixtures clean generate features \
         docker-build docker-run docker-test test-docker require-toolchain
 
 help:
@@ -36,6 +37,8 @@ help:
 	@echo "make doctor                                 what toolchain was found, and how to get what is missing"
 	@echo "make monitor [TOPO=leaf-spine]              INT collector, switch exporter, Prometheus next to a running network"
 	@echo "make experiments | experiment-NAME          every experiment (CSV + PNG under experiments/results/), or one"
+	@echo "make generate | features                    rewrite generated files; print the feature index"
+	@echo "Everything here is also \`.venv/bin/fabric COMMAND\` (fabric --help)."
 	@echo "make build | bench | docker-build | docker-run | docker-test | clean"
 	@echo "make test-docker                            docker-run + PTF in a container, on a locally built stand-in for p4lang/p4c"
 
@@ -43,23 +46,23 @@ setup:
 	@bash scripts/setup.sh
 
 doctor: setup
-	@$(PY) -m control.toolchain
+	@$(FABRIC) doctor
 
 build: setup
-	@$(PY) -m control.build
+	@$(FABRIC) build
 
 ifeq ($(HAVE_NATIVE),yes)
 run: setup
-	$(PY) -m control.run --topology $(TOPO) $(ARGS)
+	$(FABRIC) run --topology $(TOPO) $(ARGS)
 else ifeq ($(HAVE_DOCKER),yes)
 run: docker-run
 else
 run: setup
-	@$(PY) -m control.toolchain; exit 1
+	@$(FABRIC) doctor; exit 1
 endif
 
 require-toolchain: setup
-	@$(PY) -m control.toolchain >/dev/null || { $(PY) -m control.toolchain; \
+	@$(FABRIC) doctor >/dev/null || { $(FABRIC) doctor; \
 	  echo; echo "make test: FAILED: p4c/BMv2 missing, the data-plane tests cannot run."; \
 	  echo "Use Docker (make docker-test) or install p4c and BMv2 (see README)."; exit 1; }
 
@@ -91,22 +94,27 @@ fixtures: build
 # Monitoring next to a running network (`make run` in another shell): INT collector,
 # switch exporter and Prometheus on 127.0.0.1; prints the URLs, Ctrl-C stops them.
 monitor: setup build
-	$(PY) -m telemetry.monitor --topology $(TOPO) $(ARGS)
+	$(FABRIC) monitor --topology $(TOPO) $(ARGS)
 
-# Every experiment by name (experiments/NAME.py; files starting with _ are shared code):
+# Every experiment by name (the modules of experiments/ but common.py):
 # `make experiments` runs them all, `make experiment-NAME ARGS=...` one.
-EXPERIMENTS := $(sort $(basename $(notdir $(filter-out experiments/_%,$(wildcard experiments/*.py)))))
-
 experiments: require-toolchain build
-	@for e in $(EXPERIMENTS); do echo "==> experiment $$e"; $(PY) experiments/$$e.py $(ARGS) || exit 1; done
+	$(FABRIC) experiments $(ARGS)
 
 experiment-%: require-toolchain build
-	@test -f experiments/$*.py || { echo "no experiment $* (experiments: $(EXPERIMENTS))"; exit 2; }
-	$(PY) experiments/$*.py $(ARGS)
+	$(FABRIC) experiment $* $(ARGS)
+
+# Everything generated and committed (aggregation lanes, topologies, dashboards).
+generate: setup
+	$(FABRIC) generate
+
+# The feature index (the README's table).
+features: setup
+	@$(FABRIC) features
 
 # Regenerates the table in the README and build/bench/{summary.csv,forwarding_rate.png}.
 bench: require-toolchain build
-	$(PY) benchmarks/forwarding_rate.py --readme README.md $(ARGS)
+	$(FABRIC) bench --readme README.md $(ARGS)
 
 docker-build:
 	$(DOCKER) $(DOCKER_FLAGS) build -f docker/Dockerfile -t $(IMAGE) \

@@ -12,21 +12,20 @@ from pathlib import Path
 from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
-from scapy.layers.inet import IP, UDP  # noqa: E402
-from scapy.layers.l2 import Ether  # noqa: E402
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
 
-from control import features  # noqa: E402
-from control.bmv2 import switch_command  # noqa: E402
-from control.forwarding import forwarding_state  # noqa: E402
-from control.network import make_veth_pair, sh  # noqa: E402
-from control.p4info import P4Info  # noqa: E402
-from control.switch import Pipeline, SwitchConnection  # noqa: E402
-from control.sync import SwitchState, reconcile  # noqa: E402
-from control.toolchain import require  # noqa: E402
-from control.topology import NextHop, Route  # noqa: E402
-from hostagent.headers import ECT0  # noqa: E402
+from core import feature as features
+from core.bmv2 import switch_command
+from core.forwarding import forwarding_state
+from core.network import make_veth_pair, sh
+from core.p4info import P4Info
+from core.switch import Pipeline, SwitchConnection
+from core.sync import SwitchState, reconcile
+from core.toolchain import require
+from core.topology import NextHop, Route
+from wire.ecn import ECT0
 
 GRPC_ADDR, THRIFT_PORT, DEVICE_ID = "127.0.0.1:9458", 9088, 1  # apart from the launcher and PTF
 PAIRS = {1: ("benchsw1", "benchdp1"), 2: ("benchsw2", "benchdp2")}  # port: (switch side, traffic side)
@@ -38,7 +37,7 @@ MAIN = REPO / "p4src" / "main.p4"
 
 def frames(case: "Case | None" = None) -> list[bytes]:
     """What the bench offers: `case`'s own frames if its feature has
-    bench_frames (control/features.py), else 64-byte UDP frames of 8 flows,
+    bench_frames (core/feature.py), else 64-byte UDP frames of 8 flows,
     ECN-capable (so ECN takes its marking path)."""
     if case is not None and case.frames is not None:
         return case.frames()
@@ -73,13 +72,13 @@ class Case:
 
 def cases(fabric_source: Path = MAIN) -> list[Case]:
     """The references, the fabric with every feature off, and the fabric with
-    each registered feature on (its bench_state(), control/features.py)."""
+    each registered feature on (its bench_state(), core/feature.py)."""
     out = [Case("port_forward", REPO / "p4src" / "baseline" / "port_forward.p4", "no parsing, port 1 -> 2"),
            Case("basic_router", REPO / "p4src" / "baseline" / "basic_router.p4", "1 LPM table, TTL, checksum",
                 router_state),
            Case("fabric", fabric_source, "every feature off", fabric_state)]
     for feature in features.features():
-        modes = getattr(feature, "BENCH_MODES", ())    # one row per mode (control/features.py)
+        modes = getattr(feature, "BENCH_MODES", ())    # one row per mode (core/feature.py)
         for mode in modes:
             out.append(Case(f"fabric+{feature.SECTION}:{mode}", fabric_source, f"{feature.SECTION} {mode} for all traffic",
                             lambda p4info, f=feature, m=mode: fabric_state(p4info).merge(

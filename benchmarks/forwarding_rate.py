@@ -8,8 +8,8 @@ Measured in one run, on the same BMv2 build, logging off:
   fabric         p4src/main.p4 with every feature off: LPM, 16-slot ECMP
                  group, counters, checksum verification
   fabric+<f>     the same with feature <f> switched on for all the traffic
-                 (each feature module's bench_state(), control/features.py)
-and the host agent's sender loop (hostagent.roce, unpaced) on the same veth,
+                 (each feature module's bench_state(), core/feature.py)
+and the host agent's sender loop (hostagent.ecn.roce, unpaced) on the same veth,
 so experiments can check the traffic source is not what limits them.
 
 Method. Two veth pairs; simple_switch_grpc between them; a paced sender
@@ -47,14 +47,13 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cases import (DST_IP, HOST_MAC, IN_PORT, MAIN, OUT_PORT, PAIRS, REPO, SRC_IP, SWITCH_MAC,  # noqa: E402
+from benchmarks.cases import (DST_IP, HOST_MAC, IN_PORT, MAIN, OUT_PORT, PAIRS, REPO, SRC_IP, SWITCH_MAC,
                    Case, cases, frames, make_veths, remove_veths, running_switch, rx_packets, select)
-from control.build import compile_p4  # noqa: E402
-from control.switch import Pipeline  # noqa: E402
-from control.toolchain import require  # noqa: E402
-from hostagent.sender import RawSender  # noqa: E402
+from core.build import compile_p4
+from core.switch import Pipeline
+from core.toolchain import require
+from hostagent.sender import RawSender
 
 OVERLOAD = 1.25           # offered = OVERLOAD x probed capacity
 PROBE_PPS = 150_000       # the probe's offered load: above what BMv2 forwards here
@@ -121,7 +120,7 @@ def _highest_kept_up(case: Case, pipeline: Pipeline) -> float:
 def measure_agent(duration: float) -> float:
     """Packets per second the DCQCN sender loop reaches with no pacing limit."""
     out = REPO / "build" / "bench" / "agent-sender"
-    subprocess.run([sys.executable, "-m", "hostagent.roce", "send", "--iface", PAIRS[IN_PORT][1],
+    subprocess.run([sys.executable, "-m", "hostagent.ecn.roce", "send", "--iface", PAIRS[IN_PORT][1],
                     "--src-ip", SRC_IP, "--src-mac", HOST_MAC, "--gw-mac", SWITCH_MAC,
                     "--dst-ip", DST_IP, "--qp", "1", "--duration", str(duration),
                     "--line-rate-pps", "10000000", "--min-rate-pps", "1", "--out", str(out)],
@@ -190,7 +189,7 @@ def update_readme(readme: Path, table: str) -> None:
     readme.write_text(pattern.sub(lambda _: f"{README_START}\n{table}\n{README_END}", text))
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="BMv2 saturation rate of the fabric pipeline, its features and references.")
     ap.add_argument("--duration", type=float, default=4.0, help="seconds measured per run (default 4)")
     ap.add_argument("--repeats", type=int, default=5, help="rounds; the median is reported (default 5)")
@@ -198,7 +197,7 @@ def main() -> int:
     ap.add_argument("--fabric", type=Path, default=MAIN,
                     help="measure this P4 program as the fabric (to compare a change; default p4src/main.p4)")
     ap.add_argument("--readme", type=Path, help="rewrite the bench table in this README")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     out_dir = REPO / "build" / "bench"
     chosen = select(cases(args.fabric), args.only)
     pipelines = {c.name: compile_p4(c.source, out_dir / f"{c.source.parent.name}-{c.source.stem}") for c in chosen}

@@ -29,12 +29,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cases import IN_PORT, MAIN, OUT_PORT, PAIRS, REPO, cases, frames, make_veths, remove_veths, \
-    running_switch, rx_packets, select  # noqa: E402
-from control.build import compile_p4  # noqa: E402
-from hostagent.sender import RawSender  # noqa: E402
+from benchmarks.cases import IN_PORT, MAIN, OUT_PORT, PAIRS, REPO, cases, frames, make_veths, remove_veths, \
+    running_switch, rx_packets, select
+from core.build import compile_p4
+from hostagent.sender import RawSender
 
 SEND_PPS = 60           # well below what BMv2 forwards under callgrind (INT on: ~150)
 WARMUP_PACKETS = 200

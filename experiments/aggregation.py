@@ -25,8 +25,8 @@ experiments/results/aggregation/):
             2), next to the single-process reference and the ring: loss and
             accuracy per epoch.
 
-Every number comes from the workers' own JSON (hostagent.allreduce,
-hostagent.ring_allreduce, hostagent.training), written per phase in the
+Every number comes from the workers' own JSON (hostagent.aggregation.allreduce,
+hostagent.aggregation.ring_allreduce, hostagent.aggregation.training), written per phase in the
 same directory. Times are BMv2's on this machine: compare within a run.
 """
 from __future__ import annotations
@@ -39,21 +39,20 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
-import matplotlib  # noqa: E402
+import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from control.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS  # noqa: E402
-from control.build import compile_p4  # noqa: E402
-from control.controller import FabricController  # noqa: E402
-from control.network import Network  # noqa: E402
-from control.topology import load  # noqa: E402
-from experiments._allreduce_runs import (PY, RING_PORT, impaired, run_ina, run_jobs, run_ring,  # noqa: E402
+from core.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
+from core.build import compile_p4
+from core.controller import FabricController
+from core.network import Network
+from features import load_topology
+from hostagent.aggregation.runs import (PY, RING_PORT, impaired, run_ina, run_jobs, run_ring,
                                          start_server, stop_server)
-from experiments._plots import save_figure, write_csv  # noqa: E402
+from experiments.common import save_figure, write_csv
 
 PHASES = ("goodput", "loss", "jobs", "training")
 JOB_OF_N = {2: 3, 4: 2, 8: 1}          # aggregation-rack.yaml's dedicated jobs
@@ -204,12 +203,12 @@ def training(topo, args, out: Path) -> list[dict]:
     epochs = str(args.epochs)
     print(f"==> training: digits MLP, {args.epochs} epochs; reference, 4 workers in-network (job {job}), "
           f"4 workers ring", flush=True)
-    subprocess.run([PY, "-m", "hostagent.training", "--epochs", epochs, "--out", str(out / "train-reference")],
+    subprocess.run([PY, "-m", "hostagent.aggregation.training", "--epochs", epochs, "--out", str(out / "train-reference")],
                    cwd=REPO, check=True, stdout=subprocess.DEVNULL)
     server = start_server(topo, job, out)
     start_at = str(time.time() + 3.0)
     try:
-        procs = [subprocess.Popen(["ip", "netns", "exec", w, PY, "-m", "hostagent.training", "--epochs", epochs,
+        procs = [subprocess.Popen(["ip", "netns", "exec", w, PY, "-m", "hostagent.aggregation.training", "--epochs", epochs,
                                    "--job", str(job), "--server", server_ip, "--rank", str(r), "--start-at", start_at,
                                    "--workers-total", str(len(j.workers)), "--out", str(out / f"train-ina{r}")],
                                   cwd=REPO, stdout=subprocess.DEVNULL if r else None)
@@ -218,7 +217,7 @@ def training(topo, args, out: Path) -> list[dict]:
     finally:
         stop_server(server, out, job)
     addresses = ",".join(topo.hosts[w].ip for w in j.workers)
-    ring = [subprocess.Popen(["ip", "netns", "exec", w, PY, "-m", "hostagent.training", "--epochs", epochs,
+    ring = [subprocess.Popen(["ip", "netns", "exec", w, PY, "-m", "hostagent.aggregation.training", "--epochs", epochs,
                               "--rank", str(r), "--addresses", addresses, "--port", str(RING_PORT),
                               "--out", str(out / f"train-ring{r}")], cwd=REPO, stdout=subprocess.DEVNULL)
             for r, w in enumerate(j.workers)]
@@ -285,7 +284,7 @@ def main(argv=None) -> int:
     args.loss = [float(x) if "." in x else int(x) for x in args.loss.split(",")]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    topo = load(REPO / "topologies" / "aggregation-rack.yaml")
+    topo = load_topology(REPO / "topologies" / "aggregation-rack.yaml")
     compile_p4()
     start = time.monotonic()
     with Network(topo, REPO / "build" / "experiments" / "aggregation", log_level=args.log_level) as net, \

@@ -7,7 +7,7 @@ WRED ECN + DCQCN.
 Brings topologies/incast.yaml up on BMv2 (4 senders, 1 receiver; the
 receiver's port is served at 800 packets/s), then for each case sets the
 bottleneck port's ECN profile over P4Runtime and runs the host agents
-(hostagent.roce) in the hosts' namespaces, all starting at the same instant.
+(hostagent.ecn.roce) in the hosts' namespaces, all starting at the same instant.
 
 Recorded per case:
   - per-flow throughput over time and PSN-gap losses (receiver agent),
@@ -35,22 +35,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
-import matplotlib  # noqa: E402
+import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from experiments._plots import save_figure  # noqa: E402
+from experiments.common import save_figure
 
-from control.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS  # noqa: E402
-from control.bmv2_thrift import Bmv2Thrift  # noqa: E402
-from control.build import compile_p4  # noqa: E402
-from control.controller import FabricController  # noqa: E402
-from control.ecn import MARKED_COUNTER, QDEPTH_REGISTER, EcnProfile  # noqa: E402
-from control.network import Network, queue_rate_pps  # noqa: E402
-from control.topology import load  # noqa: E402
+from core.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
+from core.bmv2_thrift import Bmv2Thrift
+from core.build import compile_p4
+from core.controller import FabricController
+from features.ecn import MARKED_COUNTER, QDEPTH_REGISTER, EcnProfile
+from core.network import Network, queue_rate_pps
+from features import load_topology
 
 
 @dataclass(frozen=True)
@@ -78,7 +77,7 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
     receiver = topo.hosts["h5"]
     port = receiver.switch_port
     senders = [h for h in topo.hosts.values() if h.role == "sender"]
-    ctl.set_ecn_profile("s1", port, case.profile)
+    ctl.feature("ecn").set_profile("s1", port, case.profile)
     marked_before = ctl.counter("s1", MARKED_COUNTER, port).get(port, (0, 0))[0]
     py = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else sys.executable
     start_at = time.time() + 3.0
@@ -86,7 +85,7 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
     case_dir.mkdir(parents=True, exist_ok=True)
 
     def agent(host, role: str, extra: list[str]) -> subprocess.Popen:
-        cmd = ["ip", "netns", "exec", host.name, py, "-m", "hostagent.roce", role, "--iface", host.iface,
+        cmd = ["ip", "netns", "exec", host.name, py, "-m", "hostagent.ecn.roce", role, "--iface", host.iface,
                "--src-ip", host.ip, "--src-mac", host.mac, "--gw-mac", host.gateway_mac,
                "--duration", str(args.duration), "--start-at", str(start_at),
                "--out", str(case_dir / f"{role}-{host.name}"), *extra]
@@ -201,20 +200,20 @@ def _plot_summary(results: list[dict], out: Path) -> Path:
     return save_figure(fig, out / "summary.png")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--duration", type=float, default=10.0, help="seconds of traffic per case")
     ap.add_argument("--sender-rate", type=float, default=500.0, help="sender line rate, pkts/s (4 senders)")
     ap.add_argument("--dcqcn", action="append", default=[], metavar="NAME=VALUE",
-                    help="override a DCQCN parameter (hostagent.dcqcn.DcqcnParams), e.g. --dcqcn g=0.0625")
+                    help="override a DCQCN parameter (hostagent.ecn.dcqcn.DcqcnParams), e.g. --dcqcn g=0.0625")
     ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "ecn_incast"))
     ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS,
                     help="BMv2 log level (default off: logging slows BMv2 several times)")
     ap.add_argument("--cases", nargs="*", default=[c.name for c in CASES], choices=[c.name for c in CASES])
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    topo = load(REPO / "topologies" / "incast.yaml")
+    topo = load_topology(REPO / "topologies" / "incast.yaml")
     compile_p4()
     results = []
     with Network(topo, REPO / "build" / "experiments" / "ecn_incast", log_level=args.log_level) as net, \

@@ -41,26 +41,25 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
-import matplotlib  # noqa: E402
+import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from experiments._plots import save_figure  # noqa: E402
+from experiments.common import save_figure
 
-from control.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS  # noqa: E402
-from control.bmv2_thrift import Bmv2Thrift  # noqa: E402
-from control.build import compile_p4  # noqa: E402
-from control.controller import FabricController  # noqa: E402
-from control.ecn import QDEPTH_REGISTER  # noqa: E402
-from control.int_telemetry import REPORT_COUNTER, REPORT_KINDS  # noqa: E402
-from control.network import Network  # noqa: E402
-from control.topology import from_dict  # noqa: E402
-from hostagent.probes import planned_probes, report_links, send_probes  # noqa: E402
-from telemetry.collector import Collector  # noqa: E402
-from telemetry.probe_planner import directed_links  # noqa: E402
+from core.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
+from core.bmv2_thrift import Bmv2Thrift
+from core.build import compile_p4
+from core.controller import FabricController
+from features.ecn import QDEPTH_REGISTER
+from features.int_telemetry import REPORT_COUNTER, REPORT_KINDS
+from core.network import Network
+from features import topology_from_dict
+from hostagent.int_telemetry.probes import planned_probes, report_links, send_probes
+from telemetry.collector import Collector
+from core.probe_planner import directed_links
 
 CASES = {
     "every-packet": {"refresh_ms": 0},
@@ -83,7 +82,7 @@ def topology(case: str):
                   "watchlist": [{"protocol": "udp", "dst_ports": 4791,
                                  "instructions": ["node_id", "l1_ports", "hop_latency", "queue",
                                                   "ingress_ts", "egress_ts"]}]}
-    return from_dict(raw, f"experiments/int_telemetry.py ({case})")
+    return topology_from_dict(raw, f"experiments/int_telemetry.py ({case})")
 
 
 class Recorder:
@@ -154,7 +153,7 @@ def run_case(case: str, args, out: Path) -> dict:
 
         def agent(host, role: str, extra: list[str]) -> subprocess.Popen:
             nic = topo.hosts[host].primary
-            cmd = ["ip", "netns", "exec", host, py, "-m", "hostagent.roce", role, "--iface", nic.iface,
+            cmd = ["ip", "netns", "exec", host, py, "-m", "hostagent.ecn.roce", role, "--iface", nic.iface,
                    "--src-ip", nic.ip, "--src-mac", nic.mac, "--gw-mac", nic.gateway_mac,
                    "--duration", str(args.duration), "--start-at", str(start_at),
                    "--out", str(case_dir / f"{role}-{host}")]
@@ -262,7 +261,7 @@ def _plot_summary(results: list[dict], out: Path) -> Path:
     return save_figure(fig, out / "summary.png")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--duration", type=float, default=8.0, help="seconds of traffic per case")
     ap.add_argument("--sender-rate", type=float, default=500.0, help="sender line rate, pkts/s (3 senders)")
@@ -270,7 +269,7 @@ def main() -> int:
     ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS,
                     help="BMv2 log level (default off)")
     ap.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     compile_p4()

@@ -10,7 +10,7 @@ adaptive (queue-aware) choice, on leaf-spine and on a k=4 fat tree.
 The fabric. The topology file is loaded and changed in code: INT is taken
 out (leaf-spine ships with it), the links that carry traffic between racks
 or pods get --uplink-mbps (default 4.8 Mbit/s: a BMv2 queue rate of 400
-packets/s, control.network.queue_rate_pps; queues hold 64 packets, BMv2's
+packets/s, core.network.queue_rate_pps; queues hold 64 packets, BMv2's
 default), hosts keep 100 Mbit/s (8333 packets/s). On leaf-spine every
 leaf-spine link is slow: the two paths between the leaves are leaf1 ->
 spine1 and leaf1 -> spine2. On fat-tree-k4 the aggregation-core links are
@@ -33,10 +33,10 @@ spread evenly nothing is lost, and goodput is a clean measure of balance:
 what a path cannot carry is tail-dropped at its uplink queue.
 
 Seeds. A seed picks the flows' queue pairs, and with them their UDP source
-ports (0xC000 | qp, hostagent.headers) and so their ECMP hash: flow j of seed
+ports (0xC000 | qp, wire.roce) and so their ECMP hash: flow j of seed
 s uses QP 1000 (j + 1) + s, the same in every mode (paired comparison). One
 network per topology stays up; for each (case, N, mode) the switches are
-reprogrammed at runtime (FabricController.set_load_balancing on every
+reprogrammed at runtime (controller.feature("load_balancing").set_mode on every
 switch) and every sender runs one `traffic transfer` chain through all seeds
 (--count seeds: transfer i is seed first+i, a fresh QP, PSNs from 0,
 --gap-s apart), so a seed costs its duration and little else. A transfer is
@@ -46,7 +46,7 @@ receive` per receiving host (reorder buffer on, --reorder-timeout 0.2 s:
 above the 160 ms a full 64-packet queue at 400 packets/s adds) sees them
 all.
 
-Mode parameters, at this fabric's time scale (control/load_balancing.py's
+Mode parameters, at this fabric's time scale (features/load_balancing.py's
 defaults): flowlet gap 20 ms (a gap below these flows' packet spacing,
 2.6-5.3 ms, would start a flowlet at every packet and flowlet mode would be
 spraying; at 20 ms a flowlet ends only where the sender paused, which a
@@ -71,10 +71,10 @@ other). In the window:
                   rate; max/mean over the paths (1 = even; under asymmetry
                   this is utilisation, so 1 is still the ideal).
   offered load    packets the deciding switch routed to each uplink (next_hop's
-                  direct counters, control.load_balancing.member_packets:
+                  direct counters, features.load_balancing.member_packets:
                   before the queue), max/mean likewise. A path is used when
                   it was offered >= 10% of one flow's packets.
-  reordering      from the receivers' JSON (hostagent.reorder), the seed's
+  reordering      from the receivers' JSON (hostagent.load_balancing.reorder), the seed's
                   flows, whole transfers: reordered share (RFC 4737: arrived
                   after a higher PSN, late ones included), depth p99/max (how
                   far ahead of the next expected PSN a packet arrived: holes
@@ -102,7 +102,7 @@ fct` join (hostagent.traffic.flow_completion_times, fct_summary): mean, p99,
 how many completed (nothing is retransmitted: a transfer whose last packet is
 lost never completes).
 
-Models (hostagent.ecmp_math; exact enumeration here): the share of paths
+Models (hostagent.load_balancing.ecmp_math; exact enumeration here): the share of paths
 ECMP is expected to use (1 - (1 - 1/p)^N: 68% at 4 flows on 4 paths) and
 ECMP's expected goodput when every path carries at most its rate.
 Expectations this tests (report what is measured): ECMP near the collision
@@ -135,24 +135,23 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
-import matplotlib  # noqa: E402
+import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from experiments._plots import save_figure  # noqa: E402
+from experiments.common import save_figure, write_csv
 
-from control.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS  # noqa: E402
-from control.bmv2_thrift import Bmv2Thrift  # noqa: E402
-from control.build import compile_p4  # noqa: E402
-from control.controller import FabricController  # noqa: E402
-from control.load_balancing import FLOWLETS_COUNTER, LbMode, member_packets  # noqa: E402
-from control.network import Network, queue_rate_pps  # noqa: E402
-from control.topology import from_dict  # noqa: E402
-from hostagent.ecmp_math import expected_used_share  # noqa: E402
-from hostagent.traffic import fct_summary, flow_completion_times, percentile  # noqa: E402
+from core.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
+from core.bmv2_thrift import Bmv2Thrift
+from core.build import compile_p4
+from core.controller import FabricController
+from features.load_balancing import FLOWLETS_COUNTER, LbMode, member_packets
+from core.network import Network, queue_rate_pps
+from features import topology_from_dict
+from hostagent.load_balancing.ecmp_math import expected_used_share
+from hostagent.traffic import fct_summary, flow_completion_times, percentile
 
 MODES = ("ecmp", "ecmp+plb", "flowlet", "spray", "adaptive")
 PORT_COUNTER = "egress_port_counter"
@@ -240,7 +239,7 @@ def build_topology(fabric: Fabric, args):
                     if a in roles and b in roles]
     raw["ecn"] = [{"switch": x, "towards": y, "mode": "step", "k": args.ecn_k}
                   for a, b in switch_links for x, y in ((a, b), (b, a))]
-    return from_dict(raw, f"experiments/load_balancing.py ({fabric.name})")
+    return topology_from_dict(raw, f"experiments/load_balancing.py ({fabric.name})")
 
 
 def uplinks_of(topo, fabric: Fabric) -> list[Uplink]:
@@ -267,7 +266,7 @@ def set_mode(ctl: FabricController, mode: str, args) -> None:
           "flowlet": LbMode("flowlet", flowlet_gap_us=args.flowlet_gap_us),
           "adaptive": LbMode("adaptive", queue_stale_us=args.queue_stale_us)}[mode]
     for sw in ctl.topo.switches:
-        ctl.set_load_balancing(sw, lb)
+        ctl.feature("load_balancing").set_mode(sw, lb)
 
 
 # ---- counters ---------------------------------------------------------------------
@@ -509,7 +508,7 @@ def reorder_stats(flows: list) -> dict:
     return {
         "received": received,
         "missing": sum(x["missing"] for x in r),
-        # RFC 4737: arrived after a higher PSN. hostagent.reorder counts a packet that came after its
+        # RFC 4737: arrived after a higher PSN. hostagent.load_balancing.reorder counts a packet that came after its
         # PSN was given up (late) apart from `reordered`; both arrived out of order, so both count here.
         "reordered_share": round(sum(x["reordered"] + x["late"] for x in r) / received, 4) if received else None,
         "held_share": round(sum(x["held"] for x in r) / received, 4) if received else None,
@@ -697,14 +696,6 @@ def plot_fct(fct_rows, modes, path: Path) -> Path:
         ax.set_title(f"{t}: {rs[0]['flows']} concurrent transfer chains, {rs[0]['packets']} pkts", fontsize=9)
         ax.legend(fontsize=7)
     return save_figure(fig, path)
-
-
-def write_csv(path: Path, rows: list[dict]) -> None:
-    keys = list(dict.fromkeys(k for r in rows for k in r))
-    with open(path, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=keys)
-        w.writeheader()
-        w.writerows(rows)
 
 
 # ---- main ----------------------------------------------------------------------------------

@@ -9,8 +9,8 @@ that measures completion times through the reorder buffer.
                                          [--packets 2000 --flows 5]
     python -m hostagent.traffic fct --receiver rx.json --senders tx1.json tx2.json [--out fct]
 
-Senders and receiver are hostagent.roce's (RoCEv2 RC SEND_ONLY frames from
-hostagent.headers, DCQCN pacing, optional PLB repathing, CNPs); this module
+Senders and receiver are hostagent.ecn.roce's (RoCEv2 RC SEND_ONLY frames from
+wire.roce, DCQCN pacing, optional PLB repathing, CNPs); this module
 adds what the experiment needs on top:
 
   elephant  one flow for --duration (roce's sender as is).
@@ -53,10 +53,10 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
-from .dcqcn import DcqcnParams
-from .plb import add_plb_arguments
-from .reorder import PSN_MOD, add_reorder_arguments
-from .roce import _write, run_receiver, run_sender
+from hostagent.ecn.dcqcn import DcqcnParams
+from hostagent.load_balancing.plb import add_plb_arguments
+from hostagent.load_balancing.reorder import PSN_MOD, add_reorder_arguments
+from hostagent.ecn.roce import _write, run_receiver, run_sender
 
 FLOW_COLUMNS = ["flow", "packets", "delivered", "lost", "late", "duplicates", "reordered", "depth_max", "depth_mean",
                 "occupancy_max", "occupancy_mean", "delay_mean_s", "delay_max_s", "released_by_timeout", "ce",

@@ -11,9 +11,9 @@
 #include "include/counters.p4"
 #include "include/forwarding.p4"
 #include "include/ecn.p4"
-#include "include/int_source.p4"
-#include "include/int_egress.p4"
-#include "include/int_drop_report.p4"
+#include "include/int_telemetry_source.p4"
+#include "include/int_telemetry_egress.p4"
+#include "include/int_telemetry_drop_report.p4"
 #include "include/source_routing.p4"
 #include "include/aggregation.p4"
 

@@ -17,13 +17,12 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
-from control.bmv2 import DEFAULT_INTERACTIVE_LOG_LEVEL, LOG_LEVELS, switch_command, written_log  # noqa: E402
-from control.build import compile_p4  # noqa: E402
-from control.network import make_veth_pair, sh, tail  # noqa: E402
-from control.switch import SwitchConnection, SwitchError  # noqa: E402
-from control.toolchain import require  # noqa: E402
+from core.bmv2 import DEFAULT_INTERACTIVE_LOG_LEVEL, LOG_LEVELS, switch_command, written_log
+from core.build import compile_p4
+from core.network import make_veth_pair, sh, tail
+from core.switch import SwitchConnection, SwitchError
+from core.toolchain import require
 
 PORTS = [1, 2, 3, 4]
 GRPC_ADDR = "127.0.0.1:9459"    # apart from the launcher's 9560+ / 9091+, below the ephemeral range

@@ -26,12 +26,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional, TextIO
 
-from hostagent.int_headers import REPORT_UDP_PORT, TIMESTAMP_UNIT_NS
-from . import metrics as m
-from .decode import MalformedReport, ReportPacket, decode_report
-from .netns import socket_in_netns
-from .sequence import DEFAULT_WINDOW
-from .state import TelemetryState
+from wire.int_telemetry import REPORT_UDP_PORT, TIMESTAMP_UNIT_NS
+from telemetry import metrics as m
+from telemetry.decode import MalformedReport, ReportPacket, decode_report
+from core.netns import socket_in_netns
+from telemetry.sequence import DEFAULT_WINDOW
+from telemetry.state import TelemetryState
+from features import load_topology
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "build" / "telemetry"
@@ -43,8 +44,7 @@ MAX_DATAGRAM = 65535
 
 def node_names_from_topology(path: str | Path) -> dict[int, str]:
     """INT node id -> switch name: node ids are the switches' device ids."""
-    from control.topology import load
-    return {sw.device_id: sw.name for sw in load(path).switches.values()}
+    return {sw.device_id: sw.name for sw in load_topology(path).switches.values()}
 
 
 class Collector:

@@ -3,7 +3,7 @@
 Scapy dissection costs tens of microseconds a layer; the collector reads
 the fields it needs at fixed bit positions instead. Those positions are
 not written here: `WireOffsets.derive()` reads them from the Scapy layers'
-field definitions (hostagent/int_headers.py, scapy's IP/UDP/TCP), and the
+field definitions (wire/int_telemetry.py, scapy's IP/UDP/TCP), and the
 metadata is decoded by the same MetadataLayout the layers use, so there is
 still one definition. tests/unit/test_decode.py checks both paths agree.
 
@@ -20,7 +20,7 @@ from scapy.fields import ConditionalField
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.packet import Packet
 
-from hostagent.int_headers import (INT_DSCP, INT_TYPE_MD, INT_UDP_PORT, INT_VERSION, IN_TYPE_IPV4,
+from wire.int_telemetry import (INT_DSCP, INT_TYPE_MD, INT_UDP_PORT, INT_VERSION, IN_TYPE_IPV4,
                                    NPT_IP_PROTO, NPT_UDP_PORT, REP_TYPE_INNER_ONLY, REP_TYPE_INT,
                                    REPORT_LENGTH_TO_END, REPORT_VERSION, HopMetadata, INTMetadataHeader,
                                    INTReportMain, INTShim, TelemetryReportGroup, TelemetryReportIndividual,

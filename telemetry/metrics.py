@@ -4,7 +4,7 @@ PromQL against `exposed_names()`, so a metric is defined here once.
 
 Conventions: counters are exposed with the `_total` suffix, histograms as
 `_bucket`/`_sum`/`_count`; times are seconds, rates bits per second. INT
-node ids are the switches' device ids (control/topology.py), so `switch`
+node ids are the switches' device ids (core/topology.py), so `switch`
 names the node when the collector is given the topology.
 """
 from __future__ import annotations

@@ -2,11 +2,11 @@
 the switch exporter and Prometheus, all on loopback; prints their URLs;
 stops and cleans up all of them on Ctrl-C / SIGTERM (or after --duration).
 
-    python -m telemetry.monitor --topology topologies/leaf-spine.yaml
+    fabric monitor --topology leaf-spine
 
 Prometheus is Debian's `prometheus` binary with its own config and TSDB
 under --run-dir (default build/monitor); Grafana is not packaged here: see
-monitoring/docker-compose.yml for a Grafana (and Prometheus) in Docker,
+telemetry/docker-compose.yml for a Grafana (and Prometheus) in Docker,
 which reads the same dashboards.
 """
 from __future__ import annotations
@@ -20,13 +20,15 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from hostagent.int_headers import REPORT_UDP_PORT
-from monitoring import prometheus_config
-from . import metrics as m
-from .collector import Collector, progress_line
-from .netns import NETNS_DIR
-from .prometheus import PrometheusError, PrometheusMissing, PrometheusProcess
-from .switch_exporter import DEFAULT_P4INFO, Bmv2Reader, SwitchExporter
+from wire.int_telemetry import REPORT_UDP_PORT
+from telemetry import prometheus_config
+from telemetry import metrics as m
+from telemetry.collector import Collector, progress_line
+from core.netns import NETNS_DIR
+from telemetry.prometheus import PrometheusError, PrometheusMissing, PrometheusProcess
+from telemetry.switch_exporter import DEFAULT_P4INFO, Bmv2Reader, SwitchExporter
+from core.topology import TopologyError
+from features import load_topology
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_RUN_DIR = REPO / "build" / "monitor"
@@ -34,7 +36,7 @@ COLLECTOR_JOB, EXPORTER_JOB = "int-collector", "switch-exporter"
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m telemetry.monitor", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="fabric monitor", description=__doc__.split("\n\n")[0])
     ap.add_argument("--topology", "-t", required=True,
                     help="the running network's topology: a name in topologies/ or a YAML path")
     ap.add_argument("--p4info", type=Path, default=DEFAULT_P4INFO, help="P4Info of the running pipeline "
@@ -61,8 +63,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C)")
     args = ap.parse_args(argv)
 
-    from control.run import resolve_topology
-    from control.topology import TopologyError, load
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -71,7 +71,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     prom: Optional[PrometheusProcess] = None
     run_dir = args.run_dir.resolve()
     try:
-        topo = load(resolve_topology(args.topology))
+        topo = load_topology(args.topology)
         run_dir.mkdir(parents=True, exist_ok=True)
         names = {sw.device_id: sw.name for sw in topo.switches.values()}
         bind, port, netns = args.collector_bind, args.collector_port, args.collector_netns
@@ -108,8 +108,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"monitor: switches      -> {exporter.server.url}")
     if prom is not None:
         print(f"monitor: Prometheus    -> {prom.url}  (pid {prom.proc.pid}, config {prom.config}, log {prom.log})")
-    print("monitor: Grafana       -> docker compose -f monitoring/docker-compose.yml up grafana "
-          f"(http://127.0.0.1:{m.GRAFANA_PORT}; dashboards in monitoring/grafana/dashboards)")
+    print("monitor: Grafana       -> docker compose -f telemetry/docker-compose.yml up grafana "
+          f"(http://127.0.0.1:{m.GRAFANA_PORT}; dashboards in telemetry/grafana/dashboards)")
     for path in collector.outputs:
         print(f"monitor: output        -> {path}")
     print("monitor: running; Ctrl-C stops and cleans up", flush=True)

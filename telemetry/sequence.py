@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from hostagent.int_headers import SEQ_MODULUS
+from wire.int_telemetry import SEQ_MODULUS
 
 DEFAULT_WINDOW = 1 << 16
 

@@ -26,10 +26,11 @@ from typing import Any, Optional
 
 from prometheus_client import CollectorRegistry
 
-from hostagent.int_headers import TIMESTAMP_UNIT_NS, HopMetadata
-from . import metrics as m
-from .decode import IndividualReport, ReportPacket
-from .sequence import DEFAULT_WINDOW, StreamTable
+from wire.int_telemetry import TIMESTAMP_UNIT_NS, HopMetadata
+from telemetry import metrics as m
+from telemetry.decode import IndividualReport, ReportPacket
+from telemetry.sequence import DEFAULT_WINDOW, StreamTable
+from core.p4constants import drop_reasons
 
 TX_COUNTER_MODULUS = 1 << 32
 
@@ -38,7 +39,6 @@ def drop_reason_names() -> dict[int, str]:
     """Drop reason codes -> names, from p4src/include/defines.p4 (DROP_*),
     the codes the data plane reports; {} when the file cannot be read."""
     try:
-        from control.p4constants import drop_reasons
         return {code: name.lower() for name, code in drop_reasons().items()}
     except (ImportError, OSError):
         return {}

@@ -1,7 +1,7 @@
 """Prometheus metrics of every switch of a running topology: port packet
 and byte counters (ingress_port_counter, egress_port_counter), drops by
 reason (drop_counter; reasons from p4src/include/defines.p4 via
-control/p4constants.py), ECN marks (ecn_marked_counter), INT reports sent
+core/p4constants.py), ECN marks (ecn_marked_counter), INT reports sent
 and held back by kind (int_report_counter, drop_reports_limited), and the egress
 queue depth (register egress_qdepth, over BMv2 Thrift: PI does not serve
 register reads).
@@ -33,9 +33,16 @@ from typing import Iterable, Optional, Protocol
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from control.int_telemetry import REPORT_KINDS
+from features.int_telemetry import REPORT_KINDS
 
-from . import metrics as m
+from telemetry import metrics as m
+from telemetry.state import drop_reason_names as all_reasons
+from core.topology import TopologyError
+from features import load_topology
+from core.p4info import P4Info
+from core.p4info import EntryError
+from core.switch import SwitchConnection
+from core.bmv2_thrift import Bmv2Thrift
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_P4INFO = REPO / "build" / "main.p4info.txtpb"
@@ -43,7 +50,7 @@ INGRESS_COUNTER = "ingress_port_counter"
 EGRESS_COUNTER = "egress_port_counter"
 DROP_COUNTER = "drop_counter"
 ECN_COUNTER = "ecn_marked_counter"
-INT_REPORT_COUNTER = "int_report_counter"        # reports sent/held back by kind (control/int_telemetry.py)
+INT_REPORT_COUNTER = "int_report_counter"        # reports sent/held back by kind (features/int_telemetry.py)
 DROP_REPORTS_LIMITED = "drop_reports_limited"    # drop reports held back, per reason
 QDEPTH_REGISTER = "egress_qdepth"
 COUNTERS = (INGRESS_COUNTER, EGRESS_COUNTER, DROP_COUNTER, ECN_COUNTER, INT_REPORT_COUNTER, DROP_REPORTS_LIMITED)
@@ -73,7 +80,6 @@ class SwitchReader(Protocol):
 
 def drop_reason_names() -> dict[int, str]:
     """drop_counter index -> reason name (lower case), DROP_NONE left out."""
-    from .state import drop_reason_names as all_reasons
     return {code: name for code, name in all_reasons().items() if code != 0}
 
 
@@ -120,14 +126,13 @@ def samples(topo, readings: Iterable[SwitchReadings], reasons: dict[int, str],
 
 
 class Bmv2Reader:
-    """Reads BMv2 switches: counters over P4Runtime (control/switch.py's
-    SwitchConnection, entries from control/p4info.py), egress_qdepth over
-    Thrift (control/bmv2_thrift.py). Connections are kept and re-made after
+    """Reads BMv2 switches: counters over P4Runtime (core/switch.py's
+    SwitchConnection, entries from core/p4info.py), egress_qdepth over
+    Thrift (core/bmv2_thrift.py). Connections are kept and re-made after
     a failure."""
 
     def __init__(self, p4info_path: Path = DEFAULT_P4INFO, *, election_id: tuple[int, int] = (0, 0),
                  connect_timeout: float = 2.0, read_qdepth: bool = True):
-        from control.p4info import P4Info
         if not Path(p4info_path).exists():
             raise FileNotFoundError(f"{p4info_path} not found: run `make build` first, or pass --p4info")
         self.p4info = P4Info.from_file(p4info_path)
@@ -138,7 +143,6 @@ class Bmv2Reader:
         self._thrift: dict[str, object] = {}
 
     def read(self, sw) -> SwitchReadings:
-        from control.p4info import EntryError
         errors: list[tuple[str, str]] = []
         counters: dict[str, dict[int, tuple[int, int]]] = {}
         try:
@@ -165,7 +169,6 @@ class Bmv2Reader:
     def _connection(self, sw):
         conn = self._p4rt.get(sw.name)
         if conn is None:
-            from control.switch import SwitchConnection
             conn = self._p4rt[sw.name] = SwitchConnection(sw.name, sw.grpc_addr, sw.device_id,
                                                           election_id=self.election_id,
                                                           connect_timeout=self.connect_timeout)
@@ -174,7 +177,6 @@ class Bmv2Reader:
     def _thrift_session(self, sw):
         session = self._thrift.get(sw.name)
         if session is None:
-            from control.bmv2_thrift import Bmv2Thrift
             session = self._thrift[sw.name] = Bmv2Thrift(sw.thrift_port, connect_timeout=self.connect_timeout,
                                                          name=sw.name)
         return session
@@ -291,9 +293,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--no-qdepth", action="store_true", help="do not read egress_qdepth over Thrift")
     ap.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C)")
     args = ap.parse_args(argv)
-    from control.topology import TopologyError, load
     try:
-        topo = load(args.topology)
+        topo = load_topology(args.topology)
         reader = Bmv2Reader(args.p4info, election_id=args.election_id, read_qdepth=not args.no_qdepth)
         exporter = SwitchExporter(topo, reader, interval=args.interval).start(args.bind, args.port)
     except (TopologyError, OSError) as exc:

@@ -1,5 +1,5 @@
 """Synthetic telemetry reports, built with the reference model of
-hostagent/int_headers.py (source -> transit -> sink -> report) along real
+wire/int_telemetry.py (source -> transit -> sink -> report) along real
 paths of a topology: to try the collector and the dashboards without the
 P4 data plane, and to feed the tests known values.
 
@@ -22,9 +22,11 @@ from typing import Iterator, Optional
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.packet import Raw
 
-from hostagent.int_headers import (DS_LINK_RATE, DS_TX_BYTES, DS_TX_TIMESTAMP, FABRIC_DS_ID, INS_EGRESS_TS,
+from wire.int_telemetry import (DS_LINK_RATE, DS_TX_BYTES, DS_TX_TIMESTAMP, FABRIC_DS_ID, INS_EGRESS_TS,
                                    INS_HOP_LATENCY, INS_INGRESS_TS, INS_L1_PORTS, INS_NODE_ID, INS_QUEUE,
                                    REPORT_UDP_PORT, SEQ_MODULUS, HopMetadata, int_report, int_source, int_transit)
+from core.topology import TopologyError
+from features import load_topology
 
 FLOW_INSTRUCTIONS = INS_NODE_ID | INS_L1_PORTS | INS_HOP_LATENCY | INS_QUEUE | INS_INGRESS_TS | INS_EGRESS_TS
 HPCC_DS = DS_TX_BYTES | DS_TX_TIMESTAMP | DS_LINK_RATE
@@ -173,9 +175,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--rate", type=float, default=5.0, help="rounds per second (default: %(default)s)")
     ap.add_argument("--duration", type=float, default=30.0, help="seconds (default: %(default)s)")
     args = ap.parse_args(argv)
-    from control.topology import TopologyError, load
     try:
-        topo = load(args.topology)
+        topo = load_topology(args.topology)
     except TopologyError as exc:
         print(f"synthetic: error: {exc}", file=sys.stderr)
         return 2

@@ -1,6 +1,6 @@
 // Constants shared by every control of the pipeline: one place to change a
 // size, a protocol number or a drop reason. The control plane reads the
-// DROP_* constants from this file (control/p4constants.py), so a new drop
+// DROP_* constants from this file (core/p4constants.py), so a new drop
 // reason only needs a line here.
 #ifndef DEFINES_P4
 #define DEFINES_P4
@@ -59,7 +59,7 @@ const drop_reason_t DROP_NO_LIVE_MEMBER = 11;    // failover: the member's port 
 const bit<32> DROP_REASON_COUNT = 16;
 
 // In-band network telemetry (INT v2.1, Telemetry Report v2.0): the wire
-// contract is docs/int.md; hostagent/int_headers.py holds the same values.
+// contract is docs/int.md; wire/int_telemetry.py holds the same values.
 const bit<16> INT_UDP_PORT = 6000;         // UDP dport announcing INT after the UDP header (NPT 1)
 const bit<6>  INT_DSCP = 0x17;             // IPv4 DSCP announcing INT after the TCP header (NPT 0)
 const bit<16> REPORT_UDP_PORT = 32766;     // telemetry reports go to this collector port
@@ -93,7 +93,7 @@ const bit<32> REPORT_QUEUE_LIMITED = 3;    // congestion report dropped by the r
 const bit<32> REPORT_DROP = 4;             // drop report sent (held back: drop_reports_limited[reason])
 const bit<32> REPORT_KINDS = 8;
 // In-network aggregation (aggregation.p4; the wire contract is
-// docs/aggregation.md; hostagent/agg_headers.py holds the same values).
+// docs/aggregation.md; wire/aggregation.py holds the same values).
 // A job's packets use UDP port AGG_UDP_PORT_BASE + job (jobs 1..15: SwitchML's
 // 0xBEE0-0xBEEF), from a worker's port to the same port of the job's
 // parameter server; the switch that serves that server aggregates them.

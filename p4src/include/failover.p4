@@ -2,7 +2,7 @@
 // no longer hears from, without waiting for the controller.
 //
 // Liveness: a heartbeat (a source-routed packet to UDP HEARTBEAT_UDP_PORT,
-// from hostagent/heartbeat.py) that arrives on a port proves the link and
+// from hostagent/failover/heartbeat.py) that arrives on a port proves the link and
 // the neighbour behind it work; SourceRouting writes the time into
 // port_heard[port]. A
 // port heard from, then silent for longer than the timeout (failover_config,

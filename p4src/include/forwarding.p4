@@ -6,7 +6,7 @@
 // or to an ECMP group (set_next_id). A group has ECMP_SLOTS slots, entries
 // (next_id, slot) -> route in next_hop; the slot is taken from a hash of the
 // 5-tuple, so one flow always takes one path. The control plane keeps the
-// slot count fixed (control/forwarding.py), so removing a next hop re-homes
+// slot count fixed (core/forwarding.py), so removing a next hop re-homes
 // only the flows of its slots (resilient hashing).
 //
 // Why slots in an exact table and not a P4 action_selector: on BMv2 built

@@ -3,7 +3,7 @@
 #define HEADERS_P4
 
 #include "defines.p4"
-#include "int_headers.p4"
+#include "int_telemetry_headers.p4"
 
 error {
     IPv4IncorrectVersion,

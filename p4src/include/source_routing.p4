@@ -4,7 +4,7 @@
 // probe is a plain IPv4 packet again. Probes carry INT from their host, so every hop
 // pushes its metadata and the last switch's host port reports the path.
 // The controller never writes anything here: paths come with the packets
-// (telemetry/probe_planner.py plans them to cover every link).
+// (core/probe_planner.py plans them to cover every link).
 #ifndef SOURCE_ROUTING_P4
 #define SOURCE_ROUTING_P4
 

@@ -10,7 +10,7 @@ foreign contributions are dropped with their own reason and add nothing.
 
 Ports 1-3 are the workers 10.0.1.1, 10.0.2.1, 10.0.3.1; port 4 is the
 parameter server (PS) 10.0.4.1, whose switch this is. The aggregation state
-is the controller's own (control.aggregation.job_state, unknown_job_entry).
+is the controller's own (features.aggregation.job_state, unknown_job_entry).
 
 Ordering: every send waits until the switch's ingress port counter has
 counted the packet, so the next packet is processed after it (BMv2 has one
@@ -30,9 +30,9 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from control.aggregation import EVENTS, Job, JobPlacement, WorkerPath, events, job_state, unknown_job_entry
-from control.p4constants import drop_reasons
-from hostagent.agg_headers import (ELEMENTS, EXPONENT_BIAS, FLAG_COLLISION, FLAG_FALLBACK, FLAG_OVERFLOW,
+from features.aggregation import EVENTS, Job, JobPlacement, WorkerPath, events, job_state, unknown_job_entry
+from core.p4constants import drop_reasons
+from wire.aggregation import (ELEMENTS, EXPONENT_BIAS, FLAG_COLLISION, FLAG_FALLBACK, FLAG_OVERFLOW,
                                    FLAG_RESULT, FLAG_RETRANSMIT, FLAG_SERVER, FLAG_WIDE, SLOT_SET, UDP_LENGTH,
                                    Aggregation, job_port, pack, unpack)
 

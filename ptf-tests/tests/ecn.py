@@ -14,9 +14,10 @@ from ptf_lib.base_test import HOST_MAC, SWITCH_MAC, P4RuntimeTest
 from scapy.layers.inet import IP
 from scapy.layers.l2 import Ether
 
-from control.bmv2_thrift import Bmv2Thrift
-from control.ecn import MARKED_COUNTER, QDEPTH_REGISTER, EcnProfile, ecn_state
-from hostagent.headers import CE, ECT0, ECT1, NOT_ECT, roce_data
+from core.bmv2_thrift import Bmv2Thrift
+from features.ecn import MARKED_COUNTER, QDEPTH_REGISTER, EcnProfile, ecn_state
+from wire.ecn import CE, ECT0, ECT1, NOT_ECT
+from wire.roce import roce_data
 from hostagent.sender import RawSender
 
 IN_PORT, OUT_PORT = 1, 2

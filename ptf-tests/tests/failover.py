@@ -6,7 +6,7 @@ reason, never sent to a dead port; a port never heard from is not
 monitored; with failover off nothing changes.
 
 Group 1 routes 10.0.0.0/8 over ports 2, 3 and 4; packets enter on port 1.
-Heartbeats are source-routed frames (hostagent/heartbeat.py) sent into a
+Heartbeats are source-routed frames (features/failover/heartbeat.py) sent into a
 member's port and routed out of port 1; path heartbeats also name the edge
 switch they come from, and a path silent to one edge switch moves only the
 flows to that switch's subnets. The timeout is 1 s and the tests
@@ -21,8 +21,8 @@ from ptf_lib.base_test import HOST_MAC, SWITCH_MAC, P4RuntimeTest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from control.failover import backups, empty_state, failover_state
-from hostagent.heartbeat import HEARTBEAT_UDP_PORT, heartbeat_frame
+from features.failover.data_plane import backups, empty_state, failover_state
+from features.failover.heartbeat import HEARTBEAT_UDP_PORT, heartbeat_frame
 from hostagent.sender import RawSender
 
 IN_PORT = 1

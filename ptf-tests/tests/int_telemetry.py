@@ -1,4 +1,4 @@
-"""PTF tests of INT (p4src/include/int_source.p4, int_egress.p4): source,
+"""PTF tests of INT (p4src/include/int_telemetry_source.p4, int_telemetry_egress.p4): source,
 transit and sink byte layouts, E and M bits, Telemetry Report v2.0 from the
 sink with consecutive sequence numbers, malformed INT dropped with its own
 reason, sampling, and traffic outside the watchlist left alone.
@@ -23,11 +23,11 @@ from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from control.bmv2_thrift import Bmv2Thrift
-from control.int_telemetry import (Instructions, ReportPath, ReportSettings, WatchRule, int_state, report_counts,
+from core.bmv2_thrift import Bmv2Thrift
+from features.int_telemetry import (Instructions, ReportPath, ReportSettings, WatchRule, int_state, report_counts,
                                     watchlist_entries)
-from control.p4constants import drop_reasons
-from hostagent.int_headers import TelemetryReportGroup
+from core.p4constants import drop_reasons
+from wire.int_telemetry import TelemetryReportGroup
 
 HOST_PORT, DST_PORT, FABRIC_PORT, COLLECTOR_PORT = 1, 2, 3, 4
 NODE_ID = 7
@@ -641,7 +641,7 @@ class ProbeFollowsItsPortListTest(IntTestBase):
     sinks: set[int] = set()
 
     def runTest(self):
-        from hostagent.probes import ETHERTYPE_SOURCE_ROUTE, probe_frame
+        from hostagent.int_telemetry.probes import ETHERTYPE_SOURCE_ROUTE, probe_frame
         addrs = dict(src_mac=HOST_MAC, dst_mac=SWITCH_MAC, src_ip="10.0.1.1", dst_ip="10.0.2.1")
         two = bytes(probe_frame([COLLECTOR_PORT, DST_PORT], **addrs))
         self.send(FABRIC_PORT, Ether(two))

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from control.toolchain import HOW_TO_GET, missing_tools
+from core.toolchain import HOW_TO_GET, missing_tools
 
 
 @pytest.fixture(autouse=True)
@@ -25,15 +25,15 @@ def failover_network(tmp_path, request):
 
     import yaml
 
-    from control.build import compile_p4
-    from control.controller import FabricController
-    from control.network import Network
-    from control.topology import from_dict
-    from hostagent.heartbeat import running_heartbeats
+    from core.build import compile_p4
+    from core.controller import FabricController
+    from core.network import Network
+    from features import topology_from_dict
+    from features.failover.heartbeat import running_heartbeats
     name = getattr(request, "param", "leaf-spine")
     raw = yaml.safe_load((Path(__file__).resolve().parents[2] / "topologies" / f"{name}.yaml").read_text())
     raw["failover"] = {"heartbeat_ms": 20, "timeout_ms": 100}
-    topo = from_dict(raw, f"{name} + failover")
+    topo = topology_from_dict(raw, f"{name} + failover")
     compile_p4()
     with Network(topo, tmp_path / "net", log_level="warn") as net, FabricController(topo) as ctl:
         ctl.program()

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from control import aggregation as ag
-from control.build import compile_p4
-from control.controller import FabricController
-from control.network import Network
-from control.topology import load
-from control.p4constants import drop_reasons
-from experiments._allreduce_runs import RunFailed, impaired, run_ina, run_jobs
+from features import aggregation as ag
+from core.build import compile_p4
+from core.controller import FabricController
+from core.network import Network
+from features import load_topology
+from core.p4constants import drop_reasons
+from hostagent.aggregation.runs import RunFailed, impaired, run_ina, run_jobs
 
 REPO = Path(__file__).resolve().parents[2]
 MILLION = 1 << 20
@@ -26,7 +26,7 @@ MILLION = 1 << 20
 # First: the module's rack network (below) must not be up yet (same host names).
 def test_leaf_spine_aggregates_at_the_servers_switch(tmp_path):
     compile_p4()
-    topo = load(REPO / "topologies" / "leaf-spine.yaml")
+    topo = load_topology(REPO / "topologies" / "leaf-spine.yaml")
     with Network(topo, tmp_path / "net", log_level="warn") as net, FabricController(topo) as ctl:
         ctl.program()
         results = run_ina(topo, 1, elements=64 * 500, dtype="int32", out=tmp_path / "ls", timeout_s=120)
@@ -39,7 +39,7 @@ def test_leaf_spine_aggregates_at_the_servers_switch(tmp_path):
 @pytest.fixture(scope="module")
 def rack(tmp_path_factory):
     compile_p4()
-    topo = load(REPO / "topologies" / "aggregation-rack.yaml")
+    topo = load_topology(REPO / "topologies" / "aggregation-rack.yaml")
     run = tmp_path_factory.mktemp("aggregation-live")
     with Network(topo, run / "net", log_level="warn") as net, FabricController(topo) as ctl:
         ctl.program()
@@ -115,11 +115,11 @@ def test_a_job_set_up_at_runtime_aggregates_and_removed_is_refused(rack):
     topo, net, ctl, run = rack
     jobs = list(topo.features["aggregation"].jobs)
     try:
-        ctl.set_aggregation_jobs(jobs + [ag.Job(9, ("h5", "h6"), "ps", slots=32)])
+        ctl.feature("aggregation").set_jobs(jobs + [ag.Job(9, ("h5", "h6"), "ps", slots=32)])
         results = run_ina(topo, 9, elements=64 * 100, dtype="int32", out=run / "runtime-job", timeout_s=60)
         assert_all_good(results, 64 * 100)
     finally:
-        ctl.set_aggregation_jobs(jobs)
+        ctl.feature("aggregation").set_jobs(jobs)
     unknown = drop_reasons()["AGG_UNKNOWN_JOB"]
     drops_before = ctl.counter("tor1", "drop_counter").get(unknown, (0, 0))[0]
     removed = ag.Job(9, ("h5", "h6"), "ps", slots=32)          # the servers don't know it any more

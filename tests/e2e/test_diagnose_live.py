@@ -1,4 +1,4 @@
-"""`python -m control.diagnose` on a live leaf-spine network under traffic
+"""`python -m features.failover.diagnose` on a live leaf-spine network under traffic
 between the leaves: it names a lossy link (10% lost at random on one
 direction) and a switch whose process was killed, each as its first
 finding, with the evidence."""
@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from control import diagnose
-from control.build import compile_p4
-from control.controller import FabricController
-from control.impairments import drop_fraction
-from control.network import Network
-from control.topology import load
-from telemetry.netns import socket_in_netns
+from features.failover import diagnose
+from core.build import compile_p4
+from core.controller import FabricController
+from core.impairments import drop_fraction
+from core.network import Network
+from features import load_topology
+from core.netns import socket_in_netns
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def live(tmp_path):
     compile_p4()
-    topo = load(REPO / "topologies" / "leaf-spine.yaml")
+    topo = load_topology(REPO / "topologies" / "leaf-spine.yaml")
     with Network(topo, tmp_path / "net", log_level="warn") as net, FabricController(topo) as ctl:
         ctl.program()
         stop = threading.Event()

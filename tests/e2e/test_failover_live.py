@@ -18,9 +18,9 @@ import time
 
 import pytest
 
-from control import failover as fo
-from control.impairments import blackhole
-from telemetry.netns import socket_in_netns
+from features.failover import data_plane as fo
+from core.impairments import blackhole
+from core.netns import socket_in_netns
 from test_recovery_live import first
 
 PORT = 5201

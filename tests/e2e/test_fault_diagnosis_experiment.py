@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_fault_diagnosis_experiment(tmp_path):
     out = tmp_path / "fd"
-    proc = subprocess.run([sys.executable, "experiments/fault_diagnosis.py", "--per-kind", "1", "--loss-rates", "20", "--interval", "1",
+    proc = subprocess.run([sys.executable, "experiments/failover_diagnosis.py", "--per-kind", "1", "--loss-rates", "20", "--interval", "1",
                            "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"results: {out / 'faults.csv'}" in proc.stdout

@@ -1,4 +1,4 @@
-"""Link impairments (control/impairments.py) on real veths, and the
+"""Link impairments (core/impairments.py) on real veths, and the
 launcher's link loss and delay: random loss drops about its share of raw
 frames (what BMv2 sends), a black hole drops all with the link up, undoing
 restores everything; a topology's loss_pct is applied (netem, or nftables
@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from control.impairments import ImpairmentError, blackhole, drop_fraction, netem_available
-from control.network import Network, NetworkError
-from control.topology import from_dict
+from core.impairments import ImpairmentError, blackhole, drop_fraction, netem_available
+from core.network import Network, NetworkError
+from features import topology_from_dict
 
 FRAMES = 2000
 
@@ -82,7 +82,7 @@ def _two_hosts(link: dict) -> dict:
 
 
 def test_link_loss_is_applied_and_removed_with_the_network(tmp_path):
-    topo = from_dict(_two_hosts({"loss_pct": 10}), "imp.yaml")
+    topo = topology_from_dict(_two_hosts({"loss_pct": 10}), "imp.yaml")
     switch_end = next(p.iface for p in topo.switches["s1"].ports.values() if p.peer == "h1")
     with Network(topo, tmp_path / "net", log_level="off"):
         if netem_available():
@@ -97,7 +97,7 @@ def test_link_loss_is_applied_and_removed_with_the_network(tmp_path):
 
 
 def test_link_delay_without_netem_is_refused_before_anything_is_made(tmp_path):
-    topo = from_dict(_two_hosts({"delay_ms": 2}), "imp.yaml")
+    topo = topology_from_dict(_two_hosts({"delay_ms": 2}), "imp.yaml")
     if netem_available():
         with Network(topo, tmp_path / "net", log_level="off"):
             end = next(p.iface for p in topo.switches["s1"].ports.values() if p.peer == "h1")

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from control.build import compile_p4
-from control.controller import FabricController
-from control.network import Network
-from control.topology import from_dict
-from hostagent.probes import planned_probes, report_links, send_probes
+from core.build import compile_p4
+from core.controller import FabricController
+from core.network import Network
+from features import topology_from_dict
+from hostagent.int_telemetry.probes import planned_probes, report_links, send_probes
 from telemetry.collector import Collector
-from telemetry.netns import socket_in_netns
-from telemetry.probe_planner import directed_links
+from core.netns import socket_in_netns
+from core.probe_planner import directed_links
 
 REPO = Path(__file__).resolve().parents[2]
 WATCHED_PORT = 5001
@@ -28,7 +28,7 @@ def topo():
     raw["int"] = {"collector": "h4", "refresh_ms": 0,
                   "watchlist": [{"protocol": "udp", "dst_ports": WATCHED_PORT,
                                  "instructions": ["node_id", "l1_ports", "hop_latency", "queue"]}]}
-    return from_dict(raw, "leaf-spine + int")
+    return topology_from_dict(raw, "leaf-spine + int")
 
 
 @pytest.fixture(scope="module")

@@ -7,20 +7,20 @@ from pathlib import Path
 
 import pytest
 
-from control.bmv2_thrift import Bmv2Thrift, Bmv2ThriftError
-from control.build import compile_p4
-from control.controller import FabricController
-from control.network import Network, SwitchDied, cleanup_stale
-from control.p4info import EntryError
-from control.sync import read_state
-from control.topology import load
+from core.bmv2_thrift import Bmv2Thrift, Bmv2ThriftError
+from core.build import compile_p4
+from core.controller import FabricController
+from core.network import Network, SwitchDied, cleanup_stale
+from core.p4info import EntryError
+from core.sync import read_state
+from features import load_topology
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def topo():
-    return load(REPO / "topologies" / "leaf-spine.yaml")
+    return load_topology(REPO / "topologies" / "leaf-spine.yaml")
 
 
 @pytest.fixture
@@ -52,7 +52,7 @@ def test_programming_twice_writes_nothing_the_second_time(net, topo):
         assert [(r.pipeline_pushed, r.report.writes) for r in second] == [(False, 0)] * 4
         assert entity_counts(ctl) == counts
     # A second controller process (the CLI) agrees: nothing to write.
-    proc = subprocess.run([sys.executable, "-m", "control.controller", "-t", str(REPO / "topologies/leaf-spine.yaml")],
+    proc = subprocess.run([sys.executable, "-m", "core.controller", "-t", str(REPO / "topologies/leaf-spine.yaml")],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("0 inserted, 0 modified, 0 deleted") == 4, proc.stdout

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from control.build import compile_p4
-from control.controller import FabricController
-from control.network import Network
-from control.topology import load
+from core.build import compile_p4
+from core.controller import FabricController
+from core.network import Network
+from features import load_topology
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -24,7 +24,7 @@ def cmdline(pid: int) -> list[str]:
 @pytest.mark.parametrize("level, logs_packets", [("off", False), ("debug", True)], ids=["off", "debug"])
 def test_log_level_reaches_bmv2(tmp_path, level, logs_packets):
     compile_p4()
-    topo = load(REPO / "topologies" / "star.yaml")
+    topo = load_topology(REPO / "topologies" / "star.yaml")
     with Network(topo, tmp_path / "run", log_level=level) as net, FabricController(topo) as ctl:
         ctl.program()
         switch = net.switches["s1"]

@@ -4,7 +4,7 @@ leaves nothing behind."""
 import subprocess
 from pathlib import Path
 
-from control.topology import load
+from features import load_topology
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -17,7 +17,7 @@ def leftovers(topo) -> list[str]:
     found += [f"veth {p.iface}" for s in topo.switches.values() for p in s.ports.values() if f" {p.iface}@" in links]
     procs = subprocess.run(["pgrep", "-f", "simple_switch_grpc --device-id"], capture_output=True, text=True).stdout
     found += [f"process {pid}" for pid in procs.split()]
-    heartbeats = subprocess.run(["pgrep", "-f", "hostagent.heartbeat import"], capture_output=True, text=True).stdout
+    heartbeats = subprocess.run(["pgrep", "-f", "features.failover.heartbeat import"], capture_output=True, text=True).stdout
     found += [f"heartbeat process {pid}" for pid in heartbeats.split()]
     return found
 
@@ -36,7 +36,7 @@ def top_tier_packets(out: str) -> list[int]:
 
 
 def test_make_run_no_cli_on_leaf_spine():
-    topo = load(REPO / "topologies" / "leaf-spine.yaml")
+    topo = load_topology(REPO / "topologies" / "leaf-spine.yaml")
     assert leftovers(topo) == [], "a previous run left things behind"
     out = make_run("ARGS=--no-cli")
     assert "All-pairs connectivity: 12/12 host pairs OK" in out, out

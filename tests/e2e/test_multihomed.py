@@ -7,17 +7,17 @@ from pathlib import Path
 
 from test_make_run import leftovers, make_run, top_tier_packets
 
-from control.build import compile_p4
-from control.controller import FabricController
-from control.network import Network
-from control.p4constants import drop_reasons
-from control.topology import load
+from core.build import compile_p4
+from core.controller import FabricController
+from core.network import Network
+from core.p4constants import drop_reasons
+from features import load_topology
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_make_run_rail_optimized_reaches_every_nic_on_every_rail():
-    topo = load(REPO / "topologies" / "rail-optimized.yaml")
+    topo = load_topology(REPO / "topologies" / "rail-optimized.yaml")
     assert leftovers(topo) == [], "a previous run left things behind"
     out = make_run("TOPO=rail-optimized", "ARGS=--no-cli --log-level warn")
     assert "All-pairs connectivity: 192/192 NIC pairs OK" in out, out
@@ -29,7 +29,7 @@ def test_make_run_rail_optimized_reaches_every_nic_on_every_rail():
 
 
 def test_make_run_dual_plane_reaches_each_plane_and_keeps_planes_apart():
-    topo = load(REPO / "topologies" / "dual-plane.yaml")
+    topo = load_topology(REPO / "topologies" / "dual-plane.yaml")
     assert leftovers(topo) == [], "a previous run left things behind"
     out = make_run("TOPO=dual-plane", "ARGS=--no-cli --log-level warn")
     assert "All-pairs connectivity: 24/24 NIC pairs OK" in out, out
@@ -53,7 +53,7 @@ def spine_rx(ctl) -> int:
 
 def test_live_rail_fabric_nics_and_source_routing(tmp_path):
     compile_p4()
-    topo = load(REPO / "topologies" / "rail-optimized.yaml")
+    topo = load_topology(REPO / "topologies" / "rail-optimized.yaml")
     with Network(topo, tmp_path / "run", log_level="warn") as net, FabricController(topo) as ctl:
         ctl.program()
         # Every NIC: its interface, MAC and address in the host's one namespace.
@@ -87,7 +87,7 @@ def test_live_dual_plane_drops_cross_plane_traffic_at_the_first_leaf(tmp_path):
     reaches leaf1a, finds no route there (plane a has none to plane b) and is
     dropped; the same destination from the plane-b NIC answers."""
     compile_p4()
-    topo = load(REPO / "topologies" / "dual-plane.yaml")
+    topo = load_topology(REPO / "topologies" / "dual-plane.yaml")
     no_route = drop_reasons()["NO_ROUTE"]
     with Network(topo, tmp_path / "run", log_level="warn") as net, FabricController(topo) as ctl:
         ctl.program()

@@ -10,13 +10,15 @@ from pathlib import Path
 import pytest
 from p4.v1 import p4runtime_pb2
 
-from control.build import compile_p4
-from control.controller import FabricController
-from control.load_balancing import LbMode
-from control.network import Network
-from control.switch import SwitchError, update
-from control.recovery import Rerouter, Supervisor
-from control.topology import Failures, load
+from core.build import compile_p4
+from core.controller import FabricController
+from features.load_balancing import LbMode
+from core.network import Network
+from core.switch import SwitchError, update
+from core.supervisor import Supervisor
+from features.failover.rerouting import Rerouter
+from core.topology import Failures
+from features import load_topology
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,7 +34,7 @@ def first(topo, role: str) -> str:
 @pytest.fixture(params=TOPOLOGIES)
 def net(tmp_path, request):
     compile_p4()
-    topo = load(REPO / "topologies" / f"{request.param}.yaml")
+    topo = load_topology(REPO / "topologies" / f"{request.param}.yaml")
     with Network(topo, tmp_path / "net", log_level="warn") as network:
         yield network
 
@@ -56,7 +58,7 @@ def test_a_dead_switch_is_restarted_and_reprogrammed_once(net):
 
 def test_backup_controller_takes_over_without_rewriting(net):
     primary = FabricController(net.topo, election_id=(0, 2))
-    backup = FabricController(load(REPO / "topologies" / f"{net.topo.name}.yaml"), election_id=(0, 1))
+    backup = FabricController(load_topology(REPO / "topologies" / f"{net.topo.name}.yaml"), election_id=(0, 1))
     try:
         primary.program()
         backup.connect()
@@ -71,7 +73,7 @@ def test_backup_controller_takes_over_without_rewriting(net):
         print(f"\nbackup primary on every switch {took * 1000:.0f} ms after the primary left")
         results = backup.program()
         assert all(r.report.writes == 0 and not r.pipeline_pushed for r in results), [str(r.report) for r in results]
-        assert backup.set_load_balancing(first(net.topo, "leaf"), LbMode("spray")).writes > 0, "the new primary writes"
+        assert backup.feature("load_balancing").set_mode(first(net.topo, "leaf"), LbMode("spray")).writes > 0, "the new primary writes"
         assert all(net.ping_all().values())
     finally:
         primary.close()

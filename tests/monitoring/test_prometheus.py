@@ -12,20 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from control.topology import load
-from monitoring import dashboards, prometheus_config
+from features import load_topology
+from telemetry import dashboards, prometheus_config
 from telemetry.collector import Collector
 from telemetry.prometheus import PrometheusProcess, find_prometheus
 from telemetry.switch_exporter import SwitchExporter, SwitchReadings, drop_reason_names
 from telemetry.synthetic import Flow, Hop, congestion_report, drop_report, flow_report
 
 REPO = Path(__file__).resolve().parents[2]
-TOPO = load(REPO / "topologies" / "leaf-spine.yaml")
+TOPO = load_topology(REPO / "topologies" / "leaf-spine.yaml")
 NAMES = {sw.device_id: sw.name for sw in TOPO.switches.values()}     # spine1=1 spine2=2 leaf1=3 leaf2=4
 FLOW = Flow("10.0.1.1", "10.0.3.1", 49152, 4791)
 PATH = [Hop(3, 1, 3), Hop(1, 1, 2), Hop(4, 3, 1)]
 JOBS = {"int-collector", "switch-exporter"}
-DASHBOARD_FILES = sorted((REPO / "monitoring" / "grafana" / "dashboards").glob("*.json"))
+DASHBOARD_FILES = sorted((REPO / "telemetry" / "grafana" / "dashboards").glob("*.json"))
 
 
 def sent_datagrams() -> list[bytes]:
@@ -101,7 +101,7 @@ def stack(tmp_path_factory):
 def test_generated_config_passes_promtool(stack):
     result = subprocess.run(["promtool", "check", "config", str(stack.prom.config)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
-    default = subprocess.run(["promtool", "check", "config", str(REPO / "monitoring" / "prometheus.yml")],
+    default = subprocess.run(["promtool", "check", "config", str(REPO / "telemetry" / "prometheus.yml")],
                              capture_output=True, text=True)
     assert default.returncode == 0, default.stdout + default.stderr
 

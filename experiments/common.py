@@ -1,0 +1,44 @@
+"""Shared by the experiments: writing results, and the faults they inject
+(each fault returns the function that undoes it)."""
+from __future__ import annotations
+
+import contextlib
+import csv
+import threading
+from pathlib import Path
+
+
+def write_csv(path: Path, rows: list[dict]) -> Path:
+    """Rows (dicts) as a CSV with a header of every key, in order of first
+    appearance (a key a row lacks is left empty); return the path."""
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def save_figure(fig, path: Path) -> Path:
+    """Lay out, write as PNG (110 dpi, every experiment's), close; return the path."""
+    import matplotlib.pyplot as plt   # only when a figure is written: slow to import
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def kill_switch(net, ctl, name: str, lock: threading.Lock | None = None):
+    """Kill switch `name`'s process and drop the controller's connection to
+    it; undo: restart it and let the controller recover it (under `lock`)."""
+    net.switches[name].proc.kill()
+    net.switches[name].proc.wait()
+    conn = ctl.connections.pop(name, None)
+    if conn is not None:
+        with contextlib.suppress(Exception):        # its channel is already gone
+            conn.close()
+
+    def undo():
+        with lock or contextlib.nullcontext():
+            net.restart_switch(name)
+            ctl.recover_switch(name)
+    return undo

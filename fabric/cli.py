@@ -1,0 +1,144 @@
+"""`fabric`: the project's one front door (the make targets call it).
+
+    fabric run [--topology leaf-spine] [--no-cli]   build, start, program, ping all pairs, the shell
+    fabric program --topology T [--dry-run]         program a running network (idempotent)
+    fabric monitor --topology T                     INT collector, switch exporter, Prometheus
+    fabric doctor | build                           the toolchain found; compile p4src/main.p4
+    fabric bench [...]                              packets/s of the pipeline and each feature
+    fabric experiment NAME [...] | experiments      one experiment (CSV + PNG), or all
+    fabric features [--markdown]                    the feature index
+    fabric generate [--check]                       rewrite (or check) every generated file
+    fabric probe-plan [topology ...]                INT probe plans of topologies
+    fabric diagnose | heartbeats ...                commands the features add
+
+Options after a command are that command's own (`fabric run --help`).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from pathlib import Path
+from typing import Callable, Optional
+
+import benchmarks.forwarding_rate
+import experiments
+from core import build, probe_planner, toolchain
+from core.controller import FabricController
+from core.p4info import EntryError
+from core.switch import SwitchError
+from core.topology import TopologyError
+from fabric import generate, run
+from features import FEATURES, load_topology
+from telemetry import monitor
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def experiment_names() -> list[str]:
+    return sorted(m.name for m in pkgutil.iter_modules(experiments.__path__) if m.name != "common")
+
+
+def run_experiment(name: str, argv: list[str]) -> int:
+    if name not in experiment_names():
+        print(f"fabric: no experiment {name!r} (experiments: {', '.join(experiment_names())})", file=sys.stderr)
+        return 2
+    module = importlib.import_module(f"experiments.{name}")
+    return module.main(argv) or 0
+
+
+def feature_index(markdown: bool) -> str:
+    """The feature index the README shows (tests/unit/fabric/test_cli.py keeps it current)."""
+    if markdown:
+        rows = ["| feature | what | P4 | control | PTF | host | experiments | doc |",
+                "|---|---|---|---|---|---|---|---|"]
+        for f in FEATURES:
+            p = f.pieces
+            rows.append(f"| `{f.name}` | {f.summary} | {', '.join(f'`{x}`' for x in p.p4)} | `{p.control}` | "
+                        f"`{p.ptf}` | {f'`{p.host}`' if p.host else '-'} | "
+                        f"{', '.join(f'`{x}`' for x in p.experiments)} | [{p.doc}]({p.doc}) |")
+        return "\n".join(rows)
+    lines = []
+    for f in FEATURES:
+        lines.append(f"{f.name:15s} {f.summary}")
+        lines.append(f"{'':15s} section `{f.section}:`, pieces: {', '.join(f.pieces.paths())}")
+    return "\n".join(lines)
+
+
+def _program(args: argparse.Namespace) -> int:
+    topo = load_topology(args.topology)
+    with FabricController(topo) as ctl:
+        for r in ctl.program(dry_run=args.dry_run):
+            pushed = "pipeline pushed, " if r.pipeline_pushed else ""
+            print(f"{r.name:10s} {pushed}{r.report}")
+    return 0
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="fabric", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n\n".join(__doc__.split("\n\n")[1:]))
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Commands whose own main parses the rest of the line.
+    passthrough: dict[str, Callable[[list[str]], int]] = {
+        "run": run.main, "monitor": monitor.main, "build": build.main, "doctor": lambda rest: toolchain.doctor(),
+        "bench": benchmarks.forwarding_rate.main, "generate": generate.main,
+        "probe-plan": lambda rest: probe_planner.main(rest, FEATURES),
+    }
+    helps = {"run": "build, start a topology on BMv2, program it, ping all pairs, open the shell",
+             "monitor": "INT collector, switch exporter and Prometheus next to a running network",
+             "build": "compile p4src/main.p4", "doctor": "what toolchain was found, and how to get what is missing",
+             "bench": "packets/s of the pipeline, of each feature, and two references",
+             "generate": "rewrite every generated file (--check: fail if one is stale)",
+             "probe-plan": "the INT probe plans of topologies"}
+    for name in passthrough:
+        sub.add_parser(name, help=helps[name], add_help=False).add_argument("rest", nargs=argparse.REMAINDER)
+    p = sub.add_parser("program", help="program a running network (idempotent)")
+    p.add_argument("--topology", "-t", required=True, help="topology name in topologies/ or a YAML path")
+    p.add_argument("--dry-run", action="store_true", help="compute and show the writes, change nothing")
+    p = sub.add_parser("experiment", help="run one experiment", add_help=False)
+    p.add_argument("name", metavar="NAME", help=f"one of: {', '.join(experiment_names())}")
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p = sub.add_parser("experiments", help="run every experiment")
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p = sub.add_parser("features", help="the feature index")
+    p.add_argument("--markdown", action="store_true", help="as the README's table")
+    feature_commands = {}
+    for f in FEATURES:
+        for name, command in f.cli().items():
+            p = sub.add_parser(name, help=f"{command.help} ({f.name})")
+            p.add_argument("--topology", "-t", required=True, help="topology name in topologies/ or a YAML path")
+            command.add_arguments(p)
+            feature_commands[name] = command
+
+    args, extra = ap.parse_known_args(argv)
+    rest = list(getattr(args, "rest", []) or []) + extra
+    try:
+        if args.command in passthrough:
+            return passthrough[args.command](rest) or 0
+        if extra:
+            ap.error(f"unrecognized arguments: {' '.join(extra)}")
+        if args.command == "program":
+            return _program(args)
+        if args.command == "experiment":
+            return run_experiment(args.name, rest)
+        if args.command == "experiments":
+            for name in experiment_names():
+                print(f"==> experiment {name}", flush=True)
+                code = run_experiment(name, rest)
+                if code:
+                    return code
+            return 0
+        if args.command == "features":
+            print(feature_index(args.markdown))
+            return 0
+        command = feature_commands[args.command]
+        return command.run(args, load_topology(args.topology))
+    except (TopologyError, EntryError, SwitchError, FileNotFoundError) as exc:
+        print(f"fabric {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""`fabric generate`: every file the project generates and commits, written
+again from its generator (`--check`: write nothing, exit 1 naming the stale
+ones; tests/unit/fabric/test_generate.py runs that).
+
+    p4src/include/aggregation_lanes.p4     features/aggregation_lanes.py (the unrolled element lanes)
+    topologies/fat-tree-k4.yaml, rail-optimized.yaml, dual-plane.yaml
+                                           core/generators/
+    telemetry/grafana/dashboards/*.json    telemetry/dashboards.py
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Callable, Optional
+
+from core.generators.dual_plane import dual_plane
+from core.generators.fat_tree import fat_tree
+from core.generators.rail_optimized import rail_optimized
+from features import aggregation_lanes
+from telemetry import dashboards
+
+REPO = Path(__file__).resolve().parent.parent
+TOPOLOGIES = REPO / "topologies"
+
+
+def outputs() -> dict[Path, Callable[[], str]]:
+    """Each generated file -> the function that renders it."""
+    out: dict[Path, Callable[[], str]] = {
+        aggregation_lanes.OUTPUT: lambda: aggregation_lanes.render(aggregation_lanes.elements()),
+        TOPOLOGIES / "fat-tree-k4.yaml": lambda: fat_tree(4),
+        TOPOLOGIES / "rail-optimized.yaml": rail_optimized,
+        TOPOLOGIES / "dual-plane.yaml": dual_plane,
+    }
+    for d in dashboards.dashboards():
+        out[dashboards.OUT_DIR / f"{d.uid}.json"] = lambda d=d: dashboards.render(d)
+    return out
+
+
+def stale() -> list[Path]:
+    return [path for path, render in outputs().items() if not path.exists() or path.read_text() != render()]
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="fabric generate", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if a generated file is stale")
+    args = ap.parse_args(argv)
+    if args.check:
+        old = stale()
+        for path in old:
+            print(f"stale: {path.relative_to(REPO)} (run `fabric generate` or `make generate`)")
+        return 1 if old else 0
+    for path, render in outputs().items():
+        text = render()
+        changed = not path.exists() or path.read_text() != text
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        print(f"{'wrote' if changed else 'same '} {path.relative_to(REPO)}")
+    return 0

@@ -1,0 +1,38 @@
+"""The features: each a P4 control switched on at runtime, and here its
+control-plane side, a `Feature` (the contract: core/feature.py).
+
+    FEATURES                 every feature, in the order the controller programs them
+    by_name("ecn")           one of them
+    load_topology(path)      a topology file with every feature's section parsed
+    topology_from_dict(...)  the same from a mapping
+
+Adding a feature is adding its module here (and its pieces: see
+docs/architecture.md); `fabric features` prints the index.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from core import topology
+from core.feature import Feature, check_features
+from features import aggregation, ecn, failover, int_telemetry, load_balancing
+
+FEATURES: tuple[Feature, ...] = check_features((ecn.FEATURE, int_telemetry.FEATURE, load_balancing.FEATURE,
+                                                aggregation.FEATURE, failover.FEATURE))
+
+
+def by_name(name: str) -> Feature:
+    for f in FEATURES:
+        if f.name == name:
+            return f
+    raise KeyError(f"no feature {name!r} (features: {', '.join(f.name for f in FEATURES)})")
+
+
+def load_topology(path: str | Path) -> topology.Topology:
+    """A topology file (a name in topologies/ or a path), validated with every feature's section."""
+    return topology.load(path, FEATURES)
+
+
+def topology_from_dict(data: Any, source: str = "<topology>") -> topology.Topology:
+    return topology.from_dict(data, source, FEATURES)

@@ -1,0 +1,378 @@
+"""Control-plane side of p4src/include/aggregation.p4: in-network aggregation
+jobs, their workers, slots and result multicast.
+
+In a topology file (validated with the rest of it, before anything starts):
+
+    aggregation:
+      shared_slots: 128        # the pool shared jobs take slots from (default 128)
+      steal_after_ms: 500      # an unfinished slot use older than this may be taken over
+      jobs:
+        - {job: 1, workers: [h1, h2, h3, h4], server: h9, slots: 64}
+        - {job: 2, workers: [h5, h6], server: h9, shared: true}
+
+A job's packets go from its workers to its parameter server (`server`, a
+host that is not one of its workers), on UDP port AGG_UDP_PORT_BASE + job;
+the switch the server is plugged into aggregates them (every worker's
+packets to the server pass it). `slots` gives the job a dedicated range of
+that switch's AGG_SLOTS slots (its workers' window is at most that);
+`shared: true` makes the job take slots from the shared pool by hash of
+(job, seq), and fall back to the server when another job holds one (ATP).
+
+controller.feature("aggregation").set_jobs(jobs) changes the jobs at runtime.
+
+On the aggregating switch, per job: an agg_job entry (server address, job)
+with the job's worker count, slots and multicast group; one agg_worker entry
+per worker (its id is its position in `workers`); multicast group
+JOB_GROUP_BASE + job * GROUPS_PER_JOB (all workers, the result) and one per
+worker (+ 1 + id, a result sent again); agg_replica entries write each
+worker's address into its replica (replication id = its unicast group's
+id). Each server also gets a wildcard-job entry: packets to it for a job
+that is not set up are dropped as DROP_AGG_UNKNOWN_JOB.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from p4.v1 import p4runtime_pb2
+
+from wire import aggregation as ah
+from core.feature import FeatureBase, Pieces, check_mapping
+from core.p4constants import constants
+from core.p4info import EntryError, P4Info
+from core.sync import SwitchState
+
+SECTION = "aggregation"
+JOB_TABLE = "agg_job"
+WORKER_TABLE = "agg_worker"
+REPLICA_TABLE = "agg_replica"
+EVENTS_COUNTER = "agg_events"
+AGG_SLOTS = constants()["AGG_SLOTS"]
+MAX_WORKERS = constants()["AGG_MAX_WORKERS"]
+JOB_GROUP_BASE = 0x1000
+GROUPS_PER_JOB = 64                   # the job's group, then one per worker (MAX_WORKERS fit)
+DEFAULT_SHARED_SLOTS = 128
+DEFAULT_STEAL_AFTER_MS = 500
+EVENTS = {name[len("AGG_EVENT_"):].lower(): v for name, v in constants().items() if name.startswith("AGG_EVENT_")}
+FIELDS = {"shared_slots", "steal_after_ms", "jobs"}
+JOB_FIELDS = {"job", "workers", "server", "slots", "shared"}
+
+
+class AggregationConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Job:
+    job: int
+    workers: tuple[str, ...]
+    server: str
+    slots: int = 0                    # dedicated slots (0 with shared)
+    shared: bool = False
+
+    @property
+    def port(self) -> int:
+        return ah.job_port(self.job)
+
+    @property
+    def group(self) -> int:
+        return JOB_GROUP_BASE + self.job * GROUPS_PER_JOB
+
+    def worker_group(self, worker: int) -> int:
+        return self.group + 1 + worker
+
+
+@dataclass(frozen=True)
+class JobPlacement:
+    """Where a job's slots are on its aggregating switch."""
+    job: Job
+    switch: str
+    base: int
+    slots: int
+
+
+@dataclass
+class AggregationConfig:
+    jobs: tuple[Job, ...] = ()
+    shared_slots: int = DEFAULT_SHARED_SLOTS
+    steal_after_ms: int = DEFAULT_STEAL_AFTER_MS
+    placements: dict[int, JobPlacement] = field(default_factory=dict)   # by job id
+
+    def job(self, job: int) -> Job:
+        for j in self.jobs:
+            if j.job == job:
+                return j
+        raise KeyError(f"no aggregation job {job} (jobs: {', '.join(str(j.job) for j in self.jobs) or 'none'})")
+
+
+def _int(value: Any, lo: int, hi: int) -> Optional[int]:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        return None
+    return value
+
+
+def parse_section(raw: Any, topo, fail: Callable[[str, str], None]) -> AggregationConfig:
+    """Validate a topology's `aggregation:` section and place the jobs' slots."""
+    check_mapping(raw, SECTION, FIELDS, fail, what="{jobs, shared_slots, steal_after_ms}")
+    shared_slots = _int(raw.get("shared_slots", DEFAULT_SHARED_SLOTS), 1, AGG_SLOTS)
+    if shared_slots is None:
+        fail(f"{SECTION}.shared_slots", f"expected 1..{AGG_SLOTS}, got {raw.get('shared_slots')!r}")
+    steal = _int(raw.get("steal_after_ms", DEFAULT_STEAL_AFTER_MS), 1, 3_600_000)
+    if steal is None:
+        fail(f"{SECTION}.steal_after_ms", f"expected milliseconds, 1..3600000, got {raw.get('steal_after_ms')!r}")
+    jobs_raw = raw.get("jobs")
+    if not isinstance(jobs_raw, list) or not jobs_raw:
+        fail(f"{SECTION}.jobs", "expected a non-empty list of jobs")
+    jobs: list[Job] = []
+    for i, item in enumerate(jobs_raw):
+        where = f"{SECTION}.jobs[{i}]"
+        check_mapping(item, where, JOB_FIELDS, fail, what="{job, workers, server, slots | shared}")
+        job_id = _int(item.get("job"), 1, ah.MAX_JOBS)
+        if job_id is None:
+            fail(f"{where}.job", f"expected a job id 1..{ah.MAX_JOBS}, got {item.get('job')!r}")
+        if any(j.job == job_id for j in jobs):
+            fail(f"{where}.job", f"job {job_id} is defined twice")
+        server = item.get("server")
+        if server not in topo.hosts:
+            fail(f"{where}.server", f"expected a host name, got {server!r} (hosts: {', '.join(topo.hosts)})")
+        workers = item.get("workers")
+        if not isinstance(workers, list) or not workers:
+            fail(f"{where}.workers", "expected a non-empty list of host names")
+        if len(workers) > MAX_WORKERS:
+            fail(f"{where}.workers", f"{len(workers)} workers, at most {MAX_WORKERS} (AGG_MAX_WORKERS)")
+        for w in workers:
+            if w not in topo.hosts:
+                fail(f"{where}.workers", f"{w!r} is not a host (hosts: {', '.join(topo.hosts)})")
+            if w == server:
+                fail(f"{where}.workers", f"{w} is the job's server: a host cannot be both")
+        if len(set(workers)) != len(workers):
+            fail(f"{where}.workers", "a worker is listed twice")
+        shared = item.get("shared", False)
+        if not isinstance(shared, bool):
+            fail(f"{where}.shared", f"expected true or false, got {shared!r}")
+        if shared and "slots" in item:
+            fail(f"{where}.slots", "a shared job takes slots from the shared pool: give slots or shared, not both")
+        slots = 0
+        if not shared:
+            slots = _int(item.get("slots"), 1, AGG_SLOTS)
+            if slots is None:
+                fail(f"{where}.slots", f"expected dedicated slots 1..{AGG_SLOTS} (or shared: true), "
+                                       f"got {item.get('slots')!r}")
+        jobs.append(Job(job_id, tuple(workers), server, slots, shared))
+    cfg = AggregationConfig(tuple(jobs), shared_slots, steal)
+    try:
+        cfg.placements = place(topo, cfg)
+    except AggregationConfigError as exc:
+        fail(f"{SECTION}.jobs", str(exc))
+    return cfg
+
+
+def aggregating_switch(topo, job: Job) -> str:
+    """The switch of the server's (first) NIC: every packet to that address passes it."""
+    return topo.hosts[job.server].switch
+
+
+def place(topo, cfg: AggregationConfig) -> dict[int, JobPlacement]:
+    """Dedicated ranges from slot 0 up, in job order; the shared pool is the
+    last shared_slots slots of each aggregating switch."""
+    placements: dict[int, JobPlacement] = {}
+    next_free: dict[str, int] = {}
+    pool_base = AGG_SLOTS - cfg.shared_slots
+    for job in cfg.jobs:
+        sw = aggregating_switch(topo, job)
+        if job.shared:
+            placements[job.job] = JobPlacement(job, sw, pool_base, cfg.shared_slots)
+            continue
+        base = next_free.get(sw, 0)
+        if base + job.slots > pool_base:
+            raise AggregationConfigError(
+                f"job {job.job}: {sw} has {AGG_SLOTS} slots, {cfg.shared_slots} of them shared; "
+                f"the dedicated ranges need {base + job.slots} (lower slots or shared_slots)")
+        placements[job.job] = JobPlacement(job, sw, base, job.slots)
+        next_free[sw] = base + job.slots
+    return placements
+
+
+def empty_state(p4info: P4Info, groups: set[int] = frozenset()) -> SwitchState:
+    return SwitchState(managed_tables={p4info.table(t).preamble.id for t in (JOB_TABLE, WORKER_TABLE, REPLICA_TABLE)},
+                       managed_multicast_groups=set(groups))
+
+
+@dataclass(frozen=True)
+class WorkerPath:
+    """Where a worker's result replica leaves the aggregating switch."""
+    ip: str
+    port: int
+    src_mac: str
+    dst_mac: str
+
+
+def job_state(p4info: P4Info, placement: JobPlacement, server_ip: str, workers: list[WorkerPath],
+              steal_after_ms: int) -> SwitchState:
+    """The entries, multicast groups and replicas of one job."""
+    job = placement.job
+    state = SwitchState()
+    state.table_entries.append(p4info.table_entry(
+        JOB_TABLE, {"meta.agg.server": server_ip, "hdr.agg.job": (job.job, 0xFF)}, priority=2,
+        action="set_job", params={"workers": len(workers), "base": placement.base, "slots": placement.slots,
+                                  "shared": int(job.shared), "job_group": job.group,
+                                  "steal_after_us": steal_after_ms * 1000}))
+    everyone = []
+    for i, w in enumerate(workers):
+        rid = job.worker_group(i)
+        state.table_entries.append(p4info.table_entry(
+            WORKER_TABLE, {"hdr.agg.job": job.job, "hdr.ipv4.src_addr": w.ip}, action="set_worker",
+            params={"worker": i, "worker_bit": 1 << i, "worker_group": rid}))
+        state.table_entries.append(p4info.table_entry(
+            REPLICA_TABLE, {"std_meta.egress_rid": rid}, action="to_worker",
+            params={"worker": w.ip, "src_mac": w.src_mac, "dst_mac": w.dst_mac}))
+        replica = p4runtime_pb2.Replica(egress_port=w.port, instance=rid)
+        everyone.append(replica)
+        state.multicast_groups.append(p4runtime_pb2.MulticastGroupEntry(multicast_group_id=rid, replicas=[replica]))
+    state.multicast_groups.append(p4runtime_pb2.MulticastGroupEntry(multicast_group_id=job.group, replicas=everyone))
+    return state
+
+
+def unknown_job_entry(p4info: P4Info, server_ip: str):
+    return p4info.table_entry(JOB_TABLE, {"meta.agg.server": server_ip, "hdr.agg.job": (0, 0)}, priority=1,
+                              action="unknown_job")
+
+
+def worker_path(topo, switch: str, worker: str) -> WorkerPath:
+    """The first next hop of `switch`'s route to the worker's (first) NIC."""
+    nic = topo.hosts[worker].primary
+    route = next((r for r in topo.routes()[switch] if r.prefix == nic.subnet), None)
+    if route is None:
+        raise AggregationConfigError(f"{switch} has no route to worker {worker} ({nic.ip})")
+    hop = route.next_hops[0]
+    return WorkerPath(nic.ip, hop.port, hop.src_mac, hop.dst_mac)
+
+
+def all_groups(cfg: Optional[AggregationConfig]) -> set[int]:
+    """Every multicast group id a job could use (managed on every switch, so
+    a job moved away leaves nothing behind)."""
+    if cfg is None:
+        return set()
+    return {g for j in cfg.jobs for g in [j.group, *(j.worker_group(i) for i in range(len(j.workers)))]}
+
+
+def switch_state(p4info: P4Info, topo, switch: str, *, forwarding: Optional[SwitchState] = None) -> SwitchState:
+    """The aggregation entries the topology file gives `switch` (feature interface)."""
+    cfg: Optional[AggregationConfig] = topo.features.get(SECTION)
+    state = empty_state(p4info, all_groups(cfg))
+    if cfg is None:
+        return state
+    servers = set()
+    for placement in cfg.placements.values():
+        if placement.switch != switch:
+            continue
+        job = placement.job
+        server_ip = topo.hosts[job.server].ip
+        servers.add(server_ip)
+        paths = [worker_path(topo, switch, w) for w in job.workers]
+        state.merge(job_state(p4info, placement, server_ip, paths, cfg.steal_after_ms))
+    for server_ip in sorted(servers):
+        state.table_entries.append(unknown_job_entry(p4info, server_ip))
+    return state
+
+
+BENCH_JOB = 1
+BENCH_WORKERS = 4
+BENCH_SERVER = "10.0.2.1"                 # the bench route's destination (benchmarks/cases.py)
+BENCH_SEQS = 64 * 50                      # distinct blocks the bench cycles through
+BENCH_WHAT = f"aggregation packets of {BENCH_WORKERS} workers (results multicast), not plain UDP"
+
+
+def bench_state(p4info: P4Info, port: int) -> SwitchState:
+    """Aggregation for `make bench`: job BENCH_JOB of BENCH_WORKERS workers
+    (10.0.1.1..4) whose server is the bench route's destination; results
+    leave through `port`. A cell's older use is never kept (steal after 0),
+    so the bench's frames, cycled, keep aggregating."""
+    job = Job(BENCH_JOB, tuple(f"w{i}" for i in range(BENCH_WORKERS)), "server", slots=64)
+    placement = JobPlacement(job, "bench", 0, 64)
+    workers = [WorkerPath(f"10.0.1.{i + 1}", port, "0a:00:00:00:02:01", "0a:00:02:00:00:01")
+               for i in range(BENCH_WORKERS)]
+    state = empty_state(p4info, {job.group, *(job.worker_group(i) for i in range(BENCH_WORKERS))})
+    state.merge(job_state(p4info, placement, BENCH_SERVER, workers, 0))
+    state.table_entries.append(unknown_job_entry(p4info, BENCH_SERVER))
+    return state
+
+
+def bench_frames(switch_mac: str, host_mac: str) -> list[bytes]:
+    """BENCH_SEQS blocks, each from the BENCH_WORKERS workers in turn (the
+    last completes the block: its packet becomes BENCH_WORKERS results), over
+    64 slots and both shadow sets: every packet is aggregated."""
+    import numpy as np
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Ether
+    from scapy.packet import Raw
+
+    data = np.arange(ah.ELEMENTS, dtype=np.int64) - 32
+    # Per worker, the headers once (UDP checksum 0: none, as IPv4 allows); then payloads.
+    heads = [bytes(Ether(dst=switch_mac, src=host_mac) / IP(src=f"10.0.1.{w + 1}", dst=BENCH_SERVER)
+                   / UDP(sport=ah.job_port(BENCH_JOB), dport=ah.job_port(BENCH_JOB), chksum=0)
+                   / Raw(bytes(ah.UDP_LENGTH - 8)))[:42] for w in range(BENCH_WORKERS)]
+    out = []
+    for seq in range(BENCH_SEQS):
+        slot = (seq % 64) | (ah.SLOT_SET if (seq // 64) & 1 else 0)
+        payload = ah.pack(0, BENCH_JOB, seq, data, slot=slot)
+        out += [head + payload for head in heads]
+    return out
+
+
+def events(conn, p4info: P4Info) -> dict[str, int]:
+    """What the aggregation control did, by event (agg_events)."""
+    cells = conn.counter(p4info.counter_entry(EVENTS_COUNTER))
+    return {name: cells.get(index, (0, 0))[0] for name, index in EVENTS.items()}
+
+
+class AggregationRuntime:
+    """controller.feature("aggregation"): jobs changed at runtime."""
+
+    def __init__(self, controller):
+        self.ctl = controller
+
+    def set_jobs(self, jobs: list[Job], *, shared_slots: Optional[int] = None,
+                 steal_after_ms: Optional[int] = None):
+        """Replace the jobs (add, change, remove a job): validated as the
+        topology file's section is, slots placed again, and every switch
+        reconciled (only the servers' switches hold entries). Nothing is
+        written when the jobs are invalid."""
+        topo = self.ctl.topo
+        old = topo.features.get(SECTION) or AggregationConfig()
+        raw = {"shared_slots": old.shared_slots if shared_slots is None else shared_slots,
+               "steal_after_ms": old.steal_after_ms if steal_after_ms is None else steal_after_ms,
+               "jobs": [{"job": j.job, "workers": list(j.workers), "server": j.server,
+                         **({"shared": True} if j.shared else {"slots": j.slots})} for j in jobs]}
+
+        def fail(where: str, what: str):
+            raise EntryError(f"{where}: {what}")
+
+        topo.features[SECTION] = parse_section(raw, topo, fail)
+        return self.ctl.program_all()
+
+
+class Aggregation(FeatureBase):
+    name = "aggregation"
+    section = SECTION
+    summary = "in-network gradient aggregation: SwitchML slots with shadow sets, ATP-style pool shared by jobs"
+    pieces = Pieces.of("aggregation", p4=("aggregation.p4", "aggregation_lanes.p4"))
+    bench_what = BENCH_WHAT
+
+    def parse_section(self, raw, topo, fail):
+        return parse_section(raw, topo, fail)
+
+    def switch_state(self, p4info, topo, switch, *, forwarding=None):
+        return switch_state(p4info, topo, switch, forwarding=forwarding)
+
+    def bench_states(self, p4info, port):
+        return {"": bench_state(p4info, port)}
+
+    def bench_frames(self, switch_mac, host_mac):
+        return bench_frames(switch_mac, host_mac)
+
+    def runtime(self, controller):
+        return AggregationRuntime(controller)
+
+
+FEATURE = Aggregation()

@@ -1,0 +1,204 @@
+"""Control-plane side of p4src/include/ecn.p4: per-port ECN marking profiles.
+
+In a topology file (validated with the rest of it, before anything starts):
+
+    ecn:
+      - {switch: s1, towards: h5, mode: step, k: 10}
+      - {switch: s1, port: 2, mode: wred, kmin: 5, kmax: 30, pmax: 0.1}
+      - {switch: leaf1, port: all, mode: step, k: 20}
+      - {switch: s1, towards: h1, mode: monitor}
+
+k, kmin and kmax are egress queue depths in packets (BMv2's enq_qdepth);
+pmax is the marking probability reached at kmax (0..1). Mode monitor marks
+nothing: like the others, it records each packet's queue depth in the
+register egress_qdepth[port] for experiments to sample. Ports without a
+profile do neither, at the cost of one table miss.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from core.feature import CounterMetric, FeatureBase, Pieces, section_items
+from core.p4info import EntryError, P4Info
+from core.sync import SwitchState
+
+SECTION = "ecn"
+TABLE = "ecn_profile"
+MARKED_COUNTER = "ecn_marked_counter"
+QDEPTH_REGISTER = "egress_qdepth"
+QDEPTH_MAX = (1 << 19) - 1       # enq_qdepth is 19 bits
+PPM = 1_000_000
+FIELDS = {"switch", "port", "towards", "mode", "k", "kmin", "kmax", "pmax"}
+
+
+@dataclass(frozen=True)
+class EcnProfile:
+    mode: str                 # "step", "wred" or "monitor"
+    k: int = 0                # step threshold
+    kmin: int = 0
+    kmax: int = 0
+    pmax: float = 0.0
+
+    @classmethod
+    def step(cls, k: int) -> "EcnProfile":
+        return cls.from_mapping({"mode": "step", "k": k})
+
+    @classmethod
+    def monitor(cls) -> "EcnProfile":
+        return cls("monitor")
+
+    @classmethod
+    def wred(cls, kmin: int, kmax: int, pmax: float) -> "EcnProfile":
+        return cls.from_mapping({"mode": "wred", "kmin": kmin, "kmax": kmax, "pmax": pmax})
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any], fail: Callable[[str, str], None] | None = None) -> "EcnProfile":
+        def bad(field: str, what: str):
+            if fail:
+                fail(field, what)
+            raise ValueError(f"{field}: {what}")
+
+        def depth(field: str) -> int:
+            if field not in raw:
+                bad("", f"mode {raw.get('mode')} needs {field}")
+            v = raw[field]
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= QDEPTH_MAX:
+                bad(field, f"expected a queue depth in packets, 0..{QDEPTH_MAX}, got {v!r}")
+            return v
+
+        mode = raw.get("mode")
+        if mode == "step":
+            extra = {"kmin", "kmax", "pmax"} & set(raw)
+            if extra:
+                bad(sorted(extra)[0], "not a parameter of mode step (it takes k)")
+            return cls("step", k=depth("k"))
+        if mode == "wred":
+            if "k" in raw:
+                bad("k", "not a parameter of mode wred (it takes kmin, kmax, pmax)")
+            kmin, kmax = depth("kmin"), depth("kmax")
+            if kmin >= kmax:
+                bad("kmin", f"kmin ({kmin}) must be below kmax ({kmax})")
+            if "pmax" not in raw:
+                bad("", "mode wred needs pmax")
+            pmax = raw["pmax"]
+            if isinstance(pmax, bool) or not isinstance(pmax, (int, float)) or not 0 <= pmax <= 1:
+                bad("pmax", f"expected a probability within 0..1, got {pmax!r}")
+            return cls("wred", kmin=kmin, kmax=kmax, pmax=float(pmax))
+        if mode == "monitor":
+            extra = {"k", "kmin", "kmax", "pmax"} & set(raw)
+            if extra:
+                bad(sorted(extra)[0], "not a parameter of mode monitor (it takes none)")
+            return cls("monitor")
+        bad("mode", f"expected 'step', 'wred' or 'monitor', got {mode!r}")
+        raise AssertionError("unreachable")
+
+    def action(self) -> tuple[str, dict]:
+        if self.mode == "monitor":
+            return "monitor_depth", {}
+        if self.mode == "step":
+            return "mark_step", {"k": self.k}
+        return "mark_wred", {"wred_kmin": self.kmin, "wred_kmax": self.kmax,
+                             "wred_pmax_ppm": round(self.pmax * PPM)}
+
+    def __str__(self) -> str:
+        if self.mode == "monitor":
+            return "no marking (depth monitored)"
+        if self.mode == "step":
+            return f"step K={self.k}"
+        return f"WRED Kmin={self.kmin} Kmax={self.kmax} Pmax={self.pmax:g}"
+
+
+def parse_section(raw: Any, topo, fail: Callable[[str, str], None]) -> dict[tuple[str, int], EcnProfile]:
+    """Validate a topology's `ecn:` list -> {(switch, port): profile}.
+    `fail(field, what)` raises the loader's error naming file and field."""
+    profiles: dict[tuple[str, int], EcnProfile] = {}
+    for where, item, name in section_items(raw, SECTION, FIELDS, topo, fail,
+                                           what="{switch, port|towards, mode, ...}"):
+        sw = topo.switches[name]
+        if ("port" in item) == ("towards" in item):
+            fail(where, "give exactly one of port (a number or 'all') and towards (a neighbour's name)")
+        if "towards" in item:
+            ports = [p.number for p in sw.ports.values() if p.peer == item["towards"]]
+            if not ports:
+                fail(f"{where}.towards", f"{name} has no link to {item['towards']!r}")
+        elif item["port"] == "all":
+            ports = sorted(sw.ports)
+        else:
+            if item["port"] not in sw.ports:
+                fail(f"{where}.port", f"{name} has no port {item['port']!r} (ports: {sorted(sw.ports)})")
+            ports = [item["port"]]
+        profile = EcnProfile.from_mapping(item, lambda field, what: fail(f"{where}.{field}" if field else where, what))
+        for port in ports:
+            if (name, port) in profiles:
+                fail(where, f"{name} port {port} already has an ECN profile")
+            profiles[(name, port)] = profile
+    return profiles
+
+
+def ecn_state(p4info: P4Info, profiles: Mapping[int, EcnProfile]) -> SwitchState:
+    """Entities for one switch: {egress port: profile}. Ports without one never mark."""
+    state = SwitchState(managed_tables={p4info.table(TABLE).preamble.id})
+    for port, profile in sorted(profiles.items()):
+        action, params = profile.action()
+        state.table_entries.append(p4info.table_entry(TABLE, {"std_meta.egress_port": port},
+                                                      action=action, params=params))
+    return state
+
+
+def switch_state(p4info: P4Info, topo, switch: str, *, forwarding: "SwitchState | None" = None) -> SwitchState:
+    """The ECN profiles the topology file gives `switch` (feature interface)."""
+    profiles = topo.features.get(SECTION, {})
+    return ecn_state(p4info, {port: p for (sw, port), p in profiles.items() if sw == switch})
+
+
+def bench_state(p4info: P4Info, port: int) -> SwitchState:
+    """ECN at its most expensive for `make bench`: WRED on `port` from depth 0,
+    so every ECN-capable packet takes the marking path and draws a random number."""
+    return ecn_state(p4info, {port: EcnProfile.wred(0, QDEPTH_MAX, 1.0)})
+
+
+class EcnRuntime:
+    """controller.feature("ecn"): ECN profiles changed at runtime."""
+
+    def __init__(self, controller):
+        self.ctl = controller
+
+    def set_profile(self, switch: str, port: int, profile: "EcnProfile | None"):
+        """Change (or remove, with None) the ECN profile of one egress port."""
+        topo = self.ctl.topo
+        if switch not in topo.switches:
+            raise EntryError(f"no switch {switch!r}")
+        if port not in topo.switches[switch].ports:
+            raise EntryError(f"{switch} has no port {port}")
+        profiles = topo.features.setdefault(SECTION, {})
+        if profile is None:
+            profiles.pop((switch, port), None)
+        else:
+            profiles[(switch, port)] = profile
+        return self.ctl.program_switch(switch)
+
+
+class Ecn(FeatureBase):
+    name = "ecn"
+    section = SECTION
+    summary = "ECN marking (step or WRED) per egress port, for DCQCN senders"
+    pieces = Pieces.of("ecn", experiments=("ecn_incast",))
+
+    def parse_section(self, raw, topo, fail):
+        return parse_section(raw, topo, fail)
+
+    def switch_state(self, p4info, topo, switch, *, forwarding=None):
+        return switch_state(p4info, topo, switch, forwarding=forwarding)
+
+    def bench_states(self, p4info, port):
+        return {"": bench_state(p4info, port)}
+
+    def runtime(self, controller):
+        return EcnRuntime(controller)
+
+    def counters(self):
+        return (CounterMetric("fabric_ecn_marked", "ecn_marked_counter: packets marked CE", (MARKED_COUNTER,)),)
+
+
+FEATURE = Ecn()

@@ -1,0 +1,481 @@
+"""Control-plane side of INT (p4src/include/int_telemetry_source.p4, int_telemetry_egress.p4):
+which flows carry INT, what each hop adds, where reports go.
+
+In a topology file (validated with the rest of it, before anything starts):
+
+    int:
+      collector: h5                  # the host (or host.nic) that receives reports
+      collector_port: 32766          # its UDP port (default REPORT_UDP_PORT)
+      mtu: 1500                      # IPv4 bytes a port sends; INT never grows a packet beyond it
+      refresh_ms: 100                # sink: report an unchanged flow again after this (0: every packet)
+      latency_bucket_us: 16          # latency changes within a bucket are "unchanged" (a power of two)
+      queue_bucket: 4                # so are queue changes within a bucket (packets, a power of two)
+      queue_report_threshold: 20     # congestion reports above this queue depth (packets; omit: none)
+      queue_report_interval_ms: 1    # at most one congestion report per port per interval
+      drop_report_interval_ms: 1     # drop reports, at most one per reason per interval (omit: none)
+      watchlist:
+        - {src: 10.0.1.0/24, dst: 10.0.5.0/24, protocol: udp, dst_ports: 4791,
+           instructions: [node_id, l1_ports, hop_latency, queue, tx_bytes, tx_time, link_rate],
+           max_hops: 8, sample: 1}
+
+A watchlist rule matches the packets entering the fabric from a host (every
+host-facing port of every switch): src/dst prefixes (default any), protocol
+udp, tcp or any (default: both), src_ports/dst_ports a port or [low, high]
+(default any). `instructions` name INT v2.1 instruction bits (and this
+project's domain-specific ones, docs/int.md); HopML is computed from them
+with the same layout code the collector decodes with. `sample: N` puts INT
+into one packet in N, at random. Earlier rules win.
+
+Every switch then counts its ports' transmitted bytes and pushes its hop
+into INT packets; host-facing ports are sinks: they strip INT and send a
+Telemetry Report v2.0, through clone session REPORT_SESSION, out of the port
+that leads to the collector. A switch's node id is its device id.
+
+Reports (docs/int.md): the sink reports a flow when a hop's ports, latency
+bucket or queue bucket changed, or when refresh_ms has passed; a hop whose
+queue is above queue_report_threshold sends a congestion report (Q); a switch
+that drops a packet sends a drop report (D) with the reason. Both are
+rate-limited, and int_report_counter counts what was sent and held back.
+"""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional
+
+from p4.v1 import p4runtime_pb2
+
+from wire import int_telemetry as ih
+from core.feature import CounterMetric, FeatureBase, Pieces
+from core.p4constants import constants
+from core.p4info import P4Info
+from core.sync import SwitchState
+
+SECTION = "int"
+WATCHLIST_TABLE = "int_watchlist"
+PORT_TABLE = "int_port"
+TX_BYTES_REGISTER = "int_tx_bytes"
+SEQ_REGISTER = "report_seq_no"
+REPORT_SESSION = constants()["REPORT_MIRROR_SESSION"]
+INSTANCE_NORMAL = constants()["INSTANCE_NORMAL"]
+INSTANCE_EGRESS_CLONE = constants()["INSTANCE_EGRESS_CLONE"]
+DEFAULT_MTU = constants()["INT_DEFAULT_MTU"]
+MAX_STACK_WORDS = constants()["INT_MAX_STACK_WORDS"]
+# Source address of reports: 10.255.<device id / 256>.<device id % 256>.
+REPORT_SOURCE_NET = ipaddress.ip_network("10.255.0.0/16")
+
+# Instruction names -> (INT bitmap bit, DS bit of FABRIC_DS_ID)
+INSTRUCTIONS: dict[str, tuple[int, int]] = {
+    "node_id": (ih.INS_NODE_ID, 0),
+    "l1_ports": (ih.INS_L1_PORTS, 0),
+    "hop_latency": (ih.INS_HOP_LATENCY, 0),
+    "queue": (ih.INS_QUEUE, 0),
+    "ingress_ts": (ih.INS_INGRESS_TS, 0),
+    "egress_ts": (ih.INS_EGRESS_TS, 0),
+    "l2_ports": (ih.INS_L2_PORTS, 0),             # BMv2 has none: all-ones
+    "tx_utilization": (ih.INS_TX_UTILIZATION, 0),  # BMv2 cannot measure it: all-ones
+    "buffer": (ih.INS_BUFFER, 0),                 # all-ones
+    "checksum_complement": (ih.INS_CHECKSUM_COMPLEMENT, 0),  # all-ones: switches recompute the L4 checksum
+    "tx_bytes": (0, ih.DS_TX_BYTES),
+    "tx_time": (0, ih.DS_TX_TIMESTAMP),
+    "link_rate": (0, ih.DS_LINK_RATE),
+}
+DEFAULT_INSTRUCTIONS = ("node_id", "l1_ports", "hop_latency", "queue", "ingress_ts", "egress_ts")
+PROTOCOLS = {"udp": 17, "tcp": 6}
+SECTION_FIELDS = {"collector", "collector_port", "mtu", "watchlist", "refresh_ms", "latency_bucket_us",
+                  "queue_bucket", "queue_report_threshold", "queue_report_interval_ms", "drop_report_interval_ms"}
+DROP_REPORT_TABLE = "drop_report"
+SWITCH_TABLE = "int_switch"           # keyless: its default action switches INT on
+REPORT_COUNTER = "int_report_counter"
+REPORT_KINDS = {name: constants()[f"REPORT_{name.upper()}"]
+                for name in ("flow", "suppressed", "queue", "queue_limited", "drop")}
+DROP_LIMITED_COUNTER = "drop_reports_limited"   # per drop reason, in ingress
+INSTANCE_INGRESS_CLONE = constants()["INSTANCE_INGRESS_CLONE"]
+QDEPTH_MAX = (1 << 19) - 1
+RULE_FIELDS = {"src", "dst", "protocol", "src_ports", "dst_ports", "instructions", "max_hops", "sample"}
+MAX_PRIORITY = 1 << 20
+
+
+class IntConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Instructions:
+    """An INT instruction set: the INT-MD header's bitmap, DS ID and DS
+    instruction, and the HopML they need."""
+    bitmap: int
+    ds_id: int
+    ds_bits: int
+
+    @classmethod
+    def of(cls, names) -> "Instructions":
+        if isinstance(names, str) or not hasattr(names, "__iter__"):
+            raise IntConfigError(f"expected a list of instruction names, got {names!r}")
+        bitmap = ds = 0
+        for name in names:
+            if name not in INSTRUCTIONS:
+                raise IntConfigError(f"unknown instruction {name!r} (known: {', '.join(INSTRUCTIONS)})")
+            bit, ds_bit = INSTRUCTIONS[name]
+            bitmap |= bit
+            ds |= ds_bit
+        if not bitmap and not ds:
+            raise IntConfigError("no instructions: a hop would add nothing")
+        return cls(bitmap, ih.FABRIC_DS_ID if ds else 0, ds)
+
+    @property
+    def hop_ml(self) -> int:
+        """Words per hop, from the layout the collector decodes with."""
+        return ih.int_layout(self.bitmap, self.ds_id, self.ds_bits).length // 4
+
+
+@dataclass(frozen=True)
+class WatchRule:
+    src: Optional[str] = None          # "a.b.c.d/len"
+    dst: Optional[str] = None
+    protocol: Optional[int] = None     # None: TCP and UDP
+    src_ports: tuple[int, int] = (0, 0xFFFF)
+    dst_ports: tuple[int, int] = (0, 0xFFFF)
+    instructions: Instructions = field(default_factory=lambda: Instructions.of(DEFAULT_INSTRUCTIONS))
+    max_hops: int = 8
+    sample: int = 1                    # one packet in `sample`
+
+    def __post_init__(self) -> None:
+        hop_ml = self.instructions.hop_ml
+        if hop_ml > ih.MAX_HOP_ML:
+            raise IntConfigError(f"instructions need {hop_ml} words per hop, more than HopML's {ih.MAX_HOP_ML}")
+        if not 1 <= self.max_hops <= 255:
+            raise IntConfigError(f"max_hops must be within 1..255, got {self.max_hops!r}")
+        if self.max_hops * hop_ml > MAX_STACK_WORDS:
+            raise IntConfigError(f"max_hops {self.max_hops} x {hop_ml} words per hop exceeds the "
+                                 f"{MAX_STACK_WORDS}-word stack a switch carries (INT_MAX_STACK_WORDS)")
+        if not 1 <= self.sample <= 0xFFFFFFFF:
+            raise IntConfigError(f"sample must be a positive packet count (one in N), got {self.sample!r}")
+
+
+@dataclass(frozen=True)
+class ReportSettings:
+    """When switches report (the runtime settings of int_telemetry_egress.p4)."""
+    refresh_ms: float = 100.0              # 0: the sink reports every packet (no suppression)
+    latency_bucket_us: int = 16            # powers of two: the data plane shifts
+    queue_bucket: int = 4
+    queue_report_threshold: Optional[int] = None   # packets; None: no congestion reports
+    queue_report_interval_ms: float = 1.0
+    drop_report_interval_ms: Optional[float] = 1.0  # None: no drop reports
+
+    def __post_init__(self) -> None:
+        for name in ("latency_bucket_us", "queue_bucket"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1 or v & (v - 1):
+                raise IntConfigError(f"{name}: expected a power of two (1, 2, 4, ...), got {v!r}")
+        for name in ("refresh_ms", "queue_report_interval_ms", "drop_report_interval_ms"):
+            v = getattr(self, name)
+            if v is None and name == "drop_report_interval_ms":
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v * 1000 < 2**32:
+                raise IntConfigError(f"{name}: expected milliseconds within 0..{2**32 // 1000}, got {v!r}")
+        t = self.queue_report_threshold
+        if t is not None and (isinstance(t, bool) or not isinstance(t, int) or not 0 <= t <= QDEPTH_MAX):
+            raise IntConfigError(f"queue_report_threshold: expected a queue depth in packets, "
+                                 f"0..{QDEPTH_MAX}, got {t!r}")
+
+    def port_params(self) -> dict:
+        return {"queue_report_threshold": QDEPTH_MAX if self.queue_report_threshold is None
+                else self.queue_report_threshold,
+                "queue_report_interval_us": round(self.queue_report_interval_ms * 1000),
+                "latency_bucket_shift": self.latency_bucket_us.bit_length() - 1,
+                "queue_bucket_shift": self.queue_bucket.bit_length() - 1,
+                "flow_refresh_us": round(self.refresh_ms * 1000)}
+
+
+@dataclass(frozen=True)
+class IntConfig:
+    collector: str                     # host or host.nic
+    collector_port: int = ih.REPORT_UDP_PORT
+    mtu: int = DEFAULT_MTU
+    watchlist: tuple[WatchRule, ...] = ()
+    reports: ReportSettings = ReportSettings()
+
+
+def _prefix(value, what: str) -> str:
+    try:
+        net = ipaddress.ip_network(str(value), strict=True)
+    except ValueError as exc:
+        raise IntConfigError(f"{what}: expected an IPv4 prefix like 10.0.1.0/24, got {value!r} ({exc})") from None
+    if net.version != 4:
+        raise IntConfigError(f"{what}: expected an IPv4 prefix, got {value!r}")
+    return str(net)
+
+
+def _ports(value, what: str) -> tuple[int, int]:
+    if isinstance(value, bool):
+        raise IntConfigError(f"{what}: expected a port or [low, high], got {value!r}")
+    if isinstance(value, int):
+        value = [value, value]
+    if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
+                                                                 for v in value)):
+        raise IntConfigError(f"{what}: expected a port or [low, high], got {value!r}")
+    low, high = value
+    if not 0 <= low <= high <= 0xFFFF:
+        raise IntConfigError(f"{what}: expected 0 <= low <= high <= 65535, got {value!r}")
+    return low, high
+
+
+def parse_rule(raw: Mapping[str, Any]) -> WatchRule:
+    """One watchlist rule from its mapping (IntConfigError names what is wrong)."""
+    if not isinstance(raw, Mapping):
+        raise IntConfigError(f"expected a mapping, got {raw!r}")
+    unknown = sorted(set(map(str, raw)) - RULE_FIELDS)
+    if unknown:
+        raise IntConfigError(f"{unknown[0]}: unknown field (allowed: {', '.join(sorted(RULE_FIELDS))})")
+    kw: dict[str, Any] = {}
+    for key in ("src", "dst"):
+        if raw.get(key) is not None:
+            kw[key] = _prefix(raw[key], key)
+    proto = raw.get("protocol", "any")
+    if proto != "any":
+        if proto not in PROTOCOLS:
+            raise IntConfigError(f"protocol: expected udp, tcp or any, got {proto!r}")
+        kw["protocol"] = PROTOCOLS[proto]
+    for key in ("src_ports", "dst_ports"):
+        if key in raw:
+            kw[key] = _ports(raw[key], key)
+    if "instructions" in raw:
+        try:
+            kw["instructions"] = Instructions.of(raw["instructions"])
+        except IntConfigError as exc:
+            raise IntConfigError(f"instructions: {exc}") from None
+    for key in ("max_hops", "sample"):
+        if key in raw:
+            v = raw[key]
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise IntConfigError(f"{key}: expected an integer, got {v!r}")
+            kw[key] = v
+    return WatchRule(**kw)
+
+
+def parse_section(raw: Any, topo, fail: Callable[[str, str], None]) -> IntConfig:
+    """Validate a topology's `int:` section (feature interface)."""
+    if not isinstance(raw, dict):
+        fail("int", "expected a mapping with collector and watchlist")
+    unknown = sorted(set(map(str, raw)) - SECTION_FIELDS)
+    if unknown:
+        fail(f"int.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(SECTION_FIELDS))})")
+    if "collector" not in raw:
+        fail("int.collector", "missing: the host (or host.nic) that receives telemetry reports")
+    try:
+        topo.nic(str(raw["collector"]))
+    except KeyError as exc:
+        fail("int.collector", f"{exc.args[0]} (hosts: {', '.join(topo.hosts)})")
+    port = raw.get("collector_port", ih.REPORT_UDP_PORT)
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 0xFFFF:
+        fail("int.collector_port", f"expected a UDP port 1..65535, got {port!r}")
+    mtu = raw.get("mtu", DEFAULT_MTU)
+    if isinstance(mtu, bool) or not isinstance(mtu, int) or not 68 <= mtu <= 0xFFFF:
+        fail("int.mtu", f"expected an IPv4 MTU within 68..65535 bytes, got {mtu!r}")
+    try:
+        reports = ReportSettings(**{k: raw[k] for k in ReportSettings.__dataclass_fields__ if k in raw})
+    except IntConfigError as exc:
+        field_name, _, what = str(exc).partition(": ")
+        fail(f"int.{field_name}", what)
+    rules = raw.get("watchlist", [])
+    if not isinstance(rules, list):
+        fail("int.watchlist", "expected a list of rules")
+    parsed = []
+    for i, item in enumerate(rules):
+        try:
+            parsed.append(parse_rule(item))
+        except IntConfigError as exc:
+            field_name, sep, what = str(exc).partition(": ")
+            if sep and field_name in RULE_FIELDS:
+                fail(f"int.watchlist[{i}].{field_name}", what)
+            fail(f"int.watchlist[{i}]", str(exc))
+    return IntConfig(str(raw["collector"]), port, mtu, tuple(parsed), reports)
+
+
+# -- entries ------------------------------------------------------------------
+
+def report_source_ip(device_id: int) -> str:
+    return str(REPORT_SOURCE_NET[device_id])
+
+
+def watchlist_entries(p4info: P4Info, rules: tuple[WatchRule, ...], ingress_ports: Optional[list[int]]) -> list:
+    """int_watchlist entries: every rule on every port packets enter from
+    hosts (None: on any ingress port)."""
+    entries = []
+    port_keys = [None] if ingress_ports is None else ingress_ports
+    for rank, rule in enumerate(rules):
+        protocols = [rule.protocol] if rule.protocol is not None else [PROTOCOLS["udp"], PROTOCOLS["tcp"]]
+        ins = rule.instructions
+        for port in port_keys:
+            for proto in protocols:
+                match: dict[str, Any] = {"hdr.int_shim.$valid$": 0, "hdr.ipv4.protocol": (proto, 0xFF)}
+                if port is not None:
+                    match["std_meta.ingress_port"] = (port, 0x1FF)
+                for key, prefix in (("hdr.ipv4.src_addr", rule.src), ("hdr.ipv4.dst_addr", rule.dst)):
+                    if prefix is not None:
+                        net = ipaddress.ip_network(prefix)
+                        match[key] = (str(net.network_address), int(net.netmask))
+                for key, ports in (("meta.l4_src_port", rule.src_ports), ("meta.l4_dst_port", rule.dst_ports)):
+                    if ports != (0, 0xFFFF):   # a full range is a wildcard: omitted
+                        match[key] = ports
+                entries.append(p4info.table_entry(
+                    WATCHLIST_TABLE, match, priority=MAX_PRIORITY - rank, action="int_source",
+                    params={"max_hop_count": rule.max_hops, "hop_metadata_words": ins.hop_ml,
+                            "instruction_bitmap": ins.bitmap, "ds_id": ins.ds_id,
+                            "ds_instruction": ins.ds_bits, "sample_one_in": rule.sample}))
+    return entries
+
+
+def port_entry(p4info: P4Info, port: int, node_id: int, sink: bool, mtu: int, rate_mbps: int,
+               reports: ReportSettings = ReportSettings()):
+    return p4info.table_entry(PORT_TABLE, {"std_meta.egress_port": port, "std_meta.instance_type": INSTANCE_NORMAL},
+                              action="set_int_port",
+                              params={"switch_id": node_id, "is_sink": int(sink), "port_mtu": mtu,
+                                      "port_rate_mbps": rate_mbps, **reports.port_params()})
+
+
+@dataclass(frozen=True)
+class ReportPath:
+    """Where a switch sends its reports: out of `port`, Ethernet to `dst_mac`."""
+    port: int
+    src_mac: str
+    dst_mac: str
+    src_ip: str
+    collector_ip: str
+    collector_port: int
+
+
+def report_entries(p4info: P4Info, node_id: int, path: ReportPath, ports: list[int]) -> list:
+    """int_port entries for report clones on every port: INT reports (E2E
+    clones) and drop reports (ingress clones)."""
+    params = {"src_mac": path.src_mac, "dst_mac": path.dst_mac, "src_addr": path.src_ip,
+              "collector_addr": path.collector_ip, "collector_port": path.collector_port, "switch_id": node_id}
+    return [p4info.table_entry(PORT_TABLE, {"std_meta.egress_port": port, "std_meta.instance_type": instance},
+                               action=action, params=params)
+            for port in ports for instance, action in ((INSTANCE_EGRESS_CLONE, "build_report"),
+                                                       (INSTANCE_INGRESS_CLONE, "build_drop_report"))]
+
+
+def drop_report_entry(p4info: P4Info, interval_ms: float):
+    return p4info.default_entry(DROP_REPORT_TABLE, "report_drops", {"min_interval_us": round(interval_ms * 1000)})
+
+
+def clone_session(port: int) -> p4runtime_pb2.CloneSessionEntry:
+    return p4runtime_pb2.CloneSessionEntry(session_id=REPORT_SESSION,
+                                           replicas=[p4runtime_pb2.Replica(egress_port=port, instance=0)])
+
+
+def empty_state(p4info: P4Info) -> SwitchState:
+    """INT off: no entries, int_switch and drop_report back to NoAction."""
+    return SwitchState(managed_tables={p4info.table(t).preamble.id
+                                       for t in (SWITCH_TABLE, WATCHLIST_TABLE, PORT_TABLE, DROP_REPORT_TABLE)},
+                       managed_clone_sessions={REPORT_SESSION},
+                       table_entries=[p4info.default_entry(SWITCH_TABLE, "NoAction"),
+                                      p4info.default_entry(DROP_REPORT_TABLE, "NoAction")])
+
+
+def enabled_state(p4info: P4Info) -> SwitchState:
+    """INT on, before any entry: int_switch's default is enable_int."""
+    state = empty_state(p4info)
+    state.table_entries = [p4info.default_entry(SWITCH_TABLE, "enable_int"),
+                           p4info.default_entry(DROP_REPORT_TABLE, "NoAction")]
+    return state
+
+
+def int_state(p4info: P4Info, *, node_id: int, ports: Mapping[int, int], sink_ports: set[int],
+              rules: tuple[WatchRule, ...], report: ReportPath, mtu: int = DEFAULT_MTU,
+              reports: ReportSettings = ReportSettings()) -> SwitchState:
+    """One switch's INT entries. `ports`: port -> link rate (Mbit/s);
+    `sink_ports` face hosts: INT enters there (watchlist) and leaves there (sink)."""
+    state = enabled_state(p4info)
+    if reports.drop_report_interval_ms is not None:
+        state.table_entries[1] = drop_report_entry(p4info, reports.drop_report_interval_ms)
+    state.table_entries += watchlist_entries(p4info, rules, sorted(sink_ports))
+    for port, rate in sorted(ports.items()):
+        state.table_entries.append(port_entry(p4info, port, node_id, port in sink_ports, mtu, rate, reports))
+    state.table_entries += report_entries(p4info, node_id, report, sorted(ports))
+    state.clone_sessions.append(clone_session(report.port))
+    return state
+
+
+def report_path(topo, switch: str, cfg: IntConfig) -> ReportPath:
+    """The first next hop of `switch`'s route to the collector's NIC."""
+    nic = topo.nic(cfg.collector)
+    route = next((r for r in topo.routes()[switch] if r.prefix == nic.subnet), None)
+    if route is None:
+        raise IntConfigError(f"{switch} has no route to the collector {cfg.collector} ({nic.ip}): "
+                             f"another plane? put a collector on every plane")
+    hop = route.next_hops[0]
+    return ReportPath(hop.port, hop.src_mac, hop.dst_mac, report_source_ip(topo.switches[switch].device_id),
+                      nic.ip, cfg.collector_port)
+
+
+def switch_state(p4info: P4Info, topo, switch: str, *, forwarding: Optional[SwitchState] = None) -> SwitchState:
+    """The INT entries the topology file gives `switch` (feature interface)."""
+    cfg: Optional[IntConfig] = topo.features.get(SECTION)
+    if cfg is None:
+        return empty_state(p4info)
+    sw = topo.switches[switch]
+    ports = {p.number: int(p.link.bandwidth_mbps) for p in sw.ports.values()}
+    sinks = {p.number for p in sw.ports.values() if p.peer in topo.hosts}
+    return int_state(p4info, node_id=sw.device_id, ports=ports, sink_ports=sinks, rules=cfg.watchlist,
+                     report=report_path(topo, switch, cfg), mtu=cfg.mtu, reports=cfg.reports)
+
+
+def bench_state(p4info: P4Info, port: int) -> SwitchState:
+    """INT at its most expensive for `make bench`: every UDP/TCP packet is
+    watchlisted (this switch is source and transit: it pushes a hop with
+    every supported instruction) and leaves through a transit port, so each
+    packet is inserted into, pushed onto and checksummed."""
+    everything = Instructions.of(["node_id", "l1_ports", "hop_latency", "queue", "ingress_ts", "egress_ts",
+                                  "tx_bytes", "tx_time", "link_rate"])
+    rule = WatchRule(instructions=everything, max_hops=4)
+    state = enabled_state(p4info)
+    state.table_entries += watchlist_entries(p4info, (rule,), None)
+    state.table_entries.append(port_entry(p4info, port, 1, False, 9000, 1000))
+    return state
+
+
+def report_counts(conn, p4info: P4Info) -> dict[str, int]:
+    """Reports a switch sent and held back, by kind (int_report_counter, and
+    drop_reports_limited summed over the drop reasons as drop_limited)."""
+    cells = conn.counter(p4info.counter_entry(REPORT_COUNTER))
+    counts = {name: cells.get(index, (0, 0))[0] for name, index in REPORT_KINDS.items()}
+    limited = conn.counter(p4info.counter_entry(DROP_LIMITED_COUNTER))
+    counts["drop_limited"] = sum(p for p, _ in limited.values())
+    return counts
+
+
+def _report_kinds(cells) -> dict[str, float]:
+    """Reports sent or held back by kind, drop reports held back summed as drop_limited."""
+    reports, limited = cells[REPORT_COUNTER], cells[DROP_LIMITED_COUNTER]
+    values = {kind: float(reports.get(index, (0, 0))[0]) for kind, index in sorted(REPORT_KINDS.items(),
+                                                                                    key=lambda kv: kv[1])}
+    values["drop_limited"] = float(sum(p for p, _ in limited.values()))
+    return values
+
+
+class IntTelemetry(FeatureBase):
+    name = "int_telemetry"
+    section = SECTION
+    summary = "INT v2.1 source/transit/sink with Telemetry Report v2.0 (flow, congestion, drop), probes over every link"
+    pieces = Pieces.of("int_telemetry", p4=("int_telemetry_headers.p4", "int_telemetry_source.p4",
+                                            "int_telemetry_egress.p4", "int_telemetry_drop_report.p4"))
+
+    def parse_section(self, raw, topo, fail):
+        return parse_section(raw, topo, fail)
+
+    def switch_state(self, p4info, topo, switch, *, forwarding=None):
+        return switch_state(p4info, topo, switch, forwarding=forwarding)
+
+    def bench_states(self, p4info, port):
+        return {"": bench_state(p4info, port)}
+
+    def counters(self):
+        return (CounterMetric("fabric_int_reports",
+                              "Telemetry reports a switch sent or held back (int_report_counter), by kind",
+                              (REPORT_COUNTER, DROP_LIMITED_COUNTER), label="kind", values=_report_kinds),)
+
+
+FEATURE = IntTelemetry()

@@ -1,0 +1,309 @@
+"""RoCEv2-style traffic with DCQCN, run on a host (inside its namespace).
+
+    python -m hostagent.ecn.roce send    --iface h1-eth0 --src-ip .. --dst-ip .. --src-mac .. --gw-mac .. --qp 1
+    python -m hostagent.ecn.roce receive --iface h5-eth0 --src-ip .. --src-mac .. --gw-mac ..
+
+The sender (DCQCN reaction point) paces RC SEND_ONLY packets (ECT(0)) at the
+rate DCQCN allows and reacts to CNPs. The receiver (notification point)
+counts packets, CE marks and PSN gaps per flow, and answers CE with at most
+one CNP per flow per interval. Both write a JSON summary and CSV time series.
+Options for load balancing: `send --plb` repaths (new UDP source port) on
+persistent congestion (hostagent/load_balancing/plb.py); `receive --reorder` delivers each
+flow in PSN order through a reorder buffer and reports reordering
+(hostagent/load_balancing/reorder.py).
+Frames are built once with the Scapy layers of wire.roce and sent as
+bytes on one raw socket; malformed or unexpected frames are counted and
+ignored, never fatal.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import signal
+import socket
+import sys
+import threading
+import time
+from collections import defaultdict
+from dataclasses import asdict, fields
+from pathlib import Path
+
+from hostagent.ecn.dcqcn import DcqcnParams, NotificationPoint, ReactionPoint
+from wire.ecn import CE, ECT0, NOT_ECT
+from wire.roce import CNP, OFFSETS, RC_SEND_ONLY, ROCEV2_UDP_PORT, roce_cnp, roce_data
+from hostagent.load_balancing.plb import add_plb_arguments, plb_from_args
+from hostagent.load_balancing.reorder import ReorderBank, ReorderParams, add_reorder_arguments
+
+ETH_P_ALL = 0x0003
+SOL_PACKET = 263
+PACKET_IGNORE_OUTGOING = 23
+O = OFFSETS
+UDP_SPORT = O.udp_dport - 2   # UDP: source port, then destination port
+PROGRESS_S = 0.5              # how often the loops call their progress hook
+
+
+def open_socket(iface: str) -> socket.socket:
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    sock.bind((iface, 0))
+    try:
+        sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)  # do not read back our own frames
+    except OSError:
+        pass
+    return sock
+
+
+def classify(frame: bytes) -> str:
+    """'data', 'cnp', or why the frame is not ours: 'short', 'not-ipv4', 'ip-options',
+    'not-rocev2', 'unknown-opcode'."""
+    if len(frame) < O.min_len:
+        return "short"
+    if frame[12:14] != b"\x08\x00" or frame[O.ip_tos - 1] >> 4 != 4:
+        return "not-ipv4"
+    if frame[O.ip_tos - 1] & 0x0F != 5:
+        return "ip-options"
+    if frame[O.ip_proto] != 17 or int.from_bytes(frame[O.udp_dport:O.udp_dport + 2], "big") != ROCEV2_UDP_PORT:
+        return "not-rocev2"
+    op = frame[O.bth_opcode]
+    if op == RC_SEND_ONLY:
+        return "data"
+    if op == CNP:
+        return "cnp"
+    return "unknown-opcode"
+
+
+def _u24(frame: bytes, at: int) -> int:
+    return int.from_bytes(frame[at:at + 3], "big")
+
+
+# --------------------------------------------------------------------------
+
+def run_sender(a, progress=None, write: bool = True) -> dict:
+    """Send until a.duration (or a.packets, when set) with DCQCN, and PLB with a.plb.
+    progress(now, sent, rp, plb), if given, is called every PROGRESS_S; True stops."""
+    params = DcqcnParams(**{f.name: getattr(a, f.name) for f in fields(DcqcnParams) if getattr(a, f.name, None) is not None})
+    frame = bytearray(bytes(roce_data(a.src_mac, a.gw_mac, a.src_ip, a.dst_ip, a.qp, payload=a.payload,
+                                      ecn=NOT_ECT if a.not_ect else ECT0)))
+    psn_at = O.bth_psn
+    sock = open_socket(a.iface)
+    sock.setblocking(False)
+    rp = ReactionPoint(params, now=0.0)
+    plb = plb_from_args(a, sport=int.from_bytes(frame[UDP_SPORT:UDP_SPORT + 2], "big"))
+    limit = getattr(a, "packets", None)
+    series, ignored = [], defaultdict(int)
+    sent = 0
+    if a.start_at:
+        time.sleep(max(0.0, a.start_at - time.time()))
+    t0, t0_wall = time.monotonic(), time.time()
+    next_send, next_sample, next_progress, end = 0.0, 0.0, 0.0, a.duration
+    while True:
+        now = time.monotonic() - t0
+        if now >= end or (limit is not None and sent >= limit):
+            break
+        while True:  # CNPs
+            try:
+                rx = sock.recv(2048)
+            except BlockingIOError:
+                break
+            kind = classify(rx)
+            if kind == "cnp" and _u24(rx, O.bth_dqpn) == a.qp:
+                if not a.fixed_rate:
+                    rp.on_cnp(now)
+                if plb is not None:
+                    plb.on_cnp(now)
+            elif kind != "data":
+                ignored[kind] += 1
+        if not a.fixed_rate:
+            rp.advance(now)
+        if plb is not None:
+            sport = plb.advance(now)
+            if sport is not None:  # repath: the next packets carry a new ECMP hash
+                frame[UDP_SPORT:UDP_SPORT + 2] = sport.to_bytes(2, "big")
+        if now >= next_sample:
+            series.append((round(now, 4), round(rp.rate, 2), round(rp.target, 2), round(rp.alpha, 4), sent, rp.cnps)
+                          + ((plb.sport,) if plb is not None else ()))
+            next_sample += a.sample_s
+        if progress is not None and now >= next_progress:
+            next_progress += PROGRESS_S
+            if progress(now, sent, rp, plb):
+                break
+        if now >= next_send:
+            frame[psn_at:psn_at + 3] = (sent & 0xFFFFFF).to_bytes(3, "big")
+            try:
+                sock.send(frame)
+                sent += 1
+                if not a.fixed_rate:
+                    rp.on_sent(len(frame), now)
+                if plb is not None:
+                    plb.on_sent(now)
+            except OSError:
+                ignored["tx-error"] += 1
+            next_send = max(next_send + 1.0 / rp.rate, now - 0.01)  # no catch-up bursts after a stall
+        else:
+            time.sleep(min(next_send - now, 0.0005))
+    summary = {"role": "sender", "qp": a.qp, "src": a.src_ip, "dst": a.dst_ip, "sent": sent,
+               "duration_s": a.duration, "cnps_received": rp.cnps, "final_rate_pps": rp.rate,
+               "ignored": dict(ignored), "params": asdict(params), "dcqcn": not a.fixed_rate,
+               "t0_wall": t0_wall, "plb": plb.summary() if plb is not None else None}
+    if write:
+        _write(a.out, summary, ["t_s", "rate_pps", "target_pps", "alpha", "sent", "cnps"]
+               + (["sport"] if plb is not None else []), series)
+    return summary
+
+
+def stop_on_signals():
+    """(flag, restore): until restore(), SIGTERM and SIGINT set the flag
+    instead of killing the process, so a receiver stopped early still writes
+    what it measured (signals can only be caught in the main thread;
+    elsewhere nothing changes)."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        return stop, lambda: None
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return stop, restore
+
+
+def run_receiver(a, progress=None, write: bool = True) -> dict:
+    """Receive until a.duration; with a.reorder, through a reorder buffer per flow.
+    progress(now, flows, rob), if given, is called every PROGRESS_S; True stops."""
+    params = DcqcnParams(cnp_interval_s=a.cnp_interval_s)
+    np_ = NotificationPoint(params)
+    rob = (ReorderBank(ReorderParams(gap_timeout_s=a.reorder_timeout, capacity=a.reorder_capacity), start_psn=0)
+           if getattr(a, "reorder", False) else None)
+    sock = open_socket(a.iface)
+    sock.settimeout(0.05 if rob is None else min(0.05, a.reorder_timeout / 4))  # timeouts fire on time
+    flows: dict = {}
+    cnp_frames: dict = {}
+    ignored = defaultdict(int)
+    # flow -> bin -> [pkts, ce, lost, reorder buffer max occupancy]; with --reorder, lost = declared lost
+    bins: dict = defaultdict(lambda: defaultdict(lambda: [0, 0, 0, 0]))
+    if a.start_at:
+        time.sleep(max(0.0, a.start_at - time.time()))
+    t0, t0_wall = time.monotonic(), time.time()
+    next_progress = 0.0
+    stopped, restore_signals = stop_on_signals()
+    while not stopped.is_set():
+        now = time.monotonic() - t0
+        if now >= a.duration:
+            break
+        if rob is not None:
+            for k, rel in rob.advance(now).items():
+                bins[k][int(now / a.bin_s)][2] += rel.lost
+        if progress is not None and now >= next_progress:
+            next_progress += PROGRESS_S
+            if progress(now, flows, rob):
+                break
+        try:
+            rx = sock.recv(4096)
+        except socket.timeout:
+            continue
+        except OSError:
+            ignored["rx-error"] += 1
+            continue
+        now = time.monotonic() - t0  # the arrival time, not the time recv() started waiting
+        kind = classify(rx)
+        if kind != "data":
+            ignored[kind] += 1
+            continue
+        src = socket.inet_ntoa(rx[O.ip_src:O.ip_src + 4])
+        qp = _u24(rx, O.bth_dqpn)
+        key = f"{src}/{qp}"
+        f = flows.get(key)
+        if f is None:
+            f = flows[key] = {"src": src, "qp": qp, "packets": 0, "bytes": 0, "ce": 0, "cnps_sent": 0,
+                              "max_psn": -1, "first_s": now}
+        psn = _u24(rx, O.bth_psn)
+        b = bins[key][int(now / a.bin_s)]
+        b[0] += 1
+        if rob is not None:
+            b[2] += rob.push(key, psn, now).lost
+            b[3] = max(b[3], rob[key].occupancy)
+        elif psn > f["max_psn"] + 1:
+            b[2] += psn - f["max_psn"] - 1  # a gap: lost packets, noticed now
+        f["packets"] += 1
+        f["bytes"] += len(rx)
+        f["max_psn"] = max(f["max_psn"], psn)
+        f["last_s"] = now
+        if rx[O.ip_tos] & 0b11 == CE:
+            f["ce"] += 1
+            b[1] += 1
+            if np_.should_send_cnp(key, now):
+                cnp = cnp_frames.get(key)
+                if cnp is None:
+                    cnp = cnp_frames[key] = bytes(roce_cnp(a.src_mac, a.gw_mac, a.src_ip, src, qp))
+                sock.send(cnp)
+                f["cnps_sent"] += 1
+    restore_signals()
+    for key, f in flows.items():
+        f["lost"] = f["max_psn"] + 1 - f["packets"]  # PSN gaps (no reordering on a single path)
+        if rob is not None:
+            f["reorder"] = rob[key].summary()
+            f["lost"] = f["reorder"]["missing"]      # robust to reordering, duplicates and PSN wrap
+    summary = {"role": "receiver", "flows": flows, "ignored": dict(ignored), "bin_s": a.bin_s, "t0_wall": t0_wall,
+               "reorder": asdict(rob.params) if rob is not None else None}
+    header = ["t_s", "flow", "packets", "ce", "lost"] + (["reorder_held_max"] if rob is not None else [])
+    rows = [(round(i * a.bin_s, 4), key, *v[:len(header) - 2])
+            for key, per in bins.items() for i, v in sorted(per.items())]
+    if write:
+        _write(a.out, summary, header, rows)
+    return summary
+
+
+def _write(prefix: str | None, summary: dict, header: list[str], rows) -> None:
+    if not prefix:
+        json.dump(summary, sys.stdout, indent=1)
+        return
+    Path(prefix).parent.mkdir(parents=True, exist_ok=True)
+    Path(f"{prefix}.json").write_text(json.dumps(summary, indent=1))
+    with open(f"{prefix}.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        w.writerows(rows)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("send", "receive"):
+        p = sub.add_parser(name)
+        p.add_argument("--iface", required=True)
+        p.add_argument("--src-ip", required=True)
+        p.add_argument("--src-mac", required=True)
+        p.add_argument("--gw-mac", required=True, help="MAC of the switch port (the host's gateway)")
+        p.add_argument("--duration", type=float, default=10.0)
+        p.add_argument("--start-at", type=float, default=0.0, help="wall-clock start time (to start agents together)")
+        p.add_argument("--out", help="output prefix: writes <out>.json and <out>.csv (default: JSON on stdout)")
+    s = sub.choices["send"]
+    s.add_argument("--dst-ip", required=True)
+    s.add_argument("--qp", type=int, required=True, help="destination queue pair number: identifies the flow")
+    s.add_argument("--payload", type=int, default=1000, help="payload bytes per packet")
+    s.add_argument("--fixed-rate", action="store_true", help="no DCQCN: send at line rate, ignore CNPs")
+    s.add_argument("--not-ect", action="store_true", help="send Not-ECT packets (never marked)")
+    s.add_argument("--sample-s", type=float, default=0.01)
+    for f in fields(DcqcnParams):
+        if f.name != "cnp_interval_s":
+            s.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=type(f.default), default=None,
+                           help=f"DCQCN {f.name} (default {f.default})")
+    add_plb_arguments(s)
+    r = sub.choices["receive"]
+    r.add_argument("--cnp-interval-s", type=float, default=DcqcnParams.cnp_interval_s,
+                   help="N: at most one CNP per flow per interval")
+    r.add_argument("--bin-s", type=float, default=0.05, help="time-series bin width")
+    add_reorder_arguments(r)
+    a = ap.parse_args(argv)
+    try:
+        (run_sender if a.cmd == "send" else run_receiver)(a)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,514 @@
+// INT at egress: every hop (source, transit) pushes its metadata; the sink
+// strips INT and reports; report clones become Telemetry Report v2.0 packets.
+//
+// int_port, keyed by (egress port, instance type), says what to do:
+//   set_int_port(...)       a normal packet leaving a port of an INT-enabled
+//                           switch: count its bytes (HPCC's tx bytes), and if
+//                           it carries INT push this hop or, on a sink port,
+//                           report and strip
+//   build_report(...)       a report clone of an INT packet (instance E2E
+//                           clone) leaving towards the collector: a flow
+//                           report from the sink, or a congestion report (Q)
+//                           from a hop whose queue is above the port's threshold
+//   build_drop_report(...)  a drop report clone (instance ingress clone,
+//                           int_telemetry_drop_report.p4): D flag and the drop reason
+// A switch where INT is off pays one condition per packet here (the flag
+// meta.telemetry.enabled, set in ingress by int_switch or drop_report).
+//
+// Suppression (what keeps telemetry cheap): every hop keeps, per flow cell,
+// (ingress port, egress port, hop latency bucket, queue bucket); a hop whose
+// value changed sets the FABRIC_DS_ID flag INT_DS_FLAG_CHANGED in the INT-MD
+// header. The sink reports a flow when that flag is set, when its own value
+// changed, or when the flow's refresh period has passed (0: every packet).
+// Buckets are the value shifted right by a runtime amount, saturated at 255.
+// Congestion reports are rate-limited per port (one per interval).
+//
+// How the sink's report keeps what the sink strips: BMv2 clones at the end
+// of egress, from the headers as egress left them, and only the egress pass
+// of the data packet knows its queue (occupancy, hop latency at the sink
+// port: the queue incast builds). So the sink keeps its own measurements
+// and the IPv4/L4 fields it rewrites in int_saved, and copies the shim, the
+// MD header and the stack into saved_int_shim/md/stack: headers that are
+// valid but never emitted, so the clone inherits them and the data packet
+// leaves without them. Then it clones and strips; the clone rebuilds the
+// packet as received. (Headers, not metadata: BMv2 resets every metadata
+// field of every packet, and only validity of headers.)
+#ifndef INT_EGRESS_P4
+#define INT_EGRESS_P4
+
+#include <core.p4>
+#include <v1model.p4>
+#include "headers.p4"
+
+// All-ones words, meta.telemetry.fill_words of them (at most 31), as the
+// fill headers of 16, 8, 4, 2 and 1 words: what bits 6-14 and unknown DS
+// metadata get.
+control IntFill(inout headers_t hdr, in local_metadata_t meta) {
+    apply {
+        bit<8> n = meta.telemetry.fill_words;
+        if (n[4:4] == 1) { hdr.int_fill16.setValid(); hdr.int_fill16.ones = ~(bit<512>) 0; }
+        if (n[3:3] == 1) { hdr.int_fill8.setValid(); hdr.int_fill8.ones = ~(bit<256>) 0; }
+        if (n[2:2] == 1) { hdr.int_fill4.setValid(); hdr.int_fill4.ones = ~(bit<128>) 0; }
+        if (n[1:1] == 1) { hdr.int_fill2.setValid(); hdr.int_fill2.ones = ~(bit<64>) 0; }
+        if (n[0:0] == 1) { hdr.int_fill1.setValid(); hdr.int_fill1.ones = ~(bit<32>) 0; }
+    }
+}
+
+// Report metadata: RepMdBits 1-5 (L1 ports, hop latency, queue, ingress and
+// egress timestamps: 7 words) and FABRIC_DS_ID bits 0-2 (3 words).
+const bit<16> REPORT_MD_BITS = 0x7C00;
+const bit<16> REPORT_DS_MD_BITS = 0xE000;
+const bit<8>  REPORT_MD_WORDS = 10;
+const bit<16> REPORT_HEADERS_BYTES = 14 + 20 + 8 + 8 + 4 + 8;  // Ethernet .. INT main contents
+const bit<16> REPORT_MD_BYTES = 40;
+// Drop reports: RepMdBits 1 (L1 ports), 4 (ingress timestamp), 15 (queue id
+// + drop reason): 4 words; then the dropped packet from IPv4 on, cut to
+// DROP_REPORT_INNER_BYTES.
+const bit<16> DROP_REPORT_MD_BITS = 0x4801;
+const bit<8>  DROP_REPORT_MD_WORDS = 4;
+const bit<16> DROP_REPORT_MD_BYTES = 16;
+const bit<16> DROP_REPORT_INNER_BYTES = 64;
+
+control IntEgress(inout headers_t hdr,
+                  inout local_metadata_t meta,
+                  inout standard_metadata_t std_meta) {
+    register<bit<32>>(PORT_COUNT) int_tx_bytes;             // bytes sent per port, mod 2^32
+    register<bit<32>>(1) report_seq_no;                     // next report sequence number (hw_id 0)
+    register<bit<32>>(INT_FLOW_SLOTS) int_flow_state;       // ports and buckets a flow had last
+    register<bit<32>>(INT_FLOW_SLOTS) int_flow_report_time; // sink: when the flow was last reported (us)
+    register<bit<32>>(PORT_COUNT) queue_report_time;        // when the port last sent a congestion report
+    counter(REPORT_KINDS, CounterType.packets) int_report_counter;
+
+    bit<32> node_id = 0;
+    bit<1>  sink = 0;
+    bit<16> mtu = INT_DEFAULT_MTU;
+    bit<32> link_rate_mbps = 0;
+    bit<32> tx_bytes = 0;
+    qdepth_t queue_threshold = 0;
+    bit<32> queue_interval_us = 0;
+    bit<8>  latency_shift = 0;
+    bit<8>  queue_shift = 0;
+    bit<32> refresh_us = 0;
+    bit<32> now_us = 0;
+    bit<32> last_us = 0;
+    IntFill() fill;
+
+    action set_int_port(bit<32> switch_id, bit<1> is_sink, bit<16> port_mtu, bit<32> port_rate_mbps,
+                        qdepth_t queue_report_threshold, bit<32> queue_report_interval_us,
+                        bit<8> latency_bucket_shift, bit<8> queue_bucket_shift, bit<32> flow_refresh_us) {
+        node_id = switch_id;
+        sink = is_sink;
+        mtu = port_mtu;
+        link_rate_mbps = port_rate_mbps;
+        queue_threshold = queue_report_threshold;
+        queue_interval_us = queue_report_interval_us;
+        latency_shift = latency_bucket_shift;
+        queue_shift = queue_bucket_shift;
+        refresh_us = flow_refresh_us;
+        int_tx_bytes.read(tx_bytes, (bit<32>) std_meta.egress_port);
+        tx_bytes = tx_bytes + std_meta.packet_length;
+        int_tx_bytes.write((bit<32>) std_meta.egress_port, tx_bytes);
+    }
+
+    // This hop's flow value: ingress port, egress port, latency and queue buckets.
+    action track_flow() {
+        hash(meta.telemetry.flow_slot, HashAlgorithm.crc32, 32w0,
+             { hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.ipv4.protocol, meta.l4_src_port, meta.l4_dst_port },
+             INT_FLOW_SLOTS);
+        bit<32> latency = (bit<32>) (std_meta.egress_global_timestamp - std_meta.ingress_global_timestamp);
+        bit<32> latency_bucket = latency >> latency_shift;
+        bit<32> queue_bucket = (bit<32>) std_meta.enq_qdepth >> queue_shift;
+        latency_bucket = (latency_bucket > 255 ? 32w255 : latency_bucket);
+        queue_bucket = (queue_bucket > 255 ? 32w255 : queue_bucket);
+        bit<32> value = std_meta.ingress_port[7:0] ++ std_meta.egress_port[7:0]
+                        ++ latency_bucket[7:0] ++ queue_bucket[7:0];
+        bit<32> previous;
+        int_flow_state.read(previous, meta.telemetry.flow_slot);
+        int_flow_state.write(meta.telemetry.flow_slot, value);
+        meta.telemetry.flow_changed = previous != value;
+        now_us = (bit<32>) std_meta.egress_global_timestamp;
+        now_us = (now_us == 0 ? 32w1 : now_us);   // stored times are >= 1: 0 means never
+    }
+
+    action read_flow_report_time() {
+        int_flow_report_time.read(last_us, meta.telemetry.flow_slot);
+    }
+
+    action write_flow_report_time() {
+        int_flow_report_time.write(meta.telemetry.flow_slot, now_us);
+    }
+
+    action read_queue_report_time() {
+        queue_report_time.read(last_us, (bit<32>) std_meta.egress_port);
+    }
+
+    action write_queue_report_time() {
+        queue_report_time.write((bit<32>) std_meta.egress_port, now_us);
+    }
+
+    // ---- transit: push this hop (INT v2.1 section 5.7) ---------------------
+
+    action push_done(bit<16> hop_bytes) {
+        hdr.int_md.remaining_hop_cnt = hdr.int_md.remaining_hop_cnt - 1;
+        hdr.int_shim.len = hdr.int_shim.len + (bit<8>) hdr.int_md.hop_ml;
+        hdr.ipv4.total_len = hdr.ipv4.total_len + hop_bytes;
+        hdr.udp.length = hdr.udp.length + hop_bytes;    // no effect on TCP packets (udp invalid)
+        meta.telemetry.l4_checksum = true;
+    }
+
+    // ---- sink: keep what the report needs, clone, strip -------------------
+
+    action save_for_report() {
+        hdr.int_saved.setValid();
+        hdr.int_saved.ingress_port = (bit<16>) std_meta.ingress_port;
+        hdr.int_saved.egress_port = (bit<16>) std_meta.egress_port;
+        hdr.int_saved.hop_latency = (bit<32>) (std_meta.egress_global_timestamp - std_meta.ingress_global_timestamp);
+        hdr.int_saved.queue_occupancy = (bit<24>) std_meta.enq_qdepth;
+        hdr.int_saved.ingress_ts = (bit<64>) std_meta.ingress_global_timestamp;
+        hdr.int_saved.egress_ts = (bit<64>) std_meta.egress_global_timestamp;
+        hdr.int_saved.tx_bytes = tx_bytes;
+        hdr.int_saved.link_rate_mbps = link_rate_mbps;
+        hdr.int_saved.ipv4_total_len = hdr.ipv4.total_len;
+        hdr.int_saved.ipv4_dscp = hdr.ipv4.dscp;
+        hdr.int_saved.ipv4_checksum = hdr.ipv4.hdr_checksum;
+        hdr.int_saved.l4_dst_port = hdr.udp.dst_port;
+        hdr.int_saved.udp_length = hdr.udp.length;
+        hdr.int_saved.l4_checksum = hdr.udp.checksum;     // TCP: the caller replaces it
+        hdr.saved_int_shim = hdr.int_shim;
+        hdr.saved_int_md = hdr.int_md;
+        hdr.saved_int_stack = hdr.int_stack;            // invalid for an empty stack: then so is the copy
+        // IPv4 header + L4 header + shim + MD header + stack
+        hdr.int_saved.inner_bytes = ((bit<16>) hdr.ipv4.ihl << 2) + 8 + 4 + ((bit<16>) hdr.int_shim.len << 2);
+        hdr.int_saved.intermediate = 0;
+        hdr.int_saved.congested = 0;
+        clone_preserving_field_list(CloneType.E2E, REPORT_MIRROR_SESSION, INT_REPORT_FIELDS);   // keeps `enabled`
+    }
+
+    action strip_int() {
+        bit<16> int_bytes = 4 + ((bit<16>) hdr.int_shim.len << 2);
+        hdr.ipv4.total_len = hdr.ipv4.total_len - int_bytes;
+        hdr.udp.length = hdr.udp.length - int_bytes;    // no effect on TCP packets (udp invalid)
+        hdr.int_shim.setInvalid();
+        hdr.int_md.setInvalid();
+        hdr.int_stack.setInvalid();
+        meta.telemetry.l4_checksum = true;
+    }
+
+    // ---- the report around a clone: outer Ethernet/IPv4/UDP (the packet's own
+    // headers, rewritten), group header with the next sequence number, and the
+    // individual report's common fields; the callers add lengths and metadata.
+
+    action report_headers(mac_addr_t src_mac, mac_addr_t dst_mac, ipv4_addr_t src_addr,
+                          ipv4_addr_t collector_addr, bit<16> collector_port, bit<32> switch_id,
+                          bit<16> ip_bytes) {
+        hdr.tcp.setInvalid();
+        hdr.tcp_options.setInvalid();
+        hdr.ethernet.src_addr = src_mac;
+        hdr.ethernet.dst_addr = dst_mac;
+        hdr.ethernet.ether_type = ETHERTYPE_IPV4;
+        hdr.ipv4.setValid();
+        hdr.ipv4.version = 4;
+        hdr.ipv4.ihl = 5;
+        hdr.ipv4.dscp = 0;
+        hdr.ipv4.ecn = 0;
+        hdr.ipv4.total_len = ip_bytes;
+        hdr.ipv4.identification = 0;
+        hdr.ipv4.flags = 2;                         // DF (Telemetry Report v2.0)
+        hdr.ipv4.frag_offset = 0;
+        hdr.ipv4.ttl = 64;
+        hdr.ipv4.protocol = IP_PROTO_UDP;
+        hdr.ipv4.src_addr = src_addr;
+        hdr.ipv4.dst_addr = collector_addr;
+        hdr.udp.setValid();
+        hdr.udp.src_port = REPORT_UDP_PORT;
+        hdr.udp.dst_port = collector_port;
+        hdr.udp.length = ip_bytes - 20;
+        hdr.udp.checksum = 0;
+        bit<32> seq_no;
+        report_seq_no.read(seq_no, 0);
+        report_seq_no.write(0, (seq_no + 1) & 0x3FFFFF);
+        hdr.report_group.setValid();
+        hdr.report_group.ver = REPORT_VERSION;
+        hdr.report_group.hw_id = 0;
+        hdr.report_group.seq_no = seq_no[21:0];
+        hdr.report_group.node_id = switch_id;
+        hdr.report_individual.setValid();
+        hdr.report_individual.rep_type = 1;         // INT
+        hdr.report_individual.in_type = 4;          // IPv4
+        hdr.report_individual.rsvd = 0;
+        hdr.report_main.setValid();
+        hdr.report_main.ds_md_status = 0;
+    }
+
+    // ---- report clone: Telemetry Report v2.0 around the kept packet --------
+
+    action build_report(mac_addr_t src_mac, mac_addr_t dst_mac, ipv4_addr_t src_addr,
+                        ipv4_addr_t collector_addr, bit<16> collector_port, bit<32> switch_id) {
+        // The reported packet, as the sink received it.
+        hdr.inner_ipv4 = hdr.ipv4;
+        hdr.inner_ipv4.total_len = hdr.int_saved.ipv4_total_len;
+        hdr.inner_ipv4.dscp = hdr.int_saved.ipv4_dscp;
+        hdr.inner_ipv4.hdr_checksum = hdr.int_saved.ipv4_checksum;
+        hdr.inner_ipv4.ttl = hdr.ipv4.ttl + 1;      // ingress decremented it
+        hdr.inner_udp = hdr.udp;                   // one of inner_udp / inner_tcp ends up valid
+        hdr.inner_udp.dst_port = hdr.int_saved.l4_dst_port;
+        hdr.inner_udp.length = hdr.int_saved.udp_length;
+        hdr.inner_udp.checksum = hdr.int_saved.l4_checksum;
+        hdr.inner_tcp = hdr.tcp;
+        hdr.inner_tcp.checksum = hdr.int_saved.l4_checksum;
+        hdr.inner_tcp_options = hdr.tcp_options;
+        hdr.int_shim = hdr.saved_int_shim;
+        hdr.int_md = hdr.saved_int_md;
+        hdr.int_stack = hdr.saved_int_stack;
+        hdr.saved_int_shim.setInvalid();
+        hdr.saved_int_md.setInvalid();
+        hdr.saved_int_stack.setInvalid();
+        // A congestion report's packet had this hop pushed: not part of what it received.
+        hdr.int_node_id.setInvalid();
+        hdr.int_l1_ports.setInvalid();
+        hdr.int_hop_latency.setInvalid();
+        hdr.int_queue.setInvalid();
+        hdr.int_ingress_ts.setInvalid();
+        hdr.int_egress_ts.setInvalid();
+        hdr.int_fill16.setInvalid();
+        hdr.int_fill8.setInvalid();
+        hdr.int_fill4.setInvalid();
+        hdr.int_fill2.setInvalid();
+        hdr.int_fill1.setInvalid();
+        hdr.int_ds_tx_bytes.setInvalid();
+        hdr.int_ds_tx_time.setInvalid();
+        hdr.int_ds_link_rate.setInvalid();
+        hdr.int_checksum_fill.setInvalid();
+
+        // The report around it.
+        bit<16> report_bytes = REPORT_HEADERS_BYTES + REPORT_MD_BYTES + hdr.int_saved.inner_bytes;
+        report_headers(src_mac, dst_mac, src_addr, collector_addr, collector_port, switch_id, report_bytes - 14);
+        hdr.report_individual.report_length = (bit<8>) ((8 + REPORT_MD_BYTES + hdr.int_saved.inner_bytes) >> 2);
+        hdr.report_individual.md_length = REPORT_MD_WORDS;
+        hdr.report_individual.d = 0;
+        hdr.report_individual.q = hdr.int_saved.congested;
+        hdr.report_individual.f = 1;
+        hdr.report_individual.i = hdr.int_saved.intermediate;
+        hdr.report_main.rep_md_bits = REPORT_MD_BITS;
+        hdr.report_main.ds_id = FABRIC_DS_ID;
+        hdr.report_main.ds_md_bits = REPORT_DS_MD_BITS;
+        hdr.report_int_md.setValid();
+        hdr.report_int_md.ingress_port = hdr.int_saved.ingress_port;
+        hdr.report_int_md.egress_port = hdr.int_saved.egress_port;
+        hdr.report_int_md.hop_latency = hdr.int_saved.hop_latency;
+        hdr.report_int_md.queue_id = 0;
+        hdr.report_int_md.queue_occupancy = hdr.int_saved.queue_occupancy;
+        hdr.report_int_md.ingress_ts = hdr.int_saved.ingress_ts;
+        hdr.report_int_md.egress_ts = hdr.int_saved.egress_ts;
+        hdr.report_int_md.tx_bytes = hdr.int_saved.tx_bytes;
+        hdr.report_int_md.tx_time = hdr.int_saved.egress_ts[31:0];
+        hdr.report_int_md.link_rate_mbps = hdr.int_saved.link_rate_mbps;
+        hdr.int_saved.setInvalid();
+        truncate((bit<32>) report_bytes);
+    }
+
+    // ---- drop report clone (int_telemetry_drop_report.p4): the packet as received --------
+
+    action build_drop_report(mac_addr_t src_mac, mac_addr_t dst_mac, ipv4_addr_t src_addr,
+                             ipv4_addr_t collector_addr, bit<16> collector_port, bit<32> switch_id) {
+        hdr.inner_ipv4 = hdr.ipv4;
+        hdr.inner_udp = hdr.udp;
+        hdr.inner_tcp = hdr.tcp;
+        hdr.inner_tcp_options = hdr.tcp_options;
+        // Report Length 0xFF: to the end of the datagram, the inner packet cut
+        // to DROP_REPORT_INNER_BYTES (apply: none if it was not IPv4).
+        bit<16> inner_bytes = (bit<16>) std_meta.packet_length - 14;
+        inner_bytes = (inner_bytes > DROP_REPORT_INNER_BYTES ? DROP_REPORT_INNER_BYTES : inner_bytes);
+        report_headers(src_mac, dst_mac, src_addr, collector_addr, collector_port, switch_id,
+                       REPORT_HEADERS_BYTES - 14 + DROP_REPORT_MD_BYTES + inner_bytes);
+        hdr.report_individual.report_length = 0xFF;
+        hdr.report_individual.md_length = DROP_REPORT_MD_WORDS;
+        hdr.report_individual.d = 1;
+        hdr.report_individual.q = 0;
+        hdr.report_individual.f = 0;
+        hdr.report_individual.i = 1;
+        hdr.report_main.rep_md_bits = DROP_REPORT_MD_BITS;
+        hdr.report_main.ds_id = 0;
+        hdr.report_main.ds_md_bits = 0;
+        hdr.report_drop_md.setValid();
+        hdr.report_drop_md.ingress_port = meta.report.ingress_port;
+        hdr.report_drop_md.egress_port = 0xFFFF;      // none chosen, or not the reason
+        hdr.report_drop_md.ingress_ts = meta.report.ingress_ts;
+        hdr.report_drop_md.queue_id = 0;
+        hdr.report_drop_md.drop_reason = meta.report.drop_reason;
+        hdr.report_drop_md.pad = 0;
+        truncate((bit<32>) (REPORT_HEADERS_BYTES + DROP_REPORT_MD_BYTES + DROP_REPORT_INNER_BYTES));
+    }
+
+    table int_port {
+        key = {
+            std_meta.egress_port:   exact;
+            std_meta.instance_type: exact;
+        }
+        actions = {
+            set_int_port;
+            build_report;
+            build_drop_report;
+            @defaultonly NoAction;
+        }
+        const default_action = NoAction();
+        size = 3 * PORT_COUNT;
+    }
+
+    apply {
+        if (meta.telemetry.enabled == 0) {
+            return;         // INT off at this switch: one condition, no table
+        }
+        switch (int_port.apply().action_run) {
+            set_int_port: {
+                if (hdr.int_md.isValid()) {
+                    track_flow();
+                    if (sink == 1) {
+                        // Sink: report when something changed or the refresh is due, or
+                        // (rate-limited) when its queue is above the threshold; then strip.
+                        bool due = false;
+                        bool congested = false;
+                        read_flow_report_time();
+                        if (refresh_us == 0 || meta.telemetry.flow_changed
+                                || (hdr.int_md.ds_id == FABRIC_DS_ID
+                                    && hdr.int_md.ds_flags & INT_DS_FLAG_CHANGED != 0)
+                                || last_us == 0 || now_us - last_us >= refresh_us) {
+                            due = true;
+                        }
+                        if (std_meta.enq_qdepth >= queue_threshold) {
+                            read_queue_report_time();
+                            if (last_us == 0 || now_us - last_us >= queue_interval_us) {
+                                congested = true;
+                                write_queue_report_time();
+                            } else {
+                                int_report_counter.count(REPORT_QUEUE_LIMITED);
+                            }
+                        }
+                        if (due || congested) {
+                            save_for_report();
+                            if (hdr.tcp.isValid()) {
+                                hdr.int_saved.l4_checksum = hdr.tcp.checksum;
+                                hdr.int_saved.inner_bytes = hdr.int_saved.inner_bytes
+                                                            + ((bit<16>) hdr.tcp.data_offset << 2) - 8;
+                            }
+                            write_flow_report_time();
+                        }
+                        if (congested) {
+                            hdr.int_saved.congested = 1;
+                            int_report_counter.count(REPORT_QUEUE);
+                        } else if (due) {
+                            int_report_counter.count(REPORT_FLOW);
+                        } else {
+                            int_report_counter.count(REPORT_SUPPRESSED);
+                        }
+                        if (hdr.int_shim.npt == INT_NPT_UDP_PORT) {
+                            hdr.udp.dst_port = hdr.int_shim.npt_field;
+                        } else {
+                            hdr.ipv4.dscp = hdr.int_shim.npt_field[7:2];
+                        }
+                        if (hdr.int_md.d == 1) {
+                            mark_to_drop(std_meta);
+                        }
+                        strip_int();
+                    } else {
+                        // Transit (and source): a congestion report first, from the packet as received.
+                        if (std_meta.enq_qdepth >= queue_threshold) {
+                            read_queue_report_time();
+                            if (last_us == 0 || now_us - last_us >= queue_interval_us) {
+                                save_for_report();
+                                if (hdr.tcp.isValid()) {
+                                    hdr.int_saved.l4_checksum = hdr.tcp.checksum;
+                                    hdr.int_saved.inner_bytes = hdr.int_saved.inner_bytes
+                                                              + ((bit<16>) hdr.tcp.data_offset << 2) - 8;
+                                }
+                                hdr.int_saved.congested = 1;
+                                hdr.int_saved.intermediate = 1;
+                                write_queue_report_time();
+                                int_report_counter.count(REPORT_QUEUE);
+                            } else {
+                                int_report_counter.count(REPORT_QUEUE_LIMITED);
+                            }
+                        }
+                        if (meta.telemetry.flow_changed && hdr.int_md.ds_id == FABRIC_DS_ID) {
+                            hdr.int_md.ds_flags = hdr.int_md.ds_flags | INT_DS_FLAG_CHANGED;
+                        }
+                        if (hdr.int_md.remaining_hop_cnt == 0) {
+                            hdr.int_md.e = 1;
+                        } else if (hdr.ipv4.total_len + ((bit<16>) hdr.int_md.hop_ml << 2) > mtu
+                                   || hdr.int_shim.len - INT_HEADER_WORDS + (bit<8>) hdr.int_md.hop_ml
+                                      > INT_MAX_STACK_WORDS_C) {
+                            hdr.int_md.m = 1;
+                        } else {
+                            bit<16> bitmap = hdr.int_md.instruction_bitmap;
+                            if (bitmap[15:15] == 1) {
+                                hdr.int_node_id.setValid();
+                                hdr.int_node_id.node_id = node_id;
+                            }
+                            if (bitmap[14:14] == 1) {
+                                hdr.int_l1_ports.setValid();
+                                hdr.int_l1_ports.ingress_port = (bit<16>) std_meta.ingress_port;
+                                hdr.int_l1_ports.egress_port = (bit<16>) std_meta.egress_port;
+                            }
+                            if (bitmap[13:13] == 1) {
+                                hdr.int_hop_latency.setValid();
+                                hdr.int_hop_latency.hop_latency =
+                                    (bit<32>) (std_meta.egress_global_timestamp - std_meta.ingress_global_timestamp);
+                            }
+                            if (bitmap[12:12] == 1) {
+                                hdr.int_queue.setValid();
+                                hdr.int_queue.queue_id = 0;
+                                hdr.int_queue.occupancy = (bit<24>) std_meta.enq_qdepth;
+                            }
+                            if (bitmap[11:11] == 1) {
+                                hdr.int_ingress_ts.setValid();
+                                hdr.int_ingress_ts.timestamp = (bit<64>) std_meta.ingress_global_timestamp;
+                            }
+                            if (bitmap[10:10] == 1) {
+                                hdr.int_egress_ts.setValid();
+                                hdr.int_egress_ts.timestamp = (bit<64>) std_meta.egress_global_timestamp;
+                            }
+                            if (meta.telemetry.fill_words != 0) {
+                                fill.apply(hdr, meta);
+                            }
+                            if (hdr.int_md.ds_id == FABRIC_DS_ID) {
+                                bit<16> ds = hdr.int_md.ds_instruction;
+                                if (ds[15:15] == 1) {
+                                    hdr.int_ds_tx_bytes.setValid();
+                                    hdr.int_ds_tx_bytes.data = tx_bytes;
+                                }
+                                if (ds[14:14] == 1) {
+                                    hdr.int_ds_tx_time.setValid();
+                                    hdr.int_ds_tx_time.data = (bit<32>) std_meta.egress_global_timestamp;
+                                }
+                                if (ds[13:13] == 1) {
+                                    hdr.int_ds_link_rate.setValid();
+                                    hdr.int_ds_link_rate.data = link_rate_mbps;
+                                }
+                            }
+                            if (bitmap[0:0] == 1) {
+                                hdr.int_checksum_fill.setValid();
+                                hdr.int_checksum_fill.data = 0xFFFFFFFF;
+                            }
+                            push_done((bit<16>) hdr.int_md.hop_ml << 2);
+                        }
+                    }
+                }
+                meta.telemetry.l4_length = hdr.ipv4.total_len - ((bit<16>) hdr.ipv4.ihl << 2);
+            }
+            build_drop_report: {
+                int_report_counter.count(REPORT_DROP);
+                // InType IPv4 when the dropped packet was one, else no inner packet.
+                if (hdr.inner_ipv4.isValid()) {
+                    hdr.report_individual.in_type = 4;
+                } else {
+                    hdr.report_individual.in_type = 0;
+                    hdr.ipv4.total_len = REPORT_HEADERS_BYTES - 14 + DROP_REPORT_MD_BYTES;
+                    hdr.udp.length = hdr.ipv4.total_len - 20;
+                    truncate((bit<32>) (REPORT_HEADERS_BYTES + DROP_REPORT_MD_BYTES));
+                }
+            }
+        }
+    }
+}
+
+#endif

@@ -1,0 +1,127 @@
+// INT source (INT v2.1, INT-MD): the first-hop switch inserts the INT shim
+// and INT-MD header into the packets of watchlisted flows; its egress then
+// pushes its own metadata like every transit hop (int_telemetry_egress.p4).
+//
+// int_watchlist matches the 5-tuple (ternary addresses and protocol, L4 port
+// ranges) and the ingress port, so the controller selects flows where they
+// enter the fabric. An entry gives the instruction bitmap, HopML (checked by
+// the controller against the bitmap), the hop budget and a sampling rate:
+// one packet in sample_one_in, drawn at random. Packets that already carry
+// INT never match (the key includes the shim's validity). The watchlist is
+// looked up only where int_switch says INT is on.
+//
+// Detection (docs/int.md): UDP gets destination port INT_UDP_PORT and keeps
+// the original port in the shim (NPT 1); TCP gets DSCP INT_DSCP and keeps
+// the original DSCP in the shim (NPT 0). A port or a DSCP, not a new IP
+// protocol: firewalls and host stacks still see TCP/UDP, and an L4 checksum
+// stays computable.
+#ifndef INT_SOURCE_P4
+#define INT_SOURCE_P4
+
+#include <core.p4>
+#include <v1model.p4>
+#include "headers.p4"
+
+control IntSource(inout headers_t hdr,
+                  inout local_metadata_t meta,
+                  in standard_metadata_t std_meta) {
+    bit<8>  max_hops = 0;
+    bit<5>  hop_ml = 0;
+    bit<16> instructions = 0;
+    bit<16> domain = 0;
+    bit<16> domain_instructions = 0;
+
+    action int_source(bit<8> max_hop_count, bit<5> hop_metadata_words, bit<16> instruction_bitmap,
+                      bit<16> ds_id, bit<16> ds_instruction, bit<32> sample_one_in) {
+        random(meta.telemetry.sample, 0, sample_one_in - 1);
+        max_hops = max_hop_count;
+        hop_ml = hop_metadata_words;
+        instructions = instruction_bitmap;
+        domain = ds_id;
+        domain_instructions = ds_instruction;
+    }
+
+    table int_watchlist {
+        key = {
+            hdr.int_shim.isValid():  exact;
+            std_meta.ingress_port:   ternary;
+            hdr.ipv4.src_addr:       ternary;
+            hdr.ipv4.dst_addr:       ternary;
+            hdr.ipv4.protocol:       ternary;
+            meta.l4_src_port:        range;
+            meta.l4_dst_port:        range;
+        }
+        actions = {
+            int_source;
+            @defaultonly NoAction;
+        }
+        const default_action = NoAction();
+        size = INT_WATCHLIST_SIZE;
+    }
+
+    action insert_int_headers() {
+        hdr.int_shim.setValid();
+        hdr.int_shim.int_type = INT_TYPE_MD;
+        hdr.int_shim.rsvd = 0;
+        hdr.int_shim.len = INT_HEADER_WORDS;
+        hdr.int_md.setValid();
+        hdr.int_md.ver = INT_VERSION;
+        hdr.int_md.d = 0;
+        hdr.int_md.e = 0;
+        hdr.int_md.m = 0;
+        hdr.int_md.rsvd = 0;
+        hdr.int_md.hop_ml = hop_ml;
+        hdr.int_md.remaining_hop_cnt = max_hops;
+        hdr.int_md.instruction_bitmap = instructions;
+        hdr.int_md.ds_id = domain;
+        hdr.int_md.ds_instruction = domain_instructions;
+        hdr.int_md.ds_flags = 0;
+        hdr.ipv4.total_len = hdr.ipv4.total_len + INT_SHIM_AND_HEADER_BYTES;
+        meta.telemetry.hop_words = INT_BASELINE_WORDS(instructions) + INT_FABRIC_DS_WORDS(domain_instructions);
+        meta.telemetry.fill_words = (bit<8>) hop_ml - meta.telemetry.hop_words;
+        meta.telemetry.l4_checksum = true;
+    }
+
+    // INT on at this switch: the controller sets int_switch's default action
+    // to enable_int. Off, a packet costs one keyless table (no key to look
+    // up): the watchlist's seven-field key is not even built.
+    action enable_int() {
+        meta.telemetry.enabled = 1;
+    }
+
+    table int_switch {
+        key = { }
+        actions = {
+            enable_int;
+            NoAction;
+        }
+        default_action = NoAction();
+        size = 1;
+    }
+
+    apply {
+        switch (int_switch.apply().action_run) {
+            enable_int: {
+                switch (int_watchlist.apply().action_run) {
+                    int_source: {
+                        // TCP and UDP only: the shim follows the L4 header.
+                        if (meta.telemetry.sample == 0 && hdr.udp.isValid()) {
+                            insert_int_headers();
+                            hdr.int_shim.npt = INT_NPT_UDP_PORT;
+                            hdr.int_shim.npt_field = hdr.udp.dst_port;
+                            hdr.udp.dst_port = INT_UDP_PORT;
+                            hdr.udp.length = hdr.udp.length + INT_SHIM_AND_HEADER_BYTES;
+                        } else if (meta.telemetry.sample == 0 && hdr.tcp.isValid()) {
+                            insert_int_headers();
+                            hdr.int_shim.npt = INT_NPT_DSCP;
+                            hdr.int_shim.npt_field = (bit<16>) (hdr.ipv4.dscp ++ 2w0);
+                            hdr.ipv4.dscp = INT_DSCP;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#endif

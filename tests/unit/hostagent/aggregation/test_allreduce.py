@@ -1,0 +1,125 @@
+"""Host side of in-network aggregation without a switch: quantisation and
+its bound (hostagent/aggregation/allreduce.py), and the parameter server's software
+aggregation (hostagent/aggregation/parameter_server.py) driven with packets on
+loopback: fallback blocks summed in int64, the missing workers asked,
+results kept for retransmissions, malformed or foreign packets ignored."""
+import socket
+
+import numpy as np
+import pytest
+
+from wire import aggregation as ah
+from hostagent.aggregation import allreduce as ar
+from hostagent.aggregation.parameter_server import ParameterServer
+
+
+def test_headroom_keeps_n_quantised_values_within_int32():
+    for n in (1, 2, 3, 4, 8, 17, 32):
+        b = ar.headroom_bits(n)
+        assert n * 2 ** b <= 2 ** 31 - 1, n
+
+
+def test_block_exponents_bound_every_magnitude():
+    rng = np.random.default_rng(0)
+    blocks = rng.standard_normal((50, ah.ELEMENTS)) * np.exp2(rng.integers(-30, 30, (50, 1)))
+    e = ar.block_exponents(blocks)
+    assert np.all(np.max(np.abs(blocks), axis=1) < np.exp2(e))
+    assert np.all(np.max(np.abs(blocks), axis=1) >= np.exp2(e - 1))
+    assert ar.block_exponents(np.zeros((1, ah.ELEMENTS)))[0] == 0
+
+
+def test_check_accepts_the_quantised_sum_and_rejects_a_wrong_one():
+    inputs = [ar.worker_input(3, r, 1000, "float32") for r in range(4)]
+    exact = np.sum(np.stack([x.astype(np.float64) for x in inputs]), axis=0)
+    # what the switch would produce: quantise each worker with the agreed exponent, sum, dequantise
+    padded = np.zeros((4, 16 * ah.ELEMENTS))
+    padded[:, :1000] = np.stack(inputs)
+    blocks = padded.reshape(4, 16, ah.ELEMENTS)
+    agreed = np.max(np.stack([ar.block_exponents(b) for b in blocks]), axis=0)
+    scale = np.exp2(ar.headroom_bits(4) - agreed)[:, None]
+    q = np.rint(blocks * scale).astype(np.int64)
+    assert np.abs(q).max() < 2 ** 31 and np.abs(q.sum(axis=0)).max() < 2 ** 31
+    result = (q.sum(axis=0) / scale).reshape(-1)[:1000].astype(np.float32)
+    ok, err, bound = ar.check(result, inputs)
+    assert ok and 0 < err <= bound
+    wrong = result.copy()
+    wrong[7] += 1e-3 * max(1.0, abs(exact[7]))
+    assert not ar.check(wrong, inputs)[0]
+    ints = [ar.worker_input(3, r, 100, "int32") for r in range(3)]
+    total = np.sum(np.stack(ints).astype(np.int64), axis=0)
+    assert ar.check(total, ints)[0] and not ar.check(total + (np.arange(100) == 5), ints)[0]
+
+
+def test_allreduce_refuses_bad_arrays():
+    with ar.AggregationWorker(1, "127.0.0.1", 2, bind_ip="127.0.0.9") as w:
+        with pytest.raises(ValueError, match="empty"):
+            w.allreduce(np.array([], np.float32))
+        with pytest.raises(ValueError, match="NaN or infinity"):
+            w.allreduce(np.array([1.0, np.nan], np.float32))
+        with pytest.raises(ValueError, match="fit int32"):
+            w.allreduce(np.array([2 ** 40], np.int64))
+    with pytest.raises(ValueError, match="n_workers"):
+        ar.AggregationWorker(1, "127.0.0.1", 0)
+
+
+@pytest.fixture
+def server():
+    workers = ["127.0.0.11", "127.0.0.12", "127.0.0.13"]
+    ps = ParameterServer(3, workers, bind_ip="127.0.0.10")
+    socks = []
+    for ip in workers:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind((ip, ah.job_port(3)))
+        s.settimeout(2)
+        socks.append(s)
+    yield ps, workers, socks
+    ps.close()
+    for s in socks:
+        s.close()
+
+
+def received(sock) -> list:
+    out = []
+    sock.settimeout(0.3)
+    try:
+        while True:
+            out.append(ah.unpack(sock.recvfrom(4096)[0]))
+    except socket.timeout:
+        return out
+
+
+def test_server_sums_a_collided_block_in_int64_after_asking_the_others(server):
+    ps, workers, socks = server
+    values = [np.full(ah.ELEMENTS, 2 ** 31 - 1 - i, np.int64) for i in range(3)]
+    ps.handle(ah.pack(ah.FLAG_COLLISION, 3, 77, values[0], exponent=130), workers[0])
+    # the other two are asked for seq 77, the first is not
+    for i, s in enumerate(socks):
+        got = received(s)
+        if i == 0:
+            assert got == []
+        else:
+            assert [(g.flags, g.seq) for g in got] == [(ah.FLAG_SERVER | ah.FLAG_FALLBACK, 77)]
+    ps.handle(ah.pack(ah.FLAG_FALLBACK, 3, 77, values[1], exponent=140), workers[1])
+    ps.handle(ah.pack(ah.FLAG_FALLBACK | ah.FLAG_RETRANSMIT, 3, 77, values[1], exponent=140), workers[1])
+    ps.handle(ah.pack(ah.FLAG_FALLBACK, 3, 77, values[2], exponent=129), workers[2])
+    for s in socks:
+        (result,) = received(s)
+        assert result.flags == ah.FLAG_SERVER | ah.FLAG_RESULT | ah.FLAG_WIDE and result.exponent == 140
+        assert result.elements.tolist() == [sum(int(v[0]) for v in values)] * ah.ELEMENTS   # beyond int32
+    assert ps.stats.blocks_completed == 1 and ps.stats.duplicates == 1
+    # a worker that lost the result sends again: it gets it again
+    ps.handle(ah.pack(ah.FLAG_FALLBACK | ah.FLAG_RETRANSMIT, 3, 77, values[2]), workers[2])
+    assert [r.seq for r in received(socks[2])] == [77] and ps.stats.results_resent == 1
+
+
+@pytest.mark.parametrize("data, sender", [
+    (b"garbage", "127.0.0.11"),                                        # not an aggregation packet
+    (ah.pack(ah.FLAG_FALLBACK, 4, 1), "127.0.0.11"),                   # another job
+    (ah.pack(ah.FLAG_FALLBACK, 3, 1), "127.0.0.99"),                   # not a worker
+    (ah.pack(0, 3, 1), "127.0.0.11"),                                  # a plain contribution: the switch's
+    (ah.pack(ah.FLAG_RESULT | ah.FLAG_SERVER | ah.FLAG_WIDE, 3, 1), "127.0.0.11"),   # a result
+], ids=["garbage", "other-job", "not-a-worker", "plain", "result"])
+def test_server_ignores_what_is_not_its_to_sum(server, data, sender):
+    ps, _, socks = server
+    ps.handle(data, sender)
+    assert ps.stats.ignored == 1 and not ps.pending and all(received(s) == [] for s in socks)

@@ -1,0 +1,124 @@
+"""The RoCE agent's load-balancing options, through its real loops and CLI, with a
+scripted socket in place of the raw one: `receive --reorder` and `send --plb`,
+`--packets` (used by hostagent.traffic)."""
+import csv
+import json
+import socket
+
+import pytest
+
+from hostagent.ecn import roce
+from wire.ecn import CE, ECT0
+from wire.roce import OFFSETS, roce_cnp, roce_data
+
+MACS = ("0a:00:01:00:00:01", "0a:00:00:00:01:01")
+SPORT = roce.UDP_SPORT
+
+
+class FakeSocket:
+    """recv() returns the scripted frames, then times out (receiver) or would block (sender)."""
+
+    def __init__(self, frames=(), endless=None):
+        self.frames, self.endless, self.sent = list(frames), endless, []
+        self.blocking = True
+
+    def settimeout(self, t):
+        self.timeout = t
+
+    def setblocking(self, flag):
+        self.blocking = flag
+
+    def recv(self, n):
+        if self.frames:
+            return self.frames.pop(0)
+        if self.endless is not None:
+            self.flip = not getattr(self, "flip", False)  # one frame per drain of the socket
+            if self.flip:
+                return self.endless
+        if self.blocking:
+            raise socket.timeout()
+        raise BlockingIOError()
+
+    def send(self, frame):
+        self.sent.append(bytes(frame))
+
+
+def data(psn, qp=7, ecn=ECT0, src="10.0.1.1"):
+    return bytes(roce_data(*MACS, src, "10.0.5.1", qp=qp, psn=psn, payload=16, ecn=ecn))
+
+
+RX = ["receive", "--iface", "x", "--src-ip", "10.0.5.1", "--src-mac", MACS[1], "--gw-mac", MACS[0],
+      "--duration", "0.3"]
+TX = ["send", "--iface", "x", "--src-ip", "10.0.1.1", "--src-mac", MACS[0], "--gw-mac", MACS[1],
+      "--dst-ip", "10.0.5.1", "--qp", "7"]
+
+
+def test_receiver_with_reorder_reports_per_flow(monkeypatch, tmp_path):
+    frames = [data(0), data(2), data(1), data(1), data(3, ecn=CE), data(5), b"\x00" * 5, data(0, qp=9)]
+    fake = FakeSocket(frames)
+    monkeypatch.setattr(roce, "open_socket", lambda iface: fake)
+    out = tmp_path / "rx"
+    assert roce.main(RX + ["--reorder", "--reorder-timeout", "0.05", "--out", str(out)]) == 0
+    s = json.loads(out.with_suffix(".json").read_text())
+    f = s["flows"]["10.0.1.1/7"]
+    r = f["reorder"]
+    assert (r["received"], r["delivered"], r["duplicates"], r["held"]) == (6, 5, 1, 2)
+    assert r["losses_declared"] == 1 and r["timeout_releases"] == 1     # PSN 4 never came
+    assert r["depth_hist"] == {"0": 3, "1": 2} and r["reordered"] == 1
+    assert f["lost"] == 1 and f["packets"] == 6 and f["ce"] == 1 and f["cnps_sent"] == 1
+    assert s["flows"]["10.0.1.1/9"]["reorder"]["delivered"] == 1
+    assert s["ignored"] == {"short": 1} and s["reorder"]["gap_timeout_s"] == 0.05 and s["t0_wall"] > 0
+    assert [socket.inet_ntoa(x[OFFSETS.ip_src + 4:OFFSETS.ip_src + 8]) for x in fake.sent] == ["10.0.1.1"]
+    rows = list(csv.DictReader(open(out.with_suffix(".csv"))))
+    assert sum(int(x["lost"]) for x in rows if x["flow"] == "10.0.1.1/7") == 1
+    assert max(int(x["reorder_held_max"]) for x in rows) == 1
+
+
+def test_receiver_without_reorder_keeps_its_format(monkeypatch, tmp_path):
+    monkeypatch.setattr(roce, "open_socket", lambda iface: FakeSocket([data(0), data(2)]))
+    out = tmp_path / "rx"
+    assert roce.main(RX + ["--duration", "0.1", "--out", str(out)]) == 0
+    s = json.loads(out.with_suffix(".json").read_text())
+    assert "reorder" not in s["flows"]["10.0.1.1/7"] and s["flows"]["10.0.1.1/7"]["lost"] == 1
+    assert open(out.with_suffix(".csv")).readline().strip() == "t_s,flow,packets,ce,lost"
+
+
+def test_sender_stops_after_packets(monkeypatch):
+    monkeypatch.setattr(roce, "open_socket", lambda iface: FakeSocket())
+    a = roce.argparse.Namespace(iface="x", src_ip="10.0.1.1", src_mac=MACS[0], gw_mac=MACS[1], dst_ip="10.0.5.1",
+                                qp=7, payload=16, not_ect=False, fixed_rate=True, sample_s=0.01, duration=5.0,
+                                start_at=0.0, out=None, line_rate_pps=5000.0, packets=40)
+    s = roce.run_sender(a, write=False)
+    assert s["sent"] == 40 and s["plb"] is None
+
+
+def test_sender_with_plb_rewrites_the_source_port(monkeypatch, tmp_path):
+    cnp = bytes(roce_cnp(*MACS[::-1], "10.0.5.1", "10.0.1.1", qp=7))
+    fake = FakeSocket(endless=cnp)                       # a CNP every time the sender looks
+    monkeypatch.setattr(roce, "open_socket", lambda iface: fake)
+    out = tmp_path / "tx"
+    assert roce.main(TX + ["--duration", "0.25", "--fixed-rate", "--line-rate-pps", "2000", "--plb",
+                           "--plb-slot-s", "0.01", "--plb-round-slots", "1", "--plb-rehash-rounds", "2",
+                           "--plb-pause-s", "0", "--plb-seed", "1", "--payload", "16", "--out", str(out)]) == 0
+    s = json.loads(out.with_suffix(".json").read_text())
+    repaths = s["plb"]["repaths"]
+    assert len(repaths) >= 3 and s["plb"]["cnps"] > 0
+    chain = [0xC000 | 7] + [r["new_sport"] for r in repaths]
+    assert all(r["old_sport"] == chain[i] for i, r in enumerate(repaths))
+    ports = [int.from_bytes(f[SPORT:SPORT + 2], "big") for f in fake.sent]
+    on_wire = [p for i, p in enumerate(ports) if i == 0 or p != ports[i - 1]]
+    assert on_wire[0] == chain[0] and len(on_wire) >= 3
+    it = iter(chain)                                     # the wire follows the chain, in order
+    assert all(p in it for p in on_wire)
+    rows = list(csv.DictReader(open(out.with_suffix(".csv"))))
+    assert rows[0]["sport"] == str(0xC000 | 7)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (RX + ["--reorder", "--reorder-timeout", "0"], "gap_timeout_s must be > 0"),
+    (TX + ["--plb", "--plb-threshold", "2"], "cong_thresh must be within"),
+])
+def test_bad_options_are_named(monkeypatch, capsys, argv, message):
+    monkeypatch.setattr(roce, "open_socket", lambda iface: FakeSocket())
+    assert roce.main(argv) == 2
+    assert message in capsys.readouterr().err

@@ -1,0 +1,149 @@
+"""The in-network aggregation protocol's header as a Scapy layer, and the
+byte codec the worker, the parameter server and the experiments share.
+
+One packet is a UDP datagram from a worker's port AGG_UDP_PORT_BASE + job to
+the same port of the job's parameter server (PS), carrying:
+
+    0      flags      AGG_FLAG_* (RESULT, RETRANSMIT, COLLISION, OVERFLOW,
+                      FALLBACK, WIDE, SERVER)
+    1      job        1..15
+    2      worker     written by the aggregating switch from its agg_worker
+                      table (what a sender puts here is overwritten)
+    3      exponent   the block's exponent + EXPONENT_BIAS; results carry the
+                      largest of the workers'
+    4-5    slot       SLOT_SET (shadow set) | slot in the job's range
+    6-7    reserved   0
+    8-11   seq        the job's packet sequence number
+    12-    elements   ELEMENTS int32, big-endian two's complement
+                      (WIDE: ELEMENTS int64, a PS result)
+
+The P4 side (p4src/include/aggregation.p4) mirrors the constants in
+p4src/include/defines.p4; tests/unit/test_agg_headers.py checks they agree.
+The protocol itself is docs/aggregation.md.
+
+Scapy dissects UDP to any of the 16 job ports as Aggregation
+(bind_layers); the fast paths (the worker's and the PS's sockets) use
+pack()/unpack() here, which produce the same bytes.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+from scapy.fields import ByteField, FieldListField, FlagsField, IntField, ShortField, SignedIntField, SignedLongField
+from scapy.layers.inet import UDP
+from scapy.packet import Packet, bind_layers
+
+AGG_UDP_PORT_BASE = 0xBEE0       # job j: UDP port AGG_UDP_PORT_BASE + j
+MAX_JOBS = 15                    # jobs 1..15 (port base + 0 is no job)
+ELEMENTS = 64                    # int32 elements per packet (AGG_ELEMENTS)
+HEADER_BYTES = 12
+UDP_LENGTH = 8 + HEADER_BYTES + 4 * ELEMENTS   # AGG_UDP_LENGTH: what the switch accepts
+SLOT_SET = 0x8000                # shadow set bit of the slot field
+MAX_WORKERS = 32                 # AGG_MAX_WORKERS: one bit each in a slot's bitmap
+EXPONENT_BIAS = 128
+
+FLAG_RESULT = 0x01
+FLAG_RETRANSMIT = 0x02
+FLAG_COLLISION = 0x04
+FLAG_OVERFLOW = 0x08
+FLAG_FALLBACK = 0x10
+FLAG_WIDE = 0x20
+FLAG_SERVER = 0x40
+FLAG_NAMES = ["RESULT", "RETRANSMIT", "COLLISION", "OVERFLOW", "FALLBACK", "WIDE", "SERVER", "reserved"]
+
+_HEADER = struct.Struct("!BBBBHHI")
+_ELEMENTS32 = np.dtype(">i4")
+_ELEMENTS64 = np.dtype(">i8")
+
+
+def job_port(job: int) -> int:
+    if not 1 <= job <= MAX_JOBS:
+        raise ValueError(f"job must be 1..{MAX_JOBS}, got {job}")
+    return AGG_UDP_PORT_BASE + job
+
+
+class Aggregation(Packet):
+    name = "Aggregation"
+    fields_desc = [
+        FlagsField("flags", 0, 8, FLAG_NAMES),
+        ByteField("job", 1),
+        ByteField("worker", 0),
+        ByteField("exponent", EXPONENT_BIAS),
+        ShortField("slot", 0),
+        ShortField("reserved", 0),
+        IntField("seq", 0),
+        FieldListField("elements", [0] * ELEMENTS, SignedIntField("", 0), count_from=lambda p: ELEMENTS),
+    ]
+
+    def extract_padding(self, s: bytes):
+        return b"", s
+
+    def mysummary(self) -> str:
+        return self.sprintf("Aggregation job=%job% seq=%seq% slot=%slot% flags=%flags%")
+
+
+class AggregationWide(Packet):
+    """A parameter server's result: ELEMENTS int64 sums (flag WIDE)."""
+    name = "AggregationWide"
+    fields_desc = Aggregation.fields_desc[:7] + [
+        FieldListField("elements", [0] * ELEMENTS, SignedLongField("", 0), count_from=lambda p: ELEMENTS),
+    ]
+
+    def extract_padding(self, s: bytes):
+        return b"", s
+
+
+for _job in range(1, MAX_JOBS + 1):
+    bind_layers(UDP, Aggregation, dport=AGG_UDP_PORT_BASE + _job)
+
+
+@dataclass
+class AggPacket:
+    """A decoded packet (the fast path's view of the Scapy layer)."""
+    flags: int
+    job: int
+    worker: int
+    exponent: int        # biased
+    slot: int
+    seq: int
+    elements: np.ndarray  # int32 or (WIDE) int64, native byte order
+
+    @property
+    def wide(self) -> bool:
+        return bool(self.flags & FLAG_WIDE)
+
+
+def pack(flags: int, job: int, seq: int, elements: Optional[np.ndarray] = None, *, slot: int = 0,
+         exponent: int = EXPONENT_BIAS, worker: int = 0) -> bytes:
+    """A UDP payload. `elements`: ELEMENTS values (int32, or int64 with
+    FLAG_WIDE); None sends zeros (a request)."""
+    wide = bool(flags & FLAG_WIDE)
+    dtype = _ELEMENTS64 if wide else _ELEMENTS32
+    if elements is None:
+        body = bytes(ELEMENTS * dtype.itemsize)
+    else:
+        if len(elements) != ELEMENTS:
+            raise ValueError(f"a packet carries {ELEMENTS} elements, got {len(elements)}")
+        body = np.asarray(elements).astype(dtype, casting="unsafe" if not wide else "same_kind").tobytes()
+    return _HEADER.pack(flags, job, worker, exponent, slot, 0, seq & 0xFFFFFFFF) + body
+
+
+class MalformedPacket(ValueError):
+    """A payload that is not an aggregation packet (named why)."""
+
+
+def unpack(payload: bytes) -> AggPacket:
+    if len(payload) < HEADER_BYTES:
+        raise MalformedPacket(f"{len(payload)} bytes, shorter than the {HEADER_BYTES}-byte header")
+    flags, job, worker, exponent, slot, _reserved, seq = _HEADER.unpack_from(payload)
+    dtype = _ELEMENTS64 if flags & FLAG_WIDE else _ELEMENTS32
+    want = HEADER_BYTES + ELEMENTS * dtype.itemsize
+    if len(payload) != want:
+        raise MalformedPacket(f"{len(payload)} bytes, expected {want} "
+                              f"({ELEMENTS} {'int64' if flags & FLAG_WIDE else 'int32'} elements)")
+    elements = np.frombuffer(payload, dtype, ELEMENTS, HEADER_BYTES).astype(np.int64 if flags & FLAG_WIDE
+                                                                           else np.int32)
+    return AggPacket(flags, job, worker, exponent, slot, seq, elements)
