@@ -114,7 +114,7 @@ features: setup
 
 # Regenerates the table in the README and build/bench/{summary.csv,forwarding_rate.png}.
 bench: require-toolchain build
-	$(FABRIC) bench --readme README.md $(ARGS)
+	$(FABRIC) bench --readme docs/benchmark.md $(ARGS)
 
 docker-build:
 	$(DOCKER) $(DOCKER_FLAGS) build -f docker/Dockerfile -t $(IMAGE) \

@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
               " (above 1: the switch, not the agent, limits experiments)")
     if args.readme:
         update_readme(args.readme, table)
-        img = args.readme.parent / "docs" / "img" / "forwarding_rate.png"
+        img = args.readme.parent / "results" / "img" / "forwarding_rate.png"
         img.parent.mkdir(parents=True, exist_ok=True)
         plot(summary, img)
         print(f"README table updated: {args.readme}; chart: {img}")

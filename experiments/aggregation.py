@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""In-network aggregation on BMv2 (docs/aggregation.md), on
+"""In-network aggregation on BMv2 (docs/protocols/aggregation.md), on
 topologies/aggregation-rack.yaml: one switch, eight workers, a parameter server.
 
     make experiment-aggregation [ARGS="--elements 262144 --phases goodput,loss,jobs,training"]

@@ -22,7 +22,7 @@ A watchlist rule matches the packets entering the fabric from a host (every
 host-facing port of every switch): src/dst prefixes (default any), protocol
 udp, tcp or any (default: both), src_ports/dst_ports a port or [low, high]
 (default any). `instructions` name INT v2.1 instruction bits (and this
-project's domain-specific ones, docs/int.md); HopML is computed from them
+project's domain-specific ones, docs/protocols/int_telemetry.md); HopML is computed from them
 with the same layout code the collector decodes with. `sample: N` puts INT
 into one packet in N, at random. Earlier rules win.
 
@@ -31,7 +31,7 @@ into INT packets; host-facing ports are sinks: they strip INT and send a
 Telemetry Report v2.0, through clone session REPORT_SESSION, out of the port
 that leads to the collector. A switch's node id is its device id.
 
-Reports (docs/int.md): the sink reports a flow when a hop's ports, latency
+Reports (docs/protocols/int_telemetry.md): the sink reports a flow when a hop's ports, latency
 bucket or queue bucket changed, or when refresh_ms has passed; a hop whose
 queue is above queue_report_threshold sends a congestion report (Q); a switch
 that drops a packet sends a drop report (D) with the reason. Both are

@@ -19,7 +19,7 @@ the same port of the job's parameter server (PS), carrying:
 
 The P4 side (p4src/include/aggregation.p4) mirrors the constants in
 p4src/include/defines.p4; tests/unit/test_agg_headers.py checks they agree.
-The protocol itself is docs/aggregation.md.
+The protocol itself is docs/protocols/aggregation.md.
 
 Scapy dissects UDP to any of the 16 job ports as Aggregation
 (bind_layers); the fast paths (the worker's and the PS's sockets) use

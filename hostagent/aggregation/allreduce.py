@@ -1,5 +1,5 @@
 """All-reduce through the switch: the worker side of in-network aggregation
-(docs/aggregation.md), SwitchML's protocol with ATP's fallback.
+(docs/protocols/aggregation.md), SwitchML's protocol with ATP's fallback.
 
     worker = AggregationWorker(job=1, server_ip="10.0.9.1", n_workers=4)
     total = worker.allreduce(gradient)     # float32: sum over the job's workers

@@ -1,5 +1,5 @@
 """The parameter server of an aggregation job: the software aggregator for
-the blocks the switch does not finish (docs/aggregation.md).
+the blocks the switch does not finish (docs/protocols/aggregation.md).
 
     python -m hostagent.aggregation.parameter_server --job 1 --workers 10.0.1.1,10.0.2.1 [--duration 60] [--out PREFIX]
 

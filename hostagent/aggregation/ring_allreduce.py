@@ -34,7 +34,7 @@ Wire format (UDP payload; all fields big-endian, the layout is HEADER):
                 ACK: 4 bytes, the seq of the data packet that triggered it
 
 A data packet therefore carries the same 256 data bytes as the aggregation
-protocol's (docs/aggregation.md), behind a 12-byte header (the same size as the
+protocol's (docs/protocols/aggregation.md), behind a 12-byte header (the same size as the
 aggregation header). An Ethernet frame adds FRAME_OVERHEAD = 42 bytes (UDP 8,
 IPv4 20, Ethernet 14) to every UDP payload counted in RingStats.
 

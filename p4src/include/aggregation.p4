@@ -1,6 +1,6 @@
 // In-network aggregation: SwitchML's slots with shadow sets, ATP's sharing
 // of a slot pool between jobs with the parameter server as fallback. The
-// wire contract and the protocol are docs/aggregation.md.
+// wire contract and the protocol are docs/protocols/aggregation.md.
 //
 // A job's workers send blocks of AGG_ELEMENTS int32 to the job's parameter
 // server (PS); the switch that serves the PS (agg_job) sums them in registers

@@ -59,7 +59,7 @@ const drop_reason_t DROP_NO_LIVE_MEMBER = 11;    // failover: the member's port 
 const bit<32> DROP_REASON_COUNT = 16;
 
 // In-band network telemetry (INT v2.1, Telemetry Report v2.0): the wire
-// contract is docs/int.md; wire/int_telemetry.py holds the same values.
+// contract is docs/protocols/int_telemetry.md; wire/int_telemetry.py holds the same values.
 const bit<16> INT_UDP_PORT = 6000;         // UDP dport announcing INT after the UDP header (NPT 1)
 const bit<6>  INT_DSCP = 0x17;             // IPv4 DSCP announcing INT after the TCP header (NPT 0)
 const bit<16> REPORT_UDP_PORT = 32766;     // telemetry reports go to this collector port
@@ -93,13 +93,13 @@ const bit<32> REPORT_QUEUE_LIMITED = 3;    // congestion report dropped by the r
 const bit<32> REPORT_DROP = 4;             // drop report sent (held back: drop_reports_limited[reason])
 const bit<32> REPORT_KINDS = 8;
 // In-network aggregation (aggregation.p4; the wire contract is
-// docs/aggregation.md; wire/aggregation.py holds the same values).
+// docs/protocols/aggregation.md; wire/aggregation.py holds the same values).
 // A job's packets use UDP port AGG_UDP_PORT_BASE + job (jobs 1..15: SwitchML's
 // 0xBEE0-0xBEEF), from a worker's port to the same port of the job's
 // parameter server; the switch that serves that server aggregates them.
 const bit<16> AGG_UDP_PORT_BASE = 0xBEE0;
 const bit<16> AGG_UDP_PORT_MASK = 0xFFF0;
-#define AGG_ELEMENTS 64                    // int32 elements per packet (docs/aggregation.md: why 64)
+#define AGG_ELEMENTS 64                    // int32 elements per packet (docs/protocols/aggregation.md: why 64)
 const bit<16> AGG_UDP_LENGTH = 276;        // UDP header 8 + aggregation header 12 + 4 * AGG_ELEMENTS
 const bit<32> AGG_SLOTS = 512;             // aggregation slots of a switch (jobs get ranges of them)
 const bit<32> AGG_CELLS = 1024;            // 2 shadow sets per slot

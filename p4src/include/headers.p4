@@ -69,7 +69,7 @@ header udp_t {
     bit<16> checksum;
 }
 
-// In-network aggregation (aggregation.p4, docs/aggregation.md), after UDP.
+// In-network aggregation (aggregation.p4, docs/protocols/aggregation.md), after UDP.
 header agg_t {
     bit<8>  flags;        // AGG_FLAG_*
     bit<8>  job;

@@ -1,5 +1,5 @@
 // INT v2.1 (INT-MD over TCP/UDP) and Telemetry Report v2.0 headers. Field
-// layouts follow the specs' figures; docs/int.md is the wire contract and
+// layouts follow the specs' figures; docs/protocols/int_telemetry.md is the wire contract and
 // wire/int_telemetry.py the same layouts as Scapy layers.
 #ifndef INT_HEADERS_P4
 #define INT_HEADERS_P4

@@ -10,7 +10,7 @@
 // INT never match (the key includes the shim's validity). The watchlist is
 // looked up only where int_switch says INT is on.
 //
-// Detection (docs/int.md): UDP gets destination port INT_UDP_PORT and keeps
+// Detection (docs/protocols/int_telemetry.md): UDP gets destination port INT_UDP_PORT and keeps
 // the original port in the shim (NPT 1); TCP gets DSCP INT_DSCP and keeps
 // the original DSCP in the shim (NPT 0). A port or a DSCP, not a new IP
 // protocol: firewalls and host stacks still see TCP/UDP, and an L4 checksum
