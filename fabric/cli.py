@@ -112,6 +112,11 @@ def main(argv: Optional[list[str]] = None) -> int:
             command.add_arguments(p)
             feature_commands[name] = command
 
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in passthrough:           # the command's own parser gets the rest, untouched
+        return passthrough[argv[0]](argv[1:]) or 0
+    if len(argv) >= 2 and argv[0] == "experiment" and not argv[1].startswith("-"):
+        return run_experiment(argv[1], argv[2:])
     args, extra = ap.parse_known_args(argv)
     rest = list(getattr(args, "rest", []) or []) + extra
     try:

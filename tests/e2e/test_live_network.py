@@ -52,7 +52,7 @@ def test_programming_twice_writes_nothing_the_second_time(net, topo):
         assert [(r.pipeline_pushed, r.report.writes) for r in second] == [(False, 0)] * 4
         assert entity_counts(ctl) == counts
     # A second controller process (the CLI) agrees: nothing to write.
-    proc = subprocess.run([sys.executable, "-m", "core.controller", "-t", str(REPO / "topologies/leaf-spine.yaml")],
+    proc = subprocess.run([str(REPO / ".venv" / "bin" / "fabric"), "program", "-t", str(REPO / "topologies/leaf-spine.yaml")],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("0 inserted, 0 modified, 0 deleted") == 4, proc.stdout
