@@ -17,6 +17,8 @@ from socketserver import ThreadingMixIn
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import make_wsgi_app
 
+from features import FEATURES
+
 # Default endpoints, all on loopback. Below Linux's ephemeral range, away
 # from the switches' Thrift (9090+n) and P4Runtime (9559+n) ports.
 COLLECTOR_METRICS_PORT = 9771
@@ -107,17 +109,20 @@ FABRIC_PORT_RX_BYTES = MetricSpec("fabric_port_rx_bytes", "counter", "ingress_po
 FABRIC_PORT_TX_PACKETS = MetricSpec("fabric_port_tx_packets", "counter", "egress_port_counter packets", PORT)
 FABRIC_PORT_TX_BYTES = MetricSpec("fabric_port_tx_bytes", "counter", "egress_port_counter bytes", PORT)
 FABRIC_DROPS = MetricSpec("fabric_drops", "counter", "drop_counter packets by drop reason", ("switch", "reason"))
-FABRIC_ECN_MARKED = MetricSpec("fabric_ecn_marked", "counter", "ecn_marked_counter: packets marked CE", PORT)
 FABRIC_QUEUE_DEPTH = MetricSpec("fabric_queue_depth_packets", "gauge",
                                 "egress_qdepth register: enqueue depth of the port's last packet", PORT)
-FABRIC_INT_REPORTS = MetricSpec("fabric_int_reports", "counter",
-                                "Telemetry reports a switch sent or held back (int_report_counter), by kind",
-                                ("switch", "kind"))
 FABRIC_READ_ERRORS = MetricSpec("fabric_exporter_read_errors", "counter",
                                 "Failed reads of a switch, by source (p4runtime, thrift)", ("switch", "source"))
 
+# The features' counter metrics (their counters() hook, core/feature.py), named once there.
+FEATURE_COUNTERS = tuple(c for f in FEATURES for c in f.counters())
+FEATURE_METRICS = {c.metric: MetricSpec(c.metric, "counter", c.help, PORT if c.label == "port" else ("switch", c.label))
+                   for c in FEATURE_COUNTERS}
+FABRIC_ECN_MARKED = FEATURE_METRICS["fabric_ecn_marked"]      # the dashboards' ECN panels
+FABRIC_INT_REPORTS = FEATURE_METRICS["fabric_int_reports"]
+
 EXPORTER_METRICS = (FABRIC_SWITCH_UP, FABRIC_PORT_RX_PACKETS, FABRIC_PORT_RX_BYTES, FABRIC_PORT_TX_PACKETS,
-                    FABRIC_PORT_TX_BYTES, FABRIC_DROPS, FABRIC_ECN_MARKED, FABRIC_QUEUE_DEPTH, FABRIC_INT_REPORTS,
+                    FABRIC_PORT_TX_BYTES, FABRIC_DROPS, FABRIC_QUEUE_DEPTH, *FEATURE_METRICS.values(),
                     FABRIC_READ_ERRORS)
 
 

@@ -33,7 +33,6 @@ from typing import Iterable, Optional, Protocol
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from features.int_telemetry import REPORT_KINDS
 
 from telemetry import metrics as m
 from telemetry.state import drop_reason_names as all_reasons
@@ -49,11 +48,10 @@ DEFAULT_P4INFO = REPO / "build" / "main.p4info.txtpb"
 INGRESS_COUNTER = "ingress_port_counter"
 EGRESS_COUNTER = "egress_port_counter"
 DROP_COUNTER = "drop_counter"
-ECN_COUNTER = "ecn_marked_counter"
-INT_REPORT_COUNTER = "int_report_counter"        # reports sent/held back by kind (features/int_telemetry.py)
-DROP_REPORTS_LIMITED = "drop_reports_limited"    # drop reports held back, per reason
 QDEPTH_REGISTER = "egress_qdepth"
-COUNTERS = (INGRESS_COUNTER, EGRESS_COUNTER, DROP_COUNTER, ECN_COUNTER, INT_REPORT_COUNTER, DROP_REPORTS_LIMITED)
+# The fabric's own counters, then every feature's (their counters() hook).
+COUNTERS = tuple(dict.fromkeys((INGRESS_COUNTER, EGRESS_COUNTER, DROP_COUNTER,
+                                *(name for c in m.FEATURE_COUNTERS for name in c.counters))))
 
 
 @dataclass(frozen=True)
@@ -93,7 +91,7 @@ def samples(topo, readings: Iterable[SwitchReadings], reasons: dict[int, str],
         spec.name, spec.help, labels=spec.labels) for spec in m.EXPORTER_METRICS}
     port_counters = ((m.FABRIC_PORT_RX_PACKETS, INGRESS_COUNTER, 0), (m.FABRIC_PORT_RX_BYTES, INGRESS_COUNTER, 1),
                      (m.FABRIC_PORT_TX_PACKETS, EGRESS_COUNTER, 0), (m.FABRIC_PORT_TX_BYTES, EGRESS_COUNTER, 1),
-                     (m.FABRIC_ECN_MARKED, ECN_COUNTER, 0))
+                     *((m.FEATURE_METRICS[c.metric], c.counters[0], 0) for c in m.FEATURE_COUNTERS if c.label == "port"))
     for r in readings:
         sw = topo.switches.get(r.switch)
         if sw is None:
@@ -112,14 +110,12 @@ def samples(topo, readings: Iterable[SwitchReadings], reasons: dict[int, str],
             for code in sorted(set(reasons) | {c for c, (p, _) in drops.items() if p and c != 0}):
                 name = reasons.get(code, f"reason_{code}")
                 fam[m.FABRIC_DROPS.name].add_metric([r.switch, name], float(drops.get(code, (0, 0))[0]))
-        reports = r.counters.get(INT_REPORT_COUNTER)
-        if reports is not None:
-            for kind, index in sorted(REPORT_KINDS.items(), key=lambda kv: kv[1]):
-                fam[m.FABRIC_INT_REPORTS.name].add_metric([r.switch, kind], float(reports.get(index, (0, 0))[0]))
-            limited = r.counters.get(DROP_REPORTS_LIMITED)
-            if limited is not None:
-                fam[m.FABRIC_INT_REPORTS.name].add_metric(
-                    [r.switch, "drop_limited"], float(sum(p for p, _ in limited.values())))
+        for c in m.FEATURE_COUNTERS:
+            cells = {name: r.counters.get(name) for name in c.counters}
+            if c.label == "port" or c.values is None or any(v is None for v in cells.values()):
+                continue
+            for label, number in c.values(cells).items():
+                fam[c.metric].add_metric([r.switch, label], number)
     for (switch, source), n in sorted((read_errors or {}).items()):
         fam[m.FABRIC_READ_ERRORS.name].add_metric([switch, source], float(n))
     return list(fam.values())

@@ -1,0 +1,45 @@
+"""The front door: the README's feature index is what `fabric features
+--markdown` prints, and commands are found by name."""
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+from fabric import cli
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_readme_feature_index_is_current():
+    readme = (REPO / "README.md").read_text()
+    m = re.search(r"<!-- features:begin -->\n(.*?)\n<!-- features:end -->", readme, re.S)
+    assert m, "README.md lacks the <!-- features:begin/end --> markers"
+    assert m.group(1).strip() == cli.feature_index(markdown=True), \
+        "README's feature table is stale: paste `fabric features --markdown`"
+
+
+def test_every_experiment_is_a_module_with_main():
+    names = cli.experiment_names()
+    assert {"aggregation", "ecn_incast", "int_telemetry", "load_balancing", "failover_timeline",
+            "failover_diagnosis"} <= set(names)
+    for name in names:
+        assert callable(importlib.import_module(f"experiments.{name}").main), name
+
+
+def test_unknown_experiment_is_named(capsys):
+    assert cli.main(["experiment", "nope"]) == 2
+    assert "no experiment 'nope'" in capsys.readouterr().err
+
+
+def test_features_command_prints_every_feature(capsys):
+    assert cli.main(["features"]) == 0
+    out = capsys.readouterr().out
+    for name in ("ecn", "int_telemetry", "load_balancing", "aggregation", "failover"):
+        assert name in out
+
+
+def test_feature_commands_are_subcommands():
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["diagnose", "--help"])
+    assert exc.value.code == 0
