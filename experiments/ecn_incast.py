@@ -2,7 +2,7 @@
 """Incast N:1 through a bottleneck, three ways: no ECN, step ECN + DCQCN,
 WRED ECN + DCQCN.
 
-    .venv/bin/python experiments/ecn_incast.py [--duration 10] [--out experiments/results/ecn_incast]
+    fabric experiment ecn_incast [--duration 10] [--out experiments/results/ecn_incast]
 
 Brings topologies/incast.yaml up on BMv2 (4 senders, 1 receiver; the
 receiver's port is served at 800 packets/s), then for each case sets the

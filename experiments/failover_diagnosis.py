@@ -2,7 +2,7 @@
 """How well `fault diagnose` (features/failover/diagnose.py) names injected faults, on
 leaf-spine under traffic between every pair of hosts.
 
-    make experiment-fault_diagnosis [ARGS="--per-kind 4 --loss-rates 1 2 5 10 20 --seed 1 --interval 1.5"]
+    fabric experiment failover_diagnosis [ARGS="--per-kind 4 --loss-rates 1 2 5 10 20 --seed 1 --interval 1.5"]
 
 Random faults, one at a time in a random order, each undone before the next,
 --per-kind of each:
@@ -20,7 +20,7 @@ Random faults, one at a time in a random order, each undone before the next,
 For each: the diagnosis (two counter readings --interval apart), whether its
 first finding names the fault (top-1), and the time it took. Writes
 faults.csv and accuracy.png (per kind, and per loss rate) under --out
-(default experiments/results/fault_diagnosis/).
+(default experiments/results/failover_diagnosis/).
 """
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def main(argv=None) -> int:
                     help="percent lost by a lossy link")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--interval", type=float, default=1.5, help="seconds between the two counter readings")
-    ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "fault_diagnosis"))
+    ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "failover_diagnosis"))
     ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS)
     args = ap.parse_args(argv)
     if args.per_kind < 1:
@@ -123,7 +123,7 @@ def main(argv=None) -> int:
     topo = load_topology(REPO / "topologies" / "leaf-spine.yaml")
     compile_p4()
     rows = []
-    with Network(topo, REPO / "build" / "experiments" / "fault_diagnosis", log_level=args.log_level) as net, \
+    with Network(topo, REPO / "build" / "experiments" / "failover_diagnosis", log_level=args.log_level) as net, \
             FabricController(topo) as ctl:
         ctl.program()
         stop = threading.Event()

@@ -2,7 +2,7 @@
 """Failure timeline: what a link failure and a switch failure cost a steady
 flow mix under each kind of protection, on leaf-spine and dual-plane.
 
-    make experiment-failure_timeline [ARGS="--after 3 --rate 100"]
+    fabric experiment failover_timeline [ARGS="--after 3 --rate 100"]
 
 Traffic: every host sends to every host behind the other leaf (of the first
 plane), 8 UDP flows per pair (ECMP spreads them over the spines), --rate
@@ -34,7 +34,7 @@ what the switches dropped, by reason. Each failure is repeated --repeats
 times; the table gives the median and the largest outage.
 Writes runs.csv, timeline.csv (per 20 ms of send time: packets sent, lost,
 and the delivered share) and
-timeline.png under --out (default experiments/results/failure_timeline/).
+timeline.png under --out (default experiments/results/failover_timeline/).
 """
 from __future__ import annotations
 
@@ -247,14 +247,14 @@ def main(argv=None) -> int:
     ap.add_argument("--before", type=float, default=1.0, help="seconds of steady traffic before t0")
     ap.add_argument("--after", type=float, default=3.0, help="seconds observed after t0")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each failure")
-    ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "failure_timeline"))
+    ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "failover_timeline"))
     ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS)
     args = ap.parse_args(argv)
     if args.rate <= 0 or args.before < 0.5 or args.after < 1.5 or args.repeats < 1:
         ap.error("--rate must be positive, --before at least 0.5 s, --after at least 1.5 s, --repeats at least 1")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    args.run_dir = REPO / "build" / "experiments" / "failure_timeline" / "agents"
+    args.run_dir = REPO / "build" / "experiments" / "failover_timeline" / "agents"
     compile_p4()
     rows, timeline = [], []
     plan = [(t, p) for t in args.topologies for p in PROTECTIONS[t]
@@ -262,7 +262,7 @@ def main(argv=None) -> int:
     for n, (name, protection) in enumerate(plan, 1):
         topo = fabric(name, protection)
         print(f"[{n}/{len(plan)}] {name}, {protection} protection", flush=True)
-        with Network(topo, REPO / "build" / "experiments" / "failure_timeline", log_level=args.log_level) as net, \
+        with Network(topo, REPO / "build" / "experiments" / "failover_timeline", log_level=args.log_level) as net, \
                 FabricController(topo) as ctl:
             ctl.program()
             protected = protection in ("controller", "data plane")

@@ -2,7 +2,7 @@
 """INT on leaf-spine under incast: what the telemetry shows, what it costs,
 and what report suppression saves and loses.
 
-    .venv/bin/python experiments/int_telemetry.py [--duration 8] [--out experiments/results/int_telemetry]
+    fabric experiment int_telemetry [--duration 8] [--out experiments/results/int_telemetry]
 
 Brings up leaf-spine (topologies/leaf-spine.yaml) with a monitoring host h5
 on leaf1 running the collector, h4's link cut to 9.6 Mbit/s (800 packets/s

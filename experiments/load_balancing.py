@@ -3,7 +3,7 @@
 or pods over ECMP, ECMP with PLB repathing, flowlets, per-packet spraying and
 adaptive (queue-aware) choice, on leaf-spine and on a k=4 fat tree.
 
-    .venv/bin/python experiments/load_balancing.py [--seeds 20] [--duration 2] [--plb-duration 3.5]
+    fabric experiment load_balancing [--seeds 20] [--duration 2] [--plb-duration 3.5]
         [--topologies leaf-spine fat-tree-k4] [--modes ecmp ecmp+plb flowlet spray adaptive]
         [--flows N ...] [--no-asymmetric] [--no-fct] [--out experiments/results/load_balancing]
 

@@ -12,7 +12,7 @@ In a topology file (validated with the rest of it, before anything starts):
       queue_bucket: 4                # so are queue changes within a bucket (packets, a power of two)
       queue_report_threshold: 20     # congestion reports above this queue depth (packets; omit: none)
       queue_report_interval_ms: 1    # at most one congestion report per port per interval
-      drop_report_interval_ms: 1     # drop reports, at most one per reason per interval (omit: none)
+      drop_report_interval_ms: 1     # drop reports, at most one per reason per interval (default 1; null: none)
       watchlist:
         - {src: 10.0.1.0/24, dst: 10.0.5.0/24, protocol: udp, dst_ports: 4791,
            instructions: [node_id, l1_ports, hop_latency, queue, tx_bytes, tx_time, link_rate],

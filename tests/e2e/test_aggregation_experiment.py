@@ -19,7 +19,7 @@ def rows(path):
 
 def test_aggregation_experiment(tmp_path):
     out = tmp_path / "agg"
-    cmd = [sys.executable, "experiments/aggregation.py", "--elements", "16384", "--workers", "2,4",
+    cmd = [sys.executable, "-m", "experiments.aggregation", "--elements", "16384", "--workers", "2,4",
            "--loss", "0,2", "--epochs", "1", "--out", str(out)]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

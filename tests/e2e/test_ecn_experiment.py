@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_ecn_incast_experiment(tmp_path):
     out = tmp_path / "ecn"
-    proc = subprocess.run([sys.executable, "experiments/ecn_incast.py", "--duration", "4", "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "experiments.ecn_incast", "--duration", "4", "--out", str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"results: {out}/summary.csv" in proc.stdout

@@ -21,7 +21,7 @@ import pytest
 from features.failover import data_plane as fo
 from core.impairments import blackhole
 from core.netns import socket_in_netns
-from test_recovery_live import first
+from test_failover_recovery_live import first
 
 PORT = 5201
 FLOWS = 32

@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_int_experiment(tmp_path):
     out = tmp_path / "int"
-    proc = subprocess.run([sys.executable, "experiments/int_telemetry.py", "--duration", "4", "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "experiments.int_telemetry", "--duration", "4", "--out", str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"results: {out}/summary.csv" in proc.stdout

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_load_balancing_experiment(tmp_path):
     out = tmp_path / "lb"
-    cmd = [sys.executable, "experiments/load_balancing.py", "--topologies", "leaf-spine",
+    cmd = [sys.executable, "-m", "experiments.load_balancing", "--topologies", "leaf-spine",
            "--modes", "ecmp", "spray", "adaptive", "--flows", "1", "2", "--seeds", "2",
            "--duration", "1.5", "--warmup", "0.4", "--fct-transfers", "2", "--fct-packets", "100", "--out", str(out)]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)

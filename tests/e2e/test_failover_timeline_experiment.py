@@ -11,9 +11,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_failure_timeline_experiment(tmp_path):
+def test_failover_timeline_experiment(tmp_path):
     out = tmp_path / "ft"
-    proc = subprocess.run([sys.executable, "experiments/failover_timeline.py", "--topologies", "dual-plane",
+    proc = subprocess.run([sys.executable, "-m", "experiments.failover_timeline", "--topologies", "dual-plane",
                            "--protections", "data plane", "host", "--failures", "link", "switch", "--after", "2", "--repeats", "1", "--out", str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

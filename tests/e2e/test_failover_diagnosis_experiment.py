@@ -9,9 +9,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_fault_diagnosis_experiment(tmp_path):
+def test_failover_diagnosis_experiment(tmp_path):
     out = tmp_path / "fd"
-    proc = subprocess.run([sys.executable, "experiments/failover_diagnosis.py", "--per-kind", "1", "--loss-rates", "20", "--interval", "1",
+    proc = subprocess.run([sys.executable, "-m", "experiments.failover_diagnosis", "--per-kind", "1", "--loss-rates", "20", "--interval", "1",
                            "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"results: {out / 'faults.csv'}" in proc.stdout
