@@ -28,7 +28,7 @@ HAVE_NATIVE := $(shell for t in p4c-bm2-ss simple_switch_grpc; do \
 	done; echo yes)
 HAVE_DOCKER ?= $(eval HAVE_DOCKER := $(shell $(DOCKER) info >/dev/null 2>&1 && echo yes))$(HAVE_DOCKER)
 
-.PHONY: help setup doctor build run test unit monitoring ptf e2e bench experiments monitor fixtures clean generate features \
+.PHONY: help setup doctor build run test typecheck unit monitoring ptf e2e bench experiments monitor fixtures clean generate features \
         docker-build docker-run docker-test test-docker require-toolchain
 
 help:
@@ -69,6 +69,10 @@ require-toolchain: setup
 unit: setup
 	$(PY) -m pytest tests/unit -q
 
+# The type checker over every package (configuration in pyproject.toml).
+typecheck: setup
+	$(PY) -m mypy
+
 ptf: require-toolchain build
 	$(PY) ptf-tests/run_ptf.py
 
@@ -80,11 +84,11 @@ e2e: require-toolchain build
 	$(PY) -m pytest tests/e2e -q
 
 ifeq ($(HAVE_NATIVE),yes)
-test: unit monitoring ptf e2e
+test: typecheck unit monitoring ptf e2e
 else ifeq ($(HAVE_DOCKER),yes)
-test: unit monitoring docker-test
+test: typecheck unit monitoring docker-test
 else
-test: unit monitoring require-toolchain
+test: typecheck unit monitoring require-toolchain
 endif
 
 # Refresh the P4Info the unit tests use (tests/e2e/test_build.py checks it is current).

@@ -16,8 +16,9 @@ REPO = Path(__file__).resolve().parent.parent
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from core import feature as features
 from core.bmv2 import switch_command
+from core.build import compile_p4
+from core.feature import Feature
 from core.forwarding import forwarding_state
 from core.network import make_veth_pair, sh
 from core.p4info import P4Info
@@ -25,6 +26,7 @@ from core.switch import Pipeline, SwitchConnection
 from core.sync import SwitchState, reconcile
 from core.toolchain import require
 from core.topology import NextHop, Route
+from features import FEATURES
 from wire.ecn import ECT0
 
 GRPC_ADDR, THRIFT_PORT, DEVICE_ID = "127.0.0.1:9458", 9088, 1  # apart from the launcher and PTF
@@ -40,7 +42,7 @@ def frames(case: "Case | None" = None) -> list[bytes]:
     bench_frames (core/feature.py), else 64-byte UDP frames of 8 flows,
     ECN-capable (so ECN takes its marking path)."""
     if case is not None and case.frames is not None:
-        return case.frames()
+        return case.frames
     return [bytes(Ether(dst=SWITCH_MAC, src=HOST_MAC)
                   / IP(src=SRC_IP, dst=DST_IP, tos=ECT0) / UDP(sport=5000 + i, dport=4791) / (b"\0" * 18))
             for i in range(8)]
@@ -67,28 +69,40 @@ class Case:
     source: Path
     what: str
     state: Callable[[P4Info], SwitchState] | None = None
-    frames: Callable[[], list[bytes]] | None = None     # None: the default UDP frames
+    frames: list[bytes] | None = None     # None: the default UDP frames
+
+
+def _compile(source: Path) -> Pipeline:
+    """`source` compiled for BMv2, in build/bench (kept while the source is unchanged)."""
+    return compile_p4(source, REPO / "build" / "bench" / f"{source.parent.name}-{source.stem}")
+
+
+def _feature_on(feature: Feature, mode: str) -> Callable[[P4Info], SwitchState]:
+    """The entries of the fabric with `feature` on (in `mode`) for all traffic."""
+    def state(p4info: P4Info) -> SwitchState:
+        return fabric_state(p4info).merge(feature.bench_states(p4info, OUT_PORT)[mode])
+    return state
 
 
 def cases(fabric_source: Path = MAIN) -> list[Case]:
     """The references, the fabric with every feature off, and the fabric with
-    each registered feature on (its bench_state(), core/feature.py)."""
+    each registered feature on: one row per mode of its bench_states(), with
+    its bench_frames() if it has them (core/feature.py). The modes are known
+    from the fabric's P4Info, so this compiles `fabric_source`."""
     out = [Case("port_forward", REPO / "p4src" / "baseline" / "port_forward.p4", "no parsing, port 1 -> 2"),
            Case("basic_router", REPO / "p4src" / "baseline" / "basic_router.p4", "1 LPM table, TTL, checksum",
                 router_state),
            Case("fabric", fabric_source, "every feature off", fabric_state)]
-    for feature in features.features():
-        modes = getattr(feature, "BENCH_MODES", ())    # one row per mode (core/feature.py)
-        for mode in modes:
-            out.append(Case(f"fabric+{feature.SECTION}:{mode}", fabric_source, f"{feature.SECTION} {mode} for all traffic",
-                            lambda p4info, f=feature, m=mode: fabric_state(p4info).merge(
-                                f.bench_states(p4info, OUT_PORT)[m])))
-        if not modes:
-            own = getattr(feature, "bench_frames", None)
-            out.append(Case(f"fabric+{feature.SECTION}", fabric_source,
-                            getattr(feature, "BENCH_WHAT", f"{feature.SECTION} on for all traffic"),
-                            lambda p4info, f=feature: fabric_state(p4info).merge(f.bench_state(p4info, OUT_PORT)),
-                            frames=(lambda f=own: f(SWITCH_MAC, HOST_MAC)) if own else None))
+    p4info = P4Info(_compile(fabric_source).p4info())
+    for feature in FEATURES:
+        own = feature.bench_frames(SWITCH_MAC, HOST_MAC)
+        for mode in feature.bench_states(p4info, OUT_PORT):    # "" when the feature has one mode
+            if mode:
+                name, what = f"fabric+{feature.section}:{mode}", f"{feature.section} {mode} for all traffic"
+            else:
+                name = f"fabric+{feature.section}"
+                what = getattr(feature, "bench_what", "") or f"{feature.section} on for all traffic"
+            out.append(Case(name, fabric_source, what, _feature_on(feature, mode), frames=own))
     return out
 
 

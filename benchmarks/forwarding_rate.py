@@ -106,7 +106,8 @@ def _highest_kept_up(case: Case, pipeline: Pipeline) -> float:
     (aggregation: a result leaves only when every contribution of a block
     arrived, so overload loses nearly everything): the highest offered rate,
     from KEPT_UP_START_PPS up by OVERLOAD, that BMv2 still keeps up with."""
-    offered, kept = KEPT_UP_START_PPS, KEPT_UP_START_PPS
+    offered: float = KEPT_UP_START_PPS
+    kept: float = KEPT_UP_START_PPS
     for _ in range(16):
         forwarded, sent = measure(case, pipeline, 2.0, offered)
         if forwarded < SATURATED * sent:

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
 from benchmarks.cases import IN_PORT, MAIN, OUT_PORT, PAIRS, REPO, cases, frames, make_veths, remove_veths, \
@@ -110,7 +111,7 @@ def main() -> int:
     chosen = select(cases(args.fabric), args.only)
     pipelines = {c.name: compile_p4(c.source, OUT_DIR / f"{c.source.parent.name}-{c.source.stem}") for c in chosen}
     make_veths()
-    rows = []
+    rows: list[dict[str, Any]] = []      # CSV rows: program name, counts, ratios
     try:
         for c in chosen:
             print(f"{c.name:22s} ...", end="", flush=True)

@@ -46,8 +46,8 @@ import contextlib
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Mapping, Optional, Protocol, Sequence, \
-    runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Mapping, NoReturn, Optional, Protocol, \
+    Sequence, runtime_checkable
 
 from core.p4info import P4Info
 from core.sync import SwitchState
@@ -57,7 +57,7 @@ if TYPE_CHECKING:                       # types only: the controller is built on
     from core.topology import Topology
 
 REPO = Path(__file__).resolve().parent.parent
-Fail = Callable[[str, str], None]
+Fail = Callable[[str, str], NoReturn]      # raises TopologyError naming the field
 
 
 @dataclass(frozen=True)

@@ -104,7 +104,7 @@ class Network:
         self.run_dir = Path(run_dir)
         self.pcap = pcap
         self.switches: dict[str, SwitchProcess] = {}
-        self._made = {"netns": [], "veth": [], "pids": [], "nft": []}
+        self._made: dict[str, list] = {"netns": [], "veth": [], "pids": [], "nft": []}
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -184,12 +184,12 @@ class Network:
            netns=host.name)
 
     def _add_link(self, link) -> None:
-        def iface(node: str) -> str:
+        def iface_of(node: str) -> str:
             if node in self.topo.hosts:
                 return self.topo.link_nic(link, node).iface
             return next(p.iface for p in self.topo.switches[node].ports.values() if p.link is link)
 
-        a_if, b_if = iface(link.a), iface(link.b)
+        a_if, b_if = iface_of(link.a), iface_of(link.b)
         # Record the end that stays in the root namespace: deleting it removes the pair.
         self._record("veth", a_if if link.a in self.topo.switches else b_if)
         sh("ip", "link", "add", a_if, "type", "veth", "peer", "name", b_if)

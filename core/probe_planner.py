@@ -269,8 +269,10 @@ def _bfs(topo: Topology, sources: list[str]) -> tuple[dict[str, int], dict[str, 
 def _follow(parent: dict[str, Optional[str]], name: str) -> list[str]:
     """`name`, its parent, ... up to a BFS source."""
     walk = [name]
-    while parent[walk[-1]] is not None:
-        walk.append(parent[walk[-1]])
+    up = parent[name]
+    while up is not None:
+        walk.append(up)
+        up = parent[up]
     return walk
 
 

@@ -72,8 +72,15 @@ class SwitchConnection:
         finally:
             channel.close()
         self.election_id = election_id
-        self.client = _Client(device_id, grpc_addr, election_id)
+        self._client: _Client | None = _Client(device_id, grpc_addr, election_id)
         self._primary = self.client.primary
+
+    @property
+    def client(self) -> _Client:
+        """The P4Runtime client; a closed connection says so."""
+        if self._client is None:
+            raise SwitchError(f"{self.name}: the P4Runtime connection is closed")
+        return self._client
 
     def is_primary(self) -> bool:
         """Whether this connection is the switch's primary controller now
@@ -85,9 +92,9 @@ class SwitchConnection:
             self._primary = rep.arbitration.status.code == 0
 
     def close(self) -> None:
-        if self.client is not None:
-            self.client.tear_down()
-            self.client = None
+        if self._client is not None:
+            self._client.tear_down()
+            self._client = None
 
     def __enter__(self) -> "SwitchConnection":
         return self

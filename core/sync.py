@@ -14,6 +14,7 @@ second time.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Set
 from typing import Callable, Hashable
 
 from p4.v1 import p4runtime_pb2
@@ -171,8 +172,8 @@ def _diff(desired: list, existing: list, key: Callable[..., Hashable], value: Ca
 
 
 def read_state(conn: SwitchConnection, tables: set[int], profiles: set[int],
-               default_tables: set[int] = frozenset(), clone_sessions: set[int] = frozenset(),
-               multicast_groups: set[int] = frozenset()) -> SwitchState:
+               default_tables: Set[int] = frozenset(), clone_sessions: Set[int] = frozenset(),
+               multicast_groups: Set[int] = frozenset()) -> SwitchState:
     queries = [p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry(table_id=t)) for t in sorted(tables)]
     queries += [p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry(table_id=t, is_default_action=True))
                 for t in sorted(default_tables)]

@@ -110,7 +110,7 @@ def doctor() -> int:
     print("P4 toolchain (search order: $%s, $PATH, %s)" % (ENV_VAR, DEFAULT_PREFIX_BIN))
     for name, what in REQUIRED_TOOLS.items():
         tool = find_tool(name)
-        if tool.found:
+        if tool.path is not None:
             version = tool_version(tool.path) if name != "simple_switch_CLI" else "Thrift CLI"
             print(f"  [ok]      {name:20s} {tool.path}  ({version})")
         else:

@@ -18,7 +18,7 @@ import re
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, Optional, Sequence
 
 import yaml
 
@@ -310,13 +310,13 @@ class Topology:
                     continue
                 if nic.switch == sw_name:
                     port = sw.ports[nic.switch_port]
-                    hops = (NextHop(port.number, port.mac, nic.mac, nic.label),)
+                    hops: tuple[NextHop, ...] = (NextHop(port.number, port.mac, nic.mac, nic.label),)
                 elif nic.switch in dist[sw_name]:
                     target = dist[sw_name][nic.switch]
                     hops = tuple(
                         NextHop(p.number, p.mac, self.switches[p.peer].ports[p.peer_port].mac, p.peer)
                         for p in self.switch_neighbours(sw_name, failed)
-                        if dist[p.peer].get(nic.switch) == target - 1)
+                        if p.peer_port is not None and dist[p.peer].get(nic.switch) == target - 1)
                 else:
                     continue
                 routes.append(Route(nic.subnet, hops, nic.host, nic.name))
@@ -477,11 +477,11 @@ def _attach(v: "_Validator", switches: dict[str, Switch], hosts: dict[str, Host]
     for i, link in enumerate(links):
         where = f"links[{i}]"
         if link.a in switches and link.b in switches:
-            pa, pb = switches[link.a].plane, switches[link.b].plane
-            if pa != pb:
-                v.fail(where, f"{link.a!r} (plane {pa}) and {link.b!r} (plane {pb}) are on different "
+            plane_a, plane_b = switches[link.a].plane, switches[link.b].plane
+            if plane_a != plane_b:
+                v.fail(where, f"{link.a!r} (plane {plane_a}) and {link.b!r} (plane {plane_b}) are on different "
                        "planes: planes share no links")
-        ends = []
+        ends: list[tuple[str, Optional[int]]] = []
         for end in (link.a, link.b):
             if end in switches:
                 num = next_port[end]
@@ -540,7 +540,7 @@ def _check_connected(v: "_Validator", topo: Topology) -> None:
     """Every switch reaches every other; on a multi-plane fabric, every
     switch reaches every other of its plane (and, by the link rule, none else)."""
     dist = topo.hops_between_switches()
-    planes = topo.planes or [None]
+    planes: list[Optional[str]] = list(topo.planes) or [None]
     for plane in planes:
         members = [s for s in topo.switches.values() if s.plane == plane]
         first = members[0].name
@@ -556,7 +556,7 @@ class _Validator:
     def __init__(self, source: str):
         self.source = source
 
-    def fail(self, where: str, what: str):
+    def fail(self, where: str, what: str) -> NoReturn:
         location = f"{self.source}: {where}" if where else self.source
         raise TopologyError(f"{location}: {what}")
 

@@ -37,6 +37,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -230,7 +231,7 @@ def training(topo, args, out: Path) -> list[dict]:
             return list(csv.DictReader(f))
 
     ref, ina, rng = read("train-reference"), read("train-ina0"), read("train-ring0")
-    rows = []
+    rows: list[dict[str, Any]] = []      # one per epoch (training.csv)
     for a, b, c in zip(ref, ina, rng):
         rows.append({"epoch": int(a["epoch"]),
                      "reference_train_loss": float(a["train_loss"]), "ina_train_loss": float(b["train_loss"]),

@@ -30,6 +30,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -122,7 +123,7 @@ def main(argv=None) -> int:
     rng.shuffle(plan)
     topo = load_topology(REPO / "topologies" / "leaf-spine.yaml")
     compile_p4()
-    rows = []
+    rows: list[dict[str, Any]] = []      # one per fault (faults.csv)
     with Network(topo, REPO / "build" / "experiments" / "failover_diagnosis", log_level=args.log_level) as net, \
             FabricController(topo) as ctl:
         ctl.program()

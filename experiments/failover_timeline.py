@@ -111,7 +111,7 @@ def fail_link(topo, a: str, b: str):
 def drops_by_reason(before, after) -> str:
     """Packets the switches dropped between two counter snapshots, by reason
     (switches that did not answer both times are left out)."""
-    total = Counter()
+    total: Counter[str] = Counter()                  # reason -> packets
     for s, now in after.drops.items():
         if now is not None and before.drops.get(s) is not None:
             total.update({r: n - before.drops[s].get(r, 0) for r, n in now.items() if n > before.drops[s].get(r, 0)})
@@ -207,12 +207,14 @@ class Agent:
         self.proc = subprocess.Popen(["ip", "netns", "exec", host, sys.executable, "-m", "hostagent.failover.plane_failover",
                                       *args, "--out", str(self.out)], cwd=REPO, stdout=subprocess.PIPE,
                                      stderr=self.log, text=True)
+        assert self.proc.stdout is not None  # stdout=PIPE
+        self.stdout = self.proc.stdout       # "ready" once the sockets are open
 
     def wait_ready(self, timeout_s: float = 20.0) -> None:
         if self.ready:
             return
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
-        if not ready or self.proc.stdout.readline().strip() != "ready":
+        ready, _, _ = select.select([self.stdout], [], [], timeout_s)
+        if not ready or self.stdout.readline().strip() != "ready":
             raise RuntimeError(f"{self.role} on {self.host} did not start: see {self.log.name}")
         self.ready = True
 
@@ -225,7 +227,7 @@ class Agent:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        self.proc.stdout.close()
+        self.stdout.close()
         self.log.close()
 
 

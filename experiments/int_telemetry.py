@@ -198,9 +198,9 @@ def run_case(case: str, args, out: Path) -> dict:
         w.writeheader()
         w.writerows(traffic_rows)
     with open(case_dir / "queue.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["t_s", "qdepth_pkts"])
-        w.writerows((round(t, 4), q) for t, q in samples)
+        qw = csv.writer(f)
+        qw.writerow(["t_s", "qdepth_pkts"])
+        qw.writerows((round(t, 4), q) for t, q in samples)
     in_window = [(t, n) for t, n in traffic_datagrams if 0 <= t <= args.duration]
     sink_reports = sorted((r["t_s"], int(r["sink_queue"])) for r in traffic_rows
                           if r["kind"] != "drop" and r["switch"] == SINK_SWITCH and r["sink_queue"] != "")

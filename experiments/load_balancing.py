@@ -287,7 +287,7 @@ class Sampler(threading.Thread):
         carried = [self.ctl.counter(u.switch, PORT_COUNTER, u.port).get(u.port, (0, 0))[0] for u in self.uplinks]
         offered_by_switch = {}
         for sw in dict.fromkeys(u.switch for u in self.uplinks):
-            per = defaultdict(int)
+            per: defaultdict[int, int] = defaultdict(int)   # egress port -> packets
             for (_group, port), n in member_packets(self.ctl.connections[sw], self.ctl.p4info).items():
                 per[port] += n
             offered_by_switch[sw] = per
@@ -325,6 +325,13 @@ def agent(topo, host: str, argv: list[str], log: Path) -> subprocess.Popen:
     cmd = ["ip", "netns", "exec", host, PY, "-m", "hostagent.traffic", argv[0], *host_args(topo, host), *argv[1:]]
     with open(log, "w") as fh:
         return subprocess.Popen(cmd, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT)
+
+
+def agent_host(p: subprocess.Popen) -> str:
+    """The host an agent() runs in (its command is `ip netns exec HOST ...`)."""
+    cmd = p.args
+    assert isinstance(cmd, list)  # agent() passes its command as a list
+    return cmd[3]
 
 
 def stop_agents(procs: list) -> None:
@@ -425,7 +432,7 @@ def run_chain(topo, fabric: Fabric, uplinks: list[Uplink], case: Case, ctl, net,
     while reported < len(seeds):
         reported += 1
         progress.tick(f"{label}: seed {seeds[reported - 1]} ({reported}/{len(seeds)})")
-    failed = [p.args[3] for p in procs + senders if p.returncode]
+    failed = [agent_host(p) for p in procs + senders if p.returncode]
     if failed:
         raise RuntimeError(f"{label}: agents on {failed} failed; see {d}/*.log")
     if sampler.error is not None:
@@ -435,8 +442,8 @@ def run_chain(topo, fabric: Fabric, uplinks: list[Uplink], case: Case, ctl, net,
         w.writerow(["t_wall"] + [f"carried {u.label}" for u in uplinks] + [f"offered {u.label}" for u in uplinks])
         w.writerows([round(t, 4), *c, *o] for t, c, o in sampler.samples)
     rows = analyse_chain(fabric, uplinks, case, flows, seeds, packets, d, sampler.samples, args)
-    for r in rows:
-        r["flowlets_per_flow_s"] = round(flowlet_rate, 1) if case.mode == "flowlet" else None
+    for row in rows:
+        row["flowlets_per_flow_s"] = round(flowlet_rate, 1) if case.mode == "flowlet" else None
     return rows
 
 
@@ -557,7 +564,7 @@ def run_fct(topo, fabric: Fabric, uplinks: list[Uplink], mode: str, ctl, net, ar
     finally:
         stop_agents(procs)
     net.check_alive()
-    failed = [p.args[3] for p in procs if p.returncode]
+    failed = [agent_host(p) for p in procs if p.returncode]
     if failed:
         raise RuntimeError(f"FCT {fabric.name} {mode}: agents on {failed} failed; see {d}/*.log")
     rows = []

@@ -10,6 +10,7 @@ ones; tests/unit/fabric/test_generate.py runs that).
 from __future__ import annotations
 
 import argparse
+import functools
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -25,14 +26,17 @@ TOPOLOGIES = REPO / "topologies"
 
 def outputs() -> dict[Path, Callable[[], str]]:
     """Each generated file -> the function that renders it."""
+    def lanes() -> str:
+        return aggregation_lanes.render(aggregation_lanes.elements())
+
     out: dict[Path, Callable[[], str]] = {
-        aggregation_lanes.OUTPUT: lambda: aggregation_lanes.render(aggregation_lanes.elements()),
+        aggregation_lanes.OUTPUT: lanes,
         TOPOLOGIES / "fat-tree-k4.yaml": lambda: fat_tree(4),
         TOPOLOGIES / "rail-optimized.yaml": rail_optimized,
         TOPOLOGIES / "dual-plane.yaml": dual_plane,
     }
     for d in dashboards.dashboards():
-        out[dashboards.OUT_DIR / f"{d.uid}.json"] = lambda d=d: dashboards.render(d)
+        out[dashboards.OUT_DIR / f"{d.uid}.json"] = functools.partial(dashboards.render, d)
     return out
 
 

@@ -126,9 +126,9 @@ class FabricCLI(cmd.Cmd):
             topo = self.net.topo
             print(f"usage: routes <switch|host> ({', '.join(topo.switches)}; {', '.join(topo.hosts)})")
             return
-        for r in self.net.topo.routes()[name]:
-            hops = ", ".join(f"port {h.port} -> {h.peer}" for h in r.next_hops)
-            print(f"{r.prefix:18s} {hops}")
+        for route in self.net.topo.routes()[name]:
+            hops = ", ".join(f"port {h.port} -> {h.peer}" for h in route.next_hops)
+            print(f"{route.prefix:18s} {hops}")
 
     def do_pingall(self, _arg: str):
         """Ping every ordered pair of hosts; with multi-homed hosts, every

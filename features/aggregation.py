@@ -32,12 +32,13 @@ that is not set up are dropped as DROP_AGG_UNKNOWN_JOB.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from collections.abc import Set as AbstractSet
+from typing import Any, NoReturn, Optional
 
 from p4.v1 import p4runtime_pb2
 
 from wire import aggregation as ah
-from core.feature import FeatureBase, Pieces, check_mapping
+from core.feature import Fail, FeatureBase, Pieces, check_mapping
 from core.p4constants import constants
 from core.p4info import EntryError, P4Info
 from core.sync import SwitchState
@@ -111,7 +112,7 @@ def _int(value: Any, lo: int, hi: int) -> Optional[int]:
     return value
 
 
-def parse_section(raw: Any, topo, fail: Callable[[str, str], None]) -> AggregationConfig:
+def parse_section(raw: Any, topo, fail: Fail) -> AggregationConfig:
     """Validate a topology's `aggregation:` section and place the jobs' slots."""
     check_mapping(raw, SECTION, FIELDS, fail, what="{jobs, shared_slots, steal_after_ms}")
     shared_slots = _int(raw.get("shared_slots", DEFAULT_SHARED_SLOTS), 1, AGG_SLOTS)
@@ -154,10 +155,11 @@ def parse_section(raw: Any, topo, fail: Callable[[str, str], None]) -> Aggregati
             fail(f"{where}.slots", "a shared job takes slots from the shared pool: give slots or shared, not both")
         slots = 0
         if not shared:
-            slots = _int(item.get("slots"), 1, AGG_SLOTS)
-            if slots is None:
+            dedicated = _int(item.get("slots"), 1, AGG_SLOTS)
+            if dedicated is None:
                 fail(f"{where}.slots", f"expected dedicated slots 1..{AGG_SLOTS} (or shared: true), "
                                        f"got {item.get('slots')!r}")
+            slots = dedicated
         jobs.append(Job(job_id, tuple(workers), server, slots, shared))
     cfg = AggregationConfig(tuple(jobs), shared_slots, steal)
     try:
@@ -193,7 +195,7 @@ def place(topo, cfg: AggregationConfig) -> dict[int, JobPlacement]:
     return placements
 
 
-def empty_state(p4info: P4Info, groups: set[int] = frozenset()) -> SwitchState:
+def empty_state(p4info: P4Info, groups: AbstractSet[int] = frozenset()) -> SwitchState:
     return SwitchState(managed_tables={p4info.table(t).preamble.id for t in (JOB_TABLE, WORKER_TABLE, REPLICA_TABLE)},
                        managed_multicast_groups=set(groups))
 
@@ -345,7 +347,7 @@ class AggregationRuntime:
                "jobs": [{"job": j.job, "workers": list(j.workers), "server": j.server,
                          **({"shared": True} if j.shared else {"slots": j.slots})} for j in jobs]}
 
-        def fail(where: str, what: str):
+        def fail(where: str, what: str) -> NoReturn:
             raise EntryError(f"{where}: {what}")
 
         topo.features[SECTION] = parse_section(raw, topo, fail)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from core.feature import CounterMetric, FeatureBase, Pieces, section_items
+from core.feature import CounterMetric, Fail, FeatureBase, Pieces, section_items
 from core.p4info import EntryError, P4Info
 from core.sync import SwitchState
 
@@ -53,7 +53,7 @@ class EcnProfile:
         return cls.from_mapping({"mode": "wred", "kmin": kmin, "kmax": kmax, "pmax": pmax})
 
     @classmethod
-    def from_mapping(cls, raw: Mapping[str, Any], fail: Callable[[str, str], None] | None = None) -> "EcnProfile":
+    def from_mapping(cls, raw: Mapping[str, Any], fail: Fail | None = None) -> "EcnProfile":
         def bad(field: str, what: str):
             if fail:
                 fail(field, what)
@@ -109,7 +109,7 @@ class EcnProfile:
         return f"WRED Kmin={self.kmin} Kmax={self.kmax} Pmax={self.pmax:g}"
 
 
-def parse_section(raw: Any, topo, fail: Callable[[str, str], None]) -> dict[tuple[str, int], EcnProfile]:
+def parse_section(raw: Any, topo, fail: Fail) -> dict[tuple[str, int], EcnProfile]:
     """Validate a topology's `ecn:` list -> {(switch, port): profile}.
     `fail(field, what)` raises the loader's error naming file and field."""
     profiles: dict[tuple[str, int], EcnProfile] = {}

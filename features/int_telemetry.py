@@ -46,7 +46,7 @@ from typing import Any, Callable, Mapping, Optional
 from p4.v1 import p4runtime_pb2
 
 from wire import int_telemetry as ih
-from core.feature import CounterMetric, FeatureBase, Pieces
+from core.feature import CounterMetric, Fail, FeatureBase, Pieces
 from core.p4constants import constants
 from core.p4info import P4Info
 from core.sync import SwitchState
@@ -254,7 +254,7 @@ def parse_rule(raw: Mapping[str, Any]) -> WatchRule:
     return WatchRule(**kw)
 
 
-def parse_section(raw: Any, topo, fail: Callable[[str, str], None]) -> IntConfig:
+def parse_section(raw: Any, topo, fail: Fail) -> IntConfig:
     """Validate a topology's `int:` section (feature interface)."""
     if not isinstance(raw, dict):
         fail("int", "expected a mapping with collector and watchlist")

@@ -24,11 +24,11 @@ controller.feature("load_balancing").set_mode(switch, mode[, prefix]) changes on
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, NoReturn, Optional
 
 from core.forwarding import ECMP_SLOTS, LPM_TABLE, NEXT_HOP_TABLE, ecmp_seed, forwarding_state, slots_on_switch
 from core.p4constants import constants
-from core.feature import FeatureBase, Pieces, section_items
+from core.feature import Fail, FeatureBase, Pieces, section_items
 from core.p4info import EntryError, P4Info
 from core.sync import SwitchState
 from core.topology import NextHop
@@ -57,7 +57,7 @@ class LbMode:
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any], fail: Optional[Callable[[str, str], None]] = None) -> "LbMode":
-        def bad(field: str, what: str):
+        def bad(field: str, what: str) -> NoReturn:
             if fail:
                 fail(field, what)
             raise ValueError(f"{field}: {what}")
@@ -121,7 +121,7 @@ def check_prefix(topo, switch: str, prefix: str, mode: LbMode, others: Mapping[s
     return None
 
 
-def parse_section(raw: Any, topo, fail: Callable[[str, str], None]) -> dict[str, SwitchModes]:
+def parse_section(raw: Any, topo, fail: Fail) -> dict[str, SwitchModes]:
     """Validate a topology's `load_balancing:` list -> {switch: its modes}."""
     modes: dict[str, SwitchModes] = {}
     for where, item, name in section_items(raw, SECTION, FIELDS, topo, fail, what="{switch, mode, ...}",

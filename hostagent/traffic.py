@@ -147,7 +147,7 @@ def percentile(values: List[float], q: float) -> float:
 
 def fct_summary(rows: List[dict]) -> dict:
     fcts = [r["fct_s"] for r in rows if r["complete"]]
-    out = {"transfers": len(rows), "complete": len(fcts)}
+    out: dict[str, float] = {"transfers": len(rows), "complete": len(fcts)}
     if fcts:
         out.update(fct_mean_s=sum(fcts) / len(fcts), fct_p50_s=percentile(fcts, 50),
                    fct_p99_s=percentile(fcts, 99), fct_max_s=max(fcts))

@@ -138,9 +138,11 @@ class Collector:
     # -- the per-datagram path ------------------------------------------------
 
     def _receive(self) -> None:
+        sock = self.sock
+        assert sock is not None  # start() opens it before starting this thread
         while not self._stop.is_set():
             try:
-                data = self.sock.recv(MAX_DATAGRAM)
+                data = sock.recv(MAX_DATAGRAM)
             except socket.timeout:
                 continue
             except OSError:
@@ -167,7 +169,7 @@ class Collector:
             if self._csv is None:
                 return
             switch = self.state.switch(pkt.node_id)
-            for o in outcomes or [None]:
+            for o in outcomes if outcomes else [None]:
                 row = {"time": f"{now:.6f}", "node_id": pkt.node_id, "switch": switch, "hw_id": pkt.hw_id,
                        "seq_no": pkt.seq_no, "verdict": verdict}
                 if o is not None:

@@ -89,6 +89,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                               node_names=names).start()
         exporter = SwitchExporter(topo, Bmv2Reader(args.p4info), interval=args.interval).start(
             port=args.exporter_port)
+        assert collector.server is not None and exporter.server is not None  # start() opened them
         if not args.no_prometheus:
             config = prometheus_config.write(
                 run_dir / "prometheus.yml",
@@ -107,6 +108,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"monitor: collector     -> {collector.server.url}")
     print(f"monitor: switches      -> {exporter.server.url}")
     if prom is not None:
+        assert prom.proc is not None  # start() launched it
         print(f"monitor: Prometheus    -> {prom.url}  (pid {prom.proc.pid}, config {prom.config}, log {prom.log})")
     print("monitor: Grafana       -> docker compose -f telemetry/docker-compose.yml up grafana "
           f"(http://127.0.0.1:{m.GRAFANA_PORT}; dashboards in telemetry/grafana/dashboards)")
@@ -120,11 +122,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         while not stop.wait(0.5):
             now = time.monotonic()
-            if prom is not None and prom.proc.poll() is not None:
-                print(f"monitor: Prometheus exited ({prom.proc.returncode}); its log:\n{prom.log_tail()}",
-                      file=sys.stderr)
-                code = 1
-                break
+            if prom is not None:
+                assert prom.proc is not None  # running until _cleanup() stops it
+                if prom.proc.poll() is not None:
+                    print(f"monitor: Prometheus exited ({prom.proc.returncode}); its log:\n{prom.log_tail()}",
+                          file=sys.stderr)
+                    code = 1
+                    break
             if args.duration is not None and now - start >= args.duration:
                 break
             if args.progress and now - last >= args.progress:

@@ -272,12 +272,13 @@ class TelemetryState:
             return
         key = (h.node_id, h.egress_port)
         last = self._tx_last.get(key)
-        ticks = None if last is None else (h.tx_timestamp - last[1]) % TX_COUNTER_MODULUS
-        if ticks is not None and (ticks == 0 or ticks >= TX_COUNTER_MODULUS // 2):
+        if last is None:                             # the first sample: nothing to compare with yet
+            self._tx_last[key] = (h.tx_bytes, h.tx_timestamp)
+            return
+        ticks = (h.tx_timestamp - last[1]) % TX_COUNTER_MODULUS
+        if ticks == 0 or ticks >= TX_COUNTER_MODULUS // 2:
             return                                   # same instant, or an older sample (reordered report)
         self._tx_last[key] = (h.tx_bytes, h.tx_timestamp)
-        if last is None:
-            return
         rate = (h.tx_bytes - last[0]) % TX_COUNTER_MODULUS * 8 / (ticks * self.unit_s)
         self.tx_rate[key] = rate
         self.metric[m.INT_PORT_TX_RATE.name].labels(*self._node(h.node_id), str(h.egress_port)).set(rate)

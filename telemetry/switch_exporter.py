@@ -111,10 +111,10 @@ def samples(topo, readings: Iterable[SwitchReadings], reasons: dict[int, str],
                 name = reasons.get(code, f"reason_{code}")
                 fam[m.FABRIC_DROPS.name].add_metric([r.switch, name], float(drops.get(code, (0, 0))[0]))
         for c in m.FEATURE_COUNTERS:
-            cells = {name: r.counters.get(name) for name in c.counters}
-            if c.label == "port" or c.values is None or any(v is None for v in cells.values()):
+            if c.label == "port" or c.values is None or any(name not in r.counters for name in c.counters):
                 continue
-            for label, number in c.values(cells).items():
+            read = {name: r.counters[name] for name in c.counters}
+            for label, number in c.values(read).items():
                 fam[c.metric].add_metric([r.switch, label], number)
     for (switch, source), n in sorted((read_errors or {}).items()):
         fam[m.FABRIC_READ_ERRORS.name].add_metric([switch, source], float(n))
@@ -293,6 +293,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         topo = load_topology(args.topology)
         reader = Bmv2Reader(args.p4info, election_id=args.election_id, read_qdepth=not args.no_qdepth)
         exporter = SwitchExporter(topo, reader, interval=args.interval).start(args.bind, args.port)
+        assert exporter.server is not None  # start() opened it
     except (TopologyError, OSError) as exc:
         print(f"switch_exporter: error: {exc}", file=sys.stderr)
         return 2

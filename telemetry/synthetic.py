@@ -84,12 +84,13 @@ def flow_report(flow: Flow, path: list[Hop], *, seq_no: int, start_ts: int, late
                                   tx_bytes=None if tx_bytes is None else tx_bytes[i],
                                   link_rate_mbps=None if tx_bytes is None else 100))
         ts += latencies[i] + link_delay
-    ds = dict(ds_id=FABRIC_DS_ID, ds_instruction=HPCC_DS) if tx_bytes is not None else {}
-    pkt = int_source(flow.packet(PAYLOAD), metas[0], instructions=FLOW_INSTRUCTIONS, max_hops=8, **ds)
+    ds_id, ds_instruction = (FABRIC_DS_ID, HPCC_DS) if tx_bytes is not None else (0, 0)   # 0: int_source's defaults
+    pkt = int_source(flow.packet(PAYLOAD), metas[0], instructions=FLOW_INSTRUCTIONS, max_hops=8,
+                     ds_id=ds_id, ds_instruction=ds_instruction)
     for meta in metas[1:-1]:
         pkt = int_transit(pkt, meta)
     sink = metas[-1]
-    return bytes(int_report(pkt, node_id=sink.node_id, seq_no=seq_no % SEQ_MODULUS, hw_id=hw_id,
+    return bytes(int_report(pkt, node_id=path[-1].node_id, seq_no=seq_no % SEQ_MODULUS, hw_id=hw_id,
                             metadata=HopMetadata(ingress_port=sink.ingress_port, egress_port=sink.egress_port,
                                                  hop_latency=sink.hop_latency, queue_id=sink.queue_id,
                                                  queue_occupancy=sink.queue_occupancy,

@@ -75,7 +75,8 @@ class Aggregation(Packet):
         ShortField("slot", 0),
         ShortField("reserved", 0),
         IntField("seq", 0),
-        FieldListField("elements", [0] * ELEMENTS, SignedIntField("", 0), count_from=lambda p: ELEMENTS),
+        FieldListField("elements", [0] * ELEMENTS, SignedIntField("", 0),  # type: ignore[list-item]  # scapy stubs: default is values, not fields
+                       count_from=lambda p: ELEMENTS),
     ]
 
     def extract_padding(self, s: bytes):
@@ -89,7 +90,8 @@ class AggregationWide(Packet):
     """A parameter server's result: ELEMENTS int64 sums (flag WIDE)."""
     name = "AggregationWide"
     fields_desc = Aggregation.fields_desc[:7] + [
-        FieldListField("elements", [0] * ELEMENTS, SignedLongField("", 0), count_from=lambda p: ELEMENTS),
+        FieldListField("elements", [0] * ELEMENTS, SignedLongField("", 0),  # type: ignore[list-item]  # as above
+                       count_from=lambda p: ELEMENTS),
     ]
 
     def extract_padding(self, s: bytes):

@@ -717,7 +717,7 @@ def _l4(pkt: Packet) -> Packet:
 
 
 def _redissect(pkt: Packet) -> Packet:
-    ip = pkt.getlayer(IP)
+    ip = pkt[IP]
     del ip.len, ip.chksum
     l4 = ip.payload
     if isinstance(l4, UDP):
@@ -787,8 +787,8 @@ class SinkResult:
     inner packet) and the decoded stack (`hops`, top first)."""
     packet: Packet
     received: Packet
-    shim: INTShim
-    header: INTMetadataHeader
+    shim: Packet                 # INTShim
+    header: Packet               # INTMetadataHeader
     hops: list[HopMetadata]
 
 
@@ -804,6 +804,8 @@ def int_sink(pkt: Packet) -> SinkResult:
         raise IntModelError(f"no INT-MD shim/header/stack in {p.summary()}")
     ip = p[IP]
     l4 = shim.underlayer
+    if l4 is None:
+        raise IntModelError(f"an INT shim with nothing under it in {p.summary()}")
     original_payload = stack.payload.copy()
     hops = list(stack.hops)
     if shim.npt == NPT_IP_PROTO:

@@ -39,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
-from core.feature import check_mapping
+from core.feature import Fail, check_mapping
 from core.forwarding import ecmp_seed, forwarding_state, slots_on_switch
 from core.p4constants import constants
 from core.p4info import P4Info
@@ -75,7 +75,7 @@ def _ms(value: Any) -> Optional[float]:
     return float(value)
 
 
-def parse_section(raw: Any, topo, fail: Callable[[str, str], None]) -> FailoverConfig:
+def parse_section(raw: Any, topo, fail: Fail) -> FailoverConfig:
     check_mapping(raw, SECTION, FIELDS, fail, what="{heartbeat_ms, timeout_ms, paths}")
     values = {}
     for key, default in (("heartbeat_ms", FailoverConfig.heartbeat_ms), ("timeout_ms", FailoverConfig.timeout_ms)):

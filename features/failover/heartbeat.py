@@ -28,7 +28,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
@@ -70,7 +70,8 @@ def _port_to(topo, switch: str, peer: str) -> int:
 
 def _switch_path(topo, src: str, dst: str) -> list[str]:
     """Shortest switch path src .. dst (BFS over switch links)."""
-    prev, frontier = {src: None}, [src]
+    prev: dict[str, Optional[str]] = {src: None}
+    frontier = [src]
     while frontier and dst not in prev:
         nxt = []
         for s in frontier:
@@ -82,8 +83,10 @@ def _switch_path(topo, src: str, dst: str) -> list[str]:
     if dst not in prev:
         raise SourceRouteError(f"no switch path from {src} to {dst}")
     path = [dst]
-    while prev[path[-1]] is not None:
-        path.append(prev[path[-1]])
+    up = prev[dst]
+    while up is not None:
+        path.append(up)
+        up = prev[up]
     return path[::-1]
 
 
@@ -101,9 +104,9 @@ def planned_heartbeats(topo, max_hops: int = SOURCE_ROUTE_MAX_HOPS, paths: Optio
     path to B and the same way back, home; it carries B's index, and A,
     hearing it back from N, records that the round trip to B through N
     works (a failure in either direction stops it)."""
-    out = []
+    out: list[HeartbeatPath] = []
     done = set()
-    hosts_at = {}
+    hosts_at: dict[str, Any] = {}   # switch -> the first NIC attached to it
     for h in topo.hosts.values():
         for nic in h.nics.values():
             hosts_at.setdefault(nic.switch, nic)
@@ -223,6 +226,7 @@ def running_heartbeats(topo, period_s: float):
     repo = Path(__file__).resolve().parents[2]
     proc = subprocess.Popen([sys.executable, "-c", "from features.failover.heartbeat import _serve; _serve()"],
                             cwd=repo, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None     # both PIPE
     try:
         proc.stdin.write(pickle.dumps((topo, period_s)))
         proc.stdin.close()

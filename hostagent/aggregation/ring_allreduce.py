@@ -426,6 +426,7 @@ class RingAllReduce:
     # -- one step -------------------------------------------------------------
 
     def _run_step(self, step: int, acc: np.ndarray, deadline: float) -> None:
+        assert self._layout is not None  # set by allreduce() before its steps
         bounds, wire = self._layout
         send_seg, recv_seg = ring_segments(self.rank, self.n, step)
         payload = acc[bounds[send_seg]:bounds[send_seg + 1]].astype(wire).tobytes()
@@ -458,6 +459,7 @@ class RingAllReduce:
     def _recv_step(self, step: int) -> _RecvStep:
         rcv = self._recv.get(step)
         if rcv is None:
+            assert self._layout is not None  # only during a call, after allreduce() set it
             bounds, wire = self._layout
             seg = ring_segments(self.rank, self.n, step)[1]
             rcv = self._recv[step] = _RecvStep(step, bounds[seg + 1] - bounds[seg], wire.itemsize)

@@ -42,6 +42,7 @@ def _collect(procs: list[tuple[str, subprocess.Popen, Path, Path]], timeout_s: f
     deadline = time.monotonic() + timeout_s
     results, failures = [], []
     for name, proc, log, prefix in procs:
+        rc: int | str
         try:
             rc = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:

@@ -252,11 +252,13 @@ class ThreadAllReduce:
         self._barrier = threading.Barrier(n, action=self._reduce, timeout=timeout_s)
 
     def _reduce(self) -> None:
-        shapes = {np.shape(v) for v in self._inputs}
+        inputs = [v for v in self._inputs if v is not None]
+        assert len(inputs) == self.n  # every worker stored its vector before reaching the barrier
+        shapes = {np.shape(v) for v in inputs}
         if len(shapes) != 1:
             raise ValueError(f"ThreadAllReduce: workers passed different shapes {sorted(shapes)}")
-        total = self._inputs[0].copy()
-        for v in self._inputs[1:]:
+        total = inputs[0].copy()
+        for v in inputs[1:]:
             total += v
         self._result = self.transform(total) if self.transform is not None else total
 
@@ -267,6 +269,7 @@ class ThreadAllReduce:
         def allreduce(vector: np.ndarray) -> np.ndarray:
             self._inputs[rank] = np.asarray(vector)
             self._barrier.wait()        # the last to arrive runs _reduce before anyone leaves
+            assert self._result is not None
             return self._result.copy()  # the next _reduce needs this thread at the barrier again
         return allreduce
 
@@ -300,7 +303,9 @@ def run_threads(n_workers: int, epochs: int = 30, batch_size: int = 64, lr: floa
                  next((e for e in errors if e is not None), None))
     if first is not None:
         raise first
-    return results
+    done = [r for r in results if r is not None]
+    assert len(done) == n_workers  # no worker failed, so every one stored its records
+    return done
 
 
 def write_records_csv(records: Sequence[EpochRecord], path: str | Path) -> Path:
@@ -367,9 +372,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             with RingAllReduce(a.rank, addresses, a.port, timeout_s=a.timeout) as ring:
                 records = train(a.rank, len(addresses), ring.allreduce, a.epochs, a.batch_size, a.lr, a.seed,
                                 on_epoch=_print_record)
-                s = ring.stats
-                print(f"ring: {s.calls} all-reduces, sent {s.packets_sent} packets / {s.bytes_sent} B, "
-                      f"{s.retransmissions} retransmissions")
+                rs = ring.stats
+                print(f"ring: {rs.calls} all-reduces, sent {rs.packets_sent} packets / {rs.bytes_sent} B, "
+                      f"{rs.retransmissions} retransmissions")
         elif a.workers > 1:
             out = a.out or f"training-results/threads{a.workers}"
             records = run_threads(a.workers, a.epochs, a.batch_size, a.lr, a.seed, on_epoch=_print_record)[0]

@@ -90,7 +90,8 @@ def run_sender(a, progress=None, write: bool = True) -> dict:
     rp = ReactionPoint(params, now=0.0)
     plb = plb_from_args(a, sport=int.from_bytes(frame[UDP_SPORT:UDP_SPORT + 2], "big"))
     limit = getattr(a, "packets", None)
-    series, ignored = [], defaultdict(int)
+    series = []
+    ignored: defaultdict[str, int] = defaultdict(int)
     sent = 0
     if a.start_at:
         time.sleep(max(0.0, a.start_at - time.time()))
@@ -178,7 +179,7 @@ def run_receiver(a, progress=None, write: bool = True) -> dict:
     sock.settimeout(0.05 if rob is None else min(0.05, a.reorder_timeout / 4))  # timeouts fire on time
     flows: dict = {}
     cnp_frames: dict = {}
-    ignored = defaultdict(int)
+    ignored: defaultdict[str, int] = defaultdict(int)
     # flow -> bin -> [pkts, ce, lost, reorder buffer max occupancy]; with --reorder, lost = declared lost
     bins: dict = defaultdict(lambda: defaultdict(lambda: [0, 0, 0, 0]))
     if a.start_at:

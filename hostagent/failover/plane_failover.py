@@ -107,13 +107,14 @@ class FlowSender:
         interval = 1.0 / (self.rate_pps * len(self.flows) / per_peer)
         sel = selectors.DefaultSelector()
         for f in self.flows:
-            sel.register(f.sock, selectors.EVENT_READ)
+            sel.register(f.sock, selectors.EVENT_READ, data=f.sock)
         next_at, k = time.monotonic(), 0
         while not stop.is_set():
             for key, _ in sel.select(max(0.0, next_at - time.monotonic())):
+                sock: socket.socket = key.data
                 while True:
                     try:
-                        data = key.fileobj.recv(2048)
+                        data = sock.recv(2048)
                     except (BlockingIOError, InterruptedError):
                         break
                     except OSError:             # e.g. an ICMP error queued on the socket
@@ -236,6 +237,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if not 0 <= getattr(args, "sender_id", 0) <= 0xFFFF:
         ap.error("--sender-id must be in 0..65535")
+    agent: FlowSender | FlowReceiver
     try:
         if args.command == "send":
             agent = FlowSender(args.host, args.sender_id, dict(args.peer), flows_per_peer=args.flows,
@@ -255,15 +257,17 @@ def main(argv=None) -> int:
     finally:
         timer.cancel()
         agent.close()
-    if args.command == "send":
+    result: dict[str, object]
+    if isinstance(agent, FlowSender):            # args.command == "send"
+        packets = len(agent.sent)
         result = {"sent": agent.sent, "send_errors": agent.send_errors, "malformed_acks": agent.malformed,
                   "moves": [[f.index, *m] for f in agent.flows for m in f.moves], "flows": len(agent.flows)}
     else:
+        packets = len(agent.received)
         result = {"received": agent.received, "malformed": agent.malformed}
     with open(args.out, "w") as f:
         json.dump(result, f)
-    print(f"{args.command}: {len(result.get('sent', result.get('received')))} packets; results in {args.out}",
-          flush=True)
+    print(f"{args.command}: {packets} packets; results in {args.out}", flush=True)
     return 0
 
 

@@ -29,7 +29,7 @@ from scapy.packet import Raw
 from wire.source_routing import ETHERTYPE_SOURCE_ROUTE, SOURCE_ROUTE_MAX_HOPS, SourceRoute, SourceRouteError
 from wire.int_telemetry import (INS_L1_PORTS, INS_NODE_ID, INT_UDP_PORT, NPT_UDP_PORT, INTMetadataHeader,
                           INTMetadataStack, INTShim)
-from core.probe_planner import plan_probe_paths
+from core.probe_planner import ProbePath, plan_probe_paths
 from core.netns import socket_in_netns
 from core.topology import TopologyError
 from features import load_topology
@@ -63,7 +63,7 @@ def probe_frame(ports: Iterable[int], *, src_mac: str, dst_mac: str, src_ip: str
 @dataclass(frozen=True)
 class PlannedProbe:
     """A planned path, ready to send from `host`'s NIC `iface`."""
-    path: object                     # core.probe_planner.ProbePath
+    path: ProbePath
     host: str
     iface: str
     frame: bytes

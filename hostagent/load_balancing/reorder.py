@@ -215,6 +215,8 @@ class ReorderBuffer:
         """PSNs missing now between the next expected one and the highest held one."""
         if not self._held:
             return 0
+        # something is held, so a packet arrived: both are set
+        assert self._highest is not None and self._expected is not None
         return self._highest + 1 - self._expected - len(self._held)
 
     @property
@@ -346,6 +348,7 @@ class ReorderBuffer:
         """Deliver everything held up to `target` (a held seq), declaring the holes
         before it lost, then what follows contiguously. Returns packets delivered."""
         before = len(out.delivered)
+        assert self._expected is not None  # `target` is held, so a packet arrived
         while self._expected <= target:
             nxt = self._heap[0]
             if nxt > self._expected:
