@@ -28,23 +28,23 @@ Required: the feature's `name` (its stem: the same in every layer, see
         bench_frames(switch_mac, host_mac), the frames to send then, and
         bench_what, what the row measures.
 
-Optional hooks (defaults here do nothing):
+Optional (FeatureSpec's defaults do nothing):
 
     runtime(controller) -> handle        controller.feature(name): runtime changes
     background(topo, controller, lock, say) -> context managers
                                          what runs beside a network while it is up
-    commands() -> {name: Command}        commands the fabric shell gains (a running network)
-    cli() -> {name: CliCommand}          subcommands the `fabric` command gains
-    counters() -> (CounterMetric, ...)   P4 counters the switch exporter publishes
+    commands: {name: Command}            commands the fabric shell gains (a running network)
+    cli: {name: CliCommand}              subcommands the `fabric` command gains
+    counters: (CounterMetric, ...)       P4 counters the switch exporter publishes
 
-`FeatureBase` gives those defaults; a feature subclasses it.
+A feature module declares itself as `FEATURE = FeatureSpec(...)`.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Mapping, NoReturn, Optional, Protocol, \
     Sequence, runtime_checkable
@@ -123,12 +123,36 @@ class CounterMetric:
     values: Optional[Callable[[Mapping[str, Cells]], dict[str, float]]] = None
 
 
+Background = Callable[["Topology", "FabricController", threading.Lock, Callable[[str], None]],
+                     list[ContextManager[Any]]]
+
+
 @runtime_checkable
 class Feature(Protocol):
-    name: str
-    section: str
-    summary: str
-    pieces: Pieces
+    """What the core, the front door and the exporter use of a feature (read-only)."""
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def section(self) -> str: ...
+
+    @property
+    def summary(self) -> str: ...
+
+    @property
+    def pieces(self) -> Pieces: ...
+
+    @property
+    def bench_what(self) -> str: ...                # what its bench rows measure ("": "<section> on for all traffic")
+
+    @property
+    def commands(self) -> Mapping[str, Command]: ...        # fabric shell commands
+
+    @property
+    def cli(self) -> Mapping[str, CliCommand]: ...          # `fabric` subcommands
+
+    @property
+    def counters(self) -> tuple[CounterMetric, ...]: ...    # published by the switch exporter
 
     def parse_section(self, raw: Any, topo: "Topology", fail: Fail) -> Any: ...
 
@@ -137,48 +161,53 @@ class Feature(Protocol):
 
     def bench_states(self, p4info: P4Info, port: int) -> dict[str, SwitchState]: ...
 
+    def bench_frames(self, switch_mac: str, host_mac: str) -> Optional[list[bytes]]: ...
+
     def runtime(self, controller: "FabricController") -> Any: ...
 
     def background(self, topo: "Topology", controller: "FabricController", lock: threading.Lock,
                    say: Callable[[str], None]) -> list[ContextManager[Any]]: ...
 
-    def commands(self) -> dict[str, Command]: ...
 
-    def cli(self) -> dict[str, CliCommand]: ...
-
-    def bench_frames(self, switch_mac: str, host_mac: str) -> Optional[list[bytes]]: ...
-
-    def counters(self) -> tuple[CounterMetric, ...]: ...
+def _no_frames(switch_mac: str, host_mac: str) -> Optional[list[bytes]]:
+    return None
 
 
-class FeatureBase:
-    """Defaults of the optional hooks; a feature subclasses this and defines
-    the required members (see the module docstring)."""
+def _no_runtime(controller: "FabricController") -> Any:
+    return None
+
+
+def _nothing(topo: "Topology", controller: "FabricController", lock: threading.Lock,
+             say: Callable[[str], None]) -> list[ContextManager[Any]]:
+    return []
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """A feature declared in one place: its module's functions, and the
+    optional hooks left at their defaults (no runtime handle, nothing in the
+    background, no commands, no counters, plain UDP for the bench).
+    A Feature; a feature with state of its own may implement the protocol
+    in a class instead."""
     name: str
     section: str
     summary: str
     pieces: Pieces
-    bench_what: str = ""            # what the bench row measures, when not "<section> on for all traffic"
+    parse_section: Callable[[Any, "Topology", Fail], Any]
+    switch_state: Callable[..., SwitchState]        # (p4info, topo, switch, *, forwarding=None)
+    bench_states: Callable[[P4Info, int], dict[str, SwitchState]]
+    bench_what: str = ""
+    bench_frames: Callable[[str, str], Optional[list[bytes]]] = _no_frames
+    runtime: Callable[["FabricController"], Any] = _no_runtime
+    background: Background = _nothing
+    commands: Mapping[str, Command] = field(default_factory=dict)
+    cli: Mapping[str, CliCommand] = field(default_factory=dict)
+    counters: tuple[CounterMetric, ...] = ()
 
-    def runtime(self, controller: "FabricController") -> Any:
-        return None
 
-    def background(self, topo: "Topology", controller: "FabricController", lock: threading.Lock,
-                   say: Callable[[str], None]) -> list[ContextManager[Any]]:
-        return []
-
-    def commands(self) -> dict[str, Command]:
-        return {}
-
-    def cli(self) -> dict[str, CliCommand]:
-        return {}
-
-    def bench_frames(self, switch_mac: str, host_mac: str) -> Optional[list[bytes]]:
-        """The frames `fabric bench` sends with the feature on (None: plain UDP)."""
-        return None
-
-    def counters(self) -> tuple[CounterMetric, ...]:
-        return ()
+def one_mode(bench_state: Callable[[P4Info, int], SwitchState]) -> Callable[[P4Info, int], dict[str, SwitchState]]:
+    """bench_states of a feature with a single mode (its row is "fabric+<section>")."""
+    return lambda p4info, port: {"": bench_state(p4info, port)}
 
 
 def check_features(features: Sequence[Feature]) -> tuple[Feature, ...]:

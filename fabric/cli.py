@@ -106,7 +106,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--markdown", action="store_true", help="as the README's table")
     feature_commands = {}
     for f in FEATURES:
-        for name, command in f.cli().items():
+        for name, command in f.cli.items():
             p = sub.add_parser(name, help=f"{command.help} ({f.name})")
             p.add_argument("--topology", "-t", required=True, help="topology name in topologies/ or a YAML path")
             command.add_arguments(p)

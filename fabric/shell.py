@@ -24,7 +24,7 @@ class FabricCLI(cmd.Cmd):
     def __init__(self, net: Network, controller: FabricController, lock: "threading.Lock | None" = None):
         super().__init__()
         self.feature_commands = {name: command for f in net.topo.known_features
-                                 for name, command in f.commands().items()}
+                                 for name, command in f.commands.items()}
         self.net = net
         self.ctl = controller
         self.lock = lock or threading.Lock()     # shared with the recovery supervisor (core/supervisor.py)

@@ -38,7 +38,7 @@ from typing import Any, NoReturn, Optional
 from p4.v1 import p4runtime_pb2
 
 from wire import aggregation as ah
-from core.feature import Fail, FeatureBase, Pieces, check_mapping
+from core.feature import Fail, FeatureSpec, Pieces, check_mapping, one_mode
 from core.p4constants import constants
 from core.p4info import EntryError, P4Info
 from core.sync import SwitchState
@@ -354,27 +354,10 @@ class AggregationRuntime:
         return self.ctl.program_all()
 
 
-class Aggregation(FeatureBase):
-    name = "aggregation"
-    section = SECTION
-    summary = "in-network gradient aggregation: SwitchML slots with shadow sets, ATP-style pool shared by jobs"
-    pieces = Pieces.of("aggregation", p4=("aggregation.p4", "aggregation_lanes.p4"))
-    bench_what = BENCH_WHAT
-
-    def parse_section(self, raw, topo, fail):
-        return parse_section(raw, topo, fail)
-
-    def switch_state(self, p4info, topo, switch, *, forwarding=None):
-        return switch_state(p4info, topo, switch, forwarding=forwarding)
-
-    def bench_states(self, p4info, port):
-        return {"": bench_state(p4info, port)}
-
-    def bench_frames(self, switch_mac, host_mac):
-        return bench_frames(switch_mac, host_mac)
-
-    def runtime(self, controller):
-        return AggregationRuntime(controller)
-
-
-FEATURE = Aggregation()
+FEATURE = FeatureSpec(
+    name="aggregation", section=SECTION,
+    summary="in-network gradient aggregation: SwitchML slots with shadow sets, ATP-style pool shared by jobs",
+    pieces=Pieces.of("aggregation", p4=("aggregation.p4", "aggregation_lanes.p4")),
+    parse_section=parse_section, switch_state=switch_state, bench_states=one_mode(bench_state),
+    bench_what=BENCH_WHAT, bench_frames=bench_frames,
+    runtime=AggregationRuntime)

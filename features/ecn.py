@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from core.feature import CounterMetric, Fail, FeatureBase, Pieces, section_items
+from core.feature import CounterMetric, Fail, FeatureSpec, Pieces, one_mode, section_items
 from core.p4info import EntryError, P4Info
 from core.sync import SwitchState
 
@@ -179,26 +179,9 @@ class EcnRuntime:
         return self.ctl.program_switch(switch)
 
 
-class Ecn(FeatureBase):
-    name = "ecn"
-    section = SECTION
-    summary = "ECN marking (step or WRED) per egress port, for DCQCN senders"
-    pieces = Pieces.of("ecn", experiments=("ecn_incast",))
-
-    def parse_section(self, raw, topo, fail):
-        return parse_section(raw, topo, fail)
-
-    def switch_state(self, p4info, topo, switch, *, forwarding=None):
-        return switch_state(p4info, topo, switch, forwarding=forwarding)
-
-    def bench_states(self, p4info, port):
-        return {"": bench_state(p4info, port)}
-
-    def runtime(self, controller):
-        return EcnRuntime(controller)
-
-    def counters(self):
-        return (CounterMetric("fabric_ecn_marked", "ecn_marked_counter: packets marked CE", (MARKED_COUNTER,)),)
-
-
-FEATURE = Ecn()
+FEATURE = FeatureSpec(
+    name="ecn", section=SECTION, summary="ECN marking (step or WRED) per egress port, for DCQCN senders",
+    pieces=Pieces.of("ecn", experiments=("ecn_incast",)),
+    parse_section=parse_section, switch_state=switch_state, bench_states=one_mode(bench_state),
+    runtime=EcnRuntime,
+    counters=(CounterMetric("fabric_ecn_marked", "ecn_marked_counter: packets marked CE", (MARKED_COUNTER,)),))

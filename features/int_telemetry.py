@@ -46,7 +46,7 @@ from typing import Any, Callable, Mapping, Optional
 from p4.v1 import p4runtime_pb2
 
 from wire import int_telemetry as ih
-from core.feature import CounterMetric, Fail, FeatureBase, Pieces
+from core.feature import CounterMetric, Fail, FeatureSpec, Pieces, one_mode
 from core.p4constants import constants
 from core.p4info import P4Info
 from core.sync import SwitchState
@@ -456,26 +456,12 @@ def _report_kinds(cells) -> dict[str, float]:
     return values
 
 
-class IntTelemetry(FeatureBase):
-    name = "int_telemetry"
-    section = SECTION
-    summary = "INT v2.1 source/transit/sink with Telemetry Report v2.0 (flow, congestion, drop), probes over every link"
-    pieces = Pieces.of("int_telemetry", p4=("int_telemetry_headers.p4", "int_telemetry_source.p4",
-                                            "int_telemetry_egress.p4", "int_telemetry_drop_report.p4"))
-
-    def parse_section(self, raw, topo, fail):
-        return parse_section(raw, topo, fail)
-
-    def switch_state(self, p4info, topo, switch, *, forwarding=None):
-        return switch_state(p4info, topo, switch, forwarding=forwarding)
-
-    def bench_states(self, p4info, port):
-        return {"": bench_state(p4info, port)}
-
-    def counters(self):
-        return (CounterMetric("fabric_int_reports",
-                              "Telemetry reports a switch sent or held back (int_report_counter), by kind",
-                              (REPORT_COUNTER, DROP_LIMITED_COUNTER), label="kind", values=_report_kinds),)
-
-
-FEATURE = IntTelemetry()
+FEATURE = FeatureSpec(
+    name="int_telemetry", section=SECTION,
+    summary="INT v2.1 source/transit/sink with Telemetry Report v2.0 (flow, congestion, drop), probes over every link",
+    pieces=Pieces.of("int_telemetry", p4=("int_telemetry_headers.p4", "int_telemetry_source.p4",
+                                          "int_telemetry_egress.p4", "int_telemetry_drop_report.p4")),
+    parse_section=parse_section, switch_state=switch_state, bench_states=one_mode(bench_state),
+    counters=(CounterMetric("fabric_int_reports",
+                            "Telemetry reports a switch sent or held back (int_report_counter), by kind",
+                            (REPORT_COUNTER, DROP_LIMITED_COUNTER), label="kind", values=_report_kinds),))

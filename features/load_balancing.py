@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping, NoReturn, Optional
 
 from core.forwarding import ECMP_SLOTS, LPM_TABLE, NEXT_HOP_TABLE, ecmp_seed, forwarding_state, slots_on_switch
 from core.p4constants import constants
-from core.feature import Fail, FeatureBase, Pieces, section_items
+from core.feature import Fail, FeatureSpec, Pieces, section_items
 from core.p4info import EntryError, P4Info
 from core.sync import SwitchState
 from core.topology import NextHop
@@ -254,23 +254,9 @@ class LoadBalancingRuntime:
         return self.ctl.program_switch(switch)
 
 
-class LoadBalancing(FeatureBase):
-    name = "load_balancing"
-    section = SECTION
-    summary = "flowlets, per-packet spraying, queue-aware adaptive choice per ECMP group; PLB and reordering in the hosts"
-    pieces = Pieces.of("load_balancing")
-
-    def parse_section(self, raw, topo, fail):
-        return parse_section(raw, topo, fail)
-
-    def switch_state(self, p4info, topo, switch, *, forwarding=None):
-        return switch_state(p4info, topo, switch, forwarding=forwarding)
-
-    def bench_states(self, p4info, port):
-        return bench_states(p4info, port)
-
-    def runtime(self, controller):
-        return LoadBalancingRuntime(controller)
-
-
-FEATURE = LoadBalancing()
+FEATURE = FeatureSpec(
+    name="load_balancing", section=SECTION,
+    summary="flowlets, per-packet spraying, queue-aware adaptive choice per ECMP group; PLB and reordering in the hosts",
+    pieces=Pieces.of("load_balancing"),
+    parse_section=parse_section, switch_state=switch_state, bench_states=bench_states,
+    runtime=LoadBalancingRuntime)

@@ -11,7 +11,7 @@ Switch restart (core/supervisor.py) and controller high availability
 """
 from __future__ import annotations
 
-from core.feature import CliCommand, Command, FeatureBase, Pieces, in_background
+from core.feature import CliCommand, Command, FeatureSpec, Pieces, in_background, one_mode
 from features.failover import data_plane, diagnose, heartbeat
 from features.failover.rerouting import Rerouter
 
@@ -37,40 +37,27 @@ def _fault_command(shell, arg: str) -> None:
         print(f"  also: {f}")
 
 
-class Failover(FeatureBase):
-    name = "failover"
-    section = data_plane.SECTION
-    summary = "heartbeats, per-slot backups in the data plane, controller rerouting, fault diagnose"
-    pieces = Pieces.of("failover", package=True, experiments=("failover_timeline", "failover_diagnosis"))
-
-    def parse_section(self, raw, topo, fail):
-        return data_plane.parse_section(raw, topo, fail)
-
-    def switch_state(self, p4info, topo, switch, *, forwarding=None):
-        return data_plane.switch_state(p4info, topo, switch, forwarding=forwarding)
-
-    def bench_states(self, p4info, port):
-        return {"": data_plane.bench_state(p4info, port)}
-
-    def background(self, topo, controller, lock, say):
-        """With a failover section: heartbeats on every link, and the
-        controller routing around what they call dead (and back)."""
-        cfg = topo.features.get(self.section)
-        if cfg is None:
-            return []
-        say(f"failover on: heartbeats every {cfg.heartbeat_ms:g} ms on every switch link, "
-            f"a port silent {cfg.timeout_ms:g} ms is dead")
-        rerouter = Rerouter(controller, cfg.timeout_ms, lock, on_change=lambda m: say(f"\n[reroute] {m}"))
-        return [heartbeat.running_heartbeats(topo, cfg.heartbeat_ms / 1000), in_background(rerouter.run)]
-
-    def commands(self):
-        return {"fault": Command(_fault_command, _fault_command.__doc__ or "")}
-
-    def cli(self):
-        return {"diagnose": CliCommand("name the most likely faulty link or switch of a running network",
-                                       diagnose.add_arguments, diagnose.run_cli),
-                "heartbeats": CliCommand("send heartbeats on every link of a running network",
-                                         heartbeat.add_arguments, heartbeat.run_cli)}
+def _background(topo, controller, lock, say):
+    """With a failover section: heartbeats on every link, and the
+    controller routing around what they call dead (and back)."""
+    cfg = topo.features.get(data_plane.SECTION)
+    if cfg is None:
+        return []
+    say(f"failover on: heartbeats every {cfg.heartbeat_ms:g} ms on every switch link, "
+        f"a port silent {cfg.timeout_ms:g} ms is dead")
+    rerouter = Rerouter(controller, cfg.timeout_ms, lock, on_change=lambda m: say(f"\n[reroute] {m}"))
+    return [heartbeat.running_heartbeats(topo, cfg.heartbeat_ms / 1000), in_background(rerouter.run)]
 
 
-FEATURE = Failover()
+FEATURE = FeatureSpec(
+    name="failover", section=data_plane.SECTION,
+    summary="heartbeats, per-slot backups in the data plane, controller rerouting, fault diagnose",
+    pieces=Pieces.of("failover", package=True, experiments=("failover_timeline", "failover_diagnosis")),
+    parse_section=data_plane.parse_section, switch_state=data_plane.switch_state,
+    bench_states=one_mode(data_plane.bench_state),
+    background=_background,
+    commands={"fault": Command(_fault_command, _fault_command.__doc__ or "")},
+    cli={"diagnose": CliCommand("name the most likely faulty link or switch of a running network",
+                                diagnose.add_arguments, diagnose.run_cli),
+         "heartbeats": CliCommand("send heartbeats on every link of a running network",
+                                  heartbeat.add_arguments, heartbeat.run_cli)})

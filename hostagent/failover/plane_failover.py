@@ -17,16 +17,8 @@ A flow notices a failure `timeout_ms` after its first packet into it. A
 moved flow stays where it went; with `failover=False` flows never move (the switches'
 protection alone is measured).
 
-Wire format (data: UDP to FLOW_UDP_PORT; acks: UDP from it, back to the
-flow's source port):
-
-    FlowData  kind=1, plane, sender, flow, seq             12 bytes, padded
-    FlowAck   kind=2, plane, sender, count, count x (flow u16, seq u32)
-
-`sender` is the sending host's index in the topology, `plane` the index of
-the NIC the packet was sent to. Scapy dissects both (bind_layers);
-the sockets use the struct codec below, which gives the same bytes
-(tests/unit/test_plane_failover.py).
+The wire format (FlowData to FLOW_UDP_PORT, FlowAck back from it) is
+wire/plane_failover.py's.
 """
 from __future__ import annotations
 
@@ -36,8 +28,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from wire.plane_failover import (DATA_BYTES, FLOW_UDP_PORT, KIND_ACK, KIND_DATA, FlowAck, FlowData,  # noqa: F401
-                                 FlowFormatError, pack_ack, pack_data, unpack_ack, unpack_data)
+from wire.plane_failover import FLOW_UDP_PORT, FlowFormatError, pack_ack, pack_data, unpack_ack, unpack_data
 from core.netns import socket_in_netns
 
 

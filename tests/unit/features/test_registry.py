@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import features
-from core.feature import Feature, FeatureBase, Pieces, check_features
+from core.feature import Feature, FeatureSpec, check_features
 from core.p4info import P4Info
 from core.topology import TopologyError, from_dict
 from features import FEATURES, topology_from_dict
@@ -69,20 +69,11 @@ def test_unknown_feature_by_name():
 
 
 def test_two_features_may_not_share_a_name():
-    class Twin(FeatureBase):
-        name, section, summary = "ecn", "ecn2", "a second ecn"
-        pieces = Pieces.of("ecn")
-
-        def parse_section(self, raw, topo, fail):
-            return raw
-
-        def switch_state(self, p4info, topo, switch, *, forwarding=None):
-            raise AssertionError
-
-        def bench_states(self, p4info, port):
-            return {}
+    ecn = features.by_name("ecn")
+    twin = FeatureSpec("ecn", "ecn2", "a second ecn", ecn.pieces, ecn.parse_section, ecn.switch_state,
+                       ecn.bench_states)
 
     with pytest.raises(TypeError, match="both use 'ecn'"):
-        check_features((*FEATURES, Twin()))
+        check_features((*FEATURES, twin))
     with pytest.raises(TypeError, match="is not a Feature"):
         check_features((object(),))
