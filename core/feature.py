@@ -205,9 +205,20 @@ class FeatureSpec:
     counters: tuple[CounterMetric, ...] = ()
 
 
+@dataclass(frozen=True)
+class _OneMode:
+    bench_state: Callable[[P4Info, int], SwitchState]
+
+    def __call__(self, p4info: P4Info, port: int) -> dict[str, SwitchState]:
+        return {"": self.bench_state(p4info, port)}
+
+
 def one_mode(bench_state: Callable[[P4Info, int], SwitchState]) -> Callable[[P4Info, int], dict[str, SwitchState]]:
-    """bench_states of a feature with a single mode (its row is "fabric+<section>")."""
-    return lambda p4info, port: {"": bench_state(p4info, port)}
+    """bench_states of a feature with a single mode (its row is "fabric+<section>").
+
+    A module-level callable, not a lambda: a topology carries its features and is pickled
+    to the processes that run in the background (heartbeats)."""
+    return _OneMode(bench_state)
 
 
 def check_features(features: Sequence[Feature]) -> tuple[Feature, ...]:

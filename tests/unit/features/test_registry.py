@@ -1,6 +1,7 @@
 """The feature registry: every feature has the whole contract (core/feature.py)
 and its pieces where it says, and the topology loader and the controller
 find features through it."""
+import pickle
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,13 @@ def test_two_features_may_not_share_a_name():
         check_features((*FEATURES, twin))
     with pytest.raises(TypeError, match="is not a Feature"):
         check_features((object(),))
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[3] / "topologies").glob("*.yaml")),
+                         ids=lambda p: p.stem)
+def test_a_loaded_topology_pickles_with_its_features(path: Path):
+    """Background processes (heartbeats) receive the topology pickled: every feature it carries must pickle."""
+    topo = features.load_topology(path)
+    again = pickle.loads(pickle.dumps(topo))
+    assert [f.name for f in again.known_features] == [f.name for f in topo.known_features]
+    assert again.features.keys() == topo.features.keys()
