@@ -22,7 +22,7 @@ from typing import Any
 
 from core import forwarding
 from core.p4info import EntryError, P4Info
-from core.switch import Pipeline, SwitchConnection, SwitchError
+from core.switch import CONTROLLER_ELECTION_ID, ElectionId, Pipeline, SwitchConnection, SwitchError
 from core.sync import SwitchState, SyncReport, read_managed, reconcile
 from core.topology import Failures, Topology
 
@@ -44,7 +44,7 @@ class FabricController:
     (wait_until_primary, then program: it writes only what is missing)."""
 
     def __init__(self, topo: Topology, pipeline: Pipeline = DEFAULT_PIPELINE,
-                 election_id: tuple[int, int] = (0, 1)):
+                 election_id: ElectionId = CONTROLLER_ELECTION_ID):
         for path in (pipeline.bmv2_json, pipeline.p4info_txt):
             if not path.exists():
                 raise FileNotFoundError(f"{path} not found: run `make build` first")
@@ -111,6 +111,11 @@ class FabricController:
         """Switch -> whether this controller is its primary now."""
         self.connect()
         return {name: conn.is_primary() for name, conn in self.connections.items()}
+
+    def primacy(self) -> dict[str, tuple[bool, ElectionId | None]]:
+        """Switch -> (this controller is primary, the primary's election id as the
+        switch last announced it), of the switches connected; no new connection."""
+        return {name: (conn.is_primary(), conn.primary_election_id) for name, conn in self.connections.items()}
 
     def wait_until_primary(self, timeout: float = 30.0, poll: float = 0.1) -> float:
         """Block until this controller is primary on every switch (a backup

@@ -5,13 +5,25 @@ with what a multi-switch controller needs on top: a clean error when the
 switch is unreachable, an idempotent pipeline push (a cookie identifies the
 pipeline, so pushing the same one again keeps the switch's state), and
 batched writes whose errors name each failed update.
+
+Primacy: of the clients connected to a switch, the one with the highest
+election id is primary and alone may write. The controller's default,
+CONTROLLER_ELECTION_ID, is above what tools use when not told otherwise
+(p4runtime-shell: (1, 0)), so reading a switch with one does not demote the
+controller; read-only clients of the project connect with READER_ELECTION_ID
+(a backup below any controller). The switch tells every client when the
+primary changes (a MasterArbitrationUpdate on the stream): a connection
+that loses primacy logs it at once, remembers who took over, and refuses
+writes with an error saying so rather than sending them.
 """
 from __future__ import annotations
 
 import hashlib
+import logging
+import queue
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 import grpc
 from google.protobuf import text_format
@@ -20,6 +32,25 @@ from p4.v1 import p4runtime_pb2
 from p4runtime_sh.p4runtime import P4RuntimeClient, P4RuntimeException, P4RuntimeWriteException
 
 UPDATE_TYPE = p4runtime_pb2.Update
+ElectionId = tuple[int, int]
+CONTROLLER_ELECTION_ID: ElectionId = (1000, 0)   # (high, low): above p4runtime-shell's default (1, 0)
+READER_ELECTION_ID: ElectionId = (0, 0)          # read-only clients: a backup below every controller
+
+log = logging.getLogger(__name__)
+
+
+def parse_election_id(text: str) -> ElectionId:
+    """"HIGH,LOW" or "HIGH" (low 0) -> (high, low); a clear error otherwise."""
+    parts = text.split(",")
+    try:
+        values = tuple(int(p, 0) for p in parts)
+    except ValueError:
+        raise ValueError(f"election id {text!r}: expected HIGH,LOW (two integers)") from None
+    if len(values) == 1:
+        values = (values[0], 0)
+    if len(values) != 2 or not all(0 <= v < 2 ** 64 for v in values):
+        raise ValueError(f"election id {text!r}: expected HIGH,LOW, each 0..2^64-1")
+    return values[0], values[1]
 
 
 class SwitchError(RuntimeError):
@@ -42,11 +73,33 @@ class Pipeline:
         return int.from_bytes(digest[:8], "big")
 
 
+class _ArbitrationQueue(queue.Queue):
+    """The stream's arbitration messages, each also handed to a callback as
+    it arrives (the stream thread calls put)."""
+
+    def __init__(self, on_message: Callable[[p4runtime_pb2.StreamMessageResponse], None]):
+        super().__init__()
+        self.on_message = on_message
+
+    def put(self, item, block=True, timeout=None):
+        if item is not None:
+            self.on_message(item)
+        super().put(item, block, timeout)
+
+
 class _Client(P4RuntimeClient):
     """p4runtime-shell's client, keeping the arbitration answer (its own
-    handshake only prints it, and exits the process when none comes)."""
+    handshake only prints it, and exits the process when none comes), and
+    reporting every later arbitration message to `on_arbitration`."""
+
+    def __init__(self, device_id: int, grpc_addr: str, election_id: ElectionId,
+                 on_arbitration: Callable[[p4runtime_pb2.StreamMessageResponse], None]):
+        self.on_arbitration = on_arbitration
+        super().__init__(device_id, grpc_addr, election_id)
 
     def handshake(self):
+        # (set_up_stream calls this; nothing arrives before the request below.)
+        self.stream_in_q["arbitration"] = _ArbitrationQueue(self.on_arbitration)
         req = p4runtime_pb2.StreamMessageRequest()
         req.arbitration.device_id = self.device_id
         req.arbitration.election_id.high, req.arbitration.election_id.low = self.election_id
@@ -59,8 +112,12 @@ class _Client(P4RuntimeClient):
 
 
 class SwitchConnection:
+    """reader: a read-only client (the exporter): it never writes, and its
+    primacy, which it may get while no controller is connected, is not news."""
+
     def __init__(self, name: str, grpc_addr: str, device_id: int,
-                 election_id: tuple[int, int] = (0, 1), connect_timeout: float = 10.0):
+                 election_id: ElectionId = CONTROLLER_ELECTION_ID, connect_timeout: float = 10.0,
+                 reader: bool = False):
         self.name = name
         self.grpc_addr = grpc_addr
         self.device_id = device_id
@@ -72,8 +129,14 @@ class SwitchConnection:
         finally:
             channel.close()
         self.election_id = election_id
-        self._client: _Client | None = _Client(device_id, grpc_addr, election_id)
+        self.reader = reader
+        self._primary = False
+        self._handshaking = True          # the first answer is not news
+        self.primary_election_id: ElectionId | None = None   # the switch's primary, as last announced
+        self.demotions = 0                # times this connection lost primacy
+        self._client: _Client | None = _Client(device_id, grpc_addr, election_id, self._arbitration)
         self._primary = self.client.primary
+        self._handshaking = False
 
     @property
     def client(self) -> _Client:
@@ -82,14 +145,28 @@ class SwitchConnection:
             raise SwitchError(f"{self.name}: the P4Runtime connection is closed")
         return self._client
 
+    def _arbitration(self, msg: p4runtime_pb2.StreamMessageResponse) -> None:
+        """An arbitration message (stream thread): who is primary now."""
+        primary = msg.arbitration.status.code == 0
+        eid = msg.arbitration.election_id
+        self.primary_election_id = (eid.high, eid.low) if msg.arbitration.HasField("election_id") else None
+        was, self._primary = self._primary, primary
+        if self._handshaking or self.reader:
+            return
+        if was and not primary:
+            self.demotions += 1
+            log.error("%s: this controller (election id %s) is no longer primary: a client with election id "
+                      "%s took over; writes to %s are refused until it leaves", self.name,
+                      _show(self.election_id), _show(self.primary_election_id), self.name)
+        elif primary and not was:
+            log.warning("%s: this controller (election id %s) is primary again", self.name, _show(self.election_id))
+
     def is_primary(self) -> bool:
         """Whether this connection is the switch's primary controller now
         (the switch tells every controller when the primary changes)."""
-        while True:
-            rep = self.client.get_stream_packet("arbitration", timeout=0)
-            if rep is None:
-                return self._primary
-            self._primary = rep.arbitration.status.code == 0
+        while self.client.get_stream_packet("arbitration", timeout=0) is not None:
+            pass                          # already seen by _arbitration
+        return self._primary
 
     def close(self) -> None:
         if self._client is not None:
@@ -150,6 +227,12 @@ class SwitchConnection:
     def write(self, updates: list[p4runtime_pb2.Update]) -> None:
         if not updates:
             return
+        if self.reader:
+            raise SwitchError(f"{self.name}: a read-only connection does not write")
+        if not self.is_primary():
+            raise SwitchError(f"{self.name}: not the primary controller (our election id "
+                              f"{_show(self.election_id)}, the primary's {_show(self.primary_election_id)}): "
+                              f"write of {len(updates)} update(s) refused")
         req = p4runtime_pb2.WriteRequest(device_id=self.device_id)
         req.updates.extend(updates)
         try:
@@ -175,6 +258,10 @@ class SwitchConnection:
         return [(e.table_entry, e.table_entry.counter_data.packet_count)
                 for e in self.read([p4runtime_pb2.Entity(table_entry=query)])
                 if not e.table_entry.is_default_action]
+
+
+def _show(election_id: ElectionId | None) -> str:
+    return "unknown" if election_id is None else f"({election_id[0]},{election_id[1]})"
 
 
 def update(kind: int, **entity) -> p4runtime_pb2.Update:

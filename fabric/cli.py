@@ -27,7 +27,7 @@ import experiments
 from core import build, probe_planner, toolchain
 from core.controller import FabricController
 from core.p4info import EntryError
-from core.switch import SwitchError
+from core.switch import CONTROLLER_ELECTION_ID, SwitchError
 from core.topology import TopologyError
 from fabric import generate, run
 from features import FEATURES, load_topology
@@ -68,7 +68,7 @@ def feature_index(markdown: bool) -> str:
 
 def _program(args: argparse.Namespace) -> int:
     topo = load_topology(args.topology)
-    with FabricController(topo) as ctl:
+    with FabricController(topo, election_id=args.election_id) as ctl:
         for r in ctl.program(dry_run=args.dry_run):
             pushed = "pipeline pushed, " if r.pipeline_pushed else ""
             print(f"{r.name:10s} {pushed}{r.report}")
@@ -97,6 +97,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p = sub.add_parser("program", help="program a running network (idempotent)")
     p.add_argument("--topology", "-t", required=True, help="topology name in topologies/ or a YAML path")
     p.add_argument("--dry-run", action="store_true", help="compute and show the writes, change nothing")
+    p.add_argument("--election-id", type=run.election_id_arg, default=CONTROLLER_ELECTION_ID,
+                   help="the controller's P4Runtime election id HIGH,LOW (default %s,%s)" % CONTROLLER_ELECTION_ID)
     p = sub.add_parser("experiment", help="run one experiment", add_help=False)
     p.add_argument("name", metavar="NAME", help=f"one of: {', '.join(experiment_names())}")
     p.add_argument("rest", nargs=argparse.REMAINDER)

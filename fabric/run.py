@@ -22,7 +22,7 @@ from fabric.shell import FabricCLI
 from core.controller import FabricController
 from core.network import Network, NetworkError, queue_rate_pps
 from core.p4info import EntryError
-from core.switch import SwitchError
+from core.switch import CONTROLLER_ELECTION_ID, SwitchError, parse_election_id
 from core.toolchain import ToolchainMissing
 from core.feature import in_background
 from core.supervisor import Supervisor
@@ -128,7 +128,7 @@ def run(args) -> int:
     run_dir = Path(args.run_dir)
     step(f"starting {topo.name}: {len(topo.switches)} BMv2 switches, {len(topo.hosts)} hosts (logs in {run_dir})")
     with Network(topo, run_dir, log_level=args.log_level, pcap=args.pcap) as net, \
-            FabricController(topo, pipeline) as ctl:
+            FabricController(topo, pipeline, election_id=args.election_id) as ctl:
         step("connecting P4Runtime, pushing the pipeline, writing routes and ECMP groups")
         try:
             ctl.connect()
@@ -178,6 +178,13 @@ def _terminate(signum, _frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def election_id_arg(text: str) -> tuple[int, int]:
+    try:
+        return parse_election_id(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--topology", "-t", default="leaf-spine", help="topology name in topologies/ or a YAML path")
@@ -187,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="BMv2 log level (default info; trace logs every table lookup and slows BMv2 "
                          "several times; off for measurements)")
     ap.add_argument("--run-dir", default=str(REPO / "build" / "run"), help="where logs and state go")
+    ap.add_argument("--election-id", type=election_id_arg, default=CONTROLLER_ELECTION_ID,
+                    help="the controller's P4Runtime election id HIGH,LOW (default %s,%s; the highest "
+                         "connected client is primary and alone may write)" % CONTROLLER_ELECTION_ID)
     args = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
     try:

@@ -38,6 +38,10 @@ class FabricCLI(cmd.Cmd):
             self.net.check_alive()
         except NetworkError as exc:
             print(f"WARNING: {exc}")
+        demoted = sorted(name for name, (primary, _) in self.ctl.primacy().items() if not primary)
+        if demoted:
+            print(f"WARNING: this controller is not primary on {', '.join(demoted)}: writes there are refused "
+                  f"(`primary` shows who is)")
         return line
 
     def get_names(self) -> list[str]:
@@ -99,6 +103,13 @@ class FabricCLI(cmd.Cmd):
                                 if getattr(n, label) is not None)
                 print(f"  {n.id:10s} {n.iface:10s} {n.ip}/{n.prefix_len}  {n.mac}  on {n.switch} port {n.switch_port}"
                       f"{where}")
+
+    def do_primary(self, _arg: str):
+        """Whether this controller is each switch's primary P4Runtime client (alone may write)."""
+        for name, (primary, by) in sorted(self.ctl.primacy().items()):
+            who = "" if by is None else f"{by[0]},{by[1]}"
+            print(f"  {name:10s} {'primary' if primary else 'NOT PRIMARY'}  (primary's election id {who or 'unknown'}; "
+                  f"ours {self.ctl.election_id[0]},{self.ctl.election_id[1]})")
 
     def do_links(self, _arg: str):
         """List links with bandwidth, delay and loss."""

@@ -36,7 +36,7 @@ def render(n: int) -> str:
     lines += ["}", "",
               "// One register per element lane, one cell per (slot, shadow set).",
               "#define AGG_SUM_REGISTERS \\"]
-    lines += [f"    register<bit<32>>(AGG_CELLS) agg_sum_{i}; \\" for i in range(n)]
+    lines += [f"    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_{i}; \\" for i in range(n)]
     lines += ["", "",
               "// A slot's first contribution: the packet's elements become the sums.",
               "#define AGG_LANES_START(cell) \\"]

@@ -2,6 +2,7 @@
 // Features (ECN marking, INT, flowlets, aggregation) plug in as controls
 // applied below; each lives in its own include/ file.
 #include <core.p4>
+#define V1MODEL_VERSION 20200408   // typed register and counter indexes
 #include <v1model.p4>
 
 #include "include/defines.p4"
@@ -80,15 +81,17 @@ control FabricEgress(inout headers_t hdr,
     // Features that need egress only for some packets share one condition.
     apply {
         port_counter.apply(std_meta);
-        if (meta.telemetry.enabled == 1 || meta.lb.record_load == 1 || meta.agg.result == 1) {
-            if (meta.agg.result == 1) {
+        if (meta.telemetry.enabled == 1 || meta.lb_record_load == 1 || meta.agg_result == 1) {
+            if (meta.agg_result == 1) {
                 aggregation.apply(hdr, std_meta);     // a result replica: to its worker
             } else {
-                int_egress.apply(hdr, meta, std_meta);
+                if (meta.telemetry.enabled == 1) {
+                    int_egress.apply(hdr, meta, std_meta);
+                }
                 load_recorder.apply(meta, std_meta);
             }
         }
-        ecn.apply(hdr, std_meta);
+        ecn.apply(hdr, meta, std_meta);
     }
 }
 

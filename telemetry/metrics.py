@@ -104,6 +104,9 @@ COLLECTOR_METRICS = (INT_REPORT_PACKETS, INT_REPORT_LOST, INT_REPORT_REORDERED, 
 PORT = ("switch", "port", "peer")
 FABRIC_SWITCH_UP = MetricSpec("fabric_switch_up", "gauge", "1 when the last read of the switch succeeded",
                               ("switch",))
+FABRIC_CONTROLLER_PRIMARY = MetricSpec("fabric_controller_primary", "gauge",
+                                       "1 when the switch's primary P4Runtime client has the controller's election id",
+                                       ("switch",))
 FABRIC_PORT_RX_PACKETS = MetricSpec("fabric_port_rx_packets", "counter", "ingress_port_counter packets", PORT)
 FABRIC_PORT_RX_BYTES = MetricSpec("fabric_port_rx_bytes", "counter", "ingress_port_counter bytes", PORT)
 FABRIC_PORT_TX_PACKETS = MetricSpec("fabric_port_tx_packets", "counter", "egress_port_counter packets", PORT)
@@ -121,7 +124,7 @@ FEATURE_METRICS = {c.metric: MetricSpec(c.metric, "counter", c.help, PORT if c.l
 FABRIC_ECN_MARKED = FEATURE_METRICS["fabric_ecn_marked"]      # the dashboards' ECN panels
 FABRIC_INT_REPORTS = FEATURE_METRICS["fabric_int_reports"]
 
-EXPORTER_METRICS = (FABRIC_SWITCH_UP, FABRIC_PORT_RX_PACKETS, FABRIC_PORT_RX_BYTES, FABRIC_PORT_TX_PACKETS,
+EXPORTER_METRICS = (FABRIC_SWITCH_UP, FABRIC_CONTROLLER_PRIMARY, FABRIC_PORT_RX_PACKETS, FABRIC_PORT_RX_BYTES, FABRIC_PORT_TX_PACKETS,
                     FABRIC_PORT_TX_BYTES, FABRIC_DROPS, FABRIC_QUEUE_DEPTH, *FEATURE_METRICS.values(),
                     FABRIC_READ_ERRORS)
 

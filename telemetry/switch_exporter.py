@@ -40,7 +40,7 @@ from core.topology import TopologyError
 from features import load_topology
 from core.p4info import P4Info
 from core.p4info import EntryError
-from core.switch import SwitchConnection
+from core.switch import CONTROLLER_ELECTION_ID, READER_ELECTION_ID, ElectionId, SwitchConnection, parse_election_id
 from core.bmv2_thrift import Bmv2Thrift
 
 REPO = Path(__file__).resolve().parent.parent
@@ -59,11 +59,14 @@ class SwitchReadings:
     """One read of one switch. counters: counter name -> cell index ->
     (packets, bytes); a counter missing from it was not read. qdepth: the
     egress_qdepth register cells (index = port), or None if not read.
-    errors: (source, message) of every read that failed."""
+    errors: (source, message) of every read that failed. controller_primary:
+    whether the switch's primary P4Runtime client has the controller's election
+    id (None: not known)."""
     switch: str
     counters: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)
     qdepth: Optional[list[int]] = None
     errors: tuple[tuple[str, str], ...] = ()
+    controller_primary: Optional[bool] = None
 
     @property
     def up(self) -> bool:
@@ -97,6 +100,8 @@ def samples(topo, readings: Iterable[SwitchReadings], reasons: dict[int, str],
         if sw is None:
             continue
         fam[m.FABRIC_SWITCH_UP.name].add_metric([r.switch], 1.0 if r.up else 0.0)
+        if r.controller_primary is not None:
+            fam[m.FABRIC_CONTROLLER_PRIMARY.name].add_metric([r.switch], 1.0 if r.controller_primary else 0.0)
         for number, port in sorted(sw.ports.items()):
             labels = [r.switch, str(number), port.peer]
             for spec, counter, which in port_counters:
@@ -127,12 +132,14 @@ class Bmv2Reader:
     Thrift (core/bmv2_thrift.py). Connections are kept and re-made after
     a failure."""
 
-    def __init__(self, p4info_path: Path = DEFAULT_P4INFO, *, election_id: tuple[int, int] = (0, 0),
+    def __init__(self, p4info_path: Path = DEFAULT_P4INFO, *, election_id: ElectionId = READER_ELECTION_ID,
+                 controller_election_id: ElectionId = CONTROLLER_ELECTION_ID,
                  connect_timeout: float = 2.0, read_qdepth: bool = True):
         if not Path(p4info_path).exists():
             raise FileNotFoundError(f"{p4info_path} not found: run `make build` first, or pass --p4info")
         self.p4info = P4Info.from_file(p4info_path)
         self.election_id = election_id
+        self.controller_election_id = controller_election_id
         self.connect_timeout = connect_timeout
         self.read_qdepth = read_qdepth
         self._p4rt: dict[str, object] = {}
@@ -141,8 +148,12 @@ class Bmv2Reader:
     def read(self, sw) -> SwitchReadings:
         errors: list[tuple[str, str]] = []
         counters: dict[str, dict[int, tuple[int, int]]] = {}
+        controller_primary = None
         try:
             conn = self._connection(sw)
+            conn.is_primary()                   # takes in the switch's latest arbitration news
+            if conn.primary_election_id is not None:
+                controller_primary = conn.primary_election_id == self.controller_election_id
             for name in COUNTERS:
                 try:
                     counters[name] = conn.counter(self.p4info.counter_entry(name))
@@ -160,13 +171,13 @@ class Bmv2Reader:
             except Exception as exc:
                 errors.append(("thrift", str(exc)))
                 self._drop(self._thrift, sw.name)
-        return SwitchReadings(sw.name, counters, qdepth, tuple(errors))
+        return SwitchReadings(sw.name, counters, qdepth, tuple(errors), controller_primary)
 
     def _connection(self, sw):
         conn = self._p4rt.get(sw.name)
         if conn is None:
             conn = self._p4rt[sw.name] = SwitchConnection(sw.name, sw.grpc_addr, sw.device_id,
-                                                          election_id=self.election_id,
+                                                          election_id=self.election_id, reader=True,
                                                           connect_timeout=self.connect_timeout)
         return conn
 
@@ -269,12 +280,11 @@ class SwitchExporter:
         return text
 
 
-def parse_election_id(text: str) -> tuple[int, int]:
+def election_id_arg(text: str) -> ElectionId:
     try:
-        high, low = (int(x) for x in text.split(","))
-        return high, low
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected HIGH,LOW (two integers), got {text!r}") from None
+        return parse_election_id(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -284,14 +294,19 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--bind", default="127.0.0.1", help="address of /metrics (default: %(default)s)")
     ap.add_argument("--port", type=int, default=m.EXPORTER_METRICS_PORT, help="port of /metrics (default: %(default)s)")
     ap.add_argument("--interval", type=float, default=1.0, help="seconds between reads of every switch")
-    ap.add_argument("--election-id", type=parse_election_id, default=(0, 0),
-                    help="P4Runtime election id HIGH,LOW (default 0,0: a backup below the controller)")
+    ap.add_argument("--election-id", type=election_id_arg, default=READER_ELECTION_ID,
+                    help="P4Runtime election id HIGH,LOW (default %s,%s: a backup below the controller)"
+                         % READER_ELECTION_ID)
+    ap.add_argument("--controller-election-id", type=election_id_arg, default=CONTROLLER_ELECTION_ID,
+                    help="the controller's election id: fabric_controller_primary is 1 where the switch's "
+                         "primary has it (default %s,%s)" % CONTROLLER_ELECTION_ID)
     ap.add_argument("--no-qdepth", action="store_true", help="do not read egress_qdepth over Thrift")
     ap.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C)")
     args = ap.parse_args(argv)
     try:
         topo = load_topology(args.topology)
-        reader = Bmv2Reader(args.p4info, election_id=args.election_id, read_qdepth=not args.no_qdepth)
+        reader = Bmv2Reader(args.p4info, election_id=args.election_id,
+                            controller_election_id=args.controller_election_id, read_qdepth=not args.no_qdepth)
         exporter = SwitchExporter(topo, reader, interval=args.interval).start(args.bind, args.port)
         assert exporter.server is not None  # start() opened it
     except (TopologyError, OSError) as exc:

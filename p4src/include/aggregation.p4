@@ -48,13 +48,11 @@ const bit<8> AGG_CELL_OVERFLOW = 2;
 control Aggregation(inout headers_t hdr,
                     inout local_metadata_t meta,
                     inout standard_metadata_t std_meta) {
-    register<bit<144>>(AGG_CELLS) agg_cell;
+    register<bit<144>, bit<32>>(AGG_CELLS) agg_cell;
     AGG_SUM_REGISTERS
-    counter(AGG_EVENTS, CounterType.packets) agg_events;
+    counter<bit<32>>(AGG_EVENTS, CounterType.packets) agg_events;
 
     // The packet's cell and that cell's state: meta.agg.cell, meta.agg.state.
-    bit<32>  sum = 0;
-    bit<32>  overflow = 0;
 
     // The jobs whose parameter server this switch serves, by (server
     // address, job): ternary, so a wildcard-job entry per server catches
@@ -62,9 +60,9 @@ control Aggregation(inout headers_t hdr,
     action set_job(bit<8> workers, bit<16> base, bit<16> slots, bit<1> shared,
                    bit<16> job_group, bit<48> steal_after_us) {
         meta.agg.workers = workers;
-        meta.agg.base = base;
-        meta.agg.slots = slots;
-        meta.agg.shared = shared;
+        meta.agg.base = (bit<32>) base;
+        meta.agg.slots = (bit<32>) slots;
+        meta.agg.shared = (bit<8>) shared;
         meta.agg.job_group = job_group;
         meta.agg.steal_after = steal_after_us;
     }
@@ -104,12 +102,11 @@ control Aggregation(inout headers_t hdr,
     // The cell of the packet's block: its job's dedicated slot (the packet
     // says which), or a slot of a shared range by hash of (job, seq).
     action dedicated_cell() {
-        meta.agg.cell = ((bit<32>) (meta.agg.base + (hdr.agg.slot & ~AGG_SLOT_SET))) * 2
+        meta.agg.cell = (meta.agg.base + (bit<32>) (hdr.agg.slot & ~AGG_SLOT_SET)) * 2
                + (bit<32>) (hdr.agg.slot >> 15);
     }
     action shared_cell() {
-        hash(meta.agg.cell, HashAlgorithm.crc32, (bit<32>) meta.agg.base, { hdr.agg.job, hdr.agg.seq },
-             (bit<32>) meta.agg.slots);
+        hash(meta.agg.cell, HashAlgorithm.crc32, meta.agg.base, { hdr.agg.job, hdr.agg.seq }, meta.agg.slots);
         meta.agg.cell = meta.agg.cell * 2 + (bit<32>) (hdr.agg.slot >> 15);
     }
 
@@ -119,10 +116,11 @@ control Aggregation(inout headers_t hdr,
                 ++ hdr.agg.job ++ 8w1 ++ hdr.agg.exponent ++ 8w0;
     }
     action add_contribution() {
-        AGG_LANES_ADD(meta.agg.cell, sum, overflow)
+        meta.agg.overflow = 0;
+        AGG_LANES_ADD(meta.agg.cell, meta.agg.sum, meta.agg.overflow)
         AGG_CELL_BITMAP(meta.agg.state) = AGG_CELL_BITMAP(meta.agg.state) | meta.agg.worker_bit;
         AGG_CELL_COUNT(meta.agg.state) = AGG_CELL_COUNT(meta.agg.state) + 1;
-        AGG_CELL_STATUS(meta.agg.state) = AGG_CELL_STATUS(meta.agg.state) | ((bit<8>) overflow[31:31]) << 1;   // AGG_CELL_OVERFLOW
+        AGG_CELL_STATUS(meta.agg.state) = AGG_CELL_STATUS(meta.agg.state) | ((bit<8>) meta.agg.overflow[31:31]) << 1;   // AGG_CELL_OVERFLOW
     }
     action read_result() {
         AGG_LANES_READ(meta.agg.cell)
@@ -132,7 +130,7 @@ control Aggregation(inout headers_t hdr,
     // of `group`: egress (agg_replica) writes each worker's addresses.
     action send_result(bit<16> group) {
         std_meta.mcast_grp = group;
-        meta.agg.result = 1;
+        meta.agg_result = 1;
         hdr.agg.flags = AGG_FLAG_RESULT
             | (AGG_CELL_STATUS(meta.agg.state) & AGG_CELL_OVERFLOW) << 2;   // AGG_CELL_OVERFLOW -> AGG_FLAG_OVERFLOW
         hdr.agg.exponent = AGG_CELL_EXPONENT(meta.agg.state);
@@ -145,6 +143,7 @@ control Aggregation(inout headers_t hdr,
 
     apply {
         // Contributions go to the server; the server's own packets come from it.
+        meta.agg.setValid();
         meta.agg.server = hdr.ipv4.dst_addr;
         if (hdr.agg.flags & AGG_FLAG_SERVER != 0) {
             meta.agg.server = hdr.ipv4.src_addr;
@@ -154,7 +153,7 @@ control Aggregation(inout headers_t hdr,
         }
         if (meta.agg.shared == 1) {
             shared_cell();
-        } else if ((hdr.agg.slot & ~AGG_SLOT_SET) < meta.agg.slots) {
+        } else if ((bit<32>) (hdr.agg.slot & ~AGG_SLOT_SET) < meta.agg.slots) {
             dedicated_cell();
         } else {
             meta.drop_reason = DROP_AGG_SLOT_RANGE;

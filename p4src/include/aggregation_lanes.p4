@@ -73,70 +73,70 @@ header agg_data_t {
 
 // One register per element lane, one cell per (slot, shadow set).
 #define AGG_SUM_REGISTERS \
-    register<bit<32>>(AGG_CELLS) agg_sum_0; \
-    register<bit<32>>(AGG_CELLS) agg_sum_1; \
-    register<bit<32>>(AGG_CELLS) agg_sum_2; \
-    register<bit<32>>(AGG_CELLS) agg_sum_3; \
-    register<bit<32>>(AGG_CELLS) agg_sum_4; \
-    register<bit<32>>(AGG_CELLS) agg_sum_5; \
-    register<bit<32>>(AGG_CELLS) agg_sum_6; \
-    register<bit<32>>(AGG_CELLS) agg_sum_7; \
-    register<bit<32>>(AGG_CELLS) agg_sum_8; \
-    register<bit<32>>(AGG_CELLS) agg_sum_9; \
-    register<bit<32>>(AGG_CELLS) agg_sum_10; \
-    register<bit<32>>(AGG_CELLS) agg_sum_11; \
-    register<bit<32>>(AGG_CELLS) agg_sum_12; \
-    register<bit<32>>(AGG_CELLS) agg_sum_13; \
-    register<bit<32>>(AGG_CELLS) agg_sum_14; \
-    register<bit<32>>(AGG_CELLS) agg_sum_15; \
-    register<bit<32>>(AGG_CELLS) agg_sum_16; \
-    register<bit<32>>(AGG_CELLS) agg_sum_17; \
-    register<bit<32>>(AGG_CELLS) agg_sum_18; \
-    register<bit<32>>(AGG_CELLS) agg_sum_19; \
-    register<bit<32>>(AGG_CELLS) agg_sum_20; \
-    register<bit<32>>(AGG_CELLS) agg_sum_21; \
-    register<bit<32>>(AGG_CELLS) agg_sum_22; \
-    register<bit<32>>(AGG_CELLS) agg_sum_23; \
-    register<bit<32>>(AGG_CELLS) agg_sum_24; \
-    register<bit<32>>(AGG_CELLS) agg_sum_25; \
-    register<bit<32>>(AGG_CELLS) agg_sum_26; \
-    register<bit<32>>(AGG_CELLS) agg_sum_27; \
-    register<bit<32>>(AGG_CELLS) agg_sum_28; \
-    register<bit<32>>(AGG_CELLS) agg_sum_29; \
-    register<bit<32>>(AGG_CELLS) agg_sum_30; \
-    register<bit<32>>(AGG_CELLS) agg_sum_31; \
-    register<bit<32>>(AGG_CELLS) agg_sum_32; \
-    register<bit<32>>(AGG_CELLS) agg_sum_33; \
-    register<bit<32>>(AGG_CELLS) agg_sum_34; \
-    register<bit<32>>(AGG_CELLS) agg_sum_35; \
-    register<bit<32>>(AGG_CELLS) agg_sum_36; \
-    register<bit<32>>(AGG_CELLS) agg_sum_37; \
-    register<bit<32>>(AGG_CELLS) agg_sum_38; \
-    register<bit<32>>(AGG_CELLS) agg_sum_39; \
-    register<bit<32>>(AGG_CELLS) agg_sum_40; \
-    register<bit<32>>(AGG_CELLS) agg_sum_41; \
-    register<bit<32>>(AGG_CELLS) agg_sum_42; \
-    register<bit<32>>(AGG_CELLS) agg_sum_43; \
-    register<bit<32>>(AGG_CELLS) agg_sum_44; \
-    register<bit<32>>(AGG_CELLS) agg_sum_45; \
-    register<bit<32>>(AGG_CELLS) agg_sum_46; \
-    register<bit<32>>(AGG_CELLS) agg_sum_47; \
-    register<bit<32>>(AGG_CELLS) agg_sum_48; \
-    register<bit<32>>(AGG_CELLS) agg_sum_49; \
-    register<bit<32>>(AGG_CELLS) agg_sum_50; \
-    register<bit<32>>(AGG_CELLS) agg_sum_51; \
-    register<bit<32>>(AGG_CELLS) agg_sum_52; \
-    register<bit<32>>(AGG_CELLS) agg_sum_53; \
-    register<bit<32>>(AGG_CELLS) agg_sum_54; \
-    register<bit<32>>(AGG_CELLS) agg_sum_55; \
-    register<bit<32>>(AGG_CELLS) agg_sum_56; \
-    register<bit<32>>(AGG_CELLS) agg_sum_57; \
-    register<bit<32>>(AGG_CELLS) agg_sum_58; \
-    register<bit<32>>(AGG_CELLS) agg_sum_59; \
-    register<bit<32>>(AGG_CELLS) agg_sum_60; \
-    register<bit<32>>(AGG_CELLS) agg_sum_61; \
-    register<bit<32>>(AGG_CELLS) agg_sum_62; \
-    register<bit<32>>(AGG_CELLS) agg_sum_63; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_0; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_1; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_2; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_3; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_4; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_5; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_6; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_7; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_8; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_9; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_10; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_11; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_12; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_13; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_14; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_15; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_16; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_17; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_18; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_19; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_20; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_21; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_22; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_23; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_24; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_25; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_26; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_27; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_28; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_29; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_30; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_31; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_32; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_33; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_34; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_35; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_36; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_37; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_38; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_39; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_40; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_41; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_42; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_43; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_44; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_45; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_46; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_47; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_48; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_49; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_50; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_51; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_52; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_53; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_54; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_55; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_56; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_57; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_58; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_59; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_60; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_61; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_62; \
+    register<bit<32>, bit<32>>(AGG_CELLS) agg_sum_63; \
 
 
 // A slot's first contribution: the packet's elements become the sums.

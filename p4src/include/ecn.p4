@@ -20,29 +20,26 @@
 #include <v1model.p4>
 #include "headers.p4"
 
-control EcnMarking(inout headers_t hdr, in standard_metadata_t std_meta) {
-    counter(PORT_COUNT, CounterType.packets) ecn_marked_counter;
-    register<bit<32>>(PORT_COUNT) egress_qdepth;
+control EcnMarking(inout headers_t hdr, inout local_metadata_t meta, in standard_metadata_t std_meta) {
+    counter<port_t>(PORT_COUNT, CounterType.packets) ecn_marked_counter;
+    register<qdepth_t, port_t>(PORT_COUNT) egress_qdepth;
 
-    // The matched profile, copied out of the action for the apply block.
-    qdepth_t kmin = 0;
-    qdepth_t kmax = 0;
-    bit<32> pmax_ppm = 0;
-
+    // The matched profile is copied out of the action into meta.ecn for the apply block.
     action monitor_depth() {
-        egress_qdepth.write((bit<32>) std_meta.egress_port, (bit<32>) std_meta.enq_qdepth);
+        meta.ecn.setValid();
+        egress_qdepth.write(std_meta.egress_port, std_meta.enq_qdepth);
     }
 
     action mark_step(qdepth_t k) {
         monitor_depth();
-        kmin = k;
+        meta.ecn.kmin = k;
     }
 
     action mark_wred(qdepth_t wred_kmin, qdepth_t wred_kmax, bit<32> wred_pmax_ppm) {
         monitor_depth();
-        kmin = wred_kmin;
-        kmax = wred_kmax;
-        pmax_ppm = wred_pmax_ppm;
+        meta.ecn.kmin = wred_kmin;
+        meta.ecn.kmax = wred_kmax;
+        meta.ecn.pmax_ppm = wred_pmax_ppm;
     }
 
     table ecn_profile {
@@ -61,28 +58,27 @@ control EcnMarking(inout headers_t hdr, in standard_metadata_t std_meta) {
 
     action mark() {
         hdr.ipv4.ecn = ECN_CE;
-        ecn_marked_counter.count((bit<32>) std_meta.egress_port);
+        ecn_marked_counter.count(std_meta.egress_port);
     }
 
     apply {
         // Non-IPv4 never reaches egress (ingress drops it): hdr.ipv4 is valid here.
         switch (ecn_profile.apply().action_run) {
             mark_step: {
-                if ((hdr.ipv4.ecn == ECN_ECT0 || hdr.ipv4.ecn == ECN_ECT1) && std_meta.enq_qdepth >= kmin) {
+                if ((hdr.ipv4.ecn == ECN_ECT0 || hdr.ipv4.ecn == ECN_ECT1) && std_meta.enq_qdepth >= meta.ecn.kmin) {
                     mark();
                 }
             }
             mark_wred: {
                 if (hdr.ipv4.ecn == ECN_ECT0 || hdr.ipv4.ecn == ECN_ECT1) {
-                    if (std_meta.enq_qdepth >= kmax) {
+                    if (std_meta.enq_qdepth >= meta.ecn.kmax) {
                         mark();
-                    } else if (std_meta.enq_qdepth >= kmin) {
+                    } else if (std_meta.enq_qdepth >= meta.ecn.kmin) {
                         // P(mark) = pmax * (q - kmin) / (kmax - kmin), without division:
                         // mark if r * (kmax - kmin) < pmax * (q - kmin), r uniform in [0, 1e6).
-                        bit<32> r;
-                        random(r, 0, PROBABILITY_SCALE - 1);
-                        if ((bit<64>) r * (bit<64>) (kmax - kmin)
-                                < (bit<64>) pmax_ppm * (bit<64>) (std_meta.enq_qdepth - kmin)) {
+                        random(meta.ecn.r, 0, PROBABILITY_SCALE - 1);
+                        if ((bit<64>) meta.ecn.r * (bit<64>) (meta.ecn.kmax - meta.ecn.kmin)
+                                < (bit<64>) meta.ecn.pmax_ppm * (bit<64>) (std_meta.enq_qdepth - meta.ecn.kmin)) {
                             mark();
                         }
                     }

@@ -42,30 +42,27 @@
 #include "headers.p4"
 
 // When each port last heard from its neighbour (us, BMv2's clock; 0: never).
-register<bit<48>>(PORT_COUNT) port_heard;
+register<bit<48>, port_t>(PORT_COUNT) port_heard;
 // When each port last heard a path heartbeat from each edge switch.
-register<bit<48>>(PORT_COUNT * FAILOVER_ORIGINS) path_heard;
+register<bit<48>, bit<32>>(PORT_COUNT * FAILOVER_ORIGINS) path_heard;
 
-bit<32> path_index(in port_t port, in bit<32> origin) {
-    return ((bit<32>) port << FAILOVER_ORIGIN_BITS) | origin;
-}
+// The index of (port, edge switch) in path_heard.
+#define FAILOVER_PATH_INDEX(port, origin) (((port) << FAILOVER_ORIGIN_BITS) | (origin))
 
 // Heard before, and not for longer than the timeout.
-bool silent(in bit<48> last, in bit<48> now, in bit<48> timeout) {
-    return last != 0 && now - last > timeout;
-}
+#define FAILOVER_SILENT(last, f) ((last) != 0 && (f).now - (last) > (f).timeout)
 
 control Failover(inout headers_t hdr,
                  inout local_metadata_t meta,
                  inout standard_metadata_t std_meta) {
     direct_counter(CounterType.packets) backup_packets;     // per (group, slot): packets sent to the backup
-    bit<48> port_last = 0;
-    bit<48> path_last = 0;
-    bit<32> edge = 0;
-    bool by_path = false;
 
     action watch(bit<48> timeout_us) {
-        meta.failover_timeout = timeout_us;
+        meta.failover.setValid();
+        meta.failover.timeout = timeout_us;
+        meta.failover.now = std_meta.ingress_global_timestamp;
+        meta.failover.edge = 0;
+        meta.failover.by_path = 0;
     }
     // Keyless: its default action switches failover on (watch) or off (NoAction).
     table failover_config {
@@ -93,8 +90,8 @@ control Failover(inout headers_t hdr,
 
     // The edge switch a destination sits behind (its paths are watched).
     action toward(bit<32> origin) {
-        edge = origin;
-        by_path = true;
+        meta.failover.edge = origin;
+        meta.failover.by_path = 1;
     }
     table failover_destination {
         key = { hdr.ipv4.dst_addr: lpm; }
@@ -103,10 +100,15 @@ control Failover(inout headers_t hdr,
         size = IPV4_LPM_TABLE_SIZE;
     }
 
-    // When the chosen port, and its path to the destination's edge switch, were last heard.
+    // When the chosen port, and its path to the destination's edge switch, were
+    // last heard. (Indexes are computed in an action of their own: p4c would
+    // otherwise substitute the expression into the read and add a temporary.)
+    action index_liveness() {
+        meta.failover.path = FAILOVER_PATH_INDEX((bit<32>) std_meta.egress_spec, meta.failover.edge);
+    }
     action read_liveness() {
-        port_heard.read(port_last, (bit<32>) std_meta.egress_spec);
-        path_heard.read(path_last, path_index(std_meta.egress_spec, edge));
+        port_heard.read(meta.failover.port_last, std_meta.egress_spec);
+        path_heard.read(meta.failover.path_last, meta.failover.path);
     }
 
     action no_live_member() {
@@ -118,15 +120,17 @@ control Failover(inout headers_t hdr,
     apply {
         switch (failover_config.apply().action_run) {
             watch: {
-                bit<48> now = std_meta.ingress_global_timestamp;
                 failover_destination.apply();
+                index_liveness();
                 read_liveness();
-                if (silent(port_last, now, meta.failover_timeout)
-                        || (by_path && silent(path_last, now, meta.failover_timeout))) {
+                if (FAILOVER_SILENT(meta.failover.port_last, meta.failover)
+                        || (meta.failover.by_path == 1 && FAILOVER_SILENT(meta.failover.path_last, meta.failover))) {
                     if (next_hop_backup.apply().hit) {
+                        index_liveness();
                         read_liveness();
-                        if (silent(port_last, now, meta.failover_timeout)
-                                || (by_path && silent(path_last, now, meta.failover_timeout))) {
+                        if (FAILOVER_SILENT(meta.failover.port_last, meta.failover)
+                                || (meta.failover.by_path == 1
+                                    && FAILOVER_SILENT(meta.failover.path_last, meta.failover))) {
                             no_live_member();
                         }
                     } else {

@@ -43,17 +43,14 @@ control Forwarding(inout headers_t hdr,
     // switch's seed: one keyless table whose default action the controller
     // sets, applied only to packets routed to a group.
     action hash_flow(bit<16> seed) {
-        bit<16> flow_hash;
-        hash(flow_hash, HashAlgorithm.crc16, 16w0,
-             { hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.ipv4.protocol,
-               meta.l4_src_port, meta.l4_dst_port }, 32w65536);
+        meta.ecmp.setValid();
+        hash(meta.ecmp.flow_hash, HashAlgorithm.crc16, 32w0, meta.flow, 32w65536);
         // The product is not linear in the hash bits; a CRC over it spreads
         // every bit of it into the slot (a slice of the product alone left
         // some pairs of switches correlated: tests/unit/test_ecmp_slots.py).
-        bit<32> mixed = (bit<32>) flow_hash * (bit<32>) (seed | 1);
-        bit<16> slot_hash;
-        hash(slot_hash, HashAlgorithm.crc16, 16w0, { mixed }, 32w65536);
-        meta.ecmp_slot = slot_hash[ECMP_SLOT_BITS - 1:0];
+        meta.ecmp.mixed = meta.ecmp.flow_hash * (bit<32>) (seed | 1);
+        hash(meta.ecmp.slot_hash, HashAlgorithm.crc16, 32w0, { meta.ecmp.mixed }, 32w65536);
+        meta.ecmp_slot = meta.ecmp.slot_hash[ECMP_SLOT_BITS - 1:0];
     }
 
     table ecmp_hash {
@@ -63,6 +60,10 @@ control Forwarding(inout headers_t hdr,
         }
         default_action = hash_flow(ECMP_DEFAULT_SEED);
         size = 1;
+    }
+
+    action flow_key() {
+        FLOW_KEY(hdr, meta)
     }
 
     action route(port_t port, mac_addr_t src_mac, mac_addr_t dst_mac) {
@@ -109,6 +110,7 @@ control Forwarding(inout headers_t hdr,
     apply {
         switch (ipv4_lpm.apply().action_run) {
             set_next_id: {
+                flow_key();
                 ecmp_hash.apply();
                 load_balancing.apply(hdr, meta, std_meta);   // the group's mode may pick another slot
                 if (!next_hop.apply().hit) {

@@ -135,20 +135,126 @@ struct headers_t {
     int_stack_t         saved_int_stack;
 }
 
-// What a drop report clone (an ingress clone, re-parsed from the packet as
-// received) keeps: clone_preserving_field_list copies these fields.
-struct int_report_meta_t {
-    @field_list(INT_REPORT_FIELDS) bit<8>  drop_reason;
-    @field_list(INT_REPORT_FIELDS) bit<16> ingress_port;
-    @field_list(INT_REPORT_FIELDS) bit<64> ingress_ts;
+// ---- Per-packet state, and what it costs on BMv2 ----
+// BMv2 zeroes every field of the metadata struct for every packet, one
+// bignum assignment each (about 650 instructions on the fast build), whether
+// a feature uses it or not; a header it only marks invalid (one assignment).
+// So local_metadata_t holds only what every packet may read or a clone must
+// keep. Everything else a feature computes lives in its scratch header below
+// (nested in the metadata, never emitted): the feature validates it when it
+// runs and writes each field before reading it. A feature that is off costs
+// one assignment per packet for its scratch header, not one per field.
+
+// The 5-tuple, for hashing. A hash over a header reads its fields in place;
+// a hash over a list { ... } costs a metadata temporary per element. A
+// control fills it with FLOW_KEY in an action of its own, before the hash.
+header flow_key_t {
+    ipv4_addr_t src_addr;
+    ipv4_addr_t dst_addr;
+    bit<8>      protocol;
+    bit<16>     l4_src_port;
+    bit<16>     l4_dst_port;
 }
 
-struct lb_meta_t {
-    ecmp_slot_t sample_a;     // adaptive: the two sampled slots
+#define FLOW_KEY(hdr, meta) \
+    meta.flow.setValid(); \
+    meta.flow.src_addr = hdr.ipv4.src_addr; \
+    meta.flow.dst_addr = hdr.ipv4.dst_addr; \
+    meta.flow.protocol = hdr.ipv4.protocol; \
+    meta.flow.l4_src_port = meta.l4_src_port; \
+    meta.flow.l4_dst_port = meta.l4_dst_port;
+
+header ecmp_scratch_t {          // forwarding.p4: ECMP hash of a group's packet
+    bit<32> flow_hash;
+    bit<32> mixed;               // flow hash times the switch's seed
+    bit<32> slot_hash;
+}
+
+header lb_scratch_t {            // load_balancing.p4
+    bit<32>     gap_us;          // flowlet: the group's gap; the flow's cell, times, slot
+    bit<32>     cell;
+    bit<32>     now;
+    bit<32>     last;
+    bit<32>     stale_us;        // adaptive: the two sampled slots, their ports, depths, ages
+    ecmp_slot_t sample_a;
     ecmp_slot_t sample_b;
-    bit<1>      record_load;  // adaptive: egress records the queue this packet saw
+    port_t      port_a;
+    port_t      port_b;
+    qdepth_t    depth_a;
+    qdepth_t    depth_b;
+    bit<48>     time_a;
+    bit<48>     time_b;
 }
 
+header failover_scratch_t {      // failover.p4, and heartbeats in source_routing.p4
+    bit<48> timeout;             // a port silent this long (us) is dead
+    bit<48> now;
+    bit<32> path;                // the chosen port's path index toward `edge`
+    bit<32> edge;
+    bit<8>  by_path;             // 1: failover_destination named the destination's edge switch
+    bit<48> port_last;           // when they were last heard
+    bit<48> path_last;
+}
+
+header int_scratch_t {           // int_telemetry_*.p4
+    bit<8>   max_hops;           // source: the watchlist entry's parameters
+    bit<5>   hop_ml;
+    bit<16>  instructions;
+    bit<16>  domain;
+    bit<16>  domain_instructions;
+    bit<32>  sample;
+    bit<32>  node_id;            // egress: the port's INT settings (int_port)
+    bit<8>   sink;
+    bit<16>  mtu;
+    bit<32>  link_rate_mbps;
+    qdepth_t queue_threshold;
+    bit<32>  queue_interval_us;
+    bit<8>   latency_shift;
+    bit<8>   queue_shift;
+    bit<32>  refresh_us;
+    bit<32>  tx_bytes;
+    bit<32>  flow_slot;          // suppression state cell of the flow
+    bit<32>  flow_value;         // this hop's (ports, latency bucket, queue bucket), and last time's
+    bit<32>  previous;
+    bit<32>  latency_bucket;
+    bit<32>  queue_bucket;
+    bit<8>   flow_changed;
+    bit<32>  now_us;
+    bit<32>  last_us;
+    bit<8>   due;                // sink: a flow report is due; the queue is over its threshold
+    bit<8>   congested;
+    bit<32>  seq_no;             // report sequence number, and the next one
+    bit<32>  next_seq_no;
+    bit<32>  report_bytes;
+    bit<16>  inner_bytes;
+    bit<32>  interval_us;        // drop reports: the rate limit
+}
+
+header agg_scratch_t {           // aggregation.p4
+    bit<8>   workers;            // the job's: number, this worker's bit, its unicast group
+    bit<32>  worker_bit;
+    bit<16>  worker_group;
+    bit<16>  job_group;
+    bit<32>  base;               // the job's slots: base, count, shared (hashed) or by the packet
+    bit<32>  slots;
+    bit<8>   shared;
+    bit<48>  steal_after;        // an unfinished use older than this (us) may be taken over
+    bit<32>  server;             // the parameter server address this packet is to or from
+    bit<32>  cell;               // the (slot, shadow set) cell of the packet's block, and its state
+    bit<144> state;
+    bit<32>  sum;                // one lane's sum, and its overflow bit (aggregation_lanes.p4)
+    bit<32>  overflow;
+}
+
+header ecn_scratch_t {           // ecn.p4: the port's marking profile
+    qdepth_t kmin;
+    qdepth_t kmax;
+    bit<32>  pmax_ppm;
+    bit<32>  r;                  // WRED's random draw
+    bit<2>   pad;                // BMv2: whole bytes
+}
+
+// INT state that crosses from ingress to egress and the checksum update.
 struct int_meta_t {
     @field_list(INT_REPORT_FIELDS)
     bit<1>  enabled;          // INT is on at this switch (int_switch, drop_report): egress looks at int_port
@@ -156,24 +262,14 @@ struct int_meta_t {
     bit<8>  fill_words;       // all-ones words to reach HopML
     bool    l4_checksum;      // INT bytes inserted or removed: recompute the TCP/UDP checksum
     bit<16> l4_length;        // TCP/UDP length for the pseudo-header
-    bit<32> sample;
-    bit<32> flow_slot;        // suppression state cell of the flow
-    bool    flow_changed;     // this hop's (ports, latency bucket, queue bucket) differ from last time
 }
 
-struct agg_meta_t {
-    bit<1>  result;       // a result replica: egress writes the worker's addresses
-    bit<8>  workers;      // the job's: number, this worker's bit, its unicast group
-    bit<32> worker_bit;
-    bit<16> worker_group;
-    bit<16> job_group;
-    bit<16> base;         // the job's slots: base, count, shared (hashed) or by the packet
-    bit<16> slots;
-    bit<1>  shared;
-    bit<48> steal_after;  // an unfinished use older than this (us) may be taken over
-    bit<32> server;       // the parameter server address this packet is to or from
-    bit<32> cell;         // the (slot, shadow set) cell of the packet's block, and its state
-    bit<144> state;
+// What a drop report clone (an ingress clone, re-parsed from the packet as
+// received) keeps: clone_preserving_field_list copies these fields.
+struct int_report_meta_t {
+    @field_list(INT_REPORT_FIELDS) bit<8>  drop_reason;
+    @field_list(INT_REPORT_FIELDS) bit<16> ingress_port;
+    @field_list(INT_REPORT_FIELDS) bit<64> ingress_ts;
 }
 
 struct local_metadata_t {
@@ -183,11 +279,19 @@ struct local_metadata_t {
     next_id_t     next_id;
     ecmp_slot_t   ecmp_slot;     // slot of the flow in its ECMP group (5-tuple hash, switch seed)
     drop_reason_t drop_reason;
-    lb_meta_t     lb;
+    // Egress work is asked for by ingress: INT, adaptive load balancing, aggregation results.
     int_meta_t    telemetry;
-    int_report_meta_t report;  // kept by report clones
-    agg_meta_t    agg;
-    bit<48>       failover_timeout;   // failover.p4: a port silent this long (us) is dead
+    bit<1>        lb_record_load;   // adaptive: egress records the queue this packet saw
+    bit<1>        agg_result;       // a result replica: egress writes the worker's addresses
+    int_report_meta_t report;       // kept by report clones
+    // Scratch headers (see above).
+    flow_key_t         flow;
+    ecmp_scratch_t     ecmp;
+    lb_scratch_t       lb;
+    failover_scratch_t failover;
+    int_scratch_t      int_scratch;
+    agg_scratch_t      agg;
+    ecn_scratch_t      ecn;
 }
 
 #endif

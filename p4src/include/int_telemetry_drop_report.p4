@@ -13,15 +13,14 @@
 #include "headers.p4"
 
 control IntDropReport(inout local_metadata_t meta, in standard_metadata_t std_meta) {
-    register<bit<32>>(DROP_REASON_COUNT) drop_report_time;   // last report per reason (us)
-    counter(DROP_REASON_COUNT, CounterType.packets) drop_reports_limited;
-    bit<32> interval_us = 0;
-    bit<32> last_us = 0;
-
+    register<bit<32>, drop_reason_t>(DROP_REASON_COUNT) drop_report_time;   // last report per reason (us)
+    counter<drop_reason_t>(DROP_REASON_COUNT, CounterType.packets) drop_reports_limited;
     action report_drops(bit<32> min_interval_us) {
-        interval_us = min_interval_us;
+        meta.int_scratch.setValid();
+        meta.int_scratch.interval_us = min_interval_us;
         meta.telemetry.enabled = 1;
-        drop_report_time.read(last_us, (bit<32>) meta.drop_reason);
+        meta.int_scratch.now_us = (bit<32>) std_meta.ingress_global_timestamp;
+        drop_report_time.read(meta.int_scratch.last_us, meta.drop_reason);
     }
 
     table drop_report {
@@ -35,8 +34,8 @@ control IntDropReport(inout local_metadata_t meta, in standard_metadata_t std_me
     }
 
     action clone_drop() {
-        bit<32> now_us = (bit<32>) std_meta.ingress_global_timestamp;
-        drop_report_time.write((bit<32>) meta.drop_reason, (now_us == 0 ? 32w1 : now_us));
+        meta.int_scratch.now_us = (meta.int_scratch.now_us == 0 ? 32w1 : meta.int_scratch.now_us);
+        drop_report_time.write(meta.drop_reason, meta.int_scratch.now_us);
         meta.report.drop_reason = meta.drop_reason;
         meta.report.ingress_port = (bit<16>) std_meta.ingress_port;
         meta.report.ingress_ts = (bit<64>) std_meta.ingress_global_timestamp;
@@ -47,10 +46,11 @@ control IntDropReport(inout local_metadata_t meta, in standard_metadata_t std_me
         switch (drop_report.apply().action_run) {
             report_drops: {
                 // last_us 0: never reported (times are stored as at least 1)
-                if (last_us == 0 || (bit<32>) std_meta.ingress_global_timestamp - last_us >= interval_us) {
+                if (meta.int_scratch.last_us == 0
+                        || meta.int_scratch.now_us - meta.int_scratch.last_us >= meta.int_scratch.interval_us) {
                     clone_drop();
                 } else {
-                    drop_reports_limited.count((bit<32>) meta.drop_reason);
+                    drop_reports_limited.count(meta.drop_reason);
                 }
             }
         }

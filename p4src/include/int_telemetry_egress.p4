@@ -45,12 +45,11 @@
 // metadata get.
 control IntFill(inout headers_t hdr, in local_metadata_t meta) {
     apply {
-        bit<8> n = meta.telemetry.fill_words;
-        if (n[4:4] == 1) { hdr.int_fill16.setValid(); hdr.int_fill16.ones = ~(bit<512>) 0; }
-        if (n[3:3] == 1) { hdr.int_fill8.setValid(); hdr.int_fill8.ones = ~(bit<256>) 0; }
-        if (n[2:2] == 1) { hdr.int_fill4.setValid(); hdr.int_fill4.ones = ~(bit<128>) 0; }
-        if (n[1:1] == 1) { hdr.int_fill2.setValid(); hdr.int_fill2.ones = ~(bit<64>) 0; }
-        if (n[0:0] == 1) { hdr.int_fill1.setValid(); hdr.int_fill1.ones = ~(bit<32>) 0; }
+        if (meta.telemetry.fill_words[4:4] == 1) { hdr.int_fill16.setValid(); hdr.int_fill16.ones = ~(bit<512>) 0; }
+        if (meta.telemetry.fill_words[3:3] == 1) { hdr.int_fill8.setValid(); hdr.int_fill8.ones = ~(bit<256>) 0; }
+        if (meta.telemetry.fill_words[2:2] == 1) { hdr.int_fill4.setValid(); hdr.int_fill4.ones = ~(bit<128>) 0; }
+        if (meta.telemetry.fill_words[1:1] == 1) { hdr.int_fill2.setValid(); hdr.int_fill2.ones = ~(bit<64>) 0; }
+        if (meta.telemetry.fill_words[0:0] == 1) { hdr.int_fill1.setValid(); hdr.int_fill1.ones = ~(bit<32>) 0; }
     }
 }
 
@@ -72,78 +71,77 @@ const bit<16> DROP_REPORT_INNER_BYTES = 64;
 control IntEgress(inout headers_t hdr,
                   inout local_metadata_t meta,
                   inout standard_metadata_t std_meta) {
-    register<bit<32>>(PORT_COUNT) int_tx_bytes;             // bytes sent per port, mod 2^32
-    register<bit<32>>(1) report_seq_no;                     // next report sequence number (hw_id 0)
-    register<bit<32>>(INT_FLOW_SLOTS) int_flow_state;       // ports and buckets a flow had last
-    register<bit<32>>(INT_FLOW_SLOTS) int_flow_report_time; // sink: when the flow was last reported (us)
-    register<bit<32>>(PORT_COUNT) queue_report_time;        // when the port last sent a congestion report
-    counter(REPORT_KINDS, CounterType.packets) int_report_counter;
+    register<bit<32>, port_t>(PORT_COUNT) int_tx_bytes;               // bytes sent per port, mod 2^32
+    register<bit<32>, bit<32>>(1) report_seq_no;                     // next report sequence number (hw_id 0)
+    register<bit<32>, bit<32>>(INT_FLOW_SLOTS) int_flow_state;       // ports and buckets a flow had last
+    register<bit<32>, bit<32>>(INT_FLOW_SLOTS) int_flow_report_time; // sink: when the flow was last reported (us)
+    register<bit<32>, port_t>(PORT_COUNT) queue_report_time;          // when the port last sent a congestion report
+    counter<bit<32>>(REPORT_KINDS, CounterType.packets) int_report_counter;
 
-    bit<32> node_id = 0;
-    bit<1>  sink = 0;
-    bit<16> mtu = INT_DEFAULT_MTU;
-    bit<32> link_rate_mbps = 0;
-    bit<32> tx_bytes = 0;
-    qdepth_t queue_threshold = 0;
-    bit<32> queue_interval_us = 0;
-    bit<8>  latency_shift = 0;
-    bit<8>  queue_shift = 0;
-    bit<32> refresh_us = 0;
-    bit<32> now_us = 0;
-    bit<32> last_us = 0;
     IntFill() fill;
 
     action set_int_port(bit<32> switch_id, bit<1> is_sink, bit<16> port_mtu, bit<32> port_rate_mbps,
                         qdepth_t queue_report_threshold, bit<32> queue_report_interval_us,
                         bit<8> latency_bucket_shift, bit<8> queue_bucket_shift, bit<32> flow_refresh_us) {
-        node_id = switch_id;
-        sink = is_sink;
-        mtu = port_mtu;
-        link_rate_mbps = port_rate_mbps;
-        queue_threshold = queue_report_threshold;
-        queue_interval_us = queue_report_interval_us;
-        latency_shift = latency_bucket_shift;
-        queue_shift = queue_bucket_shift;
-        refresh_us = flow_refresh_us;
-        int_tx_bytes.read(tx_bytes, (bit<32>) std_meta.egress_port);
-        tx_bytes = tx_bytes + std_meta.packet_length;
-        int_tx_bytes.write((bit<32>) std_meta.egress_port, tx_bytes);
+        meta.int_scratch.setValid();
+        meta.int_scratch.node_id = switch_id;
+        meta.int_scratch.sink = (bit<8>) is_sink;
+        meta.int_scratch.mtu = port_mtu;
+        meta.int_scratch.link_rate_mbps = port_rate_mbps;
+        meta.int_scratch.queue_threshold = queue_report_threshold;
+        meta.int_scratch.queue_interval_us = queue_report_interval_us;
+        meta.int_scratch.latency_shift = latency_bucket_shift;
+        meta.int_scratch.queue_shift = queue_bucket_shift;
+        meta.int_scratch.refresh_us = flow_refresh_us;
+        int_tx_bytes.read(meta.int_scratch.tx_bytes, std_meta.egress_port);
+        meta.int_scratch.tx_bytes = meta.int_scratch.tx_bytes + std_meta.packet_length;
+    }
+
+    // Register writes of values computed in another action: in the same
+    // action p4c would substitute the expression and add a metadata temporary.
+    action store_tx_bytes() {
+        int_tx_bytes.write(std_meta.egress_port, meta.int_scratch.tx_bytes);
+    }
+
+    action store_flow_state() {
+        int_flow_state.write(meta.int_scratch.flow_slot, meta.int_scratch.flow_value);
+        meta.int_scratch.flow_changed = (meta.int_scratch.previous != meta.int_scratch.flow_value ? 8w1 : 8w0);
     }
 
     // This hop's flow value: ingress port, egress port, latency and queue buckets.
+    action flow_key() {
+        FLOW_KEY(hdr, meta)
+    }
+
     action track_flow() {
-        hash(meta.telemetry.flow_slot, HashAlgorithm.crc32, 32w0,
-             { hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.ipv4.protocol, meta.l4_src_port, meta.l4_dst_port },
-             INT_FLOW_SLOTS);
-        bit<32> latency = (bit<32>) (std_meta.egress_global_timestamp - std_meta.ingress_global_timestamp);
-        bit<32> latency_bucket = latency >> latency_shift;
-        bit<32> queue_bucket = (bit<32>) std_meta.enq_qdepth >> queue_shift;
-        latency_bucket = (latency_bucket > 255 ? 32w255 : latency_bucket);
-        queue_bucket = (queue_bucket > 255 ? 32w255 : queue_bucket);
-        bit<32> value = std_meta.ingress_port[7:0] ++ std_meta.egress_port[7:0]
-                        ++ latency_bucket[7:0] ++ queue_bucket[7:0];
-        bit<32> previous;
-        int_flow_state.read(previous, meta.telemetry.flow_slot);
-        int_flow_state.write(meta.telemetry.flow_slot, value);
-        meta.telemetry.flow_changed = previous != value;
-        now_us = (bit<32>) std_meta.egress_global_timestamp;
-        now_us = (now_us == 0 ? 32w1 : now_us);   // stored times are >= 1: 0 means never
+        hash(meta.int_scratch.flow_slot, HashAlgorithm.crc32, 32w0, meta.flow, INT_FLOW_SLOTS);
+        meta.int_scratch.latency_bucket =
+            (bit<32>) (std_meta.egress_global_timestamp - std_meta.ingress_global_timestamp)
+            >> meta.int_scratch.latency_shift;
+        meta.int_scratch.queue_bucket = (bit<32>) std_meta.enq_qdepth >> meta.int_scratch.queue_shift;
+        meta.int_scratch.latency_bucket = (meta.int_scratch.latency_bucket > 255 ? 32w255 : meta.int_scratch.latency_bucket);
+        meta.int_scratch.queue_bucket = (meta.int_scratch.queue_bucket > 255 ? 32w255 : meta.int_scratch.queue_bucket);
+        meta.int_scratch.flow_value = std_meta.ingress_port[7:0] ++ std_meta.egress_port[7:0]
+                        ++ meta.int_scratch.latency_bucket[7:0] ++ meta.int_scratch.queue_bucket[7:0];
+        int_flow_state.read(meta.int_scratch.previous, meta.int_scratch.flow_slot);
+        meta.int_scratch.now_us = (bit<32>) std_meta.egress_global_timestamp;
+        meta.int_scratch.now_us = (meta.int_scratch.now_us == 0 ? 32w1 : meta.int_scratch.now_us);   // stored times are >= 1: 0 means never
     }
 
     action read_flow_report_time() {
-        int_flow_report_time.read(last_us, meta.telemetry.flow_slot);
+        int_flow_report_time.read(meta.int_scratch.last_us, meta.int_scratch.flow_slot);
     }
 
     action write_flow_report_time() {
-        int_flow_report_time.write(meta.telemetry.flow_slot, now_us);
+        int_flow_report_time.write(meta.int_scratch.flow_slot, meta.int_scratch.now_us);
     }
 
     action read_queue_report_time() {
-        queue_report_time.read(last_us, (bit<32>) std_meta.egress_port);
+        queue_report_time.read(meta.int_scratch.last_us, std_meta.egress_port);
     }
 
     action write_queue_report_time() {
-        queue_report_time.write((bit<32>) std_meta.egress_port, now_us);
+        queue_report_time.write(std_meta.egress_port, meta.int_scratch.now_us);
     }
 
     // ---- transit: push this hop (INT v2.1 section 5.7) ---------------------
@@ -166,8 +164,8 @@ control IntEgress(inout headers_t hdr,
         hdr.int_saved.queue_occupancy = (bit<24>) std_meta.enq_qdepth;
         hdr.int_saved.ingress_ts = (bit<64>) std_meta.ingress_global_timestamp;
         hdr.int_saved.egress_ts = (bit<64>) std_meta.egress_global_timestamp;
-        hdr.int_saved.tx_bytes = tx_bytes;
-        hdr.int_saved.link_rate_mbps = link_rate_mbps;
+        hdr.int_saved.tx_bytes = meta.int_scratch.tx_bytes;
+        hdr.int_saved.link_rate_mbps = meta.int_scratch.link_rate_mbps;
         hdr.int_saved.ipv4_total_len = hdr.ipv4.total_len;
         hdr.int_saved.ipv4_dscp = hdr.ipv4.dscp;
         hdr.int_saved.ipv4_checksum = hdr.ipv4.hdr_checksum;
@@ -185,9 +183,9 @@ control IntEgress(inout headers_t hdr,
     }
 
     action strip_int() {
-        bit<16> int_bytes = 4 + ((bit<16>) hdr.int_shim.len << 2);
-        hdr.ipv4.total_len = hdr.ipv4.total_len - int_bytes;
-        hdr.udp.length = hdr.udp.length - int_bytes;    // no effect on TCP packets (udp invalid)
+        meta.int_scratch.inner_bytes = 4 + ((bit<16>) hdr.int_shim.len << 2);     // the INT bytes
+        hdr.ipv4.total_len = hdr.ipv4.total_len - meta.int_scratch.inner_bytes;
+        hdr.udp.length = hdr.udp.length - meta.int_scratch.inner_bytes;    // no effect on TCP packets (udp invalid)
         hdr.int_shim.setInvalid();
         hdr.int_md.setInvalid();
         hdr.int_stack.setInvalid();
@@ -224,13 +222,12 @@ control IntEgress(inout headers_t hdr,
         hdr.udp.dst_port = collector_port;
         hdr.udp.length = ip_bytes - 20;
         hdr.udp.checksum = 0;
-        bit<32> seq_no;
-        report_seq_no.read(seq_no, 0);
-        report_seq_no.write(0, (seq_no + 1) & 0x3FFFFF);
+        report_seq_no.read(meta.int_scratch.seq_no, 0);
+        meta.int_scratch.next_seq_no = (meta.int_scratch.seq_no + 1) & 0x3FFFFF;
         hdr.report_group.setValid();
         hdr.report_group.ver = REPORT_VERSION;
         hdr.report_group.hw_id = 0;
-        hdr.report_group.seq_no = seq_no[21:0];
+        hdr.report_group.seq_no = meta.int_scratch.seq_no[21:0];
         hdr.report_group.node_id = switch_id;
         hdr.report_individual.setValid();
         hdr.report_individual.rep_type = 1;         // INT
@@ -244,6 +241,7 @@ control IntEgress(inout headers_t hdr,
 
     action build_report(mac_addr_t src_mac, mac_addr_t dst_mac, ipv4_addr_t src_addr,
                         ipv4_addr_t collector_addr, bit<16> collector_port, bit<32> switch_id) {
+        meta.int_scratch.setValid();
         // The reported packet, as the sink received it.
         hdr.inner_ipv4 = hdr.ipv4;
         hdr.inner_ipv4.total_len = hdr.int_saved.ipv4_total_len;
@@ -281,8 +279,9 @@ control IntEgress(inout headers_t hdr,
         hdr.int_checksum_fill.setInvalid();
 
         // The report around it.
-        bit<16> report_bytes = REPORT_HEADERS_BYTES + REPORT_MD_BYTES + hdr.int_saved.inner_bytes;
-        report_headers(src_mac, dst_mac, src_addr, collector_addr, collector_port, switch_id, report_bytes - 14);
+        meta.int_scratch.report_bytes = (bit<32>) (REPORT_HEADERS_BYTES + REPORT_MD_BYTES + hdr.int_saved.inner_bytes);
+        report_headers(src_mac, dst_mac, src_addr, collector_addr, collector_port, switch_id,
+                       REPORT_HEADERS_BYTES + REPORT_MD_BYTES + hdr.int_saved.inner_bytes - 14);
         hdr.report_individual.report_length = (bit<8>) ((8 + REPORT_MD_BYTES + hdr.int_saved.inner_bytes) >> 2);
         hdr.report_individual.md_length = REPORT_MD_WORDS;
         hdr.report_individual.d = 0;
@@ -304,23 +303,32 @@ control IntEgress(inout headers_t hdr,
         hdr.report_int_md.tx_time = hdr.int_saved.egress_ts[31:0];
         hdr.report_int_md.link_rate_mbps = hdr.int_saved.link_rate_mbps;
         hdr.int_saved.setInvalid();
-        truncate((bit<32>) report_bytes);
+    }
+
+    action store_report_seq_no() {
+        report_seq_no.write(0, meta.int_scratch.next_seq_no);
+    }
+
+    action truncate_report() {
+        truncate(meta.int_scratch.report_bytes);
     }
 
     // ---- drop report clone (int_telemetry_drop_report.p4): the packet as received --------
 
     action build_drop_report(mac_addr_t src_mac, mac_addr_t dst_mac, ipv4_addr_t src_addr,
                              ipv4_addr_t collector_addr, bit<16> collector_port, bit<32> switch_id) {
+        meta.int_scratch.setValid();
         hdr.inner_ipv4 = hdr.ipv4;
         hdr.inner_udp = hdr.udp;
         hdr.inner_tcp = hdr.tcp;
         hdr.inner_tcp_options = hdr.tcp_options;
         // Report Length 0xFF: to the end of the datagram, the inner packet cut
         // to DROP_REPORT_INNER_BYTES (apply: none if it was not IPv4).
-        bit<16> inner_bytes = (bit<16>) std_meta.packet_length - 14;
-        inner_bytes = (inner_bytes > DROP_REPORT_INNER_BYTES ? DROP_REPORT_INNER_BYTES : inner_bytes);
+        meta.int_scratch.inner_bytes = (bit<16>) std_meta.packet_length - 14;
+        meta.int_scratch.inner_bytes = (meta.int_scratch.inner_bytes > DROP_REPORT_INNER_BYTES
+                                        ? DROP_REPORT_INNER_BYTES : meta.int_scratch.inner_bytes);
         report_headers(src_mac, dst_mac, src_addr, collector_addr, collector_port, switch_id,
-                       REPORT_HEADERS_BYTES - 14 + DROP_REPORT_MD_BYTES + inner_bytes);
+                       REPORT_HEADERS_BYTES - 14 + DROP_REPORT_MD_BYTES + meta.int_scratch.inner_bytes);
         hdr.report_individual.report_length = 0xFF;
         hdr.report_individual.md_length = DROP_REPORT_MD_WORDS;
         hdr.report_individual.d = 1;
@@ -356,35 +364,37 @@ control IntEgress(inout headers_t hdr,
     }
 
     apply {
-        if (meta.telemetry.enabled == 0) {
-            return;         // INT off at this switch: one condition, no table
-        }
         switch (int_port.apply().action_run) {
             set_int_port: {
+                store_tx_bytes();
                 if (hdr.int_md.isValid()) {
+                    flow_key();
                     track_flow();
-                    if (sink == 1) {
+                    store_flow_state();
+                    if (meta.int_scratch.sink == 1) {
                         // Sink: report when something changed or the refresh is due, or
                         // (rate-limited) when its queue is above the threshold; then strip.
-                        bool due = false;
-                        bool congested = false;
+                        meta.int_scratch.due = 0;
+                        meta.int_scratch.congested = 0;
                         read_flow_report_time();
-                        if (refresh_us == 0 || meta.telemetry.flow_changed
+                        if (meta.int_scratch.refresh_us == 0 || meta.int_scratch.flow_changed == 1
                                 || (hdr.int_md.ds_id == FABRIC_DS_ID
                                     && hdr.int_md.ds_flags & INT_DS_FLAG_CHANGED != 0)
-                                || last_us == 0 || now_us - last_us >= refresh_us) {
-                            due = true;
+                                || meta.int_scratch.last_us == 0
+                                || meta.int_scratch.now_us - meta.int_scratch.last_us >= meta.int_scratch.refresh_us) {
+                            meta.int_scratch.due = 1;
                         }
-                        if (std_meta.enq_qdepth >= queue_threshold) {
+                        if (std_meta.enq_qdepth >= meta.int_scratch.queue_threshold) {
                             read_queue_report_time();
-                            if (last_us == 0 || now_us - last_us >= queue_interval_us) {
-                                congested = true;
+                            if (meta.int_scratch.last_us == 0
+                                || meta.int_scratch.now_us - meta.int_scratch.last_us >= meta.int_scratch.queue_interval_us) {
+                                meta.int_scratch.congested = 1;
                                 write_queue_report_time();
                             } else {
                                 int_report_counter.count(REPORT_QUEUE_LIMITED);
                             }
                         }
-                        if (due || congested) {
+                        if (meta.int_scratch.due == 1 || meta.int_scratch.congested == 1) {
                             save_for_report();
                             if (hdr.tcp.isValid()) {
                                 hdr.int_saved.l4_checksum = hdr.tcp.checksum;
@@ -393,10 +403,10 @@ control IntEgress(inout headers_t hdr,
                             }
                             write_flow_report_time();
                         }
-                        if (congested) {
+                        if (meta.int_scratch.congested == 1) {
                             hdr.int_saved.congested = 1;
                             int_report_counter.count(REPORT_QUEUE);
-                        } else if (due) {
+                        } else if (meta.int_scratch.due == 1) {
                             int_report_counter.count(REPORT_FLOW);
                         } else {
                             int_report_counter.count(REPORT_SUPPRESSED);
@@ -412,9 +422,10 @@ control IntEgress(inout headers_t hdr,
                         strip_int();
                     } else {
                         // Transit (and source): a congestion report first, from the packet as received.
-                        if (std_meta.enq_qdepth >= queue_threshold) {
+                        if (std_meta.enq_qdepth >= meta.int_scratch.queue_threshold) {
                             read_queue_report_time();
-                            if (last_us == 0 || now_us - last_us >= queue_interval_us) {
+                            if (meta.int_scratch.last_us == 0
+                                || meta.int_scratch.now_us - meta.int_scratch.last_us >= meta.int_scratch.queue_interval_us) {
                                 save_for_report();
                                 if (hdr.tcp.isValid()) {
                                     hdr.int_saved.l4_checksum = hdr.tcp.checksum;
@@ -429,41 +440,40 @@ control IntEgress(inout headers_t hdr,
                                 int_report_counter.count(REPORT_QUEUE_LIMITED);
                             }
                         }
-                        if (meta.telemetry.flow_changed && hdr.int_md.ds_id == FABRIC_DS_ID) {
+                        if (meta.int_scratch.flow_changed == 1 && hdr.int_md.ds_id == FABRIC_DS_ID) {
                             hdr.int_md.ds_flags = hdr.int_md.ds_flags | INT_DS_FLAG_CHANGED;
                         }
                         if (hdr.int_md.remaining_hop_cnt == 0) {
                             hdr.int_md.e = 1;
-                        } else if (hdr.ipv4.total_len + ((bit<16>) hdr.int_md.hop_ml << 2) > mtu
+                        } else if (hdr.ipv4.total_len + ((bit<16>) hdr.int_md.hop_ml << 2) > meta.int_scratch.mtu
                                    || hdr.int_shim.len - INT_HEADER_WORDS + (bit<8>) hdr.int_md.hop_ml
                                       > INT_MAX_STACK_WORDS_C) {
                             hdr.int_md.m = 1;
                         } else {
-                            bit<16> bitmap = hdr.int_md.instruction_bitmap;
-                            if (bitmap[15:15] == 1) {
+                            if (hdr.int_md.instruction_bitmap[15:15] == 1) {
                                 hdr.int_node_id.setValid();
-                                hdr.int_node_id.node_id = node_id;
+                                hdr.int_node_id.node_id = meta.int_scratch.node_id;
                             }
-                            if (bitmap[14:14] == 1) {
+                            if (hdr.int_md.instruction_bitmap[14:14] == 1) {
                                 hdr.int_l1_ports.setValid();
                                 hdr.int_l1_ports.ingress_port = (bit<16>) std_meta.ingress_port;
                                 hdr.int_l1_ports.egress_port = (bit<16>) std_meta.egress_port;
                             }
-                            if (bitmap[13:13] == 1) {
+                            if (hdr.int_md.instruction_bitmap[13:13] == 1) {
                                 hdr.int_hop_latency.setValid();
                                 hdr.int_hop_latency.hop_latency =
                                     (bit<32>) (std_meta.egress_global_timestamp - std_meta.ingress_global_timestamp);
                             }
-                            if (bitmap[12:12] == 1) {
+                            if (hdr.int_md.instruction_bitmap[12:12] == 1) {
                                 hdr.int_queue.setValid();
                                 hdr.int_queue.queue_id = 0;
                                 hdr.int_queue.occupancy = (bit<24>) std_meta.enq_qdepth;
                             }
-                            if (bitmap[11:11] == 1) {
+                            if (hdr.int_md.instruction_bitmap[11:11] == 1) {
                                 hdr.int_ingress_ts.setValid();
                                 hdr.int_ingress_ts.timestamp = (bit<64>) std_meta.ingress_global_timestamp;
                             }
-                            if (bitmap[10:10] == 1) {
+                            if (hdr.int_md.instruction_bitmap[10:10] == 1) {
                                 hdr.int_egress_ts.setValid();
                                 hdr.int_egress_ts.timestamp = (bit<64>) std_meta.egress_global_timestamp;
                             }
@@ -471,21 +481,20 @@ control IntEgress(inout headers_t hdr,
                                 fill.apply(hdr, meta);
                             }
                             if (hdr.int_md.ds_id == FABRIC_DS_ID) {
-                                bit<16> ds = hdr.int_md.ds_instruction;
-                                if (ds[15:15] == 1) {
+                                if (hdr.int_md.ds_instruction[15:15] == 1) {
                                     hdr.int_ds_tx_bytes.setValid();
-                                    hdr.int_ds_tx_bytes.data = tx_bytes;
+                                    hdr.int_ds_tx_bytes.data = meta.int_scratch.tx_bytes;
                                 }
-                                if (ds[14:14] == 1) {
+                                if (hdr.int_md.ds_instruction[14:14] == 1) {
                                     hdr.int_ds_tx_time.setValid();
                                     hdr.int_ds_tx_time.data = (bit<32>) std_meta.egress_global_timestamp;
                                 }
-                                if (ds[13:13] == 1) {
+                                if (hdr.int_md.ds_instruction[13:13] == 1) {
                                     hdr.int_ds_link_rate.setValid();
-                                    hdr.int_ds_link_rate.data = link_rate_mbps;
+                                    hdr.int_ds_link_rate.data = meta.int_scratch.link_rate_mbps;
                                 }
                             }
-                            if (bitmap[0:0] == 1) {
+                            if (hdr.int_md.instruction_bitmap[0:0] == 1) {
                                 hdr.int_checksum_fill.setValid();
                                 hdr.int_checksum_fill.data = 0xFFFFFFFF;
                             }
@@ -495,7 +504,12 @@ control IntEgress(inout headers_t hdr,
                 }
                 meta.telemetry.l4_length = hdr.ipv4.total_len - ((bit<16>) hdr.ipv4.ihl << 2);
             }
+            build_report: {
+                store_report_seq_no();
+                truncate_report();
+            }
             build_drop_report: {
+                store_report_seq_no();
                 int_report_counter.count(REPORT_DROP);
                 // InType IPv4 when the dropped packet was one, else no inner packet.
                 if (hdr.inner_ipv4.isValid()) {

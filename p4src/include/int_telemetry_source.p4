@@ -25,20 +25,15 @@
 control IntSource(inout headers_t hdr,
                   inout local_metadata_t meta,
                   in standard_metadata_t std_meta) {
-    bit<8>  max_hops = 0;
-    bit<5>  hop_ml = 0;
-    bit<16> instructions = 0;
-    bit<16> domain = 0;
-    bit<16> domain_instructions = 0;
-
     action int_source(bit<8> max_hop_count, bit<5> hop_metadata_words, bit<16> instruction_bitmap,
                       bit<16> ds_id, bit<16> ds_instruction, bit<32> sample_one_in) {
-        random(meta.telemetry.sample, 0, sample_one_in - 1);
-        max_hops = max_hop_count;
-        hop_ml = hop_metadata_words;
-        instructions = instruction_bitmap;
-        domain = ds_id;
-        domain_instructions = ds_instruction;
+        meta.int_scratch.setValid();
+        random(meta.int_scratch.sample, 0, sample_one_in - 1);
+        meta.int_scratch.max_hops = max_hop_count;
+        meta.int_scratch.hop_ml = hop_metadata_words;
+        meta.int_scratch.instructions = instruction_bitmap;
+        meta.int_scratch.domain = ds_id;
+        meta.int_scratch.domain_instructions = ds_instruction;
     }
 
     table int_watchlist {
@@ -70,15 +65,16 @@ control IntSource(inout headers_t hdr,
         hdr.int_md.e = 0;
         hdr.int_md.m = 0;
         hdr.int_md.rsvd = 0;
-        hdr.int_md.hop_ml = hop_ml;
-        hdr.int_md.remaining_hop_cnt = max_hops;
-        hdr.int_md.instruction_bitmap = instructions;
-        hdr.int_md.ds_id = domain;
-        hdr.int_md.ds_instruction = domain_instructions;
+        hdr.int_md.hop_ml = meta.int_scratch.hop_ml;
+        hdr.int_md.remaining_hop_cnt = meta.int_scratch.max_hops;
+        hdr.int_md.instruction_bitmap = meta.int_scratch.instructions;
+        hdr.int_md.ds_id = meta.int_scratch.domain;
+        hdr.int_md.ds_instruction = meta.int_scratch.domain_instructions;
         hdr.int_md.ds_flags = 0;
         hdr.ipv4.total_len = hdr.ipv4.total_len + INT_SHIM_AND_HEADER_BYTES;
-        meta.telemetry.hop_words = INT_BASELINE_WORDS(instructions) + INT_FABRIC_DS_WORDS(domain_instructions);
-        meta.telemetry.fill_words = (bit<8>) hop_ml - meta.telemetry.hop_words;
+        meta.telemetry.hop_words = INT_BASELINE_WORDS(meta.int_scratch.instructions)
+                                   + INT_FABRIC_DS_WORDS(meta.int_scratch.domain_instructions);
+        meta.telemetry.fill_words = (bit<8>) meta.int_scratch.hop_ml - meta.telemetry.hop_words;
         meta.telemetry.l4_checksum = true;
     }
 
@@ -105,13 +101,13 @@ control IntSource(inout headers_t hdr,
                 switch (int_watchlist.apply().action_run) {
                     int_source: {
                         // TCP and UDP only: the shim follows the L4 header.
-                        if (meta.telemetry.sample == 0 && hdr.udp.isValid()) {
+                        if (meta.int_scratch.sample == 0 && hdr.udp.isValid()) {
                             insert_int_headers();
                             hdr.int_shim.npt = INT_NPT_UDP_PORT;
                             hdr.int_shim.npt_field = hdr.udp.dst_port;
                             hdr.udp.dst_port = INT_UDP_PORT;
                             hdr.udp.length = hdr.udp.length + INT_SHIM_AND_HEADER_BYTES;
-                        } else if (meta.telemetry.sample == 0 && hdr.tcp.isValid()) {
+                        } else if (meta.int_scratch.sample == 0 && hdr.tcp.isValid()) {
                             insert_int_headers();
                             hdr.int_shim.npt = INT_NPT_DSCP;
                             hdr.int_shim.npt_field = (bit<16>) (hdr.ipv4.dscp ++ 2w0);

@@ -30,23 +30,19 @@
 
 // Per-port queue depth for adaptive mode: written in egress (LoadRecorder),
 // read in ingress (LoadBalancing), so declared outside both.
-register<bit<32>>(PORT_COUNT) lb_port_qdepth;
-register<bit<32>>(PORT_COUNT) lb_port_qdepth_time;     // us, when it was written
+register<qdepth_t, port_t>(PORT_COUNT) lb_port_qdepth;
+register<bit<48>, port_t>(PORT_COUNT) lb_port_qdepth_time;     // us, when it was written
 
 control LoadBalancing(inout headers_t hdr,
                       inout local_metadata_t meta,
                       in standard_metadata_t std_meta) {
-    register<bit<32>>(FLOWLET_CELLS) flowlet_last_seen;    // us, 0 = never
-    register<bit<8>>(FLOWLET_CELLS) flowlet_slot;           // the current flowlet's slot
-    counter(LB_GROUPS, CounterType.packets) flowlets_started;
-
-    bit<32> gap_us = 0;
-    bit<32> stale_us = 0;
-    port_t  port_a = 0;
-    port_t  port_b = 0;
+    register<bit<32>, bit<32>>(FLOWLET_CELLS) flowlet_last_seen;    // us, 0 = never
+    register<ecmp_slot_t, bit<32>>(FLOWLET_CELLS) flowlet_slot;      // the current flowlet's slot
+    counter<next_id_t>(LB_GROUPS, CounterType.packets) flowlets_started;
 
     action flowlet(bit<32> flowlet_gap_us) {
-        gap_us = flowlet_gap_us;
+        meta.lb.setValid();
+        meta.lb.gap_us = flowlet_gap_us;
     }
 
     action spray() {
@@ -54,10 +50,13 @@ control LoadBalancing(inout headers_t hdr,
     }
 
     action adaptive(bit<32> queue_stale_us) {
-        stale_us = queue_stale_us;
+        meta.lb.setValid();
+        meta.lb.stale_us = queue_stale_us;
         random(meta.lb.sample_a, 0, (ecmp_slot_t) (ECMP_SLOTS - 1));
         meta.lb.sample_b = meta.lb.sample_a ^ 1;    // its neighbour: another member (see above)
-        meta.lb.record_load = 1;
+        meta.lb.port_a = 0;                         // a sample without a candidate entry: port 0
+        meta.lb.port_b = 0;
+        meta.lb_record_load = 1;
     }
 
     table lb_group {
@@ -74,8 +73,8 @@ control LoadBalancing(inout headers_t hdr,
         size = LB_GROUPS;
     }
 
-    action candidate_a(port_t port) { port_a = port; }
-    action candidate_b(port_t port) { port_b = port; }
+    action candidate_a(port_t port) { meta.lb.port_a = port; }
+    action candidate_b(port_t port) { meta.lb.port_b = port; }
 
     table lb_candidate_a {
         key = {
@@ -97,45 +96,48 @@ control LoadBalancing(inout headers_t hdr,
         size = NEXT_HOP_TABLE_SIZE;
     }
 
+    action new_flowlet() {
+        random(meta.ecmp_slot, 0, (ecmp_slot_t) (ECMP_SLOTS - 1));
+        flowlet_slot.write(meta.lb.cell, meta.ecmp_slot);
+        flowlets_started.count(meta.next_id);
+    }
+
+    action same_flowlet() {
+        flowlet_slot.read(meta.ecmp_slot, meta.lb.cell);
+    }
+
     // Applied after ecmp_hash: meta.ecmp_slot holds the flow's ECMP slot,
     // which the group's mode may replace.
     apply {
         switch (lb_group.apply().action_run) {
             flowlet: {
-                bit<32> cell;
-                hash(cell, HashAlgorithm.crc32, 32w0,
-                     { hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.ipv4.protocol,
-                       meta.l4_src_port, meta.l4_dst_port }, FLOWLET_CELLS);
-                bit<32> now = (bit<32>) std_meta.ingress_global_timestamp;
-                now = (now == 0 ? 32w1 : now);
-                bit<32> last;
-                flowlet_last_seen.read(last, cell);
-                flowlet_last_seen.write(cell, now);
-                if (last == 0 || now - last > gap_us) {
-                    random(meta.ecmp_slot, 0, (ecmp_slot_t) (ECMP_SLOTS - 1));
-                    flowlet_slot.write(cell, (bit<8>) meta.ecmp_slot);
-                    flowlets_started.count((bit<32>) meta.next_id);
+                hash(meta.lb.cell, HashAlgorithm.crc32, 32w0, meta.flow, FLOWLET_CELLS);   // forwarding filled meta.flow
+                meta.lb.now = (bit<32>) std_meta.ingress_global_timestamp;
+                if (meta.lb.now == 0) {
+                    meta.lb.now = 1;            // stored times are >= 1: 0 means never
+                }
+                flowlet_last_seen.read(meta.lb.last, meta.lb.cell);
+                flowlet_last_seen.write(meta.lb.cell, meta.lb.now);
+                if (meta.lb.last == 0 || meta.lb.now - meta.lb.last > meta.lb.gap_us) {
+                    new_flowlet();
                 } else {
-                    bit<8> slot;
-                    flowlet_slot.read(slot, cell);
-                    meta.ecmp_slot = (ecmp_slot_t) slot;
+                    same_flowlet();
                 }
             }
             adaptive: {
                 lb_candidate_a.apply();
                 lb_candidate_b.apply();
-                bit<32> now = (bit<32>) std_meta.ingress_global_timestamp;
-                bit<32> depth_a;
-                bit<32> depth_b;
-                bit<32> time_a;
-                bit<32> time_b;
-                lb_port_qdepth.read(depth_a, (bit<32>) port_a);
-                lb_port_qdepth.read(depth_b, (bit<32>) port_b);
-                lb_port_qdepth_time.read(time_a, (bit<32>) port_a);
-                lb_port_qdepth_time.read(time_b, (bit<32>) port_b);
-                if (now - time_a > stale_us) { depth_a = 0; }
-                if (now - time_b > stale_us) { depth_b = 0; }
-                if (depth_b < depth_a) {
+                lb_port_qdepth.read(meta.lb.depth_a, meta.lb.port_a);
+                lb_port_qdepth.read(meta.lb.depth_b, meta.lb.port_b);
+                lb_port_qdepth_time.read(meta.lb.time_a, meta.lb.port_a);
+                lb_port_qdepth_time.read(meta.lb.time_b, meta.lb.port_b);
+                if (std_meta.ingress_global_timestamp - meta.lb.time_a > (bit<48>) meta.lb.stale_us) {
+                    meta.lb.depth_a = 0;
+                }
+                if (std_meta.ingress_global_timestamp - meta.lb.time_b > (bit<48>) meta.lb.stale_us) {
+                    meta.lb.depth_b = 0;
+                }
+                if (meta.lb.depth_b < meta.lb.depth_a) {
                     meta.ecmp_slot = meta.lb.sample_b;
                 } else {
                     meta.ecmp_slot = meta.lb.sample_a;
@@ -148,9 +150,9 @@ control LoadBalancing(inout headers_t hdr,
 // Egress: the queue depth adaptive packets see, per port, for LoadBalancing.
 control LoadRecorder(in local_metadata_t meta, in standard_metadata_t std_meta) {
     apply {
-        if (meta.lb.record_load == 1) {
-            lb_port_qdepth.write((bit<32>) std_meta.egress_port, (bit<32>) std_meta.enq_qdepth);
-            lb_port_qdepth_time.write((bit<32>) std_meta.egress_port, (bit<32>) std_meta.egress_global_timestamp);
+        if (meta.lb_record_load == 1) {
+            lb_port_qdepth.write(std_meta.egress_port, std_meta.enq_qdepth);
+            lb_port_qdepth_time.write(std_meta.egress_port, std_meta.egress_global_timestamp);
         }
     }
 }

@@ -14,18 +14,25 @@
 #include "failover.p4"
 
 control SourceRouting(inout headers_t hdr, inout local_metadata_t meta, inout standard_metadata_t std_meta) {
+    // The path_heard cell of (this port, the heartbeat's far edge switch).
+    action index_heartbeat_path() {
+        meta.failover.setValid();
+        meta.failover.path = FAILOVER_PATH_INDEX((bit<32>) std_meta.ingress_port,
+                                                 (bit<32>) (hdr.udp.src_port - HEARTBEAT_ORIGIN_PORT_BASE));
+    }
+
     apply {
         // A heartbeat came in: the link and the neighbour behind it work
         // (failover.p4). Probes do not count: a port they make heard would
         // be declared dead once they stop.
         if (hdr.udp.isValid() && hdr.udp.dst_port == HEARTBEAT_UDP_PORT) {
-            port_heard.write((bit<32>) std_meta.ingress_port, std_meta.ingress_global_timestamp);
+            port_heard.write(std_meta.ingress_port, std_meta.ingress_global_timestamp);
             // A path heartbeat names the far edge switch of its round trip:
             // the path there and back through this port works (failover.p4).
-            bit<16> origin = hdr.udp.src_port - HEARTBEAT_ORIGIN_PORT_BASE;
-            if (hdr.udp.src_port >= HEARTBEAT_ORIGIN_PORT_BASE && (bit<32>) origin < FAILOVER_ORIGINS) {
-                path_heard.write(path_index(std_meta.ingress_port, (bit<32>) origin),
-                                 std_meta.ingress_global_timestamp);
+            if (hdr.udp.src_port >= HEARTBEAT_ORIGIN_PORT_BASE
+                    && (bit<32>) (hdr.udp.src_port - HEARTBEAT_ORIGIN_PORT_BASE) < FAILOVER_ORIGINS) {
+                index_heartbeat_path();
+                path_heard.write(meta.failover.path, std_meta.ingress_global_timestamp);
             }
         }
         meta.telemetry.enabled = 1;     // egress pushes this hop wherever INT is configured (int_port)

@@ -20,7 +20,8 @@ def test_int_experiment(tmp_path):
     rows = {r["case"]: r for r in csv.DictReader(open(out / "summary.csv"))}
     assert set(rows) == {"every-packet", "suppressed"}
     every, suppressed = rows["every-packet"], rows["suppressed"]
-    assert int(every["suppressed_at_sinks"]) == 0 and int(every["flow_reports"]) > 1000
+    # Every packet reaching a sink is reported: how many that is depends on the machine's speed.
+    assert int(every["suppressed_at_sinks"]) == 0 and int(every["flow_reports"]) > 0
     assert int(suppressed["suppressed_at_sinks"]) > int(suppressed["flow_reports"])
     assert float(suppressed["reports_per_s"]) < 0.6 * float(every["reports_per_s"])
     for r in rows.values():

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Runs test suites N times and reports each test's failures: do the tests
+depend on the machine's speed?
+
+    .venv/bin/python -m benchmarks.flakiness [--runs 10] [--suites ptf e2e] [--busy]
+                                              [-k EXPR] [--ptf-tests ecn failover]
+
+Each run calls the suites as `make test` does (ptf-tests/run_ptf.py, pytest
+tests/e2e); --busy runs every round with one busy process per CPU beside it
+(a loaded CI box or a laptop on battery). The table lists every test that
+failed at least once, with its count, then the totals; the exit status is 1
+when any test failed. Writes build/flakiness/<suite>.csv.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import multiprocessing
+import os
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+OUT_DIR = REPO / "build" / "flakiness"
+PTF_RESULT = re.compile(r"^(\S+) \.\.\. (ok|FAIL|ERROR)\s*$", re.M)
+PTF_SUBTEST = re.compile(r"^(FAIL|ERROR): (\S+) \((\S+)\)", re.M)
+PYTEST_RESULT = re.compile(r"^(\S+::\S+) (PASSED|FAILED|ERROR)", re.M)
+
+
+def _busy() -> None:
+    while True:
+        pass
+
+
+def run_ptf(tests: list[str]) -> dict[str, bool]:
+    proc = subprocess.run([sys.executable, "ptf-tests/run_ptf.py", *tests], cwd=REPO,
+                          capture_output=True, text=True)
+    text = proc.stdout + proc.stderr
+    outcome = {name: status == "ok" for name, status in PTF_RESULT.findall(text)}
+    for _, method, cls in PTF_SUBTEST.findall(text):       # a failed subtest: "FAIL: runTest (ecn.StepMarkingTest) (...)"
+        outcome[cls.strip("()")] = False
+    if not outcome:
+        raise RuntimeError(f"PTF ran no test (exit {proc.returncode}):\n{text[-2000:]}")
+    return outcome
+
+
+def run_e2e(expr: str | None) -> dict[str, bool]:
+    cmd = [sys.executable, "-m", "pytest", "tests/e2e", "-rA", "-q", "-p", "no:cacheprovider"]
+    if expr:
+        cmd += ["-k", expr]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    outcome = {name: status == "PASSED" for status, name in
+               ((m.group(2), m.group(1)) for m in PYTEST_RESULT.finditer(proc.stdout))}
+    if not outcome:
+        raise RuntimeError(f"pytest ran no test (exit {proc.returncode}):\n{proc.stdout[-2000:]}")
+    return outcome
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=10, help="rounds (default 10)")
+    ap.add_argument("--suites", nargs="+", choices=("ptf", "e2e"), default=["ptf", "e2e"])
+    ap.add_argument("--ptf-tests", nargs="*", default=[], help="PTF test names or modules (default: all)")
+    ap.add_argument("-k", dest="expr", help="pytest -k expression for the e2e suite")
+    ap.add_argument("--busy", action="store_true", help="one busy process per CPU beside every round")
+    args = ap.parse_args(argv)
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    hogs = [multiprocessing.Process(target=_busy, daemon=True) for _ in range(os.cpu_count() or 1)] \
+        if args.busy else []
+    for h in hogs:
+        h.start()
+    failures: dict[str, Counter[str]] = {s: Counter() for s in args.suites}
+    seen: dict[str, set[str]] = {s: set() for s in args.suites}
+    try:
+        for i in range(1, args.runs + 1):
+            for suite in args.suites:
+                t0 = time.monotonic()
+                outcome = run_ptf(args.ptf_tests) if suite == "ptf" else run_e2e(args.expr)
+                seen[suite] |= set(outcome)
+                failed = sorted(name for name, ok in outcome.items() if not ok)
+                failures[suite].update(failed)
+                print(f"[{i}/{args.runs}] {suite}: {len(outcome) - len(failed)}/{len(outcome)} passed "
+                      f"in {time.monotonic() - t0:.0f} s{(': failed ' + ', '.join(failed)) if failed else ''}",
+                      flush=True)
+    finally:
+        for h in hogs:
+            h.terminate()
+    any_failed = False
+    for suite in args.suites:
+        path = OUT_DIR / f"{suite}.csv"
+        with open(path, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["test", "runs", "failures"])
+            for name in sorted(seen[suite]):
+                w.writerow([name, args.runs, failures[suite][name]])
+        print(f"\n{suite}: {len(seen[suite])} tests, {args.runs} runs{' with the CPU loaded' if args.busy else ''}")
+        for name, n in failures[suite].most_common():
+            print(f"  {n:3d}/{args.runs} failed  {name}")
+            any_failed = True
+        if not failures[suite]:
+            print("  every test passed every run")
+        print(f"outputs: {path}")
+    return 1 if any_failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
