@@ -127,3 +127,12 @@ def test_int_reports_by_kind():
     got = {k: value(d, "fabric_int_reports_total", switch="leaf1", kind=k)
            for k in ("flow", "suppressed", "queue", "queue_limited", "drop", "drop_limited")}
     assert got == {"flow": 40, "suppressed": 900, "queue": 7, "queue_limited": 2, "drop": 1, "drop_limited": 7}
+
+
+def test_controller_primacy_is_published_when_known():
+    d = as_dict(samples(TOPO, [SwitchReadings("leaf1", controller_primary=False),
+                               SwitchReadings("leaf2", controller_primary=True),
+                               SwitchReadings("spine1")], {}))
+    assert value(d, "fabric_controller_primary", switch="leaf1") == 0.0
+    assert value(d, "fabric_controller_primary", switch="leaf2") == 1.0
+    assert value(d, "fabric_controller_primary", switch="spine1") is None, "not known: no sample"
