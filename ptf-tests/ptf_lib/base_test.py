@@ -11,7 +11,6 @@ bmv2_json, p4info, thrift_port.
 """
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import ptf
@@ -138,19 +137,6 @@ class P4RuntimeTest(BaseTest):
     def iface(self, port: int) -> str:
         """The Linux interface PTF uses for `port` (for raw-socket senders)."""
         return self.dataplane.ports[(0, port)].interface_name
-
-    def receive_count(self, ports, count: int, wanted, timeout: float = 10.0) -> list[tuple[int, bytes]]:
-        """(port, frame) of the first `count` frames on any of `ports` for which
-        `wanted(frame)` holds, waiting as long as they take up to `timeout` s (a
-        deadline for a broken switch, not a guess at how fast it is)."""
-        ports = set(ports)
-        got: list[tuple[int, bytes]] = []
-        deadline = time.monotonic() + timeout
-        while len(got) < count and time.monotonic() < deadline:
-            result = tu.dp_poll(self, device_number=0, timeout=min(0.5, max(0.01, deadline - time.monotonic())))
-            if isinstance(result, self.dataplane.PollSuccess) and result.port in ports and wanted(bytes(result.packet)):
-                got.append((result.port, bytes(result.packet)))
-        return got
 
     def receive_all(self, port: int, timeout: float = 1.0) -> list[bytes]:
         """Every frame that arrives on `port` until none came for `timeout` s."""
