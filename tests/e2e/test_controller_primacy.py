@@ -9,7 +9,6 @@ and when that client leaves the controller is primary again."""
 import logging
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from core.network import Network
 from core.switch import CONTROLLER_ELECTION_ID, SwitchConnection, SwitchError, update
 from features import load_topology
 from telemetry.switch_exporter import Bmv2Reader
+from test_int_live import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -42,15 +42,6 @@ def net(tmp_path):
 def route(ctl: FabricController) -> p4runtime_pb2.TableEntry:
     return ctl.p4info.table_entry("ipv4_lpm", {"hdr.ipv4.dst_addr": "10.99.0.0/16"},
                                   action="set_next_id", params={"next_id": 1})
-
-
-def wait_for(condition, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
 
 
 def test_p4runtime_shell_with_its_defaults_reads_without_demoting_the_controller(net):
