@@ -116,8 +116,11 @@ generate: setup
 features: setup
 	@$(FABRIC) features
 
-# Regenerates the table in the README and build/bench/{summary.csv,forwarding_rate.png}.
+# Regenerates both tables of docs/benchmark.md: instructions per packet
+# (callgrind, deterministic; each feature compiled out, off and on) and
+# packets/s, with build/bench/{instructions_per_packet.csv,summary.csv,forwarding_rate.png}.
 bench: require-toolchain build
+	$(PY) -m benchmarks.instructions_per_packet --packets 1000 --readme docs/benchmark.md
 	$(FABRIC) bench --readme docs/benchmark.md $(ARGS)
 
 docker-build:

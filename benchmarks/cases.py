@@ -70,11 +70,23 @@ class Case:
     what: str
     state: Callable[[P4Info], SwitchState] | None = None
     frames: list[bytes] | None = None     # None: the default UDP frames
+    defines: tuple[str, ...] = ()         # preprocessor symbols: features compiled out
 
 
-def _compile(source: Path) -> Pipeline:
-    """`source` compiled for BMv2, in build/bench (kept while the source is unchanged)."""
-    return compile_p4(source, REPO / "build" / "bench" / f"{source.parent.name}-{source.stem}")
+def without(feature: Feature) -> str:
+    """The preprocessor symbol that compiles `feature` out of the fabric
+    (p4src/include/defines.p4): WITHOUT_ and the feature's name."""
+    return f"WITHOUT_{feature.name.upper()}"
+
+
+def compile_case(case: Case) -> Pipeline:
+    """`case`'s program compiled for BMv2, in build/bench (one directory per
+    program and set of features compiled out; kept while the sources are unchanged)."""
+    tag = "".join(f"-{d.removeprefix('WITHOUT_').lower()}" for d in case.defines)
+    return compile_p4(case.source, REPO / "build" / "bench" / f"{case.source.parent.name}-{case.source.stem}{tag}",
+                      defines=case.defines)
+
+
 
 
 def _feature_on(feature: Feature, mode: str) -> Callable[[P4Info], SwitchState]:
@@ -84,16 +96,28 @@ def _feature_on(feature: Feature, mode: str) -> Callable[[P4Info], SwitchState]:
     return state
 
 
-def cases(fabric_source: Path = MAIN) -> list[Case]:
-    """The references, the fabric with every feature off, and the fabric with
-    each registered feature on: one row per mode of its bench_states(), with
-    its bench_frames() if it has them (core/feature.py). The modes are known
-    from the fabric's P4Info, so this compiles `fabric_source`."""
+def off_cases(fabric_source: Path = MAIN) -> list[Case]:
+    """The references; the fabric with every feature compiled out
+    (forwarding_only); the fabric as shipped with every feature off; and the
+    fabric with one feature compiled out (fabric-<feature>: the difference to
+    `fabric` is what that feature costs a packet while it is off)."""
     out = [Case("port_forward", REPO / "p4src" / "baseline" / "port_forward.p4", "no parsing, port 1 -> 2"),
            Case("basic_router", REPO / "p4src" / "baseline" / "basic_router.p4", "1 LPM table, TTL, checksum",
                 router_state),
+           Case("forwarding_only", fabric_source, "every feature compiled out", fabric_state,
+                defines=tuple(without(f) for f in FEATURES)),
            Case("fabric", fabric_source, "every feature off", fabric_state)]
-    p4info = P4Info(_compile(fabric_source).p4info())
+    return out + [Case(f"fabric-{f.section}", fabric_source, f"{f.section} compiled out, the rest off", fabric_state,
+                       defines=(without(f),)) for f in FEATURES]
+
+
+def cases(fabric_source: Path = MAIN) -> list[Case]:
+    """off_cases(), then the fabric with each registered feature on: one row
+    per mode of its bench_states(), with its bench_frames() if it has them
+    (core/feature.py). The modes are known from the fabric's P4Info, so this
+    compiles `fabric_source`."""
+    out = off_cases(fabric_source)
+    p4info = P4Info(compile_case(Case("fabric", fabric_source, "")).p4info())
     for feature in FEATURES:
         own = feature.bench_frames(SWITCH_MAC, HOST_MAC)
         for mode in feature.bench_states(p4info, OUT_PORT):    # "" when the feature has one mode

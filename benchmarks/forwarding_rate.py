@@ -49,8 +49,7 @@ from pathlib import Path
 
 
 from benchmarks.cases import (DST_IP, HOST_MAC, IN_PORT, MAIN, OUT_PORT, PAIRS, REPO, SRC_IP, SWITCH_MAC,
-                   Case, cases, frames, make_veths, remove_veths, running_switch, rx_packets, select)
-from core.build import compile_p4
+                   Case, cases, compile_case, frames, make_veths, remove_veths, running_switch, rx_packets, select)
 from core.switch import Pipeline
 from core.toolchain import require
 from hostagent.sender import RawSender
@@ -142,9 +141,21 @@ def summarise(rows: list[dict], names: list[str]) -> list[dict]:
                     "saturated": saturated,
                     "vs_port_forward": round(med[n] / med["port_forward"], 3),
                     "vs_basic_router": round(med[n] / med["basic_router"], 3),
-                    "feature_cost": (f"{1 - med[n] / fabric:+.1%}".replace("+", "")
-                                     if n.startswith("fabric+") and fabric else "")})
+                    "feature_cost": _feature_cost(n, med[n], fabric)})
     return out
+
+
+def _feature_cost(name: str, pps: float, fabric: float | None) -> str:
+    """Packets/s a feature costs: on (fabric+<f>), what the fabric loses with
+    it on; off (fabric-<f>, the feature compiled out), what the shipped fabric
+    forwards less than the fabric without it."""
+    if not fabric:
+        return ""
+    if name.startswith("fabric+"):
+        return f"on: {1 - pps / fabric:.1%}"
+    if name.startswith("fabric-"):
+        return f"off: {1 - fabric / pps:.1%}"
+    return ""
 
 
 def plot(summary: list[dict], path: Path) -> None:
@@ -182,12 +193,13 @@ def readme_table(summary: list[dict], agent_pps: float, descr: dict[str, str]) -
     return "\n".join(lines)
 
 
-def update_readme(readme: Path, table: str) -> None:
+def update_readme(readme: Path, table: str, start: str = README_START, end: str = README_END) -> None:
+    """Replace what is between the `start` and `end` markers of `readme` with `table`."""
     text = readme.read_text()
-    pattern = re.compile(re.escape(README_START) + r".*?" + re.escape(README_END), re.S)
+    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
     if not pattern.search(text):
-        raise SystemExit(f"{readme}: no {README_START} ... {README_END} markers to put the table between")
-    readme.write_text(pattern.sub(lambda _: f"{README_START}\n{table}\n{README_END}", text))
+        raise SystemExit(f"{readme}: no {start} ... {end} markers to put the table between")
+    readme.write_text(pattern.sub(lambda _: f"{start}\n{table}\n{end}", text))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -201,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     out_dir = REPO / "build" / "bench"
     chosen = select(cases(args.fabric), args.only)
-    pipelines = {c.name: compile_p4(c.source, out_dir / f"{c.source.parent.name}-{c.source.stem}") for c in chosen}
+    pipelines = {c.name: compile_case(c) for c in chosen}
     print(f"BMv2: {require('simple_switch_grpc')}, logging off; {args.repeats} rounds of {args.duration:g} s", flush=True)
     make_veths()
     rows: list[dict] = []

@@ -11,6 +11,7 @@ import argparse
 import subprocess
 import sys
 from pathlib import Path
+from typing import Sequence
 
 from core.switch import Pipeline
 from core.toolchain import ToolchainMissing, require
@@ -27,18 +28,25 @@ def pipeline_paths(source: Path, out_dir: Path) -> Pipeline:
 
 
 def compile_p4(source: Path = REPO / "p4src" / "main.p4", out_dir: Path = REPO / "build",
-               force: bool = False) -> Pipeline:
+               force: bool = False, defines: Sequence[str] = ()) -> Pipeline:
+    """`source` compiled for BMv2 into `out_dir` (kept while no source is newer);
+    `defines` are preprocessor symbols (-D), e.g. the benchmarks' WITHOUT_<feature>."""
     source, out_dir = Path(source), Path(out_dir)
     pipeline = pipeline_paths(source, out_dir)
     sources = [source, *source.parent.glob("include/*.p4")]
     outputs = [pipeline.bmv2_json, pipeline.p4info_txt]
+    stamp = out_dir / f"{source.stem}.defines"       # what the outputs were compiled with
+    wanted = " ".join(defines)
+    if stamp.exists() and stamp.read_text() != wanted:
+        force = True
     if not force and all(o.exists() for o in outputs):
         newest_source = max(s.stat().st_mtime for s in sources)
         if min(o.stat().st_mtime for o in outputs) > newest_source:
             return pipeline
     out_dir.mkdir(parents=True, exist_ok=True)
     cmd = [require("p4c-bm2-ss"), "--arch", "v1model", "--std", "p4-16",
-           "-o", str(pipeline.bmv2_json), "--p4runtime-files", str(pipeline.p4info_txt), str(source)]
+           "-o", str(pipeline.bmv2_json), "--p4runtime-files", str(pipeline.p4info_txt),
+           *(f"-D{d}" for d in defines), str(source)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         for o in outputs:  # never leave a half-written pair behind
@@ -47,6 +55,7 @@ def compile_p4(source: Path = REPO / "p4src" / "main.p4", out_dir: Path = REPO /
                            f"{proc.stderr.strip() or proc.stdout.strip()}")
     if proc.stderr.strip():
         print(proc.stderr.strip(), file=sys.stderr)  # warnings
+    stamp.write_text(wanted)
     return pipeline
 
 

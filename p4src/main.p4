@@ -11,23 +11,33 @@
 #include "include/checksums.p4"
 #include "include/counters.p4"
 #include "include/forwarding.p4"
+#include "include/source_routing.p4"
+#ifndef WITHOUT_ECN
 #include "include/ecn.p4"
+#endif
+#ifndef WITHOUT_INT_TELEMETRY
 #include "include/int_telemetry_source.p4"
 #include "include/int_telemetry_egress.p4"
 #include "include/int_telemetry_drop_report.p4"
-#include "include/source_routing.p4"
+#endif
+#ifndef WITHOUT_AGGREGATION
 #include "include/aggregation.p4"
+#endif
 
 control FabricIngress(inout headers_t hdr,
                       inout local_metadata_t meta,
                       inout standard_metadata_t std_meta) {
     IngressPortCounter() port_counter;
     Forwarding() forwarding;
-    IntSource() int_source;
     SourceRouting() source_routing;
     DropAccounting() drops;
+#ifndef WITHOUT_INT_TELEMETRY
+    IntSource() int_source;
     IntDropReport() drop_report;
+#endif
+#ifndef WITHOUT_AGGREGATION
     Aggregation() aggregation;
+#endif
 
     // A packet that cannot be forwarded gets a drop reason (defines.p4) and
     // is counted and dropped by DropAccounting. The good path evaluates one
@@ -38,19 +48,29 @@ control FabricIngress(inout headers_t hdr,
         if (std_meta.parser_error == error.NoError && std_meta.checksum_error == 0
                 && hdr.ipv4.isValid() && hdr.ipv4.ttl > 1 && !hdr.source_route.isValid()) {
             forwarding.apply(hdr, meta, std_meta);
+#ifndef WITHOUT_AGGREGATION
             if (hdr.agg.isValid()) {
                 aggregation.apply(hdr, meta, std_meta);   // to a parameter server: maybe summed here
-            } else {
+                meta.agg.setInvalid();                    // headers.p4: out of the packet length
+            } else
+#endif
+            {
+#ifndef WITHOUT_INT_TELEMETRY
                 int_source.apply(hdr, meta, std_meta);
+#endif
             }
         } else if (std_meta.parser_error == error.NoError && std_meta.checksum_error == 0
                    && hdr.ipv4.isValid() && hdr.ipv4.ttl > 1) {
             source_routing.apply(hdr, meta, std_meta);  // an INT probe
+#ifndef WITHOUT_INT_TELEMETRY
         } else if (std_meta.parser_error == error.IntMalformed
                    || (std_meta.parser_error != error.NoError && hdr.int_shim.isValid())) {
             meta.drop_reason = DROP_INT_MALFORMED;     // a parser error inside INT headers
+#endif
+#ifndef WITHOUT_AGGREGATION
         } else if (std_meta.parser_error != error.NoError && hdr.agg.isValid()) {
             meta.drop_reason = DROP_AGG_BAD_LENGTH;    // fewer than AGG_ELEMENTS elements
+#endif
         } else if (std_meta.parser_error != error.NoError) {
             meta.drop_reason = DROP_PARSER_ERROR;
         } else if (std_meta.checksum_error == 1) {
@@ -62,7 +82,9 @@ control FabricIngress(inout headers_t hdr,
         }
         if (meta.drop_reason != DROP_NONE) {
             drops.apply(meta, std_meta);
+#ifndef WITHOUT_INT_TELEMETRY
             drop_report.apply(meta, std_meta);
+#endif
         }
     }
 }
@@ -71,27 +93,42 @@ control FabricEgress(inout headers_t hdr,
                      inout local_metadata_t meta,
                      inout standard_metadata_t std_meta) {
     EgressPortCounter() port_counter;
+#ifndef WITHOUT_INT_TELEMETRY
     IntEgress() int_egress;
+#endif
+#ifndef WITHOUT_ECN
     EcnMarking() ecn;
+#endif
+#ifndef WITHOUT_LOAD_BALANCING
     LoadRecorder() load_recorder;
+#endif
+#ifndef WITHOUT_AGGREGATION
     AggregationEgress() aggregation;
+#endif
 
     // INT before ECN: a report clone's IPv4 header is the report's own by
     // the time ECN looks at it (the reported packet is left as received).
     // Features that need egress only for some packets share one condition.
     apply {
         port_counter.apply(std_meta);
-        if (meta.telemetry.enabled == 1 || meta.lb_record_load == 1 || meta.agg_result == 1) {
+        if (meta.egress_work == 1) {
+#ifndef WITHOUT_AGGREGATION
             if (meta.agg_result == 1) {
                 aggregation.apply(hdr, std_meta);     // a result replica: to its worker
-            } else {
-                if (meta.telemetry.enabled == 1) {
-                    int_egress.apply(hdr, meta, std_meta);
-                }
-                load_recorder.apply(meta, std_meta);
             }
+#endif
+#ifndef WITHOUT_INT_TELEMETRY
+            if (meta.telemetry.enabled == 1) {
+                int_egress.apply(hdr, meta, std_meta);
+            }
+#endif
+#ifndef WITHOUT_LOAD_BALANCING
+            load_recorder.apply(meta, std_meta);
+#endif
         }
+#ifndef WITHOUT_ECN
         ecn.apply(hdr, meta, std_meta);
+#endif
     }
 }
 

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(python3 python3-venv python3-dev python3-thrift python3-six iproute2 iptables nftables ethtool iputils-ping procps gcc prometheus)
+APT_PACKAGES=(python3 python3-venv python3-dev python3-thrift python3-six iproute2 iptables nftables ethtool iputils-ping procps gcc prometheus valgrind)
 VENV=.venv
 PYTHON=/usr/bin/python3  # Debian's python3: sees python3-thrift via system site-packages
 

@@ -131,6 +131,7 @@ control Aggregation(inout headers_t hdr,
     action send_result(bit<16> group) {
         std_meta.mcast_grp = group;
         meta.agg_result = 1;
+        meta.egress_work = 1;
         hdr.agg.flags = AGG_FLAG_RESULT
             | (AGG_CELL_STATUS(meta.agg.state) & AGG_CELL_OVERFLOW) << 2;   // AGG_CELL_OVERFLOW -> AGG_FLAG_OVERFLOW
         hdr.agg.exponent = AGG_CELL_EXPONENT(meta.agg.state);

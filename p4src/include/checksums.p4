@@ -33,6 +33,7 @@ control ComputeIpv4Checksum(inout headers_t hdr, inout local_metadata_t meta) {
     apply {
         update_checksum(hdr.ipv4.isValid(), IPV4_CHECKSUM_FIELDS(hdr.ipv4),
                         hdr.ipv4.hdr_checksum, HashAlgorithm.csum16);
+#ifndef WITHOUT_INT_TELEMETRY
         update_checksum_with_payload(meta.telemetry.l4_checksum && hdr.udp.isValid() && hdr.udp.checksum != 0,
             { hdr.ipv4.src_addr, hdr.ipv4.dst_addr, 8w0, hdr.ipv4.protocol, hdr.udp.length,
               hdr.udp.src_port, hdr.udp.dst_port, hdr.udp.length, INT_CHECKSUM_HEADERS(hdr) },
@@ -43,6 +44,7 @@ control ComputeIpv4Checksum(inout headers_t hdr, inout local_metadata_t meta) {
               hdr.tcp.reserved, hdr.tcp.flags, hdr.tcp.window, hdr.tcp.urgent_ptr, hdr.tcp_options,
               INT_CHECKSUM_HEADERS(hdr) },
             hdr.tcp.checksum, HashAlgorithm.csum16);
+#endif
     }
 }
 

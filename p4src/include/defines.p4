@@ -5,6 +5,12 @@
 #ifndef DEFINES_P4
 #define DEFINES_P4
 
+// Compiling a feature out: -DWITHOUT_ECN, -DWITHOUT_INT_TELEMETRY,
+// -DWITHOUT_LOAD_BALANCING, -DWITHOUT_AGGREGATION, -DWITHOUT_FAILOVER remove
+// its headers, metadata, parser states and controls. Only the benchmarks use
+// them (benchmarks/cases.py: what each feature costs a packet while it is
+// off); the fabric ships, and is tested, with every feature in.
+
 typedef bit<9>  port_t;
 typedef bit<48> mac_addr_t;
 typedef bit<32> ipv4_addr_t;

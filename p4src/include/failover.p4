@@ -137,6 +137,7 @@ control Failover(inout headers_t hdr,
                         no_live_member();
                     }
                 }
+                meta.failover.setInvalid();     // headers.p4: out of the packet length
             }
         }
     }

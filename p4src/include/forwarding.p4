@@ -29,14 +29,22 @@
 #include <core.p4>
 #include <v1model.p4>
 #include "headers.p4"
+#ifndef WITHOUT_LOAD_BALANCING
 #include "load_balancing.p4"
+#endif
+#ifndef WITHOUT_FAILOVER
 #include "failover.p4"
+#endif
 
 control Forwarding(inout headers_t hdr,
                    inout local_metadata_t meta,
                    inout standard_metadata_t std_meta) {
+#ifndef WITHOUT_LOAD_BALANCING
     LoadBalancing() load_balancing;
+#endif
+#ifndef WITHOUT_FAILOVER
     Failover() failover;
+#endif
     direct_counter(CounterType.packets) next_hop_packets;   // per (group, slot): what each member got
 
     // The slot of a flow in its ECMP group, from the 5-tuple hash and this
@@ -44,13 +52,14 @@ control Forwarding(inout headers_t hdr,
     // sets, applied only to packets routed to a group.
     action hash_flow(bit<16> seed) {
         meta.ecmp.setValid();
-        hash(meta.ecmp.flow_hash, HashAlgorithm.crc16, 32w0, meta.flow, 32w65536);
+        hash(meta.ecmp.mixed, HashAlgorithm.crc16, 32w0, meta.flow, 32w65536);
         // The product is not linear in the hash bits; a CRC over it spreads
         // every bit of it into the slot (a slice of the product alone left
         // some pairs of switches correlated: tests/unit/test_ecmp_slots.py).
-        meta.ecmp.mixed = meta.ecmp.flow_hash * (bit<32>) (seed | 1);
-        hash(meta.ecmp.slot_hash, HashAlgorithm.crc16, 32w0, { meta.ecmp.mixed }, 32w65536);
-        meta.ecmp_slot = meta.ecmp.slot_hash[ECMP_SLOT_BITS - 1:0];
+        meta.ecmp.mixed = meta.ecmp.mixed * (bit<32>) (seed | 1);
+        // Over the header (its one field), not { meta.ecmp.mixed }: a list
+        // costs a metadata temporary. The slot is the CRC's low bits.
+        hash(meta.ecmp_slot, HashAlgorithm.crc16, 32w0, meta.ecmp, 32w65536);
     }
 
     table ecmp_hash {
@@ -64,6 +73,11 @@ control Forwarding(inout headers_t hdr,
 
     action flow_key() {
         FLOW_KEY(hdr, meta)
+    }
+
+    action release_flow_key() {       // headers.p4: a validated scratch header counts in the packet length
+        meta.flow.setInvalid();
+        meta.ecmp.setInvalid();
     }
 
     action route(port_t port, mac_addr_t src_mac, mac_addr_t dst_mac) {
@@ -112,12 +126,17 @@ control Forwarding(inout headers_t hdr,
             set_next_id: {
                 flow_key();
                 ecmp_hash.apply();
+#ifndef WITHOUT_LOAD_BALANCING
                 load_balancing.apply(hdr, meta, std_meta);   // the group's mode may pick another slot
+#endif
                 if (!next_hop.apply().hit) {
                     meta.drop_reason = DROP_NO_ROUTE;
                 } else {
+#ifndef WITHOUT_FAILOVER
                     failover.apply(hdr, meta, std_meta);     // a dead member's port: its backup
+#endif
                 }
+                release_flow_key();
             }
             NoAction: {
                 meta.drop_reason = DROP_NO_ROUTE;

@@ -95,8 +95,11 @@ struct headers_t {
     udp_t               udp;
     tcp_t               tcp;
     tcp_options_t       tcp_options;
+#ifndef WITHOUT_AGGREGATION
     agg_t               agg;
     agg_data_t          agg_data;
+#endif
+#ifndef WITHOUT_INT_TELEMETRY
     // Telemetry report (report clones only)
     report_group_t      report_group;
     report_individual_t report_individual;
@@ -133,6 +136,7 @@ struct headers_t {
     int_shim_t          saved_int_shim;
     int_md_t            saved_int_md;
     int_stack_t         saved_int_stack;
+#endif
 }
 
 // ---- Per-packet state, and what it costs on BMv2 ----
@@ -144,6 +148,11 @@ struct headers_t {
 // (nested in the metadata, never emitted): the feature validates it when it
 // runs and writes each field before reading it. A feature that is off costs
 // one assignment per packet for its scratch header, not one per field.
+// Validating one costs an assignment per field (BMv2 zeroes it), and BMv2
+// adds its size to the packet length that egress sees as
+// standard_metadata.packet_length (INT's tx bytes): a scratch header
+// validated in ingress or the parser is invalidated again when its feature
+// is done with it (which subtracts it).
 
 // The 5-tuple, for hashing. A hash over a header reads its fields in place;
 // a hash over a list { ... } costs a metadata temporary per element. A
@@ -164,10 +173,12 @@ header flow_key_t {
     meta.flow.l4_src_port = meta.l4_src_port; \
     meta.flow.l4_dst_port = meta.l4_dst_port;
 
+header parse_scratch_t {        // parser.p4: the length of a variable-length header
+    bit<32> length;
+}
+
 header ecmp_scratch_t {          // forwarding.p4: ECMP hash of a group's packet
-    bit<32> flow_hash;
-    bit<32> mixed;               // flow hash times the switch's seed
-    bit<32> slot_hash;
+    bit<32> mixed;               // the flow's hash, then times the switch's seed
 }
 
 header lb_scratch_t {            // load_balancing.p4
@@ -279,19 +290,34 @@ struct local_metadata_t {
     next_id_t     next_id;
     ecmp_slot_t   ecmp_slot;     // slot of the flow in its ECMP group (5-tuple hash, switch seed)
     drop_reason_t drop_reason;
-    // Egress work is asked for by ingress: INT, adaptive load balancing, aggregation results.
-    int_meta_t    telemetry;
-    bit<1>        lb_record_load;   // adaptive: egress records the queue this packet saw
-    bit<1>        agg_result;       // a result replica: egress writes the worker's addresses
-    int_report_meta_t report;       // kept by report clones
+    // Egress work is asked for by ingress: a feature that needs egress for a
+    // packet (INT, adaptive load balancing, aggregation results) sets
+    // egress_work and its own flag; every other packet skips it on one condition.
+    @field_list(INT_REPORT_FIELDS)
+    bit<1>        egress_work;
     // Scratch headers (see above).
+    parse_scratch_t    parse;
     flow_key_t         flow;
     ecmp_scratch_t     ecmp;
-    lb_scratch_t       lb;
-    failover_scratch_t failover;
+#ifndef WITHOUT_INT_TELEMETRY
+    int_meta_t         telemetry;
+    int_report_meta_t  report;      // kept by report clones
     int_scratch_t      int_scratch;
+#endif
+#ifndef WITHOUT_LOAD_BALANCING
+    bit<1>             lb_record_load;  // adaptive: egress records the queue this packet saw
+    lb_scratch_t       lb;
+#endif
+#ifndef WITHOUT_AGGREGATION
+    bit<1>             agg_result;      // a result replica: egress writes the worker's addresses
     agg_scratch_t      agg;
+#endif
+#ifndef WITHOUT_FAILOVER
+    failover_scratch_t failover;
+#endif
+#ifndef WITHOUT_ECN
     ecn_scratch_t      ecn;
+#endif
 }
 
 #endif

@@ -16,9 +16,9 @@ control IntDropReport(inout local_metadata_t meta, in standard_metadata_t std_me
     register<bit<32>, drop_reason_t>(DROP_REASON_COUNT) drop_report_time;   // last report per reason (us)
     counter<drop_reason_t>(DROP_REASON_COUNT, CounterType.packets) drop_reports_limited;
     action report_drops(bit<32> min_interval_us) {
-        meta.int_scratch.setValid();
         meta.int_scratch.interval_us = min_interval_us;
         meta.telemetry.enabled = 1;
+        meta.egress_work = 1;
         meta.int_scratch.now_us = (bit<32>) std_meta.ingress_global_timestamp;
         drop_report_time.read(meta.int_scratch.last_us, meta.drop_reason);
     }
@@ -43,6 +43,7 @@ control IntDropReport(inout local_metadata_t meta, in standard_metadata_t std_me
     }
 
     apply {
+        meta.int_scratch.setValid();     // (dropped packets only; here, so p4c sees it valid below)
         switch (drop_report.apply().action_run) {
             report_drops: {
                 // last_us 0: never reported (times are stored as at least 1)

@@ -28,7 +28,7 @@ control IntSource(inout headers_t hdr,
     action int_source(bit<8> max_hop_count, bit<5> hop_metadata_words, bit<16> instruction_bitmap,
                       bit<16> ds_id, bit<16> ds_instruction, bit<32> sample_one_in) {
         meta.int_scratch.setValid();
-        random(meta.int_scratch.sample, 0, sample_one_in - 1);
+        random(meta.int_scratch.sample, 1, sample_one_in);   // sampled: 1 (a bound computed here would cost a temporary)
         meta.int_scratch.max_hops = max_hop_count;
         meta.int_scratch.hop_ml = hop_metadata_words;
         meta.int_scratch.instructions = instruction_bitmap;
@@ -83,6 +83,7 @@ control IntSource(inout headers_t hdr,
     // up): the watchlist's seven-field key is not even built.
     action enable_int() {
         meta.telemetry.enabled = 1;
+        meta.egress_work = 1;
     }
 
     table int_switch {
@@ -101,18 +102,19 @@ control IntSource(inout headers_t hdr,
                 switch (int_watchlist.apply().action_run) {
                     int_source: {
                         // TCP and UDP only: the shim follows the L4 header.
-                        if (meta.int_scratch.sample == 0 && hdr.udp.isValid()) {
+                        if (meta.int_scratch.sample == 1 && hdr.udp.isValid()) {
                             insert_int_headers();
                             hdr.int_shim.npt = INT_NPT_UDP_PORT;
                             hdr.int_shim.npt_field = hdr.udp.dst_port;
                             hdr.udp.dst_port = INT_UDP_PORT;
                             hdr.udp.length = hdr.udp.length + INT_SHIM_AND_HEADER_BYTES;
-                        } else if (meta.int_scratch.sample == 0 && hdr.tcp.isValid()) {
+                        } else if (meta.int_scratch.sample == 1 && hdr.tcp.isValid()) {
                             insert_int_headers();
                             hdr.int_shim.npt = INT_NPT_DSCP;
                             hdr.int_shim.npt_field = (bit<16>) (hdr.ipv4.dscp ++ 2w0);
                             hdr.ipv4.dscp = INT_DSCP;
                         }
+                        meta.int_scratch.setInvalid();   // headers.p4: out of the packet length
                     }
                 }
             }

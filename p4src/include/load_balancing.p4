@@ -57,6 +57,7 @@ control LoadBalancing(inout headers_t hdr,
         meta.lb.port_a = 0;                         // a sample without a candidate entry: port 0
         meta.lb.port_b = 0;
         meta.lb_record_load = 1;
+        meta.egress_work = 1;
     }
 
     table lb_group {
@@ -123,6 +124,7 @@ control LoadBalancing(inout headers_t hdr,
                 } else {
                     same_flowlet();
                 }
+                meta.lb.setInvalid();           // headers.p4: out of the packet length
             }
             adaptive: {
                 lb_candidate_a.apply();
@@ -142,6 +144,7 @@ control LoadBalancing(inout headers_t hdr,
                 } else {
                     meta.ecmp_slot = meta.lb.sample_a;
                 }
+                meta.lb.setInvalid();
             }
         }
     }

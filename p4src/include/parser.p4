@@ -27,12 +27,32 @@ parser FabricParser(packet_in packet,
 
     // An INT probe's port list: this switch's entry, then the others as one
     // block (at most SOURCE_ROUTE_MAX_HOPS entries; an empty list is malformed).
+    // Checks are select()s into a reject state rather than verify(), and a
+    // computed length or select key is computed in the state before the one
+    // that uses it: p4c gives every verify() condition, and every expression
+    // it finds in an extract's length or a select key (it propagates an
+    // assignment within a state), a metadata field of its own, which BMv2
+    // zeroes for every packet. meta.parse carries them (one header: one reset).
     state parse_source_route {
         packet.extract(hdr.source_route);
-        verify(hdr.source_route.hops_left != 0, error.SourceRouteMalformed);
+        meta.parse.setValid();
+        meta.parse.length = ((bit<32>) hdr.source_route.hops_left - 1) * 16;
+        transition select(hdr.source_route.hops_left) {
+            0: reject_source_route;
+            default: parse_source_route_ports;
+        }
+    }
+
+    state parse_source_route_ports {
         packet.extract(hdr.source_route_port);
-        packet.extract(hdr.source_route_rest, ((bit<32>) hdr.source_route.hops_left - 1) * 16);
+        packet.extract(hdr.source_route_rest, meta.parse.length);
+        meta.parse.setInvalid();
         transition parse_ipv4;
+    }
+
+    state reject_source_route {
+        verify(false, error.SourceRouteMalformed);
+        transition accept;
     }
 
     // Validity is checked by the transition's match, not by verify()
@@ -64,7 +84,9 @@ parser FabricParser(packet_in packet,
         meta.l4_src_port = hdr.tcp.src_port;
         meta.l4_dst_port = hdr.tcp.dst_port;
         transition select(hdr.tcp.data_offset, hdr.ipv4.dscp) {
+#ifndef WITHOUT_INT_TELEMETRY
             (5, INT_DSCP): parse_int_shim;
+#endif
             (5, _): accept;
             (0 &&& 0xC, _): reject_tcp_offset;   // 0..3: shorter than the TCP header
             (4, _): reject_tcp_offset;
@@ -74,12 +96,29 @@ parser FabricParser(packet_in packet,
 
     // TCP options are kept as one opaque block: INT over TCP sits after them.
     state parse_tcp_options {
-        packet.extract(hdr.tcp_options, ((bit<32>) hdr.tcp.data_offset - 5) * 32);
+        meta.parse.setValid();
+        meta.parse.length = ((bit<32>) hdr.tcp.data_offset - 5) * 32;
         transition select(hdr.ipv4.dscp) {
-            INT_DSCP: parse_int_shim;
-            default: accept;
+#ifndef WITHOUT_INT_TELEMETRY
+            INT_DSCP: extract_tcp_options_then_int;
+#endif
+            default: extract_tcp_options;
         }
     }
+
+    state extract_tcp_options {
+        packet.extract(hdr.tcp_options, meta.parse.length);
+        meta.parse.setInvalid();
+        transition accept;
+    }
+
+#ifndef WITHOUT_INT_TELEMETRY
+    state extract_tcp_options_then_int {
+        packet.extract(hdr.tcp_options, meta.parse.length);
+        meta.parse.setInvalid();
+        transition parse_int_shim;
+    }
+#endif
 
     state reject_tcp_offset {
         verify(false, error.HeaderTooShort);
@@ -91,11 +130,16 @@ parser FabricParser(packet_in packet,
         meta.l4_src_port = hdr.udp.src_port;
         meta.l4_dst_port = hdr.udp.dst_port;
         transition select(hdr.udp.dst_port) {
+#ifndef WITHOUT_INT_TELEMETRY
             INT_UDP_PORT: parse_int_shim;
+#endif
+#ifndef WITHOUT_AGGREGATION
             AGG_UDP_PORT_BASE &&& AGG_UDP_PORT_MASK: parse_agg;
+#endif
             default: accept;
         }
     }
+#ifndef WITHOUT_AGGREGATION
 
     // Aggregation: a short packet fails here (PacketTooShort with hdr.agg
     // valid), which ingress counts as DROP_AGG_BAD_LENGTH.
@@ -104,6 +148,8 @@ parser FabricParser(packet_in packet,
         packet.extract(hdr.agg_data);
         transition accept;
     }
+#endif
+#ifndef WITHOUT_INT_TELEMETRY
 
     // INT-MD: shim, header, then the metadata stack as 4-byte words. A
     // malformed INT packet stops here with error.IntMalformed (or a
@@ -111,35 +157,56 @@ parser FabricParser(packet_in packet,
     // counts as DROP_INT_MALFORMED.
     state parse_int_shim {
         packet.extract(hdr.int_shim);
-        verify(hdr.int_shim.int_type == INT_TYPE_MD && hdr.int_shim.len >= INT_HEADER_WORDS,
-               error.IntMalformed);
-        transition parse_int_md;
+        transition select(hdr.int_shim.int_type, hdr.int_shim.len) {   // INT-MD, at least its header
+            (INT_TYPE_MD, 0 &&& 0xFE): reject_int;                     // 0, 1
+            (INT_TYPE_MD, 2): reject_int;
+            (INT_TYPE_MD, _): parse_int_md;
+            default: reject_int;
+        }
     }
 
+    // HopML must hold what the bitmaps ask for; the rest of it is all-ones
+    // fill (bits 6-14, a domain this switch does not know). HopML has 5 bits
+    // and the bitmaps ask for at most 12 words, so a HopML too small wraps
+    // fill_words above 31 (check_int_fill).
     state parse_int_md {
         packet.extract(hdr.int_md);
-        verify(hdr.int_md.ver == INT_VERSION, error.IntMalformed);
         meta.telemetry.hop_words = INT_BASELINE_WORDS(hdr.int_md.instruction_bitmap);
-        transition select(hdr.int_md.ds_id) {
-            FABRIC_DS_ID: parse_int_fabric_ds;
-            default: check_int_hop_ml;
+        meta.telemetry.fill_words = (bit<8>) hdr.int_md.hop_ml - meta.telemetry.hop_words;
+        meta.parse.setValid();
+        meta.parse.length = ((bit<32>) hdr.int_shim.len - (bit<32>) INT_HEADER_WORDS) * 32;
+        transition select(hdr.int_md.ver, hdr.int_md.ds_id) {
+            (INT_VERSION, FABRIC_DS_ID): parse_int_fabric_ds;
+            (INT_VERSION, _): check_int_fill;
+            default: reject_int;
         }
+    }
+
+    state reject_int {
+        verify(false, error.IntMalformed);
+        transition accept;
     }
 
     state parse_int_fabric_ds {
         meta.telemetry.hop_words = meta.telemetry.hop_words + INT_FABRIC_DS_WORDS(hdr.int_md.ds_instruction);
-        transition check_int_hop_ml;
+        meta.telemetry.fill_words = (bit<8>) hdr.int_md.hop_ml - meta.telemetry.hop_words;
+        transition check_int_fill;
     }
 
-    // HopML must hold what the bitmaps ask for; the rest of it is all-ones
-    // fill (bits 6-14, a domain this switch does not know).
-    state check_int_hop_ml {
-        verify((bit<8>) hdr.int_md.hop_ml >= meta.telemetry.hop_words, error.IntMalformed);
-        meta.telemetry.fill_words = (bit<8>) hdr.int_md.hop_ml - meta.telemetry.hop_words;
-        // The stack as one block; longer than INT_MAX_STACK_WORDS: HeaderTooLong.
-        packet.extract(hdr.int_stack, ((bit<32>) hdr.int_shim.len - (bit<32>) INT_HEADER_WORDS) * 32);
+    state check_int_fill {
+        transition select(meta.telemetry.fill_words) {
+            0 &&& 0xE0: parse_int_stack;
+            default: reject_int;
+        }
+    }
+
+    // The stack as one block; longer than INT_MAX_STACK_WORDS: HeaderTooLong.
+    state parse_int_stack {
+        packet.extract(hdr.int_stack, meta.parse.length);
+        meta.parse.setInvalid();
         transition accept;
     }
+#endif
 }
 
 control FabricDeparser(packet_out packet, in headers_t hdr) {
@@ -152,8 +219,11 @@ control FabricDeparser(packet_out packet, in headers_t hdr) {
         packet.emit(hdr.udp);
         packet.emit(hdr.tcp);
         packet.emit(hdr.tcp_options);
+#ifndef WITHOUT_AGGREGATION
         packet.emit(hdr.agg);
         packet.emit(hdr.agg_data);
+#endif
+#ifndef WITHOUT_INT_TELEMETRY
         packet.emit(hdr.report_group);
         packet.emit(hdr.report_individual);
         packet.emit(hdr.report_main);
@@ -181,6 +251,7 @@ control FabricDeparser(packet_out packet, in headers_t hdr) {
         packet.emit(hdr.int_ds_link_rate);
         packet.emit(hdr.int_checksum_fill);
         packet.emit(hdr.int_stack);
+#endif
     }
 }
 

@@ -11,17 +11,22 @@
 #include <core.p4>
 #include <v1model.p4>
 #include "headers.p4"
+#ifndef WITHOUT_FAILOVER
 #include "failover.p4"
+#endif
 
 control SourceRouting(inout headers_t hdr, inout local_metadata_t meta, inout standard_metadata_t std_meta) {
+#ifndef WITHOUT_FAILOVER
     // The path_heard cell of (this port, the heartbeat's far edge switch).
     action index_heartbeat_path() {
         meta.failover.setValid();
         meta.failover.path = FAILOVER_PATH_INDEX((bit<32>) std_meta.ingress_port,
                                                  (bit<32>) (hdr.udp.src_port - HEARTBEAT_ORIGIN_PORT_BASE));
     }
+#endif
 
     apply {
+#ifndef WITHOUT_FAILOVER
         // A heartbeat came in: the link and the neighbour behind it work
         // (failover.p4). Probes do not count: a port they make heard would
         // be declared dead once they stop.
@@ -33,9 +38,14 @@ control SourceRouting(inout headers_t hdr, inout local_metadata_t meta, inout st
                     && (bit<32>) (hdr.udp.src_port - HEARTBEAT_ORIGIN_PORT_BASE) < FAILOVER_ORIGINS) {
                 index_heartbeat_path();
                 path_heard.write(meta.failover.path, std_meta.ingress_global_timestamp);
+                meta.failover.setInvalid();     // headers.p4: out of the packet length
             }
         }
+#endif
+#ifndef WITHOUT_INT_TELEMETRY
         meta.telemetry.enabled = 1;     // egress pushes this hop wherever INT is configured (int_port)
+        meta.egress_work = 1;
+#endif
         std_meta.egress_spec = (port_t) hdr.source_route_port.port;
         hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
         hdr.source_route_port.setInvalid();                  // popped: the next entry comes first

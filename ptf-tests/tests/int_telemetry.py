@@ -413,7 +413,7 @@ class SinkRestoresThePacketAndReportsTest(IntTestBase):
 
     def runTest(self):
         names = ["node_id", "queue"]
-        seqs = []
+        seqs, tx_bytes, sizes = [], [], []
         for i in range(5):
             original = udp_packet(payload=b"chunk %d" % i)
             sent = self.int_packet(names, [spec_hop(2, 5 + i), spec_hop(1, 3)], remaining=6, payload_pkt=original)
@@ -423,10 +423,17 @@ class SinkRestoresThePacketAndReportsTest(IntTestBase):
             fabric_side[Ether].src = neighbour_mac(FABRIC_PORT)
             self.assertEqual(out, routed(fabric_side, DST_PORT), "original packet restored byte for byte")
             report = self.one(COLLECTOR_PORT)
-            seqs.append(self.check_report(report, sent))
+            seq, port_bytes = self.check_report(report, sent)
+            seqs.append(seq)
+            tx_bytes.append(port_bytes)
+            sizes.append(len(sent))
         self.assertEqual([(s - seqs[0]) % (1 << 22) for s in seqs], [0, 1, 2, 3, 4])
+        # The port's tx bytes grow by each packet's length as it came in: BMv2's
+        # packet length, which a validated scratch header would inflate (headers.p4).
+        self.assertEqual([b - a for a, b in zip(tx_bytes, tx_bytes[1:])], sizes[1:])
 
-    def check_report(self, frame: bytes, sent: bytes) -> int:
+    def check_report(self, frame: bytes, sent: bytes) -> tuple[int, int]:
+        """The report's sequence number, and the tx bytes of the sink's port in it."""
         eth = Ether(frame)
         self.assertEqual((eth.src, eth.dst), (REPORT.src_mac, REPORT.dst_mac))
         ip = eth[IP]
@@ -462,7 +469,7 @@ class SinkRestoresThePacketAndReportsTest(IntTestBase):
         self.assertEqual(inner, sent[14:14 + stack_end], "inner: IPv4 .. end of the INT stack, as received")
         group = TelemetryReportGroup(raw)   # the collector's parser agrees
         self.assertEqual(group.node_id, NODE_ID)
-        return ver_hw_seq & 0x3FFFFF
+        return ver_hw_seq & 0x3FFFFF, tx_bytes
 
 
 class SinkOnTcpRestoresDscpAndChecksumTest(IntTestBase):

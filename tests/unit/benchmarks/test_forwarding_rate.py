@@ -6,7 +6,7 @@ import pytest
 
 from benchmarks import forwarding_rate as bench
 
-NAMES = ["port_forward", "basic_router", "fabric", "fabric+ecn"]
+NAMES = ["port_forward", "basic_router", "fabric", "fabric-ecn", "fabric+ecn"]
 
 
 def rows(forwarded: dict, offered: dict, runs: int = 3) -> list[dict]:
@@ -16,20 +16,23 @@ def rows(forwarded: dict, offered: dict, runs: int = 3) -> list[dict]:
 
 def test_medians_ratios_and_feature_cost():
     summary = {s["program"]: s for s in bench.summarise(
-        rows({"port_forward": 1000, "basic_router": 500, "fabric": 400, "fabric+ecn": 360},
-             {"port_forward": 2000, "basic_router": 1000, "fabric": 800, "fabric+ecn": 800}), NAMES)}
+        rows({"port_forward": 1000, "basic_router": 500, "fabric": 400, "fabric-ecn": 500, "fabric+ecn": 360},
+             {"port_forward": 2000, "basic_router": 1000, "fabric": 800, "fabric-ecn": 800, "fabric+ecn": 800}),
+        NAMES)}
     assert summary["fabric"]["forwarded_pps"] == 400  # median of 390, 400, 410
     assert summary["fabric"]["vs_basic_router"] == 0.8
     assert summary["fabric"]["vs_port_forward"] == 0.4
-    assert summary["fabric+ecn"]["feature_cost"] == "10.0%"
+    assert summary["fabric+ecn"]["feature_cost"] == "on: 10.0%"     # the fabric loses 10% with it on
+    assert summary["fabric-ecn"]["feature_cost"] == "off: 20.0%"    # 400 shipped vs 500 without it
     assert summary["fabric"]["feature_cost"] == ""
     assert all(s["saturated"] for s in summary.values())
 
 
 def test_a_program_that_forwarded_nearly_all_it_was_offered_is_not_saturated():
     summary = {s["program"]: s for s in bench.summarise(
-        rows({"port_forward": 1000, "basic_router": 500, "fabric": 400, "fabric+ecn": 360},
-             {"port_forward": 1005, "basic_router": 1000, "fabric": 800, "fabric+ecn": 800}), NAMES)}
+        rows({"port_forward": 1000, "basic_router": 500, "fabric": 400, "fabric-ecn": 500, "fabric+ecn": 360},
+             {"port_forward": 1005, "basic_router": 1000, "fabric": 800, "fabric-ecn": 800, "fabric+ecn": 800}),
+        NAMES)}
     assert not summary["port_forward"]["saturated"]
     table = bench.readme_table(list(summary.values()), 1234.0, {n: n for n in NAMES})
     assert "| 1000 (not saturated) |" in table and table.count("not saturated") == 1

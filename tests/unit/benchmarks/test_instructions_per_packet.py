@@ -1,0 +1,37 @@
+"""The callgrind benchmark's reporting (each feature's cost while off and
+on), and the programs it compares: one with every feature compiled out, and
+the fabric minus each feature."""
+from benchmarks import instructions_per_packet as ipp
+from benchmarks.cases import MAIN, off_cases, without
+from features import FEATURES
+
+
+def test_off_cost_is_the_fabric_minus_the_fabric_without_the_feature():
+    summary = {s["program"]: s for s in ipp.summarise([
+        {"program": "basic_router", "instructions_per_packet": 50_000},
+        {"program": "fabric", "instructions_per_packet": 100_000},
+        {"program": "fabric-int", "instructions_per_packet": 80_000},
+        {"program": "fabric+int", "instructions_per_packet": 250_000}])}
+    assert summary["fabric"]["vs_basic_router"] == 2.0
+    assert summary["fabric-int"]["feature_cost"] == "off: +20000 (+20.0% of fabric)"
+    assert summary["fabric+int"]["feature_cost"] == "on: +150000 (+150.0%)"
+    assert summary["basic_router"]["feature_cost"] == ""
+    table = ipp.table(list(summary.values()), {n: n for n in summary})
+    assert "| `fabric-int` | fabric-int | 80.0k | 1.6 | 0.8 | off: +20000 (+20.0% of fabric) |" in table
+
+
+def test_each_feature_has_a_compile_out_switch_that_the_p4_source_knows():
+    """WITHOUT_<FEATURE> for every registered feature appears in the P4
+    sources, so a new feature cannot be benchmarked as 'compiled out' while
+    still compiled in."""
+    sources = "".join(p.read_text() for p in [MAIN, *MAIN.parent.glob("include/*.p4")])
+    for feature in FEATURES:
+        assert f"#ifndef {without(feature)}" in sources, without(feature)
+
+
+def test_the_forwarding_only_case_compiles_every_feature_out_and_each_minus_case_one():
+    named = {c.name: c for c in off_cases()}
+    assert set(named["forwarding_only"].defines) == {without(f) for f in FEATURES}
+    assert named["fabric"].defines == ()
+    for f in FEATURES:
+        assert named[f"fabric-{f.section}"].defines == (without(f),)
