@@ -5,8 +5,10 @@ Measured in one run, on the same BMv2 build, logging off:
   port_forward   p4src/baseline/port_forward.p4: no parsing, port 1 -> 2 (the I/O limit)
   basic_router   p4src/baseline/basic_router.p4: one LPM table, TTL, checksum
                  update (the work of p4lang/tutorials' basic exercise)
+  forwarding_only  p4src/main.p4 with every feature compiled out (-DWITHOUT_<FEATURE>)
   fabric         p4src/main.p4 with every feature off: LPM, 16-slot ECMP
                  group, counters, checksum verification
+  fabric-<f>     the same with feature <f> compiled out: its cost while off
   fabric+<f>     the same with feature <f> switched on for all the traffic
                  (each feature module's bench_state(), core/feature.py)
 and the host agent's sender loop (hostagent.ecn.roce, unpaced) on the same veth,
