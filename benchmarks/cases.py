@@ -87,8 +87,6 @@ def compile_case(case: Case) -> Pipeline:
                       defines=case.defines)
 
 
-
-
 def _feature_on(feature: Feature, mode: str) -> Callable[[P4Info], SwitchState]:
     """The entries of the fabric with `feature` on (in `mode`) for all traffic."""
     def state(p4info: P4Info) -> SwitchState:
@@ -117,7 +115,7 @@ def cases(fabric_source: Path = MAIN) -> list[Case]:
     (core/feature.py). The modes are known from the fabric's P4Info, so this
     compiles `fabric_source`."""
     out = off_cases(fabric_source)
-    p4info = P4Info(compile_case(Case("fabric", fabric_source, "")).p4info())
+    p4info = P4Info(compile_case(next(c for c in out if c.name == "fabric")).p4info())
     for feature in FEATURES:
         own = feature.bench_frames(SWITCH_MAC, HOST_MAC)
         for mode in feature.bench_states(p4info, OUT_PORT):    # "" when the feature has one mode
