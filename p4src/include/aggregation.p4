@@ -102,11 +102,13 @@ control Aggregation(inout headers_t hdr,
     // The cell of the packet's block: its job's dedicated slot (the packet
     // says which), or a slot of a shared range by hash of (job, seq).
     action dedicated_cell() {
+        meta.agg.cell_valid = 1;
         meta.agg.cell = (meta.agg.base + (bit<32>) (hdr.agg.slot & ~AGG_SLOT_SET)) * 2
                + (bit<32>) (hdr.agg.slot >> 15);
     }
     action shared_cell() {
-        hash(meta.agg.cell, HashAlgorithm.crc32, meta.agg.base, { hdr.agg.job, hdr.agg.seq }, meta.agg.slots);
+        meta.agg.cell_valid = 1;
+        hash(meta.agg.cell, HashAlgorithm.crc32, meta.agg.base, { meta.agg.block }, meta.agg.slots);
         meta.agg.cell = meta.agg.cell * 2 + (bit<32>) (hdr.agg.slot >> 15);
     }
 
@@ -142,91 +144,96 @@ control Aggregation(inout headers_t hdr,
         mark_to_drop(std_meta);
     }
 
+    // The packet's contribution to its cell's state (meta.agg.state): a new
+    // worker for the cell's use adds, a free or takeable cell starts a use;
+    // a retransmission, a stale duplicate or a collision does neither.
+    action note_added() {
+        meta.agg.added = 1;
+    }
+
+    // (No `return` in this control: p4c turns each into a metadata flag and
+    // BMv2 zeroes every metadata field of every packet.)
     apply {
         // Contributions go to the server; the server's own packets come from it.
         meta.agg.setValid();
         meta.agg.server = hdr.ipv4.dst_addr;
+        meta.agg.block = hdr.agg.job ++ hdr.agg.seq;
         if (hdr.agg.flags & AGG_FLAG_SERVER != 0) {
             meta.agg.server = hdr.ipv4.src_addr;
         }
-        if (!agg_job.apply().hit || meta.drop_reason != DROP_NONE) {
-            return;   // not aggregated here (routed as any packet), or dropped
-        }
-        if (meta.agg.shared == 1) {
-            shared_cell();
-        } else if ((bit<32>) (hdr.agg.slot & ~AGG_SLOT_SET) < meta.agg.slots) {
-            dedicated_cell();
-        } else {
-            meta.drop_reason = DROP_AGG_SLOT_RANGE;
-            return;
-        }
-        agg_cell.read(meta.agg.state, meta.agg.cell);
-
-        if (hdr.agg.flags & AGG_FLAG_SERVER != 0) {
-            // The server's result for a block that fell back frees its cell.
-            if (hdr.agg.flags & AGG_FLAG_RESULT != 0 && AGG_CELL_JOB(meta.agg.state) == hdr.agg.job
-                    && AGG_CELL_SEQ(meta.agg.state) == hdr.agg.seq) {
-                agg_events.count(AGG_EVENT_RELEASED);
-                agg_cell.write(meta.agg.cell, 0);
-            }
-            return;
-        }
-        if (!agg_worker.apply().hit) {
-            return;   // drop_reason DROP_AGG_NOT_WORKER
-        }
-        if (hdr.udp.length != AGG_UDP_LENGTH) {
-            meta.drop_reason = DROP_AGG_BAD_LENGTH;
-            return;
-        }
-        if (hdr.agg.flags & AGG_FLAG_FALLBACK != 0) {
-            agg_events.count(AGG_EVENT_FALLBACK);   // routed on to the server
-            return;
-        }
-
-        if (AGG_CELL_JOB(meta.agg.state) == hdr.agg.job && AGG_CELL_SEQ(meta.agg.state) == hdr.agg.seq) {
-            if (AGG_CELL_BITMAP(meta.agg.state) & meta.agg.worker_bit != 0) {
-                if (AGG_CELL_STATUS(meta.agg.state) & AGG_CELL_DONE != 0) {
-                    read_result();
-                    agg_events.count(AGG_EVENT_RESULT_AGAIN);
-                    send_result(meta.agg.worker_group);
+        // A packet of no job served here is routed as any packet; a dropped one is left alone.
+        if (agg_job.apply().hit) {
+            if (meta.drop_reason == DROP_NONE) {
+                if (meta.agg.shared == 1) {
+                    shared_cell();
+                } else if ((bit<32>) (hdr.agg.slot & ~AGG_SLOT_SET) < meta.agg.slots) {
+                    dedicated_cell();
                 } else {
-                    agg_events.count(AGG_EVENT_DUPLICATE);
-                    absorb();
+                    meta.drop_reason = DROP_AGG_SLOT_RANGE;
                 }
-                return;
             }
-            add_contribution();
-            if (hdr.agg.exponent > AGG_CELL_EXPONENT(meta.agg.state)) {
-                AGG_CELL_EXPONENT(meta.agg.state) = hdr.agg.exponent;
-            }
-        } else if (meta.agg.shared == 0 && AGG_CELL_JOB(meta.agg.state) == hdr.agg.job
-                   && AGG_CELL_SEQ(meta.agg.state) > hdr.agg.seq
-                   && std_meta.ingress_global_timestamp - AGG_CELL_STARTED(meta.agg.state) <= meta.agg.steal_after) {
-            agg_events.count(AGG_EVENT_STALE);
-            absorb();
-            return;
-        } else if (AGG_CELL_JOB(meta.agg.state) == 0 || AGG_CELL_STATUS(meta.agg.state) & AGG_CELL_DONE != 0
-                   || (meta.agg.shared == 0 && AGG_CELL_JOB(meta.agg.state) == hdr.agg.job)
-                   || std_meta.ingress_global_timestamp - AGG_CELL_STARTED(meta.agg.state) > meta.agg.steal_after) {
-            start_use();
-        } else {
-            agg_events.count(AGG_EVENT_COLLISION);
-            hdr.agg.flags = hdr.agg.flags | AGG_FLAG_COLLISION;   // routed on to the server
-            return;
         }
-
-        agg_events.count(AGG_EVENT_CONTRIBUTION);
-        if (AGG_CELL_COUNT(meta.agg.state) == meta.agg.workers) {
-            AGG_CELL_STATUS(meta.agg.state) = AGG_CELL_STATUS(meta.agg.state) | AGG_CELL_DONE;
-            agg_cell.write(meta.agg.cell, meta.agg.state);
-            agg_events.count(AGG_EVENT_COMPLETE);
-            if (AGG_CELL_STATUS(meta.agg.state) & AGG_CELL_OVERFLOW != 0) {
-                agg_events.count(AGG_EVENT_OVERFLOW);
+        if (meta.agg.cell_valid == 1) {
+            agg_cell.read(meta.agg.state, meta.agg.cell);
+            if (hdr.agg.flags & AGG_FLAG_SERVER != 0) {
+                // The server's result for a block that fell back frees its cell.
+                if (hdr.agg.flags & AGG_FLAG_RESULT != 0 && AGG_CELL_JOB(meta.agg.state) == hdr.agg.job
+                        && AGG_CELL_SEQ(meta.agg.state) == hdr.agg.seq) {
+                    agg_events.count(AGG_EVENT_RELEASED);
+                    agg_cell.write(meta.agg.cell, 0);
+                }
+            } else if (agg_worker.apply().hit) {     // a miss: DROP_AGG_NOT_WORKER
+                if (hdr.udp.length != AGG_UDP_LENGTH) {
+                    meta.drop_reason = DROP_AGG_BAD_LENGTH;
+                } else if (hdr.agg.flags & AGG_FLAG_FALLBACK != 0) {
+                    agg_events.count(AGG_EVENT_FALLBACK);   // routed on to the server
+                } else if (AGG_CELL_JOB(meta.agg.state) == hdr.agg.job && AGG_CELL_SEQ(meta.agg.state) == hdr.agg.seq) {
+                    if (AGG_CELL_BITMAP(meta.agg.state) & meta.agg.worker_bit != 0) {
+                        if (AGG_CELL_STATUS(meta.agg.state) & AGG_CELL_DONE != 0) {
+                            read_result();
+                            agg_events.count(AGG_EVENT_RESULT_AGAIN);
+                            send_result(meta.agg.worker_group);
+                        } else {
+                            agg_events.count(AGG_EVENT_DUPLICATE);
+                            absorb();
+                        }
+                    } else {
+                        add_contribution();
+                        if (hdr.agg.exponent > AGG_CELL_EXPONENT(meta.agg.state)) {
+                            AGG_CELL_EXPONENT(meta.agg.state) = hdr.agg.exponent;
+                        }
+                        note_added();
+                    }
+                } else if (meta.agg.shared == 0 && AGG_CELL_JOB(meta.agg.state) == hdr.agg.job
+                           && AGG_CELL_SEQ(meta.agg.state) > hdr.agg.seq
+                           && std_meta.ingress_global_timestamp - AGG_CELL_STARTED(meta.agg.state) <= meta.agg.steal_after) {
+                    agg_events.count(AGG_EVENT_STALE);
+                    absorb();
+                } else if (AGG_CELL_JOB(meta.agg.state) == 0 || AGG_CELL_STATUS(meta.agg.state) & AGG_CELL_DONE != 0
+                           || (meta.agg.shared == 0 && AGG_CELL_JOB(meta.agg.state) == hdr.agg.job)
+                           || std_meta.ingress_global_timestamp - AGG_CELL_STARTED(meta.agg.state) > meta.agg.steal_after) {
+                    start_use();
+                    note_added();
+                } else {
+                    agg_events.count(AGG_EVENT_COLLISION);
+                    hdr.agg.flags = hdr.agg.flags | AGG_FLAG_COLLISION;   // routed on to the server
+                }
             }
-            send_result(meta.agg.job_group);
-        } else {
-            agg_cell.write(meta.agg.cell, meta.agg.state);
-            absorb();
+        }
+        if (meta.agg.added == 1) {
+            agg_events.count(AGG_EVENT_CONTRIBUTION);
+            if (AGG_CELL_COUNT(meta.agg.state) == meta.agg.workers) {
+                AGG_CELL_STATUS(meta.agg.state) = AGG_CELL_STATUS(meta.agg.state) | AGG_CELL_DONE;
+                agg_cell.write(meta.agg.cell, meta.agg.state);
+                agg_events.count(AGG_EVENT_COMPLETE);
+                if (AGG_CELL_STATUS(meta.agg.state) & AGG_CELL_OVERFLOW != 0) {
+                    agg_events.count(AGG_EVENT_OVERFLOW);
+                }
+                send_result(meta.agg.job_group);
+            } else {
+                agg_cell.write(meta.agg.cell, meta.agg.state);
+                absorb();
+            }
         }
     }
 }

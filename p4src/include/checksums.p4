@@ -39,7 +39,7 @@ control ComputeIpv4Checksum(inout headers_t hdr, inout local_metadata_t meta) {
               hdr.udp.src_port, hdr.udp.dst_port, hdr.udp.length, INT_CHECKSUM_HEADERS(hdr) },
             hdr.udp.checksum, HashAlgorithm.csum16);
         update_checksum_with_payload(meta.telemetry.l4_checksum && hdr.tcp.isValid(),
-            { hdr.ipv4.src_addr, hdr.ipv4.dst_addr, 8w0, hdr.ipv4.protocol, meta.telemetry.l4_length,
+            { hdr.ipv4.src_addr, hdr.ipv4.dst_addr, 8w0, hdr.ipv4.protocol, meta.int_scratch.l4_length,
               hdr.tcp.src_port, hdr.tcp.dst_port, hdr.tcp.seq_no, hdr.tcp.ack_no, hdr.tcp.data_offset,
               hdr.tcp.reserved, hdr.tcp.flags, hdr.tcp.window, hdr.tcp.urgent_ptr, hdr.tcp_options,
               INT_CHECKSUM_HEADERS(hdr) },

@@ -101,9 +101,7 @@ struct headers_t {
 #endif
 #ifndef WITHOUT_INT_TELEMETRY
     // Telemetry report (report clones only)
-    report_group_t      report_group;
-    report_individual_t report_individual;
-    report_main_t       report_main;
+    report_t            report;
     report_int_md_t     report_int_md;
     report_drop_md_t    report_drop_md;
     ipv4_t              inner_ipv4;
@@ -173,8 +171,10 @@ header flow_key_t {
     meta.flow.l4_src_port = meta.l4_src_port; \
     meta.flow.l4_dst_port = meta.l4_dst_port;
 
-header parse_scratch_t {        // parser.p4: the length of a variable-length header
-    bit<32> length;
+header parse_scratch_t {        // parser.p4: the length of a variable-length header,
+    bit<32> length;              // and the INT metadata words the bitmaps ask for and the
+    bit<8>  int_words;           // all-ones fill up to HopML (checked; egress recounts them)
+    bit<8>  int_fill;
 }
 
 header ecmp_scratch_t {          // forwarding.p4: ECMP hash of a group's packet
@@ -239,6 +239,8 @@ header int_scratch_t {           // int_telemetry_*.p4
     bit<32>  report_bytes;
     bit<16>  inner_bytes;
     bit<32>  interval_us;        // drop reports: the rate limit
+    bit<8>   fill_words;         // transit: all-ones words to reach HopML (IntFill)
+    bit<16>  l4_length;          // TCP length for the checksum pseudo-header
 }
 
 header agg_scratch_t {           // aggregation.p4
@@ -251,10 +253,13 @@ header agg_scratch_t {           // aggregation.p4
     bit<8>   shared;
     bit<48>  steal_after;        // an unfinished use older than this (us) may be taken over
     bit<32>  server;             // the parameter server address this packet is to or from
+    bit<40>  block;              // (job, seq): what a shared cell is hashed from
+    bit<8>   cell_valid;         // the packet has a cell (a job served here, slot in range)
     bit<32>  cell;               // the (slot, shadow set) cell of the packet's block, and its state
     bit<144> state;
     bit<32>  sum;                // one lane's sum, and its overflow bit (aggregation_lanes.p4)
     bit<32>  overflow;
+    bit<8>   added;              // the packet's elements went into the cell's use
 }
 
 header ecn_scratch_t {           // ecn.p4: the port's marking profile
@@ -269,10 +274,7 @@ header ecn_scratch_t {           // ecn.p4: the port's marking profile
 struct int_meta_t {
     @field_list(INT_REPORT_FIELDS)
     bit<1>  enabled;          // INT is on at this switch (int_switch, drop_report): egress looks at int_port
-    bit<8>  hop_words;        // words this switch's metadata needs (bitmap bits it knows)
-    bit<8>  fill_words;       // all-ones words to reach HopML
     bool    l4_checksum;      // INT bytes inserted or removed: recompute the TCP/UDP checksum
-    bit<16> l4_length;        // TCP/UDP length for the pseudo-header
 }
 
 // What a drop report clone (an ingress clone, re-parsed from the packet as

@@ -40,16 +40,16 @@
 #include <v1model.p4>
 #include "headers.p4"
 
-// All-ones words, meta.telemetry.fill_words of them (at most 31), as the
+// All-ones words, meta.int_scratch.fill_words of them (at most 31), as the
 // fill headers of 16, 8, 4, 2 and 1 words: what bits 6-14 and unknown DS
 // metadata get.
 control IntFill(inout headers_t hdr, in local_metadata_t meta) {
     apply {
-        if (meta.telemetry.fill_words[4:4] == 1) { hdr.int_fill16.setValid(); hdr.int_fill16.ones = ~(bit<512>) 0; }
-        if (meta.telemetry.fill_words[3:3] == 1) { hdr.int_fill8.setValid(); hdr.int_fill8.ones = ~(bit<256>) 0; }
-        if (meta.telemetry.fill_words[2:2] == 1) { hdr.int_fill4.setValid(); hdr.int_fill4.ones = ~(bit<128>) 0; }
-        if (meta.telemetry.fill_words[1:1] == 1) { hdr.int_fill2.setValid(); hdr.int_fill2.ones = ~(bit<64>) 0; }
-        if (meta.telemetry.fill_words[0:0] == 1) { hdr.int_fill1.setValid(); hdr.int_fill1.ones = ~(bit<32>) 0; }
+        if (meta.int_scratch.fill_words[4:4] == 1) { hdr.int_fill16.setValid(); hdr.int_fill16.ones = ~(bit<512>) 0; }
+        if (meta.int_scratch.fill_words[3:3] == 1) { hdr.int_fill8.setValid(); hdr.int_fill8.ones = ~(bit<256>) 0; }
+        if (meta.int_scratch.fill_words[2:2] == 1) { hdr.int_fill4.setValid(); hdr.int_fill4.ones = ~(bit<128>) 0; }
+        if (meta.int_scratch.fill_words[1:1] == 1) { hdr.int_fill2.setValid(); hdr.int_fill2.ones = ~(bit<64>) 0; }
+        if (meta.int_scratch.fill_words[0:0] == 1) { hdr.int_fill1.setValid(); hdr.int_fill1.ones = ~(bit<32>) 0; }
     }
 }
 
@@ -146,6 +146,14 @@ control IntEgress(inout headers_t hdr,
 
     // ---- transit: push this hop (INT v2.1 section 5.7) ---------------------
 
+    // The all-ones words this hop's metadata needs to reach HopML: what the
+    // bitmaps ask for that this switch does not provide (the parser checked
+    // HopML holds it; a source's own INT-MD header is right by construction).
+    action count_fill() {
+        meta.int_scratch.fill_words = (bit<8>) hdr.int_md.hop_ml - INT_BASELINE_WORDS(hdr.int_md.instruction_bitmap)
+            - (hdr.int_md.ds_id == FABRIC_DS_ID ? INT_FABRIC_DS_WORDS(hdr.int_md.ds_instruction) : 8w0);
+    }
+
     action push_done(bit<16> hop_bytes) {
         hdr.int_md.remaining_hop_cnt = hdr.int_md.remaining_hop_cnt - 1;
         hdr.int_shim.len = hdr.int_shim.len + (bit<8>) hdr.int_md.hop_ml;
@@ -224,17 +232,15 @@ control IntEgress(inout headers_t hdr,
         hdr.udp.checksum = 0;
         report_seq_no.read(meta.int_scratch.seq_no, 0);
         meta.int_scratch.next_seq_no = (meta.int_scratch.seq_no + 1) & 0x3FFFFF;
-        hdr.report_group.setValid();
-        hdr.report_group.ver = REPORT_VERSION;
-        hdr.report_group.hw_id = 0;
-        hdr.report_group.seq_no = meta.int_scratch.seq_no[21:0];
-        hdr.report_group.node_id = switch_id;
-        hdr.report_individual.setValid();
-        hdr.report_individual.rep_type = 1;         // INT
-        hdr.report_individual.in_type = 4;          // IPv4
-        hdr.report_individual.rsvd = 0;
-        hdr.report_main.setValid();
-        hdr.report_main.ds_md_status = 0;
+        hdr.report.setValid();
+        hdr.report.ver = REPORT_VERSION;
+        hdr.report.hw_id = 0;
+        hdr.report.seq_no = meta.int_scratch.seq_no[21:0];
+        hdr.report.node_id = switch_id;
+        hdr.report.rep_type = 1;         // INT
+        hdr.report.in_type = 4;          // IPv4
+        hdr.report.rsvd = 0;
+        hdr.report.ds_md_status = 0;
     }
 
     // ---- report clone: Telemetry Report v2.0 around the kept packet --------
@@ -282,15 +288,15 @@ control IntEgress(inout headers_t hdr,
         meta.int_scratch.report_bytes = (bit<32>) (REPORT_HEADERS_BYTES + REPORT_MD_BYTES + hdr.int_saved.inner_bytes);
         report_headers(src_mac, dst_mac, src_addr, collector_addr, collector_port, switch_id,
                        REPORT_HEADERS_BYTES + REPORT_MD_BYTES + hdr.int_saved.inner_bytes - 14);
-        hdr.report_individual.report_length = (bit<8>) ((8 + REPORT_MD_BYTES + hdr.int_saved.inner_bytes) >> 2);
-        hdr.report_individual.md_length = REPORT_MD_WORDS;
-        hdr.report_individual.d = 0;
-        hdr.report_individual.q = hdr.int_saved.congested;
-        hdr.report_individual.f = 1;
-        hdr.report_individual.i = hdr.int_saved.intermediate;
-        hdr.report_main.rep_md_bits = REPORT_MD_BITS;
-        hdr.report_main.ds_id = FABRIC_DS_ID;
-        hdr.report_main.ds_md_bits = REPORT_DS_MD_BITS;
+        hdr.report.report_length = (bit<8>) ((8 + REPORT_MD_BYTES + hdr.int_saved.inner_bytes) >> 2);
+        hdr.report.md_length = REPORT_MD_WORDS;
+        hdr.report.d = 0;
+        hdr.report.q = hdr.int_saved.congested;
+        hdr.report.f = 1;
+        hdr.report.i = hdr.int_saved.intermediate;
+        hdr.report.rep_md_bits = REPORT_MD_BITS;
+        hdr.report.ds_id = FABRIC_DS_ID;
+        hdr.report.ds_md_bits = REPORT_DS_MD_BITS;
         hdr.report_int_md.setValid();
         hdr.report_int_md.ingress_port = hdr.int_saved.ingress_port;
         hdr.report_int_md.egress_port = hdr.int_saved.egress_port;
@@ -329,15 +335,15 @@ control IntEgress(inout headers_t hdr,
                                         ? DROP_REPORT_INNER_BYTES : meta.int_scratch.inner_bytes);
         report_headers(src_mac, dst_mac, src_addr, collector_addr, collector_port, switch_id,
                        REPORT_HEADERS_BYTES - 14 + DROP_REPORT_MD_BYTES + meta.int_scratch.inner_bytes);
-        hdr.report_individual.report_length = 0xFF;
-        hdr.report_individual.md_length = DROP_REPORT_MD_WORDS;
-        hdr.report_individual.d = 1;
-        hdr.report_individual.q = 0;
-        hdr.report_individual.f = 0;
-        hdr.report_individual.i = 1;
-        hdr.report_main.rep_md_bits = DROP_REPORT_MD_BITS;
-        hdr.report_main.ds_id = 0;
-        hdr.report_main.ds_md_bits = 0;
+        hdr.report.report_length = 0xFF;
+        hdr.report.md_length = DROP_REPORT_MD_WORDS;
+        hdr.report.d = 1;
+        hdr.report.q = 0;
+        hdr.report.f = 0;
+        hdr.report.i = 1;
+        hdr.report.rep_md_bits = DROP_REPORT_MD_BITS;
+        hdr.report.ds_id = 0;
+        hdr.report.ds_md_bits = 0;
         hdr.report_drop_md.setValid();
         hdr.report_drop_md.ingress_port = meta.report.ingress_port;
         hdr.report_drop_md.egress_port = 0xFFFF;      // none chosen, or not the reason
@@ -477,7 +483,8 @@ control IntEgress(inout headers_t hdr,
                                 hdr.int_egress_ts.setValid();
                                 hdr.int_egress_ts.timestamp = (bit<64>) std_meta.egress_global_timestamp;
                             }
-                            if (meta.telemetry.fill_words != 0) {
+                            count_fill();
+                            if (meta.int_scratch.fill_words != 0) {
                                 fill.apply(hdr, meta);
                             }
                             if (hdr.int_md.ds_id == FABRIC_DS_ID) {
@@ -502,7 +509,7 @@ control IntEgress(inout headers_t hdr,
                         }
                     }
                 }
-                meta.telemetry.l4_length = hdr.ipv4.total_len - ((bit<16>) hdr.ipv4.ihl << 2);
+                meta.int_scratch.l4_length = hdr.ipv4.total_len - ((bit<16>) hdr.ipv4.ihl << 2);
             }
             build_report: {
                 store_report_seq_no();
@@ -513,9 +520,9 @@ control IntEgress(inout headers_t hdr,
                 int_report_counter.count(REPORT_DROP);
                 // InType IPv4 when the dropped packet was one, else no inner packet.
                 if (hdr.inner_ipv4.isValid()) {
-                    hdr.report_individual.in_type = 4;
+                    hdr.report.in_type = 4;
                 } else {
-                    hdr.report_individual.in_type = 0;
+                    hdr.report.in_type = 0;
                     hdr.ipv4.total_len = REPORT_HEADERS_BYTES - 14 + DROP_REPORT_MD_BYTES;
                     hdr.udp.length = hdr.ipv4.total_len - 20;
                     truncate((bit<32>) (REPORT_HEADERS_BYTES + DROP_REPORT_MD_BYTES));

@@ -106,17 +106,16 @@ header int_report_saved_t {
     bit<16> inner_bytes;       // the reported packet: IPv4 + L4 + INT bytes
 }
 
-// Telemetry Report v2.0: group header, one individual report, its INT
-// main contents; the reporting switch's metadata uses the header types above.
-header report_group_t {
-    bit<4>  ver;
+// Telemetry Report v2.0: the group header, one individual report header and
+// its INT main contents, as one header (each header instance costs BMv2
+// work on every packet, reports or not); wire/int_telemetry.py has them as
+// the spec's three layers. The reporting switch's metadata follows.
+header report_t {
+    bit<4>  ver;            // group header
     bit<6>  hw_id;
     bit<22> seq_no;
     bit<32> node_id;
-}
-
-header report_individual_t {
-    bit<4>  rep_type;
+    bit<4>  rep_type;       // individual report header
     bit<4>  in_type;
     bit<8>  report_length;  // words after this header's first word
     bit<8>  md_length;      // words of metadata
@@ -125,10 +124,7 @@ header report_individual_t {
     bit<1>  f;              // tracked flow
     bit<1>  i;              // intermediate (not the sink)
     bit<4>  rsvd;
-}
-
-header report_main_t {
-    bit<16> rep_md_bits;
+    bit<16> rep_md_bits;    // main contents
     bit<16> ds_id;
     bit<16> ds_md_bits;
     bit<16> ds_md_status;

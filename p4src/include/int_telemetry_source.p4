@@ -72,9 +72,6 @@ control IntSource(inout headers_t hdr,
         hdr.int_md.ds_instruction = meta.int_scratch.domain_instructions;
         hdr.int_md.ds_flags = 0;
         hdr.ipv4.total_len = hdr.ipv4.total_len + INT_SHIM_AND_HEADER_BYTES;
-        meta.telemetry.hop_words = INT_BASELINE_WORDS(meta.int_scratch.instructions)
-                                   + INT_FABRIC_DS_WORDS(meta.int_scratch.domain_instructions);
-        meta.telemetry.fill_words = (bit<8>) meta.int_scratch.hop_ml - meta.telemetry.hop_words;
         meta.telemetry.l4_checksum = true;
     }
 

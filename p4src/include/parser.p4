@@ -171,9 +171,9 @@ parser FabricParser(packet_in packet,
     // fill_words above 31 (check_int_fill).
     state parse_int_md {
         packet.extract(hdr.int_md);
-        meta.telemetry.hop_words = INT_BASELINE_WORDS(hdr.int_md.instruction_bitmap);
-        meta.telemetry.fill_words = (bit<8>) hdr.int_md.hop_ml - meta.telemetry.hop_words;
         meta.parse.setValid();
+        meta.parse.int_words = INT_BASELINE_WORDS(hdr.int_md.instruction_bitmap);
+        meta.parse.int_fill = (bit<8>) hdr.int_md.hop_ml - meta.parse.int_words;
         meta.parse.length = ((bit<32>) hdr.int_shim.len - (bit<32>) INT_HEADER_WORDS) * 32;
         transition select(hdr.int_md.ver, hdr.int_md.ds_id) {
             (INT_VERSION, FABRIC_DS_ID): parse_int_fabric_ds;
@@ -188,13 +188,13 @@ parser FabricParser(packet_in packet,
     }
 
     state parse_int_fabric_ds {
-        meta.telemetry.hop_words = meta.telemetry.hop_words + INT_FABRIC_DS_WORDS(hdr.int_md.ds_instruction);
-        meta.telemetry.fill_words = (bit<8>) hdr.int_md.hop_ml - meta.telemetry.hop_words;
+        meta.parse.int_words = meta.parse.int_words + INT_FABRIC_DS_WORDS(hdr.int_md.ds_instruction);
+        meta.parse.int_fill = (bit<8>) hdr.int_md.hop_ml - meta.parse.int_words;
         transition check_int_fill;
     }
 
     state check_int_fill {
-        transition select(meta.telemetry.fill_words) {
+        transition select(meta.parse.int_fill) {
             0 &&& 0xE0: parse_int_stack;
             default: reject_int;
         }
@@ -224,9 +224,7 @@ control FabricDeparser(packet_out packet, in headers_t hdr) {
         packet.emit(hdr.agg_data);
 #endif
 #ifndef WITHOUT_INT_TELEMETRY
-        packet.emit(hdr.report_group);
-        packet.emit(hdr.report_individual);
-        packet.emit(hdr.report_main);
+        packet.emit(hdr.report);
         packet.emit(hdr.report_int_md);
         packet.emit(hdr.report_drop_md);
         packet.emit(hdr.inner_ipv4);
