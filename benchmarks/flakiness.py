@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 OUT_DIR = REPO / "build" / "flakiness"
 PTF_RESULT = re.compile(r"^(\S+) \.\.\. (ok|FAIL|ERROR)\s*$", re.M)
 PTF_SUBTEST = re.compile(r"^(FAIL|ERROR): (\S+) \((\S+)\)", re.M)
-PYTEST_RESULT = re.compile(r"^(\S+::\S+) (PASSED|FAILED|ERROR)", re.M)
+PYTEST_RESULT = re.compile(r"^(PASSED|FAILED|ERROR) (\S+::\S+)", re.M)   # -rA's short summary
 
 
 def _busy() -> None:
@@ -48,13 +48,22 @@ def run_ptf(tests: list[str]) -> dict[str, bool]:
     return outcome
 
 
+def pytest_outcomes(text: str) -> dict[str, bool]:
+    """Test id -> passed, from pytest's -rA short summary ("PASSED id",
+    "FAILED id - reason"); a test that passed and then errored in its
+    teardown failed."""
+    outcome: dict[str, bool] = {}
+    for status, name in PYTEST_RESULT.findall(text):
+        outcome[name] = outcome.get(name, True) and status == "PASSED"
+    return outcome
+
+
 def run_e2e(expr: str | None) -> dict[str, bool]:
     cmd = [sys.executable, "-m", "pytest", "tests/e2e", "-rA", "-q", "-p", "no:cacheprovider"]
     if expr:
         cmd += ["-k", expr]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-    outcome = {name: status == "PASSED" for status, name in
-               ((m.group(2), m.group(1)) for m in PYTEST_RESULT.finditer(proc.stdout))}
+    outcome = pytest_outcomes(proc.stdout)
     if not outcome:
         raise RuntimeError(f"pytest ran no test (exit {proc.returncode}):\n{proc.stdout[-2000:]}")
     return outcome

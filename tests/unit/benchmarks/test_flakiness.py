@@ -1,0 +1,26 @@
+from benchmarks.flakiness import pytest_outcomes
+
+SUMMARY = """\
+..F.E                                                                    [100%]
+==================================== ERRORS ====================================
+=========================== short test summary info ============================
+PASSED tests/e2e/test_int_live.py::test_probes_cover_every_directed_switch_link
+PASSED tests/e2e/test_failover_live.py::test_a_dead_spine_is_routed_around_in_the_data_plane[dual-plane]
+FAILED tests/e2e/test_multihomed.py::test_make_run_dual_plane_reaches_each_plane_and_keeps_planes_apart - AssertionError: x
+PASSED tests/e2e/test_build.py::test_compiles
+ERROR tests/e2e/test_build.py::test_compiles - RuntimeError: teardown
+2 failed, 3 passed in 10.00s
+"""
+
+
+def test_pytest_outcomes_reads_the_short_summary():
+    assert pytest_outcomes(SUMMARY) == {
+        "tests/e2e/test_int_live.py::test_probes_cover_every_directed_switch_link": True,
+        "tests/e2e/test_failover_live.py::test_a_dead_spine_is_routed_around_in_the_data_plane[dual-plane]": True,
+        "tests/e2e/test_multihomed.py::test_make_run_dual_plane_reaches_each_plane_and_keeps_planes_apart": False,
+        "tests/e2e/test_build.py::test_compiles": False,     # passed, then its teardown errored
+    }
+
+
+def test_no_summary_no_outcomes():
+    assert pytest_outcomes("no tests ran in 0.01s") == {}
