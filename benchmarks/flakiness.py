@@ -9,7 +9,8 @@ Each run calls the suites as `make test` does (ptf-tests/run_ptf.py, pytest
 tests/e2e); --busy runs every round with one busy process per CPU beside it
 (a loaded CI box or a laptop on battery). The table lists every test that
 failed at least once, with its count, then the totals; the exit status is 1
-when any test failed. Writes build/flakiness/<suite>.csv.
+when any test failed. Writes build/flakiness/<suite>.csv, and the output of
+each round that failed as build/flakiness/<suite>-run<N>.log.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def _busy() -> None:
         pass
 
 
-def run_ptf(tests: list[str]) -> dict[str, bool]:
+def run_ptf(tests: list[str]) -> tuple[dict[str, bool], str]:
     proc = subprocess.run([sys.executable, "ptf-tests/run_ptf.py", *tests], cwd=REPO,
                           capture_output=True, text=True)
     text = proc.stdout + proc.stderr
@@ -45,7 +46,7 @@ def run_ptf(tests: list[str]) -> dict[str, bool]:
         outcome[cls.strip("()")] = False
     if not outcome:
         raise RuntimeError(f"PTF ran no test (exit {proc.returncode}):\n{text[-2000:]}")
-    return outcome
+    return outcome, text
 
 
 def pytest_outcomes(text: str) -> dict[str, bool]:
@@ -58,7 +59,7 @@ def pytest_outcomes(text: str) -> dict[str, bool]:
     return outcome
 
 
-def run_e2e(expr: str | None) -> dict[str, bool]:
+def run_e2e(expr: str | None) -> tuple[dict[str, bool], str]:
     cmd = [sys.executable, "-m", "pytest", "tests/e2e", "-rA", "-q", "-p", "no:cacheprovider"]
     if expr:
         cmd += ["-k", expr]
@@ -66,7 +67,7 @@ def run_e2e(expr: str | None) -> dict[str, bool]:
     outcome = pytest_outcomes(proc.stdout)
     if not outcome:
         raise RuntimeError(f"pytest ran no test (exit {proc.returncode}):\n{proc.stdout[-2000:]}")
-    return outcome
+    return outcome, proc.stdout + proc.stderr
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,12 +89,17 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(1, args.runs + 1):
             for suite in args.suites:
                 t0 = time.monotonic()
-                outcome = run_ptf(args.ptf_tests) if suite == "ptf" else run_e2e(args.expr)
+                outcome, text = run_ptf(args.ptf_tests) if suite == "ptf" else run_e2e(args.expr)
                 seen[suite] |= set(outcome)
                 failed = sorted(name for name, ok in outcome.items() if not ok)
                 failures[suite].update(failed)
+                log = ""
+                if failed:                           # what the failures said
+                    log_path = OUT_DIR / f"{suite}-run{i}.log"
+                    log_path.write_text(text)
+                    log = f" (output: {log_path})"
                 print(f"[{i}/{args.runs}] {suite}: {len(outcome) - len(failed)}/{len(outcome)} passed "
-                      f"in {time.monotonic() - t0:.0f} s{(': failed ' + ', '.join(failed)) if failed else ''}",
+                      f"in {time.monotonic() - t0:.0f} s{(': failed ' + ', '.join(failed)) if failed else ''}{log}",
                       flush=True)
     finally:
         for h in hogs:
