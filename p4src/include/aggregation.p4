@@ -108,7 +108,8 @@ control Aggregation(inout headers_t hdr,
     }
     action shared_cell() {
         meta.agg.cell_valid = 1;
-        hash(meta.agg.cell, HashAlgorithm.crc32, meta.agg.base, { meta.agg.block }, meta.agg.slots);
+        // One list element (p4c copies each into a metadata temporary): the same bytes as {job, seq}.
+        hash(meta.agg.cell, HashAlgorithm.crc32, meta.agg.base, { hdr.agg.job ++ hdr.agg.seq }, meta.agg.slots);
         meta.agg.cell = meta.agg.cell * 2 + (bit<32>) (hdr.agg.slot >> 15);
     }
 
@@ -157,7 +158,6 @@ control Aggregation(inout headers_t hdr,
         // Contributions go to the server; the server's own packets come from it.
         meta.agg.setValid();
         meta.agg.server = hdr.ipv4.dst_addr;
-        meta.agg.block = hdr.agg.job ++ hdr.agg.seq;
         if (hdr.agg.flags & AGG_FLAG_SERVER != 0) {
             meta.agg.server = hdr.ipv4.src_addr;
         }

@@ -253,7 +253,6 @@ header agg_scratch_t {           // aggregation.p4
     bit<8>   shared;
     bit<48>  steal_after;        // an unfinished use older than this (us) may be taken over
     bit<32>  server;             // the parameter server address this packet is to or from
-    bit<40>  block;              // (job, seq): what a shared cell is hashed from
     bit<8>   cell_valid;         // the packet has a cell (a job served here, slot in range)
     bit<32>  cell;               // the (slot, shadow set) cell of the packet's block, and its state
     bit<144> state;
