@@ -150,16 +150,18 @@ class SwitchConnection:
         primary = msg.arbitration.status.code == 0
         eid = msg.arbitration.election_id
         self.primary_election_id = (eid.high, eid.low) if msg.arbitration.HasField("election_id") else None
-        was, self._primary = self._primary, primary
-        if self._handshaking or self.reader:
-            return
-        if was and not primary:
-            self.demotions += 1
-            log.error("%s: this controller (election id %s) is no longer primary: a client with election id "
-                      "%s took over; writes to %s are refused until it leaves", self.name,
-                      _show(self.election_id), _show(self.primary_election_id), self.name)
-        elif primary and not was:
-            log.warning("%s: this controller (election id %s) is primary again", self.name, _show(self.election_id))
+        was = self._primary
+        # Log (and count) before the new state shows: whoever sees is_primary() change also finds the log line.
+        if not (self._handshaking or self.reader):
+            if was and not primary:
+                self.demotions += 1
+                log.error("%s: this controller (election id %s) is no longer primary: a client with election id "
+                          "%s took over; writes to %s are refused until it leaves", self.name,
+                          _show(self.election_id), _show(self.primary_election_id), self.name)
+            elif primary and not was:
+                log.warning("%s: this controller (election id %s) is primary again", self.name,
+                            _show(self.election_id))
+        self._primary = primary
 
     def is_primary(self) -> bool:
         """Whether this connection is the switch's primary controller now
