@@ -35,7 +35,7 @@ def written_log(log_file: Path) -> Path:
 
 def switch_command(binary: str, *, device_id: int, thrift_port: int, grpc_addr: str,
                    ports: Mapping[int, str], log_level: str, log_file: Path | None = None,
-                   pcap_dir: Path | None = None) -> list[str]:
+                   pcap_dir: Path | None = None, priority_queues: int = 1) -> list[str]:
     """The simple_switch_grpc command line for one switch.
 
     `ports` maps BMv2 port numbers to interface names. The log level is
@@ -43,7 +43,8 @@ def switch_command(binary: str, *, device_id: int, thrift_port: int, grpc_addr: 
     stays empty, which is how the tests prove logging is off); BMv2 writes
     it as written_log(log_file). The pipeline
     comes later over P4Runtime (`--no-p4`); P4Runtime listens on `grpc_addr`
-    (loopback by default everywhere in the project).
+    (loopback by default everywhere in the project). `priority_queues` > 1
+    gives each port that many strict-priority queues (a target option).
     """
     cmd = [binary, "--device-id", str(device_id), "--thrift-port", str(thrift_port)]
     for number, iface in sorted(ports.items()):
@@ -53,4 +54,9 @@ def switch_command(binary: str, *, device_id: int, thrift_port: int, grpc_addr: 
         cmd += ["--log-file", str(log_file), "--log-flush"]
     if pcap_dir is not None:
         cmd += ["--pcap", str(pcap_dir)]
-    return cmd + ["--no-p4", "--", "--grpc-server-addr", grpc_addr]
+    cmd += ["--no-p4", "--", "--grpc-server-addr", grpc_addr]
+    if priority_queues != 1:
+        if not 1 <= priority_queues <= 8:
+            raise ValueError(f"BMv2 priority queues per port must be 1..8, got {priority_queues}")
+        cmd += ["--priority-queues", str(priority_queues)]
+    return cmd

@@ -88,6 +88,17 @@ class Bmv2Thrift:
             raise ValueError(f"{self.name}: queue depth must be > 0 packets, got {packets}")
         self.sswitch.set_egress_queue_depth(port, int(packets))
 
+    def set_priority_queue_rate(self, port: int, priority: int, pps: int) -> None:
+        """Service rate of one priority queue of a port (--priority-queues), packets per second."""
+        if pps <= 0:
+            raise ValueError(f"{self.name}: queue rate must be > 0 pps, got {pps}")
+        self.sswitch.set_egress_priority_queue_rate(port, priority, int(pps))
+
+    def set_priority_queue_depth(self, port: int, priority: int, packets: int) -> None:
+        if packets <= 0:
+            raise ValueError(f"{self.name}: queue depth must be > 0 packets, got {packets}")
+        self.sswitch.set_egress_priority_queue_depth(port, priority, int(packets))
+
     def now_us(self) -> int:
         """The switch clock (the one behind ingress_global_timestamp), in µs."""
         return self.sswitch.get_time_elapsed_us()

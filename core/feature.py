@@ -30,6 +30,8 @@ Required: the feature's `name` (its stem: the same in every layer, see
 
 Optional (FeatureSpec's defaults do nothing):
 
+    queues(topo, switch) -> QueuePlan    BMv2 priority queues per port it needs, and
+                                         per-queue rates/depths (set over Thrift at start)
     runtime(controller) -> handle        controller.feature(name): runtime changes
     background(topo, controller, lock, say) -> context managers
                                          what runs beside a network while it is up
@@ -123,6 +125,24 @@ class CounterMetric:
     values: Optional[Callable[[Mapping[str, Cells]], dict[str, float]]] = None
 
 
+@dataclass(frozen=True)
+class QueueSetting:
+    """One BMv2 egress queue (port, priority): its rate in packets/s and its
+    depth in packets; None leaves BMv2's (the link's rate; 64 packets)."""
+    rate_pps: Optional[int] = None
+    depth: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class QueuePlan:
+    """What a feature needs of a switch's traffic manager: `count` strict-
+    priority queues per port (simple_switch's --priority-queues, fixed when the
+    switch starts) and settings per (port, queue), applied over Thrift after
+    the link-rate queue rates."""
+    count: int = 1
+    settings: Mapping[tuple[int, int], QueueSetting] = field(default_factory=dict)
+
+
 Background = Callable[["Topology", "FabricController", threading.Lock, Callable[[str], None]],
                      list[ContextManager[Any]]]
 
@@ -165,6 +185,8 @@ class Feature(Protocol):
 
     def runtime(self, controller: "FabricController") -> Any: ...
 
+    def queues(self, topo: "Topology", switch: str) -> QueuePlan: ...
+
     def background(self, topo: "Topology", controller: "FabricController", lock: threading.Lock,
                    say: Callable[[str], None]) -> list[ContextManager[Any]]: ...
 
@@ -175,6 +197,10 @@ def _no_frames(switch_mac: str, host_mac: str) -> Optional[list[bytes]]:
 
 def _no_runtime(controller: "FabricController") -> Any:
     return None
+
+
+def _no_queues(topo: "Topology", switch: str) -> QueuePlan:
+    return QueuePlan()
 
 
 def _nothing(topo: "Topology", controller: "FabricController", lock: threading.Lock,
@@ -199,6 +225,7 @@ class FeatureSpec:
     bench_what: str = ""
     bench_frames: Callable[[str, str], Optional[list[bytes]]] = _no_frames
     runtime: Callable[["FabricController"], Any] = _no_runtime
+    queues: Callable[["Topology", str], QueuePlan] = _no_queues
     background: Background = _nothing
     commands: Mapping[str, Command] = field(default_factory=dict)
     cli: Mapping[str, CliCommand] = field(default_factory=dict)

@@ -264,7 +264,8 @@ class Network:
             pcap_dir.mkdir(exist_ok=True)
         cmd = switch_command(binary, device_id=sw.device_id, thrift_port=sw.thrift_port, grpc_addr=sw.grpc_addr,
                              ports={p.number: p.iface for p in sw.ports.values()},
-                             log_level=self.log_level, log_file=log, pcap_dir=pcap_dir)
+                             log_level=self.log_level, log_file=log, pcap_dir=pcap_dir,
+                             priority_queues=self.priority_queues(sw.name))
         with open(stdout, "w") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
@@ -273,9 +274,14 @@ class Network:
 
     # -- after the pipeline is in --------------------------------------------
 
+    def priority_queues(self, switch: str) -> int:
+        """Priority queues per port of `switch`: the most any feature asks for (1 if none does)."""
+        return max([1, *(f.queues(self.topo, switch).count for f in self.topo.known_features)])
+
     def apply_queue_rates(self) -> dict[str, dict[int, int]]:
-        """Link bandwidth -> BMv2 egress queue rate of each switch port, so
-        queues build inside BMv2 (where the P4 program sees them)."""
+        """Link bandwidth -> BMv2 egress queue rate of each switch port (every
+        priority queue of it), so queues build inside BMv2 (where the P4 program
+        sees them); then the features' own per-queue rates and depths."""
         applied: dict[str, dict[int, int]] = {}
         for sw in self.topo.switches.values():
             with Bmv2Thrift(sw.thrift_port, name=sw.name) as thrift:
@@ -283,6 +289,12 @@ class Network:
                     pps = queue_rate_pps(port.link.bandwidth_mbps)
                     thrift.set_queue_rate(port.number, pps)
                     applied.setdefault(sw.name, {})[port.number] = pps
+                for feature in self.topo.known_features:
+                    for (port, queue), setting in sorted(feature.queues(self.topo, sw.name).settings.items()):
+                        if setting.rate_pps is not None:
+                            thrift.set_priority_queue_rate(port, queue, setting.rate_pps)
+                        if setting.depth is not None:
+                            thrift.set_priority_queue_depth(port, queue, setting.depth)
         return applied
 
     def host_cmd(self, host: str, command: list[str] | str, timeout: float = 30) -> subprocess.CompletedProcess:

@@ -1,5 +1,6 @@
 // The fabric switch: a v1model pipeline composed of one control per concern.
-// Features (ECN marking, INT, flowlets, aggregation) plug in as controls
+// Features (ECN marking, INT, load balancing, aggregation, failover,
+// lossless classes) plug in as controls
 // applied below; each lives in its own include/ file.
 #include <core.p4>
 #define V1MODEL_VERSION 20200408   // typed register and counter indexes
@@ -23,6 +24,9 @@
 #ifndef WITHOUT_AGGREGATION
 #include "include/aggregation.p4"
 #endif
+#ifndef WITHOUT_LOSSLESS
+#include "include/lossless.p4"
+#endif
 
 control FabricIngress(inout headers_t hdr,
                       inout local_metadata_t meta,
@@ -38,12 +42,19 @@ control FabricIngress(inout headers_t hdr,
 #ifndef WITHOUT_AGGREGATION
     Aggregation() aggregation;
 #endif
+#ifndef WITHOUT_LOSSLESS
+    Lossless() lossless;
+    PfcReceive() pfc_receive;
+#endif
 
     // A packet that cannot be forwarded gets a drop reason (defines.p4) and
     // is counted and dropped by DropAccounting. The good path evaluates one
     // condition: BMv2 interprets each one, and on its default build formats
     // a log line for it even with logging off.
     apply {
+#ifndef WITHOUT_LOSSLESS
+      if (meta.pfc_carry == 0) {     // else a held lossless packet, back from recirculation
+#endif
         port_counter.apply(std_meta);
         if (std_meta.parser_error == error.NoError && std_meta.checksum_error == 0
                 && hdr.ipv4.isValid() && hdr.ipv4.ttl > 1 && !hdr.source_route.isValid()) {
@@ -71,6 +82,14 @@ control FabricIngress(inout headers_t hdr,
         } else if (std_meta.parser_error != error.NoError && hdr.agg.isValid()) {
             meta.drop_reason = DROP_AGG_BAD_LENGTH;    // fewer than AGG_ELEMENTS elements
 #endif
+#ifndef WITHOUT_LOSSLESS
+        } else if (hdr.ethernet.ether_type == ETHERTYPE_MAC_CONTROL) {
+            if (std_meta.parser_error == error.NoError) {
+                pfc_receive.apply(hdr, meta, std_meta);   // a PFC frame: pause or resume classes
+            } else {
+                meta.drop_reason = DROP_PFC_MALFORMED;
+            }
+#endif
         } else if (std_meta.parser_error != error.NoError) {
             meta.drop_reason = DROP_PARSER_ERROR;
         } else if (std_meta.checksum_error == 1) {
@@ -80,6 +99,12 @@ control FabricIngress(inout headers_t hdr,
         } else {
             meta.drop_reason = DROP_TTL_EXPIRED;
         }
+#ifndef WITHOUT_LOSSLESS
+      }
+        if (meta.drop_reason == DROP_NONE) {
+            lossless.apply(hdr, meta, std_meta);      // its traffic class (and PFC's buffer model)
+        }
+#endif
         if (meta.drop_reason != DROP_NONE) {
             drops.apply(meta, std_meta);
 #ifndef WITHOUT_INT_TELEMETRY
@@ -105,11 +130,20 @@ control FabricEgress(inout headers_t hdr,
 #ifndef WITHOUT_AGGREGATION
     AggregationEgress() aggregation;
 #endif
+#ifndef WITHOUT_LOSSLESS
+    LosslessEgress() lossless;
+#endif
 
     // INT before ECN: a report clone's IPv4 header is the report's own by
     // the time ECN looks at it (the reported packet is left as received).
     // Features that need egress only for some packets share one condition.
     apply {
+#ifndef WITHOUT_LOSSLESS
+        if (meta.pfc_carry != 0) {
+            lossless.apply(hdr, meta, std_meta);  // a PFC frame to build; a lossless packet: send, hold or release
+        }
+      if (meta.pfc_carry < PFC_CARRY_HELD) {    // not held, dropped or a frame
+#endif
         port_counter.apply(std_meta);
         if (meta.egress_work == 1) {
 #ifndef WITHOUT_AGGREGATION
@@ -128,6 +162,9 @@ control FabricEgress(inout headers_t hdr,
         }
 #ifndef WITHOUT_ECN
         ecn.apply(hdr, meta, std_meta);
+#endif
+#ifndef WITHOUT_LOSSLESS
+      }
 #endif
     }
 }

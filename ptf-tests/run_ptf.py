@@ -28,6 +28,7 @@ PORTS = [1, 2, 3, 4]
 GRPC_ADDR = "127.0.0.1:9459"    # apart from the launcher's 9560+ / 9091+, below the ephemeral range
 THRIFT_PORT = 9089
 DEVICE_ID = 1
+PRIORITY_QUEUES = 8             # the lossless tests' classes; every other test uses queue 0
 
 
 def make_veths() -> None:
@@ -53,7 +54,8 @@ def main() -> int:
     make_veths()
     log, stdout = written_log(out / "switch"), out / "switch.stdout"
     cmd = switch_command(switch_bin, device_id=DEVICE_ID, thrift_port=THRIFT_PORT, grpc_addr=GRPC_ADDR,
-                         ports={p: f"ptfsw{p}" for p in PORTS}, log_level=args.log_level, log_file=out / "switch")
+                         ports={p: f"ptfsw{p}" for p in PORTS}, log_level=args.log_level, log_file=out / "switch",
+                         priority_queues=PRIORITY_QUEUES)
     with open(stdout, "w") as out_file:
         switch = subprocess.Popen(cmd, stdout=out_file, stderr=subprocess.STDOUT, start_new_session=True)
     rc = 1

@@ -20,8 +20,18 @@ if ((${#missing[@]})); then
         exit 1
     fi
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    # Another apt (an unattended upgrade, a second set-up) may hold its locks: wait for it, up to 10 minutes.
+    apt_wait() {
+        local tries=0
+        until "$@"; do
+            tries=$((tries + 1))
+            if ((tries >= 60)); then echo "setup: apt-get still failing after 10 minutes: $*" >&2; return 1; fi
+            echo "setup: apt busy (another apt-get?); retrying in 10 s" >&2
+            sleep 10
+        done
+    }
+    apt_wait apt-get -o DPkg::Lock::Timeout=600 update -qq
+    apt_wait apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
 if [[ ! -x $VENV/bin/python ]]; then

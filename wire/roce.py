@@ -24,10 +24,13 @@ CNP = CNP_OPCODE                              # 0x81: congestion notification pa
 
 
 def roce_data(src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, qp: int, psn: int = 0,
-              payload: int = 1024, ecn: int = ECT0, sport: int | None = None) -> Ether:
-    """A RoCEv2 RC SEND_ONLY packet of `payload` bytes to queue pair `qp`."""
+              payload: int = 1024, ecn: int = ECT0, sport: int | None = None, dscp: int = 0) -> Ether:
+    """A RoCEv2 RC SEND_ONLY packet of `payload` bytes to queue pair `qp`,
+    marked `dscp` (the traffic class the switches give it)."""
+    if not 0 <= dscp < 64:
+        raise ValueError(f"DSCP must be 0..63, got {dscp!r}")
     return (Ether(src=src_mac, dst=dst_mac)
-            / IP(src=src_ip, dst=dst_ip, tos=ecn, flags="DF")
+            / IP(src=src_ip, dst=dst_ip, tos=dscp << 2 | ecn, flags="DF")
             / UDP(sport=sport if sport is not None else 0xC000 | (qp & 0x3FFF), dport=ROCEV2_UDP_PORT, chksum=0)
             / BTH(opcode=RC_SEND_ONLY, dqpn=qp, psn=psn, ackreq=0)
             / Raw(b"\x00" * payload))

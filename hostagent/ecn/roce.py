@@ -30,6 +30,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 
 from hostagent.ecn.dcqcn import DcqcnParams, NotificationPoint, ReactionPoint
+from hostagent.lossless import PauseState
 from wire.ecn import CE, ECT0, NOT_ECT
 from wire.roce import CNP, OFFSETS, RC_SEND_ONLY, ROCEV2_UDP_PORT, roce_cnp, roce_data
 from hostagent.load_balancing.plb import add_plb_arguments, plb_from_args
@@ -83,7 +84,9 @@ def run_sender(a, progress=None, write: bool = True) -> dict:
     progress(now, sent, rp, plb), if given, is called every PROGRESS_S; True stops."""
     params = DcqcnParams(**{f.name: getattr(a, f.name) for f in fields(DcqcnParams) if getattr(a, f.name, None) is not None})
     frame = bytearray(bytes(roce_data(a.src_mac, a.gw_mac, a.src_ip, a.dst_ip, a.qp, payload=a.payload,
-                                      ecn=NOT_ECT if a.not_ect else ECT0)))
+                                      ecn=NOT_ECT if a.not_ect else ECT0, dscp=getattr(a, "dscp", 0))))
+    tclass = getattr(a, "tclass", None)
+    pfc = PauseState(getattr(a, "link_mbps", 100.0)) if tclass is not None else None   # a NIC honouring PFC for its class
     psn_at = O.bth_psn
     sock = open_socket(a.iface)
     sock.setblocking(False)
@@ -106,6 +109,8 @@ def run_sender(a, progress=None, write: bool = True) -> dict:
                 rx = sock.recv(2048)
             except BlockingIOError:
                 break
+            if pfc is not None and pfc.on_frame(rx, now):
+                continue
             kind = classify(rx)
             if kind == "cnp" and _u24(rx, O.bth_dqpn) == a.qp:
                 if not a.fixed_rate:
@@ -128,7 +133,10 @@ def run_sender(a, progress=None, write: bool = True) -> dict:
             next_progress += PROGRESS_S
             if progress(now, sent, rp, plb):
                 break
-        if now >= next_send:
+        if pfc is not None and pfc.paused(tclass, now):
+            next_send = max(next_send, now)              # paused: nothing goes out, and no burst after
+            time.sleep(0.0002)
+        elif now >= next_send:
             frame[psn_at:psn_at + 3] = (sent & 0xFFFFFF).to_bytes(3, "big")
             try:
                 sock.send(frame)
@@ -145,7 +153,8 @@ def run_sender(a, progress=None, write: bool = True) -> dict:
     summary = {"role": "sender", "qp": a.qp, "src": a.src_ip, "dst": a.dst_ip, "sent": sent,
                "duration_s": a.duration, "cnps_received": rp.cnps, "final_rate_pps": rp.rate,
                "ignored": dict(ignored), "params": asdict(params), "dcqcn": not a.fixed_rate,
-               "t0_wall": t0_wall, "plb": plb.summary() if plb is not None else None}
+               "t0_wall": t0_wall, "plb": plb.summary() if plb is not None else None,
+               "pfc": pfc.summary() if pfc is not None else None}
     if write:
         _write(a.out, summary, ["t_s", "rate_pps", "target_pps", "alpha", "sent", "cnps"]
                + (["sport"] if plb is not None else []), series)
@@ -284,6 +293,10 @@ def main(argv=None) -> int:
     s.add_argument("--payload", type=int, default=1000, help="payload bytes per packet")
     s.add_argument("--fixed-rate", action="store_true", help="no DCQCN: send at line rate, ignore CNPs")
     s.add_argument("--not-ect", action="store_true", help="send Not-ECT packets (never marked)")
+    s.add_argument("--dscp", type=int, default=0, help="DSCP of the packets (the switches' traffic class key)")
+    s.add_argument("--tclass", type=int, default=None,
+                   help="honour PFC pauses for this class (0..7), as a lossless NIC does (default: ignore PFC)")
+    s.add_argument("--link-mbps", type=float, default=100.0, help="the host link's rate: the pause quantum's length")
     s.add_argument("--sample-s", type=float, default=0.01)
     for f in fields(DcqcnParams):
         if f.name != "cnp_interval_s":

@@ -6,7 +6,8 @@
 #define DEFINES_P4
 
 // Compiling a feature out: -DWITHOUT_ECN, -DWITHOUT_INT_TELEMETRY,
-// -DWITHOUT_LOAD_BALANCING, -DWITHOUT_AGGREGATION, -DWITHOUT_FAILOVER remove
+// -DWITHOUT_LOAD_BALANCING, -DWITHOUT_AGGREGATION, -DWITHOUT_FAILOVER,
+// -DWITHOUT_LOSSLESS remove
 // its headers, metadata, parser states and controls. Only the benchmarks use
 // them (benchmarks/cases.py: what each feature costs a packet while it is
 // off); the fabric ships, and is tested, with every feature in.
@@ -62,6 +63,10 @@ const drop_reason_t DROP_AGG_NOT_WORKER = 8;     // sender is not a worker of th
 const drop_reason_t DROP_AGG_SLOT_RANGE = 9;     // slot outside the job's range
 const drop_reason_t DROP_AGG_BAD_LENGTH = 10;    // not AGG_ELEMENTS elements (short ones fail to parse)
 const drop_reason_t DROP_NO_LIVE_MEMBER = 11;    // failover: the member's port and its backup's are dead
+const drop_reason_t DROP_LOSSLESS_HEADROOM = 12; // a lossless packet beyond XOFF + headroom: the headroom was too small
+const drop_reason_t DROP_PFC_FRAME = 13;         // a PFC frame, acted on and consumed (not a loss)
+const drop_reason_t DROP_PFC_PORT_OFF = 14;      // a PFC frame on a port without PFC
+const drop_reason_t DROP_PFC_MALFORMED = 15;     // a MAC control frame that is not a whole PFC frame
 const bit<32> DROP_REASON_COUNT = 16;
 
 // In-band network telemetry (INT v2.1, Telemetry Report v2.0): the wire
@@ -129,6 +134,36 @@ const bit<32> AGG_EVENT_STALE = 6;         // older than the slot's use: dropped
 const bit<32> AGG_EVENT_FALLBACK = 7;      // a fallback contribution passed to the parameter server
 const bit<32> AGG_EVENT_RELEASED = 8;      // a parameter server result freed the slot of its block
 const bit<32> AGG_EVENTS = 16;
+
+// Lossless classes and PFC (lossless.p4, docs/features/lossless.md;
+// wire/lossless.py holds the same values).
+const bit<16> ETHERTYPE_MAC_CONTROL = 0x8808;
+const bit<16> PFC_OPCODE = 0x0101;            // IEEE 802.1Qbb class-based flow control
+const mac_addr_t PFC_DST_MAC = 0x0180C2000001;
+const bit<32> PFC_FRAME_BYTES = 60;           // a minimum Ethernet frame, without its FCS
+const bit<32> PFC_CELLS = 4096;               // (port, class) cells: 9-bit port ++ 3-bit class
+const bit<32> PFC_SESSION_BASE = 1024;        // clone session of PFC frames out of port p: base + p
+const bit<8>  PFC_CARRY_FIELDS = 2;           // @field_list: what recirculation and frame clones keep
+// local_metadata_t.pfc_carry: kind, class, then per kind: a held packet's
+// egress port, ingress port and hold number; a frame's pause time.
+#define PFC_CARRY_KIND_HI 63
+#define PFC_CARRY_KIND_LO 62
+#define PFC_CARRY_CLASS_HI 61
+#define PFC_CARRY_CLASS_LO 59
+#define PFC_CARRY_CLASS_SHIFT 59
+#define PFC_CARRY_PORT_HI 58
+#define PFC_CARRY_PORT_LO 50
+#define PFC_CARRY_IN_PORT_HI 49
+#define PFC_CARRY_IN_PORT_LO 41
+const bit<2>  PFC_KIND_HELD = 3;
+const bit<64> PFC_CARRY_ADMITTED = 1 << 62;   // a lossless packet in the buffer model
+const bit<64> PFC_CARRY_FRAME = 2 << 62;      // a clone to become a PFC frame
+const bit<64> PFC_CARRY_HELD = 3 << 62;       // held (recirculated); from here up egress does nothing else
+const bit<64> PFC_CARRY_DONE = 0xFFFFFFFFFFFFFFFF;   // a frame built, or a packet dropped: nothing else to do
+// What the watchdog does in a storm (set_lossless_class's storm_action).
+const bit<8>  PFC_STORM_DROP = 1;             // drop the class's packets, ignore pauses
+const bit<8>  PFC_STORM_FORWARD = 2;          // ignore pauses
+const bit<8>  PFC_STORM_ALERT = 3;            // count it, change nothing
 
 // standard_metadata.instance_type of BMv2 (simple_switch.cpp)
 typedef bit<32> instance_type_t;

@@ -9,13 +9,32 @@ error {
     IPv4IncorrectVersion,
     IPv4OptionsNotSupported,
     IntMalformed,
-    SourceRouteMalformed
+    SourceRouteMalformed,
+    MacControlUnsupported
 }
 
 header ethernet_t {
     mac_addr_t dst_addr;
     mac_addr_t src_addr;
     bit<16>    ether_type;
+}
+
+// A PFC frame (IEEE 802.1Qbb) after its Ethernet header: MAC control
+// opcode, class-enable vector (the upper byte reserved), a pause time per
+// class in quanta of 512 bit times, padding to the 60-byte minimum frame.
+header pfc_t {
+    bit<16>  opcode;
+    bit<8>   reserved;
+    bit<8>   class_enable;
+    bit<16>  time0;
+    bit<16>  time1;
+    bit<16>  time2;
+    bit<16>  time3;
+    bit<16>  time4;
+    bit<16>  time5;
+    bit<16>  time6;
+    bit<16>  time7;
+    bit<208> pad;
 }
 
 // A source-routed INT probe's port list: how many entries are left, this
@@ -88,6 +107,9 @@ header agg_t {
 // report headers, then the reported packet from inner_ipv4 on.
 struct headers_t {
     ethernet_t          ethernet;
+#ifndef WITHOUT_LOSSLESS
+    pfc_t               pfc;
+#endif
     source_route_t      source_route;
     source_route_port_t source_route_port;
     source_route_rest_t source_route_rest;
@@ -261,6 +283,36 @@ header agg_scratch_t {           // aggregation.p4
     bit<8>   added;              // the packet's elements went into the cell's use
 }
 
+header lossless_scratch_t {      // lossless.p4: the class's parameters (traffic_class), its cells and state
+    bit<8>   tclass;
+    bit<8>   lossless;
+    bit<3>   hold_queue;
+    bit<5>   pad;                // BMv2: whole bytes
+    bit<32>  xoff;               // packets admitted from one ingress port
+    bit<32>  xon;
+    bit<32>  headroom;
+    bit<32>  limit;              // xoff + headroom
+    bit<16>  pause_quanta;       // the pause time sent
+    bit<48>  refresh_us;         // pause again this often while above XOFF
+    bit<48>  detect_us;          // watchdog: 0 = off
+    bit<48>  restore_us;
+    bit<8>   storm_action;       // PFC_STORM_*
+    bit<32>  quantum;            // PfcReceive: a pause quantum of the port, in us * 1024
+    bit<32>  in_cell;            // (ingress port, class), (egress port, class)
+    bit<32>  out_cell;
+    bit<32>  occupancy;
+    bit<32>  session;
+    bit<48>  now;
+    bit<48>  time;               // a register's time: xoff sent, storm found, paused until
+    bit<48>  until;
+    bit<48>  progress;
+    bit<48>  last_pause;
+    bit<32>  head;
+    bit<32>  tail;
+    bit<8>   paused;
+    bit<8>   storm;              // a storm makes this packet ignore a pause
+}
+
 header ecn_scratch_t {           // ecn.p4: the port's marking profile
     qdepth_t kmin;
     qdepth_t kmax;
@@ -318,6 +370,13 @@ struct local_metadata_t {
 #endif
 #ifndef WITHOUT_ECN
     ecn_scratch_t      ecn;
+#endif
+#ifndef WITHOUT_LOSSLESS
+    // A lossless packet's state between ingress and egress (PFC_CARRY_*),
+    // kept through recirculation (held) and into PFC frame clones.
+    @field_list(PFC_CARRY_FIELDS)
+    bit<64>            pfc_carry;
+    lossless_scratch_t tc;
 #endif
 }
 

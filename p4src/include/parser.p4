@@ -21,9 +21,33 @@ parser FabricParser(packet_in packet,
         transition select(hdr.ethernet.ether_type) {
             ETHERTYPE_IPV4: parse_ipv4;
             ETHERTYPE_SOURCE_ROUTE: parse_source_route;
+#ifndef WITHOUT_LOSSLESS
+            ETHERTYPE_MAC_CONTROL: parse_mac_control;
+#endif
             default: accept;
         }
     }
+#ifndef WITHOUT_LOSSLESS
+
+    // MAC control: only PFC, whole (padded to the minimum frame); anything
+    // else, or a runt, is an error ingress counts as DROP_PFC_MALFORMED.
+    state parse_mac_control {
+        transition select(packet.lookahead<bit<16>>()) {
+            PFC_OPCODE: parse_pfc;
+            default: reject_mac_control;
+        }
+    }
+
+    state parse_pfc {
+        packet.extract(hdr.pfc);
+        transition accept;
+    }
+
+    state reject_mac_control {
+        verify(false, error.MacControlUnsupported);
+        transition accept;
+    }
+#endif
 
     // An INT probe's port list: this switch's entry, then the others as one
     // block (at most SOURCE_ROUTE_MAX_HOPS entries; an empty list is malformed).
@@ -212,6 +236,9 @@ parser FabricParser(packet_in packet,
 control FabricDeparser(packet_out packet, in headers_t hdr) {
     apply {
         packet.emit(hdr.ethernet);
+#ifndef WITHOUT_LOSSLESS
+        packet.emit(hdr.pfc);
+#endif
         packet.emit(hdr.source_route);
         packet.emit(hdr.source_route_port);
         packet.emit(hdr.source_route_rest);

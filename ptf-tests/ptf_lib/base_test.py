@@ -19,6 +19,7 @@ from ptf.base_tests import BaseTest
 
 from features.aggregation import GROUPS_PER_JOB, JOB_GROUP_BASE
 from features.int_telemetry import REPORT_SESSION
+from features.lossless import SESSION_BASE as PFC_SESSION_BASE
 from core.forwarding import LPM_TABLE, NEXT_HOP_TABLE, assign_slots, group_entries, route_entry
 from core.p4constants import drop_reasons
 from core.p4info import P4Info
@@ -73,7 +74,7 @@ class P4RuntimeTest(BaseTest):
         info = self.p4info.proto
         return SwitchState(managed_tables={t.preamble.id for t in info.tables},
                            managed_profiles={p.preamble.id for p in info.action_profiles},
-                           managed_clone_sessions={REPORT_SESSION},
+                           managed_clone_sessions={REPORT_SESSION, *(PFC_SESSION_BASE + p for p in range(1, 9))},
                            managed_multicast_groups=set(range(JOB_GROUP_BASE, JOB_GROUP_BASE + 16 * GROUPS_PER_JOB)))
 
     def apply(self) -> None:

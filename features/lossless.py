@@ -1,0 +1,328 @@
+"""Control-plane side of p4src/include/lossless.p4: traffic classes, PFC and
+the PFC watchdog (docs/features/lossless.md).
+
+In a topology file (validated with the rest of it, before anything starts):
+
+    lossless:
+      queues: 8                    # BMv2 priority queues per port; the top one holds paused packets
+      classes:
+        - {name: collective, class: 3, dscp: [26], lossless: true}
+        - {name: storage, class: 1, dscp: [10, 12], share: 0.4}
+      pfc: {xoff: 24, xon: 12, headroom: 32, pause_quanta: 65535}
+      watchdog: {detect_ms: 200, restore_ms: 400, action: drop}
+      hold_rate_pps: 2000
+
+A class maps its DSCPs to priority queue `queue` (default: its class number;
+higher is served first; DSCPs of no class go to queue 0, as do BMv2's
+clones: PFC frames and telemetry reports). `share` caps the class's queue
+at that fraction of the link's packet rate (BMv2 limits each queue on its
+own: there is no port-wide shaper, so shares are caps, not weights).
+Lossless classes get PFC on every port of every switch: xoff/xon/headroom
+count packets one ingress port has in the switch in that class; pauses last
+pause_quanta quanta of 512 bit times of the link they cross, refreshed at
+half that while above XOFF. The watchdog (off when absent) acts on a
+(port, class) paused with nothing sent for detect_ms.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping, Optional
+
+from core.feature import CounterMetric, Fail, FeatureSpec, Pieces, QueuePlan, QueueSetting, check_mapping, one_mode
+from core.network import queue_rate_pps
+from core.p4constants import constants
+from core.p4info import EntryError, P4Info
+from core.sync import SwitchState
+from wire.lossless import CLASSES, MAX_PAUSE_QUANTA, pause_us, quantum_us
+
+from p4.v1 import p4runtime_pb2
+
+SECTION = "lossless"
+CLASS_TABLE = "traffic_class"
+PORT_TABLE = "pfc_port"
+SOURCE_TABLE = "pfc_source"
+STORM_ACTIONS = {"drop": constants()["PFC_STORM_DROP"], "forward": constants()["PFC_STORM_FORWARD"],
+                 "alert": constants()["PFC_STORM_ALERT"]}
+SESSION_BASE = constants()["PFC_SESSION_BASE"]
+HOLD_QUEUE_DEPTH = 1024          # packets a port can hold while paused (all its lossless classes)
+QDEPTH_MAX = (1 << 19) - 1
+FIELDS = {"queues", "classes", "pfc", "watchdog", "hold_rate_pps"}
+CLASS_FIELDS = {"name", "class", "queue", "dscp", "lossless", "share"}
+PFC_FIELDS = {"xoff", "xon", "headroom", "pause_quanta"}
+WATCHDOG_FIELDS = {"detect_ms", "restore_ms", "action"}
+
+# Registers and counters (p4src/include/lossless.p4), by (port, class) cell.
+OCCUPANCY_REGISTER = "pfc_occupancy"
+PAUSED_UNTIL_REGISTER = "pfc_paused_until"
+STORM_REGISTER = "pfc_storm"
+COUNTERS = ("class_packets", "pfc_pause_sent", "pfc_resume_sent", "pfc_frames_received", "pfc_held",
+            "pfc_storms_detected", "pfc_storms_restored", "pfc_storm_dropped")
+
+
+def cell(port: int, tclass: int) -> int:
+    """The (port, class) cell of the P4 registers and counters: port ++ class."""
+    return port << 3 | tclass
+
+
+@dataclass(frozen=True)
+class TrafficClass:
+    name: str
+    tclass: int
+    queue: int
+    dscp: tuple[int, ...]
+    lossless: bool = False
+    share: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class PfcThresholds:
+    xoff: int = 24
+    xon: int = 12
+    headroom: int = 32
+    pause_quanta: int = MAX_PAUSE_QUANTA
+
+
+@dataclass(frozen=True)
+class Watchdog:
+    detect_ms: float = 200.0          # SONiC's defaults (docs/features/lossless.md: time scale)
+    restore_ms: float = 400.0
+    action: str = "drop"
+
+
+@dataclass(frozen=True)
+class LosslessConfig:
+    queues: int = 8
+    classes: tuple[TrafficClass, ...] = ()
+    pfc: PfcThresholds = field(default_factory=PfcThresholds)
+    watchdog: Optional[Watchdog] = None
+    hold_rate_pps: int = 2000
+
+    @property
+    def hold_queue(self) -> int:
+        return self.queues - 1
+
+    @property
+    def lossless(self) -> tuple[TrafficClass, ...]:
+        return tuple(c for c in self.classes if c.lossless)
+
+
+def _int(raw: Mapping, key: str, where: str, fail: Fail, lo: int, hi: int, default: int) -> int:
+    v = raw.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        fail(f"{where}.{key}", f"expected an integer within {lo}..{hi}, got {v!r}")
+    return v
+
+
+def _number(raw: Mapping, key: str, where: str, fail: Fail, default: float) -> float:
+    v = raw.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+        fail(f"{where}.{key}", f"expected a number > 0, got {v!r}")
+    return float(v)
+
+
+def parse_config(raw: Any, fail: Fail) -> LosslessConfig:
+    """Validate a `lossless:` section (without reference to a topology)."""
+    check_mapping(raw, SECTION, FIELDS, fail, what="{queues, classes, pfc, watchdog, hold_rate_pps}")
+    queues = _int(raw, "queues", SECTION, fail, 2, 8, 8)
+    if not isinstance(raw.get("classes"), list) or not raw["classes"]:
+        fail(f"{SECTION}.classes", "expected a non-empty list of {name, class, dscp, ...}")
+    classes: list[TrafficClass] = []
+    names: set[str] = set()
+    numbers: set[int] = set()
+    dscps: dict[int, str] = {}
+    for i, item in enumerate(raw["classes"]):
+        where = f"{SECTION}.classes[{i}]"
+        check_mapping(item, where, CLASS_FIELDS, fail, what="{name, class, dscp, queue, lossless, share}")
+        name = item.get("name")
+        if not isinstance(name, str) or not name:
+            fail(f"{where}.name", f"expected a name, got {name!r}")
+        if name in names:
+            fail(f"{where}.name", f"class {name!r} named twice")
+        names.add(name)
+        tclass = _int(item, "class", where, fail, 0, CLASSES - 1, -1)
+        if tclass in numbers:
+            fail(f"{where}.class", f"class number {tclass} used twice")
+        numbers.add(tclass)
+        queue = _int(item, "queue", where, fail, 0, queues - 2, min(tclass, queues - 2))
+        raw_dscp = item.get("dscp")
+        if not isinstance(raw_dscp, list) or not raw_dscp:
+            fail(f"{where}.dscp", f"expected a non-empty list of DSCP values 0..63, got {raw_dscp!r}")
+        for d in raw_dscp:
+            if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d < 64:
+                fail(f"{where}.dscp", f"expected DSCP values 0..63, got {d!r}")
+            if d in dscps:
+                fail(f"{where}.dscp", f"DSCP {d} is already class {dscps[d]!r}'s")
+            dscps[d] = name
+        lossless = item.get("lossless", False)
+        if not isinstance(lossless, bool):
+            fail(f"{where}.lossless", f"expected true or false, got {lossless!r}")
+        share = item.get("share")
+        if share is not None and (isinstance(share, bool) or not isinstance(share, (int, float))
+                                  or not 0 < share <= 1):
+            fail(f"{where}.share", f"expected a fraction of the link within (0, 1], got {share!r}")
+        classes.append(TrafficClass(name, tclass, queue, tuple(raw_dscp), lossless,
+                                    None if share is None else float(share)))
+    pfc_raw = raw.get("pfc", {})
+    check_mapping(pfc_raw, f"{SECTION}.pfc", PFC_FIELDS, fail, what="{xoff, xon, headroom, pause_quanta}")
+    d = PfcThresholds()
+    xoff = _int(pfc_raw, "xoff", f"{SECTION}.pfc", fail, 1, QDEPTH_MAX, d.xoff)
+    xon = _int(pfc_raw, "xon", f"{SECTION}.pfc", fail, 0, QDEPTH_MAX, d.xon)
+    if xon >= xoff:
+        fail(f"{SECTION}.pfc.xon", f"xon ({xon}) must be below xoff ({xoff})")
+    pfc = PfcThresholds(xoff, xon, _int(pfc_raw, "headroom", f"{SECTION}.pfc", fail, 1, QDEPTH_MAX, d.headroom),
+                        _int(pfc_raw, "pause_quanta", f"{SECTION}.pfc", fail, 1, MAX_PAUSE_QUANTA, d.pause_quanta))
+    watchdog = None
+    if raw.get("watchdog") is not None:
+        wd_raw = raw["watchdog"]
+        check_mapping(wd_raw, f"{SECTION}.watchdog", WATCHDOG_FIELDS, fail, what="{detect_ms, restore_ms, action}")
+        w = Watchdog()
+        detect = _number(wd_raw, "detect_ms", f"{SECTION}.watchdog", fail, w.detect_ms)
+        restore = _number(wd_raw, "restore_ms", f"{SECTION}.watchdog", fail, 2 * detect)
+        action = wd_raw.get("action", w.action)
+        if action not in STORM_ACTIONS:
+            fail(f"{SECTION}.watchdog.action", f"expected one of {', '.join(STORM_ACTIONS)}, got {action!r}")
+        watchdog = Watchdog(detect, restore, action)
+    hold_rate = _int(raw, "hold_rate_pps", SECTION, fail, 1, 1_000_000, LosslessConfig.hold_rate_pps)
+    return LosslessConfig(queues, tuple(classes), pfc, watchdog, hold_rate)
+
+
+def parse_section(raw: Any, topo, fail: Fail) -> LosslessConfig:
+    return parse_config(raw, fail)
+
+
+def quantum_x1024_us(bandwidth_mbps: float) -> int:
+    """A pause quantum of a link, in the unit pfc_port takes (us * 1024)."""
+    return max(1, round(quantum_us(bandwidth_mbps) * 1024))
+
+
+def lossless_state(p4info: P4Info, config: Optional[LosslessConfig], ports: Mapping[int, tuple[str, float]]
+                   ) -> SwitchState:
+    """Entities for one switch: {port: (its MAC, its link's Mbit/s)}. No config: every table empty."""
+    state = SwitchState(managed_tables={p4info.table(t).preamble.id for t in (CLASS_TABLE, PORT_TABLE, SOURCE_TABLE)},
+                        managed_clone_sessions={SESSION_BASE + p for p in ports})
+    if config is None:
+        return state
+    fastest = max((bw for _, bw in ports.values()), default=100.0)
+    refresh_us = max(1, int(pause_us(config.pfc.pause_quanta, fastest) / 2))
+    wd = config.watchdog
+    for c in config.classes:
+        for d in sorted(c.dscp):
+            if c.lossless:
+                action, params = "set_lossless_class", {
+                    "tclass": c.tclass, "queue": c.queue, "hold_queue": config.hold_queue,
+                    "xoff": config.pfc.xoff, "xon": config.pfc.xon, "headroom": config.pfc.headroom,
+                    "pause_quanta": config.pfc.pause_quanta, "refresh_us": refresh_us,
+                    "detect_us": int(wd.detect_ms * 1000) if wd else 0,
+                    "restore_us": int(wd.restore_ms * 1000) if wd else 0,
+                    "storm_action": STORM_ACTIONS[wd.action] if wd else 0}
+            else:
+                action, params = "set_class", {"tclass": c.tclass, "queue": c.queue}
+            state.table_entries.append(p4info.table_entry(CLASS_TABLE, {"hdr.ipv4.dscp": d}, action=action,
+                                                          params=params))
+    if config.lossless:
+        for port, (mac, bw) in sorted(ports.items()):
+            state.table_entries.append(p4info.table_entry(PORT_TABLE, {"std_meta.ingress_port": port},
+                                                          action="honour",
+                                                          params={"quantum_x1024_us": quantum_x1024_us(bw)}))
+            state.table_entries.append(p4info.table_entry(SOURCE_TABLE, {"std_meta.egress_port": port},
+                                                          action="pfc_frame", params={"port_mac": mac}))
+            state.clone_sessions.append(p4runtime_pb2.CloneSessionEntry(
+                session_id=SESSION_BASE + port, replicas=[p4runtime_pb2.Replica(egress_port=port, instance=0)]))
+    return state
+
+
+def _ports(topo, switch: str) -> dict[int, tuple[str, float]]:
+    return {p.number: (p.mac, p.link.bandwidth_mbps) for p in topo.switches[switch].ports.values()}
+
+
+def switch_state(p4info: P4Info, topo, switch: str, *, forwarding: "SwitchState | None" = None) -> SwitchState:
+    return lossless_state(p4info, topo.features.get(SECTION), _ports(topo, switch))
+
+
+def queue_plan(config: Optional[LosslessConfig], ports: Mapping[int, tuple[str, float]]) -> QueuePlan:
+    """The priority queues and per-queue settings a switch with `ports` needs."""
+    if config is None:
+        return QueuePlan()
+    settings: dict[tuple[int, int], QueueSetting] = {}
+    lossless_depth = min(QDEPTH_MAX, max(64, len(ports) * (config.pfc.xoff + config.pfc.headroom)))
+    for port, (_, bw) in ports.items():
+        link_pps = queue_rate_pps(bw)
+        for c in config.classes:
+            rate = max(1, int(link_pps * c.share)) if c.share else None
+            depth = lossless_depth if c.lossless else None
+            if rate is not None or depth is not None:
+                settings[(port, c.queue)] = QueueSetting(rate, depth)
+        if config.lossless:
+            settings[(port, config.hold_queue)] = QueueSetting(config.hold_rate_pps, HOLD_QUEUE_DEPTH)
+    return QueuePlan(config.queues, settings)
+
+
+def queues(topo, switch: str) -> QueuePlan:
+    return queue_plan(topo.features.get(SECTION), _ports(topo, switch))
+
+
+BENCH_DSCP = 26
+
+
+def bench_state(p4info: P4Info, port: int) -> SwitchState:
+    """Every packet of the bench (DSCP 0, and BENCH_DSCP) in a lossless class
+    with PFC on and the watchdog on: the buffer model, XOFF checks and the
+    egress pause/hold/watchdog reads for every packet (the thresholds are
+    never reached, so no frame is sent)."""
+    config = LosslessConfig(classes=(TrafficClass("bench", 3, 3, (0, BENCH_DSCP), lossless=True),),
+                            pfc=PfcThresholds(xoff=QDEPTH_MAX - 100, xon=10, headroom=100),
+                            watchdog=Watchdog())
+    return lossless_state(p4info, config, {port: ("0a:00:00:00:00:01", 100.0)})
+
+
+def _cells(counter_cells) -> dict[str, float]:
+    return {f"{i >> 3}/{i & 7}": float(packets) for i, (packets, _) in sorted(counter_cells.items()) if packets}
+
+
+@dataclass(frozen=True)
+class _PerCell:
+    """A counter's packets by "port/class" (a module-level callable: features are pickled)."""
+    counter: str
+
+    def __call__(self, read) -> dict[str, float]:
+        return _cells(read[self.counter])
+
+
+class LosslessRuntime:
+    """controller.feature("lossless"): the section changed at runtime (classes,
+    DSCP map, thresholds, watchdog), validated whole before anything is written.
+    The queue count is fixed when the switches start."""
+
+    def __init__(self, controller):
+        self.ctl = controller
+
+    def configure(self, raw: Any):
+        def fail(where: str, what: str):
+            raise EntryError(f"{where}: {what}")
+        config = parse_config(raw, fail)
+        current = self.ctl.topo.features.get(SECTION)
+        started = current.queues if current else 1
+        if config.queues != started:
+            raise EntryError(f"{SECTION}.queues: the switches started with {started} queues per port; "
+                             f"restart them to change it (asked for {config.queues})")
+        self.ctl.topo.features[SECTION] = config
+        return self.ctl.program_all()
+
+    def watchdog(self, watchdog: Optional[Watchdog]):
+        """Switch the watchdog on (or change it), or off with None."""
+        current = self.ctl.topo.features.get(SECTION)
+        if current is None:
+            raise EntryError(f"no {SECTION} section: no lossless class to watch")
+        self.ctl.topo.features[SECTION] = replace(current, watchdog=watchdog)
+        return self.ctl.program_all()
+
+
+FEATURE = FeatureSpec(
+    name="lossless", section=SECTION,
+    summary="traffic classes (DSCP -> priority queue), PFC 802.1Qbb from a buffer model, pauses honoured, PFC watchdog",
+    pieces=Pieces.of("lossless"),
+    parse_section=parse_section, switch_state=switch_state, bench_states=one_mode(bench_state),
+    bench_what="every packet in a lossless class: buffer model, pause and watchdog state read",
+    runtime=LosslessRuntime, queues=queues,
+    counters=tuple(CounterMetric(f"fabric_{name}", f"{name}: packets by (port/class)", (name,), label="port_class",
+                                 values=_PerCell(name)) for name in COUNTERS))

@@ -1,0 +1,104 @@
+"""The host side of lossless classes: a NIC that honours PFC per class, and
+one that sends pauses (a receiver pausing its uplink; a stuck NIC's storm).
+
+    PauseState                     per-class pause deadlines from received PFC frames
+    python -m hostagent.lossless pause --iface h4-eth0 --src-mac .. --tclass 3 \
+        --quanta 65535 --every-ms 100 --duration 5          # pauses, again and again (a storm)
+
+A sender (hostagent/ecn/roce.py `send --tclass 3`) feeds every frame it
+reads to PauseState.on_frame and sends only while its class is not paused,
+as a RoCE NIC does. Pause times are quanta of 512 bit times of the host's
+link (wire.lossless.pause_us), the same scale the switches use.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from wire.lossless import CLASSES, MAX_PAUSE_QUANTA, decode_pfc, encode_pfc, pause_us
+
+ETH_P_ALL = 0x0003
+
+
+class PauseState:
+    """When each class may send again, from the PFC frames the NIC received.
+    `now` is any monotonic clock in seconds (the caller's)."""
+
+    def __init__(self, link_mbps: float):
+        self.link_mbps = link_mbps
+        self.until = [0.0] * CLASSES
+        self.frames = 0           # PFC frames received
+        self.pauses = [0] * CLASSES
+        self.resumes = [0] * CLASSES
+        self.malformed = 0        # MAC control frames that are not whole PFC frames
+
+    def on_frame(self, frame: bytes, now: float) -> bool:
+        """Take a received frame: True if it was PFC (acted on); non-PFC
+        frames are left alone, broken MAC control frames counted."""
+        if len(frame) < 14 or frame[12:14] != b"\x88\x08":
+            return False
+        times = decode_pfc(frame)
+        if times is None:
+            self.malformed += 1
+            return True
+        self.frames += 1
+        for c, quanta in times.items():
+            self.until[c] = now + pause_us(quanta, self.link_mbps) / 1e6     # 0: resume now
+            if quanta:
+                self.pauses[c] += 1
+            else:
+                self.resumes[c] += 1
+        return True
+
+    def paused(self, tclass: int, now: float) -> bool:
+        return self.until[tclass] > now
+
+    def summary(self) -> dict:
+        return {"pfc_frames": self.frames, "pauses": self.pauses, "resumes": self.resumes,
+                "malformed": self.malformed}
+
+
+def run_pauser(a) -> dict:
+    """Send a pause for a.tclass every a.every_ms for a.duration seconds (a
+    stuck NIC's storm, or a slow receiver), then a resume."""
+    import socket
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    sock.bind((a.iface, 0))
+    pause = encode_pfc(a.src_mac, {a.tclass: a.quanta})
+    sent = 0
+    t0 = time.monotonic()
+    if a.start_at:
+        time.sleep(max(0.0, a.start_at - time.time()))
+        t0 = time.monotonic()
+    while time.monotonic() - t0 < a.duration:
+        sock.send(pause)
+        sent += 1
+        time.sleep(a.every_ms / 1000)
+    if a.resume:
+        sock.send(encode_pfc(a.src_mac, {a.tclass: 0}))
+    sock.close()
+    return {"role": "pauser", "tclass": a.tclass, "quanta": a.quanta, "pauses_sent": sent, "resumed": a.resume}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("pause", help="send PFC pauses for one class, periodically")
+    p.add_argument("--iface", required=True)
+    p.add_argument("--src-mac", required=True)
+    p.add_argument("--tclass", type=int, required=True, help=f"the class to pause (0..{CLASSES - 1})")
+    p.add_argument("--quanta", type=int, default=MAX_PAUSE_QUANTA, help="pause time, in quanta of 512 bit times")
+    p.add_argument("--every-ms", type=float, default=100.0)
+    p.add_argument("--duration", type=float, default=5.0)
+    p.add_argument("--start-at", type=float, default=0.0, help="wall-clock start time")
+    p.add_argument("--no-resume", dest="resume", action="store_false", help="do not send a resume at the end")
+    a = ap.parse_args(argv)
+    try:
+        encode_pfc(a.src_mac, {a.tclass: a.quanta})        # bad class or time: say so before starting
+        import json
+        print(json.dumps(run_pauser(a)))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0

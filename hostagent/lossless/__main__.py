@@ -1,0 +1,5 @@
+import sys
+
+from hostagent.lossless import main
+
+sys.exit(main())

@@ -1,0 +1,412 @@
+// Lossless traffic classes: DSCP -> class -> priority queue, PFC (IEEE
+// 802.1Qbb) sent from a per-(ingress port, class) buffer model, PFC
+// honoured by holding paused packets, and a PFC watchdog. What the switch
+// does and why: docs/features/lossless.md.
+//
+// A (port, class) pair is a cell: port ++ class (12 bits).
+//
+// Buffer model (BMv2 has no shared buffer): a lossless packet is admitted
+// in ingress (pfc_occupancy[ingress port, class] + 1) and released when it
+// leaves the switch (- 1). Admitted at or above XOFF, the switch sends a
+// pause for the class out of the ingress port (an ingress clone turned into
+// a PFC frame in egress), again every refresh_us while it stays above;
+// falling below XON on release sends a resume (time 0, an egress clone).
+// At XOFF + headroom a lossless packet is dropped (DROP_LOSSLESS_HEADROOM):
+// the headroom was too small for what the upstream had in flight.
+//
+// Pauses received: a PFC frame on a port with PFC on (pfc_port) sets
+// pfc_paused_until[port, class] for each class it names; time 0 resumes.
+// BMv2 has no way to stop a queue, so a lossless packet that reaches egress
+// on a paused (port, class) is held: numbered (pfc_hold_tail) and
+// recirculated into the port's hold queue (a rate-limited priority queue),
+// and back in egress it leaves only when the class is no longer paused and
+// it is the next one to leave (pfc_hold_head), so a class keeps its order;
+// while packets are held, the class's new packets are held behind them.
+//
+// Watchdog (SONiC's semantics): a (port, class) paused with nothing sent
+// for detect_us is in a storm (pfc_storm, counted); its action then: drop
+// its packets and ignore pauses, forward (ignore pauses) or alert (nothing
+// changes). Restored once no pause has arrived for restore_us.
+#ifndef LOSSLESS_P4
+#define LOSSLESS_P4
+
+#include <core.p4>
+#include <v1model.p4>
+#include "headers.p4"
+
+// Per (port, class) cell; shared by ingress and egress, so declared outside both.
+register<bit<32>, bit<32>>(PFC_CELLS) pfc_occupancy;      // ingress cell: lossless packets admitted, not yet sent
+register<bit<48>, bit<32>>(PFC_CELLS) pfc_xoff_sent;      // ingress cell: when the last pause went upstream (us); 0: not pausing
+register<bit<48>, bit<32>>(PFC_CELLS) pfc_paused_until;   // egress cell: the peer paused it until (us)
+register<bit<48>, bit<32>>(PFC_CELLS) pfc_last_progress;  // egress cell: when a packet last left, or a pause began (us)
+register<bit<48>, bit<32>>(PFC_CELLS) pfc_last_pause;     // egress cell: when a pause (time > 0) last arrived (us)
+register<bit<48>, bit<32>>(PFC_CELLS) pfc_storm;          // egress cell: when the watchdog found a storm (us); 0: none
+register<bit<32>, bit<32>>(PFC_CELLS) pfc_hold_tail;      // egress cell: packets held so far
+register<bit<32>, bit<32>>(PFC_CELLS) pfc_hold_head;      // egress cell: held packets released so far
+counter<bit<32>>(PFC_CELLS, CounterType.packets) pfc_pause_sent;       // ingress cell: pause frames sent upstream
+counter<bit<32>>(PFC_CELLS, CounterType.packets) pfc_resume_sent;      // ingress cell: resume frames (time 0) sent
+counter<bit<32>>(PFC_CELLS, CounterType.packets) pfc_frames_received;  // egress cell: classes named by PFC frames received
+counter<bit<32>>(PFC_CELLS, CounterType.packets) pfc_held;             // egress cell: packets held (paused, or behind held ones)
+counter<bit<32>>(PFC_CELLS, CounterType.packets) pfc_storms_detected;  // egress cell: watchdog storms found
+counter<bit<32>>(PFC_CELLS, CounterType.packets) pfc_storms_restored;  // egress cell: storms over
+counter<bit<32>>(PFC_CELLS, CounterType.packets) pfc_storm_dropped;    // egress cell: packets the watchdog dropped
+
+// Ingress, for every packet not dropped: its traffic class, and the buffer
+// model of lossless ones. A held packet coming back from recirculation only
+// gets its class parameters again and its hold queue.
+control Lossless(in headers_t hdr, inout local_metadata_t meta, inout standard_metadata_t std_meta) {
+    counter<bit<32>>(PFC_CELLS, CounterType.packets_and_bytes) class_packets;   // (egress port, class)
+
+    action set_class(bit<8> tclass, bit<3> queue) {
+        meta.tc.setValid();
+        meta.tc.tclass = tclass;
+        std_meta.priority = queue;
+    }
+
+    action count_class() {
+        meta.tc.out_cell = (bit<32>) (std_meta.egress_spec ++ meta.tc.tclass[2:0]);
+        class_packets.count(meta.tc.out_cell);
+    }
+
+    action set_lossless_class(bit<8> tclass, bit<3> queue, bit<3> hold_queue, bit<32> xoff, bit<32> xon,
+                              bit<32> headroom, bit<16> pause_quanta, bit<48> refresh_us,
+                              bit<48> detect_us, bit<48> restore_us, bit<8> storm_action) {
+        set_class(tclass, queue);
+        meta.tc.lossless = 1;
+        meta.tc.hold_queue = hold_queue;
+        meta.tc.xoff = xoff;
+        meta.tc.xon = xon;
+        meta.tc.headroom = headroom;
+        meta.tc.pause_quanta = pause_quanta;
+        meta.tc.refresh_us = refresh_us;
+        meta.tc.detect_us = detect_us;
+        meta.tc.restore_us = restore_us;
+        meta.tc.storm_action = storm_action;
+    }
+
+    // DSCP -> class; no entry: queue 0, no class.
+    table traffic_class {
+        key = {
+            hdr.ipv4.dscp: exact;
+        }
+        actions = {
+            set_class;
+            set_lossless_class;
+            @defaultonly NoAction;
+        }
+        default_action = NoAction();
+        size = 64;
+    }
+
+    action cells() {
+        meta.tc.in_cell = (bit<32>) (std_meta.ingress_port ++ meta.tc.tclass[2:0]);
+        meta.tc.out_cell = (bit<32>) (std_meta.egress_spec ++ meta.tc.tclass[2:0]);
+        meta.tc.now = std_meta.ingress_global_timestamp;
+        pfc_occupancy.read(meta.tc.occupancy, meta.tc.in_cell);
+        meta.tc.limit = meta.tc.xoff + meta.tc.headroom;
+    }
+
+    action admit() {
+        meta.tc.occupancy = meta.tc.occupancy + 1;
+        pfc_occupancy.write(meta.tc.in_cell, meta.tc.occupancy);
+        meta.pfc_carry = PFC_CARRY_ADMITTED;
+        pfc_xoff_sent.read(meta.tc.time, meta.tc.in_cell);
+    }
+
+    // A pause for the class out of the ingress port: this packet's ingress
+    // clone, which egress turns into the PFC frame (the clone keeps pfc_carry).
+    action send_pause() {
+        pfc_xoff_sent.write(meta.tc.in_cell, meta.tc.now);
+        pfc_pause_sent.count(meta.tc.in_cell);
+        meta.pfc_carry = PFC_CARRY_FRAME | ((bit<64>) meta.tc.tclass[2:0] << PFC_CARRY_CLASS_SHIFT)
+                         | (bit<64>) meta.tc.pause_quanta;
+        meta.tc.session = PFC_SESSION_BASE + (bit<32>) std_meta.ingress_port;
+        clone_preserving_field_list(CloneType.I2E, meta.tc.session, PFC_CARRY_FIELDS);
+    }
+
+    action back_to_hold() {
+        std_meta.egress_spec = meta.pfc_carry[PFC_CARRY_PORT_HI:PFC_CARRY_PORT_LO];
+        std_meta.priority = meta.tc.hold_queue;
+        meta.tc.in_cell = (bit<32>) (meta.pfc_carry[PFC_CARRY_IN_PORT_HI:PFC_CARRY_IN_PORT_LO] ++ meta.tc.tclass[2:0]);
+    }
+
+    apply {
+        switch (traffic_class.apply().action_run) {
+            set_class: {
+                count_class();
+                meta.tc.setInvalid();           // nothing else to do: egress need not know
+            }
+            set_lossless_class: {
+                if (meta.pfc_carry != 0) {
+                    back_to_hold();             // a held packet, recirculated
+                } else if (std_meta.mcast_grp == 0) {
+                    cells();
+                    class_packets.count(meta.tc.out_cell);
+                    if (meta.tc.occupancy >= meta.tc.limit) {
+                        meta.drop_reason = DROP_LOSSLESS_HEADROOM;
+                        meta.tc.setInvalid();
+                    } else {
+                        admit();
+                        if (meta.tc.occupancy >= meta.tc.xoff
+                                && (meta.tc.time == 0 || meta.tc.now - meta.tc.time >= meta.tc.refresh_us)) {
+                            send_pause();
+                        }
+                    }
+                } else {
+                    meta.tc.setInvalid();       // a multicast packet is not in the buffer model
+                }
+            }
+        }
+    }
+}
+
+// A PFC frame on a port: each class it names is paused for its time
+// (quanta of 512 bit times, scaled to the emulated link by the port's
+// quantum_x1024_us), or resumed (time 0). Consumed here, never forwarded.
+#define PFC_RECEIVE_CLASS(C) \
+    if ((hdr.pfc.class_enable & (8w1 << C)) != 0) { \
+        meta.tc.in_cell = (bit<32>) (std_meta.ingress_port ++ 3w##C); \
+        meta.tc.time = meta.tc.now + (((bit<48>) hdr.pfc.time##C * (bit<48>) meta.tc.quantum) >> 10); \
+        receive_class(); \
+        if (hdr.pfc.time##C != 0) { \
+            pause_class(); \
+        } \
+    }
+
+control PfcReceive(in headers_t hdr, inout local_metadata_t meta, in standard_metadata_t std_meta) {
+    action honour(bit<32> quantum_x1024_us) {
+        meta.tc.setValid();
+        meta.tc.quantum = quantum_x1024_us;
+        meta.tc.now = std_meta.ingress_global_timestamp;
+    }
+
+    // Ports with PFC on, and how long a pause quantum lasts on their link.
+    table pfc_port {
+        key = {
+            std_meta.ingress_port: exact;
+        }
+        actions = {
+            honour;
+            @defaultonly NoAction;
+        }
+        default_action = NoAction();
+        size = PORT_COUNT;
+    }
+
+    action receive_class() {
+        pfc_frames_received.count(meta.tc.in_cell);
+        pfc_paused_until.read(meta.tc.until, meta.tc.in_cell);
+        pfc_paused_until.write(meta.tc.in_cell, meta.tc.time);
+    }
+
+    // A pause (not a resume): the watchdog's clocks.
+    action pause_class() {
+        pfc_last_pause.write(meta.tc.in_cell, meta.tc.now);
+        // Paused from now if it was not before: the time without progress starts here.
+        pfc_last_progress.read(meta.tc.progress, meta.tc.in_cell);
+        meta.tc.progress = meta.tc.until <= meta.tc.now ? meta.tc.now : meta.tc.progress;
+        pfc_last_progress.write(meta.tc.in_cell, meta.tc.progress);
+    }
+
+    apply {
+        if (pfc_port.apply().hit) {
+            PFC_RECEIVE_CLASS(0)
+            PFC_RECEIVE_CLASS(1)
+            PFC_RECEIVE_CLASS(2)
+            PFC_RECEIVE_CLASS(3)
+            PFC_RECEIVE_CLASS(4)
+            PFC_RECEIVE_CLASS(5)
+            PFC_RECEIVE_CLASS(6)
+            PFC_RECEIVE_CLASS(7)
+            meta.tc.setInvalid();
+            meta.drop_reason = DROP_PFC_FRAME;
+        } else {
+            meta.drop_reason = DROP_PFC_PORT_OFF;
+        }
+    }
+}
+
+// Egress, for packets that carry lossless work (meta.pfc_carry != 0): a
+// clone to turn into a PFC frame, or a lossless packet to send, hold or
+// release. Sets meta.pfc_carry to PFC_CARRY_HELD (or above) when the rest
+// of egress must not run: the packet is recirculated, dropped or a frame.
+#define PFC_FRAME_TIME(C) \
+    if (meta.pfc_carry[PFC_CARRY_CLASS_HI:PFC_CARRY_CLASS_LO] == C) { \
+        hdr.pfc.time##C = meta.pfc_carry[15:0]; \
+    }
+
+control LosslessEgress(inout headers_t hdr, inout local_metadata_t meta, inout standard_metadata_t std_meta) {
+    action pfc_frame(mac_addr_t port_mac) {
+        hdr.ethernet.dst_addr = PFC_DST_MAC;
+        hdr.ethernet.src_addr = port_mac;
+        hdr.ethernet.ether_type = ETHERTYPE_MAC_CONTROL;
+        hdr.pfc.setValid();
+        hdr.pfc.opcode = PFC_OPCODE;
+        hdr.pfc.reserved = 0;
+        hdr.pfc.class_enable = (bit<8>) 1 << meta.pfc_carry[PFC_CARRY_CLASS_HI:PFC_CARRY_CLASS_LO];
+        hdr.pfc.time0 = 0;
+        hdr.pfc.time1 = 0;
+        hdr.pfc.time2 = 0;
+        hdr.pfc.time3 = 0;
+        hdr.pfc.time4 = 0;
+        hdr.pfc.time5 = 0;
+        hdr.pfc.time6 = 0;
+        hdr.pfc.time7 = 0;
+        hdr.pfc.pad = 0;
+        truncate(PFC_FRAME_BYTES);          // whatever the clone carried after the pad goes
+        meta.pfc_carry = PFC_CARRY_DONE;
+    }
+
+    // The source address of PFC frames out of each port with PFC on.
+    table pfc_source {
+        key = {
+            std_meta.egress_port: exact;
+        }
+        actions = {
+            pfc_frame;
+            @defaultonly NoAction;
+        }
+        default_action = NoAction();
+        size = PORT_COUNT;
+    }
+
+    action state() {
+        meta.tc.out_cell = (bit<32>) (std_meta.egress_port ++ meta.tc.tclass[2:0]);
+        meta.tc.now = std_meta.egress_global_timestamp;
+        pfc_paused_until.read(meta.tc.until, meta.tc.out_cell);
+        pfc_hold_head.read(meta.tc.head, meta.tc.out_cell);
+        pfc_hold_tail.read(meta.tc.tail, meta.tc.out_cell);
+        meta.tc.paused = meta.tc.until > meta.tc.now ? 8w1 : 8w0;
+    }
+
+    action watchdog() {
+        pfc_storm.read(meta.tc.time, meta.tc.out_cell);
+        pfc_last_progress.read(meta.tc.progress, meta.tc.out_cell);
+        pfc_last_pause.read(meta.tc.last_pause, meta.tc.out_cell);
+    }
+
+    action storm_detected() {
+        meta.tc.time = meta.tc.now;
+        pfc_storm.write(meta.tc.out_cell, meta.tc.now);
+        pfc_storms_detected.count(meta.tc.out_cell);
+    }
+
+    action storm_restored() {
+        meta.tc.time = 0;
+        pfc_storm.write(meta.tc.out_cell, 0);
+        pfc_storms_restored.count(meta.tc.out_cell);
+    }
+
+    action hold() {
+        pfc_hold_tail.write(meta.tc.out_cell, meta.tc.tail + 1);
+        pfc_held.count(meta.tc.out_cell);
+        meta.pfc_carry = PFC_CARRY_HELD
+                         | ((bit<64>) std_meta.egress_port << PFC_CARRY_PORT_LO)
+                         | ((bit<64>) meta.tc.in_cell[11:3] << PFC_CARRY_IN_PORT_LO)
+                         | (bit<64>) meta.tc.tail;
+        recirculate_preserving_field_list(PFC_CARRY_FIELDS);
+    }
+
+    action hold_again() {
+        recirculate_preserving_field_list(PFC_CARRY_FIELDS);   // pfc_carry as it came
+    }
+
+    action release() {
+        pfc_hold_head.write(meta.tc.out_cell, meta.tc.head + 1);
+    }
+
+    // The packet leaves the switch (or is dropped by the watchdog): out of the buffer model.
+    action leave() {
+        pfc_occupancy.read(meta.tc.occupancy, meta.tc.in_cell);
+        meta.tc.occupancy = meta.tc.occupancy - 1;
+        pfc_occupancy.write(meta.tc.in_cell, meta.tc.occupancy);
+        pfc_last_progress.write(meta.tc.out_cell, meta.tc.now);
+        pfc_xoff_sent.read(meta.tc.time, meta.tc.in_cell);
+        meta.pfc_carry = PFC_CARRY_ADMITTED;
+    }
+
+    // Below XON while pausing upstream: a resume out of the packet's ingress port.
+    action send_resume() {
+        pfc_xoff_sent.write(meta.tc.in_cell, 0);
+        pfc_resume_sent.count(meta.tc.in_cell);
+        meta.pfc_carry = PFC_CARRY_FRAME | ((bit<64>) meta.tc.tclass[2:0] << PFC_CARRY_CLASS_SHIFT);
+        meta.tc.session = PFC_SESSION_BASE + (bit<32>) meta.tc.in_cell[11:3];
+        clone_preserving_field_list(CloneType.E2E, meta.tc.session, PFC_CARRY_FIELDS);
+    }
+
+    // Still above XOFF as the pause runs out: pause again (packets leaving
+    // refresh it; with none leaving, the next one to arrive does).
+    action send_pause_again() {
+        pfc_xoff_sent.write(meta.tc.in_cell, meta.tc.now);
+        pfc_pause_sent.count(meta.tc.in_cell);
+        meta.pfc_carry = PFC_CARRY_FRAME | ((bit<64>) meta.tc.tclass[2:0] << PFC_CARRY_CLASS_SHIFT)
+                         | (bit<64>) meta.tc.pause_quanta;
+        meta.tc.session = PFC_SESSION_BASE + (bit<32>) meta.tc.in_cell[11:3];
+        clone_preserving_field_list(CloneType.E2E, meta.tc.session, PFC_CARRY_FIELDS);
+    }
+
+    action storm_drop() {
+        mark_to_drop(std_meta);
+        pfc_storm_dropped.count(meta.tc.out_cell);
+    }
+
+    apply {
+        if (std_meta.instance_type == INSTANCE_INGRESS_CLONE || std_meta.instance_type == INSTANCE_EGRESS_CLONE) {
+            // A pause or resume frame out of this port.
+            if (pfc_source.apply().hit) {
+                PFC_FRAME_TIME(0)
+                PFC_FRAME_TIME(1)
+                PFC_FRAME_TIME(2)
+                PFC_FRAME_TIME(3)
+                PFC_FRAME_TIME(4)
+                PFC_FRAME_TIME(5)
+                PFC_FRAME_TIME(6)
+                PFC_FRAME_TIME(7)
+            } else {
+                mark_to_drop(std_meta);         // PFC off on this port since the clone was made
+                meta.pfc_carry = PFC_CARRY_DONE;
+            }
+        } else if (meta.tc.isValid()) {
+            state();
+            meta.tc.storm = 0;
+            if (meta.tc.detect_us != 0) {
+                watchdog();
+                if (meta.tc.time == 0 && meta.tc.paused == 1 && meta.tc.now - meta.tc.progress >= meta.tc.detect_us) {
+                    storm_detected();
+                } else if (meta.tc.time != 0 && meta.tc.now - meta.tc.last_pause >= meta.tc.restore_us) {
+                    storm_restored();
+                }
+                if (meta.tc.time != 0 && meta.tc.storm_action != PFC_STORM_ALERT) {
+                    meta.tc.storm = meta.tc.paused;   // pauses ignored from now on
+                    meta.tc.paused = 0;
+                }
+            }
+            if (meta.pfc_carry[PFC_CARRY_KIND_HI:PFC_CARRY_KIND_LO] == PFC_KIND_HELD) {
+                // Back from the hold queue: leaves if it may go and it is its turn.
+                if (meta.tc.paused == 0 && meta.pfc_carry[31:0] == meta.tc.head) {
+                    release();
+                    leave();
+                } else {
+                    hold_again();
+                }
+            } else if (meta.tc.paused == 1 || meta.tc.tail != meta.tc.head) {
+                hold();
+            } else {
+                leave();
+            }
+            if (meta.pfc_carry == PFC_CARRY_ADMITTED) {    // it leaves
+                if (meta.tc.storm == 1 && meta.tc.storm_action == PFC_STORM_DROP) {
+                    storm_drop();
+                    meta.pfc_carry = PFC_CARRY_DONE;
+                } else if (meta.tc.occupancy < meta.tc.xon && meta.tc.time != 0) {
+                    send_resume();
+                } else if (meta.tc.occupancy >= meta.tc.xoff && meta.tc.time != 0
+                           && meta.tc.now - meta.tc.time >= meta.tc.refresh_us) {
+                    send_pause_again();
+                }
+            }
+        }
+    }
+}
+
+#endif

@@ -1,0 +1,289 @@
+"""PTF tests of lossless classes and PFC (p4src/include/lossless.p4).
+
+PFC frames the switch sends are decoded with Scapy's own 802.1Qbb layer
+(scapy.contrib.mac_control), not with the project's encoder. Queues are
+built deterministically: the class's egress queue gets a low rate over
+Thrift and a burst arrives far faster, so the buffer model's occupancy
+follows the packets sent (one packet of slack where one may leave during
+the burst). Links are declared at 1 Mbit/s, so a pause quantum lasts 512 us
+and the longest pause 33.5 s: pauses end when a test says so, never by
+accident of the machine's speed.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+from ptf_lib.base_test import HOST_MAC, SWITCH_MAC, P4RuntimeTest, port_mac
+from scapy.contrib.mac_control import MACControlClassBasedFlowControl
+from scapy.contrib.roce import BTH
+from scapy.layers.inet import IP
+from scapy.layers.l2 import Ether
+
+from core.bmv2_thrift import Bmv2Thrift
+from features.lossless import (LosslessConfig, PfcThresholds, TrafficClass, Watchdog, cell, lossless_state,
+                               queue_plan)
+from hostagent.sender import RawSender
+from wire.lossless import PFC_DST_MAC, encode_pfc
+from wire.roce import roce_data
+
+IN_PORT, OUT_PORT, OTHER_PORT = 1, 2, 3
+LINK_MBPS = 1.0                     # quantum 512 us
+LOSSLESS, BULK = 3, 1               # classes (and their queues)
+LOSSLESS_DSCP, BULK_DSCP = 26, 10
+UNLIMITED_PPS = 10_000_000
+PORTS = {p: (port_mac(p), LINK_MBPS) for p in (1, 2, 3, 4)}
+PEER_MAC = "0a:00:00:00:02:99"      # the device behind OUT_PORT that pauses the switch
+
+
+def config(xoff: int = 8, xon: int = 4, headroom: int = 32, quanta: int = 0xFFFF,
+           watchdog: Watchdog | None = None) -> LosslessConfig:
+    return LosslessConfig(queues=8, classes=(TrafficClass("collective", LOSSLESS, LOSSLESS, (LOSSLESS_DSCP,), True),
+                                             TrafficClass("bulk", BULK, BULK, (BULK_DSCP,))),
+                          pfc=PfcThresholds(xoff, xon, headroom, quanta), watchdog=watchdog)
+
+
+def data(seq: int, dscp: int = LOSSLESS_DSCP) -> bytes:
+    return bytes(roce_data(HOST_MAC, SWITCH_MAC, "10.9.0.1", "10.0.0.2", qp=7, psn=seq, payload=100, dscp=dscp))
+
+
+def psn(frame: bytes) -> int:
+    return Ether(frame)[BTH].psn
+
+
+def dscp(frame: bytes) -> int:
+    return Ether(frame)[IP].tos >> 2
+
+
+def pfc_times(frame: bytes) -> dict[int, int]:
+    """{class: pause time} of a PFC frame, read with Scapy's layer; checks the frame is 802.1Qbb."""
+    pkt = Ether(frame)
+    assert pkt.dst == PFC_DST_MAC and pkt.type == 0x8808 and len(frame) == 60, pkt.summary()
+    layer = pkt[MACControlClassBasedFlowControl]
+    assert layer._op_code == 0x0101 and layer._reserved == 0
+    return {c: getattr(layer, f"c{c}_pause_time") for c in range(8) if getattr(layer, f"c{c}_enabled")}
+
+
+def quanta_for(ms: float) -> int:
+    return round(ms * 1000 / 512)
+
+
+class LosslessTest(P4RuntimeTest):
+    def setUp(self):
+        super().setUp()
+        self.dataplane.set_qlen(10_000)
+        self.thrift = Bmv2Thrift(self.thrift_port)
+        self.add_route("10.0.0.0/8", 1)
+        self.add_next_hop(1, OUT_PORT)
+        self.forwarding = list(self.state.table_entries)
+        self.apply()
+
+    def tearDown(self):
+        try:
+            for p in PORTS:
+                self.thrift.set_queue_rate(p, UNLIMITED_PPS)
+                self.thrift.set_queue_depth(p, 64)
+            self.thrift.close()
+        finally:
+            super().tearDown()
+
+    def program(self, cfg: LosslessConfig) -> None:
+        feature = lossless_state(self.p4info, cfg, PORTS)
+        self.state.table_entries = ([e for e in self.forwarding if e.table_id not in feature.managed_tables]
+                                    + feature.table_entries)
+        self.state.clone_sessions = list(feature.clone_sessions)
+        self.apply()
+        for (port, queue), s in queue_plan(cfg, PORTS).settings.items():
+            if s.rate_pps:
+                self.thrift.set_priority_queue_rate(port, queue, s.rate_pps)
+            if s.depth:
+                self.thrift.set_priority_queue_depth(port, queue, s.depth)
+
+    def send(self, port: int, frames: list[bytes]) -> None:
+        with RawSender(self.iface(port)) as tx:
+            for f in frames:
+                tx.send(f)
+
+    def pause(self, quanta: int, tclass: int = LOSSLESS) -> None:
+        """The device behind OUT_PORT pauses (or, with 0, resumes) `tclass`."""
+        self.send(OUT_PORT, [encode_pfc(PEER_MAC, {tclass: quanta})])
+
+    def count(self, name: str, port: int, tclass: int = LOSSLESS) -> int:
+        return self.counter(name, cell(port, tclass))[0]
+
+
+class PauseAndResumeFramesTest(LosslessTest):
+    """Crossing XOFF sends one 802.1Qbb pause for the class out of the ingress
+    port (not one per packet above it); draining below XON sends one resume."""
+
+    def runTest(self):
+        self.program(config(xoff=8, xon=4))
+        self.thrift.set_priority_queue_rate(OUT_PORT, LOSSLESS, 10)
+        self.send(IN_PORT, [data(i) for i in range(12)])
+        out = self.receive_all(OUT_PORT, timeout=1.0)
+        self.assertEqual([psn(f) for f in out], list(range(12)), "lossless and in order")
+        frames = self.receive_all(IN_PORT, timeout=0.5)
+        self.assertEqual(len(frames), 2, "one pause, one resume")
+        pause, resume = (pfc_times(f) for f in frames)
+        self.assertEqual(pause, {LOSSLESS: 0xFFFF})
+        self.assertEqual(resume, {LOSSLESS: 0})
+        self.assertEqual(Ether(frames[0]).src, port_mac(IN_PORT))
+        self.assertEqual(self.count("pfc_pause_sent", IN_PORT), 1)
+        self.assertEqual(self.count("pfc_resume_sent", IN_PORT), 1)
+        self.assertEqual(self.receive_all(OTHER_PORT, timeout=0.1), [], "only the ingress port is paused")
+
+
+class PauseIsRefreshedWhileAboveXoffTest(LosslessTest):
+    """A pause of 100 ms is sent again every 50 ms while the class stays above XOFF."""
+
+    def runTest(self):
+        quanta = quanta_for(100)
+        self.program(config(xoff=4, xon=2, headroom=64, quanta=quanta))
+        self.thrift.set_priority_queue_rate(OUT_PORT, LOSSLESS, 20)
+        self.send(IN_PORT, [data(i) for i in range(30)])       # above XOFF for ~1.3 s of draining
+        out = self.receive_all(OUT_PORT, timeout=1.0)
+        self.assertEqual(len(out), 30)
+        times = [pfc_times(f)[LOSSLESS] for f in self.receive_all(IN_PORT, timeout=0.5)]
+        self.assertEqual(times[-1], 0, "ends with a resume")
+        self.assertGreaterEqual(times.count(quanta), 10, f"refreshed about every 50 ms: {times}")
+
+
+class PausedClassHoldsWhileAnotherFlowsTest(LosslessTest):
+    """Paused for class 3, the port holds class 3 (none lost, order kept)
+    while class 1 keeps flowing; a resume releases class 3."""
+
+    def runTest(self):
+        self.program(config(xoff=200, xon=100))
+        self.pause(0xFFFF)
+        frames = []
+        for i in range(10):
+            frames += [data(i), data(100 + i, BULK_DSCP)]
+        self.send(IN_PORT, frames)
+        out = self.receive_all(OUT_PORT, timeout=1.0)
+        self.assertEqual([psn(f) for f in out], [100 + i for i in range(10)], "only class 1 leaves")
+        self.assertEqual(self.count("pfc_held", OUT_PORT), 10)
+        self.pause(0)
+        out = self.receive_all(OUT_PORT, timeout=1.0)
+        self.assertEqual([psn(f) for f in out], list(range(10)), "class 3 after the resume, in order")
+        self.assertEqual(self.count("pfc_frames_received", OUT_PORT), 2)
+        self.assertEqual(self.drops("PFC_FRAME"), 2, "PFC frames are consumed")
+        self.assertEqual(self.drops("LOSSLESS_HEADROOM"), 0)
+
+
+class PauseExpiresWithoutResumeTest(LosslessTest):
+    """A pause of 300 ms holds the class that long, then it flows again by itself."""
+
+    def runTest(self):
+        self.program(config(xoff=200, xon=100))
+        self.pause(quanta_for(300))
+        t0 = time.monotonic()
+        self.send(IN_PORT, [data(i) for i in range(5)])
+        early = self.receive_all(OUT_PORT, timeout=0.1)
+        if time.monotonic() - t0 < 0.25:                 # judged only while the pause surely runs
+            self.assertEqual(early, [], "held while paused")
+        out = early + self.receive_all(OUT_PORT, timeout=1.0)
+        self.assertEqual([psn(f) for f in out], list(range(5)))
+
+
+class BurstLargerThanTheQueueIsNotLostTest(LosslessTest):
+    """While paused, a burst of 100 packets (the class queue holds 16) is held whole."""
+
+    def runTest(self):
+        self.program(config(xoff=200, xon=100, headroom=100))
+        self.thrift.set_priority_queue_depth(OUT_PORT, LOSSLESS, 16)
+        self.pause(0xFFFF)
+        self.send(IN_PORT, [data(i) for i in range(100)])
+        self.assertEqual(self.receive_all(OUT_PORT, timeout=0.5), [])
+        self.pause(0)
+        out = self.receive_all(OUT_PORT, timeout=1.5)
+        self.assertEqual([psn(f) for f in out], list(range(100)), "every packet, in order")
+
+
+class HeadroomOverflowIsDroppedAndCountedTest(LosslessTest):
+    """Beyond XOFF + headroom a lossless packet is dropped, and counted as such."""
+
+    def runTest(self):
+        self.program(config(xoff=8, xon=4, headroom=4))
+        self.pause(0xFFFF)
+        self.send(IN_PORT, [data(i) for i in range(20)])
+        self.assertEqual(self.receive_all(OUT_PORT, timeout=0.5), [])
+        self.assertEqual(self.drops("LOSSLESS_HEADROOM"), 8, "12 admitted, 8 beyond the headroom")
+        self.pause(0)
+        self.assertEqual([psn(f) for f in self.receive_all(OUT_PORT, timeout=1.0)], list(range(12)))
+
+
+class DscpToClassAndQueueTest(LosslessTest):
+    """DSCP picks the class and its queue: a backlogged class 1 (its queue at
+    20 pps) does not hold class 3 back; per-class counters count each."""
+
+    def runTest(self):
+        self.program(config(xoff=200, xon=100))
+        self.thrift.set_priority_queue_rate(OUT_PORT, BULK, 20)
+        self.send(IN_PORT, [data(100 + i, BULK_DSCP) for i in range(10)] + [data(i) for i in range(10)])
+        out = self.receive_all(OUT_PORT, timeout=1.0)
+        self.assertEqual(len(out), 20)
+        order = [dscp(f) for f in out]
+        self.assertLessEqual(order.index(LOSSLESS_DSCP), 2, f"class 3 not behind class 1's queue: {order}")
+        self.assertEqual(order[-1], BULK_DSCP)
+        self.assertEqual(self.count("class_packets", OUT_PORT, LOSSLESS), 10)
+        self.assertEqual(self.count("class_packets", OUT_PORT, BULK), 10)
+
+
+class MalformedMacControlIsDroppedAndCountedTest(LosslessTest):
+    """802.3x PAUSE, a runt PFC frame and PFC on a port without PFC are
+    dropped and counted; the switch keeps forwarding."""
+
+    def runTest(self):
+        self.program(config())
+        good = encode_pfc(PEER_MAC, {LOSSLESS: 0xFFFF})
+        pause_8023x = good[:14] + b"\x00\x01" + good[16:]
+        runt = good[:34]
+        self.send(OUT_PORT, [pause_8023x, runt])
+        time.sleep(0.2)
+        self.assertEqual(self.drops("PFC_MALFORMED"), 2)
+        self.assertEqual(self.count("pfc_frames_received", OUT_PORT), 0, "neither paused anything")
+        self.program(LosslessConfig(classes=(TrafficClass("bulk", BULK, BULK, (BULK_DSCP,)),)))   # PFC off
+        self.send(OUT_PORT, [good])
+        time.sleep(0.2)
+        self.assertEqual(self.drops("PFC_PORT_OFF"), 1)
+        self.send(IN_PORT, [data(0)])
+        self.assertEqual(len(self.receive_all(OUT_PORT, timeout=0.5)), 1, "still forwarding")
+
+
+class WatchdogDropsAStormAndRestoresTest(LosslessTest):
+    """A peer that keeps pausing (100 ms pauses every 50 ms): the watchdog
+    (detect 200 ms) finds the storm, drops the class's packets instead of
+    holding them, and restores PFC once no pause came for 400 ms."""
+
+    def runTest(self):
+        self.program(config(xoff=200, xon=100, headroom=100,
+                            watchdog=Watchdog(detect_ms=200, restore_ms=400, action="drop")))
+        stop = threading.Event()
+
+        def storm():
+            with RawSender(self.iface(OUT_PORT)) as tx:
+                while not stop.is_set():
+                    tx.send(encode_pfc(PEER_MAC, {LOSSLESS: quanta_for(100)}))
+                    stop.wait(0.05)
+
+        stormer = threading.Thread(target=storm, daemon=True)
+        stormer.start()
+        try:
+            time.sleep(0.1)
+            with RawSender(self.iface(IN_PORT)) as tx:
+                for i in range(40):                     # 0.8 s of class-3 packets at 50 pps
+                    tx.send(data(i))
+                    time.sleep(0.02)
+        finally:
+            stop.set()
+            stormer.join()
+        self.assertEqual(self.count("pfc_storms_detected", OUT_PORT), 1)
+        dropped = self.count("pfc_storm_dropped", OUT_PORT)
+        self.assertGreater(dropped, 0, "the storm's packets are dropped, not held")
+        delivered = self.receive_all(OUT_PORT, timeout=0.3)
+        self.assertEqual(len(delivered) + dropped, 40, "every packet either left or was dropped by the watchdog")
+        time.sleep(0.6)                                  # no pause for longer than the restoration time
+        self.send(IN_PORT, [data(100 + i) for i in range(5)])
+        out = self.receive_all(OUT_PORT, timeout=1.0)
+        self.assertEqual([psn(f) for f in out], [100 + i for i in range(5)])
+        self.assertEqual(self.count("pfc_storms_restored", OUT_PORT), 1)
