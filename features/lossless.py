@@ -252,8 +252,8 @@ def queue_plan(config: Optional[LosslessConfig], ports: Mapping[int, tuple[str, 
             depth = lossless_depth if c.lossless else None
             if rate is not None or depth is not None:
                 settings[(port, c.queue)] = QueueSetting(rate, depth)
-        if config.lossless:
-            settings[(port, config.hold_queue)] = QueueSetting(config.hold_rate_pps, HOLD_QUEUE_DEPTH)
+        if config.lossless:        # held packets leave at most at the link's rate
+            settings[(port, config.hold_queue)] = QueueSetting(min(config.hold_rate_pps, link_pps), HOLD_QUEUE_DEPTH)
     return QueuePlan(config.queues, settings)
 
 
@@ -268,8 +268,8 @@ def bench_state(p4info: P4Info, port: int) -> SwitchState:
     """Every packet of the bench (DSCP 0, and BENCH_DSCP) in a lossless class
     with PFC on and the watchdog on: the buffer model, XOFF checks and the
     egress pause/hold/watchdog reads for every packet (the thresholds are
-    never reached, so no frame is sent)."""
-    config = LosslessConfig(classes=(TrafficClass("bench", 3, 3, (0, BENCH_DSCP), lossless=True),),
+    never reached, so no frame is sent). Queue 0: the bench's switch has one."""
+    config = LosslessConfig(classes=(TrafficClass("bench", 3, 0, (0, BENCH_DSCP), lossless=True),),
                             pfc=PfcThresholds(xoff=QDEPTH_MAX - 100, xon=10, headroom=100),
                             watchdog=Watchdog())
     return lossless_state(p4info, config, {port: ("0a:00:00:00:00:01", 100.0)})

@@ -216,7 +216,31 @@ def dashboards() -> list[Dashboard]:
         Panel("INT drop reports by reason (since the collector started)",
               [Target(f"sum by (reason) ({total(m.INT_DROP_REPORTS)}{SW})")], "table"),
     ], [SWITCH_VAR])
-    return [overview, ports, flows, drops]
+    pfc = m.FEATURE_METRICS
+    per_cell = "{{switch}} port/class {{port_class}}"
+    lossless = Dashboard("fabric-lossless", "Lossless classes and PFC",
+                         "Per (port, class): PFC frames sent and received, packets held while paused, watchdog "
+                         "storms; lossless drops must stay 0.", [
+        Panel("Lossless headroom drops /s (must stay 0)",
+              [Target(f'sum by (switch) (rate({total(m.FABRIC_DROPS)}{{switch=~"$switch", reason="lossless_headroom"}}[{WINDOW}]))',
+                      "{{switch}}")], unit="pps"),
+        Panel("Packets /s per class and egress port",
+              [Target(f"rate({total(pfc['fabric_class_packets'])}{SW}[{WINDOW}])", per_cell)], unit="pps"),
+        Panel("Pauses sent /s (per ingress port, class)",
+              [Target(f"rate({total(pfc['fabric_pfc_pause_sent'])}{SW}[{WINDOW}])", per_cell)], unit="pps"),
+        Panel("Resumes sent /s (per ingress port, class)",
+              [Target(f"rate({total(pfc['fabric_pfc_resume_sent'])}{SW}[{WINDOW}])", per_cell)], unit="pps"),
+        Panel("PFC frames received /s (per port, class)",
+              [Target(f"rate({total(pfc['fabric_pfc_frames_received'])}{SW}[{WINDOW}])", per_cell)], unit="pps"),
+        Panel("Packets held while paused /s",
+              [Target(f"rate({total(pfc['fabric_pfc_held'])}{SW}[{WINDOW}])", per_cell)], unit="pps"),
+        Panel("Watchdog: storms detected and restored (15 m)",
+              [Target(f"increase({total(pfc['fabric_pfc_storms_detected'])}{SW}[15m])", "detected " + per_cell),
+               Target(f"increase({total(pfc['fabric_pfc_storms_restored'])}{SW}[15m])", "restored " + per_cell)]),
+        Panel("Watchdog drops /s",
+              [Target(f"rate({total(pfc['fabric_pfc_storm_dropped'])}{SW}[{WINDOW}])", per_cell)], unit="pps"),
+    ], [SWITCH_VAR])
+    return [overview, ports, flows, drops, lossless]
 
 
 PROMQL_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless",

@@ -270,7 +270,7 @@ control LosslessEgress(inout headers_t hdr, inout local_metadata_t meta, inout s
         size = PORT_COUNT;
     }
 
-    action state() {
+    action read_cell() {
         meta.tc.out_cell = (bit<32>) (std_meta.egress_port ++ meta.tc.tclass[2:0]);
         meta.tc.now = std_meta.egress_global_timestamp;
         pfc_paused_until.read(meta.tc.until, meta.tc.out_cell);
@@ -367,7 +367,7 @@ control LosslessEgress(inout headers_t hdr, inout local_metadata_t meta, inout s
                 meta.pfc_carry = PFC_CARRY_DONE;
             }
         } else if (meta.tc.isValid()) {
-            state();
+            read_cell();
             meta.tc.storm = 0;
             if (meta.tc.detect_us != 0) {
                 watchdog();

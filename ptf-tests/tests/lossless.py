@@ -5,9 +5,9 @@ PFC frames the switch sends are decoded with Scapy's own 802.1Qbb layer
 built deterministically: the class's egress queue gets a low rate over
 Thrift and a burst arrives far faster, so the buffer model's occupancy
 follows the packets sent (one packet of slack where one may leave during
-the burst). Links are declared at 1 Mbit/s, so a pause quantum lasts 512 us
-and the longest pause 33.5 s: pauses end when a test says so, never by
-accident of the machine's speed.
+the burst). Links are declared at 10 Mbit/s, so a pause quantum lasts
+51.2 us and the longest pause 3.36 s, longer than any test waits: pauses
+end when a test says so, never by accident of the machine's speed.
 """
 from __future__ import annotations
 
@@ -24,11 +24,11 @@ from core.bmv2_thrift import Bmv2Thrift
 from features.lossless import (LosslessConfig, PfcThresholds, TrafficClass, Watchdog, cell, lossless_state,
                                queue_plan)
 from hostagent.sender import RawSender
-from wire.lossless import PFC_DST_MAC, encode_pfc
+from wire.lossless import PFC_DST_MAC, encode_pfc, quantum_us
 from wire.roce import roce_data
 
 IN_PORT, OUT_PORT, OTHER_PORT = 1, 2, 3
-LINK_MBPS = 1.0                     # quantum 512 us
+LINK_MBPS = 10.0                    # quantum 51.2 us; hold queue at the link's 833 packets/s
 LOSSLESS, BULK = 3, 1               # classes (and their queues)
 LOSSLESS_DSCP, BULK_DSCP = 26, 10
 UNLIMITED_PPS = 10_000_000
@@ -65,7 +65,7 @@ def pfc_times(frame: bytes) -> dict[int, int]:
 
 
 def quanta_for(ms: float) -> int:
-    return round(ms * 1000 / 512)
+    return round(ms * 1000 / quantum_us(LINK_MBPS))
 
 
 class LosslessTest(P4RuntimeTest):

@@ -1,0 +1,91 @@
+"""The lossless control-plane module (features/lossless.py): the section
+validated with field-named errors, the entries and queue settings it gives
+a switch, and runtime changes refused whole when invalid."""
+import pytest
+
+from core.topology import TopologyError
+from features import lossless, topology_from_dict
+
+BASE = {
+    "name": "t", "defaults": {"link": {"bandwidth_mbps": 100}},
+    "switches": [{"name": "s1"}],
+    "hosts": [{"name": "h1"}, {"name": "h2"}],
+    "links": [["h1", "s1"], {"a": "h2", "b": "s1", "bandwidth_mbps": 10}],
+}
+SECTION = {"queues": 8,
+           "classes": [{"name": "collective", "class": 3, "dscp": [26], "lossless": True},
+                       {"name": "storage", "class": 1, "dscp": [10, 12], "share": 0.5}],
+           "pfc": {"xoff": 20, "xon": 10, "headroom": 30, "pause_quanta": 1000},
+           "watchdog": {"detect_ms": 200, "action": "forward"}}
+
+
+def topo_with(section):
+    return topology_from_dict({**BASE, "lossless": section}, "t.yaml")
+
+
+def test_section_parsed_with_defaults():
+    cfg = topo_with(SECTION).features["lossless"]
+    assert [c.name for c in cfg.classes] == ["collective", "storage"]
+    assert cfg.classes[0].queue == 3 and cfg.classes[0].lossless and not cfg.classes[1].lossless
+    assert cfg.pfc == lossless.PfcThresholds(20, 10, 30, 1000)
+    assert cfg.watchdog == lossless.Watchdog(200.0, 400.0, "forward"), "restoration defaults to 2x detection"
+    assert cfg.hold_queue == 7 and cfg.lossless == (cfg.classes[0],)
+
+
+@pytest.mark.parametrize("change,field,what", [
+    ({"queues": 9}, "lossless.queues", "2..8"),
+    ({"classes": []}, "lossless.classes", "non-empty"),
+    ({"classes": [{"name": "a", "class": 8, "dscp": [1]}]}, "lossless.classes[0].class", "0..7"),
+    ({"classes": [{"name": "a", "class": 1, "dscp": [1]}, {"name": "b", "class": 2, "dscp": [1]}]},
+     "lossless.classes[1].dscp", "already class 'a'"),
+    ({"classes": [{"name": "a", "class": 1, "dscp": [1]}, {"name": "a", "class": 2, "dscp": [2]}]},
+     "lossless.classes[1].name", "named twice"),
+    ({"classes": [{"name": "a", "class": 1, "dscp": [64]}]}, "lossless.classes[0].dscp", "0..63"),
+    ({"classes": [{"name": "a", "class": 1, "queue": 7, "dscp": [1]}]}, "lossless.classes[0].queue", "0..6"),
+    ({"classes": [{"name": "a", "class": 1, "dscp": [1], "share": 1.5}]}, "lossless.classes[0].share", "(0, 1]"),
+    ({"classes": [{"name": "a", "class": 1, "dscp": [1], "color": "red"}]}, "lossless.classes[0].color", "unknown"),
+    ({"pfc": {"xoff": 10, "xon": 10}}, "lossless.pfc.xon", "below xoff"),
+    ({"pfc": {"pause_quanta": 70000}}, "lossless.pfc.pause_quanta", "1..65535"),
+    ({"watchdog": {"action": "panic"}}, "lossless.watchdog.action", "drop, forward, alert"),
+    ({"watchdog": {"detect_ms": 0}}, "lossless.watchdog.detect_ms", "> 0"),
+])
+def test_mistakes_are_named(change, field, what):
+    with pytest.raises(TopologyError) as err:
+        topo_with({**SECTION, **change})
+    assert field in str(err.value) and what in str(err.value), str(err.value)
+
+
+def test_entries_of_a_switch(p4info):
+    t = topo_with(SECTION)
+    state = lossless.switch_state(p4info, t, "s1")
+    names: dict[str, list] = {}
+    for e in state.table_entries:
+        names.setdefault(p4info.by_id(e.table_id).preamble.name.split(".")[-1], []).append(e)
+    assert len(names["traffic_class"]) == 3                  # one entry per DSCP
+    assert len(names["pfc_port"]) == len(names["pfc_source"]) == 2
+    assert sorted(c.session_id for c in state.clone_sessions) == [lossless.SESSION_BASE + p for p in (1, 2)]
+    quanta = {int.from_bytes(e.match[0].exact.value, "big"): int.from_bytes(e.action.action.params[0].value, "big")
+              for e in names["pfc_port"]}
+    assert quanta == {1: round(5.12 * 1024), 2: round(51.2 * 1024)}, "a quantum is 512 bit times of each link"
+
+
+def test_without_the_section_the_tables_are_still_managed(p4info):
+    t = topology_from_dict(BASE, "t.yaml")
+    state = lossless.switch_state(p4info, t, "s1")
+    assert state.table_entries == [] and len(state.managed_tables) == 3
+    assert lossless.queues(t, "s1").count == 1
+
+
+def test_queue_plan():
+    t = topo_with(SECTION)
+    plan = lossless.queues(t, "s1")
+    assert plan.count == 8
+    link_pps = {1: 8333, 2: 833}
+    for port, pps in link_pps.items():
+        assert plan.settings[(port, 1)].rate_pps == pps // 2, "storage: half the link"
+        assert plan.settings[(port, 7)].rate_pps == min(2000, pps), "hold queue: at most the link's rate"
+        assert plan.settings[(port, 3)].depth == 2 * (20 + 30), "lossless queue: room for every port's headroom"
+
+
+def test_cell():
+    assert lossless.cell(2, 3) == 2 << 3 | 3
