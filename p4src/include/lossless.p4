@@ -23,6 +23,10 @@
 // it is the next one to leave (pfc_hold_head), so a class keeps its order;
 // while packets are held, the class's new packets are held behind them.
 //
+// Times are BMv2's microsecond clock, compared as now >= then + interval:
+// ingress and egress stamp the same registers, and a stamp may be a few
+// microseconds later than the packet reading it.
+//
 // Watchdog (SONiC's semantics): a (port, class) paused with nothing sent
 // for detect_us is in a storm (pfc_storm, counted); its action then: drop
 // its packets and ignore pauses, forward (ignore pauses) or alert (nothing
@@ -54,6 +58,9 @@ counter<bit<32>>(PFC_CELLS, CounterType.packets) pfc_storm_dropped;    // egress
 // Ingress, for every packet not dropped: its traffic class, and the buffer
 // model of lossless ones. A held packet coming back from recirculation only
 // gets its class parameters again and its hold queue.
+// meta.tc is made valid by traffic_class's actions; p4c cannot see that
+// through the table, and would warn at every use below.
+@noWarn("invalid_header")
 control Lossless(in headers_t hdr, inout local_metadata_t meta, inout standard_metadata_t std_meta) {
     counter<bit<32>>(PFC_CELLS, CounterType.packets_and_bytes) class_packets;   // (egress port, class)
 
@@ -148,7 +155,7 @@ control Lossless(in headers_t hdr, inout local_metadata_t meta, inout standard_m
                     } else {
                         admit();
                         if (meta.tc.occupancy >= meta.tc.xoff
-                                && (meta.tc.time == 0 || meta.tc.now - meta.tc.time >= meta.tc.refresh_us)) {
+                                && (meta.tc.time == 0 || meta.tc.now >= meta.tc.time + meta.tc.refresh_us)) {
                             send_pause();
                         }
                     }
@@ -371,9 +378,9 @@ control LosslessEgress(inout headers_t hdr, inout local_metadata_t meta, inout s
             meta.tc.storm = 0;
             if (meta.tc.detect_us != 0) {
                 watchdog();
-                if (meta.tc.time == 0 && meta.tc.paused == 1 && meta.tc.now - meta.tc.progress >= meta.tc.detect_us) {
+                if (meta.tc.time == 0 && meta.tc.paused == 1 && meta.tc.now >= meta.tc.progress + meta.tc.detect_us) {
                     storm_detected();
-                } else if (meta.tc.time != 0 && meta.tc.now - meta.tc.last_pause >= meta.tc.restore_us) {
+                } else if (meta.tc.time != 0 && meta.tc.now >= meta.tc.last_pause + meta.tc.restore_us) {
                     storm_restored();
                 }
                 if (meta.tc.time != 0 && meta.tc.storm_action != PFC_STORM_ALERT) {
@@ -401,7 +408,7 @@ control LosslessEgress(inout headers_t hdr, inout local_metadata_t meta, inout s
                 } else if (meta.tc.occupancy < meta.tc.xon && meta.tc.time != 0) {
                     send_resume();
                 } else if (meta.tc.occupancy >= meta.tc.xoff && meta.tc.time != 0
-                           && meta.tc.now - meta.tc.time >= meta.tc.refresh_us) {
+                           && meta.tc.now >= meta.tc.time + meta.tc.refresh_us) {
                     send_pause_again();
                 }
             }
