@@ -53,54 +53,55 @@ control FabricIngress(inout headers_t hdr,
     // a log line for it even with logging off.
     apply {
 #ifndef WITHOUT_LOSSLESS
-      if (meta.pfc_carry == 0) {     // else a held lossless packet, back from recirculation
+        if (meta.pfc_carry == 0)   // else a held lossless packet back from recirculation: only its class below
 #endif
-        port_counter.apply(std_meta);
-        if (std_meta.parser_error == error.NoError && std_meta.checksum_error == 0
-                && hdr.ipv4.isValid() && hdr.ipv4.ttl > 1 && !hdr.source_route.isValid()) {
-            forwarding.apply(hdr, meta, std_meta);
+        {
+            port_counter.apply(std_meta);
+            if (std_meta.parser_error == error.NoError && std_meta.checksum_error == 0
+                    && hdr.ipv4.isValid() && hdr.ipv4.ttl > 1 && !hdr.source_route.isValid()) {
+                forwarding.apply(hdr, meta, std_meta);
 #ifndef WITHOUT_AGGREGATION
-            if (hdr.agg.isValid()) {
-                aggregation.apply(hdr, meta, std_meta);   // to a parameter server: maybe summed here
-                meta.agg.setInvalid();                    // headers.p4: out of the packet length
-            } else
+                if (hdr.agg.isValid()) {
+                    aggregation.apply(hdr, meta, std_meta);   // to a parameter server: maybe summed here
+                    meta.agg.setInvalid();                    // headers.p4: out of the packet length
+                } else
 #endif
-            {
+                {
 #ifndef WITHOUT_INT_TELEMETRY
-                int_source.apply(hdr, meta, std_meta);
+                    int_source.apply(hdr, meta, std_meta);
 #endif
-            }
-        } else if (std_meta.parser_error == error.NoError && std_meta.checksum_error == 0
-                   && hdr.ipv4.isValid() && hdr.ipv4.ttl > 1) {
-            source_routing.apply(hdr, meta, std_meta);  // an INT probe
+                }
+            } else if (std_meta.parser_error == error.NoError && std_meta.checksum_error == 0
+                       && hdr.ipv4.isValid() && hdr.ipv4.ttl > 1) {
+                source_routing.apply(hdr, meta, std_meta);  // an INT probe
 #ifndef WITHOUT_INT_TELEMETRY
-        } else if (std_meta.parser_error == error.IntMalformed
-                   || (std_meta.parser_error != error.NoError && hdr.int_shim.isValid())) {
-            meta.drop_reason = DROP_INT_MALFORMED;     // a parser error inside INT headers
+            } else if (std_meta.parser_error == error.IntMalformed
+                       || (std_meta.parser_error != error.NoError && hdr.int_shim.isValid())) {
+                meta.drop_reason = DROP_INT_MALFORMED;     // a parser error inside INT headers
 #endif
 #ifndef WITHOUT_AGGREGATION
-        } else if (std_meta.parser_error != error.NoError && hdr.agg.isValid()) {
-            meta.drop_reason = DROP_AGG_BAD_LENGTH;    // fewer than AGG_ELEMENTS elements
+            } else if (std_meta.parser_error != error.NoError && hdr.agg.isValid()) {
+                meta.drop_reason = DROP_AGG_BAD_LENGTH;    // fewer than AGG_ELEMENTS elements
 #endif
 #ifndef WITHOUT_LOSSLESS
-        } else if (hdr.ethernet.ether_type == ETHERTYPE_MAC_CONTROL) {
-            if (std_meta.parser_error == error.NoError) {
-                pfc_receive.apply(hdr, meta, std_meta);   // a PFC frame: pause or resume classes
-            } else {
-                meta.drop_reason = DROP_PFC_MALFORMED;
-            }
+            } else if (hdr.ethernet.ether_type == ETHERTYPE_MAC_CONTROL) {
+                if (std_meta.parser_error == error.NoError) {
+                    pfc_receive.apply(hdr, meta, std_meta);   // a PFC frame: pause or resume classes
+                } else {
+                    meta.drop_reason = DROP_PFC_MALFORMED;
+                }
 #endif
-        } else if (std_meta.parser_error != error.NoError) {
-            meta.drop_reason = DROP_PARSER_ERROR;
-        } else if (std_meta.checksum_error == 1) {
-            meta.drop_reason = DROP_BAD_IPV4_CHECKSUM;
-        } else if (!hdr.ipv4.isValid()) {
-            meta.drop_reason = DROP_NOT_IPV4;
-        } else {
-            meta.drop_reason = DROP_TTL_EXPIRED;
+            } else if (std_meta.parser_error != error.NoError) {
+                meta.drop_reason = DROP_PARSER_ERROR;
+            } else if (std_meta.checksum_error == 1) {
+                meta.drop_reason = DROP_BAD_IPV4_CHECKSUM;
+            } else if (!hdr.ipv4.isValid()) {
+                meta.drop_reason = DROP_NOT_IPV4;
+            } else {
+                meta.drop_reason = DROP_TTL_EXPIRED;
+            }
         }
 #ifndef WITHOUT_LOSSLESS
-      }
         if (meta.drop_reason == DROP_NONE) {
             lossless.apply(hdr, meta, std_meta);      // its traffic class (and PFC's buffer model)
         }
@@ -142,30 +143,29 @@ control FabricEgress(inout headers_t hdr,
         if (meta.pfc_carry != 0) {
             lossless.apply(hdr, meta, std_meta);  // a PFC frame to build; a lossless packet: send, hold or release
         }
-      if (meta.pfc_carry < PFC_CARRY_HELD) {    // not held, dropped or a frame
+        if (meta.pfc_carry < PFC_CARRY_HELD)      // else held, dropped or a frame: nothing more
 #endif
-        port_counter.apply(std_meta);
-        if (meta.egress_work == 1) {
+        {
+            port_counter.apply(std_meta);
+            if (meta.egress_work == 1) {
 #ifndef WITHOUT_AGGREGATION
-            if (meta.agg_result == 1) {
-                aggregation.apply(hdr, std_meta);     // a result replica: to its worker
-            }
+                if (meta.agg_result == 1) {
+                    aggregation.apply(hdr, std_meta);     // a result replica: to its worker
+                }
 #endif
 #ifndef WITHOUT_INT_TELEMETRY
-            if (meta.telemetry.enabled == 1) {
-                int_egress.apply(hdr, meta, std_meta);
-            }
+                if (meta.telemetry.enabled == 1) {
+                    int_egress.apply(hdr, meta, std_meta);
+                }
 #endif
 #ifndef WITHOUT_LOAD_BALANCING
-            load_recorder.apply(meta, std_meta);
+                load_recorder.apply(meta, std_meta);
+#endif
+            }
+#ifndef WITHOUT_ECN
+            ecn.apply(hdr, meta, std_meta);
 #endif
         }
-#ifndef WITHOUT_ECN
-        ecn.apply(hdr, meta, std_meta);
-#endif
-#ifndef WITHOUT_LOSSLESS
-      }
-#endif
     }
 }
 

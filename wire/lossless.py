@@ -18,6 +18,7 @@ from typing import Mapping
 
 from scapy.contrib.mac_control import MACControl, MACControlClassBasedFlowControl  # noqa: F401  (re-exported)
 from scapy.layers.l2 import Ether
+from scapy.packet import Packet
 
 ETHERTYPE_MAC_CONTROL = 0x8808
 PFC_OPCODE = 0x0101
@@ -43,13 +44,13 @@ def pause_us(quanta: int, bandwidth_mbps: float) -> float:
     return quanta * quantum_us(bandwidth_mbps)
 
 
-def pfc_frame(src_mac: str, times: Mapping[int, int]) -> Ether:
+def pfc_frame(src_mac: str, times: Mapping[int, int]) -> Packet:
     """A PFC frame (Scapy) that pauses each class in `times` for its quanta (0: resume)."""
-    fields = {}
+    layer = MACControlClassBasedFlowControl()
     for c, quanta in _checked(times).items():
-        fields[f"c{c}_enabled"] = 1
-        fields[f"c{c}_pause_time"] = quanta
-    return Ether(dst=PFC_DST_MAC, src=src_mac, type=ETHERTYPE_MAC_CONTROL) / MACControlClassBasedFlowControl(**fields)
+        setattr(layer, f"c{c}_enabled", 1)
+        setattr(layer, f"c{c}_pause_time", quanta)
+    return Ether(dst=PFC_DST_MAC, src=src_mac, type=ETHERTYPE_MAC_CONTROL) / layer
 
 
 def encode_pfc(src_mac: str, times: Mapping[int, int]) -> bytes:

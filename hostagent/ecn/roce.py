@@ -133,7 +133,7 @@ def run_sender(a, progress=None, write: bool = True) -> dict:
             next_progress += PROGRESS_S
             if progress(now, sent, rp, plb):
                 break
-        if pfc is not None and pfc.paused(tclass, now):
+        if pfc is not None and tclass is not None and pfc.paused(tclass, now):
             next_send = max(next_send, now)              # paused: nothing goes out, and no burst after
             time.sleep(0.0002)
         elif now >= next_send:
