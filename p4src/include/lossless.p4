@@ -261,7 +261,6 @@ control LosslessEgress(inout headers_t hdr, inout local_metadata_t meta, inout s
         hdr.pfc.time7 = 0;
         hdr.pfc.pad = 0;
         truncate(PFC_FRAME_BYTES);          // whatever the clone carried after the pad goes
-        meta.pfc_carry = PFC_CARRY_DONE;
     }
 
     // The source address of PFC frames out of each port with PFC on.
@@ -369,6 +368,7 @@ control LosslessEgress(inout headers_t hdr, inout local_metadata_t meta, inout s
                 PFC_FRAME_TIME(5)
                 PFC_FRAME_TIME(6)
                 PFC_FRAME_TIME(7)
+                meta.pfc_carry = PFC_CARRY_DONE;
             } else {
                 mark_to_drop(std_meta);         // PFC off on this port since the clone was made
                 meta.pfc_carry = PFC_CARRY_DONE;
