@@ -218,18 +218,20 @@ class HeldBurstIsNotLostTest(LosslessTest):
 
 class LosslessUnderABurstLargerThanTheQueueTest(LosslessTest):
     """A sender that honours PFC (as a lossless NIC: hostagent.lossless.PauseState)
-    offers 100 packets as fast as it may into a class queue of 16 packets
+    offers 100 packets at 500 packets/s into a class queue of 16 packets
     served at 100 packets/s: XOFF pauses it before the queue overflows, XON
-    resumes it; every packet arrives, in order."""
+    resumes it; every packet arrives, in order. The headroom (9 packets)
+    covers 18 ms of the sender's reaction to a pause: the switch's frame, the
+    sender's read of it."""
 
     def runTest(self):
-        self.program(config(xoff=6, xon=3, headroom=6))        # at most 12 admitted from the port < 16
+        self.program(config(xoff=6, xon=3, headroom=9))        # at most 15 admitted from the port < 16
         self.thrift.set_priority_queue_rate(OUT_PORT, LOSSLESS, 100)
         self.thrift.set_priority_queue_depth(OUT_PORT, LOSSLESS, 16)
         nic = PauseState(LINK_MBPS)
         sock = open_socket(self.iface(IN_PORT))
         sock.setblocking(False)
-        sent, deadline = 0, time.monotonic() + 10
+        sent, deadline = 0, time.monotonic() + 20
         try:
             while sent < 100 and time.monotonic() < deadline:
                 while True:
@@ -242,6 +244,7 @@ class LosslessUnderABurstLargerThanTheQueueTest(LosslessTest):
                     continue
                 sock.send(data(sent))
                 sent += 1
+                time.sleep(0.002)
         finally:
             sock.close()
         self.assertEqual(sent, 100)
