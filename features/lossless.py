@@ -38,6 +38,7 @@ from wire.lossless import CLASSES, MAX_PAUSE_QUANTA, pause_us, quantum_us
 from p4.v1 import p4runtime_pb2
 
 SECTION = "lossless"
+SWITCH_TABLE = "lossless_switch"   # keyless: its default action says whether the switch has classes
 CLASS_TABLE = "traffic_class"
 PORT_TABLE = "pfc_port"
 SOURCE_TABLE = "pfc_source"
@@ -198,8 +199,10 @@ def quantum_x1024_us(bandwidth_mbps: float) -> int:
 def lossless_state(p4info: P4Info, config: Optional[LosslessConfig], ports: Mapping[int, tuple[str, float]]
                    ) -> SwitchState:
     """Entities for one switch: {port: (its MAC, its link's Mbit/s)}. No config: every table empty."""
-    state = SwitchState(managed_tables={p4info.table(t).preamble.id for t in (CLASS_TABLE, PORT_TABLE, SOURCE_TABLE)},
+    state = SwitchState(managed_tables={p4info.table(t).preamble.id
+                                        for t in (SWITCH_TABLE, CLASS_TABLE, PORT_TABLE, SOURCE_TABLE)},
                         managed_clone_sessions={SESSION_BASE + p for p in ports})
+    state.table_entries.append(p4info.default_entry(SWITCH_TABLE, "classify" if config else "NoAction"))
     if config is None:
         return state
     fastest = max((bw for _, bw in ports.values()), default=100.0)

@@ -53,7 +53,7 @@ control FabricIngress(inout headers_t hdr,
     // a log line for it even with logging off.
     apply {
 #ifndef WITHOUT_LOSSLESS
-        if (meta.pfc_carry == 0)   // else a held lossless packet back from recirculation: only its class below
+        if (meta.pfc_carry == 0)    // else a held lossless packet, recirculated: Lossless sends it to its hold queue
 #endif
         {
             port_counter.apply(std_meta);
@@ -102,9 +102,7 @@ control FabricIngress(inout headers_t hdr,
             }
         }
 #ifndef WITHOUT_LOSSLESS
-        if (meta.drop_reason == DROP_NONE) {
-            lossless.apply(hdr, meta, std_meta);      // its traffic class (and PFC's buffer model)
-        }
+        lossless.apply(hdr, meta, std_meta);      // the traffic class, PFC's buffer model (one table miss when off)
 #endif
         if (meta.drop_reason != DROP_NONE) {
             drops.apply(meta, std_meta);

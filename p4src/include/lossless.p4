@@ -55,8 +55,8 @@ counter<bit<32>>(PFC_CELLS, CounterType.packets) pfc_storms_detected;  // egress
 counter<bit<32>>(PFC_CELLS, CounterType.packets) pfc_storms_restored;  // egress cell: storms over
 counter<bit<32>>(PFC_CELLS, CounterType.packets) pfc_storm_dropped;    // egress cell: packets the watchdog dropped
 
-// Ingress, for every packet not dropped: its traffic class, and the buffer
-// model of lossless ones. A held packet coming back from recirculation only
+// Ingress, for every packet (a dropped one is neither counted nor admitted):
+// its traffic class, and the buffer model of lossless ones. A held packet coming back from recirculation only
 // gets its class parameters again and its hold queue.
 // meta.tc is made valid by traffic_class's actions; p4c cannot see that
 // through the table, and would warn at every use below.
@@ -68,11 +68,6 @@ control Lossless(in headers_t hdr, inout local_metadata_t meta, inout standard_m
         meta.tc.setValid();
         meta.tc.tclass = tclass;
         std_meta.priority = queue;
-    }
-
-    action count_class() {
-        meta.tc.out_cell = (bit<32>) (std_meta.egress_spec ++ meta.tc.tclass[2:0]);
-        class_packets.count(meta.tc.out_cell);
     }
 
     action set_lossless_class(bit<8> tclass, bit<3> queue, bit<3> hold_queue, bit<32> xoff, bit<32> xon,
@@ -105,30 +100,28 @@ control Lossless(in headers_t hdr, inout local_metadata_t meta, inout standard_m
         size = 64;
     }
 
+    // Actions assign; register, counter and clone calls are statements of
+    // their own. p4c copies an extern's argument into a temporary (metadata
+    // BMv2 zeroes for every packet, lossless or not) when the same action,
+    // or the same run of apply statements, assigned it first or when it is
+    // an expression; a named action call keeps them apart.
     action cells() {
         meta.tc.in_cell = (bit<32>) (std_meta.ingress_port ++ meta.tc.tclass[2:0]);
         meta.tc.out_cell = (bit<32>) (std_meta.egress_spec ++ meta.tc.tclass[2:0]);
         meta.tc.now = std_meta.ingress_global_timestamp;
-        pfc_occupancy.read(meta.tc.occupancy, meta.tc.in_cell);
         meta.tc.limit = meta.tc.xoff + meta.tc.headroom;
     }
 
     action admit() {
         meta.tc.occupancy = meta.tc.occupancy + 1;
-        pfc_occupancy.write(meta.tc.in_cell, meta.tc.occupancy);
         meta.pfc_carry = PFC_CARRY_ADMITTED;
-        pfc_xoff_sent.read(meta.tc.time, meta.tc.in_cell);
     }
 
-    // A pause for the class out of the ingress port: this packet's ingress
-    // clone, which egress turns into the PFC frame (the clone keeps pfc_carry).
-    action send_pause() {
-        pfc_xoff_sent.write(meta.tc.in_cell, meta.tc.now);
-        pfc_pause_sent.count(meta.tc.in_cell);
+    // The clone that egress turns into a pause out of the ingress port keeps pfc_carry.
+    action pause_frame() {
         meta.pfc_carry = PFC_CARRY_FRAME | ((bit<64>) meta.tc.tclass[2:0] << PFC_CARRY_CLASS_SHIFT)
                          | (bit<64>) meta.tc.pause_quanta;
         meta.tc.session = PFC_SESSION_BASE + (bit<32>) std_meta.ingress_port;
-        clone_preserving_field_list(CloneType.I2E, meta.tc.session, PFC_CARRY_FIELDS);
     }
 
     action back_to_hold() {
@@ -137,30 +130,55 @@ control Lossless(in headers_t hdr, inout local_metadata_t meta, inout standard_m
         meta.tc.in_cell = (bit<32>) (meta.pfc_carry[PFC_CARRY_IN_PORT_HI:PFC_CARRY_IN_PORT_LO] ++ meta.tc.tclass[2:0]);
     }
 
+    // Whether this switch has traffic classes at all: a keyless table whose
+    // default action the controller sets. Off, a packet costs its miss.
+    action classify() { }
+
+    table lossless_switch {
+        actions = {
+            classify;
+            NoAction;
+        }
+        default_action = NoAction();
+    }
+
     apply {
-        switch (traffic_class.apply().action_run) {
-            set_class: {
-                count_class();
-                meta.tc.setInvalid();           // nothing else to do: egress need not know
-            }
-            set_lossless_class: {
-                if (meta.pfc_carry != 0) {
-                    back_to_hold();             // a held packet, recirculated
-                } else if (std_meta.mcast_grp == 0) {
-                    cells();
-                    class_packets.count(meta.tc.out_cell);
-                    if (meta.tc.occupancy >= meta.tc.limit) {
-                        meta.drop_reason = DROP_LOSSLESS_HEADROOM;
-                        meta.tc.setInvalid();
-                    } else {
-                        admit();
-                        if (meta.tc.occupancy >= meta.tc.xoff
-                                && (meta.tc.time == 0 || meta.tc.now >= meta.tc.time + meta.tc.refresh_us)) {
-                            send_pause();
+        switch (lossless_switch.apply().action_run) {
+            classify: {
+                switch (traffic_class.apply().action_run) {
+                    set_class: {
+                        if (meta.drop_reason == DROP_NONE) {
+                            cells();
+                            class_packets.count(meta.tc.out_cell);
+                        }
+                        meta.tc.setInvalid();           // nothing else to do: egress need not know
+                    }
+                    set_lossless_class: {
+                        if (meta.pfc_carry != 0) {
+                            back_to_hold();             // a held packet, recirculated
+                        } else if (std_meta.mcast_grp == 0 && meta.drop_reason == DROP_NONE) {
+                            cells();
+                            class_packets.count(meta.tc.out_cell);
+                            pfc_occupancy.read(meta.tc.occupancy, meta.tc.in_cell);
+                            if (meta.tc.occupancy >= meta.tc.limit) {
+                                meta.drop_reason = DROP_LOSSLESS_HEADROOM;
+                                meta.tc.setInvalid();
+                            } else {
+                                admit();
+                                pfc_occupancy.write(meta.tc.in_cell, meta.tc.occupancy);
+                                pfc_xoff_sent.read(meta.tc.time, meta.tc.in_cell);
+                                if (meta.tc.occupancy >= meta.tc.xoff
+                                        && (meta.tc.time == 0 || meta.tc.now >= meta.tc.time + meta.tc.refresh_us)) {
+                                    pfc_xoff_sent.write(meta.tc.in_cell, meta.tc.now);
+                                    pfc_pause_sent.count(meta.tc.in_cell);
+                                    pause_frame();
+                                    clone_preserving_field_list(CloneType.I2E, meta.tc.session, PFC_CARRY_FIELDS);
+                                }
+                            }
+                        } else {
+                            meta.tc.setInvalid();       // multicast, or dropped: not in the buffer model
                         }
                     }
-                } else {
-                    meta.tc.setInvalid();       // a multicast packet is not in the buffer model
                 }
             }
         }
@@ -170,13 +188,25 @@ control Lossless(in headers_t hdr, inout local_metadata_t meta, inout standard_m
 // A PFC frame on a port: each class it names is paused for its time
 // (quanta of 512 bit times, scaled to the emulated link by the port's
 // quantum_x1024_us), or resumed (time 0). Consumed here, never forwarded.
-#define PFC_RECEIVE_CLASS(C) \
-    if ((hdr.pfc.class_enable & (8w1 << C)) != 0) { \
+#define PFC_CLASS_CELL(C) \
+    action class##C##_cell() { \
         meta.tc.in_cell = (bit<32>) (std_meta.ingress_port ++ 3w##C); \
         meta.tc.time = meta.tc.now + (((bit<48>) hdr.pfc.time##C * (bit<48>) meta.tc.quantum) >> 10); \
-        receive_class(); \
+    }
+
+#define PFC_RECEIVE_CLASS(C) \
+    if ((hdr.pfc.class_enable & (8w1 << C)) != 0) { \
+        class##C##_cell(); \
+        pfc_frames_received.count(meta.tc.in_cell); \
+        pfc_paused_until.read(meta.tc.until, meta.tc.in_cell); \
+        pfc_paused_until.write(meta.tc.in_cell, meta.tc.time); \
         if (hdr.pfc.time##C != 0) { \
-            pause_class(); \
+            /* a pause, not a resume: the watchdog's clocks. Paused from now \
+               if it was not before: the time without progress starts here. */ \
+            pfc_last_pause.write(meta.tc.in_cell, meta.tc.now); \
+            if (meta.tc.until <= meta.tc.now) { \
+                pfc_last_progress.write(meta.tc.in_cell, meta.tc.now); \
+            } \
         } \
     }
 
@@ -200,20 +230,14 @@ control PfcReceive(in headers_t hdr, inout local_metadata_t meta, in standard_me
         size = PORT_COUNT;
     }
 
-    action receive_class() {
-        pfc_frames_received.count(meta.tc.in_cell);
-        pfc_paused_until.read(meta.tc.until, meta.tc.in_cell);
-        pfc_paused_until.write(meta.tc.in_cell, meta.tc.time);
-    }
-
-    // A pause (not a resume): the watchdog's clocks.
-    action pause_class() {
-        pfc_last_pause.write(meta.tc.in_cell, meta.tc.now);
-        // Paused from now if it was not before: the time without progress starts here.
-        pfc_last_progress.read(meta.tc.progress, meta.tc.in_cell);
-        meta.tc.progress = meta.tc.until <= meta.tc.now ? meta.tc.now : meta.tc.progress;
-        pfc_last_progress.write(meta.tc.in_cell, meta.tc.progress);
-    }
+    PFC_CLASS_CELL(0)
+    PFC_CLASS_CELL(1)
+    PFC_CLASS_CELL(2)
+    PFC_CLASS_CELL(3)
+    PFC_CLASS_CELL(4)
+    PFC_CLASS_CELL(5)
+    PFC_CLASS_CELL(6)
+    PFC_CLASS_CELL(7)
 
     apply {
         if (pfc_port.apply().hit) {
@@ -276,84 +300,61 @@ control LosslessEgress(inout headers_t hdr, inout local_metadata_t meta, inout s
         size = PORT_COUNT;
     }
 
-    action read_cell() {
+    // As in Lossless, register, counter, clone and recirculate calls are
+    // apply statements (no p4c temporaries), actions only assign.
+    action cell_now() {
         meta.tc.out_cell = (bit<32>) (std_meta.egress_port ++ meta.tc.tclass[2:0]);
         meta.tc.now = std_meta.egress_global_timestamp;
-        pfc_paused_until.read(meta.tc.until, meta.tc.out_cell);
-        pfc_hold_head.read(meta.tc.head, meta.tc.out_cell);
-        pfc_hold_tail.read(meta.tc.tail, meta.tc.out_cell);
+        meta.tc.storm = 0;
+    }
+
+    action paused_now() {
         meta.tc.paused = meta.tc.until > meta.tc.now ? 8w1 : 8w0;
     }
 
-    action watchdog() {
-        pfc_storm.read(meta.tc.time, meta.tc.out_cell);
-        pfc_last_progress.read(meta.tc.progress, meta.tc.out_cell);
-        pfc_last_pause.read(meta.tc.last_pause, meta.tc.out_cell);
-    }
-
-    action storm_detected() {
+    action storm_began() {
         meta.tc.time = meta.tc.now;
-        pfc_storm.write(meta.tc.out_cell, meta.tc.now);
-        pfc_storms_detected.count(meta.tc.out_cell);
     }
 
-    action storm_restored() {
+    action storm_over() {
         meta.tc.time = 0;
-        pfc_storm.write(meta.tc.out_cell, 0);
-        pfc_storms_restored.count(meta.tc.out_cell);
     }
 
-    action hold() {
-        pfc_hold_tail.write(meta.tc.out_cell, meta.tc.tail + 1);
-        pfc_held.count(meta.tc.out_cell);
+    action ignore_pauses() {
+        meta.tc.storm = meta.tc.paused;
+        meta.tc.paused = 0;
+    }
+
+    action next_head() {
+        meta.tc.head = meta.tc.head + 1;
+        meta.pfc_carry = PFC_CARRY_ADMITTED;
+    }
+
+    action admitted() {
+        meta.pfc_carry = PFC_CARRY_ADMITTED;
+    }
+
+    action leave_buffer() {
+        meta.tc.occupancy = meta.tc.occupancy - 1;
+    }
+
+    action done() {
+        meta.pfc_carry = PFC_CARRY_DONE;
+    }
+
+    action held_carry() {
         meta.pfc_carry = PFC_CARRY_HELD
                          | ((bit<64>) std_meta.egress_port << PFC_CARRY_PORT_LO)
                          | ((bit<64>) meta.tc.in_cell[11:3] << PFC_CARRY_IN_PORT_LO)
                          | (bit<64>) meta.tc.tail;
-        recirculate_preserving_field_list(PFC_CARRY_FIELDS);
+        meta.tc.tail = meta.tc.tail + 1;
     }
 
-    action hold_again() {
-        recirculate_preserving_field_list(PFC_CARRY_FIELDS);   // pfc_carry as it came
-    }
-
-    action release() {
-        pfc_hold_head.write(meta.tc.out_cell, meta.tc.head + 1);
-    }
-
-    // The packet leaves the switch (or is dropped by the watchdog): out of the buffer model.
-    action leave() {
-        pfc_occupancy.read(meta.tc.occupancy, meta.tc.in_cell);
-        meta.tc.occupancy = meta.tc.occupancy - 1;
-        pfc_occupancy.write(meta.tc.in_cell, meta.tc.occupancy);
-        pfc_last_progress.write(meta.tc.out_cell, meta.tc.now);
-        pfc_xoff_sent.read(meta.tc.time, meta.tc.in_cell);
-        meta.pfc_carry = PFC_CARRY_ADMITTED;
-    }
-
-    // Below XON while pausing upstream: a resume out of the packet's ingress port.
-    action send_resume() {
-        pfc_xoff_sent.write(meta.tc.in_cell, 0);
-        pfc_resume_sent.count(meta.tc.in_cell);
-        meta.pfc_carry = PFC_CARRY_FRAME | ((bit<64>) meta.tc.tclass[2:0] << PFC_CARRY_CLASS_SHIFT);
+    // A frame for the class out of the packet's ingress port: a resume
+    // (quanta 0), or a pause again.
+    action frame_carry(bit<16> quanta) {
+        meta.pfc_carry = PFC_CARRY_FRAME | ((bit<64>) meta.tc.tclass[2:0] << PFC_CARRY_CLASS_SHIFT) | (bit<64>) quanta;
         meta.tc.session = PFC_SESSION_BASE + (bit<32>) meta.tc.in_cell[11:3];
-        clone_preserving_field_list(CloneType.E2E, meta.tc.session, PFC_CARRY_FIELDS);
-    }
-
-    // Still above XOFF as the pause runs out: pause again (packets leaving
-    // refresh it; with none leaving, the next one to arrive does).
-    action send_pause_again() {
-        pfc_xoff_sent.write(meta.tc.in_cell, meta.tc.now);
-        pfc_pause_sent.count(meta.tc.in_cell);
-        meta.pfc_carry = PFC_CARRY_FRAME | ((bit<64>) meta.tc.tclass[2:0] << PFC_CARRY_CLASS_SHIFT)
-                         | (bit<64>) meta.tc.pause_quanta;
-        meta.tc.session = PFC_SESSION_BASE + (bit<32>) meta.tc.in_cell[11:3];
-        clone_preserving_field_list(CloneType.E2E, meta.tc.session, PFC_CARRY_FIELDS);
-    }
-
-    action storm_drop() {
-        mark_to_drop(std_meta);
-        pfc_storm_dropped.count(meta.tc.out_cell);
     }
 
     apply {
@@ -368,52 +369,79 @@ control LosslessEgress(inout headers_t hdr, inout local_metadata_t meta, inout s
                 PFC_FRAME_TIME(5)
                 PFC_FRAME_TIME(6)
                 PFC_FRAME_TIME(7)
-                meta.pfc_carry = PFC_CARRY_DONE;
             } else {
                 mark_to_drop(std_meta);         // PFC off on this port since the clone was made
-                meta.pfc_carry = PFC_CARRY_DONE;
             }
+            meta.pfc_carry = PFC_CARRY_DONE;
         } else if (meta.tc.isValid()) {
-            read_cell();
-            meta.tc.storm = 0;
+            // A lossless packet: is its (egress port, class) paused, are packets held there?
+            cell_now();
+            pfc_paused_until.read(meta.tc.until, meta.tc.out_cell);
+            pfc_hold_head.read(meta.tc.head, meta.tc.out_cell);
+            pfc_hold_tail.read(meta.tc.tail, meta.tc.out_cell);
+            paused_now();
             if (meta.tc.detect_us != 0) {
-                watchdog();
+                // The watchdog: meta.tc.time is when its storm began (0: none).
+                pfc_storm.read(meta.tc.time, meta.tc.out_cell);
+                pfc_last_progress.read(meta.tc.progress, meta.tc.out_cell);
+                pfc_last_pause.read(meta.tc.last_pause, meta.tc.out_cell);
                 if (meta.tc.time == 0 && meta.tc.paused == 1 && meta.tc.now >= meta.tc.progress + meta.tc.detect_us) {
-                    storm_detected();
+                    pfc_storm.write(meta.tc.out_cell, meta.tc.now);
+                    pfc_storms_detected.count(meta.tc.out_cell);
+                    storm_began();
                 } else if (meta.tc.time != 0 && meta.tc.now >= meta.tc.last_pause + meta.tc.restore_us) {
-                    storm_restored();
+                    pfc_storm.write(meta.tc.out_cell, 0);
+                    pfc_storms_restored.count(meta.tc.out_cell);
+                    storm_over();
                 }
                 if (meta.tc.time != 0 && meta.tc.storm_action != PFC_STORM_ALERT) {
-                    meta.tc.storm = meta.tc.paused;   // pauses ignored from now on
-                    meta.tc.paused = 0;
+                    ignore_pauses();
                 }
             }
             if (meta.pfc_carry[PFC_CARRY_KIND_HI:PFC_CARRY_KIND_LO] == PFC_KIND_HELD) {
-                // Back from the hold queue: leaves if it may go and it is its turn.
+                // Back from the hold queue: it leaves if the class may go and it is its turn.
                 if (meta.tc.paused == 0 && meta.pfc_carry[31:0] == meta.tc.head) {
-                    release();
-                    leave();
+                    next_head();
+                    pfc_hold_head.write(meta.tc.out_cell, meta.tc.head);
                 } else {
-                    hold_again();
+                    recirculate_preserving_field_list(PFC_CARRY_FIELDS);    // pfc_carry as it came
                 }
             } else if (meta.tc.paused == 1 || meta.tc.tail != meta.tc.head) {
-                hold();
+                held_carry();                                               // held, numbered
+                pfc_hold_tail.write(meta.tc.out_cell, meta.tc.tail);
+                pfc_held.count(meta.tc.out_cell);
+                recirculate_preserving_field_list(PFC_CARRY_FIELDS);
             } else {
-                leave();
+                admitted();
             }
-            if (meta.pfc_carry == PFC_CARRY_ADMITTED) {    // it leaves
+            if (meta.pfc_carry == PFC_CARRY_ADMITTED) {
+                // It leaves the switch (or the watchdog drops it): out of the buffer model.
+                pfc_occupancy.read(meta.tc.occupancy, meta.tc.in_cell);
+                leave_buffer();
+                pfc_occupancy.write(meta.tc.in_cell, meta.tc.occupancy);
+                pfc_last_progress.write(meta.tc.out_cell, meta.tc.now);
+                pfc_xoff_sent.read(meta.tc.time, meta.tc.in_cell);
                 if (meta.tc.storm == 1 && meta.tc.storm_action == PFC_STORM_DROP) {
-                    storm_drop();
-                    meta.pfc_carry = PFC_CARRY_DONE;
+                    mark_to_drop(std_meta);
+                    pfc_storm_dropped.count(meta.tc.out_cell);
+                    done();
                 } else if (meta.tc.occupancy < meta.tc.xon && meta.tc.time != 0) {
-                    send_resume();
+                    // Below XON while pausing upstream: resume.
+                    pfc_xoff_sent.write(meta.tc.in_cell, 0);
+                    pfc_resume_sent.count(meta.tc.in_cell);
+                    frame_carry(0);
+                    clone_preserving_field_list(CloneType.E2E, meta.tc.session, PFC_CARRY_FIELDS);
                 } else if (meta.tc.occupancy >= meta.tc.xoff && meta.tc.time != 0
                            && meta.tc.now >= meta.tc.time + meta.tc.refresh_us) {
-                    send_pause_again();
+                    // Still above XOFF as the pause runs out: pause again (packets
+                    // leaving refresh it; with none leaving, the next to arrive does).
+                    pfc_xoff_sent.write(meta.tc.in_cell, meta.tc.now);
+                    pfc_pause_sent.count(meta.tc.in_cell);
+                    frame_carry(meta.tc.pause_quanta);
+                    clone_preserving_field_list(CloneType.E2E, meta.tc.session, PFC_CARRY_FIELDS);
                 }
             }
         }
     }
 }
-
 #endif

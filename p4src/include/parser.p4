@@ -31,16 +31,14 @@ parser FabricParser(packet_in packet,
 
     // MAC control: only PFC, whole (padded to the minimum frame); anything
     // else, or a runt, is an error ingress counts as DROP_PFC_MALFORMED.
+    // (Extracted before the opcode is checked: a lookahead would cost a
+    // metadata temporary for every packet.)
     state parse_mac_control {
-        transition select(packet.lookahead<bit<16>>()) {
-            PFC_OPCODE: parse_pfc;
+        packet.extract(hdr.pfc);
+        transition select(hdr.pfc.opcode) {
+            PFC_OPCODE: accept;
             default: reject_mac_control;
         }
-    }
-
-    state parse_pfc {
-        packet.extract(hdr.pfc);
-        transition accept;
     }
 
     state reject_mac_control {

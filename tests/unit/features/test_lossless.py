@@ -72,7 +72,8 @@ def test_entries_of_a_switch(p4info):
 def test_without_the_section_the_tables_are_still_managed(p4info):
     t = topology_from_dict(BASE, "t.yaml")
     state = lossless.switch_state(p4info, t, "s1")
-    assert state.table_entries == [] and len(state.managed_tables) == 3
+    assert len(state.table_entries) == 1 and state.table_entries[0].is_default_action, "lossless_switch off"
+    assert len(state.managed_tables) == 4
     assert lossless.queues(t, "s1").count == 1
 
 
