@@ -16,7 +16,8 @@ packets/s each, 2.5x the bottleneck, starting together. Cases:
               senders: they slow down, so fewer pauses are needed.
 
 Recorded per case: packets sent/received, drops (PSN gaps at the receiver,
-and the switch's lossless headroom drops), pauses and resumes the switch
+and the switch's lossless headroom drops), what the buffer model still
+counts once the traffic has left (must be 0), pauses and resumes the switch
 sent, pauses the senders received; throughput per flow over time. Writes CSV and PNG under --out and
 prints a table and where the files went.
 """
@@ -34,6 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 from core.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
+from core.bmv2_thrift import Bmv2Thrift
 from core.build import compile_p4
 from core.controller import FabricController
 from core.network import Network, queue_rate_pps
@@ -41,7 +43,7 @@ from core.p4constants import drop_reasons
 from experiments.common import save_figure, write_csv
 from features import load_topology
 from features.ecn import EcnProfile
-from features.lossless import SECTION, LosslessConfig, PfcThresholds, TrafficClass, cell
+from features.lossless import OCCUPANCY_REGISTER, SECTION, LosslessConfig, PfcThresholds, TrafficClass, cell
 
 TCLASS, DSCP = 3, 26
 RECEIVER, SWITCH = "h5", "s1"
@@ -100,6 +102,9 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
     for p in procs:
         p.wait(timeout=args.duration + 30)
     net.check_alive()
+    time.sleep(0.5)                                     # the last packets leave
+    with Bmv2Thrift(topo.switches[SWITCH].thrift_port) as thrift:   # the buffer model back to empty
+        occupancy_left = sum(thrift.register_read(OCCUPANCY_REGISTER, cell(p, TCLASS)) for p in sender_ports)
     if any(p.returncode for p in procs):
         raise RuntimeError(f"{case.name}: an agent failed (exit codes {[p.returncode for p in procs]})")
     rx = json.loads((case_dir / f"receive-{RECEIVER}.json").read_text())
@@ -116,6 +121,7 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
         "received": received,
         "drops": sum(f["lost"] for f in flows),
         "headroom_drops": ctl.counter(SWITCH, "drop_counter", headroom).get(headroom, (0, 0))[0] - drops_before,
+        "occupancy_left": occupancy_left,
         "pauses_sent": counters("pfc_pause_sent", sender_ports) - before["pfc_pause_sent"],
         "resumes_sent": counters("pfc_resume_sent", sender_ports) - before["pfc_resume_sent"],
         "pauses_received": sum(sum((t["pfc"] or {}).get("pauses", [0])) for t in tx.values()),

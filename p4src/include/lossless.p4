@@ -112,9 +112,22 @@ control Lossless(in headers_t hdr, inout local_metadata_t meta, inout standard_m
         meta.tc.limit = meta.tc.xoff + meta.tc.headroom;
     }
 
+    // pfc_occupancy is read, changed and written in one action: BMv2 holds
+    // the locks of an action's registers while it runs, and egress threads
+    // release cells that ingress admits into (apart, updates were lost).
     action admit() {
+        pfc_occupancy.read(meta.tc.occupancy, meta.tc.in_cell);
         meta.tc.occupancy = meta.tc.occupancy + 1;
+        pfc_occupancy.write(meta.tc.in_cell, meta.tc.occupancy);
         meta.pfc_carry = PFC_CARRY_ADMITTED;
+    }
+
+    action refuse() {
+        pfc_occupancy.read(meta.tc.occupancy, meta.tc.in_cell);
+        meta.tc.occupancy = meta.tc.occupancy - 1;
+        pfc_occupancy.write(meta.tc.in_cell, meta.tc.occupancy);
+        meta.pfc_carry = 0;
+        meta.drop_reason = DROP_LOSSLESS_HEADROOM;
     }
 
     // The clone that egress turns into a pause out of the ingress port keeps pfc_carry.
@@ -159,13 +172,11 @@ control Lossless(in headers_t hdr, inout local_metadata_t meta, inout standard_m
                         } else if (std_meta.mcast_grp == 0 && meta.drop_reason == DROP_NONE) {
                             cells();
                             class_packets.count(meta.tc.out_cell);
-                            pfc_occupancy.read(meta.tc.occupancy, meta.tc.in_cell);
-                            if (meta.tc.occupancy >= meta.tc.limit) {
-                                meta.drop_reason = DROP_LOSSLESS_HEADROOM;
+                            admit();
+                            if (meta.tc.occupancy > meta.tc.limit) {
+                                refuse();                   // beyond the headroom
                                 meta.tc.setInvalid();
                             } else {
-                                admit();
-                                pfc_occupancy.write(meta.tc.in_cell, meta.tc.occupancy);
                                 pfc_xoff_sent.read(meta.tc.time, meta.tc.in_cell);
                                 if (meta.tc.occupancy >= meta.tc.xoff
                                         && (meta.tc.time == 0 || meta.tc.now >= meta.tc.time + meta.tc.refresh_us)) {
@@ -334,8 +345,11 @@ control LosslessEgress(inout headers_t hdr, inout local_metadata_t meta, inout s
         meta.pfc_carry = PFC_CARRY_ADMITTED;
     }
 
+    // One action for the read, change and write (see Lossless's admit).
     action leave_buffer() {
+        pfc_occupancy.read(meta.tc.occupancy, meta.tc.in_cell);
         meta.tc.occupancy = meta.tc.occupancy - 1;
+        pfc_occupancy.write(meta.tc.in_cell, meta.tc.occupancy);
     }
 
     action done() {
@@ -416,9 +430,7 @@ control LosslessEgress(inout headers_t hdr, inout local_metadata_t meta, inout s
             }
             if (meta.pfc_carry == PFC_CARRY_ADMITTED) {
                 // It leaves the switch (or the watchdog drops it): out of the buffer model.
-                pfc_occupancy.read(meta.tc.occupancy, meta.tc.in_cell);
                 leave_buffer();
-                pfc_occupancy.write(meta.tc.in_cell, meta.tc.occupancy);
                 pfc_last_progress.write(meta.tc.out_cell, meta.tc.now);
                 pfc_xoff_sent.read(meta.tc.time, meta.tc.in_cell);
                 if (meta.tc.storm == 1 && meta.tc.storm_action == PFC_STORM_DROP) {

@@ -24,6 +24,7 @@ def test_lossless_experiment(tmp_path):
     for name in ("pfc", "pfc-dcqcn"):
         r = rows[name]
         assert int(r["drops"]) == 0 and int(r["headroom_drops"]) == 0, r
+        assert int(r["occupancy_left"]) == 0, "every admitted packet released from the buffer model"
         assert int(r["received"]) == int(r["sent"]), r
         assert (out / name / "throughput.png").stat().st_size > 10_000
     pfc, both = rows["pfc"], rows["pfc-dcqcn"]
