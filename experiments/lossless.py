@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Incast 4:1 in a lossless class: lossy, with PFC, and with PFC + DCQCN.
+"""Lossless classes: incast 4:1 (lossy, PFC, PFC + DCQCN), and a PFC storm
+from a stuck NIC (without and with the PFC watchdog).
 
-    fabric experiment lossless [--duration 10] [--out experiments/results/lossless]
+    fabric experiment lossless [--phases incast storm] [--duration 10] [--out experiments/results/lossless]
 
-Brings topologies/incast.yaml up on BMv2 (4 senders, 1 receiver whose port
-is served at 800 packets/s) with a `lossless:` section: DSCP 26 is class 3.
-Four RoCEv2 senders (hostagent.ecn.roce) send class-3 packets at 500
-packets/s each, 2.5x the bottleneck, starting together. Cases:
+Phase incast: topologies/incast.yaml on BMv2 (4 senders, 1 receiver whose
+port is served at 800 packets/s) with a `lossless:` section: DSCP 26 is
+class 3. Four RoCEv2 senders (hostagent.ecn.roce) send class-3 packets at
+500 packets/s each, 2.5x the bottleneck, starting together. Cases:
 
   lossy       class 3 is not lossless; senders ignore PFC: tail drops.
   pfc         class 3 is lossless (XOFF 24, XON 12, headroom 32); the
@@ -18,8 +19,15 @@ packets/s each, 2.5x the bottleneck, starting together. Cases:
 Recorded per case: packets sent/received, drops (PSN gaps at the receiver,
 and the switch's lossless headroom drops), what the buffer model still
 counts once the traffic has left (must be 0), pauses and resumes the switch
-sent, pauses the senders received; throughput per flow over time. Writes CSV and PNG under --out and
-prints a table and where the files went.
+sent, pauses the senders received; throughput per flow over time.
+
+Phase storm: topologies/dumbbell.yaml, flows h1 -> h3 and h2 -> h4 in
+class 3 while h4's NIC is stuck sending pauses (run_storm_case), without
+and with the watchdog: throughput of the flow unrelated to h4 before,
+during and after the storm, storms detected, packets the watchdog dropped.
+
+Writes CSV and PNG under --out (the storm phase in --out/storm), prints a
+table per phase and where the files went.
 """
 from __future__ import annotations
 
@@ -29,7 +37,7 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,9 +49,9 @@ from core.controller import FabricController
 from core.network import Network, queue_rate_pps
 from core.p4constants import drop_reasons
 from experiments.common import save_figure, write_csv
-from features import load_topology
+from features import load_topology, topology_from_dict
 from features.ecn import EcnProfile
-from features.lossless import OCCUPANCY_REGISTER, SECTION, LosslessConfig, PfcThresholds, TrafficClass, cell
+from features.lossless import OCCUPANCY_REGISTER, SECTION, LosslessConfig, PfcThresholds, TrafficClass, Watchdog, cell
 
 TCLASS, DSCP = 3, 26
 RECEIVER, SWITCH = "h5", "s1"
@@ -132,6 +140,113 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
     return result
 
 
+STORM_CASES = ("storm", "storm-watchdog")
+STORM_RATE = 300.0          # packets/s of each flow; together under the 833 packets/s s1 -> s2 link
+
+
+def run_storm_case(name: str, topo, net: Network, ctl: FabricController, args, out: Path) -> dict:
+    """Dumbbell: h1 -> h3 and h2 -> h4 in class 3 (lossless, senders honour
+    PFC). From 20% of the run to 60%, h4's NIC keeps pausing class 3 (a
+    pause of 65535 quanta every 100 ms: stuck). Without the watchdog s2 holds
+    h2 -> h4, its buffer model pauses s1, s1 holds everything for s2 and
+    pauses both senders: h1 -> h3, which has nothing to do with h4, stops
+    too. With the watchdog (drop, 200 ms) s2 drops h2 -> h4 after 200 ms and
+    ignores h4's pauses, and h1 -> h3 comes back."""
+    watchdog = Watchdog(detect_ms=200, restore_ms=400, action="drop") if name == "storm-watchdog" else None
+    topo.features[SECTION] = replace(section(True), watchdog=watchdog)
+    ctl.program_all()
+    h1, h2, h3, h4 = (topo.hosts[h] for h in ("h1", "h2", "h3", "h4"))
+    s2_h4 = h4.switch_port
+    storm_from, storm_to = 0.2 * args.duration, 0.6 * args.duration
+
+    def count(switch: str, counter: str, port: int) -> int:
+        c = cell(port, TCLASS)
+        return ctl.counter(switch, counter, c).get(c, (0, 0))[0]
+
+    before = {k: count("s2", k, s2_h4) for k in ("pfc_storms_detected", "pfc_storms_restored", "pfc_storm_dropped")}
+    py = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else sys.executable
+    start_at = time.time() + 3.0
+    case_dir = out / name
+    case_dir.mkdir(parents=True, exist_ok=True)
+
+    def run(host, module: str, role: str, extra: list[str], delay: float = 0.0) -> subprocess.Popen:
+        cmd = ["ip", "netns", "exec", host.name, py, "-m", module, role, "--iface", host.iface,
+               "--src-mac", host.mac, "--start-at", str(start_at + delay), *extra]
+        return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL)
+
+    def roce(host, role: str, extra: list[str]) -> subprocess.Popen:
+        return run(host, "hostagent.ecn.roce", role, ["--src-ip", host.ip, "--gw-mac", host.gateway_mac,
+                                                      "--out", str(case_dir / f"{role}-{host.name}"), *extra])
+
+    procs = [roce(h, "receive", ["--duration", str(args.duration + 1.0)]) for h in (h3, h4)]
+    for qp, (src, dst) in enumerate(((h1, h3), (h2, h4)), start=1):
+        procs.append(roce(src, "send", ["--duration", str(args.duration), "--dst-ip", dst.ip, "--qp", str(qp),
+                                        "--line-rate-pps", str(STORM_RATE), "--fixed-rate", "--not-ect",
+                                        "--dscp", str(DSCP), "--tclass", str(TCLASS), "--link-mbps", "100"]))
+    stuck = run(h4, "hostagent.lossless", "pause", ["--tclass", str(TCLASS), "--every-ms", "100",
+                                                   "--duration", str(storm_to - storm_from)], delay=storm_from)
+    for p in procs:
+        p.wait(timeout=args.duration + 30)
+    stuck.wait(timeout=30)
+    net.check_alive()
+    if any(p.returncode for p in procs + [stuck]):
+        raise RuntimeError(f"{name}: an agent failed (exit codes {[p.returncode for p in procs + [stuck]]})")
+    bins: dict = {}
+    for h in (h3, h4):
+        bins.update(_read_bins(case_dir / f"receive-{h.name}.csv"))
+    rx = {h.name: json.loads((case_dir / f"receive-{h.name}.json").read_text()) for h in (h3, h4)}
+    bin_s = rx["h3"]["bin_s"]
+
+    def rate(flow_host: str, t0: float, t1: float) -> float:
+        flows = {f"{f['src']}/{f['qp']}" for f in rx[flow_host]["flows"].values()}
+        n = sum(v for (t, fl), v in bins.items() if fl in flows and t0 <= t < t1)
+        return round(n / (t1 - t0), 1)
+
+    mid = storm_from + 0.5 * (storm_to - storm_from)
+    result = {
+        "case": name,
+        "h1_h3_before_pps": rate("h3", 0.05 * args.duration, storm_from),
+        "h1_h3_storm_pps": rate("h3", mid, storm_to),          # the second half of the storm
+        "h1_h3_after_pps": rate("h3", storm_to + 0.5, args.duration),
+        "h2_h4_storm_pps": rate("h4", mid, storm_to),
+        "storms_detected": count("s2", "pfc_storms_detected", s2_h4) - before["pfc_storms_detected"],
+        "storms_restored": count("s2", "pfc_storms_restored", s2_h4) - before["pfc_storms_restored"],
+        "watchdog_dropped": count("s2", "pfc_storm_dropped", s2_h4) - before["pfc_storm_dropped"],
+        "s1_pauses_to_hosts": sum(count("s1", "pfc_pause_sent", h.switch_port) for h in (h1, h2)),
+    }
+    _plot_storm(name, result, bins, rx, case_dir, bin_s, storm_from, storm_to)
+    return result
+
+
+def dumbbell_without_delay():
+    """topologies/dumbbell.yaml without its 1 ms link delay (the delay needs
+    netem, which not every kernel has; the storm does not depend on it)."""
+    import yaml
+    data = yaml.safe_load((REPO / "topologies" / "dumbbell.yaml").read_text())
+    for link in data["links"]:
+        if isinstance(link, dict):
+            link.pop("delay_ms", None)
+    return topology_from_dict(data, "topologies/dumbbell.yaml (no delay)")
+
+
+def _plot_storm(name: str, result: dict, bins, rx, case_dir: Path, bin_s: float, t0: float, t1: float) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    for host, label in (("h3", "h1 -> h3 (unrelated to h4)"), ("h4", "h2 -> h4 (to the stuck NIC)")):
+        flows = {f"{f['src']}/{f['qp']}" for f in rx[host]["flows"].values()}
+        pts = sorted((t, n / bin_s) for (t, fl), n in bins.items() if fl in flows)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], lw=1, label=label)
+    ax.axvspan(t0, t1, color="red", alpha=0.1, label="h4 keeps pausing")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("received (pkts/s)")
+    ax.legend(fontsize=7)
+    ax.set_title(f"{name}: storms detected {result['storms_detected']}, dropped by the watchdog "
+                 f"{result['watchdog_dropped']}", fontsize=9)
+    save_figure(fig, case_dir / "throughput.png")
+
+
 def _read_bins(path: Path) -> dict:
     """(t, flow) -> packets received."""
     with open(path) as f:
@@ -168,35 +283,58 @@ def _plot_summary(results: list[dict], out: Path) -> Path:
     return save_figure(fig, out / "summary.png")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--duration", type=float, default=10.0, help="seconds of traffic per case")
-    ap.add_argument("--sender-rate", type=float, default=500.0, help="sender line rate, pkts/s (4 senders)")
-    ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "lossless"))
-    ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS)
-    ap.add_argument("--cases", nargs="*", default=[c.name for c in CASES], choices=[c.name for c in CASES])
-    args = ap.parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    topo = load_topology(REPO / "topologies" / "incast.yaml")
-    topo.features[SECTION] = section(True)          # the switches start with its queues
-    compile_p4()
-    results = []
-    with Network(topo, REPO / "build" / "experiments" / "lossless", log_level=args.log_level) as net, \
-            FabricController(topo) as ctl:
-        ctl.program()
-        net.apply_queue_rates()
-        for case in (c for c in CASES if c.name in args.cases):
-            print(f"==> {case.name}: {args.duration:g}s of 4:1 incast in class {TCLASS} "
-                  f"({'lossless' if case.lossless else 'lossy'}{', DCQCN' if case.dcqcn else ''})", flush=True)
-            results.append(run_case(case, topo, net, ctl, args, out))
-    summary = write_csv(out / "summary.csv", results)
-    png = _plot_summary(results, out)
+def _table(results: list[dict]) -> None:
     cols = list(results[0])
     print("\n" + " ".join(f"{c:>15s}" for c in cols))
     for r in results:
         print(" ".join(f"{r[c]!s:>15s}" for c in cols))
-    print(f"\nresults: {summary}, {png}, and per case <case>/throughput.png + the agents' CSV/JSON")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--phases", nargs="*", default=["incast", "storm"], choices=["incast", "storm"])
+    ap.add_argument("--duration", type=float, default=10.0, help="seconds of traffic per case")
+    ap.add_argument("--sender-rate", type=float, default=500.0, help="incast: sender line rate, pkts/s (4 senders)")
+    ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "lossless"))
+    ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS)
+    ap.add_argument("--cases", nargs="*", default=[c.name for c in CASES], choices=[c.name for c in CASES],
+                    help="incast cases")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    compile_p4()
+    written = []
+    if "incast" in args.phases:
+        topo = load_topology(REPO / "topologies" / "incast.yaml")
+        topo.features[SECTION] = section(True)          # the switches start with its queues
+        results = []
+        with Network(topo, REPO / "build" / "experiments" / "lossless", log_level=args.log_level) as net, \
+                FabricController(topo) as ctl:
+            ctl.program()
+            net.apply_queue_rates()
+            for case in (c for c in CASES if c.name in args.cases):
+                print(f"==> {case.name}: {args.duration:g}s of 4:1 incast in class {TCLASS} "
+                      f"({'lossless' if case.lossless else 'lossy'}{', DCQCN' if case.dcqcn else ''})", flush=True)
+                results.append(run_case(case, topo, net, ctl, args, out))
+        written += [write_csv(out / "summary.csv", results), _plot_summary(results, out)]
+        _table(results)
+    if "storm" in args.phases:
+        topo = dumbbell_without_delay()
+        topo.features[SECTION] = section(True)
+        storm_out = out / "storm"
+        storm_out.mkdir(exist_ok=True)
+        results = []
+        with Network(topo, REPO / "build" / "experiments" / "lossless-storm", log_level=args.log_level) as net, \
+                FabricController(topo) as ctl:
+            ctl.program()
+            net.apply_queue_rates()
+            for name in STORM_CASES:
+                print(f"==> {name}: {args.duration:g}s on dumbbell, h4's NIC pausing class {TCLASS} from "
+                      f"{0.2 * args.duration:g}s to {0.6 * args.duration:g}s", flush=True)
+                results.append(run_storm_case(name, topo, net, ctl, args, storm_out))
+        written.append(write_csv(storm_out / "summary.csv", results))
+        _table(results)
+    print(f"\nresults: {', '.join(map(str, written))}, and per case <case>/throughput.png + the agents' CSV/JSON")
     return 0
 
 

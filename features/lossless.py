@@ -187,8 +187,16 @@ def parse_config(raw: Any, fail: Fail) -> LosslessConfig:
     return LosslessConfig(queues, tuple(classes), pfc, watchdog, hold_rate)
 
 
+PFC_PORTS = 1 << constants()["PFC_PORT_BITS"]    # the P4 program's (port, class) cells cover ports below
+
+
 def parse_section(raw: Any, topo, fail: Fail) -> LosslessConfig:
-    return parse_config(raw, fail)
+    config = parse_config(raw, fail)
+    for sw in topo.switches.values():
+        beyond = [p for p in sw.ports if p >= PFC_PORTS]
+        if beyond:
+            fail(SECTION, f"the switch keeps PFC state for ports 0..{PFC_PORTS - 1}; {sw.name} has port {beyond[0]}")
+    return config
 
 
 def quantum_x1024_us(bandwidth_mbps: float) -> int:

@@ -141,7 +141,8 @@ const bit<16> ETHERTYPE_MAC_CONTROL = 0x8808;
 const bit<16> PFC_OPCODE = 0x0101;            // IEEE 802.1Qbb class-based flow control
 const mac_addr_t PFC_DST_MAC = 0x0180C2000001;
 const bit<32> PFC_FRAME_BYTES = 60;           // a minimum Ethernet frame, without its FCS
-const bit<32> PFC_CELLS = 4096;               // (port, class) cells: 9-bit port ++ 3-bit class
+#define PFC_PORT_BITS 6                       // PFC runs on ports 0..63 (the control plane refuses others)
+const bit<32> PFC_CELLS = 512;                // (port, class) cells: 6-bit port ++ 3-bit class
 const bit<32> PFC_SESSION_BASE = 1024;        // clone session of PFC frames out of port p: base + p
 const bit<8>  PFC_CARRY_FIELDS = 2;           // @field_list: what recirculation and frame clones keep
 // local_metadata_t.pfc_carry: kind, class, then per kind: a held packet's

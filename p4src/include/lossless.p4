@@ -3,7 +3,7 @@
 // honoured by holding paused packets, and a PFC watchdog. What the switch
 // does and why: docs/features/lossless.md.
 //
-// A (port, class) pair is a cell: port ++ class (12 bits).
+// A (port, class) pair is a cell: port ++ class (9 bits; PFC runs on ports 0..63).
 //
 // Buffer model (BMv2 has no shared buffer): a lossless packet is admitted
 // in ingress (pfc_occupancy[ingress port, class] + 1) and released when it
@@ -106,8 +106,8 @@ control Lossless(in headers_t hdr, inout local_metadata_t meta, inout standard_m
     // or the same run of apply statements, assigned it first or when it is
     // an expression; a named action call keeps them apart.
     action cells() {
-        meta.tc.in_cell = (bit<32>) (std_meta.ingress_port ++ meta.tc.tclass[2:0]);
-        meta.tc.out_cell = (bit<32>) (std_meta.egress_spec ++ meta.tc.tclass[2:0]);
+        meta.tc.in_cell = (bit<32>) (std_meta.ingress_port[5:0] ++ meta.tc.tclass[2:0]);
+        meta.tc.out_cell = (bit<32>) (std_meta.egress_spec[5:0] ++ meta.tc.tclass[2:0]);
         meta.tc.now = std_meta.ingress_global_timestamp;
         meta.tc.limit = meta.tc.xoff + meta.tc.headroom;
     }
@@ -140,7 +140,7 @@ control Lossless(in headers_t hdr, inout local_metadata_t meta, inout standard_m
     action back_to_hold() {
         std_meta.egress_spec = meta.pfc_carry[PFC_CARRY_PORT_HI:PFC_CARRY_PORT_LO];
         std_meta.priority = meta.tc.hold_queue;
-        meta.tc.in_cell = (bit<32>) (meta.pfc_carry[PFC_CARRY_IN_PORT_HI:PFC_CARRY_IN_PORT_LO] ++ meta.tc.tclass[2:0]);
+        meta.tc.in_cell = (bit<32>) (meta.pfc_carry[PFC_CARRY_IN_PORT_HI:PFC_CARRY_IN_PORT_LO][5:0] ++ meta.tc.tclass[2:0]);
     }
 
     // Whether this switch has traffic classes at all: a keyless table whose
@@ -201,7 +201,7 @@ control Lossless(in headers_t hdr, inout local_metadata_t meta, inout standard_m
 // quantum_x1024_us), or resumed (time 0). Consumed here, never forwarded.
 #define PFC_CLASS_CELL(C) \
     action class##C##_cell() { \
-        meta.tc.in_cell = (bit<32>) (std_meta.ingress_port ++ 3w##C); \
+        meta.tc.in_cell = (bit<32>) (std_meta.ingress_port[5:0] ++ 3w##C); \
         meta.tc.time = meta.tc.now + (((bit<48>) hdr.pfc.time##C * (bit<48>) meta.tc.quantum) >> 10); \
     }
 
@@ -314,7 +314,7 @@ control LosslessEgress(inout headers_t hdr, inout local_metadata_t meta, inout s
     // As in Lossless, register, counter, clone and recirculate calls are
     // apply statements (no p4c temporaries), actions only assign.
     action cell_now() {
-        meta.tc.out_cell = (bit<32>) (std_meta.egress_port ++ meta.tc.tclass[2:0]);
+        meta.tc.out_cell = (bit<32>) (std_meta.egress_port[5:0] ++ meta.tc.tclass[2:0]);
         meta.tc.now = std_meta.egress_global_timestamp;
         meta.tc.storm = 0;
     }
@@ -359,7 +359,7 @@ control LosslessEgress(inout headers_t hdr, inout local_metadata_t meta, inout s
     action held_carry() {
         meta.pfc_carry = PFC_CARRY_HELD
                          | ((bit<64>) std_meta.egress_port << PFC_CARRY_PORT_LO)
-                         | ((bit<64>) meta.tc.in_cell[11:3] << PFC_CARRY_IN_PORT_LO)
+                         | ((bit<64>) meta.tc.in_cell[8:3] << PFC_CARRY_IN_PORT_LO)
                          | (bit<64>) meta.tc.tail;
         meta.tc.tail = meta.tc.tail + 1;
     }
@@ -368,7 +368,7 @@ control LosslessEgress(inout headers_t hdr, inout local_metadata_t meta, inout s
     // (quanta 0), or a pause again.
     action frame_carry(bit<16> quanta) {
         meta.pfc_carry = PFC_CARRY_FRAME | ((bit<64>) meta.tc.tclass[2:0] << PFC_CARRY_CLASS_SHIFT) | (bit<64>) quanta;
-        meta.tc.session = PFC_SESSION_BASE + (bit<32>) meta.tc.in_cell[11:3];
+        meta.tc.session = PFC_SESSION_BASE + (bit<32>) meta.tc.in_cell[8:3];
     }
 
     apply {
@@ -437,7 +437,11 @@ control LosslessEgress(inout headers_t hdr, inout local_metadata_t meta, inout s
                     mark_to_drop(std_meta);
                     pfc_storm_dropped.count(meta.tc.out_cell);
                     done();
-                } else if (meta.tc.occupancy < meta.tc.xon && meta.tc.time != 0) {
+                }
+                // Dropped or not, it has left the buffer model: the upstream may
+                // resume. (A dropped packet that carries the resume's clone then
+                // runs the rest of egress: its port counter counts it.)
+                if (meta.tc.occupancy < meta.tc.xon && meta.tc.time != 0) {
                     // Below XON while pausing upstream: resume.
                     pfc_xoff_sent.write(meta.tc.in_cell, 0);
                     pfc_resume_sent.count(meta.tc.in_cell);

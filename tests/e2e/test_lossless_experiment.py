@@ -31,3 +31,27 @@ def test_lossless_experiment(tmp_path):
     assert int(pfc["pauses_sent"]) > 0 and int(pfc["pauses_received"]) == int(pfc["pauses_sent"]), pfc
     assert int(both["cnps_received"]) > 0 and int(both["pauses_sent"]) < int(pfc["pauses_sent"]), both
     assert (out / "summary.png").exists()
+
+
+def test_storm_spreads_without_the_watchdog_and_is_contained_with_it(tmp_path):
+    """A stuck NIC (h4 pausing class 3 again and again) on live BMv2: without
+    the watchdog the pause spreads back through s1 to both senders and the
+    flow that has nothing to do with h4 stops; with it, s2 finds the storm,
+    drops what goes to h4, and that flow keeps its rate; PFC is restored
+    after the storm."""
+    out = tmp_path / "lossless"
+    proc = subprocess.run([sys.executable, "-m", "experiments.lossless", "--phases", "storm", "--duration", "8",
+                           "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {r["case"]: r for r in csv.DictReader(open(out / "storm" / "summary.csv"))}
+    storm, contained = rows["storm"], rows["storm-watchdog"]
+    for r in (storm, contained):
+        assert float(r["h1_h3_before_pps"]) > 250, r
+        assert float(r["h2_h4_storm_pps"]) == 0, r
+    assert float(storm["h1_h3_storm_pps"]) < 30 and int(storm["storms_detected"]) == 0, storm
+    assert int(storm["s1_pauses_to_hosts"]) > 0, "the pause spread two hops, to the senders"
+    assert float(contained["h1_h3_storm_pps"]) > 250, contained
+    assert int(contained["storms_detected"]) == 1 and int(contained["watchdog_dropped"]) > 0, contained
+    assert int(contained["storms_restored"]) == 1, contained
+    assert float(contained["h1_h3_after_pps"]) > 250, contained
+    assert (out / "storm" / "storm" / "throughput.png").stat().st_size > 10_000

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from features import load_topology
+from features.lossless import COUNTERS as LOSSLESS_COUNTERS, cell
 from telemetry import dashboards, prometheus_config
 from telemetry.collector import Collector
 from telemetry.prometheus import PrometheusProcess, find_prometheus
@@ -44,7 +45,8 @@ def sent_datagrams() -> list[bytes]:
 
 class GrowingReader:
     """Known switch readings: port counters grow 100 packets per read, leaf1's drop
-    counter and queue depths stay fixed; spine2 cannot be read."""
+    counter and queue depths stay fixed, every PFC counter counts on (port 3,
+    class 3); spine2 cannot be read."""
 
     def __init__(self):
         self.reads = 0
@@ -60,8 +62,10 @@ class GrowingReader:
         drops = {4: (3, 0), 5: (1, 0)} if sw.name == "leaf1" else {}
         qdepth = [0] * 512
         qdepth[3] = 6 if sw.name == "leaf1" else 1
+        lossless_counters = {name: {cell(3, 3): (n, 0)} for name in LOSSLESS_COUNTERS}
         return SwitchReadings(sw.name, {"ingress_port_counter": ports, "egress_port_counter": ports,
-                                        "drop_counter": drops, "ecn_marked_counter": {3: (n, 0)}}, qdepth)
+                                        "drop_counter": drops, "ecn_marked_counter": {3: (n, 0)},
+                                        **lossless_counters}, qdepth)
 
     def close(self):
         pass
