@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import subprocess
+import sys
 import threading
 from pathlib import Path
+from typing import Sequence
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def write_csv(path: Path, rows: list[dict]) -> Path:
@@ -16,6 +21,22 @@ def write_csv(path: Path, rows: list[dict]) -> Path:
         w.writeheader()
         w.writerows(rows)
     return path
+
+
+def agent_python() -> str:
+    """The Python the host agents run with: the project's virtualenv's if there is one."""
+    venv = REPO / ".venv" / "bin" / "python"
+    return str(venv) if venv.exists() else sys.executable
+
+
+def roce_agent(host, role: str, *, start_at: float, out_dir: Path, extra: Sequence[str] = ()) -> subprocess.Popen:
+    """hostagent.ecn.roce `role` ("send" or "receive") in `host`'s namespace,
+    starting at wall-clock `start_at` (agents start together), writing
+    out_dir/<role>-<host>.json and .csv."""
+    cmd = ["ip", "netns", "exec", host.name, agent_python(), "-m", "hostagent.ecn.roce", role,
+           "--iface", host.iface, "--src-ip", host.ip, "--src-mac", host.mac, "--gw-mac", host.gateway_mac,
+           "--start-at", str(start_at), "--out", str(out_dir / f"{role}-{host.name}"), *extra]
+    return subprocess.Popen(cmd, cwd=REPO)
 
 
 def save_figure(fig, path: Path) -> Path:

@@ -41,7 +41,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from experiments.common import save_figure
+from experiments.common import roce_agent, save_figure
 
 from core.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from core.bmv2_thrift import Bmv2Thrift
@@ -79,17 +79,13 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
     senders = [h for h in topo.hosts.values() if h.role == "sender"]
     ctl.feature("ecn").set_profile("s1", port, case.profile)
     marked_before = ctl.counter("s1", MARKED_COUNTER, port).get(port, (0, 0))[0]
-    py = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else sys.executable
     start_at = time.time() + 3.0
     case_dir = out / case.name
     case_dir.mkdir(parents=True, exist_ok=True)
 
     def agent(host, role: str, extra: list[str]) -> subprocess.Popen:
-        cmd = ["ip", "netns", "exec", host.name, py, "-m", "hostagent.ecn.roce", role, "--iface", host.iface,
-               "--src-ip", host.ip, "--src-mac", host.mac, "--gw-mac", host.gateway_mac,
-               "--duration", str(args.duration), "--start-at", str(start_at),
-               "--out", str(case_dir / f"{role}-{host.name}"), *extra]
-        return subprocess.Popen(cmd, cwd=REPO)
+        return roce_agent(host, role, start_at=start_at, out_dir=case_dir,
+                          extra=["--duration", str(args.duration), *extra])
 
     dcqcn = dict(kv.split("=", 1) for kv in args.dcqcn)
     np_args = ["--cnp-interval-s", dcqcn.pop("cnp_interval_s")] if "cnp_interval_s" in dcqcn else []

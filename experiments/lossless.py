@@ -48,7 +48,7 @@ from core.build import compile_p4
 from core.controller import FabricController
 from core.network import Network, queue_rate_pps
 from core.p4constants import drop_reasons
-from experiments.common import save_figure, write_csv
+from experiments.common import agent_python, roce_agent, save_figure, write_csv
 from features import load_topology, topology_from_dict
 from features.ecn import EcnProfile
 from features.lossless import OCCUPANCY_REGISTER, SECTION, LosslessConfig, PfcThresholds, TrafficClass, Watchdog, cell
@@ -87,16 +87,12 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
     before = {n: counters(n, sender_ports) for n in ("pfc_pause_sent", "pfc_resume_sent")}
     headroom = drop_reasons()["LOSSLESS_HEADROOM"]
     drops_before = ctl.counter(SWITCH, "drop_counter", headroom).get(headroom, (0, 0))[0]
-    py = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else sys.executable
     start_at = time.time() + 3.0
     case_dir = out / case.name
     case_dir.mkdir(parents=True, exist_ok=True)
 
     def agent(host, role: str, extra: list[str]) -> subprocess.Popen:
-        cmd = ["ip", "netns", "exec", host.name, py, "-m", "hostagent.ecn.roce", role, "--iface", host.iface,
-               "--src-ip", host.ip, "--src-mac", host.mac, "--gw-mac", host.gateway_mac,
-               "--start-at", str(start_at), "--out", str(case_dir / f"{role}-{host.name}"), *extra]
-        return subprocess.Popen(cmd, cwd=REPO)
+        return roce_agent(host, role, start_at=start_at, out_dir=case_dir, extra=extra)
 
     procs = [agent(receiver, "receive", ["--duration", str(args.duration + 1.0)])]
     for i, h in enumerate(senders, start=1):
@@ -164,27 +160,22 @@ def run_storm_case(name: str, topo, net: Network, ctl: FabricController, args, o
         return ctl.counter(switch, counter, c).get(c, (0, 0))[0]
 
     before = {k: count("s2", k, s2_h4) for k in ("pfc_storms_detected", "pfc_storms_restored", "pfc_storm_dropped")}
-    py = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else sys.executable
     start_at = time.time() + 3.0
     case_dir = out / name
     case_dir.mkdir(parents=True, exist_ok=True)
 
-    def run(host, module: str, role: str, extra: list[str], delay: float = 0.0) -> subprocess.Popen:
-        cmd = ["ip", "netns", "exec", host.name, py, "-m", module, role, "--iface", host.iface,
-               "--src-mac", host.mac, "--start-at", str(start_at + delay), *extra]
-        return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL)
-
     def roce(host, role: str, extra: list[str]) -> subprocess.Popen:
-        return run(host, "hostagent.ecn.roce", role, ["--src-ip", host.ip, "--gw-mac", host.gateway_mac,
-                                                      "--out", str(case_dir / f"{role}-{host.name}"), *extra])
+        return roce_agent(host, role, start_at=start_at, out_dir=case_dir, extra=extra)
 
     procs = [roce(h, "receive", ["--duration", str(args.duration + 1.0)]) for h in (h3, h4)]
     for qp, (src, dst) in enumerate(((h1, h3), (h2, h4)), start=1):
         procs.append(roce(src, "send", ["--duration", str(args.duration), "--dst-ip", dst.ip, "--qp", str(qp),
                                         "--line-rate-pps", str(STORM_RATE), "--fixed-rate", "--not-ect",
                                         "--dscp", str(DSCP), "--tclass", str(TCLASS), "--link-mbps", "100"]))
-    stuck = run(h4, "hostagent.lossless", "pause", ["--tclass", str(TCLASS), "--every-ms", "100",
-                                                   "--duration", str(storm_to - storm_from)], delay=storm_from)
+    stuck = subprocess.Popen(["ip", "netns", "exec", h4.name, agent_python(), "-m", "hostagent.lossless", "pause",
+                              "--iface", h4.iface, "--src-mac", h4.mac, "--tclass", str(TCLASS), "--every-ms", "100",
+                              "--duration", str(storm_to - storm_from), "--start-at", str(start_at + storm_from)],
+                             cwd=REPO, stdout=subprocess.DEVNULL)
     for p in procs:
         p.wait(timeout=args.duration + 30)
     stuck.wait(timeout=30)
