@@ -33,6 +33,7 @@ from core.network import queue_rate_pps
 from core.p4constants import constants
 from core.p4info import EntryError, P4Info
 from core.sync import SwitchState
+from features.ecn import QDEPTH_MAX
 from wire.lossless import CLASSES, MAX_PAUSE_QUANTA, pause_us, quantum_us
 
 from p4.v1 import p4runtime_pb2
@@ -46,7 +47,6 @@ STORM_ACTIONS = {"drop": constants()["PFC_STORM_DROP"], "forward": constants()["
                  "alert": constants()["PFC_STORM_ALERT"]}
 SESSION_BASE = constants()["PFC_SESSION_BASE"]
 HOLD_QUEUE_DEPTH = 1024          # packets a port can hold while paused (all its lossless classes)
-QDEPTH_MAX = (1 << 19) - 1
 FIELDS = {"queues", "classes", "pfc", "watchdog", "hold_rate_pps"}
 CLASS_FIELDS = {"name", "class", "queue", "dscp", "lossless", "share"}
 PFC_FIELDS = {"xoff", "xon", "headroom", "pause_quanta"}
@@ -54,8 +54,6 @@ WATCHDOG_FIELDS = {"detect_ms", "restore_ms", "action"}
 
 # Registers and counters (p4src/include/lossless.p4), by (port, class) cell.
 OCCUPANCY_REGISTER = "pfc_occupancy"
-PAUSED_UNTIL_REGISTER = "pfc_paused_until"
-STORM_REGISTER = "pfc_storm"
 COUNTERS = ("class_packets", "pfc_pause_sent", "pfc_resume_sent", "pfc_frames_received", "pfc_held",
             "pfc_storms_detected", "pfc_storms_restored", "pfc_storm_dropped")
 

@@ -17,6 +17,7 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Raw, bind_layers
 
 from wire.ecn import ECT0, NOT_ECT
+from wire.lossless import dscp_tos
 
 ROCEV2_UDP_PORT = 4791
 RC_SEND_ONLY = opcode("RC", "SEND_ONLY")[0]   # 0x04: a data packet
@@ -27,10 +28,8 @@ def roce_data(src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, qp: int, psn
               payload: int = 1024, ecn: int = ECT0, sport: int | None = None, dscp: int = 0) -> Ether:
     """A RoCEv2 RC SEND_ONLY packet of `payload` bytes to queue pair `qp`,
     marked `dscp` (the traffic class the switches give it)."""
-    if not 0 <= dscp < 64:
-        raise ValueError(f"DSCP must be 0..63, got {dscp!r}")
     return (Ether(src=src_mac, dst=dst_mac)
-            / IP(src=src_ip, dst=dst_ip, tos=dscp << 2 | ecn, flags="DF")
+            / IP(src=src_ip, dst=dst_ip, tos=dscp_tos(dscp, ecn), flags="DF")
             / UDP(sport=sport if sport is not None else 0xC000 | (qp & 0x3FFF), dport=ROCEV2_UDP_PORT, chksum=0)
             / BTH(opcode=RC_SEND_ONLY, dqpn=qp, psn=psn, ackreq=0)
             / Raw(b"\x00" * payload))

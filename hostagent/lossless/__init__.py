@@ -16,9 +16,8 @@ import argparse
 import sys
 import time
 
+from hostagent.sender import RawSender
 from wire.lossless import CLASSES, MAX_PAUSE_QUANTA, decode_pfc, encode_pfc, pause_us
-
-ETH_P_ALL = 0x0003
 
 
 class PauseState:
@@ -62,22 +61,18 @@ class PauseState:
 def run_pauser(a) -> dict:
     """Send a pause for a.tclass every a.every_ms for a.duration seconds (a
     stuck NIC's storm, or a slow receiver), then a resume."""
-    import socket
-    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
-    sock.bind((a.iface, 0))
     pause = encode_pfc(a.src_mac, {a.tclass: a.quanta})
     sent = 0
-    t0 = time.monotonic()
-    if a.start_at:
-        time.sleep(max(0.0, a.start_at - time.time()))
+    with RawSender(a.iface) as tx:
+        if a.start_at:
+            time.sleep(max(0.0, a.start_at - time.time()))
         t0 = time.monotonic()
-    while time.monotonic() - t0 < a.duration:
-        sock.send(pause)
-        sent += 1
-        time.sleep(a.every_ms / 1000)
-    if a.resume:
-        sock.send(encode_pfc(a.src_mac, {a.tclass: 0}))
-    sock.close()
+        while time.monotonic() - t0 < a.duration:
+            tx.send(pause)
+            sent += 1
+            time.sleep(a.every_ms / 1000)
+        if a.resume:
+            tx.send(encode_pfc(a.src_mac, {a.tclass: 0}))
     return {"role": "pauser", "tclass": a.tclass, "quanta": a.quanta, "pauses_sent": sent, "resumed": a.resume}
 
 

@@ -291,7 +291,6 @@ header lossless_scratch_t {      // lossless.p4: the class's parameters (traffic
     bit<32>  xoff;               // packets admitted from one ingress port
     bit<32>  xon;
     bit<32>  headroom;
-    bit<32>  limit;              // xoff + headroom
     bit<16>  pause_quanta;       // the pause time sent
     bit<48>  refresh_us;         // pause again this often while above XOFF
     bit<48>  detect_us;          // watchdog: 0 = off

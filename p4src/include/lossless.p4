@@ -109,7 +109,6 @@ control Lossless(in headers_t hdr, inout local_metadata_t meta, inout standard_m
         meta.tc.in_cell = (bit<32>) (std_meta.ingress_port[5:0] ++ meta.tc.tclass[2:0]);
         meta.tc.out_cell = (bit<32>) (std_meta.egress_spec[5:0] ++ meta.tc.tclass[2:0]);
         meta.tc.now = std_meta.ingress_global_timestamp;
-        meta.tc.limit = meta.tc.xoff + meta.tc.headroom;
     }
 
     // pfc_occupancy is read, changed and written in one action: BMv2 holds
@@ -173,7 +172,7 @@ control Lossless(in headers_t hdr, inout local_metadata_t meta, inout standard_m
                             cells();
                             class_packets.count(meta.tc.out_cell);
                             admit();
-                            if (meta.tc.occupancy > meta.tc.limit) {
+                            if (meta.tc.occupancy > meta.tc.xoff + meta.tc.headroom) {
                                 refuse();                   // beyond the headroom
                                 meta.tc.setInvalid();
                             } else {

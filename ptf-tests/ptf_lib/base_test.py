@@ -108,6 +108,14 @@ class P4RuntimeTest(BaseTest):
         s.table_entries += group_entries(self.p4info, next_id, slots)
         return slots
 
+    def route_all_to(self, port: int) -> None:
+        """Every test address (10.0.0.0/8) out of `port`, written now;
+        self.forwarding is the routing (kept aside for with_feature)."""
+        self.add_route("10.0.0.0/8", 1)
+        self.add_next_hop(1, port)
+        self.forwarding = list(self.state.table_entries)
+        self.apply()
+
     def route_through_group(self, prefix: str, next_id: int, ports: list[int]) -> None:
         """`prefix` to ECMP group `next_id` over `ports`: self.slots is the
         slot assignment, self.forwarding the routing entries (kept aside for

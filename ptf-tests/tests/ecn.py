@@ -44,9 +44,7 @@ class EcnTest(P4RuntimeTest):
         super().setUp()
         self.dataplane.set_qlen(10_000)
         self.thrift = Bmv2Thrift(self.thrift_port)
-        self.add_route("10.0.0.0/8", 1)
-        self.add_next_hop(1, OUT_PORT)
-        self.apply()
+        self.route_all_to(OUT_PORT)
 
     def tearDown(self):
         try:
