@@ -115,14 +115,16 @@ class CliCommand:
 @dataclass(frozen=True)
 class CounterMetric:
     """A metric the switch exporter publishes from P4 counters it reads on
-    every switch. With label "port": counters[0]'s packets per port (labels
-    switch, port, peer). Otherwise labels (switch, label), the values from
-    values({counter: cells})."""
+    every switch (and registers, over Thrift: cells of (value, 0)). With
+    label "port": counters[0]'s packets per port (labels switch, port,
+    peer). Otherwise labels (switch, label), the values from
+    values({counter or register: cells})."""
     metric: str
     help: str
     counters: tuple[str, ...]
     label: str = "port"
     values: Optional[Callable[[Mapping[str, Cells]], dict[str, float]]] = None
+    registers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,11 @@ class QueuePlan:
     the link-rate queue rates."""
     count: int = 1
     settings: Mapping[tuple[int, int], QueueSetting] = field(default_factory=dict)
+
+
+def priority_queues(topo: "Topology", switch: str) -> int:
+    """Priority queues per port of `switch`: the most any feature asks for (1 if none does)."""
+    return max([1, *(f.queues(topo, switch).count for f in topo.known_features)])
 
 
 Background = Callable[["Topology", "FabricController", threading.Lock, Callable[[str], None]],

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from core.bmv2 import DEFAULT_INTERACTIVE_LOG_LEVEL, check_log_level, switch_command, written_log
 from core.bmv2_thrift import Bmv2Thrift
+from core.feature import priority_queues
 from core.impairments import drop_fraction, netem_available, remove_impairment
 from core.toolchain import require
 from core.topology import Host, Nic, Switch, Topology
@@ -276,7 +277,7 @@ class Network:
 
     def priority_queues(self, switch: str) -> int:
         """Priority queues per port of `switch`: the most any feature asks for (1 if none does)."""
-        return max([1, *(f.queues(self.topo, switch).count for f in self.topo.known_features)])
+        return priority_queues(self.topo, switch)
 
     def apply_queue_rates(self) -> dict[str, dict[int, int]]:
         """Link bandwidth -> BMv2 egress queue rate of each switch port (every

@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""Lossless classes: incast 4:1 (lossy, PFC, PFC + DCQCN), and a PFC storm
-from a stuck NIC (without and with the PFC watchdog).
+"""Lossless classes: incast 4:1 (lossy, PFC, PFC + DCQCN), congestion
+spreading and a victim flow in 4:1 and 8:1 incast across a leaf-spine, a
+PFC storm from a stuck NIC (without and with the PFC watchdog), and a PFC
+deadlock (formed, prevented by a class change, broken by the watchdog).
 
-    fabric experiment lossless [--phases incast storm] [--duration 10] [--out experiments/results/lossless]
+    fabric experiment lossless [--phases incast spreading storm deadlock] [--duration 10]
+                               [--out experiments/results/lossless]
 
 Phase incast: topologies/incast.yaml on BMv2 (4 senders, 1 receiver whose
 port is served at 800 packets/s) with a `lossless:` section: DSCP 26 is
@@ -21,13 +24,25 @@ and the switch's lossless headroom drops), what the buffer model still
 counts once the traffic has left (must be 0), pauses and resumes the switch
 sent, pauses the senders received; throughput per flow over time.
 
+Phase spreading: topologies/incast-leaf-spine.yaml, 4 or 8 senders on
+leaf1 and leaf2 into r1 on leaf3, and a victim flow v1 -> v2 (leaf1 to
+leaf2) that shares only leaf1's uplinks with the incast (run_spreading_case):
+lossy, PFC, PFC + DCQCN (ECN on class 3's queue only); pauses per hop over
+time, the victim's throughput.
+
 Phase storm: topologies/dumbbell.yaml, flows h1 -> h3 and h2 -> h4 in
 class 3 while h4's NIC is stuck sending pauses (run_storm_case), without
 and with the watchdog: throughput of the flow unrelated to h4 before,
 during and after the storm, storms detected, packets the watchdog dropped.
 
-Writes CSV and PNG under --out (the storm phase in --out/storm), prints a
-table per phase and where the files went.
+Phase deadlock: topologies/ring.yaml, every host sending class 3 to the
+host two switches clockwise (run_deadlock_case), each on a new network
+(a deadlock does not go away by itself): with PFC alone, with a class
+change at s1 (Tagger's rule for a ring's dateline), with the watchdog.
+
+Writes CSV and PNG under --out (the storm phase in --out/storm, the
+deadlock phase in --out/deadlock), prints a table per phase and where the
+files went.
 """
 from __future__ import annotations
 
@@ -36,6 +51,7 @@ import csv
 import json
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -51,7 +67,8 @@ from core.p4constants import drop_reasons
 from experiments.common import agent_python, roce_agent, save_figure, write_csv
 from features import load_topology, topology_from_dict
 from features.ecn import EcnProfile
-from features.lossless import OCCUPANCY_REGISTER, SECTION, LosslessConfig, PfcThresholds, TrafficClass, Watchdog, cell
+from features.lossless import OCCUPANCY_REGISTER, SECTION, ClassChange, LosslessConfig, PfcThresholds, TrafficClass, \
+    Watchdog, cell
 
 TCLASS, DSCP = 3, 26
 RECEIVER, SWITCH = "h5", "s1"
@@ -136,6 +153,137 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
     return result
 
 
+SPREADING_CASES = tuple(f"{name}-{n}" for n in (4, 8) for name in ("lossy", "pfc", "pfc-dcqcn"))
+SPREADING_RATE = 500.0      # packets/s of each incast sender (its link: 833)
+VICTIM_RATE = 300.0
+HOPS = ("leaf3 -> spines", "spines -> leaves", "leaves -> hosts")
+
+
+def run_spreading_case(name: str, topo, net: Network, ctl: FabricController, args, out: Path) -> dict:
+    """N:1 incast into r1 across the fabric, plus the victim v1 -> v2. With
+    PFC, leaf3 holds what goes to r1 and pauses the spines (hop 1); they
+    hold everything in class 3 for leaf3 and pause leaf1 and leaf2 (hop 2);
+    those hold everything in class 3 for the spines, the victim's packets
+    too, and pause their hosts, the victim's sender too (hop 3)."""
+    mode, n = name.rsplit("-", 1)
+    lossless, dcqcn = mode != "lossy", mode == "pfc-dcqcn"
+    senders = [topo.hosts[h] for h in (("h1", "h2", "h5", "h6") if n == "4" else
+                                       ("h1", "h2", "h3", "h4", "h5", "h6", "h7", "h8"))]
+    receiver, victim, victim_rx = topo.hosts["r1"], topo.hosts["v1"], topo.hosts["v2"]
+    topo.features[SECTION] = section(lossless)
+    ctl.program_all()
+    ctl.feature("ecn").set_profile("leaf3", receiver.switch_port, EcnProfile.step(10) if dcqcn else None,
+                                   queue=TCLASS)
+    hop_cells = {   # the ports that pause, per hop: (switch, port)
+        HOPS[0]: [("leaf3", p.number) for p in topo.switches["leaf3"].ports.values() if p.peer.startswith("spine")],
+        HOPS[1]: [(s, p.number) for s in ("spine1", "spine2") for p in topo.switches[s].ports.values()
+                  if p.peer in ("leaf1", "leaf2")],
+        HOPS[2]: [(h.switch, h.switch_port) for h in (*senders, victim)],
+    }
+
+    def pauses() -> dict[str, int]:
+        return {hop: sum(ctl.counter(sw, "pfc_pause_sent", cell(p, TCLASS)).get(cell(p, TCLASS), (0, 0))[0]
+                         for sw, p in cells) for hop, cells in hop_cells.items()}
+
+    headroom = drop_reasons()["LOSSLESS_HEADROOM"]
+
+    def headroom_drops() -> int:
+        return sum(ctl.counter(sw, "drop_counter", headroom).get(headroom, (0, 0))[0] for sw in topo.switches)
+
+    before, drops_before = pauses(), headroom_drops()
+    case_dir = out / name
+    case_dir.mkdir(parents=True, exist_ok=True)
+    start_at = time.time() + 3.0
+    samples: list[tuple[float, dict[str, int]]] = []
+    stop = threading.Event()
+
+    def sample() -> None:       # pauses per hop over time, every 100 ms
+        while not stop.wait(0.1):
+            samples.append((time.time() - start_at, pauses()))
+
+    def sender_args(host, dst, qp: int, rate: float) -> list[str]:
+        extra = ["--duration", str(args.duration), "--dst-ip", dst.ip, "--qp", str(qp),
+                 "--line-rate-pps", str(rate), "--dscp", str(DSCP)]
+        extra += [] if dcqcn else ["--fixed-rate", "--not-ect"]
+        if lossless:
+            extra += ["--tclass", str(TCLASS), "--link-mbps", str(topo.switches[host.switch].ports[host.switch_port]
+                                                                  .link.bandwidth_mbps)]
+        return extra
+
+    procs = [roce_agent(h, "receive", start_at=start_at, out_dir=case_dir,
+                        extra=["--duration", str(args.duration + 1.0)]) for h in (receiver, victim_rx)]
+    for qp, h in enumerate(senders, start=1):
+        procs.append(roce_agent(h, "send", start_at=start_at, out_dir=case_dir,
+                                extra=sender_args(h, receiver, qp, SPREADING_RATE)))
+    procs.append(roce_agent(victim, "send", start_at=start_at, out_dir=case_dir,
+                            extra=sender_args(victim, victim_rx, 99, VICTIM_RATE)))
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        for p in procs:
+            p.wait(timeout=args.duration + 30)
+    finally:
+        stop.set()
+        sampler.join()
+    net.check_alive()
+    if any(p.returncode for p in procs):
+        raise RuntimeError(f"{name}: an agent failed (exit codes {[p.returncode for p in procs]})")
+    time.sleep(0.5)
+    after = pauses()
+    rx = json.loads((case_dir / f"receive-{receiver.name}.json").read_text())
+    vrx = json.loads((case_dir / f"receive-{victim_rx.name}.json").read_text())
+    tx = [json.loads((case_dir / f"send-{h.name}.json").read_text()) for h in senders]
+    warm = 0.2 * args.duration
+    bins = _read_bins(case_dir / f"receive-{receiver.name}.csv")
+    vbins = _read_bins(case_dir / f"receive-{victim_rx.name}.csv")
+    capacity = queue_rate_pps(topo.switches["leaf3"].ports[receiver.switch_port].link.bandwidth_mbps)
+    steady = sum(v for (t, _f), v in bins.items() if warm <= t < args.duration)
+    result = {
+        "case": name,
+        "senders": len(senders),
+        "sent": sum(t["sent"] for t in tx),
+        "received": sum(f["packets"] for f in rx["flows"].values()),
+        "drops": sum(f["lost"] for f in rx["flows"].values()),
+        "headroom_drops": headroom_drops() - drops_before,
+        "utilisation": round(steady / ((args.duration - warm) * capacity), 3),
+        "victim_pps": round(sum(v for (t, _f), v in vbins.items() if warm <= t < args.duration)
+                            / (args.duration - warm), 1),
+        "victim_drops": sum(f["lost"] for f in vrx["flows"].values()),
+        **{f"pauses_hop{i}": after[hop] - before[hop] for i, hop in enumerate(HOPS, start=1)},
+        "cnps_received": sum(t["cnps_received"] for t in tx),
+    }
+    _plot_spreading(result, bins, vbins, samples, before, case_dir, rx["bin_s"], capacity)
+    return result
+
+
+def _plot_spreading(result: dict, bins, vbins, samples, before, case_dir: Path, bin_s: float, capacity: int) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
+    incast: dict[float, int] = {}
+    for (t, _f), v in bins.items():
+        incast[t] = incast.get(t, 0) + v
+    top.plot(sorted(incast), [incast[t] / bin_s for t in sorted(incast)], lw=1, label="incast into r1 (all senders)")
+    top.plot(sorted(t for t, _ in vbins), [vbins[k] / bin_s for k in sorted(vbins)], lw=1,
+             label=f"victim v1 -> v2 (offered {VICTIM_RATE:g})")
+    top.axhline(capacity, color="grey", ls=":", lw=1, label="r1's link")
+    top.set_ylabel("received (pkts/s)")
+    top.legend(fontsize=7)
+    for hop in HOPS:
+        pts, last = [], before[hop]
+        for t, counts in samples:
+            pts.append((t, (counts[hop] - last) / 0.1))
+            last = counts[hop]
+        bottom.plot([p[0] for p in pts], [p[1] for p in pts], lw=1, label=f"pauses {hop}")
+    bottom.set_xlabel("time (s)")
+    bottom.set_ylabel("pauses sent (per s)")
+    bottom.legend(fontsize=7)
+    top.set_title(f"{result['case']}: drops {result['drops']}, victim {result['victim_pps']} pkts/s, pauses per hop "
+                  f"{result['pauses_hop1']}/{result['pauses_hop2']}/{result['pauses_hop3']}", fontsize=9)
+    save_figure(fig, case_dir / "throughput.png")
+
+
 STORM_CASES = ("storm", "storm-watchdog")
 STORM_RATE = 300.0          # packets/s of each flow; together under the 833 packets/s s1 -> s2 link
 
@@ -207,6 +355,187 @@ def run_storm_case(name: str, topo, net: Network, ctl: FabricController, args, o
     }
     _plot_storm(name, result, bins, rx, case_dir, bin_s, storm_from, storm_to)
     return result
+
+
+DEADLOCK_CASES = ("deadlock", "class-change", "watchdog")
+DEADLOCK_RATE = 500.0       # packets/s of each flow: two flows on each 833 packets/s ring link
+BOUNCED_CLASS, BOUNCED_DSCP = 4, 34
+
+
+def deadlock_section(case: str) -> LosslessConfig:
+    """Class 3 lossless; for the class change, class 4 too, and s1 moves
+    what it receives from s5 and sends on to s2 into it: packets crossing
+    the ring's dateline (s5 -> s1 -> s2) use other queues than those that
+    brought them, so no cycle of class-3 queues is left."""
+    classes = (TrafficClass("collective", TCLASS, TCLASS, (DSCP,), True),
+               TrafficClass("collective-2", BOUNCED_CLASS, BOUNCED_CLASS, (BOUNCED_DSCP,), True))
+    changes = (ClassChange("s1", "s5", "s2", "collective", "collective-2"),) if case == "class-change" else ()
+    watchdog = Watchdog(detect_ms=200, restore_ms=400, action="drop") if case == "watchdog" else None
+    return LosslessConfig(queues=8, classes=classes, pfc=PfcThresholds(xoff=24, xon=12, headroom=32),
+                          watchdog=watchdog, hold_rate_pps=500, class_changes=changes)
+
+
+def run_deadlock_case(name: str, args, out: Path) -> dict:
+    """Ring of five: h_i sends to h_(i+2), 500 packets/s, class 3, senders
+    honouring PFC. Each ring link carries two flows (one's first hop, the
+    other's second) at 1.2x its rate, so every ring port pauses its
+    upstream; s(i+1) holds what goes on to s(i+2), which fills its buffer
+    model for s(i)'s port, which pauses s(i): around the ring, each waits
+    for the next (a PFC deadlock). Measured: what arrives over time, and
+    what is still in the switches after the senders stopped."""
+    topo = load_topology(REPO / "topologies" / "ring.yaml")
+    topo.features[SECTION] = deadlock_section(name)
+    hosts = list(topo.hosts.values())
+    flows = [(hosts[i], hosts[(i + 2) % len(hosts)]) for i in range(len(hosts))]
+    ring_ports = {sw.name: [p.number for p in sw.ports.values() if p.peer in topo.switches]
+                  for sw in topo.switches.values()}
+    case_dir = out / name
+    case_dir.mkdir(parents=True, exist_ok=True)
+    with Network(topo, REPO / "build" / "experiments" / f"lossless-{name}", log_level=args.log_level) as net, \
+            FabricController(topo) as ctl:
+        ctl.program()
+        net.apply_queue_rates()
+
+        def total(counter: str, classes=(TCLASS, BOUNCED_CLASS)) -> int:
+            return sum(ctl.counter(sw, counter, cell(p, c)).get(cell(p, c), (0, 0))[0]
+                       for sw, ports in ring_ports.items() for p in ports for c in classes)
+
+        def in_switches() -> int:
+            n = 0
+            for sw, ports in ring_ports.items():
+                with Bmv2Thrift(topo.switches[sw].thrift_port) as thrift:
+                    n += sum(thrift.register_read(OCCUPANCY_REGISTER, cell(p, c))
+                             for p in ports for c in (TCLASS, BOUNCED_CLASS))
+            return n
+
+        start_at = time.time() + 3.0
+        procs = [roce_agent(dst, "receive", start_at=start_at, out_dir=case_dir,
+                            extra=["--duration", str(args.duration + 1.0)]) for _src, dst in flows]
+        for qp, (src, dst) in enumerate(flows, start=1):
+            procs.append(roce_agent(src, "send", start_at=start_at, out_dir=case_dir, extra=[
+                "--duration", str(args.duration), "--dst-ip", dst.ip, "--qp", str(qp),
+                "--line-rate-pps", str(DEADLOCK_RATE), "--fixed-rate", "--not-ect", "--dscp", str(DSCP),
+                "--tclass", str(TCLASS), "--link-mbps", str(topo.switches[src.switch].ports[src.switch_port]
+                                                             .link.bandwidth_mbps)]))
+        for p in procs:
+            p.wait(timeout=args.duration + 30)
+        if any(p.returncode for p in procs):
+            raise RuntimeError(f"{name}: an agent failed (exit codes {[p.returncode for p in procs]})")
+        stuck_at_end = in_switches()
+        time.sleep(2.0)                 # nothing is sent any more: does what is in the switches drain?
+        stuck_later = in_switches()
+        net.check_alive()
+        headroom = drop_reasons()["LOSSLESS_HEADROOM"]
+        counts = {
+            "pauses_sent": total("pfc_pause_sent"),
+            "storms_detected": total("pfc_storms_detected"),
+            "watchdog_dropped": total("pfc_storm_dropped"),
+            "headroom_drops": sum(ctl.counter(sw, "drop_counter", headroom).get(headroom, (0, 0))[0]
+                                  for sw in topo.switches),
+            "changed_class": sum(ctl.counter("s1", "class_packets", cell(p, BOUNCED_CLASS))
+                                 .get(cell(p, BOUNCED_CLASS), (0, 0))[0] for p in ring_ports["s1"]),
+        }
+    sent = sum(json.loads((case_dir / f"send-{src.name}.json").read_text())["sent"] for src, _ in flows)
+    bins: dict = {}
+    for _src, dst in flows:
+        for (t, fl), n in _read_bins(case_dir / f"receive-{dst.name}.csv").items():
+            bins[(t, fl)] = bins.get((t, fl), 0) + n
+    bin_s = json.loads((case_dir / f"receive-{flows[0][1].name}.json").read_text())["bin_s"]
+    per_bin: dict[float, int] = {}
+    for (t, _fl), n in bins.items():
+        per_bin[t] = per_bin.get(t, 0) + n
+    # The run's bins, with those where nothing arrived (absent from the CSVs).
+    timeline = [(round(i * bin_s, 6), per_bin.get(round(i * bin_s, 6), 0))
+                for i in range(int(args.duration / bin_s))]
+    last_arrival = max((t for t, n in timeline if n), default=0.0)
+    tail = [n for t, n in timeline if t >= 0.6 * args.duration]
+    result = {
+        "case": name,
+        "sent": sent,
+        "received": sum(per_bin.values()),
+        "first_second_pps": sum(n for t, n in timeline if t < 1.0),
+        "last_40pct_pps": round(sum(tail) / (0.4 * args.duration), 1),
+        "last_arrival_s": round(last_arrival + bin_s, 2),
+        "in_switches_at_end": stuck_at_end,
+        "in_switches_2s_later": stuck_later,
+        **counts,
+    }
+    _plot_deadlock(name, result, timeline, bins, case_dir, bin_s)
+    return result
+
+
+def _plot_deadlock(name: str, result: dict, timeline, bins, case_dir: Path, bin_s: float) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    for flow in sorted({fl for _t, fl in bins}):
+        pts = sorted((t, n / bin_s) for (t, fl), n in bins.items() if fl == flow)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], lw=0.8, label=f"flow {flow}")
+    ax.plot([t for t, _ in timeline], [n / bin_s for _, n in timeline], color="black", lw=1.4, label="all flows")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("received (pkts/s)")
+    ax.legend(fontsize=7, ncol=3)
+    ax.set_title(f"{name}: last packet at {result['last_arrival_s']} s, {result['in_switches_2s_later']} packets "
+                 f"stuck 2 s after the senders stopped, watchdog drops {result['watchdog_dropped']}", fontsize=9)
+    save_figure(fig, case_dir / "throughput.png")
+
+
+SLOW_DRAIN_PPS = 150.0
+
+
+def run_slow_receiver_case(topo, net: Network, ctl: FabricController, args, out: Path) -> dict:
+    """Dumbbell, the same two flows, but h4 is a slow receiver (its host
+    takes 150 packets/s of class 3 off the NIC, which pauses its uplink at
+    16 buffered and resumes at 8), with the watchdog on. Its pauses come and
+    go and packets leave between them: not a storm."""
+    name = "slow-receiver-watchdog"
+    topo.features[SECTION] = replace(section(True), watchdog=Watchdog(detect_ms=200, restore_ms=400, action="drop"))
+    ctl.program_all()
+    h1, h2, h3, h4 = (topo.hosts[h] for h in ("h1", "h2", "h3", "h4"))
+    s2_h4 = h4.switch_port
+
+    def count(switch: str, counter: str, port: int) -> int:
+        c = cell(port, TCLASS)
+        return ctl.counter(switch, counter, c).get(c, (0, 0))[0]
+
+    before = {k: count("s2", k, s2_h4) for k in ("pfc_storms_detected", "pfc_frames_received")}
+    start_at = time.time() + 3.0
+    case_dir = out / name
+    case_dir.mkdir(parents=True, exist_ok=True)
+    procs = [roce_agent(h3, "receive", start_at=start_at, out_dir=case_dir,
+                        extra=["--duration", str(args.duration + 1.0)]),
+             roce_agent(h4, "receive", start_at=start_at, out_dir=case_dir,
+                        extra=["--duration", str(args.duration + 1.0), "--drain-pps", str(SLOW_DRAIN_PPS),
+                               "--pfc-tclass", str(TCLASS), "--pfc-dscp", str(DSCP), "--link-mbps", "100"])]
+    for qp, (src, dst) in enumerate(((h1, h3), (h2, h4)), start=1):
+        procs.append(roce_agent(src, "send", start_at=start_at, out_dir=case_dir, extra=[
+            "--duration", str(args.duration), "--dst-ip", dst.ip, "--qp", str(qp), "--line-rate-pps",
+            str(STORM_RATE), "--fixed-rate", "--not-ect", "--dscp", str(DSCP), "--tclass", str(TCLASS),
+            "--link-mbps", "100"]))
+    for p in procs:
+        p.wait(timeout=args.duration + 30)
+    net.check_alive()
+    if any(p.returncode for p in procs):
+        raise RuntimeError(f"{name}: an agent failed (exit codes {[p.returncode for p in procs]})")
+    rx = {h.name: json.loads((case_dir / f"receive-{h.name}.json").read_text()) for h in (h3, h4)}
+    warm = 0.2 * args.duration
+
+    def rate(host: str) -> float:
+        n = sum(v for (t, _f), v in _read_bins(case_dir / f"receive-{host}.csv").items() if warm <= t < args.duration)
+        return round(n / (args.duration - warm), 1)
+
+    return {
+        "case": name,
+        "h1_h3_pps": rate("h3"),
+        "h2_h4_pps": rate("h4"),
+        "h4_pauses_sent": rx["h4"]["slow_receiver"]["pauses_sent"],
+        "h4_resumes_sent": rx["h4"]["slow_receiver"]["resumes_sent"],
+        "h4_nic_dropped": rx["h4"]["slow_receiver"]["dropped"],
+        "lost": sum(f["lost"] for r in rx.values() for f in r["flows"].values()),
+        "storms_detected": count("s2", "pfc_storms_detected", s2_h4) - before["pfc_storms_detected"],
+        "s2_frames_from_h4": count("s2", "pfc_frames_received", s2_h4) - before["pfc_frames_received"],
+    }
 
 
 def dumbbell_without_delay():
@@ -281,9 +610,12 @@ def _table(results: list[dict]) -> None:
         print(" ".join(f"{r[c]!s:>15s}" for c in cols))
 
 
+PHASES = ("incast", "spreading", "storm", "deadlock")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--phases", nargs="*", default=["incast", "storm"], choices=["incast", "storm"])
+    ap.add_argument("--phases", nargs="*", default=list(PHASES), choices=PHASES)
     ap.add_argument("--duration", type=float, default=10.0, help="seconds of traffic per case")
     ap.add_argument("--sender-rate", type=float, default=500.0, help="incast: sender line rate, pkts/s (4 senders)")
     ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "lossless"))
@@ -309,6 +641,21 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(run_case(case, topo, net, ctl, args, out))
         written += [write_csv(out / "summary.csv", results), _plot_summary(results, out)]
         _table(results)
+    if "spreading" in args.phases:
+        topo = load_topology(REPO / "topologies" / "incast-leaf-spine.yaml")
+        topo.features[SECTION] = section(True)
+        spreading_out = out / "spreading"
+        spreading_out.mkdir(exist_ok=True)
+        results = []
+        with Network(topo, REPO / "build" / "experiments" / "lossless-spreading", log_level=args.log_level) as net, \
+                FabricController(topo) as ctl:
+            ctl.program()
+            net.apply_queue_rates()
+            for name in SPREADING_CASES:
+                print(f"==> {name}: {args.duration:g}s of incast into r1 on leaf3, victim v1 -> v2", flush=True)
+                results.append(run_spreading_case(name, topo, net, ctl, args, spreading_out))
+        written.append(write_csv(spreading_out / "summary.csv", results))
+        _table(results)
     if "storm" in args.phases:
         topo = dumbbell_without_delay()
         topo.features[SECTION] = section(True)
@@ -323,7 +670,21 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"==> {name}: {args.duration:g}s on dumbbell, h4's NIC pausing class {TCLASS} from "
                       f"{0.2 * args.duration:g}s to {0.6 * args.duration:g}s", flush=True)
                 results.append(run_storm_case(name, topo, net, ctl, args, storm_out))
-        written.append(write_csv(storm_out / "summary.csv", results))
+            print(f"==> slow-receiver-watchdog: {args.duration:g}s on dumbbell, h4 taking {SLOW_DRAIN_PPS:g} "
+                  f"packets/s off its NIC", flush=True)
+            slow = run_slow_receiver_case(topo, net, ctl, args, storm_out)
+        written += [write_csv(storm_out / "summary.csv", results), write_csv(storm_out / "slow_receiver.csv", [slow])]
+        _table(results)
+        _table([slow])
+    if "deadlock" in args.phases:
+        deadlock_out = out / "deadlock"
+        deadlock_out.mkdir(exist_ok=True)
+        results = []
+        for name in DEADLOCK_CASES:
+            print(f"==> {name}: {args.duration:g}s on ring, each host sending class {TCLASS} two switches clockwise",
+                  flush=True)
+            results.append(run_deadlock_case(name, args, deadlock_out))
+        written.append(write_csv(deadlock_out / "summary.csv", results))
         _table(results)
     print(f"\nresults: {', '.join(map(str, written))}, and per case <case>/throughput.png + the agents' CSV/JSON")
     return 0

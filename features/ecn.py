@@ -1,4 +1,5 @@
-"""Control-plane side of p4src/include/ecn.p4: per-port ECN marking profiles.
+"""Control-plane side of p4src/include/ecn.p4: ECN marking profiles per
+egress port, and per priority queue (a traffic class's, lossless.md).
 
 In a topology file (validated with the rest of it, before anything starts):
 
@@ -7,19 +8,25 @@ In a topology file (validated with the rest of it, before anything starts):
       - {switch: s1, port: 2, mode: wred, kmin: 5, kmax: 30, pmax: 0.1}
       - {switch: leaf1, port: all, mode: step, k: 20}
       - {switch: s1, towards: h1, mode: monitor}
+      - {switch: s1, port: all, queue: 3, mode: step, k: 5}
 
 k, kmin and kmax are egress queue depths in packets (BMv2's enq_qdepth);
 pmax is the marking probability reached at kmax (0..1). Mode monitor marks
 nothing: like the others, it records each packet's queue depth in the
 register egress_qdepth[port] for experiments to sample. Ports without a
 profile do neither, at the cost of one table miss.
+
+`queue` gives a profile to one priority queue of the port (the queue of a
+traffic class of the `lossless:` section: per-class ECN); without it the
+profile is the port's, for every queue it has. A queue's own profile wins
+over its port's.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Optional
 
-from core.feature import CounterMetric, Fail, FeatureSpec, Pieces, one_mode, section_items
+from core.feature import CounterMetric, Fail, FeatureSpec, Pieces, one_mode, priority_queues, section_items
 from core.p4info import EntryError, P4Info
 from core.sync import SwitchState
 
@@ -29,7 +36,8 @@ MARKED_COUNTER = "ecn_marked_counter"
 QDEPTH_REGISTER = "egress_qdepth"
 QDEPTH_MAX = (1 << 19) - 1       # enq_qdepth is 19 bits
 PPM = 1_000_000
-FIELDS = {"switch", "port", "towards", "mode", "k", "kmin", "kmax", "pmax"}
+QUEUES = 8                       # standard_metadata.priority is 3 bits
+FIELDS = {"switch", "port", "towards", "queue", "mode", "k", "kmin", "kmax", "pmax"}
 
 
 @dataclass(frozen=True)
@@ -109,12 +117,15 @@ class EcnProfile:
         return f"WRED Kmin={self.kmin} Kmax={self.kmax} Pmax={self.pmax:g}"
 
 
-def parse_section(raw: Any, topo, fail: Fail) -> dict[tuple[str, int], EcnProfile]:
-    """Validate a topology's `ecn:` list -> {(switch, port): profile}.
+ProfileKey = tuple[str, int, Optional[int]]      # (switch, port, queue); queue None: every queue of the port
+
+
+def parse_section(raw: Any, topo, fail: Fail) -> dict[ProfileKey, EcnProfile]:
+    """Validate a topology's `ecn:` list -> {(switch, port, queue or None): profile}.
     `fail(field, what)` raises the loader's error naming file and field."""
-    profiles: dict[tuple[str, int], EcnProfile] = {}
+    profiles: dict[ProfileKey, EcnProfile] = {}
     for where, item, name in section_items(raw, SECTION, FIELDS, topo, fail,
-                                           what="{switch, port|towards, mode, ...}"):
+                                           what="{switch, port|towards, queue, mode, ...}"):
         sw = topo.switches[name]
         if ("port" in item) == ("towards" in item):
             fail(where, "give exactly one of port (a number or 'all') and towards (a neighbour's name)")
@@ -128,28 +139,39 @@ def parse_section(raw: Any, topo, fail: Fail) -> dict[tuple[str, int], EcnProfil
             if item["port"] not in sw.ports:
                 fail(f"{where}.port", f"{name} has no port {item['port']!r} (ports: {sorted(sw.ports)})")
             ports = [item["port"]]
-        profile = EcnProfile.from_mapping(item, lambda field, what: fail(f"{where}.{field}" if field else where, what))
+        queue = item.get("queue")
+        if queue is not None and (isinstance(queue, bool) or not isinstance(queue, int) or not 0 <= queue < QUEUES):
+            fail(f"{where}.queue", f"expected a priority queue 0..{QUEUES - 1}, got {queue!r}")
+        profile = EcnProfile.from_mapping({k: v for k, v in item.items() if k != "queue"},
+                                          lambda field, what: fail(f"{where}.{field}" if field else where, what))
         for port in ports:
-            if (name, port) in profiles:
-                fail(where, f"{name} port {port} already has an ECN profile")
-            profiles[(name, port)] = profile
+            if (name, port, queue) in profiles:
+                fail(where, f"{name} port {port}{'' if queue is None else f' queue {queue}'} already has an ECN profile")
+            profiles[(name, port, queue)] = profile
     return profiles
 
 
-def ecn_state(p4info: P4Info, profiles: Mapping[int, EcnProfile]) -> SwitchState:
-    """Entities for one switch: {egress port: profile}. Ports without one never mark."""
+def ecn_state(p4info: P4Info, profiles: Mapping[int, EcnProfile], *, queues: int = 1,
+              queue_profiles: Mapping[tuple[int, int], EcnProfile] | None = None) -> SwitchState:
+    """Entities for one switch with `queues` priority queues per port:
+    {egress port: profile} for every queue of the port, and {(port, queue):
+    profile} for one queue (winning over its port's). Others never mark."""
     state = SwitchState(managed_tables={p4info.table(TABLE).preamble.id})
-    for port, profile in sorted(profiles.items()):
+    per_queue = {(port, q): p for port, p in profiles.items() for q in range(queues)}
+    per_queue.update(queue_profiles or {})
+    for (port, queue), profile in sorted(per_queue.items()):
         action, params = profile.action()
-        state.table_entries.append(p4info.table_entry(TABLE, {"std_meta.egress_port": port},
+        state.table_entries.append(p4info.table_entry(TABLE, {"std_meta.egress_port": port,
+                                                              "std_meta.priority": queue},
                                                       action=action, params=params))
     return state
 
 
 def switch_state(p4info: P4Info, topo, switch: str, *, forwarding: "SwitchState | None" = None) -> SwitchState:
     """The ECN profiles the topology file gives `switch` (feature interface)."""
-    profiles = topo.features.get(SECTION, {})
-    return ecn_state(p4info, {port: p for (sw, port), p in profiles.items() if sw == switch})
+    mine = [(port, q, p) for (sw, port, q), p in topo.features.get(SECTION, {}).items() if sw == switch]
+    return ecn_state(p4info, {port: p for port, q, p in mine if q is None}, queues=priority_queues(topo, switch),
+                     queue_profiles={(port, q): p for port, q, p in mine if q is not None})
 
 
 def bench_state(p4info: P4Info, port: int) -> SwitchState:
@@ -164,18 +186,21 @@ class EcnRuntime:
     def __init__(self, controller):
         self.ctl = controller
 
-    def set_profile(self, switch: str, port: int, profile: "EcnProfile | None"):
-        """Change (or remove, with None) the ECN profile of one egress port."""
+    def set_profile(self, switch: str, port: int, profile: "EcnProfile | None", *, queue: Optional[int] = None):
+        """Change (or remove, with None) the ECN profile of one egress port,
+        or of one priority queue of it."""
         topo = self.ctl.topo
         if switch not in topo.switches:
             raise EntryError(f"no switch {switch!r}")
         if port not in topo.switches[switch].ports:
             raise EntryError(f"{switch} has no port {port}")
+        if queue is not None and not 0 <= queue < priority_queues(topo, switch):
+            raise EntryError(f"{switch} has queues 0..{priority_queues(topo, switch) - 1}, not {queue}")
         profiles = topo.features.setdefault(SECTION, {})
         if profile is None:
-            profiles.pop((switch, port), None)
+            profiles.pop((switch, port, queue), None)
         else:
-            profiles[(switch, port)] = profile
+            profiles[(switch, port, queue)] = profile
         return self.ctl.program_switch(switch)
 
 

@@ -11,6 +11,8 @@ In a topology file (validated with the rest of it, before anything starts):
       pfc: {xoff: 24, xon: 12, headroom: 32, pause_quanta: 65535}
       watchdog: {detect_ms: 200, restore_ms: 400, action: drop}
       hold_rate_pps: 2000
+      class_changes:               # Tagger: off the expected routes, another lossless class
+        - {switch: s1, from: s5, to: s2, class: collective, becomes: collective-2}
 
 A class maps its DSCPs to priority queue `queue` (default: its class number;
 higher is served first; DSCPs of no class go to queue 0, as do BMv2's
@@ -21,14 +23,19 @@ Lossless classes get PFC on every port of every switch: xoff/xon/headroom
 count packets one ingress port has in the switch in that class; pauses last
 pause_quanta quanta of 512 bit times of the link they cross, refreshed at
 half that while above XOFF. The watchdog (off when absent) acts on a
-(port, class) paused with nothing sent for detect_ms.
+(port, class) paused with nothing sent for detect_ms. A class change moves
+the packets of a lossless class that `switch` receives from neighbour
+`from` and sends to neighbour `to` into the lossless class `becomes` (its
+queue there, its DSCP downstream), so that lossless queues cannot wait on
+each other in a cycle (docs/features/lossless.md, deadlock).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional
 
-from core.feature import CounterMetric, Fail, FeatureSpec, Pieces, QueuePlan, QueueSetting, check_mapping, one_mode
+from core.feature import CounterMetric, Fail, FeatureSpec, Pieces, QueuePlan, QueueSetting, check_mapping, one_mode, \
+    section_items
 from core.network import queue_rate_pps
 from core.p4constants import constants
 from core.p4info import EntryError, P4Info
@@ -43,17 +50,20 @@ SWITCH_TABLE = "lossless_switch"   # keyless: its default action says whether th
 CLASS_TABLE = "traffic_class"
 PORT_TABLE = "pfc_port"
 SOURCE_TABLE = "pfc_source"
+CHANGE_TABLE = "class_change"
 STORM_ACTIONS = {"drop": constants()["PFC_STORM_DROP"], "forward": constants()["PFC_STORM_FORWARD"],
                  "alert": constants()["PFC_STORM_ALERT"]}
 SESSION_BASE = constants()["PFC_SESSION_BASE"]
 HOLD_QUEUE_DEPTH = 1024          # packets a port can hold while paused (all its lossless classes)
-FIELDS = {"queues", "classes", "pfc", "watchdog", "hold_rate_pps"}
+FIELDS = {"queues", "classes", "pfc", "watchdog", "hold_rate_pps", "class_changes"}
+CHANGE_FIELDS = {"switch", "from", "to", "class", "becomes"}
 CLASS_FIELDS = {"name", "class", "queue", "dscp", "lossless", "share"}
 PFC_FIELDS = {"xoff", "xon", "headroom", "pause_quanta"}
 WATCHDOG_FIELDS = {"detect_ms", "restore_ms", "action"}
 
 # Registers and counters (p4src/include/lossless.p4), by (port, class) cell.
 OCCUPANCY_REGISTER = "pfc_occupancy"
+PAUSED_REGISTER = "pfc_paused_us"
 COUNTERS = ("class_packets", "pfc_pause_sent", "pfc_resume_sent", "pfc_frames_received", "pfc_held",
             "pfc_storms_detected", "pfc_storms_restored", "pfc_storm_dropped")
 
@@ -89,12 +99,27 @@ class Watchdog:
 
 
 @dataclass(frozen=True)
+class ClassChange:
+    """Packets of lossless class `tclass` that `switch` receives from its
+    neighbour `src` and sends to its neighbour `dst` leave in class `becomes`."""
+    switch: str
+    src: str
+    dst: str
+    tclass: str
+    becomes: str
+
+
+@dataclass(frozen=True)
 class LosslessConfig:
     queues: int = 8
     classes: tuple[TrafficClass, ...] = ()
     pfc: PfcThresholds = field(default_factory=PfcThresholds)
     watchdog: Optional[Watchdog] = None
     hold_rate_pps: int = 2000
+    class_changes: tuple[ClassChange, ...] = ()
+
+    def by_name(self, name: str) -> TrafficClass:
+        return next(c for c in self.classes if c.name == name)
 
     @property
     def hold_queue(self) -> int:
@@ -121,7 +146,7 @@ def _number(raw: Mapping, key: str, where: str, fail: Fail, default: float) -> f
 
 def parse_config(raw: Any, fail: Fail) -> LosslessConfig:
     """Validate a `lossless:` section (without reference to a topology)."""
-    check_mapping(raw, SECTION, FIELDS, fail, what="{queues, classes, pfc, watchdog, hold_rate_pps}")
+    check_mapping(raw, SECTION, FIELDS, fail, what="{queues, classes, pfc, watchdog, hold_rate_pps, class_changes}")
     queues = _int(raw, "queues", SECTION, fail, 2, 8, 8)
     if not isinstance(raw.get("classes"), list) or not raw["classes"]:
         fail(f"{SECTION}.classes", "expected a non-empty list of {name, class, dscp, ...}")
@@ -189,12 +214,35 @@ PFC_PORTS = 1 << constants()["PFC_PORT_BITS"]    # the P4 program's (port, class
 
 
 def parse_section(raw: Any, topo, fail: Fail) -> LosslessConfig:
+    """Validate a `lossless:` section against the topology it configures."""
     config = parse_config(raw, fail)
     for sw in topo.switches.values():
         beyond = [p for p in sw.ports if p >= PFC_PORTS]
         if beyond:
             fail(SECTION, f"the switch keeps PFC state for ports 0..{PFC_PORTS - 1}; {sw.name} has port {beyond[0]}")
-    return config
+    if raw.get("class_changes") is None:
+        return config
+    lossless = {c.name for c in config.lossless}
+    changes: list[ClassChange] = []
+    seen: set[tuple[str, str, str, str]] = set()
+    for where, item, name in section_items(raw["class_changes"], f"{SECTION}.class_changes", CHANGE_FIELDS, topo,
+                                           fail, what="{switch, from, to, class, becomes}"):
+        peers = {p.peer for p in topo.switches[name].ports.values()}
+        for key in ("from", "to"):
+            if item.get(key) not in peers:
+                fail(f"{where}.{key}", f"{name} has no link to {item.get(key)!r} (neighbours: {', '.join(sorted(peers))})")
+        for key in ("class", "becomes"):
+            if item.get(key) not in lossless:
+                fail(f"{where}.{key}", f"expected a lossless class ({', '.join(sorted(lossless)) or 'none'}), "
+                                       f"got {item.get(key)!r}")
+        if item["class"] == item["becomes"]:
+            fail(f"{where}.becomes", f"the class it changes from ({item['class']!r}): a change needs another class")
+        key4 = (name, item["from"], item["to"], item["class"])
+        if key4 in seen:
+            fail(where, f"{name} already changes {item['class']!r} from {item['from']} to {item['to']}")
+        seen.add(key4)
+        changes.append(ClassChange(name, item["from"], item["to"], item["class"], item["becomes"]))
+    return replace(config, class_changes=tuple(changes))
 
 
 def quantum_x1024_us(bandwidth_mbps: float) -> int:
@@ -202,11 +250,13 @@ def quantum_x1024_us(bandwidth_mbps: float) -> int:
     return max(1, round(quantum_us(bandwidth_mbps) * 1024))
 
 
-def lossless_state(p4info: P4Info, config: Optional[LosslessConfig], ports: Mapping[int, tuple[str, float]]
-                   ) -> SwitchState:
-    """Entities for one switch: {port: (its MAC, its link's Mbit/s)}. No config: every table empty."""
+def lossless_state(p4info: P4Info, config: Optional[LosslessConfig], ports: Mapping[int, tuple[str, float]],
+                   changes: Mapping[tuple[int, int, str], str] | None = None) -> SwitchState:
+    """Entities for one switch: {port: (its MAC, its link's Mbit/s)}, and its
+    class changes {(in port, out port, class name): name of the class it
+    becomes}. No config: every table empty."""
     state = SwitchState(managed_tables={p4info.table(t).preamble.id
-                                        for t in (SWITCH_TABLE, CLASS_TABLE, PORT_TABLE, SOURCE_TABLE)},
+                                        for t in (SWITCH_TABLE, CLASS_TABLE, PORT_TABLE, SOURCE_TABLE, CHANGE_TABLE)},
                         managed_clone_sessions={SESSION_BASE + p for p in ports})
     state.table_entries.append(p4info.default_entry(SWITCH_TABLE, "classify" if config else "NoAction"))
     if config is None:
@@ -237,6 +287,12 @@ def lossless_state(p4info: P4Info, config: Optional[LosslessConfig], ports: Mapp
                                                           action="pfc_frame", params={"port_mac": mac}))
             state.clone_sessions.append(p4runtime_pb2.CloneSessionEntry(
                 session_id=SESSION_BASE + port, replicas=[p4runtime_pb2.Replica(egress_port=port, instance=0)]))
+    for (in_port, out_port, name), becomes in sorted((changes or {}).items()):
+        new = config.by_name(becomes)
+        state.table_entries.append(p4info.table_entry(
+            CHANGE_TABLE, {"meta.tc.in_port": in_port, "std_meta.egress_spec": out_port,
+                           "meta.tc.tclass": config.by_name(name).tclass},
+            action="change_class", params={"out_class": new.tclass, "queue": new.queue, "dscp": min(new.dscp)}))
     return state
 
 
@@ -244,8 +300,17 @@ def _ports(topo, switch: str) -> dict[int, tuple[str, float]]:
     return {p.number: (p.mac, p.link.bandwidth_mbps) for p in topo.switches[switch].ports.values()}
 
 
+def class_changes(topo, switch: str, config: LosslessConfig) -> dict[tuple[int, int, str], str]:
+    """`switch`'s class changes by port: {(in port, out port, class): class it becomes}."""
+    ports = topo.switches[switch].ports.values()
+    return {(a.number, b.number, ch.tclass): ch.becomes
+            for ch in config.class_changes if ch.switch == switch
+            for a in ports if a.peer == ch.src for b in ports if b.peer == ch.dst}
+
+
 def switch_state(p4info: P4Info, topo, switch: str, *, forwarding: "SwitchState | None" = None) -> SwitchState:
-    return lossless_state(p4info, topo.features.get(SECTION), _ports(topo, switch))
+    config = topo.features.get(SECTION)
+    return lossless_state(p4info, config, _ports(topo, switch), class_changes(topo, switch, config) if config else None)
 
 
 def queue_plan(config: Optional[LosslessConfig], ports: Mapping[int, tuple[str, float]]) -> QueuePlan:
@@ -297,6 +362,11 @@ class _PerCell:
         return _cells(read[self.counter])
 
 
+def _paused_seconds(read) -> dict[str, float]:
+    """pfc_paused_us by "port/class", in seconds."""
+    return {k: v / 1e6 for k, v in _cells(read[PAUSED_REGISTER]).items()}
+
+
 class LosslessRuntime:
     """controller.feature("lossless"): the section changed at runtime (classes,
     DSCP map, thresholds, watchdog), validated whole before anything is written.
@@ -308,7 +378,7 @@ class LosslessRuntime:
     def configure(self, raw: Any):
         def fail(where: str, what: str):
             raise EntryError(f"{where}: {what}")
-        config = parse_config(raw, fail)
+        config = parse_section(raw, self.ctl.topo, fail)
         current = self.ctl.topo.features.get(SECTION)
         started = current.queues if current else 1
         if config.queues != started:
@@ -333,5 +403,8 @@ FEATURE = FeatureSpec(
     parse_section=parse_section, switch_state=switch_state, bench_states=one_mode(bench_state),
     bench_what="every packet in a lossless class: buffer model, pause and watchdog state read",
     runtime=LosslessRuntime, queues=queues,
-    counters=tuple(CounterMetric(f"fabric_{name}", f"{name}: packets by (port/class)", (name,), label="port_class",
-                                 values=_PerCell(name)) for name in COUNTERS))
+    counters=(*(CounterMetric(f"fabric_{name}", f"{name}: packets by (port/class)", (name,), label="port_class",
+                              values=_PerCell(name)) for name in COUNTERS),
+              CounterMetric("fabric_pfc_paused_seconds", "pfc_paused_us: time the peer kept (port/class) paused, "
+                            "counted as its next PFC frame arrives", (), label="port_class", values=_paused_seconds,
+                            registers=(PAUSED_REGISTER,))))

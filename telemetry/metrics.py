@@ -119,6 +119,7 @@ FABRIC_READ_ERRORS = MetricSpec("fabric_exporter_read_errors", "counter",
 
 # The features' counter metrics (their counters() hook, core/feature.py), named once there.
 FEATURE_COUNTERS = tuple(c for f in FEATURES for c in f.counters)
+FEATURE_REGISTERS = tuple(dict.fromkeys(r for c in FEATURE_COUNTERS for r in c.registers))
 FEATURE_METRICS = {c.metric: MetricSpec(c.metric, "counter", c.help, PORT if c.label == "port" else ("switch", c.label))
                    for c in FEATURE_COUNTERS}
 FABRIC_ECN_MARKED = FEATURE_METRICS["fabric_ecn_marked"]      # the dashboards' ECN panels

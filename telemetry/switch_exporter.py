@@ -116,9 +116,10 @@ def samples(topo, readings: Iterable[SwitchReadings], reasons: dict[int, str],
                 name = reasons.get(code, f"reason_{code}")
                 fam[m.FABRIC_DROPS.name].add_metric([r.switch, name], float(drops.get(code, (0, 0))[0]))
         for c in m.FEATURE_COUNTERS:
-            if c.label == "port" or c.values is None or any(name not in r.counters for name in c.counters):
+            if c.label == "port" or c.values is None or any(name not in r.counters
+                                                            for name in c.counters + c.registers):
                 continue
-            read = {name: r.counters[name] for name in c.counters}
+            read = {name: r.counters[name] for name in c.counters + c.registers}
             for label, number in c.values(read).items():
                 fam[c.metric].add_metric([r.switch, label], number)
     for (switch, source), n in sorted((read_errors or {}).items()):
@@ -167,7 +168,11 @@ class Bmv2Reader:
         qdepth = None
         if self.read_qdepth:
             try:
-                qdepth = [int(v) for v in self._thrift_session(sw).register_read(QDEPTH_REGISTER)]
+                thrift = self._thrift_session(sw)
+                qdepth = [int(v) for v in thrift.register_read(QDEPTH_REGISTER)]
+                if counters:                    # the features' registers, as cells beside the counters
+                    for name in m.FEATURE_REGISTERS:
+                        counters[name] = {i: (int(v), 0) for i, v in enumerate(thrift.register_read(name)) if v}
             except Exception as exc:
                 errors.append(("thrift", str(exc)))
                 self._drop(self._thrift, sw.name)

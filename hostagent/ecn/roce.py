@@ -11,6 +11,11 @@ Options for load balancing: `send --plb` repaths (new UDP source port) on
 persistent congestion (hostagent/load_balancing/plb.py); `receive --reorder` delivers each
 flow in PSN order through a reorder buffer and reports reordering
 (hostagent/load_balancing/reorder.py).
+The sender stamps each packet's first 8 payload bytes with its monotonic
+clock (ns; every namespace of the machine shares it), and the receiver
+reports each flow's one-way delay percentiles from them. Options for a
+lossless class: `send --tclass C` honours PFC pauses of class C;
+`receive --drain-pps R` is a slow receiver that pauses its uplink.
 Frames are built once with the Scapy layers of wire.roce and sent as
 bytes on one raw socket; malformed or unexpected frames are counted and
 ignored, never fatal.
@@ -30,7 +35,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 
 from hostagent.ecn.dcqcn import DcqcnParams, NotificationPoint, ReactionPoint
-from hostagent.lossless import PauseState
+from hostagent.lossless import PauseState, ReceiveBuffer
 from wire.ecn import CE, ECT0, NOT_ECT
 from wire.roce import CNP, OFFSETS, RC_SEND_ONLY, ROCEV2_UDP_PORT, roce_cnp, roce_data
 from hostagent.load_balancing.plb import add_plb_arguments, plb_from_args
@@ -42,6 +47,7 @@ PACKET_IGNORE_OUTGOING = 23
 O = OFFSETS
 UDP_SPORT = O.udp_dport - 2   # UDP: source port, then destination port
 PROGRESS_S = 0.5              # how often the loops call their progress hook
+STAMP_AT = O.min_len          # the payload's first 8 bytes: when the sender sent it (monotonic ns)
 
 
 def open_socket(iface: str) -> socket.socket:
@@ -77,6 +83,17 @@ def _u24(frame: bytes, at: int) -> int:
     return int.from_bytes(frame[at:at + 3], "big")
 
 
+def delay_percentiles(delays_ns: list[int]) -> dict | None:
+    """p50, p99 and max of one-way delays in ms (None without any)."""
+    if not delays_ns:
+        return None
+    d = sorted(delays_ns)
+
+    def pct(p: float) -> float:
+        return round(d[min(len(d) - 1, int(p * len(d)))] / 1e6, 3)
+    return {"p50": pct(0.5), "p99": pct(0.99), "max": round(d[-1] / 1e6, 3), "samples": len(d)}
+
+
 # --------------------------------------------------------------------------
 
 def run_sender(a, progress=None, write: bool = True) -> dict:
@@ -88,6 +105,7 @@ def run_sender(a, progress=None, write: bool = True) -> dict:
     tclass = getattr(a, "tclass", None)
     pfc = PauseState(getattr(a, "link_mbps", 100.0)) if tclass is not None else None   # a NIC honouring PFC for its class
     psn_at = O.bth_psn
+    stamp = a.payload >= 8
     sock = open_socket(a.iface)
     sock.setblocking(False)
     rp = ReactionPoint(params, now=0.0)
@@ -138,6 +156,8 @@ def run_sender(a, progress=None, write: bool = True) -> dict:
             time.sleep(0.0002)
         elif now >= next_send:
             frame[psn_at:psn_at + 3] = (sent & 0xFFFFFF).to_bytes(3, "big")
+            if stamp:
+                frame[STAMP_AT:STAMP_AT + 8] = time.monotonic_ns().to_bytes(8, "big")
             try:
                 sock.send(frame)
                 sent += 1
@@ -186,7 +206,13 @@ def run_receiver(a, progress=None, write: bool = True) -> dict:
            if getattr(a, "reorder", False) else None)
     sock = open_socket(a.iface)
     sock.settimeout(0.05 if rob is None else min(0.05, a.reorder_timeout / 4))  # timeouts fire on time
+    slow = None
+    if getattr(a, "drain_pps", None):      # a slow receiver: pauses its uplink as its buffer fills
+        slow = ReceiveBuffer(a.src_mac, a.pfc_tclass, a.drain_pps, a.link_mbps, xoff=a.pfc_xoff, xon=a.pfc_xon,
+                             capacity=a.buffer_packets)
+        sock.settimeout(0.002)             # resumes go out on time
     flows: dict = {}
+    delays: dict[str, list[int]] = {}              # flow -> one-way delays (ns)
     cnp_frames: dict = {}
     ignored: defaultdict[str, int] = defaultdict(int)
     # flow -> bin -> [pkts, ce, lost, reorder buffer max occupancy]; with --reorder, lost = declared lost
@@ -207,6 +233,8 @@ def run_receiver(a, progress=None, write: bool = True) -> dict:
             next_progress += PROGRESS_S
             if progress(now, flows, rob):
                 break
+        if slow is not None and (frame := slow.tick(now)) is not None:
+            sock.send(frame)
         try:
             rx = sock.recv(4096)
         except socket.timeout:
@@ -219,6 +247,12 @@ def run_receiver(a, progress=None, write: bool = True) -> dict:
         if kind != "data":
             ignored[kind] += 1
             continue
+        if slow is not None and rx[O.ip_tos] >> 2 == a.pfc_dscp:
+            kept, frame = slow.on_packet(now)
+            if frame is not None:
+                sock.send(frame)
+            if not kept:
+                continue                     # the NIC's buffer was full: lost here
         src = socket.inet_ntoa(rx[O.ip_src:O.ip_src + 4])
         qp = _u24(rx, O.bth_dqpn)
         key = f"{src}/{qp}"
@@ -236,6 +270,10 @@ def run_receiver(a, progress=None, write: bool = True) -> dict:
             b[2] += psn - f["max_psn"] - 1  # a gap: lost packets, noticed now
         f["packets"] += 1
         f["bytes"] += len(rx)
+        if len(rx) >= STAMP_AT + 8:
+            sent_ns = int.from_bytes(rx[STAMP_AT:STAMP_AT + 8], "big")
+            if 0 < sent_ns <= time.monotonic_ns():        # stamped by a sender on this machine
+                delays.setdefault(key, []).append(time.monotonic_ns() - sent_ns)
         f["max_psn"] = max(f["max_psn"], psn)
         f["last_s"] = now
         if rx[O.ip_tos] & 0b11 == CE:
@@ -250,11 +288,13 @@ def run_receiver(a, progress=None, write: bool = True) -> dict:
     restore_signals()
     for key, f in flows.items():
         f["lost"] = f["max_psn"] + 1 - f["packets"]  # PSN gaps (no reordering on a single path)
+        f["delay_ms"] = delay_percentiles(delays.get(key, []))
         if rob is not None:
             f["reorder"] = rob[key].summary()
             f["lost"] = f["reorder"]["missing"]      # robust to reordering, duplicates and PSN wrap
     summary = {"role": "receiver", "flows": flows, "ignored": dict(ignored), "bin_s": a.bin_s, "t0_wall": t0_wall,
-               "reorder": asdict(rob.params) if rob is not None else None}
+               "reorder": asdict(rob.params) if rob is not None else None,
+               "slow_receiver": slow.summary() if slow is not None else None}
     header = ["t_s", "flow", "packets", "ce", "lost"] + (["reorder_held_max"] if rob is not None else [])
     rows = [(round(i * a.bin_s, 4), key, *v[:len(header) - 2])
             for key, per in bins.items() for i, v in sorted(per.items())]
@@ -308,6 +348,15 @@ def main(argv=None) -> int:
                    help="N: at most one CNP per flow per interval")
     r.add_argument("--bin-s", type=float, default=0.05, help="time-series bin width")
     add_reorder_arguments(r)
+    r.add_argument("--drain-pps", type=float, default=None,
+                   help="a slow receiver: the host takes this many packets/s of the class off its NIC, "
+                        "which pauses the uplink (PFC) as its buffer fills")
+    r.add_argument("--pfc-tclass", type=int, default=3, help="slow receiver: the class it pauses")
+    r.add_argument("--pfc-dscp", type=int, default=26, help="slow receiver: the DSCP of that class's packets")
+    r.add_argument("--pfc-xoff", type=int, default=16, help="slow receiver: pause at this many packets buffered")
+    r.add_argument("--pfc-xon", type=int, default=8, help="slow receiver: resume at this many")
+    r.add_argument("--buffer-packets", type=int, default=64, help="slow receiver: the NIC's buffer")
+    r.add_argument("--link-mbps", type=float, default=100.0, help="slow receiver: the link's rate (pause quanta)")
     a = ap.parse_args(argv)
     try:
         (run_sender if a.cmd == "send" else run_receiver)(a)

@@ -1,7 +1,10 @@
 """The host side of lossless classes: a NIC that honours PFC per class, and
-one that sends pauses (a receiver pausing its uplink; a stuck NIC's storm).
+one that sends pauses (a slow receiver pausing its uplink; a stuck NIC's storm).
 
     PauseState                     per-class pause deadlines from received PFC frames
+    ReceiveBuffer                  a slow receiver: a NIC buffer drained at the host's rate,
+                                   pausing its uplink at XOFF, resuming at XON
+                                   (hostagent/ecn/roce.py `receive --drain-pps 150 --pfc-tclass 3`)
     python -m hostagent.lossless pause --iface h4-eth0 --src-mac .. --tclass 3 \
         --quanta 65535 --every-ms 100 --duration 5          # pauses, again and again (a storm)
 
@@ -56,6 +59,64 @@ class PauseState:
     def summary(self) -> dict:
         return {"pfc_frames": self.frames, "pauses": self.pauses, "resumes": self.resumes,
                 "malformed": self.malformed}
+
+
+class ReceiveBuffer:
+    """A slow receiver's NIC: packets of class `tclass` wait in a buffer of
+    `capacity` packets that the host drains at `drain_pps`. At `xoff` it
+    pauses its uplink for the class (refreshed at half the pause while at
+    or above XOFF), at `xon` it resumes; a packet finding the buffer full is
+    dropped (a NIC without PFC, or with too small a headroom, loses it).
+    on_packet() and tick() return the PFC frame to send now, if any."""
+
+    def __init__(self, src_mac: str, tclass: int, drain_pps: float, link_mbps: float, *, xoff: int = 16,
+                 xon: int = 8, capacity: int = 64, quanta: int = MAX_PAUSE_QUANTA):
+        if not 0 <= tclass < CLASSES:
+            raise ValueError(f"class {tclass} is not 0..{CLASSES - 1}")
+        if drain_pps <= 0:
+            raise ValueError(f"drain rate must be > 0 packets/s, got {drain_pps}")
+        if not 0 <= xon < xoff <= capacity:
+            raise ValueError(f"need 0 <= xon < xoff <= capacity, got xon {xon}, xoff {xoff}, capacity {capacity}")
+        self.drain_pps, self.xoff, self.xon, self.capacity = drain_pps, xoff, xon, capacity
+        self.refresh_s = pause_us(quanta, link_mbps) / 2e6
+        self._pause = encode_pfc(src_mac, {tclass: quanta})
+        self._resume = encode_pfc(src_mac, {tclass: 0})
+        self.occupancy = 0.0
+        self.last: float | None = None    # when the buffer was last drained
+        self.paused_at: float | None = None   # when the last pause went out; None: not pausing
+        self.pauses = self.resumes = self.dropped = 0
+
+    def _drain(self, now: float) -> None:
+        if self.last is not None:
+            self.occupancy = max(0.0, self.occupancy - (now - self.last) * self.drain_pps)
+        self.last = now
+
+    def on_packet(self, now: float) -> tuple[bool, bytes | None]:
+        """A packet of the class arrived: (kept, frame to send). A packet
+        finding the buffer full is not kept."""
+        self._drain(now)
+        if self.occupancy + 1 > self.capacity:
+            self.dropped += 1
+            return False, self.tick(now)
+        self.occupancy += 1
+        return True, self.tick(now)
+
+    def tick(self, now: float) -> bytes | None:
+        """Called often (between packets too): a pause, refresh or resume due now."""
+        self._drain(now)
+        if self.occupancy >= self.xoff and (self.paused_at is None or now >= self.paused_at + self.refresh_s):
+            self.paused_at = now
+            self.pauses += 1
+            return self._pause
+        if self.paused_at is not None and self.occupancy <= self.xon:
+            self.paused_at = None
+            self.resumes += 1
+            return self._resume
+        return None
+
+    def summary(self) -> dict:
+        return {"drain_pps": self.drain_pps, "pauses_sent": self.pauses, "resumes_sent": self.resumes,
+                "dropped": self.dropped}
 
 
 def run_pauser(a) -> dict:

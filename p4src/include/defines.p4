@@ -145,22 +145,21 @@ const bit<32> PFC_FRAME_BYTES = 60;           // a minimum Ethernet frame, witho
 const bit<32> PFC_CELLS = 512;                // (port, class) cells: 6-bit port ++ 3-bit class
 const bit<32> PFC_SESSION_BASE = 1024;        // clone session of PFC frames out of port p: base + p
 const bit<8>  PFC_CARRY_FIELDS = 2;           // @field_list: what recirculation and frame clones keep
-// local_metadata_t.pfc_carry: kind, class, then per kind: a held packet's
-// egress port, ingress port and hold number; a frame's pause time.
+// local_metadata_t.pfc_carry: kind, then for a held packet its egress
+// port, ingress port and hold number.
 #define PFC_CARRY_KIND_HI 63
 #define PFC_CARRY_KIND_LO 62
-#define PFC_CARRY_CLASS_HI 61
-#define PFC_CARRY_CLASS_LO 59
-#define PFC_CARRY_CLASS_SHIFT 59
 #define PFC_CARRY_PORT_HI 58
 #define PFC_CARRY_PORT_LO 50
 #define PFC_CARRY_IN_PORT_HI 49
 #define PFC_CARRY_IN_PORT_LO 41
 const bit<2>  PFC_KIND_HELD = 3;
 const bit<64> PFC_CARRY_ADMITTED = 1 << 62;   // a lossless packet in the buffer model
-const bit<64> PFC_CARRY_FRAME = 2 << 62;      // a clone to become a PFC frame
 const bit<64> PFC_CARRY_HELD = 3 << 62;       // held (recirculated); from here up egress does nothing else
 const bit<64> PFC_CARRY_DONE = 0xFFFFFFFFFFFFFFFF;   // a frame built, or a packet dropped: nothing else to do
+// local_metadata_t.pfc_frame: what a frame clone becomes, the class and its pause time.
+#define PFC_FRAME_CLASS_HI 18
+#define PFC_FRAME_CLASS_LO 16
 // What the watchdog does in a storm (set_lossless_class's storm_action).
 const bit<8>  PFC_STORM_DROP = 1;             // drop the class's packets, ignore pauses
 const bit<8>  PFC_STORM_FORWARD = 2;          // ignore pauses

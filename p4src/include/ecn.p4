@@ -1,7 +1,8 @@
 // ECN marking at egress, as the switch side of DCQCN does it.
 //
-// A packet's queue depth at enqueue (enq_qdepth, in packets) is compared
-// with the profile of its egress port, set at runtime in ecn_profile:
+// A packet's queue depth at enqueue (enq_qdepth, in packets: its own
+// priority queue's) is compared with the profile of its egress port and
+// queue (a traffic class's, lossless.p4), set at runtime in ecn_profile:
 //   mark_step(k):                 mark when depth >= k
 //   mark_wred(kmin, kmax, pmax):  no mark below kmin; between kmin and kmax
 //                                 mark with probability pmax * (depth - kmin) / (kmax - kmin);
@@ -11,8 +12,8 @@
 // left to tail drop, CE stays CE. The IPv4 checksum is recomputed after
 // egress (checksums.p4).
 // Every action records the depth the packet saw in the register
-// egress_qdepth[port], which experiments sample over Thrift. A port without
-// an entry costs one table miss: no register write, no comparison.
+// egress_qdepth[port], which experiments sample over Thrift. A (port,
+// queue) without an entry costs one table miss: no register write, no comparison.
 #ifndef ECN_P4
 #define ECN_P4
 
@@ -45,6 +46,7 @@ control EcnMarking(inout headers_t hdr, inout local_metadata_t meta, in standard
     table ecn_profile {
         key = {
             std_meta.egress_port: exact;
+            std_meta.priority: exact;       // the queue: per-class profiles
         }
         actions = {
             mark_step;
@@ -53,7 +55,7 @@ control EcnMarking(inout headers_t hdr, inout local_metadata_t meta, in standard
             NoAction;
         }
         default_action = NoAction();
-        size = PORT_COUNT;
+        size = PORT_COUNT * 8;
     }
 
     action mark() {

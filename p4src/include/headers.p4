@@ -284,7 +284,12 @@ header agg_scratch_t {           // aggregation.p4
 }
 
 header lossless_scratch_t {      // lossless.p4: the class's parameters (traffic_class), its cells and state
-    bit<8>   tclass;
+    bit<8>   tclass;             // the class it arrived in (the upstream pauses this one)
+    bit<8>   out_class;          // the class it leaves in (class_change; else tclass)
+    bit<6>   dscp;               // class_change: the DSCP it leaves with
+    bit<2>   dscp_pad;
+    bit<9>   in_port;            // the port it arrived on (a held packet's, from pfc_carry)
+    bit<7>   port_pad;
     bit<8>   lossless;
     bit<3>   hold_queue;
     bit<5>   pad;                // BMv2: whole bytes
@@ -306,6 +311,8 @@ header lossless_scratch_t {      // lossless.p4: the class's parameters (traffic
     bit<48>  until;
     bit<48>  progress;
     bit<48>  last_pause;
+    bit<48>  paused_us;          // PfcReceive: the cell's paused time, and its last frame's time
+    bit<48>  last_frame;
     bit<32>  head;
     bit<32>  tail;
     bit<8>   paused;
@@ -372,9 +379,12 @@ struct local_metadata_t {
 #endif
 #ifndef WITHOUT_LOSSLESS
     // A lossless packet's state between ingress and egress (PFC_CARRY_*),
-    // kept through recirculation (held) and into PFC frame clones.
+    // and the PFC frame its clone becomes (PFC_FRAME_*): kept through
+    // recirculation (held) and into frame clones.
     @field_list(PFC_CARRY_FIELDS)
     bit<64>            pfc_carry;
+    @field_list(PFC_CARRY_FIELDS)
+    bit<32>            pfc_frame;
     lossless_scratch_t tc;
 #endif
 }

@@ -23,6 +23,14 @@
 // it is the next one to leave (pfc_hold_head), so a class keeps its order;
 // while packets are held, the class's new packets are held behind them.
 //
+// Class change (Tagger, CoNEXT'17): class_change moves a packet that
+// arrived on port i in class c and leaves on port e to another lossless
+// class (its queue here, its DSCP once it leaves), so that packets off the
+// expected routes (a bounce, a ring's dateline) use other queues than
+// those they came from and lossless queues cannot depend on each other in
+// a cycle (PFC deadlock). The upstream is paused in the class a packet
+// arrived in, the downstream pauses the one it leaves in.
+//
 // Times are BMv2's microsecond clock, compared as now >= then + interval:
 // ingress and egress stamp the same registers, and a stamp may be a few
 // microseconds later than the packet reading it.
@@ -42,6 +50,10 @@
 register<bit<32>, bit<32>>(PFC_CELLS) pfc_occupancy;      // ingress cell: lossless packets admitted, not yet sent
 register<bit<48>, bit<32>>(PFC_CELLS) pfc_xoff_sent;      // ingress cell: when the last pause went upstream (us); 0: not pausing
 register<bit<48>, bit<32>>(PFC_CELLS) pfc_paused_until;   // egress cell: the peer paused it until (us)
+register<bit<48>, bit<32>>(PFC_CELLS) pfc_paused_us;      // egress cell: time paused by the peer (us), up to its
+                                                          // last PFC frame (a pause is counted as the next frame
+                                                          // for the cell, a refresh or a resume, arrives)
+register<bit<48>, bit<32>>(PFC_CELLS) pfc_last_frame;     // egress cell: when its last PFC frame arrived (us)
 register<bit<48>, bit<32>>(PFC_CELLS) pfc_last_progress;  // egress cell: when a packet last left, or a pause began (us)
 register<bit<48>, bit<32>>(PFC_CELLS) pfc_last_pause;     // egress cell: when a pause (time > 0) last arrived (us)
 register<bit<48>, bit<32>>(PFC_CELLS) pfc_storm;          // egress cell: when the watchdog found a storm (us); 0: none
@@ -67,6 +79,8 @@ control Lossless(in headers_t hdr, inout local_metadata_t meta, inout standard_m
     action set_class(bit<8> tclass, bit<3> queue) {
         meta.tc.setValid();
         meta.tc.tclass = tclass;
+        meta.tc.out_class = tclass;
+        meta.tc.in_port = std_meta.ingress_port;
         std_meta.priority = queue;
     }
 
@@ -107,8 +121,29 @@ control Lossless(in headers_t hdr, inout local_metadata_t meta, inout standard_m
     // an expression; a named action call keeps them apart.
     action cells() {
         meta.tc.in_cell = (bit<32>) (std_meta.ingress_port[5:0] ++ meta.tc.tclass[2:0]);
-        meta.tc.out_cell = (bit<32>) (std_meta.egress_spec[5:0] ++ meta.tc.tclass[2:0]);
+        meta.tc.out_cell = (bit<32>) (std_meta.egress_spec[5:0] ++ meta.tc.out_class[2:0]);
         meta.tc.now = std_meta.ingress_global_timestamp;
+    }
+
+    // The lossless class a packet leaves in, off the expected routes.
+    action change_class(bit<8> out_class, bit<3> queue, bit<6> dscp) {
+        meta.tc.out_class = out_class;
+        meta.tc.dscp = dscp;
+        std_meta.priority = queue;
+    }
+
+    table class_change {
+        key = {
+            meta.tc.in_port: exact;
+            std_meta.egress_spec: exact;
+            meta.tc.tclass: exact;
+        }
+        actions = {
+            change_class;
+            @defaultonly NoAction;
+        }
+        default_action = NoAction();
+        size = 1024;
     }
 
     // pfc_occupancy is read, changed and written in one action: BMv2 holds
@@ -129,17 +164,22 @@ control Lossless(in headers_t hdr, inout local_metadata_t meta, inout standard_m
         meta.drop_reason = DROP_LOSSLESS_HEADROOM;
     }
 
-    // The clone that egress turns into a pause out of the ingress port keeps pfc_carry.
+    // The clone that egress turns into a pause out of the ingress port keeps pfc_frame.
     action pause_frame() {
-        meta.pfc_carry = PFC_CARRY_FRAME | ((bit<64>) meta.tc.tclass[2:0] << PFC_CARRY_CLASS_SHIFT)
-                         | (bit<64>) meta.tc.pause_quanta;
+        meta.pfc_frame = (bit<32>) meta.tc.tclass[2:0] << PFC_FRAME_CLASS_LO | (bit<32>) meta.tc.pause_quanta;
         meta.tc.session = PFC_SESSION_BASE + (bit<32>) std_meta.ingress_port;
     }
 
-    action back_to_hold() {
+    // A held packet, recirculated: its ports from pfc_carry (class_change
+    // then gives it its class out again), back to the hold queue.
+    action held_ports() {
         std_meta.egress_spec = meta.pfc_carry[PFC_CARRY_PORT_HI:PFC_CARRY_PORT_LO];
+        meta.tc.in_port = meta.pfc_carry[PFC_CARRY_IN_PORT_HI:PFC_CARRY_IN_PORT_LO];
+    }
+
+    action back_to_hold() {
         std_meta.priority = meta.tc.hold_queue;
-        meta.tc.in_cell = (bit<32>) (meta.pfc_carry[PFC_CARRY_IN_PORT_HI:PFC_CARRY_IN_PORT_LO][5:0] ++ meta.tc.tclass[2:0]);
+        meta.tc.in_cell = (bit<32>) (meta.tc.in_port[5:0] ++ meta.tc.tclass[2:0]);
     }
 
     // Whether this switch has traffic classes at all: a keyless table whose
@@ -167,7 +207,11 @@ control Lossless(in headers_t hdr, inout local_metadata_t meta, inout standard_m
                     }
                     set_lossless_class: {
                         if (meta.pfc_carry != 0) {
-                            back_to_hold();             // a held packet, recirculated
+                            held_ports();               // a held packet, recirculated
+                        }
+                        class_change.apply();
+                        if (meta.pfc_carry != 0) {
+                            back_to_hold();
                         } else if (std_meta.mcast_grp == 0 && meta.drop_reason == DROP_NONE) {
                             cells();
                             class_packets.count(meta.tc.out_cell);
@@ -210,6 +254,18 @@ control Lossless(in headers_t hdr, inout local_metadata_t meta, inout standard_m
         pfc_frames_received.count(meta.tc.in_cell); \
         pfc_paused_until.read(meta.tc.until, meta.tc.in_cell); \
         pfc_paused_until.write(meta.tc.in_cell, meta.tc.time); \
+        pfc_last_frame.read(meta.tc.last_frame, meta.tc.in_cell); \
+        pfc_last_frame.write(meta.tc.in_cell, meta.tc.now); \
+        if (meta.tc.until > meta.tc.last_frame) { \
+            /* paused since the last frame: until now, or until it ran out */ \
+            pfc_paused_us.read(meta.tc.paused_us, meta.tc.in_cell); \
+            if (meta.tc.until > meta.tc.now) { \
+                paused_until_now(); \
+            } else { \
+                paused_until_expiry(); \
+            } \
+            pfc_paused_us.write(meta.tc.in_cell, meta.tc.paused_us); \
+        } \
         if (hdr.pfc.time##C != 0) { \
             /* a pause, not a resume: the watchdog's clocks. Paused from now \
                if it was not before: the time without progress starts here. */ \
@@ -238,6 +294,15 @@ control PfcReceive(in headers_t hdr, inout local_metadata_t meta, in standard_me
         }
         default_action = NoAction();
         size = PORT_COUNT;
+    }
+
+    // The paused time since the cell's last frame, added when the next one arrives.
+    action paused_until_now() {
+        meta.tc.paused_us = meta.tc.paused_us + (meta.tc.now - meta.tc.last_frame);
+    }
+
+    action paused_until_expiry() {
+        meta.tc.paused_us = meta.tc.paused_us + (meta.tc.until - meta.tc.last_frame);
     }
 
     PFC_CLASS_CELL(0)
@@ -272,8 +337,8 @@ control PfcReceive(in headers_t hdr, inout local_metadata_t meta, in standard_me
 // release. Sets meta.pfc_carry to PFC_CARRY_HELD (or above) when the rest
 // of egress must not run: the packet is recirculated, dropped or a frame.
 #define PFC_FRAME_TIME(C) \
-    if (meta.pfc_carry[PFC_CARRY_CLASS_HI:PFC_CARRY_CLASS_LO] == C) { \
-        hdr.pfc.time##C = meta.pfc_carry[15:0]; \
+    if (meta.pfc_frame[PFC_FRAME_CLASS_HI:PFC_FRAME_CLASS_LO] == C) { \
+        hdr.pfc.time##C = meta.pfc_frame[15:0]; \
     }
 
 control LosslessEgress(inout headers_t hdr, inout local_metadata_t meta, inout standard_metadata_t std_meta) {
@@ -284,7 +349,7 @@ control LosslessEgress(inout headers_t hdr, inout local_metadata_t meta, inout s
         hdr.pfc.setValid();
         hdr.pfc.opcode = PFC_OPCODE;
         hdr.pfc.reserved = 0;
-        hdr.pfc.class_enable = (bit<8>) 1 << meta.pfc_carry[PFC_CARRY_CLASS_HI:PFC_CARRY_CLASS_LO];
+        hdr.pfc.class_enable = (bit<8>) 1 << meta.pfc_frame[PFC_FRAME_CLASS_HI:PFC_FRAME_CLASS_LO];
         hdr.pfc.time0 = 0;
         hdr.pfc.time1 = 0;
         hdr.pfc.time2 = 0;
@@ -313,7 +378,7 @@ control LosslessEgress(inout headers_t hdr, inout local_metadata_t meta, inout s
     // As in Lossless, register, counter, clone and recirculate calls are
     // apply statements (no p4c temporaries), actions only assign.
     action cell_now() {
-        meta.tc.out_cell = (bit<32>) (std_meta.egress_port[5:0] ++ meta.tc.tclass[2:0]);
+        meta.tc.out_cell = (bit<32>) (std_meta.egress_port[5:0] ++ meta.tc.out_class[2:0]);
         meta.tc.now = std_meta.egress_global_timestamp;
         meta.tc.storm = 0;
     }
@@ -363,11 +428,16 @@ control LosslessEgress(inout headers_t hdr, inout local_metadata_t meta, inout s
         meta.tc.tail = meta.tc.tail + 1;
     }
 
-    // A frame for the class out of the packet's ingress port: a resume
-    // (quanta 0), or a pause again.
+    // A frame for the class it arrived in, out of its ingress port: a
+    // resume (quanta 0), or a pause again.
     action frame_carry(bit<16> quanta) {
-        meta.pfc_carry = PFC_CARRY_FRAME | ((bit<64>) meta.tc.tclass[2:0] << PFC_CARRY_CLASS_SHIFT) | (bit<64>) quanta;
+        meta.pfc_frame = (bit<32>) meta.tc.tclass[2:0] << PFC_FRAME_CLASS_LO | (bit<32>) quanta;
         meta.tc.session = PFC_SESSION_BASE + (bit<32>) meta.tc.in_cell[8:3];
+    }
+
+    // class_change: the DSCP of the class it leaves in.
+    action retag() {
+        hdr.ipv4.dscp = meta.tc.dscp;
     }
 
     apply {
@@ -427,6 +497,20 @@ control LosslessEgress(inout headers_t hdr, inout local_metadata_t meta, inout s
             } else {
                 admitted();
             }
+            if (meta.pfc_carry != PFC_CARRY_ADMITTED) {
+                // Held (again): while its ingress cell stays above XOFF, its
+                // rounds keep the upstream paused, as a switch's pause timer
+                // does when nothing arrives or leaves (a paused cycle: deadlock).
+                pfc_occupancy.read(meta.tc.occupancy, meta.tc.in_cell);
+                pfc_xoff_sent.read(meta.tc.time, meta.tc.in_cell);
+                if (meta.tc.occupancy >= meta.tc.xoff && meta.tc.time != 0
+                        && meta.tc.now >= meta.tc.time + meta.tc.refresh_us) {
+                    pfc_xoff_sent.write(meta.tc.in_cell, meta.tc.now);
+                    pfc_pause_sent.count(meta.tc.in_cell);
+                    frame_carry(meta.tc.pause_quanta);
+                    clone_preserving_field_list(CloneType.E2E, meta.tc.session, PFC_CARRY_FIELDS);
+                }
+            }
             if (meta.pfc_carry == PFC_CARRY_ADMITTED) {
                 // It leaves the switch (or the watchdog drops it): out of the buffer model.
                 leave_buffer();
@@ -440,6 +524,9 @@ control LosslessEgress(inout headers_t hdr, inout local_metadata_t meta, inout s
                 // Dropped or not, it has left the buffer model: the upstream may
                 // resume. (A dropped packet that carries the resume's clone then
                 // runs the rest of egress: its port counter counts it.)
+                if (meta.tc.out_class != meta.tc.tclass) {
+                    retag();
+                }
                 if (meta.tc.occupancy < meta.tc.xon && meta.tc.time != 0) {
                     // Below XON while pausing upstream: resume.
                     pfc_xoff_sent.write(meta.tc.in_cell, 0);

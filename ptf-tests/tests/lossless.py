@@ -21,18 +21,20 @@ from scapy.layers.inet import IP
 from scapy.layers.l2 import Ether
 
 from core.bmv2_thrift import Bmv2Thrift
+from features.ecn import EcnProfile, ecn_state
 from features.lossless import (LosslessConfig, PfcThresholds, TrafficClass, Watchdog, cell, lossless_state,
                                queue_plan)
 from hostagent.ecn.roce import open_socket
 from hostagent.lossless import PauseState
 from hostagent.sender import RawSender
+from wire.ecn import CE, ECT0
 from wire.lossless import PFC_DST_MAC, encode_pfc, quantum_us
 from wire.roce import roce_data
 
 IN_PORT, OUT_PORT, OTHER_PORT = 1, 2, 3
 LINK_MBPS = 10.0                    # quantum 51.2 us; hold queue at the link's 833 packets/s
-LOSSLESS, BULK = 3, 1               # classes (and their queues)
-LOSSLESS_DSCP, BULK_DSCP = 26, 10
+LOSSLESS, BULK, CHANGED = 3, 1, 4   # classes (and their queues)
+LOSSLESS_DSCP, BULK_DSCP, CHANGED_DSCP = 26, 10, 34
 UNLIMITED_PPS = 10_000_000
 PORTS = {p: (port_mac(p), LINK_MBPS) for p in (1, 2, 3, 4)}
 PEER_MAC = "0a:00:00:00:02:99"      # the device behind OUT_PORT that pauses the switch
@@ -40,16 +42,19 @@ PEER_MAC = "0a:00:00:00:02:99"      # the device behind OUT_PORT that pauses the
 
 def config(xoff: int = 8, xon: int = 4, headroom: int = 32, quanta: int = 0xFFFF,
            watchdog: Watchdog | None = None) -> LosslessConfig:
-    """Class 3 lossless, class 1 not. Held packets loop at 200 packets/s a
-    port: recirculated packets go before new ones in BMv2's ingress, and the
-    PTF runner's switch (logging at info) has little capacity to spare."""
+    """Classes 3 and 4 lossless, class 1 not. Held packets loop at 200
+    packets/s a port: recirculated packets go before new ones in BMv2's
+    ingress, and the PTF runner's switch (logging at info) has little
+    capacity to spare."""
     return LosslessConfig(queues=8, classes=(TrafficClass("collective", LOSSLESS, LOSSLESS, (LOSSLESS_DSCP,), True),
-                                             TrafficClass("bulk", BULK, BULK, (BULK_DSCP,))),
+                                             TrafficClass("bulk", BULK, BULK, (BULK_DSCP,)),
+                                             TrafficClass("collective-2", CHANGED, CHANGED, (CHANGED_DSCP,), True)),
                           pfc=PfcThresholds(xoff, xon, headroom, quanta), watchdog=watchdog, hold_rate_pps=200)
 
 
-def data(seq: int, dscp: int = LOSSLESS_DSCP) -> bytes:
-    return bytes(roce_data(HOST_MAC, SWITCH_MAC, "10.9.0.1", "10.0.0.2", qp=7, psn=seq, payload=100, dscp=dscp))
+def data(seq: int, dscp: int = LOSSLESS_DSCP, ecn: int = ECT0) -> bytes:
+    return bytes(roce_data(HOST_MAC, SWITCH_MAC, "10.9.0.1", "10.0.0.2", qp=7, psn=seq, payload=100, dscp=dscp,
+                           ecn=ecn))
 
 
 def psn(frame: bytes) -> int:
@@ -89,8 +94,8 @@ class LosslessTest(P4RuntimeTest):
         finally:
             super().tearDown()
 
-    def program(self, cfg: LosslessConfig) -> None:
-        feature = lossless_state(self.p4info, cfg, PORTS)
+    def program(self, cfg: LosslessConfig, changes: dict | None = None) -> None:
+        feature = lossless_state(self.p4info, cfg, PORTS, changes)
         self.state.table_entries = ([e for e in self.forwarding if e.table_id not in feature.managed_tables]
                                     + feature.table_entries)
         self.state.clone_sessions = list(feature.clone_sessions)
@@ -343,3 +348,71 @@ class WatchdogDropsAStormAndRestoresTest(LosslessTest):
         out = self.sent_out(OUT_PORT, timeout=1.0)
         self.assertEqual([psn(f) for f in out], [100 + i for i in range(5)])
         self.assertEqual(self.count("pfc_storms_restored", OUT_PORT), 1)
+
+
+class PauseIsRefreshedWhileHeldTest(LosslessTest):
+    """Nothing arrives and nothing leaves: the downstream paused the class,
+    the packets above XOFF are held. Their rounds through the hold queue
+    keep the upstream paused (100 ms pauses, again every 50 ms), as a
+    switch's pause timer would; without that a paused cycle would unwind by
+    itself when its pauses ran out. The resume releases them and the
+    upstream."""
+
+    def runTest(self):
+        quanta = quanta_for(100)
+        self.program(config(xoff=8, xon=4, headroom=32, quanta=quanta))
+        self.pause(0xFFFF)
+        self.send(IN_PORT, [data(i) for i in range(12)])
+        time.sleep(1.0)
+        times = [pfc_times(f)[LOSSLESS] for f in self.pfc_out(IN_PORT, timeout=0.2)]
+        self.assertNotIn(0, times, "no resume while held")
+        self.assertGreaterEqual(times.count(quanta), 10, f"refreshed about every 50 ms for 1 s: {times}")
+        self.pause(0)
+        self.assertEqual([psn(f) for f in self.sent_out(OUT_PORT, timeout=1.0)], list(range(12)))
+        self.assertEqual([pfc_times(f)[LOSSLESS] for f in self.pfc_out(IN_PORT, timeout=0.2)][-1:], [0])
+
+
+class ClassChangeTest(LosslessTest):
+    """A class change (Tagger): class-3 packets from IN_PORT to OUT_PORT
+    leave in class 4, with its DSCP. Downstream pauses of class 4 hold them,
+    of class 3 do not; above XOFF the upstream is paused in class 3, the
+    class they arrived in."""
+
+    def runTest(self):
+        self.program(config(xoff=6, xon=3, headroom=32), changes={(IN_PORT, OUT_PORT, "collective"): "collective-2"})
+        self.pause(0xFFFF, tclass=LOSSLESS)              # not theirs any more
+        self.send(IN_PORT, [data(i) for i in range(4)])
+        out = self.sent_out(OUT_PORT, timeout=0.5)
+        self.assertEqual([psn(f) for f in out], list(range(4)), "class 3 paused, class 4 flows")
+        self.assertEqual({dscp(f) for f in out}, {CHANGED_DSCP})
+        self.assertEqual(self.count("class_packets", OUT_PORT, CHANGED), 4)
+        self.pause(0, tclass=LOSSLESS)
+        self.pause(0xFFFF, tclass=CHANGED)
+        self.send(IN_PORT, [data(10 + i) for i in range(10)])
+        self.assertEqual(self.sent_out(OUT_PORT, timeout=0.5), [], "class 4 paused: held")
+        self.assertEqual(self.count("pfc_held", OUT_PORT, CHANGED), 10)
+        pauses = [pfc_times(f) for f in self.pfc_out(IN_PORT, timeout=0.2)]
+        self.assertEqual(pauses[:1], [{LOSSLESS: 0xFFFF}], "the upstream paused in the class they arrived in")
+        self.pause(0, tclass=CHANGED)
+        out = self.sent_out(OUT_PORT, timeout=1.0)
+        self.assertEqual([psn(f) for f in out], [10 + i for i in range(10)])
+        self.assertEqual({dscp(f) for f in out}, {CHANGED_DSCP})
+        self.send(OTHER_PORT, [data(20)])               # no change from another port: leaves in class 3
+        self.assertEqual([dscp(f) for f in self.sent_out(OUT_PORT, timeout=0.5)], [LOSSLESS_DSCP])
+
+
+class PerClassEcnTest(LosslessTest):
+    """ECN profiles per traffic class (its queue): step K=0 on class 3's
+    queue marks every ECN-capable class-3 packet; class 1 on the same port,
+    with no profile of its own, is not marked."""
+
+    def runTest(self):
+        self.program(config(xoff=200, xon=100))
+        ecn = ecn_state(self.p4info, {}, queues=8, queue_profiles={(OUT_PORT, LOSSLESS): EcnProfile.step(0)})
+        self.state.table_entries = [e for e in self.state.table_entries if e.table_id not in ecn.managed_tables]
+        self.state.table_entries += ecn.table_entries
+        self.apply()
+        self.send(IN_PORT, [data(i) for i in range(5)] + [data(100 + i, BULK_DSCP) for i in range(5)])
+        out = {psn(f): Ether(f)[IP].tos & 3 for f in self.sent_out(OUT_PORT, timeout=1.0)}
+        self.assertEqual(out, {**{i: CE for i in range(5)}, **{100 + i: ECT0 for i in range(5)}},
+                         "class 3 marked CE, class 1 left ECT(0)")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from features import load_topology
-from features.lossless import COUNTERS as LOSSLESS_COUNTERS, cell
+from features.lossless import COUNTERS as LOSSLESS_COUNTERS, PAUSED_REGISTER, cell
 from telemetry import dashboards, prometheus_config
 from telemetry.collector import Collector
 from telemetry.prometheus import PrometheusProcess, find_prometheus
@@ -63,6 +63,7 @@ class GrowingReader:
         qdepth = [0] * 512
         qdepth[3] = 6 if sw.name == "leaf1" else 1
         lossless_counters = {name: {cell(3, 3): (n, 0)} for name in LOSSLESS_COUNTERS}
+        lossless_counters[PAUSED_REGISTER] = {cell(3, 3): (250_000 * n, 0)}    # a register: microseconds
         return SwitchReadings(sw.name, {"ingress_port_counter": ports, "egress_port_counter": ports,
                                         "drop_counter": drops, "ecn_marked_counter": {3: (n, 0)},
                                         **lossless_counters}, qdepth)

@@ -71,7 +71,7 @@ ROUTE = {"action": "set_next_id", "params": {"next_id": 1}}
                                          params={"port": 1, "src_mac": "0a:zz", "dst_mac": 0}),
                  "cannot read '0a:zz'", id="bad-mac"),
     pytest.param(lambda i: i.counter_entry("drop_counter", 99), "index 99 outside 0..15", id="counter-index"),
-    pytest.param(lambda i: i.table_entry("ecn_profile", {"std_meta.egress_port": 1}, action="mark_step",
+    pytest.param(lambda i: i.table_entry("ecn_profile", {"std_meta.egress_port": 1, "std_meta.priority": 0}, action="mark_step",
                                          params={"k": 1 << 19}), "does not fit in 19 bits", id="k-too-deep"),
 ])
 def test_invalid_entries_are_refused_with_a_clear_message(p4info, build, message):
@@ -108,6 +108,15 @@ def test_ecn_state(p4info):
     step, wred = state.table_entries
     assert p4info.by_id(step.action.action.action_id).preamble.name.endswith("mark_step")
     assert [int.from_bytes(p.value, "big") for p in wred.action.action.params] == [5, 30, 250_000]
+
+
+def test_ecn_state_per_queue(p4info):
+    """A port's profile covers every queue; a queue's own profile wins."""
+    state = ecn.ecn_state(p4info, {3: EcnProfile.step(12)}, queues=4, queue_profiles={(3, 2): EcnProfile.step(5)})
+    keys = {tuple(int.from_bytes(m.exact.value, "big") for m in e.match): e for e in state.table_entries}
+    assert sorted(keys) == [(3, 0), (3, 1), (3, 2), (3, 3)]
+    assert [int.from_bytes(p.value, "big") for p in keys[(3, 2)].action.action.params] == [5]
+    assert [int.from_bytes(p.value, "big") for p in keys[(3, 0)].action.action.params] == [12]
 
 
 def test_monitor_profile_records_depth_without_parameters(p4info):

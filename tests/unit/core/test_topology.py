@@ -102,9 +102,17 @@ def test_ecn_profiles_resolve_ports():
     topo = topology_from_dict(ecn_topology({"switch": "s1", "towards": "s2", "mode": "step", "k": 10},
                                   {"switch": "s2", "port": "all", "mode": "wred", "kmin": 5, "kmax": 30, "pmax": 0.1}))
     profiles = topo.features["ecn"]
-    assert str(profiles[("s1", 2)]) == "step K=10"
-    assert str(profiles[("s2", 1)]) == str(profiles[("s2", 2)]) == "WRED Kmin=5 Kmax=30 Pmax=0.1"
-    assert ("s1", 1) not in profiles
+    assert str(profiles[("s1", 2, None)]) == "step K=10"
+    assert str(profiles[("s2", 1, None)]) == str(profiles[("s2", 2, None)]) == "WRED Kmin=5 Kmax=30 Pmax=0.1"
+    assert ("s1", 1, None) not in profiles
+
+
+def test_ecn_profile_of_one_queue():
+    topo = topology_from_dict(ecn_topology({"switch": "s1", "port": 2, "mode": "step", "k": 10},
+                                           {"switch": "s1", "port": 2, "queue": 3, "mode": "step", "k": 4}))
+    profiles = topo.features["ecn"]
+    assert str(profiles[("s1", 2, None)]) == "step K=10"
+    assert str(profiles[("s1", 2, 3)]) == "step K=4"
 
 
 @pytest.mark.parametrize("profile,field,message", [
@@ -127,6 +135,8 @@ def test_ecn_profiles_resolve_ports():
                  "not a parameter of mode step", id="step-with-pmax"),
     pytest.param({"switch": "s1", "port": 1, "mode": "step", "k": -1}, "ecn[0].k", "queue depth", id="negative-k"),
     pytest.param({"switch": "s1", "mode": "step", "k": 5}, "ecn[0]", "exactly one of port", id="no-port"),
+    pytest.param({"switch": "s1", "port": 1, "queue": 8, "mode": "step", "k": 5}, "ecn[0].queue",
+                 "priority queue 0..7", id="queue-out-of-range"),
 ])
 def test_invalid_ecn_profiles_are_named(profile, field, message):
     with pytest.raises(TopologyError) as err:

@@ -73,7 +73,7 @@ def test_without_the_section_the_tables_are_still_managed(p4info):
     t = topology_from_dict(BASE, "t.yaml")
     state = lossless.switch_state(p4info, t, "s1")
     assert len(state.table_entries) == 1 and state.table_entries[0].is_default_action, "lossless_switch off"
-    assert len(state.managed_tables) == 4
+    assert len(state.managed_tables) == 5
     assert lossless.queues(t, "s1").count == 1
 
 
@@ -90,3 +90,53 @@ def test_queue_plan():
 
 def test_cell():
     assert lossless.cell(2, 3) == 2 << 3 | 3
+
+
+RING = {
+    "name": "r", "defaults": {"link": {"bandwidth_mbps": 100}},
+    "switches": ["s1", "s2", "s3"],
+    "hosts": ["h1"],
+    "links": [["h1", "s1"], ["s1", "s2"], ["s2", "s3"], ["s3", "s1"]],
+}
+TWO_LOSSLESS = {"classes": [{"name": "collective", "class": 3, "dscp": [26], "lossless": True},
+                            {"name": "collective-2", "class": 4, "dscp": [34, 36], "lossless": True},
+                            {"name": "bulk", "class": 1, "dscp": [10]}]}
+DATELINE = {"switch": "s1", "from": "s3", "to": "s2", "class": "collective", "becomes": "collective-2"}
+
+
+def ring_with(*changes):
+    return topology_from_dict({**RING, "lossless": {**TWO_LOSSLESS, "class_changes": list(changes)}}, "r.yaml")
+
+
+def test_class_change_entries(p4info):
+    t = ring_with(DATELINE)
+    assert t.features["lossless"].class_changes == (lossless.ClassChange("s1", "s3", "s2", "collective",
+                                                                         "collective-2"),)
+    ports = {p.peer: p.number for p in t.switches["s1"].ports.values()}
+    (entry,) = [e for e in lossless.switch_state(p4info, t, "s1").table_entries
+                if p4info.by_id(e.table_id).preamble.name.endswith("class_change")]
+    assert [int.from_bytes(m.exact.value, "big") for m in entry.match] == [ports["s3"], ports["s2"], 3]
+    assert [int.from_bytes(p.value, "big") for p in entry.action.action.params] == [4, 4, 34], \
+        "class 4, its queue, its first DSCP"
+    assert not [e for e in lossless.switch_state(p4info, t, "s2").table_entries
+                if p4info.by_id(e.table_id).preamble.name.endswith("class_change")]
+
+
+@pytest.mark.parametrize("change,field,what", [
+    ({"switch": "s9"}, "lossless.class_changes[0].switch", "unknown switch"),
+    ({"from": "h1", "to": "s9"}, "lossless.class_changes[0].to", "no link to 's9'"),
+    ({"class": "bulk"}, "lossless.class_changes[0].class", "expected a lossless class"),
+    ({"becomes": "nope"}, "lossless.class_changes[0].becomes", "expected a lossless class"),
+    ({"becomes": "collective"}, "lossless.class_changes[0].becomes", "needs another class"),
+    ({"via": "s2"}, "lossless.class_changes[0].via", "unknown field"),
+])
+def test_class_change_mistakes_are_named(change, field, what):
+    with pytest.raises(TopologyError) as err:
+        ring_with({**DATELINE, **change})
+    assert field in str(err.value) and what in str(err.value), str(err.value)
+
+
+def test_the_same_class_change_twice_is_refused():
+    with pytest.raises(TopologyError) as err:
+        ring_with(DATELINE, DATELINE)
+    assert "lossless.class_changes[1]" in str(err.value) and "already changes" in str(err.value)

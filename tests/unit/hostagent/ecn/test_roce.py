@@ -122,3 +122,41 @@ def test_bad_options_are_named(monkeypatch, capsys, argv, message):
     monkeypatch.setattr(roce, "open_socket", lambda iface: FakeSocket())
     assert roce.main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_sender_stamps_and_receiver_reports_one_way_delay(monkeypatch, tmp_path):
+    """Sent packets carry the sender's monotonic clock; the receiver turns
+    the stamps into delay percentiles per flow (unstamped packets: none)."""
+    tx = FakeSocket()
+    monkeypatch.setattr(roce, "open_socket", lambda iface: tx)
+    a = roce.argparse.Namespace(iface="x", src_ip="10.0.1.1", src_mac=MACS[0], gw_mac=MACS[1], dst_ip="10.0.5.1",
+                                qp=7, payload=16, not_ect=False, fixed_rate=True, sample_s=0.01, duration=5.0,
+                                start_at=0.0, out=None, line_rate_pps=5000.0, packets=10)
+    roce.run_sender(a, write=False)
+    stamps = [int.from_bytes(f[roce.STAMP_AT:roce.STAMP_AT + 8], "big") for f in tx.sent]
+    assert stamps == sorted(stamps) and stamps[0] > 0
+    rx = FakeSocket(tx.sent + [data(0, qp=9)])
+    monkeypatch.setattr(roce, "open_socket", lambda iface: rx)
+    out = tmp_path / "rx"
+    assert roce.main(RX + ["--duration", "0.1", "--out", str(out)]) == 0
+    flows = json.loads(out.with_suffix(".json").read_text())["flows"]
+    d = flows["10.0.1.1/7"]["delay_ms"]
+    assert d["samples"] == 10 and 0 < d["p50"] <= d["p99"] <= d["max"] < 10_000
+    assert flows["10.0.1.1/9"]["delay_ms"] is None, "zeros in the payload are no stamp"
+
+
+def test_slow_receiver_pauses_its_uplink(monkeypatch, tmp_path):
+    """`receive --drain-pps`: 20 class-3 packets at once into a NIC drained
+    at 10 packets/s: a PFC pause at XOFF (4), drops beyond its buffer (8)."""
+    frames = [bytes(roce_data(*MACS, "10.0.1.1", "10.0.5.1", qp=7, psn=i, payload=16, dscp=26))
+              for i in range(20)]
+    rx = FakeSocket(frames)
+    monkeypatch.setattr(roce, "open_socket", lambda iface: rx)
+    out = tmp_path / "rx"
+    assert roce.main(RX + ["--duration", "0.1", "--drain-pps", "10", "--pfc-xoff", "4", "--pfc-xon", "2",
+                           "--buffer-packets", "8", "--out", str(out)]) == 0
+    s = json.loads(out.with_suffix(".json").read_text())
+    assert s["slow_receiver"]["pauses_sent"] == 1 and s["slow_receiver"]["dropped"] == 12
+    assert s["flows"]["10.0.1.1/7"]["packets"] == 8
+    (pause,) = [f for f in rx.sent if f[12:14] == b"\x88\x08"]
+    assert pause[:6] == bytes.fromhex("0180c2000001")
