@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Lossless classes: incast 4:1 (lossy, PFC, PFC + DCQCN), congestion
 spreading and a victim flow in 4:1 and 8:1 incast across a leaf-spine, a
-PFC storm from a stuck NIC (without and with the PFC watchdog), and a PFC
-deadlock (formed, prevented by a class change, broken by the watchdog).
+PFC storm from a stuck NIC (without and with the PFC watchdog), a PFC
+deadlock (formed, prevented by a class change, broken by the watchdog), and
+class isolation (collective and storage traffic in one class or two).
 
-    fabric experiment lossless [--phases incast spreading storm deadlock] [--duration 10]
+    fabric experiment lossless [--phases incast spreading storm deadlock isolation] [--duration 10]
                                [--out experiments/results/lossless]
 
 Phase incast: topologies/incast.yaml on BMv2 (4 senders, 1 receiver whose
@@ -40,8 +41,14 @@ host two switches clockwise (run_deadlock_case), each on a new network
 (a deadlock does not go away by itself): with PFC alone, with a class
 change at s1 (Tagger's rule for a ring's dateline), with the watchdog.
 
+Phase isolation: topologies/dumbbell.yaml, a collective flow h1 -> h3
+(300 packets/s) and bulk storage h2 -> h4 (800 packets/s) across the 833
+packets/s s1 -> s2 link, both lossless (run_isolation_case): in one class,
+or storage in a class of its own on a lower queue, as DeepSeek separates
+them; the collective's throughput and one-way delay.
+
 Writes CSV and PNG under --out (the storm phase in --out/storm, the
-deadlock phase in --out/deadlock), prints a table per phase and where the
+deadlock phase in --out/deadlock, isolation in --out/isolation), prints a table per phase and where the
 files went.
 """
 from __future__ import annotations
@@ -538,6 +545,61 @@ def run_slow_receiver_case(topo, net: Network, ctl: FabricController, args, out:
     }
 
 
+ISOLATION_CASES = ("one-class", "separate-classes")
+COLLECTIVE_RATE, STORAGE_RATE = 300.0, 800.0
+STORAGE_CLASS, STORAGE_DSCP = 1, 10
+
+
+def run_isolation_case(name: str, topo, net: Network, ctl: FabricController, args, out: Path) -> dict:
+    """Collective h1 -> h3 and storage h2 -> h4 share s1's port to s2 (833
+    packets/s), both lossless, both senders honouring PFC. One class: one
+    FIFO queue, the collective waits behind storage's backlog (PFC keeps
+    storage's share of it at XOFF). Separate classes: storage in class 1 on
+    queue 1, below the collective's queue 3 (strict priority)."""
+    separate = name == "separate-classes"
+    classes: tuple[TrafficClass, ...] = (TrafficClass("collective", TCLASS, TCLASS, (DSCP,), True),)
+    if separate:
+        classes += (TrafficClass("storage", STORAGE_CLASS, STORAGE_CLASS, (STORAGE_DSCP,), True),)
+    topo.features[SECTION] = LosslessConfig(queues=8, classes=classes, pfc=PfcThresholds(xoff=24, xon=12, headroom=32))
+    ctl.program_all()
+    h1, h2, h3, h4 = (topo.hosts[h] for h in ("h1", "h2", "h3", "h4"))
+    start_at = time.time() + 3.0
+    case_dir = out / name
+    case_dir.mkdir(parents=True, exist_ok=True)
+    procs = [roce_agent(h, "receive", start_at=start_at, out_dir=case_dir,
+                        extra=["--duration", str(args.duration + 1.0)]) for h in (h3, h4)]
+    flows = ((h1, h3, COLLECTIVE_RATE, DSCP, TCLASS),
+             (h2, h4, STORAGE_RATE, STORAGE_DSCP if separate else DSCP, STORAGE_CLASS if separate else TCLASS))
+    for qp, (src, dst, pps, dscp, tclass) in enumerate(flows, start=1):
+        procs.append(roce_agent(src, "send", start_at=start_at, out_dir=case_dir, extra=[
+            "--duration", str(args.duration), "--dst-ip", dst.ip, "--qp", str(qp), "--line-rate-pps", str(pps),
+            "--fixed-rate", "--not-ect", "--dscp", str(dscp), "--tclass", str(tclass), "--link-mbps", "100"]))
+    for p in procs:
+        p.wait(timeout=args.duration + 30)
+    net.check_alive()
+    if any(p.returncode for p in procs):
+        raise RuntimeError(f"{name}: an agent failed (exit codes {[p.returncode for p in procs]})")
+    rx = {h.name: json.loads((case_dir / f"receive-{h.name}.json").read_text()) for h in (h3, h4)}
+    warm = 0.2 * args.duration
+
+    def rate(host: str) -> float:
+        n = sum(v for (t, _f), v in _read_bins(case_dir / f"receive-{host}.csv").items() if warm <= t < args.duration)
+        return round(n / (args.duration - warm), 1)
+
+    (collective,) = rx["h3"]["flows"].values()
+    delay = collective["delay_ms"] or {}
+    return {
+        "case": name,
+        "collective_pps": rate("h3"),
+        "collective_delay_p50_ms": delay.get("p50"),
+        "collective_delay_p99_ms": delay.get("p99"),
+        "storage_pps": rate("h4"),
+        "lost": sum(f["lost"] for r in rx.values() for f in r["flows"].values()),
+        "pauses_to_h1": ctl.counter("s1", "pfc_pause_sent", cell(h1.switch_port, TCLASS))
+                           .get(cell(h1.switch_port, TCLASS), (0, 0))[0],
+    }
+
+
 def dumbbell_without_delay():
     """topologies/dumbbell.yaml without its 1 ms link delay (the delay needs
     netem, which not every kernel has; the storm does not depend on it)."""
@@ -610,7 +672,7 @@ def _table(results: list[dict]) -> None:
         print(" ".join(f"{r[c]!s:>15s}" for c in cols))
 
 
-PHASES = ("incast", "spreading", "storm", "deadlock")
+PHASES = ("incast", "spreading", "storm", "deadlock", "isolation")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -685,6 +747,22 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
             results.append(run_deadlock_case(name, args, deadlock_out))
         written.append(write_csv(deadlock_out / "summary.csv", results))
+        _table(results)
+    if "isolation" in args.phases:
+        topo = dumbbell_without_delay()
+        topo.features[SECTION] = section(True)
+        isolation_out = out / "isolation"
+        isolation_out.mkdir(exist_ok=True)
+        results = []
+        with Network(topo, REPO / "build" / "experiments" / "lossless-isolation", log_level=args.log_level) as net, \
+                FabricController(topo) as ctl:
+            ctl.program()
+            net.apply_queue_rates()
+            for name in ISOLATION_CASES:
+                print(f"==> {name}: {args.duration:g}s on dumbbell, collective h1 -> h3 beside storage h2 -> h4",
+                      flush=True)
+                results.append(run_isolation_case(name, topo, net, ctl, args, isolation_out))
+        written.append(write_csv(isolation_out / "summary.csv", results))
         _table(results)
     print(f"\nresults: {', '.join(map(str, written))}, and per case <case>/throughput.png + the agents' CSV/JSON")
     return 0

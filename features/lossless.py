@@ -8,11 +8,12 @@ In a topology file (validated with the rest of it, before anything starts):
       classes:
         - {name: collective, class: 3, dscp: [26], lossless: true}
         - {name: storage, class: 1, dscp: [10, 12], share: 0.4}
+        - {name: bounced, class: 4, dscp: [34], lossless: true}
       pfc: {xoff: 24, xon: 12, headroom: 32, pause_quanta: 65535}
       watchdog: {detect_ms: 200, restore_ms: 400, action: drop}
       hold_rate_pps: 2000
       class_changes:               # Tagger: off the expected routes, another lossless class
-        - {switch: s1, from: s5, to: s2, class: collective, becomes: collective-2}
+        - {switch: leaf1, from: spine1, to: spine2, class: collective, becomes: bounced}   # a bounce
 
 A class maps its DSCPs to priority queue `queue` (default: its class number;
 higher is served first; DSCPs of no class go to queue 0, as do BMv2's

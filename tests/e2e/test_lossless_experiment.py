@@ -55,3 +55,27 @@ def test_storm_spreads_without_the_watchdog_and_is_contained_with_it(tmp_path):
     assert int(contained["storms_restored"]) == 1, contained
     assert float(contained["h1_h3_after_pps"]) > 250, contained
     assert (out / "storm" / "storm" / "throughput.png").stat().st_size > 10_000
+
+
+def test_deadlock_forms_is_prevented_by_a_class_change_and_broken_by_the_watchdog(tmp_path):
+    """Five switches in a ring, every host sending class 3 two switches
+    clockwise at 1.2x the ring links, on live BMv2 (a new network per case).
+    PFC alone: every ring port paused by the next, nothing arrives any more
+    and packets stay in the switches after the senders stop. A class change
+    at s1 (the ring's dateline): traffic flows to the end, nothing stuck,
+    nothing lost to the headroom. The watchdog: it finds storms, drops, and
+    the ring keeps delivering."""
+    out = tmp_path / "lossless"
+    proc = subprocess.run([sys.executable, "-m", "experiments.lossless", "--phases", "deadlock", "--duration", "6",
+                           "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {r["case"]: r for r in csv.DictReader(open(out / "deadlock" / "summary.csv"))}
+    deadlock, tagger, watchdog = rows["deadlock"], rows["class-change"], rows["watchdog"]
+    assert float(deadlock["last_40pct_pps"]) == 0 and int(deadlock["in_switches_2s_later"]) > 0, deadlock
+    assert int(deadlock["storms_detected"]) == 0 and int(deadlock["pauses_sent"]) > 0, deadlock
+    assert float(tagger["last_40pct_pps"]) > 1000 and int(tagger["in_switches_2s_later"]) == 0, tagger
+    assert int(tagger["changed_class"]) > 0 and int(tagger["headroom_drops"]) == 0, tagger
+    assert int(watchdog["storms_detected"]) > 0 and int(watchdog["watchdog_dropped"]) > 0, watchdog
+    assert float(watchdog["last_40pct_pps"]) > 0, watchdog
+    for case in rows:
+        assert (out / "deadlock" / case / "throughput.png").stat().st_size > 10_000
