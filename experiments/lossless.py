@@ -26,7 +26,7 @@ counts once the traffic has left (must be 0), pauses and resumes the switch
 sent, pauses the senders received; throughput per flow over time.
 
 Phase spreading: topologies/incast-leaf-spine.yaml, 4 or 8 senders on
-leaf1 and leaf2 into r1 on leaf3, and a victim flow v1 -> v2 (leaf1 to
+leaf1 and leaf2 into r1 on leaf3 (1600 packets/s together, 1.9x r1's link), and a victim flow v1 -> v2 (leaf1 to
 leaf2) that shares only leaf1's uplinks with the incast (run_spreading_case):
 lossy, PFC, PFC + DCQCN (ECN on class 3's queue only); pauses per hop over
 time, the victim's throughput.
@@ -161,8 +161,9 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
 
 
 SPREADING_CASES = tuple(f"{name}-{n}" for n in (4, 8) for name in ("lossy", "pfc", "pfc-dcqcn"))
-SPREADING_RATE = 500.0      # packets/s of each incast sender (its link: 833)
-VICTIM_RATE = 300.0
+SPREADING_LOAD = 1600.0     # packets/s of all incast senders together (r1's link: 833), whatever their number
+VICTIM_RATE = 200.0
+SPREADING_HOLD_PPS = 500    # the hold loop's rate: five switches recirculating share two cores
 HOPS = ("leaf3 -> spines", "spines -> leaves", "leaves -> hosts")
 
 
@@ -177,7 +178,7 @@ def run_spreading_case(name: str, topo, net: Network, ctl: FabricController, arg
     senders = [topo.hosts[h] for h in (("h1", "h2", "h5", "h6") if n == "4" else
                                        ("h1", "h2", "h3", "h4", "h5", "h6", "h7", "h8"))]
     receiver, victim, victim_rx = topo.hosts["r1"], topo.hosts["v1"], topo.hosts["v2"]
-    topo.features[SECTION] = section(lossless)
+    topo.features[SECTION] = replace(section(lossless), hold_rate_pps=SPREADING_HOLD_PPS)
     ctl.program_all()
     ctl.feature("ecn").set_profile("leaf3", receiver.switch_port, EcnProfile.step(10) if dcqcn else None,
                                    queue=TCLASS)
@@ -194,8 +195,8 @@ def run_spreading_case(name: str, topo, net: Network, ctl: FabricController, arg
 
     headroom = drop_reasons()["LOSSLESS_HEADROOM"]
 
-    def headroom_drops() -> int:
-        return sum(ctl.counter(sw, "drop_counter", headroom).get(headroom, (0, 0))[0] for sw in topo.switches)
+    def headroom_drops() -> dict[str, int]:
+        return {sw: ctl.counter(sw, "drop_counter", headroom).get(headroom, (0, 0))[0] for sw in topo.switches}
 
     before, drops_before = pauses(), headroom_drops()
     case_dir = out / name
@@ -221,7 +222,7 @@ def run_spreading_case(name: str, topo, net: Network, ctl: FabricController, arg
                         extra=["--duration", str(args.duration + 1.0)]) for h in (receiver, victim_rx)]
     for qp, h in enumerate(senders, start=1):
         procs.append(roce_agent(h, "send", start_at=start_at, out_dir=case_dir,
-                                extra=sender_args(h, receiver, qp, SPREADING_RATE)))
+                                extra=sender_args(h, receiver, qp, SPREADING_LOAD / len(senders))))
     procs.append(roce_agent(victim, "send", start_at=start_at, out_dir=case_dir,
                             extra=sender_args(victim, victim_rx, 99, VICTIM_RATE)))
     sampler = threading.Thread(target=sample, daemon=True)
@@ -236,7 +237,7 @@ def run_spreading_case(name: str, topo, net: Network, ctl: FabricController, arg
     if any(p.returncode for p in procs):
         raise RuntimeError(f"{name}: an agent failed (exit codes {[p.returncode for p in procs]})")
     time.sleep(0.5)
-    after = pauses()
+    after, drops_after = pauses(), headroom_drops()
     rx = json.loads((case_dir / f"receive-{receiver.name}.json").read_text())
     vrx = json.loads((case_dir / f"receive-{victim_rx.name}.json").read_text())
     tx = [json.loads((case_dir / f"send-{h.name}.json").read_text()) for h in senders]
@@ -251,7 +252,9 @@ def run_spreading_case(name: str, topo, net: Network, ctl: FabricController, arg
         "sent": sum(t["sent"] for t in tx),
         "received": sum(f["packets"] for f in rx["flows"].values()),
         "drops": sum(f["lost"] for f in rx["flows"].values()),
-        "headroom_drops": headroom_drops() - drops_before,
+        "headroom_drops": sum(drops_after.values()) - sum(drops_before.values()),
+        "headroom_drops_at": " ".join(f"{sw}:{n - drops_before[sw]}" for sw, n in drops_after.items()
+                                      if n > drops_before[sw]),
         "utilisation": round(steady / ((args.duration - warm) * capacity), 3),
         "victim_pps": round(sum(v for (t, _f), v in vbins.items() if warm <= t < args.duration)
                             / (args.duration - warm), 1),
@@ -280,6 +283,9 @@ def _plot_spreading(result: dict, bins, vbins, samples, before, case_dir: Path, 
     for hop in HOPS:
         pts, last = [], before[hop]
         for t, counts in samples:
+            if t < 0:                   # before the senders start
+                last = counts[hop]
+                continue
             pts.append((t, (counts[hop] - last) / 0.1))
             last = counts[hop]
         bottom.plot([p[0] for p in pts], [p[1] for p in pts], lw=1, label=f"pauses {hop}")
@@ -476,9 +482,9 @@ def _plot_deadlock(name: str, result: dict, timeline, bins, case_dir: Path, bin_
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(9, 3.5))
-    for flow in sorted({fl for _t, fl in bins}):
-        pts = sorted((t, n / bin_s) for (t, fl), n in bins.items() if fl == flow)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], lw=0.8, label=f"flow {flow}")
+    for flow in sorted({fl for _t, fl in bins}):       # every bin of the run, 0 where nothing arrived
+        ax.plot([t for t, _ in timeline], [bins.get((t, flow), 0) / bin_s for t, _ in timeline], lw=0.8,
+                label=f"flow {flow}")
     ax.plot([t for t, _ in timeline], [n / bin_s for _, n in timeline], color="black", lw=1.4, label="all flows")
     ax.set_xlabel("time (s)")
     ax.set_ylabel("received (pkts/s)")
@@ -705,7 +711,7 @@ def main(argv: list[str] | None = None) -> int:
         _table(results)
     if "spreading" in args.phases:
         topo = load_topology(REPO / "topologies" / "incast-leaf-spine.yaml")
-        topo.features[SECTION] = section(True)
+        topo.features[SECTION] = replace(section(True), hold_rate_pps=SPREADING_HOLD_PPS)   # the hold queues' rate
         spreading_out = out / "spreading"
         spreading_out.mkdir(exist_ok=True)
         results = []

@@ -73,7 +73,7 @@ def test_deadlock_forms_is_prevented_by_a_class_change_and_broken_by_the_watchdo
     deadlock, tagger, watchdog = rows["deadlock"], rows["class-change"], rows["watchdog"]
     assert float(deadlock["last_40pct_pps"]) == 0 and int(deadlock["in_switches_2s_later"]) > 0, deadlock
     assert int(deadlock["storms_detected"]) == 0 and int(deadlock["pauses_sent"]) > 0, deadlock
-    assert float(tagger["last_40pct_pps"]) > 1000 and int(tagger["in_switches_2s_later"]) == 0, tagger
+    assert float(tagger["last_40pct_pps"]) > 600 and int(tagger["in_switches_2s_later"]) == 0, tagger
     assert int(tagger["changed_class"]) > 0 and int(tagger["headroom_drops"]) == 0, tagger
     assert int(watchdog["storms_detected"]) > 0 and int(watchdog["watchdog_dropped"]) > 0, watchdog
     assert float(watchdog["last_40pct_pps"]) > 0, watchdog
