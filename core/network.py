@@ -36,6 +36,7 @@ from core.toolchain import require
 from core.topology import Host, Nic, Switch, Topology
 
 QUEUE_RATE_PACKET_BYTES = 1500  # link bandwidth -> BMv2 queue rate (pps) assumes MTU-sized packets
+BMV2_QUEUE_DEPTH = 64              # packets: simple_switch's default depth of every egress queue
 STATE_FILE = "network-state.json"
 
 
@@ -73,6 +74,25 @@ def tail(path: Path, lines: int = 20) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
+
+
+def apply_queue_settings(topo: Topology, switch: str, thrift: Bmv2Thrift) -> dict[int, int]:
+    """One switch's egress queues over Thrift: every queue of a port at its
+    link's rate and BMv2's default depth, then the features' per-queue rates
+    and depths (so a setting a feature no longer asks for is undone).
+    Returns {port: link rate in packets/s}."""
+    rates: dict[int, int] = {}
+    for port in topo.switches[switch].ports.values():
+        rates[port.number] = queue_rate_pps(port.link.bandwidth_mbps)
+        thrift.set_queue_rate(port.number, rates[port.number])
+        thrift.set_queue_depth(port.number, BMV2_QUEUE_DEPTH)
+    for feature in topo.known_features:
+        for (port, queue), setting in sorted(feature.queues(topo, switch).settings.items()):
+            if setting.rate_pps is not None:
+                thrift.set_priority_queue_rate(port, queue, setting.rate_pps)
+            if setting.depth is not None:
+                thrift.set_priority_queue_depth(port, queue, setting.depth)
+    return rates
 
 
 def queue_rate_pps(bandwidth_mbps: float) -> int:
@@ -286,16 +306,7 @@ class Network:
         applied: dict[str, dict[int, int]] = {}
         for sw in self.topo.switches.values():
             with Bmv2Thrift(sw.thrift_port, name=sw.name) as thrift:
-                for port in sw.ports.values():
-                    pps = queue_rate_pps(port.link.bandwidth_mbps)
-                    thrift.set_queue_rate(port.number, pps)
-                    applied.setdefault(sw.name, {})[port.number] = pps
-                for feature in self.topo.known_features:
-                    for (port, queue), setting in sorted(feature.queues(self.topo, sw.name).settings.items()):
-                        if setting.rate_pps is not None:
-                            thrift.set_priority_queue_rate(port, queue, setting.rate_pps)
-                        if setting.depth is not None:
-                            thrift.set_priority_queue_depth(port, queue, setting.depth)
+                applied[sw.name] = apply_queue_settings(self.topo, sw.name, thrift)
         return applied
 
     def host_cmd(self, host: str, command: list[str] | str, timeout: float = 30) -> subprocess.CompletedProcess:

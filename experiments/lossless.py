@@ -100,8 +100,7 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
     receiver = topo.hosts[RECEIVER]
     senders = [h for h in topo.hosts.values() if h.role == "sender"]
     port = receiver.switch_port
-    topo.features[SECTION] = section(case.lossless)
-    ctl.program_all()
+    ctl.feature("lossless").apply(section(case.lossless))
     ctl.feature("ecn").set_profile(SWITCH, port, EcnProfile.step(10) if case.dcqcn else EcnProfile.monitor())
     sender_ports = [h.switch_port for h in senders]
 
@@ -178,8 +177,7 @@ def run_spreading_case(name: str, topo, net: Network, ctl: FabricController, arg
     senders = [topo.hosts[h] for h in (("h1", "h2", "h5", "h6") if n == "4" else
                                        ("h1", "h2", "h3", "h4", "h5", "h6", "h7", "h8"))]
     receiver, victim, victim_rx = topo.hosts["r1"], topo.hosts["v1"], topo.hosts["v2"]
-    topo.features[SECTION] = replace(section(lossless), hold_rate_pps=SPREADING_HOLD_PPS)
-    ctl.program_all()
+    ctl.feature("lossless").apply(replace(section(lossless), hold_rate_pps=SPREADING_HOLD_PPS))
     ctl.feature("ecn").set_profile("leaf3", receiver.switch_port, EcnProfile.step(10) if dcqcn else None,
                                    queue=TCLASS)
     hop_cells = {   # the ports that pause, per hop: (switch, port)
@@ -310,8 +308,7 @@ def run_storm_case(name: str, topo, net: Network, ctl: FabricController, args, o
     too. With the watchdog (drop, 200 ms) s2 drops h2 -> h4 after 200 ms and
     ignores h4's pauses, and h1 -> h3 comes back."""
     watchdog = Watchdog(detect_ms=200, restore_ms=400, action="drop") if name == "storm-watchdog" else None
-    topo.features[SECTION] = replace(section(True), watchdog=watchdog)
-    ctl.program_all()
+    ctl.feature("lossless").apply(replace(section(True), watchdog=watchdog))
     h1, h2, h3, h4 = (topo.hosts[h] for h in ("h1", "h2", "h3", "h4"))
     s2_h4 = h4.switch_port
     storm_from, storm_to = 0.2 * args.duration, 0.6 * args.duration
@@ -413,12 +410,12 @@ def run_deadlock_case(name: str, args, out: Path) -> dict:
             return sum(ctl.counter(sw, counter, cell(p, c)).get(cell(p, c), (0, 0))[0]
                        for sw, ports in ring_ports.items() for p in ports for c in classes)
 
-        def in_switches() -> int:
+        def in_switches() -> int:       # the buffer models: packets admitted, not yet sent (every port)
             n = 0
-            for sw, ports in ring_ports.items():
-                with Bmv2Thrift(topo.switches[sw].thrift_port) as thrift:
+            for sw in topo.switches.values():
+                with Bmv2Thrift(sw.thrift_port) as thrift:
                     n += sum(thrift.register_read(OCCUPANCY_REGISTER, cell(p, c))
-                             for p in ports for c in (TCLASS, BOUNCED_CLASS))
+                             for p in sw.ports for c in (TCLASS, BOUNCED_CLASS))
             return n
 
         start_at = time.time() + 3.0
@@ -503,8 +500,8 @@ def run_slow_receiver_case(topo, net: Network, ctl: FabricController, args, out:
     16 buffered and resumes at 8), with the watchdog on. Its pauses come and
     go and packets leave between them: not a storm."""
     name = "slow-receiver-watchdog"
-    topo.features[SECTION] = replace(section(True), watchdog=Watchdog(detect_ms=200, restore_ms=400, action="drop"))
-    ctl.program_all()
+    ctl.feature("lossless").apply(replace(section(True), watchdog=Watchdog(detect_ms=200, restore_ms=400,
+                                                                           action="drop")))
     h1, h2, h3, h4 = (topo.hosts[h] for h in ("h1", "h2", "h3", "h4"))
     s2_h4 = h4.switch_port
 
@@ -554,6 +551,7 @@ def run_slow_receiver_case(topo, net: Network, ctl: FabricController, args, out:
 ISOLATION_CASES = ("one-class", "separate-classes")
 COLLECTIVE_RATE, STORAGE_RATE = 300.0, 800.0
 STORAGE_CLASS, STORAGE_DSCP = 1, 10
+STORAGE_SHARE = 0.6         # of the link: 500 of 833 packets/s, the rest is the collective's
 
 
 def run_isolation_case(name: str, topo, net: Network, ctl: FabricController, args, out: Path) -> dict:
@@ -561,13 +559,14 @@ def run_isolation_case(name: str, topo, net: Network, ctl: FabricController, arg
     packets/s), both lossless, both senders honouring PFC. One class: one
     FIFO queue, the collective waits behind storage's backlog (PFC keeps
     storage's share of it at XOFF). Separate classes: storage in class 1 on
-    queue 1, below the collective's queue 3 (strict priority)."""
+    queue 1, below the collective's queue 3 (strict priority), its queue
+    capped at 60% of the link."""
     separate = name == "separate-classes"
     classes: tuple[TrafficClass, ...] = (TrafficClass("collective", TCLASS, TCLASS, (DSCP,), True),)
-    if separate:
-        classes += (TrafficClass("storage", STORAGE_CLASS, STORAGE_CLASS, (STORAGE_DSCP,), True),)
-    topo.features[SECTION] = LosslessConfig(queues=8, classes=classes, pfc=PfcThresholds(xoff=24, xon=12, headroom=32))
-    ctl.program_all()
+    if separate:   # capped: BMv2 has no port-wide shaper, two uncapped queues would together exceed the link
+        classes += (TrafficClass("storage", STORAGE_CLASS, STORAGE_CLASS, (STORAGE_DSCP,), True, share=STORAGE_SHARE),)
+    ctl.feature("lossless").apply(LosslessConfig(queues=8, classes=classes,
+                                                 pfc=PfcThresholds(xoff=24, xon=12, headroom=32)))
     h1, h2, h3, h4 = (topo.hosts[h] for h in ("h1", "h2", "h3", "h4"))
     start_at = time.time() + 3.0
     case_dir = out / name

@@ -37,7 +37,8 @@ from typing import Any, Mapping, Optional
 
 from core.feature import CounterMetric, Fail, FeatureSpec, Pieces, QueuePlan, QueueSetting, check_mapping, one_mode, \
     section_items
-from core.network import queue_rate_pps
+from core.bmv2_thrift import Bmv2Thrift
+from core.network import apply_queue_settings, queue_rate_pps
 from core.p4constants import constants
 from core.p4info import EntryError, P4Info
 from core.sync import SwitchState
@@ -370,31 +371,39 @@ def _paused_seconds(read) -> dict[str, float]:
 
 class LosslessRuntime:
     """controller.feature("lossless"): the section changed at runtime (classes,
-    DSCP map, thresholds, watchdog), validated whole before anything is written.
-    The queue count is fixed when the switches start."""
+    DSCP map, thresholds, watchdog, class changes), validated whole before
+    anything is written; then the entries (P4Runtime) and the queues' rates
+    and depths (Thrift). The queue count is fixed when the switches start."""
 
     def __init__(self, controller):
         self.ctl = controller
 
     def configure(self, raw: Any):
+        """A new `lossless:` section (a mapping, as in a topology file)."""
         def fail(where: str, what: str):
             raise EntryError(f"{where}: {what}")
-        config = parse_section(raw, self.ctl.topo, fail)
+        return self.apply(parse_section(raw, self.ctl.topo, fail))
+
+    def apply(self, config: LosslessConfig):
+        """A new configuration, already validated (configure() validates a section)."""
         current = self.ctl.topo.features.get(SECTION)
         started = current.queues if current else 1
         if config.queues != started:
             raise EntryError(f"{SECTION}.queues: the switches started with {started} queues per port; "
                              f"restart them to change it (asked for {config.queues})")
         self.ctl.topo.features[SECTION] = config
-        return self.ctl.program_all()
+        written = self.ctl.program_all()
+        for sw in self.ctl.topo.switches.values():       # shares and queue depths follow the section
+            with Bmv2Thrift(sw.thrift_port, name=sw.name) as thrift:
+                apply_queue_settings(self.ctl.topo, sw.name, thrift)
+        return written
 
     def watchdog(self, watchdog: Optional[Watchdog]):
         """Switch the watchdog on (or change it), or off with None."""
         current = self.ctl.topo.features.get(SECTION)
         if current is None:
             raise EntryError(f"no {SECTION} section: no lossless class to watch")
-        self.ctl.topo.features[SECTION] = replace(current, watchdog=watchdog)
-        return self.ctl.program_all()
+        return self.apply(replace(current, watchdog=watchdog))
 
 
 FEATURE = FeatureSpec(
