@@ -60,8 +60,9 @@ def test_storm_spreads_without_the_watchdog_and_is_contained_with_it(tmp_path):
 def test_deadlock_forms_is_prevented_by_a_class_change_and_broken_by_the_watchdog(tmp_path):
     """Five switches in a ring, every host sending class 3 two switches
     clockwise at 1.2x the ring links, on live BMv2 (a new network per case).
-    PFC alone: every ring port paused by the next, nothing arrives any more
-    and packets stay in the switches after the senders stop. A class change
+    PFC alone: every ring port paused by the next, next to nothing arrives
+    any more (2500 packets/s offered) and packets stay in the switches after
+    the senders stop. A class change
     at s1 (the ring's dateline): traffic flows to the end, nothing stuck,
     nothing lost to the headroom. The watchdog: it finds storms, drops, and
     the ring keeps delivering."""
@@ -71,7 +72,7 @@ def test_deadlock_forms_is_prevented_by_a_class_change_and_broken_by_the_watchdo
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {r["case"]: r for r in csv.DictReader(open(out / "deadlock" / "summary.csv"))}
     deadlock, tagger, watchdog = rows["deadlock"], rows["class-change"], rows["watchdog"]
-    assert float(deadlock["last_40pct_pps"]) == 0 and int(deadlock["in_switches_2s_later"]) > 0, deadlock
+    assert float(deadlock["last_40pct_pps"]) < 5 and int(deadlock["in_switches_2s_later"]) > 0, deadlock
     assert int(deadlock["storms_detected"]) == 0 and int(deadlock["pauses_sent"]) > 0, deadlock
     assert float(tagger["last_40pct_pps"]) > 600 and int(tagger["in_switches_2s_later"]) == 0, tagger
     assert int(tagger["changed_class"]) > 0 and int(tagger["headroom_drops"]) == 0, tagger
@@ -103,3 +104,19 @@ def test_pfc_spreads_up_the_tree_and_stalls_a_victim(tmp_path):
     assert sum(int(both[f"pauses_hop{i}"]) for i in (1, 2, 3)) < sum(int(pfc[f"pauses_hop{i}"]) for i in (1, 2, 3))
     assert float(both["victim_pps"]) > float(pfc["victim_pps"]) + 50, both
     assert (out / "spreading" / "pfc-8" / "throughput.png").stat().st_size > 10_000
+
+
+def test_separate_classes_isolate_the_collective_from_storage(tmp_path):
+    """Collective and storage traffic across one bottleneck, both lossless:
+    in one class the collective waits behind storage's queue; in a class of
+    its own, on a higher queue, its one-way delay falls many times over."""
+    out = tmp_path / "lossless"
+    proc = subprocess.run([sys.executable, "-m", "experiments.lossless", "--phases", "isolation", "--duration", "5",
+                           "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {r["case"]: r for r in csv.DictReader(open(out / "isolation" / "summary.csv"))}
+    one, separate = rows["one-class"], rows["separate-classes"]
+    for r in (one, separate):
+        assert float(r["collective_pps"]) > 250 and int(r["lost"]) == 0, r
+    assert float(one["collective_delay_p99_ms"]) > 5 * float(separate["collective_delay_p99_ms"]), rows
+    assert float(separate["storage_pps"]) < 550, "storage capped at 60% of the link"
