@@ -54,6 +54,7 @@ files went.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import subprocess
@@ -62,6 +63,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Iterator
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -96,6 +98,22 @@ def section(lossless: bool) -> LosslessConfig:
                           pfc=PfcThresholds(xoff=24, xon=12, headroom=32))
 
 
+def finish(name: str, procs: list[subprocess.Popen], net: Network, args) -> None:
+    """Wait for a case's agents; fail, naming the case, if one failed or a switch died."""
+    for p in procs:
+        p.wait(timeout=args.duration + 30)
+    net.check_alive()
+    if any(p.returncode for p in procs):
+        raise RuntimeError(f"{name}: an agent failed (exit codes {[p.returncode for p in procs]})")
+
+
+def steady_pps(case_dir: Path, receiver: str, args) -> float:
+    """Packets/s the receiver got after the first 20% of the run."""
+    warm = 0.2 * args.duration
+    n = sum(v for (t, _f), v in _read_bins(case_dir / f"receive-{receiver}.csv").items() if warm <= t < args.duration)
+    return round(n / (args.duration - warm), 1)
+
+
 def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: Path) -> dict:
     receiver = topo.hosts[RECEIVER]
     senders = [h for h in topo.hosts.values() if h.role == "sender"]
@@ -126,14 +144,10 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
             link = topo.switches[SWITCH].ports[h.switch_port].link
             extra += ["--tclass", str(TCLASS), "--link-mbps", str(link.bandwidth_mbps)]
         procs.append(agent(h, "send", extra))
-    for p in procs:
-        p.wait(timeout=args.duration + 30)
-    net.check_alive()
+    finish(case.name, procs, net, args)
     time.sleep(0.5)                                     # the last packets leave
     with Bmv2Thrift(topo.switches[SWITCH].thrift_port) as thrift:   # the buffer model back to empty
         occupancy_left = sum(thrift.register_read(OCCUPANCY_REGISTER, cell(p, TCLASS)) for p in sender_ports)
-    if any(p.returncode for p in procs):
-        raise RuntimeError(f"{case.name}: an agent failed (exit codes {[p.returncode for p in procs]})")
     rx = json.loads((case_dir / f"receive-{RECEIVER}.json").read_text())
     tx = {h.name: json.loads((case_dir / f"send-{h.name}.json").read_text()) for h in senders}
     flows = rx["flows"].values()
@@ -226,14 +240,10 @@ def run_spreading_case(name: str, topo, net: Network, ctl: FabricController, arg
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
-        for p in procs:
-            p.wait(timeout=args.duration + 30)
+        finish(name, procs, net, args)
     finally:
         stop.set()
         sampler.join()
-    net.check_alive()
-    if any(p.returncode for p in procs):
-        raise RuntimeError(f"{name}: an agent failed (exit codes {[p.returncode for p in procs]})")
     time.sleep(0.5)
     after, drops_after = pauses(), headroom_drops()
     rx = json.loads((case_dir / f"receive-{receiver.name}.json").read_text())
@@ -334,12 +344,7 @@ def run_storm_case(name: str, topo, net: Network, ctl: FabricController, args, o
                               "--iface", h4.iface, "--src-mac", h4.mac, "--tclass", str(TCLASS), "--every-ms", "100",
                               "--duration", str(storm_to - storm_from), "--start-at", str(start_at + storm_from)],
                              cwd=REPO, stdout=subprocess.DEVNULL)
-    for p in procs:
-        p.wait(timeout=args.duration + 30)
-    stuck.wait(timeout=30)
-    net.check_alive()
-    if any(p.returncode for p in procs + [stuck]):
-        raise RuntimeError(f"{name}: an agent failed (exit codes {[p.returncode for p in procs + [stuck]]})")
+    finish(name, procs + [stuck], net, args)
     bins: dict = {}
     for h in (h3, h4):
         bins.update(_read_bins(case_dir / f"receive-{h.name}.csv"))
@@ -401,10 +406,7 @@ def run_deadlock_case(name: str, args, out: Path) -> dict:
                   for sw in topo.switches.values()}
     case_dir = out / name
     case_dir.mkdir(parents=True, exist_ok=True)
-    with Network(topo, REPO / "build" / "experiments" / f"lossless-{name}", log_level=args.log_level) as net, \
-            FabricController(topo) as ctl:
-        ctl.program()
-        net.apply_queue_rates()
+    with fabric(topo, f"lossless-{name}", args) as (net, ctl):
 
         def total(counter: str, classes=(TCLASS, BOUNCED_CLASS)) -> int:
             return sum(ctl.counter(sw, counter, cell(p, c)).get(cell(p, c), (0, 0))[0]
@@ -427,10 +429,7 @@ def run_deadlock_case(name: str, args, out: Path) -> dict:
                 "--line-rate-pps", str(DEADLOCK_RATE), "--fixed-rate", "--not-ect", "--dscp", str(DSCP),
                 "--tclass", str(TCLASS), "--link-mbps", str(topo.switches[src.switch].ports[src.switch_port]
                                                              .link.bandwidth_mbps)]))
-        for p in procs:
-            p.wait(timeout=args.duration + 30)
-        if any(p.returncode for p in procs):
-            raise RuntimeError(f"{name}: an agent failed (exit codes {[p.returncode for p in procs]})")
+        finish(name, procs, net, args)
         stuck_at_end = in_switches()
         time.sleep(2.0)                 # nothing is sent any more: does what is in the switches drain?
         stuck_later = in_switches()
@@ -523,22 +522,13 @@ def run_slow_receiver_case(topo, net: Network, ctl: FabricController, args, out:
             "--duration", str(args.duration), "--dst-ip", dst.ip, "--qp", str(qp), "--line-rate-pps",
             str(STORM_RATE), "--fixed-rate", "--not-ect", "--dscp", str(DSCP), "--tclass", str(TCLASS),
             "--link-mbps", "100"]))
-    for p in procs:
-        p.wait(timeout=args.duration + 30)
-    net.check_alive()
-    if any(p.returncode for p in procs):
-        raise RuntimeError(f"{name}: an agent failed (exit codes {[p.returncode for p in procs]})")
+    finish(name, procs, net, args)
     rx = {h.name: json.loads((case_dir / f"receive-{h.name}.json").read_text()) for h in (h3, h4)}
-    warm = 0.2 * args.duration
-
-    def rate(host: str) -> float:
-        n = sum(v for (t, _f), v in _read_bins(case_dir / f"receive-{host}.csv").items() if warm <= t < args.duration)
-        return round(n / (args.duration - warm), 1)
 
     return {
         "case": name,
-        "h1_h3_pps": rate("h3"),
-        "h2_h4_pps": rate("h4"),
+        "h1_h3_pps": steady_pps(case_dir, "h3", args),
+        "h2_h4_pps": steady_pps(case_dir, "h4", args),
         "h4_pauses_sent": rx["h4"]["slow_receiver"]["pauses_sent"],
         "h4_resumes_sent": rx["h4"]["slow_receiver"]["resumes_sent"],
         "h4_nic_dropped": rx["h4"]["slow_receiver"]["dropped"],
@@ -579,26 +569,17 @@ def run_isolation_case(name: str, topo, net: Network, ctl: FabricController, arg
         procs.append(roce_agent(src, "send", start_at=start_at, out_dir=case_dir, extra=[
             "--duration", str(args.duration), "--dst-ip", dst.ip, "--qp", str(qp), "--line-rate-pps", str(pps),
             "--fixed-rate", "--not-ect", "--dscp", str(dscp), "--tclass", str(tclass), "--link-mbps", "100"]))
-    for p in procs:
-        p.wait(timeout=args.duration + 30)
-    net.check_alive()
-    if any(p.returncode for p in procs):
-        raise RuntimeError(f"{name}: an agent failed (exit codes {[p.returncode for p in procs]})")
+    finish(name, procs, net, args)
     rx = {h.name: json.loads((case_dir / f"receive-{h.name}.json").read_text()) for h in (h3, h4)}
-    warm = 0.2 * args.duration
-
-    def rate(host: str) -> float:
-        n = sum(v for (t, _f), v in _read_bins(case_dir / f"receive-{host}.csv").items() if warm <= t < args.duration)
-        return round(n / (args.duration - warm), 1)
 
     (collective,) = rx["h3"]["flows"].values()
     delay = collective["delay_ms"] or {}
     return {
         "case": name,
-        "collective_pps": rate("h3"),
+        "collective_pps": steady_pps(case_dir, "h3", args),
         "collective_delay_p50_ms": delay.get("p50"),
         "collective_delay_p99_ms": delay.get("p99"),
-        "storage_pps": rate("h4"),
+        "storage_pps": steady_pps(case_dir, "h4", args),
         "lost": sum(f["lost"] for r in rx.values() for f in r["flows"].values()),
         "pauses_to_h1": ctl.counter("s1", "pfc_pause_sent", cell(h1.switch_port, TCLASS))
                            .get(cell(h1.switch_port, TCLASS), (0, 0))[0],
@@ -677,6 +658,16 @@ def _table(results: list[dict]) -> None:
         print(" ".join(f"{r[c]!s:>15s}" for c in cols))
 
 
+@contextlib.contextmanager
+def fabric(topo, name: str, args) -> Iterator[tuple[Network, FabricController]]:
+    """`topo` started on BMv2 (build/experiments/<name>), programmed, its queue rates applied."""
+    with Network(topo, REPO / "build" / "experiments" / name, log_level=args.log_level) as net, \
+            FabricController(topo) as ctl:
+        ctl.program()
+        net.apply_queue_rates()
+        yield net, ctl
+
+
 PHASES = ("incast", "spreading", "storm", "deadlock", "isolation")
 
 
@@ -698,10 +689,7 @@ def main(argv: list[str] | None = None) -> int:
         topo = load_topology(REPO / "topologies" / "incast.yaml")
         topo.features[SECTION] = section(True)          # the switches start with its queues
         results = []
-        with Network(topo, REPO / "build" / "experiments" / "lossless", log_level=args.log_level) as net, \
-                FabricController(topo) as ctl:
-            ctl.program()
-            net.apply_queue_rates()
+        with fabric(topo, "lossless", args) as (net, ctl):
             for case in (c for c in CASES if c.name in args.cases):
                 print(f"==> {case.name}: {args.duration:g}s of 4:1 incast in class {TCLASS} "
                       f"({'lossless' if case.lossless else 'lossy'}{', DCQCN' if case.dcqcn else ''})", flush=True)
@@ -714,10 +702,7 @@ def main(argv: list[str] | None = None) -> int:
         spreading_out = out / "spreading"
         spreading_out.mkdir(exist_ok=True)
         results = []
-        with Network(topo, REPO / "build" / "experiments" / "lossless-spreading", log_level=args.log_level) as net, \
-                FabricController(topo) as ctl:
-            ctl.program()
-            net.apply_queue_rates()
+        with fabric(topo, "lossless-spreading", args) as (net, ctl):
             for name in SPREADING_CASES:
                 print(f"==> {name}: {args.duration:g}s of incast into r1 on leaf3, victim v1 -> v2", flush=True)
                 results.append(run_spreading_case(name, topo, net, ctl, args, spreading_out))
@@ -729,10 +714,7 @@ def main(argv: list[str] | None = None) -> int:
         storm_out = out / "storm"
         storm_out.mkdir(exist_ok=True)
         results = []
-        with Network(topo, REPO / "build" / "experiments" / "lossless-storm", log_level=args.log_level) as net, \
-                FabricController(topo) as ctl:
-            ctl.program()
-            net.apply_queue_rates()
+        with fabric(topo, "lossless-storm", args) as (net, ctl):
             for name in STORM_CASES:
                 print(f"==> {name}: {args.duration:g}s on dumbbell, h4's NIC pausing class {TCLASS} from "
                       f"{0.2 * args.duration:g}s to {0.6 * args.duration:g}s", flush=True)
@@ -759,10 +741,7 @@ def main(argv: list[str] | None = None) -> int:
         isolation_out = out / "isolation"
         isolation_out.mkdir(exist_ok=True)
         results = []
-        with Network(topo, REPO / "build" / "experiments" / "lossless-isolation", log_level=args.log_level) as net, \
-                FabricController(topo) as ctl:
-            ctl.program()
-            net.apply_queue_rates()
+        with fabric(topo, "lossless-isolation", args) as (net, ctl):
             for name in ISOLATION_CASES:
                 print(f"==> {name}: {args.duration:g}s on dumbbell, collective h1 -> h3 beside storage h2 -> h4",
                       flush=True)
