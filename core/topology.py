@@ -297,6 +297,22 @@ class Topology:
             dist[src] = d
         return dist
 
+    def tiers(self) -> dict[str, int]:
+        """Each switch's tier: its hop count from the nearest switch a host
+        plugs into (leaves and edge switches 0, spines and aggregation 1,
+        cores 2). A packet that arrives from a higher tier and leaves to a
+        higher tier turned back up: a bounce, off the up-down routes."""
+        edge = {nic.switch for nic in self.nics}
+        tier = {name: 0 for name in self.switches if name in edge}
+        queue = deque(tier)
+        while queue:
+            cur = queue.popleft()
+            for port in self.switch_neighbours(cur):
+                if port.peer not in tier:
+                    tier[port.peer] = tier[cur] + 1
+                    queue.append(port.peer)
+        return tier
+
     def routes(self, failed: "Failures | None" = None) -> dict[str, list[Route]]:
         """Per switch, one route per NIC subnet it can reach, with every
         equal-cost next hop. A switch has no route to a NIC on another plane,

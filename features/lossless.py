@@ -28,7 +28,10 @@ half that while above XOFF. The watchdog (off when absent) acts on a
 the packets of a lossless class that `switch` receives from neighbour
 `from` and sends to neighbour `to` into the lossless class `becomes` (its
 queue there, its DSCP downstream), so that lossless queues cannot wait on
-each other in a cycle (docs/features/lossless.md, deadlock).
+each other in a cycle (docs/features/lossless.md, deadlock). `from: up,
+to: up` names every neighbour in a higher tier, and `switch: all` every
+switch: `{switch: all, from: up, to: up, ...}` is Tagger's rule for a Clos,
+a bounce (down, then up again) moves a packet to the next class.
 """
 from __future__ import annotations
 
@@ -59,6 +62,7 @@ SESSION_BASE = constants()["PFC_SESSION_BASE"]
 HOLD_QUEUE_DEPTH = 1024          # packets a port can hold while paused (all its lossless classes)
 FIELDS = {"queues", "classes", "pfc", "watchdog", "hold_rate_pps", "class_changes"}
 CHANGE_FIELDS = {"switch", "from", "to", "class", "becomes"}
+UP = "up"                        # class_changes: any neighbour in a higher tier (core.topology.Topology.tiers)
 CLASS_FIELDS = {"name", "class", "queue", "dscp", "lossless", "share"}
 PFC_FIELDS = {"xoff", "xon", "headroom", "pause_quanta"}
 WATCHDOG_FIELDS = {"detect_ms", "restore_ms", "action"}
@@ -225,25 +229,42 @@ def parse_section(raw: Any, topo, fail: Fail) -> LosslessConfig:
     if raw.get("class_changes") is None:
         return config
     lossless = {c.name for c in config.lossless}
+    tiers = topo.tiers()
     changes: list[ClassChange] = []
     seen: set[tuple[str, str, str, str]] = set()
     for where, item, name in section_items(raw["class_changes"], f"{SECTION}.class_changes", CHANGE_FIELDS, topo,
-                                           fail, what="{switch, from, to, class, becomes}"):
-        peers = {p.peer for p in topo.switches[name].ports.values()}
-        for key in ("from", "to"):
-            if item.get(key) not in peers:
-                fail(f"{where}.{key}", f"{name} has no link to {item.get(key)!r} (neighbours: {', '.join(sorted(peers))})")
+                                           fail, what="{switch, from, to, class, becomes}", allow_all=True):
         for key in ("class", "becomes"):
             if item.get(key) not in lossless:
                 fail(f"{where}.{key}", f"expected a lossless class ({', '.join(sorted(lossless)) or 'none'}), "
                                        f"got {item.get(key)!r}")
         if item["class"] == item["becomes"]:
             fail(f"{where}.becomes", f"the class it changes from ({item['class']!r}): a change needs another class")
-        key4 = (name, item["from"], item["to"], item["class"])
-        if key4 in seen:
-            fail(where, f"{name} already changes {item['class']!r} from {item['from']} to {item['to']}")
-        seen.add(key4)
-        changes.append(ClassChange(name, item["from"], item["to"], item["class"], item["becomes"]))
+        for key in ("from", "to"):
+            if name == "all" and item.get(key) != UP:
+                fail(f"{where}.{key}", f"with switch: all, expected {UP!r} (a neighbour in a higher tier), "
+                                       f"got {item.get(key)!r}")
+        for sw in (topo.switches if name == "all" else [name]):
+            peers = {p.peer for p in topo.switches[sw].ports.values()}
+            upper = sorted(p for p in peers if p in tiers and tiers[p] > tiers.get(sw, 0))
+
+            def ends(key: str) -> list[str]:
+                if item.get(key) == UP:
+                    return upper
+                if item.get(key) not in peers:
+                    fail(f"{where}.{key}", f"{sw} has no link to {item.get(key)!r} "
+                                           f"(neighbours: {', '.join(sorted(peers))}, or {UP!r})")
+                return [item[key]]
+
+            for src in ends("from"):
+                for dst in ends("to"):
+                    if src == dst:
+                        continue
+                    key4 = (sw, src, dst, item["class"])
+                    if key4 in seen:
+                        fail(where, f"{sw} already changes {item['class']!r} from {src} to {dst}")
+                    seen.add(key4)
+                    changes.append(ClassChange(sw, src, dst, item["class"], item["becomes"]))
     return replace(config, class_changes=tuple(changes))
 
 

@@ -140,3 +140,26 @@ def test_the_same_class_change_twice_is_refused():
     with pytest.raises(TopologyError) as err:
         ring_with(DATELINE, DATELINE)
     assert "lossless.class_changes[1]" in str(err.value) and "already changes" in str(err.value)
+
+
+def test_bounce_rule_on_a_clos():
+    """`{switch: all, from: up, to: up}`: Tagger's rule for a Clos; every
+    leaf changes the class of what comes down from one spine and goes up to
+    another (a bounce); spines have no higher tier, so no rule."""
+    data = {"name": "ls", "defaults": {"link": {"bandwidth_mbps": 100}},
+            "switches": [{"name": "spine1", "role": "spine"}, {"name": "spine2", "role": "spine"}, "leaf1", "leaf2"],
+            "hosts": ["h1", "h2"],
+            "links": [["h1", "leaf1"], ["h2", "leaf2"], ["leaf1", "spine1"], ["leaf1", "spine2"],
+                      ["leaf2", "spine1"], ["leaf2", "spine2"]],
+            "lossless": {**TWO_LOSSLESS, "class_changes": [{"switch": "all", "from": "up", "to": "up",
+                                                            "class": "collective", "becomes": "collective-2"}]}}
+    changes = topology_from_dict(data, "ls.yaml").features["lossless"].class_changes
+    assert {(c.switch, c.src, c.dst) for c in changes} == {
+        ("leaf1", "spine1", "spine2"), ("leaf1", "spine2", "spine1"),
+        ("leaf2", "spine1", "spine2"), ("leaf2", "spine2", "spine1")}
+
+
+def test_switch_all_needs_up_neighbours():
+    with pytest.raises(TopologyError) as err:
+        ring_with({**DATELINE, "switch": "all"})
+    assert "lossless.class_changes[0].from" in str(err.value) and "'up'" in str(err.value)
