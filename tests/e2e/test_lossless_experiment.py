@@ -89,7 +89,8 @@ def test_pfc_spreads_up_the_tree_and_stalls_a_victim(tmp_path):
     loses most of its rate; DCQCN at 4:1 removes the pauses and gives the
     victim its rate back."""
     out = tmp_path / "lossless"
-    proc = subprocess.run([sys.executable, "-m", "experiments.lossless", "--phases", "spreading", "--duration", "5",
+    # 10 s a case, as `make experiments`: DCQCN takes seconds to settle, and the steady state starts at 20%
+    proc = subprocess.run([sys.executable, "-m", "experiments.lossless", "--phases", "spreading", "--duration", "10",
                            "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {r["case"]: r for r in csv.DictReader(open(out / "spreading" / "summary.csv"))}
