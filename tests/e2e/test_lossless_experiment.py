@@ -38,7 +38,8 @@ def test_storm_spreads_without_the_watchdog_and_is_contained_with_it(tmp_path):
     the watchdog the pause spreads back through s1 to both senders and the
     flow that has nothing to do with h4 stops; with it, s2 finds the storm,
     drops what goes to h4, and that flow keeps its rate; PFC is restored
-    after the storm."""
+    after the storm. A slow receiver in h4's place pauses and resumes, loses
+    nothing, and the watchdog leaves it alone."""
     out = tmp_path / "lossless"
     proc = subprocess.run([sys.executable, "-m", "experiments.lossless", "--phases", "storm", "--duration", "8",
                            "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600)
@@ -55,6 +56,10 @@ def test_storm_spreads_without_the_watchdog_and_is_contained_with_it(tmp_path):
     assert int(contained["storms_restored"]) == 1, contained
     assert float(contained["h1_h3_after_pps"]) > 250, contained
     assert (out / "storm" / "storm" / "throughput.png").stat().st_size > 10_000
+    (slow,) = csv.DictReader(open(out / "storm" / "slow_receiver.csv"))
+    assert int(slow["h4_pauses_sent"]) > 0 and int(slow["h4_resumes_sent"]) > 0, slow
+    assert int(slow["storms_detected"]) == 0, "a slow receiver's pauses come and go: not a storm"
+    assert int(slow["lost"]) == 0 and float(slow["h2_h4_pps"]) < 200, slow
 
 
 def test_deadlock_forms_is_prevented_by_a_class_change_and_broken_by_the_watchdog(tmp_path):
