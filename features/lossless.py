@@ -6,7 +6,7 @@ In a topology file (validated with the rest of it, before anything starts):
     lossless:
       queues: 8                    # BMv2 priority queues per port; the top one holds paused packets
       classes:
-        - {name: collective, class: 3, dscp: [26], lossless: true}
+        - {name: collective, class: 3, dscp: [26], pcp: [3], lossless: true}
         - {name: storage, class: 1, dscp: [10, 12], share: 0.4}
         - {name: bounced, class: 4, dscp: [34], lossless: true}
       pfc: {xoff: 24, xon: 12, headroom: 32, pause_quanta: 65535}
@@ -17,7 +17,11 @@ In a topology file (validated with the rest of it, before anything starts):
 
 A class maps its DSCPs to priority queue `queue` (default: its class number;
 higher is served first; DSCPs of no class go to queue 0, as do BMv2's
-clones: PFC frames and telemetry reports). `share` caps the class's queue
+clones: PFC frames and telemetry reports). `pcp` lists 802.1Q priorities
+whose tagged frames the class takes: the first switch gives such a frame
+the class's first DSCP and ends the tag (the fabric is routed), so the class
+travels on in the DSCP. A lossless class's PCP is its PFC priority, which
+is its class number (a host pauses priority p for the frames it tags p). `share` caps the class's queue
 at that fraction of the link's packet rate (BMv2 limits each queue on its
 own: there is no port-wide shaper, so shares are caps, not weights).
 Lossless classes get PFC on every port of every switch: xoff/xon/headroom
@@ -56,6 +60,7 @@ CLASS_TABLE = "traffic_class"
 PORT_TABLE = "pfc_port"
 SOURCE_TABLE = "pfc_source"
 CHANGE_TABLE = "class_change"
+PCP_TABLE = "pcp_to_dscp"
 STORM_ACTIONS = {"drop": constants()["PFC_STORM_DROP"], "forward": constants()["PFC_STORM_FORWARD"],
                  "alert": constants()["PFC_STORM_ALERT"]}
 SESSION_BASE = constants()["PFC_SESSION_BASE"]
@@ -63,7 +68,7 @@ HOLD_QUEUE_DEPTH = 1024          # packets a port can hold while paused (all its
 FIELDS = {"queues", "classes", "pfc", "watchdog", "hold_rate_pps", "class_changes"}
 CHANGE_FIELDS = {"switch", "from", "to", "class", "becomes"}
 UP = "up"                        # class_changes: any neighbour in a higher tier (core.topology.Topology.tiers)
-CLASS_FIELDS = {"name", "class", "queue", "dscp", "lossless", "share"}
+CLASS_FIELDS = {"name", "class", "queue", "dscp", "pcp", "lossless", "share"}
 PFC_FIELDS = {"xoff", "xon", "headroom", "pause_quanta"}
 WATCHDOG_FIELDS = {"detect_ms", "restore_ms", "action"}
 
@@ -87,6 +92,12 @@ class TrafficClass:
     dscp: tuple[int, ...]
     lossless: bool = False
     share: Optional[float] = None
+    pcp: tuple[int, ...] = ()
+
+    @property
+    def marking(self) -> int:
+        """The DSCP a packet gets when a switch puts it in this class (a PCP, a class change)."""
+        return self.dscp[0]
 
 
 @dataclass(frozen=True)
@@ -160,9 +171,10 @@ def parse_config(raw: Any, fail: Fail) -> LosslessConfig:
     names: set[str] = set()
     numbers: set[int] = set()
     dscps: dict[int, str] = {}
+    pcps: dict[int, str] = {}
     for i, item in enumerate(raw["classes"]):
         where = f"{SECTION}.classes[{i}]"
-        check_mapping(item, where, CLASS_FIELDS, fail, what="{name, class, dscp, queue, lossless, share}")
+        check_mapping(item, where, CLASS_FIELDS, fail, what="{name, class, dscp, pcp, queue, lossless, share}")
         name = item.get("name")
         if not isinstance(name, str) or not name:
             fail(f"{where}.name", f"expected a name, got {name!r}")
@@ -190,8 +202,20 @@ def parse_config(raw: Any, fail: Fail) -> LosslessConfig:
         if share is not None and (isinstance(share, bool) or not isinstance(share, (int, float))
                                   or not 0 < share <= 1):
             fail(f"{where}.share", f"expected a fraction of the link within (0, 1], got {share!r}")
+        raw_pcp = item.get("pcp", [])
+        if not isinstance(raw_pcp, list):
+            fail(f"{where}.pcp", f"expected a list of 802.1Q priorities 0..7, got {raw_pcp!r}")
+        for pcp in raw_pcp:
+            if isinstance(pcp, bool) or not isinstance(pcp, int) or not 0 <= pcp < CLASSES:
+                fail(f"{where}.pcp", f"expected 802.1Q priorities 0..7, got {pcp!r}")
+            if pcp in pcps:
+                fail(f"{where}.pcp", f"PCP {pcp} is already class {pcps[pcp]!r}'s")
+            if lossless and pcp != tclass:
+                fail(f"{where}.pcp", f"a lossless class's PCP is its PFC priority, its class number {tclass} "
+                                     f"(a host pauses the priority it tags), got {pcp}")
+            pcps[pcp] = name
         classes.append(TrafficClass(name, tclass, queue, tuple(raw_dscp), lossless,
-                                    None if share is None else float(share)))
+                                    None if share is None else float(share), tuple(raw_pcp)))
     pfc_raw = raw.get("pfc", {})
     check_mapping(pfc_raw, f"{SECTION}.pfc", PFC_FIELDS, fail, what="{xoff, xon, headroom, pause_quanta}")
     d = PfcThresholds()
@@ -279,7 +303,8 @@ def lossless_state(p4info: P4Info, config: Optional[LosslessConfig], ports: Mapp
     class changes {(in port, out port, class name): name of the class it
     becomes}. No config: every table empty."""
     state = SwitchState(managed_tables={p4info.table(t).preamble.id
-                                        for t in (SWITCH_TABLE, CLASS_TABLE, PORT_TABLE, SOURCE_TABLE, CHANGE_TABLE)},
+                                        for t in (SWITCH_TABLE, CLASS_TABLE, PORT_TABLE, SOURCE_TABLE, CHANGE_TABLE,
+                                                  PCP_TABLE)},
                         managed_clone_sessions={SESSION_BASE + p for p in ports})
     state.table_entries.append(p4info.default_entry(SWITCH_TABLE, "classify" if config else "NoAction"))
     if config is None:
@@ -301,6 +326,9 @@ def lossless_state(p4info: P4Info, config: Optional[LosslessConfig], ports: Mapp
                 action, params = "set_class", {"tclass": c.tclass, "queue": c.queue}
             state.table_entries.append(p4info.table_entry(CLASS_TABLE, {"hdr.ipv4.dscp": d}, action=action,
                                                           params=params))
+        for pcp in sorted(c.pcp):
+            state.table_entries.append(p4info.table_entry(PCP_TABLE, {"hdr.vlan.pcp": pcp}, action="remark",
+                                                          params={"dscp": c.marking}))
     if config.lossless:
         for port, (mac, bw) in sorted(ports.items()):
             state.table_entries.append(p4info.table_entry(PORT_TABLE, {"std_meta.ingress_port": port},
@@ -315,7 +343,7 @@ def lossless_state(p4info: P4Info, config: Optional[LosslessConfig], ports: Mapp
         state.table_entries.append(p4info.table_entry(
             CHANGE_TABLE, {"meta.tc.in_port": in_port, "std_meta.egress_spec": out_port,
                            "meta.tc.tclass": config.by_name(name).tclass},
-            action="change_class", params={"out_class": new.tclass, "queue": new.queue, "dscp": min(new.dscp)}))
+            action="change_class", params={"out_class": new.tclass, "queue": new.queue, "dscp": new.marking}))
     return state
 
 
@@ -429,7 +457,7 @@ class LosslessRuntime:
 
 FEATURE = FeatureSpec(
     name="lossless", section=SECTION,
-    summary="traffic classes (DSCP -> priority queue), PFC 802.1Qbb from a buffer model, pauses honoured, PFC watchdog",
+    summary="traffic classes (DSCP or PCP -> priority queue), PFC 802.1Qbb from a buffer model, pauses honoured, PFC watchdog",
     pieces=Pieces.of("lossless"),
     parse_section=parse_section, switch_state=switch_state, bench_states=one_mode(bench_state),
     bench_what="every packet in a lossless class: buffer model, pause and watchdog state read",

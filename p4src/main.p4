@@ -45,6 +45,7 @@ control FabricIngress(inout headers_t hdr,
 #ifndef WITHOUT_LOSSLESS
     Lossless() lossless;
     PfcReceive() pfc_receive;
+    PcpRemark() pcp_remark;
 #endif
 
     // A packet that cannot be forwarded gets a drop reason (defines.p4) and
@@ -59,6 +60,13 @@ control FabricIngress(inout headers_t hdr,
             port_counter.apply(std_meta);
             if (std_meta.parser_error == error.NoError && std_meta.checksum_error == 0
                     && hdr.ipv4.isValid() && hdr.ipv4.ttl > 1 && !hdr.source_route.isValid()) {
+                if (hdr.vlan.isValid()) {
+#ifndef WITHOUT_LOSSLESS
+                    pcp_remark.apply(hdr);                   // its PCP: a traffic class's DSCP
+#endif
+                    hdr.ethernet.ether_type = hdr.vlan.ether_type;   // routed ports: the tag ends here
+                    hdr.vlan.setInvalid();
+                }
                 forwarding.apply(hdr, meta, std_meta);
 #ifndef WITHOUT_AGGREGATION
                 if (hdr.agg.isValid()) {

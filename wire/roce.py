@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from scapy.contrib.roce import BTH, CNP_OPCODE, CNPPadding, opcode  # noqa: F401  (re-exported)
 from scapy.layers.inet import IP, UDP
-from scapy.layers.l2 import Ether
+from scapy.layers.l2 import Dot1Q, Ether
 from scapy.packet import Raw, bind_layers
 
 from wire.ecn import ECT0, NOT_ECT
@@ -25,10 +25,16 @@ CNP = CNP_OPCODE                              # 0x81: congestion notification pa
 
 
 def roce_data(src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, qp: int, psn: int = 0,
-              payload: int = 1024, ecn: int = ECT0, sport: int | None = None, dscp: int = 0) -> Ether:
+              payload: int = 1024, ecn: int = ECT0, sport: int | None = None, dscp: int = 0,
+              pcp: int | None = None) -> Ether:
     """A RoCEv2 RC SEND_ONLY packet of `payload` bytes to queue pair `qp`,
-    marked `dscp` (the traffic class the switches give it)."""
-    return (Ether(src=src_mac, dst=dst_mac)
+    marked `dscp` (the traffic class the switches give it); with `pcp`,
+    priority-tagged (802.1Q, VLAN 0) with that priority, as a NIC does for
+    PCP-based PFC (the first switch then classifies it by its PCP)."""
+    eth = Ether(src=src_mac, dst=dst_mac)
+    if pcp is not None:
+        eth = eth / Dot1Q(prio=pcp, vlan=0)
+    return (eth
             / IP(src=src_ip, dst=dst_ip, tos=dscp_tos(dscp, ecn), flags="DF")
             / UDP(sport=sport if sport is not None else 0xC000 | (qp & 0x3FFF), dport=ROCEV2_UDP_PORT, chksum=0)
             / BTH(opcode=RC_SEND_ONLY, dqpn=qp, psn=psn, ackreq=0)

@@ -14,7 +14,8 @@ flow in PSN order through a reorder buffer and reports reordering
 The sender stamps each packet's first 8 payload bytes with its monotonic
 clock (ns; every namespace of the machine shares it), and the receiver
 reports each flow's one-way delay percentiles from them. Options for a
-lossless class: `send --tclass C` honours PFC pauses of class C;
+lossless class: `send --tclass C` honours PFC pauses of class C, `send --pcp P`
+priority-tags its frames (802.1Q) with P and honours priority P;
 `receive --drain-pps R` is a slow receiver that pauses its uplink.
 Frames are built once with the Scapy layers of wire.roce and sent as
 bytes on one raw socket; malformed or unexpected frames are counted and
@@ -47,6 +48,7 @@ PACKET_IGNORE_OUTGOING = 23
 O = OFFSETS
 UDP_SPORT = O.udp_dport - 2   # UDP: source port, then destination port
 PROGRESS_S = 0.5              # how often the loops call their progress hook
+TAG_BYTES = 4                 # an 802.1Q tag (send --pcp)
 STAMP_AT = O.min_len          # the payload's first 8 bytes: when the sender sent it (monotonic ns)
 
 
@@ -100,16 +102,20 @@ def run_sender(a, progress=None, write: bool = True) -> dict:
     """Send until a.duration (or a.packets, when set) with DCQCN, and PLB with a.plb.
     progress(now, sent, rp, plb), if given, is called every PROGRESS_S; True stops."""
     params = DcqcnParams(**{f.name: getattr(a, f.name) for f in fields(DcqcnParams) if getattr(a, f.name, None) is not None})
+    pcp = getattr(a, "pcp", None)
     frame = bytearray(bytes(roce_data(a.src_mac, a.gw_mac, a.src_ip, a.dst_ip, a.qp, payload=a.payload,
-                                      ecn=NOT_ECT if a.not_ect else ECT0, dscp=getattr(a, "dscp", 0))))
+                                      ecn=NOT_ECT if a.not_ect else ECT0, dscp=getattr(a, "dscp", 0), pcp=pcp)))
+    tag = TAG_BYTES if pcp is not None else 0      # the fields below sit that much further in a tagged frame
     tclass = getattr(a, "tclass", None)
+    if tclass is None and pcp is not None:
+        tclass = pcp                                # PFC priority = the PCP the NIC tags
     pfc = PauseState(getattr(a, "link_mbps", 100.0)) if tclass is not None else None   # a NIC honouring PFC for its class
-    psn_at = O.bth_psn
+    psn_at, sport_at, stamp_at = O.bth_psn + tag, UDP_SPORT + tag, STAMP_AT + tag
     stamp = a.payload >= 8
     sock = open_socket(a.iface)
     sock.setblocking(False)
     rp = ReactionPoint(params, now=0.0)
-    plb = plb_from_args(a, sport=int.from_bytes(frame[UDP_SPORT:UDP_SPORT + 2], "big"))
+    plb = plb_from_args(a, sport=int.from_bytes(frame[sport_at:sport_at + 2], "big"))
     limit = getattr(a, "packets", None)
     series = []
     ignored: defaultdict[str, int] = defaultdict(int)
@@ -142,7 +148,7 @@ def run_sender(a, progress=None, write: bool = True) -> dict:
         if plb is not None:
             sport = plb.advance(now)
             if sport is not None:  # repath: the next packets carry a new ECMP hash
-                frame[UDP_SPORT:UDP_SPORT + 2] = sport.to_bytes(2, "big")
+                frame[sport_at:sport_at + 2] = sport.to_bytes(2, "big")
         if now >= next_sample:
             series.append((round(now, 4), round(rp.rate, 2), round(rp.target, 2), round(rp.alpha, 4), sent, rp.cnps)
                           + ((plb.sport,) if plb is not None else ()))
@@ -157,7 +163,7 @@ def run_sender(a, progress=None, write: bool = True) -> dict:
         elif now >= next_send:
             frame[psn_at:psn_at + 3] = (sent & 0xFFFFFF).to_bytes(3, "big")
             if stamp:
-                frame[STAMP_AT:STAMP_AT + 8] = time.monotonic_ns().to_bytes(8, "big")
+                frame[stamp_at:stamp_at + 8] = time.monotonic_ns().to_bytes(8, "big")
             try:
                 sock.send(frame)
                 sent += 1
@@ -334,6 +340,8 @@ def main(argv=None) -> int:
     s.add_argument("--fixed-rate", action="store_true", help="no DCQCN: send at line rate, ignore CNPs")
     s.add_argument("--not-ect", action="store_true", help="send Not-ECT packets (never marked)")
     s.add_argument("--dscp", type=int, default=0, help="DSCP of the packets (the switches' traffic class key)")
+    s.add_argument("--pcp", type=int, choices=range(8), default=None, metavar="P",
+                   help="priority-tag the packets (802.1Q, VLAN 0) with PCP P, and honour PFC pauses of priority P")
     s.add_argument("--tclass", type=int, default=None,
                    help="honour PFC pauses for this class (0..7), as a lossless NIC does (default: ignore PFC)")
     s.add_argument("--link-mbps", type=float, default=100.0, help="the host link's rate: the pause quantum's length")

@@ -19,6 +19,7 @@ typedef bit<16> next_id_t;
 typedef bit<8>  drop_reason_t;
 
 const bit<16> ETHERTYPE_IPV4 = 0x0800;
+const bit<16> ETHERTYPE_VLAN = 0x8100;           // IEEE 802.1Q
 const bit<16> ETHERTYPE_SOURCE_ROUTE = 0x88B5;   // IEEE "local experimental": INT probe port lists
 const bit<16> HEARTBEAT_UDP_PORT = 6200;         // a source-routed packet to this port is a heartbeat (failover.p4)
 const bit<16> HEARTBEAT_ORIGIN_PORT_BASE = 0xC000;  // a heartbeat from source port base + e comes from edge switch e

@@ -19,6 +19,16 @@ header ethernet_t {
     bit<16>    ether_type;
 }
 
+// An IEEE 802.1Q tag. The fabric's ports are routed: a tag ends at the
+// switch it enters (main.p4), after its PCP gave the packet its traffic
+// class there (lossless.p4, pcp_to_dscp).
+header vlan_t {
+    bit<3>  pcp;
+    bit<1>  dei;
+    bit<12> vid;
+    bit<16> ether_type;
+}
+
 // A PFC frame (IEEE 802.1Qbb) after its Ethernet header: MAC control
 // opcode, class-enable vector (the upper byte reserved), a pause time per
 // class in quanta of 512 bit times, padding to the 60-byte minimum frame.
@@ -107,6 +117,7 @@ header agg_t {
 // report headers, then the reported packet from inner_ipv4 on.
 struct headers_t {
     ethernet_t          ethernet;
+    vlan_t              vlan;
 #ifndef WITHOUT_LOSSLESS
     pfc_t               pfc;
 #endif

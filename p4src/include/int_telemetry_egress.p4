@@ -212,6 +212,7 @@ control IntEgress(inout headers_t hdr,
         hdr.ethernet.src_addr = src_mac;
         hdr.ethernet.dst_addr = dst_mac;
         hdr.ethernet.ether_type = ETHERTYPE_IPV4;
+        hdr.vlan.setInvalid();                      // an ingress clone is parsed again: its tag is back
         hdr.ipv4.setValid();
         hdr.ipv4.version = 4;
         hdr.ipv4.ihl = 5;

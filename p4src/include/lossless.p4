@@ -1,7 +1,11 @@
-// Lossless traffic classes: DSCP -> class -> priority queue, PFC (IEEE
+// Lossless traffic classes: DSCP (or a tag's PCP) -> class -> priority queue, PFC (IEEE
 // 802.1Qbb) sent from a per-(ingress port, class) buffer model, PFC
 // honoured by holding paused packets, and a PFC watchdog. What the switch
 // does and why: docs/features/lossless.md.
+//
+// A tagged frame's PCP gives it the DSCP of a class (pcp_to_dscp) before
+// the tag ends at this switch (the fabric's ports are routed): the class it
+// was sent in then travels on in its DSCP.
 //
 // A (port, class) pair is a cell: port ++ class (9 bits; PFC runs on ports 0..63).
 //
@@ -66,6 +70,30 @@ counter<bit<32>>(PFC_CELLS, CounterType.packets) pfc_held;             // egress
 counter<bit<32>>(PFC_CELLS, CounterType.packets) pfc_storms_detected;  // egress cell: watchdog storms found
 counter<bit<32>>(PFC_CELLS, CounterType.packets) pfc_storms_restored;  // egress cell: storms over
 counter<bit<32>>(PFC_CELLS, CounterType.packets) pfc_storm_dropped;    // egress cell: packets the watchdog dropped
+
+// Ingress, for a tagged frame: the DSCP of the class its PCP names (none:
+// its own DSCP stays), read before the tag is removed.
+control PcpRemark(inout headers_t hdr) {
+    action remark(bit<6> dscp) {
+        hdr.ipv4.dscp = dscp;
+    }
+
+    table pcp_to_dscp {
+        key = {
+            hdr.vlan.pcp: exact;
+        }
+        actions = {
+            remark;
+            @defaultonly NoAction;
+        }
+        default_action = NoAction();
+        size = 8;
+    }
+
+    apply {
+        pcp_to_dscp.apply();
+    }
+}
 
 // Ingress, for every packet (a dropped one is neither counted nor admitted):
 // its traffic class, and the buffer model of lossless ones. A held packet coming back from recirculation only
@@ -346,6 +374,7 @@ control LosslessEgress(inout headers_t hdr, inout local_metadata_t meta, inout s
         hdr.ethernet.dst_addr = PFC_DST_MAC;
         hdr.ethernet.src_addr = port_mac;
         hdr.ethernet.ether_type = ETHERTYPE_MAC_CONTROL;
+        hdr.vlan.setInvalid();              // an ingress clone is parsed again: its tag is back
         hdr.pfc.setValid();
         hdr.pfc.opcode = PFC_OPCODE;
         hdr.pfc.reserved = 0;

@@ -20,10 +20,20 @@ parser FabricParser(packet_in packet,
         packet.extract(hdr.ethernet);
         transition select(hdr.ethernet.ether_type) {
             ETHERTYPE_IPV4: parse_ipv4;
+            ETHERTYPE_VLAN: parse_vlan;
             ETHERTYPE_SOURCE_ROUTE: parse_source_route;
 #ifndef WITHOUT_LOSSLESS
             ETHERTYPE_MAC_CONTROL: parse_mac_control;
 #endif
+            default: accept;
+        }
+    }
+
+    // A tagged frame (one tag; IPv4 inside, or ingress drops it as not IPv4).
+    state parse_vlan {
+        packet.extract(hdr.vlan);
+        transition select(hdr.vlan.ether_type) {
+            ETHERTYPE_IPV4: parse_ipv4;
             default: accept;
         }
     }
@@ -234,6 +244,7 @@ parser FabricParser(packet_in packet,
 control FabricDeparser(packet_out packet, in headers_t hdr) {
     apply {
         packet.emit(hdr.ethernet);
+        packet.emit(hdr.vlan);
 #ifndef WITHOUT_LOSSLESS
         packet.emit(hdr.pfc);
 #endif

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 
 from ptf_lib.base_test import HOST_MAC, SWITCH_MAC, P4RuntimeTest, port_mac
 from scapy.contrib.mac_control import MACControlClassBasedFlowControl
 from scapy.contrib.roce import BTH
 from scapy.layers.inet import IP
-from scapy.layers.l2 import Ether
+from scapy.layers.l2 import ARP, Dot1Q, Ether
 
 from core.bmv2_thrift import Bmv2Thrift
 from features.ecn import EcnProfile, ecn_state
@@ -52,9 +53,9 @@ def config(xoff: int = 8, xon: int = 4, headroom: int = 32, quanta: int = 0xFFFF
                           pfc=PfcThresholds(xoff, xon, headroom, quanta), watchdog=watchdog, hold_rate_pps=200)
 
 
-def data(seq: int, dscp: int = LOSSLESS_DSCP, ecn: int = ECT0) -> bytes:
+def data(seq: int, dscp: int = LOSSLESS_DSCP, ecn: int = ECT0, pcp: int | None = None) -> bytes:
     return bytes(roce_data(HOST_MAC, SWITCH_MAC, "10.9.0.1", "10.0.0.2", qp=7, psn=seq, payload=100, dscp=dscp,
-                           ecn=ecn))
+                           ecn=ecn, pcp=pcp))
 
 
 def psn(frame: bytes) -> int:
@@ -288,6 +289,46 @@ class DscpToClassAndQueueTest(LosslessTest):
         self.assertEqual(order[-1], BULK_DSCP)
         self.assertEqual(self.count("class_packets", OUT_PORT, LOSSLESS), 10)
         self.assertEqual(self.count("class_packets", OUT_PORT, BULK), 10)
+
+
+class PcpToClassTest(LosslessTest):
+    """A priority-tagged frame is classified by its PCP: it leaves untagged
+    (the fabric is routed) with its class's DSCP, in its class's queue, and
+    counts in its ingress port's buffer model, so it is paused with PFC
+    priority = PCP. A PCP no class names leaves its DSCP as it was. A tag
+    around something other than IPv4, a second tag, and a tagged frame that
+    ends inside its IPv4 header are dropped and counted; the switch keeps
+    forwarding. (A frame that ends inside its tag never reaches the switch:
+    Linux drops it when it takes the tag off on receive.)"""
+
+    def runTest(self):
+        cfg = config(xoff=8, xon=4)
+        classes = (replace(cfg.classes[0], pcp=(LOSSLESS,)), replace(cfg.classes[1], pcp=(0, BULK)), cfg.classes[2])
+        self.program(replace(cfg, classes=classes))
+        self.thrift.set_priority_queue_rate(OUT_PORT, LOSSLESS, 10)
+        self.send(IN_PORT, [data(i, dscp=0, pcp=LOSSLESS) for i in range(12)])
+        out = self.sent_out(OUT_PORT, timeout=1.0)
+        self.assertEqual([psn(f) for f in out], list(range(12)), "lossless and in order")
+        for f in out:
+            self.assertNotIn(Dot1Q, Ether(f), "the tag ends at the routed port")
+            self.assertEqual(dscp(f), LOSSLESS_DSCP, "the class travels on in its DSCP")
+        self.assertEqual(self.count("class_packets", OUT_PORT, LOSSLESS), 12)
+        (pause, resume) = (pfc_times(f) for f in self.pfc_out(IN_PORT))
+        self.assertEqual((pause, resume), ({LOSSLESS: 0xFFFF}, {LOSSLESS: 0}), "PFC priority = the PCP")
+        self.send(IN_PORT, [data(100, dscp=0, pcp=BULK), data(101, dscp=BULK_DSCP, pcp=5)])
+        out = self.sent_out(OUT_PORT, timeout=0.5)
+        self.assertEqual([(psn(f), dscp(f), Dot1Q in Ether(f)) for f in out],
+                         [(100, BULK_DSCP, False), (101, BULK_DSCP, False)], "PCP 5 is no class's: DSCP kept")
+        self.assertEqual(self.count("class_packets", OUT_PORT, BULK), 2)
+        tagged = Ether(data(200, pcp=LOSSLESS))
+        tagged_arp = bytes(Ether(src=HOST_MAC, dst=SWITCH_MAC) / Dot1Q(prio=LOSSLESS) / ARP())
+        double = bytes(Ether(src=HOST_MAC, dst=SWITCH_MAC) / Dot1Q(prio=LOSSLESS) / tagged[Dot1Q])
+        before = self.drops("NOT_IPV4"), self.drops("PARSER_ERROR")
+        self.send(IN_PORT, [tagged_arp, double, bytes(tagged)[:30]])
+        time.sleep(0.2)
+        self.assertEqual((self.drops("NOT_IPV4") - before[0], self.drops("PARSER_ERROR") - before[1]), (2, 1))
+        self.send(IN_PORT, [data(300, pcp=LOSSLESS)])
+        self.assertEqual([psn(f) for f in self.sent_out(OUT_PORT, timeout=0.5)], [300], "still forwarding")
 
 
 class MalformedMacControlIsDroppedAndCountedTest(LosslessTest):

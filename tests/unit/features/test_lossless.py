@@ -48,6 +48,13 @@ def test_section_parsed_with_defaults():
     ({"pfc": {"pause_quanta": 70000}}, "lossless.pfc.pause_quanta", "1..65535"),
     ({"watchdog": {"action": "panic"}}, "lossless.watchdog.action", "drop, forward, alert"),
     ({"watchdog": {"detect_ms": 0}}, "lossless.watchdog.detect_ms", "> 0"),
+    ({"classes": [{"name": "a", "class": 1, "dscp": [1], "pcp": [8]}]}, "lossless.classes[0].pcp", "0..7"),
+    ({"classes": [{"name": "a", "class": 1, "dscp": [1], "pcp": 1}]}, "lossless.classes[0].pcp", "a list"),
+    ({"classes": [{"name": "a", "class": 1, "dscp": [1], "pcp": [0, 1]}, {"name": "b", "class": 2, "dscp": [2],
+                                                                        "pcp": [1]}]},
+     "lossless.classes[1].pcp", "PCP 1 is already class 'a'"),
+    ({"classes": [{"name": "a", "class": 3, "dscp": [26], "pcp": [4], "lossless": True}]},
+     "lossless.classes[0].pcp", "its PFC priority, its class number 3"),
 ])
 def test_mistakes_are_named(change, field, what):
     with pytest.raises(TopologyError) as err:
@@ -69,11 +76,21 @@ def test_entries_of_a_switch(p4info):
     assert quanta == {1: round(5.12 * 1024), 2: round(51.2 * 1024)}, "a quantum is 512 bit times of each link"
 
 
+def test_pcp_entries_give_the_class_its_first_dscp(p4info):
+    section = {**SECTION, "classes": [{"name": "collective", "class": 3, "dscp": [26, 28], "pcp": [3],
+                                       "lossless": True},
+                                      {"name": "bulk", "class": 1, "dscp": [10], "pcp": [0, 1, 2]}]}
+    state = lossless.switch_state(p4info, topo_with(section), "s1")
+    remarks = {int.from_bytes(e.match[0].exact.value, "big"): int.from_bytes(e.action.action.params[0].value, "big")
+               for e in state.table_entries if p4info.by_id(e.table_id).preamble.name.endswith("pcp_to_dscp")}
+    assert remarks == {3: 26, 0: 10, 1: 10, 2: 10}
+
+
 def test_without_the_section_the_tables_are_still_managed(p4info):
     t = topology_from_dict(BASE, "t.yaml")
     state = lossless.switch_state(p4info, t, "s1")
     assert len(state.table_entries) == 1 and state.table_entries[0].is_default_action, "lossless_switch off"
-    assert len(state.managed_tables) == 5
+    assert len(state.managed_tables) == 6
     assert lossless.queues(t, "s1").count == 1
 
 

@@ -160,3 +160,30 @@ def test_slow_receiver_pauses_its_uplink(monkeypatch, tmp_path):
     assert s["flows"]["10.0.1.1/7"]["packets"] == 8
     (pause,) = [f for f in rx.sent if f[12:14] == b"\x88\x08"]
     assert pause[:6] == bytes.fromhex("0180c2000001")
+
+
+def test_sender_with_pcp_tags_its_frames_and_honours_that_priority(monkeypatch):
+    """`send --pcp 3`: every frame priority-tagged (VLAN 0, PCP 3) with PSN,
+    stamp and source port in their places behind the tag; a PFC pause of
+    priority 3 stops it, one of another priority does not."""
+    from scapy.contrib.roce import BTH
+    from scapy.layers.l2 import Dot1Q, Ether
+    from wire.lossless import MAX_PAUSE_QUANTA, encode_pfc
+
+    def run(pause_class=None):
+        frames = [encode_pfc(MACS[1], {pause_class: MAX_PAUSE_QUANTA})] if pause_class is not None else []
+        tx = FakeSocket(frames)
+        monkeypatch.setattr(roce, "open_socket", lambda iface: tx)
+        assert roce.main(TX + ["--pcp", "3", "--duration", "0.1", "--fixed-rate", "--line-rate-pps", "200",
+                               "--payload", "16"]) == 0
+        return tx.sent
+
+    sent = run()
+    assert len(sent) >= 10
+    for i, f in enumerate(sent):
+        pkt = Ether(f)
+        assert pkt[Dot1Q].prio == 3 and pkt[Dot1Q].vlan == 0 and pkt[BTH].psn == i
+        assert pkt.sport == 0xC000 | 7
+        assert int.from_bytes(bytes(pkt[BTH].payload)[:8], "big") > 0, "the stamp, behind the tag"
+    assert run(pause_class=3) == [], "paused: priority 3 is the PCP"
+    assert len(run(pause_class=4)) >= 10
