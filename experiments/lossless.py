@@ -36,10 +36,13 @@ class 3 while h4's NIC is stuck sending pauses (run_storm_case), without
 and with the watchdog: throughput of the flow unrelated to h4 before,
 during and after the storm, storms detected, packets the watchdog dropped.
 
-Phase deadlock: topologies/ring.yaml, every host sending class 3 to the
-host two switches clockwise (run_deadlock_case), each on a new network
-(a deadlock does not go away by itself): with PFC alone, with a class
-change at s1 (Tagger's rule for a ring's dateline), with the watchdog.
+Phase deadlock, each case on a new network (a deadlock does not go away
+by itself; run_deadlock_case): topologies/ring.yaml, every host sending
+class 3 to the host two switches clockwise, with PFC alone, with a class
+change at s1 (Tagger's rule for a ring's dateline), with the watchdog; and
+topologies/bounce-leaf-spine.yaml with two flows bounced at a leaf (routes
+pinned as two one-way link failures leave them), with PFC alone and with
+Tagger's bounce rule ({switch: all, from: up, to: up}).
 
 Phase isolation: topologies/dumbbell.yaml, a collective flow h1 -> h3
 (300 packets/s) and bulk storage h2 -> h4 (800 packets/s) across the 833
@@ -73,11 +76,12 @@ from core.build import compile_p4
 from core.controller import FabricController
 from core.network import Network, queue_rate_pps
 from core.p4constants import drop_reasons
+from core.topology import NextHop
 from experiments.common import agent_python, roce_agent, save_figure, write_csv
 from features import load_topology, topology_from_dict
 from features.ecn import EcnProfile
-from features.lossless import OCCUPANCY_REGISTER, SECTION, ClassChange, LosslessConfig, PfcThresholds, TrafficClass, \
-    Watchdog, cell
+from features.lossless import OCCUPANCY_REGISTER, SECTION, LosslessConfig, PfcThresholds, TrafficClass, Watchdog, \
+    cell, parse_section
 
 TCLASS, DSCP = 3, 26
 RECEIVER, SWITCH = "h5", "s1"
@@ -372,45 +376,113 @@ def run_storm_case(name: str, topo, net: Network, ctl: FabricController, args, o
     return result
 
 
-DEADLOCK_CASES = ("deadlock", "class-change", "watchdog")
-DEADLOCK_RATE = 500.0       # packets/s of each flow: two flows on each 833 packets/s ring link
 BOUNCED_CLASS, BOUNCED_DSCP = 4, 34
+DEADLOCK_RATE = 300.0       # packets/s of each flow: two or three flows on each link of the cycle,
+                            # whose class gets half its 833 packets/s (1.44x or more)
 
 
-def deadlock_section(case: str) -> LosslessConfig:
-    """Class 3 lossless; for the class change, class 4 too, and s1 moves
-    what it receives from s5 and sends on to s2 into it: packets crossing
-    the ring's dateline (s5 -> s1 -> s2) use other queues than those that
-    brought them, so no cycle of class-3 queues is left."""
-    classes = (TrafficClass("collective", TCLASS, TCLASS, (DSCP,), True),
-               TrafficClass("collective-2", BOUNCED_CLASS, BOUNCED_CLASS, (BOUNCED_DSCP,), True))
-    changes = (ClassChange("s1", "s5", "s2", "collective", "collective-2"),) if case == "class-change" else ()
-    watchdog = Watchdog(detect_ms=200, restore_ms=400, action="drop") if case == "watchdog" else None
-    return LosslessConfig(queues=8, classes=classes, pfc=PfcThresholds(xoff=24, xon=12, headroom=32),
-                          watchdog=watchdog, hold_rate_pps=500, class_changes=changes)
+@dataclass(frozen=True)
+class DeadlockCase:
+    """A deadlock case: a topology, its flows (source, destination), routes
+    pinned as {(switch, destination host): next switch}, and what the
+    `lossless:` section adds to class 3 (and class 4, the class changes
+    move packets into)."""
+    name: str
+    topology: str
+    flows: tuple[tuple[str, str], ...]
+    what: str
+    class_changes: tuple[dict, ...] = ()
+    watchdog: bool = False
+    pinned: tuple[tuple[str, str, str], ...] = ()
 
 
-def run_deadlock_case(name: str, args, out: Path) -> dict:
-    """Ring of five: h_i sends to h_(i+2), 500 packets/s, class 3, senders
-    honouring PFC. Each ring link carries two flows (one's first hop, the
-    other's second) at 1.2x its rate, so every ring port pauses its
+RING_FLOWS = tuple((f"h{i}", f"h{(i + 1) % 5 + 1}") for i in range(1, 6))   # two switches clockwise
+BOUNCE_FLOWS = (("h1", "h4"), ("h2", "h3"), ("h3", "h4"), ("h4", "h3"))
+# h1 -> h4: leaf1, spine1, leaf2 (bounce), spine2, leaf3; h2 -> h3: leaf1, spine2, leaf3 (bounce), spine1, leaf2;
+# h3 -> h4 and h4 -> h3 up and down on the cycle's other links (leaf2 -> spine2, leaf3 -> spine1).
+BOUNCE_ROUTES = (("leaf1", "h4", "spine1"), ("spine1", "h4", "leaf2"), ("leaf2", "h4", "spine2"),
+                 ("leaf1", "h3", "spine2"), ("spine2", "h3", "leaf3"), ("leaf3", "h3", "spine1"))
+BOUNCE_RULE = {"switch": "all", "from": "up", "to": "up", "class": "collective", "becomes": "collective-2"}
+DEADLOCK_CASES = (
+    DeadlockCase("deadlock", "ring.yaml", RING_FLOWS, "on ring, each host sending two switches clockwise"),
+    DeadlockCase("class-change", "ring.yaml", RING_FLOWS, "on ring, a class change at s1 (the dateline)",
+                 class_changes=({"switch": "s1", "from": "s5", "to": "s2", "class": "collective",
+                                 "becomes": "collective-2"},)),
+    DeadlockCase("watchdog", "ring.yaml", RING_FLOWS, "on ring, with the watchdog", watchdog=True),
+    DeadlockCase("bounce", "bounce-leaf-spine.yaml", BOUNCE_FLOWS, "on a leaf-spine, two flows bounced at a leaf",
+                 pinned=BOUNCE_ROUTES),
+    DeadlockCase("bounce-tagger", "bounce-leaf-spine.yaml", BOUNCE_FLOWS,
+                 "on a leaf-spine, two bounced flows, Tagger's bounce rule", class_changes=(BOUNCE_RULE,),
+                 pinned=BOUNCE_ROUTES),
+)
+
+
+def deadlock_section(case: DeadlockCase, topo) -> LosslessConfig:
+    """Class 3 lossless, class 4 too (what class changes move packets
+    into), parsed as a topology file's section is: on the ring, s1 moves
+    what it receives from s5 and sends on to s2 into class 4 (packets
+    crossing the ring's dateline use other queues than those that brought
+    them); on the leaf-spine, every switch moves what it receives from a
+    higher tier and sends back up (a bounce) into class 4. Either way no
+    cycle of class-3 queues is left. Each class gets half of every link
+    (`share`), in every case: BMv2 rate-limits each queue on its own, and
+    without a cap two classes would leave a port at twice its link's rate,
+    which would end the congestion rather than the cycle."""
+    raw = {"queues": 8,
+           "classes": [{"name": "collective", "class": TCLASS, "dscp": [DSCP], "lossless": True, "share": 0.5},
+                       {"name": "collective-2", "class": BOUNCED_CLASS, "dscp": [BOUNCED_DSCP], "lossless": True,
+                        "share": 0.5}],
+           "pfc": {"xoff": 24, "xon": 12, "headroom": 32}, "hold_rate_pps": 500,
+           "class_changes": list(case.class_changes)}
+    if case.watchdog:
+        raw["watchdog"] = {"detect_ms": 200, "restore_ms": 400, "action": "drop"}
+
+    def fail(where: str, what: str):
+        raise ValueError(f"{where}: {what}")
+
+    return parse_section(raw, topo, fail)
+
+
+def pin_routes(ctl: FabricController, topo, pinned) -> None:
+    """Each (switch, destination host) routed through one neighbour only,
+    shortest path or not (a bounce is not)."""
+    for switch, host, via in pinned:
+        (port,) = [p for p in topo.switches[switch].ports.values() if p.peer == via]
+        hop = NextHop(port.number, port.mac, topo.switches[via].ports[port.peer_port].mac, via)
+        prefix = topo.hosts[host].subnet
+        ctl.routes[switch] = [replace(r, next_hops=(hop,)) if r.prefix == prefix else r for r in ctl.routes[switch]]
+        ctl.program_switch(switch)
+
+
+def run_deadlock_case(case: DeadlockCase, args, out: Path) -> dict:
+    """Each flow at 300 packets/s in class 3, senders honouring PFC. On the
+    ring (h_i -> h_(i+2)) each ring link carries two flows (one's first hop,
+    the other's second) at 1.44x the class's share, so every ring port pauses its
     upstream; s(i+1) holds what goes on to s(i+2), which fills its buffer
     model for s(i)'s port, which pauses s(i): around the ring, each waits
-    for the next (a PFC deadlock). Measured: what arrives over time, and
-    what is still in the switches after the senders stopped."""
-    topo = load_topology(REPO / "topologies" / "ring.yaml")
-    topo.features[SECTION] = deadlock_section(name)
-    hosts = list(topo.hosts.values())
-    flows = [(hosts[i], hosts[(i + 2) % len(hosts)]) for i in range(len(hosts))]
-    ring_ports = {sw.name: [p.number for p in sw.ports.values() if p.peer in topo.switches]
-                  for sw in topo.switches.values()}
+    for the next (a PFC deadlock). On the leaf-spine, leaf2[from spine1]
+    waits on spine2[from leaf2], which waits on leaf3[from spine2], which
+    waits on spine1[from leaf3], which waits on leaf2[from spine1]: the same
+    cycle, made by the two bounces (h3 <-> h4, up and down, load the
+    cycle's other two links). Measured: what arrives over time, and what is
+    still in the switches after the senders stopped."""
+    name = case.name
+    topo = load_topology(REPO / "topologies" / case.topology)
+    topo.features[SECTION] = deadlock_section(case, topo)
+    flows = [(topo.hosts[a], topo.hosts[b]) for a, b in case.flows]
+    receivers = [topo.hosts[h] for h in dict.fromkeys(b for _a, b in case.flows)]   # one agent each
+    fabric_ports = {sw.name: [p.number for p in sw.ports.values() if p.peer in topo.switches]
+                    for sw in topo.switches.values()}
+    changing = {ch.switch for ch in topo.features[SECTION].class_changes}
     case_dir = out / name
     case_dir.mkdir(parents=True, exist_ok=True)
     with fabric(topo, f"lossless-{name}", args) as (net, ctl):
+        pin_routes(ctl, topo, case.pinned)
 
-        def total(counter: str, classes=(TCLASS, BOUNCED_CLASS)) -> int:
+        def total(counter: str, classes=(TCLASS, BOUNCED_CLASS), switches=None) -> int:
             return sum(ctl.counter(sw, counter, cell(p, c)).get(cell(p, c), (0, 0))[0]
-                       for sw, ports in ring_ports.items() for p in ports for c in classes)
+                       for sw, ports in fabric_ports.items() if switches is None or sw in switches
+                       for p in ports for c in classes)
 
         def in_switches() -> int:       # the buffer models: packets admitted, not yet sent (every port)
             n = 0
@@ -422,7 +494,7 @@ def run_deadlock_case(name: str, args, out: Path) -> dict:
 
         start_at = time.time() + 3.0
         procs = [roce_agent(dst, "receive", start_at=start_at, out_dir=case_dir,
-                            extra=["--duration", str(args.duration + 1.0)]) for _src, dst in flows]
+                            extra=["--duration", str(args.duration + 1.0)]) for dst in receivers]
         for qp, (src, dst) in enumerate(flows, start=1):
             procs.append(roce_agent(src, "send", start_at=start_at, out_dir=case_dir, extra=[
                 "--duration", str(args.duration), "--dst-ip", dst.ip, "--qp", str(qp),
@@ -441,15 +513,15 @@ def run_deadlock_case(name: str, args, out: Path) -> dict:
             "watchdog_dropped": total("pfc_storm_dropped"),
             "headroom_drops": sum(ctl.counter(sw, "drop_counter", headroom).get(headroom, (0, 0))[0]
                                   for sw in topo.switches),
-            "changed_class": sum(ctl.counter("s1", "class_packets", cell(p, BOUNCED_CLASS))
-                                 .get(cell(p, BOUNCED_CLASS), (0, 0))[0] for p in ring_ports["s1"]),
+            # class 4 sent to a switch by the switches that change classes
+            "changed_class": total("class_packets", (BOUNCED_CLASS,), changing) if changing else 0,
         }
     sent = sum(json.loads((case_dir / f"send-{src.name}.json").read_text())["sent"] for src, _ in flows)
     bins: dict = {}
-    for _src, dst in flows:
+    for dst in receivers:
         for (t, fl), n in _read_bins(case_dir / f"receive-{dst.name}.csv").items():
             bins[(t, fl)] = bins.get((t, fl), 0) + n
-    bin_s = json.loads((case_dir / f"receive-{flows[0][1].name}.json").read_text())["bin_s"]
+    bin_s = json.loads((case_dir / f"receive-{receivers[0].name}.json").read_text())["bin_s"]
     per_bin: dict[float, int] = {}
     for (t, _fl), n in bins.items():
         per_bin[t] = per_bin.get(t, 0) + n
@@ -680,6 +752,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS)
     ap.add_argument("--cases", nargs="*", default=[c.name for c in CASES], choices=[c.name for c in CASES],
                     help="incast cases")
+    ap.add_argument("--deadlock-cases", nargs="*", default=[c.name for c in DEADLOCK_CASES],
+                    choices=[c.name for c in DEADLOCK_CASES], help="deadlock cases")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -729,10 +803,10 @@ def main(argv: list[str] | None = None) -> int:
         deadlock_out = out / "deadlock"
         deadlock_out.mkdir(exist_ok=True)
         results = []
-        for name in DEADLOCK_CASES:
-            print(f"==> {name}: {args.duration:g}s on ring, each host sending class {TCLASS} two switches clockwise",
-                  flush=True)
-            results.append(run_deadlock_case(name, args, deadlock_out))
+        for dl in DEADLOCK_CASES:
+            if dl.name in args.deadlock_cases:
+                print(f"==> {dl.name}: {args.duration:g}s {dl.what}, class {TCLASS}", flush=True)
+                results.append(run_deadlock_case(dl, args, deadlock_out))
         written.append(write_csv(deadlock_out / "summary.csv", results))
         _table(results)
     if "isolation" in args.phases:
