@@ -1,0 +1,452 @@
+"""A RoCEv2 reliable connection (RC): the requester and responder halves of
+a queue pair, as pure logic with time passed in. The agent's loops
+(hostagent/rdma/agent.py) move their packets over raw sockets; unit tests
+move them over a channel that loses, duplicates and reorders.
+
+Requester (sender): a message (SEND or RDMA WRITE of N bytes) is cut into
+MTU-sized packets with FIRST/MIDDLE/LAST (or ONLY) opcodes and consecutive
+PSNs (24 bits, wrapping; kept here as an unwrapped sequence number). It
+sends new packets while fewer than `window` are unacknowledged (the
+congestion control's window, capped by `max_outstanding`, IRN's BDP cap)
+at the congestion control's rate. ACKs are cumulative (BTH PSN = the last
+PSN received in order, AETH MSN = messages completed); the packet an ACK
+names gives an RTT sample unless it was retransmitted (Karn).
+
+  go-back-N (RoCE):   a NAK (PSN sequence error) names the PSN the responder
+                      expects; the requester resends everything from there.
+  selective repeat    (IRN): the responder keeps out-of-order packets and its
+                      NAKs carry a SACK bitmap; the requester resends only
+                      the holes below the highest PSN SACKed, each once per
+                      recovery (again only after a timeout).
+
+Retransmission timeout: no progress for `rto` resends from the oldest
+unacknowledged packet (go-back-N: all; selective repeat: what is not
+SACKed), and doubles `rto` up to rto_max until an ACK makes progress.
+
+Responder (receiver): accepts the expected PSN, and delivers each message
+whole, in order, exactly once. It coalesces ACKs: one per `ack_every`
+packets, for a packet that asks (ackreq: the last of a message), for a
+duplicate (its ACK may have been lost), when a hole is filled, or
+`ack_delay` after the first packet not yet acknowledged. Out of order,
+go-back-N drops the packet and sends one NAK per gap; selective repeat
+keeps it (within SACK_BITS of the expected PSN) and answers every one with
+a NAK carrying the SACK. The
+responder also answers CE marks with CNPs (DCQCN's notification point) and
+echoes a packet's INT hops in its ACK (HPCC).
+
+Time constants are scaled to BMv2 (docs/rdma.md): a 10 Mbit/s bottleneck
+serves ~800 packets/s, and the unloaded RTT across a leaf-spine is a few ms.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Optional
+
+from hostagent.rdma.cc.base import CongestionControl, Feedback, HopInfo
+from wire.rdma import (DATA_OPCODES, FIRST_OPCODES, LAST_OPCODES, MSN_MOD, PSN_MOD, SACK_BITS,
+                       SEND_FIRST, SEND_LAST, SEND_MIDDLE, SEND_ONLY, SYNDROME_ACK,
+                       SYNDROME_NAK_PSN_SEQUENCE_ERROR, WRITE_FIRST, WRITE_LAST, WRITE_MIDDLE, WRITE_ONLY,
+                       HopRecord)
+
+GO_BACK_N = "go-back-n"
+SELECTIVE_REPEAT = "selective-repeat"
+MODES = (GO_BACK_N, SELECTIVE_REPEAT)
+SEND, WRITE = "send", "write"
+OPCODES = {SEND: (SEND_FIRST, SEND_MIDDLE, SEND_LAST, SEND_ONLY),
+           WRITE: (WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_ONLY)}
+
+
+@dataclass(frozen=True)
+class TransportParams:
+    mode: str = GO_BACK_N
+    mtu_bytes: int = 1024               # payload bytes per packet
+    max_outstanding: int = 128          # packets in flight at most (IRN's BDP cap; PSN space allows 2^23)
+    ack_every: int = 4                  # responder: an ACK every this many packets in order
+    ack_delay_s: float = 0.002          # ... or this long after the first one not yet acknowledged
+    rto_s: float = 0.050                # retransmission timeout (RoCE NICs: ~ms; here: tens of BMv2 RTTs)
+    rto_max_s: float = 1.0
+    cnp_interval_s: float = 0.020       # responder: at most one CNP per interval (DCQCN's N, scaled)
+
+    def __post_init__(self):
+        problems = []
+        if self.mode not in MODES:
+            problems.append(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if not 1 <= self.mtu_bytes <= 4096:
+            problems.append(f"mtu_bytes must be within 1..4096, got {self.mtu_bytes}")
+        if not 1 <= self.max_outstanding <= PSN_MOD // 2:
+            problems.append(f"max_outstanding must be within 1..{PSN_MOD // 2}, got {self.max_outstanding}")
+        if self.ack_every < 1:
+            problems.append(f"ack_every must be >= 1, got {self.ack_every}")
+        for name in ("ack_delay_s", "rto_s", "rto_max_s", "cnp_interval_s"):
+            if not getattr(self, name) > 0:
+                problems.append(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.rto_max_s < self.rto_s:
+            problems.append(f"rto_max_s ({self.rto_max_s}) must be >= rto_s ({self.rto_s})")
+        if problems:
+            raise ValueError("invalid transport parameters: " + "; ".join(problems))
+
+
+def psn_of(seq: int) -> int:
+    return seq % PSN_MOD
+
+
+def unwrap(psn: int, near: int) -> int:
+    """The sequence number with PSN `psn` closest to sequence number `near`."""
+    d = (psn - near) % PSN_MOD
+    return near + d - (PSN_MOD if d >= PSN_MOD // 2 else 0)
+
+
+@dataclass(frozen=True)
+class DataPacket:
+    """A data packet as the requester sends it (the agent adds the headers):
+    its sequence number in the QP (from 0) and its PSN on the wire."""
+    seq: int
+    psn: int
+    opcode: int
+    payload: bytes
+    ackreq: bool
+    retransmission: bool = False
+
+
+@dataclass(frozen=True)
+class Ack:
+    """An ACK or NAK as the responder sends it: BTH psn, AETH syndrome and
+    MSN, the extension's SACK (base PSN, bitmap) and echoed INT hops."""
+    psn: int
+    syndrome: int
+    msn: int
+    sack: Optional[tuple[int, int]] = None
+    hops: tuple[HopRecord, ...] = ()
+
+    @property
+    def is_nak(self) -> bool:
+        return self.syndrome == SYNDROME_NAK_PSN_SEQUENCE_ERROR
+
+
+@dataclass
+class Message:
+    id: int
+    kind: str
+    size: int
+    first_seq: int
+    last_seq: int
+    posted_at: float
+    completed_at: Optional[float] = None
+
+
+@dataclass
+class RequesterStats:
+    sent: int = 0
+    retransmitted: int = 0
+    timeouts: int = 0
+    acks: int = 0
+    naks: int = 0
+    stale_acks: int = 0           # ACKs for PSNs outside the window (old, or nonsense)
+
+
+class Requester:
+    """The sending half of a queue pair, driven by a congestion control."""
+
+    def __init__(self, params: TransportParams, cc: CongestionControl, now: float = 0.0, initial_psn: int = 0):
+        self.p = params
+        self.cc = cc
+        self.initial_psn = initial_psn % PSN_MOD      # agreed with the responder when the QP is set up
+        self.stats = RequesterStats()
+        self.messages: list[Message] = []
+        self._payload: dict[int, tuple[int, bytes, bool]] = {}   # seq -> (opcode, payload, ackreq)
+        self.next_seq = 0             # next new packet
+        self.una = 0                  # oldest not acknowledged
+        self.posted_seq = 0           # packets posted so far
+        self._resend: deque[int] = deque()
+        self._resend_set: set[int] = set()
+        self._sacked: set[int] = set()
+        self._recovered: set[int] = set()     # selective repeat: holes resent in this recovery
+        self._sent_at: dict[int, float] = {}
+        self._retransmitted: set[int] = set()
+        self._next_send = now
+        self._last_progress = now
+        self.rto = params.rto_s
+        self._msg_by_last: dict[int, Message] = {}
+
+    # -- posting ---------------------------------------------------------------
+
+    def post(self, size: int, now: float, kind: str = SEND, data: bytes | None = None) -> Message:
+        """Queue a message of `size` bytes (its bytes `data`, or zeros)."""
+        if kind not in OPCODES:
+            raise ValueError(f"message kind must be {SEND!r} or {WRITE!r}, got {kind!r}")
+        if size < 1:
+            raise ValueError(f"a message has at least 1 byte, got {size}")
+        if data is not None and len(data) != size:
+            raise ValueError(f"message of {size} bytes given {len(data)} bytes of data")
+        first, middle, last, only = OPCODES[kind]
+        n = -(-size // self.p.mtu_bytes)
+        start = self.posted_seq
+        for i in range(n):
+            chunk = (data[i * self.p.mtu_bytes:(i + 1) * self.p.mtu_bytes] if data is not None
+                     else bytes(min(self.p.mtu_bytes, size - i * self.p.mtu_bytes)))
+            op = only if n == 1 else first if i == 0 else last if i == n - 1 else middle
+            self._payload[start + i] = (op, chunk, i == n - 1)
+        self.posted_seq += n
+        msg = Message(len(self.messages), kind, size, start, start + n - 1, now)
+        self.messages.append(msg)
+        self._msg_by_last[msg.last_seq] = msg
+        return msg
+
+    @property
+    def outstanding(self) -> int:
+        return self.next_seq - self.una
+
+    @property
+    def done(self) -> bool:
+        return self.una == self.posted_seq
+
+    def window(self) -> int:
+        w = self.cc.window_packets
+        cap = self.p.max_outstanding
+        return cap if w is None else max(1, min(cap, int(w)))
+
+    # -- sending ---------------------------------------------------------------
+
+    def next_packet(self, now: float) -> Optional[DataPacket]:
+        """The packet to send now, if the pace and the window allow one."""
+        self.cc.advance(now)
+        self._check_timeout(now)
+        if now < self._next_send:
+            return None
+        seq = None
+        while self._resend:
+            s = self._resend.popleft()
+            self._resend_set.discard(s)
+            if s >= self.una and s not in self._sacked and s < self.next_seq:
+                seq = s
+                break
+        retrans = seq is not None
+        if seq is None:
+            if self.next_seq >= self.posted_seq or self.outstanding >= self.window():
+                return None
+            seq = self.next_seq
+            self.next_seq += 1
+        op, payload, last = self._payload[seq]
+        ackreq = last or (seq + 1) % self.p.ack_every == 0
+        if retrans:
+            self.stats.retransmitted += 1
+            self._retransmitted.add(seq)
+        self.stats.sent += 1
+        self._sent_at[seq] = now
+        self.cc.on_send(now, len(payload))
+        rate = max(self.cc.rate_pps, 1e-3)
+        self._next_send = max(self._next_send + 1.0 / rate, now - 0.01)   # no catch-up burst after a stall
+        return DataPacket(seq, psn_of(self.initial_psn + seq), op, payload, ackreq, retrans)
+
+    def next_send_time(self) -> float:
+        return self._next_send
+
+    def _check_timeout(self, now: float) -> None:
+        if self.una >= self.next_seq or now - self._last_progress < self.rto:
+            return
+        self.stats.timeouts += 1
+        self.cc.on_timeout(now)
+        self._recovered.clear()
+        self._queue_resend(range(self.una, self.next_seq))
+        self.rto = min(self.rto * 2, self.p.rto_max_s)
+        self._last_progress = now
+
+    def _queue_resend(self, seqs) -> None:
+        for s in seqs:
+            if s not in self._sacked and s not in self._resend_set:
+                self._resend.append(s)
+                self._resend_set.add(s)
+
+    # -- feedback --------------------------------------------------------------
+
+    def on_ack(self, ack: Ack, now: float, ecn_echo: bool = False,
+               hops: tuple[HopInfo, ...] = ()) -> int:
+        """An ACK or NAK; returns how many packets it newly acknowledged."""
+        named = unwrap((ack.psn - self.initial_psn) % PSN_MOD, self.una)
+        if ack.is_nak:
+            self.stats.naks += 1
+            expected: Optional[int] = named
+            acked_to = named               # everything before the expected PSN arrived
+        else:
+            self.stats.acks += 1
+            expected = None
+            acked_to = named + 1
+        if not self.una <= acked_to <= self.next_seq:
+            self.stats.stale_acks += 1
+            return 0
+        newly = acked_to - self.una
+        rtt = None
+        newest = acked_to - 1
+        if newly > 0:
+            if newest in self._sent_at and newest not in self._retransmitted:
+                rtt = now - self._sent_at[newest]
+            for s in range(self.una, acked_to):
+                self._payload.pop(s, None)
+                self._sent_at.pop(s, None)
+                self._retransmitted.discard(s)
+                self._sacked.discard(s)
+                self._recovered.discard(s)
+                msg = self._msg_by_last.pop(s, None)
+                if msg is not None:
+                    msg.completed_at = now
+            self.una = acked_to
+            self._last_progress = now
+            self.rto = self.p.rto_s
+        if expected is not None:
+            if self.p.mode == GO_BACK_N:
+                self._recovered.clear()
+                self._resend.clear()
+                self._resend_set.clear()
+                self._queue_resend(range(expected, self.next_seq))
+            else:
+                self._selective(expected, ack.sack)
+        self.cc.on_ack(Feedback(now=now, acked_packets=newly, acked_seq=self.una, rtt_s=rtt, ecn_echo=ecn_echo,
+                                hops=hops, next_seq=self.next_seq))
+        return newly
+
+    def _selective(self, expected: int, sack: Optional[tuple[int, int]]) -> None:
+        """Resend the holes below the highest SACKed packet, each once per recovery."""
+        highest = expected
+        if sack is not None:
+            base = unwrap((sack[0] - self.initial_psn) % PSN_MOD, expected)
+            for i in range(SACK_BITS):
+                if sack[1] >> i & 1:
+                    s = base + 1 + i
+                    if self.una <= s < self.next_seq:
+                        self._sacked.add(s)
+                        highest = max(highest, s)
+        holes = [s for s in range(self.una, highest) if s not in self._sacked and s not in self._recovered]
+        self._recovered.update(holes)
+        self._queue_resend(holes)
+
+    def on_cnp(self, now: float) -> None:
+        self.cc.on_cnp(now)
+
+
+@dataclass
+class ResponderStats:
+    received: int = 0
+    delivered_messages: int = 0
+    duplicates: int = 0
+    out_of_order: int = 0
+    dropped_out_of_order: int = 0     # go-back-N, or beyond the SACK window
+    acks: int = 0
+    naks: int = 0
+    cnps: int = 0
+    malformed: int = 0                # an opcode out of place (a MIDDLE with no FIRST, ...)
+
+
+@dataclass
+class Delivered:
+    msn: int
+    kind: str
+    data: bytes
+    at: float
+
+
+@dataclass
+class Responder:
+    """The receiving half of a queue pair; `initial_psn` as agreed with the requester."""
+    params: TransportParams
+    initial_psn: int = 0
+    stats: ResponderStats = field(default_factory=ResponderStats)
+    expected: int = 0                   # next sequence number in order
+    msn: int = 0                        # messages completed
+    _held: dict = field(default_factory=dict)     # selective repeat: seq -> (opcode, payload)
+    _message: list = field(default_factory=list)  # payloads of the message being received
+    _message_kind: Optional[str] = None
+    _pending: int = 0                   # packets in order not yet acknowledged
+    _pending_since: Optional[float] = None
+    _nak_sent_for: Optional[int] = None
+    _last_cnp: Optional[float] = None
+    _hops: tuple = ()
+
+    def on_data(self, psn: int, opcode: int, payload: bytes, now: float, ackreq: bool = False, ce: bool = False,
+                hops: tuple[HopRecord, ...] = ()) -> tuple[list[Ack], list[Delivered], bool]:
+        """A data packet: (ACKs/NAKs to send now, messages completed, send a CNP)."""
+        self.stats.received += 1
+        cnp = False
+        if ce and (self._last_cnp is None or now - self._last_cnp >= self.params.cnp_interval_s):
+            self._last_cnp = now
+            self.stats.cnps += 1
+            cnp = True
+        if opcode not in DATA_OPCODES:
+            self.stats.malformed += 1
+            return [], [], cnp
+        seq = unwrap((psn - self.initial_psn) % PSN_MOD, self.expected)
+        if hops:
+            self._hops = hops
+        if seq < self.expected:
+            self.stats.duplicates += 1
+            return [self._ack()], [], cnp          # its ACK may have been lost: say where we are
+        if seq > self.expected:
+            self.stats.out_of_order += 1
+            if self.params.mode == SELECTIVE_REPEAT and seq - self.expected <= SACK_BITS:
+                self._held.setdefault(seq, (opcode, payload))
+                return [self._nak()], [], cnp
+            self.stats.dropped_out_of_order += 1
+            if self._nak_sent_for != self.expected:
+                self._nak_sent_for = self.expected
+                return [self._nak()], [], cnp
+            return [], [], cnp
+        delivered: list[Delivered] = []
+        if not self._accept(opcode, payload, now, delivered):
+            return [], delivered, cnp
+        filled = self.expected in self._held
+        while self.expected in self._held:            # selective repeat: what was waiting for this one
+            op, pl = self._held.pop(self.expected)
+            if not self._accept(op, pl, now, delivered):
+                break
+        if self._pending_since is None:
+            self._pending_since = now
+        acks = []
+        if ackreq or self._pending >= self.params.ack_every or self._held or filled:
+            acks.append(self._nak() if self._held else self._ack())
+        return acks, delivered, cnp
+
+    def _accept(self, opcode: int, payload: bytes, now: float, delivered: list[Delivered]) -> bool:
+        """The packet with the expected PSN; False if its opcode is out of place (dropped, counted)."""
+        starts, ends = opcode in FIRST_OPCODES, opcode in LAST_OPCODES
+        if starts == bool(self._message_kind):       # a FIRST inside a message, or a MIDDLE/LAST outside one
+            self.stats.malformed += 1
+            return False
+        kind = "send" if opcode in OPCODES[SEND] else "write"
+        if self._message_kind is not None and kind != self._message_kind:
+            self.stats.malformed += 1
+            return False
+        self.expected += 1
+        self._pending += 1
+        self._nak_sent_for = None
+        self._message.append(payload)
+        self._message_kind = None if ends else kind
+        if ends:
+            self.msn = (self.msn + 1) % MSN_MOD
+            self.stats.delivered_messages += 1
+            delivered.append(Delivered(self.msn, kind, b"".join(self._message), now))
+            self._message = []
+        return True
+
+    def poll(self, now: float) -> Optional[Ack]:
+        """The delayed ACK, when it is due."""
+        if self._pending and self._pending_since is not None and now - self._pending_since >= self.params.ack_delay_s:
+            return self._ack()
+        return None
+
+    def _ack(self) -> Ack:
+        self.stats.acks += 1
+        self._pending, self._pending_since = 0, None
+        return Ack(psn_of(self.initial_psn + self.expected - 1), SYNDROME_ACK, self.msn, hops=self._hops)
+
+    def _nak(self) -> Ack:
+        self.stats.naks += 1
+        self._pending, self._pending_since = 0, None
+        sack = None
+        if self.params.mode == SELECTIVE_REPEAT:
+            bitmap = 0
+            for s in self._held:
+                if 0 < s - self.expected <= SACK_BITS:
+                    bitmap |= 1 << (s - self.expected - 1)
+            sack = (psn_of(self.initial_psn + self.expected), bitmap)
+        return Ack(psn_of(self.initial_psn + self.expected), SYNDROME_NAK_PSN_SEQUENCE_ERROR, self.msn, sack=sack,
+                   hops=self._hops)

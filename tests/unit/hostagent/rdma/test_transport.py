@@ -1,0 +1,204 @@
+"""The RC transport (hostagent/rdma/transport.py) over a simulated channel
+that loses, duplicates and reorders, in both retransmission modes: every
+message delivered whole, in order, exactly once; and the responder's
+ACK/NAK/SACK rules one packet at a time."""
+import heapq
+import random
+from dataclasses import dataclass, field
+
+import pytest
+
+from hostagent.ecn.dcqcn import DcqcnParams
+from hostagent.rdma.cc.dcqcn import Dcqcn
+from hostagent.rdma.transport import (GO_BACK_N, MODES, SELECTIVE_REPEAT, Ack, Requester, Responder,
+                                      TransportParams, unwrap)
+from wire.rdma import (PSN_MOD, SEND_FIRST, SEND_LAST, SEND_MIDDLE, SEND_ONLY, SYNDROME_ACK,
+                       SYNDROME_NAK_PSN_SEQUENCE_ERROR, WRITE_ONLY)
+
+
+@dataclass
+class Channel:
+    """One direction: each item arrives `delay` later, or not at all (loss),
+    or twice (duplication), or up to `jitter` later still (reordering)."""
+    rng: random.Random
+    delay: float = 0.001
+    loss: float = 0.0
+    dup: float = 0.0
+    jitter: float = 0.0
+    queue: list = field(default_factory=list)
+    n: int = 0
+
+    def send(self, now: float, item) -> None:
+        if self.rng.random() < self.loss:
+            return
+        for _ in range(2 if self.rng.random() < self.dup else 1):
+            self.n += 1
+            heapq.heappush(self.queue, (now + self.delay + self.rng.random() * self.jitter, self.n, item))
+
+    def due(self, now: float):
+        while self.queue and self.queue[0][0] <= now:
+            yield heapq.heappop(self.queue)[2]
+
+
+def transfer(mode: str, sizes, *, loss=0.0, dup=0.0, jitter=0.0, ack_loss=None, seed=1, initial_psn=0,
+             limit_s=60.0, params=None):
+    rng = random.Random(seed)
+    p = params or TransportParams(mode=mode, mtu_bytes=256)
+    req = Requester(p, Dcqcn(DcqcnParams(line_rate_pps=5000)), initial_psn=initial_psn)
+    rsp = Responder(p, initial_psn=initial_psn)
+    data = [rng.randbytes(n) for n in sizes]
+    for d in data:
+        req.post(len(d), 0.0, data=d)
+    fwd = Channel(rng, loss=loss, dup=dup, jitter=jitter)
+    rev = Channel(rng, loss=loss if ack_loss is None else ack_loss, dup=dup, jitter=jitter)
+    delivered = []
+    now, step = 0.0, 0.0001
+    while not (req.done and len(delivered) == len(data)) and now < limit_s:
+        pkt = req.next_packet(now)
+        if pkt is not None:
+            fwd.send(now, pkt)
+        for pkt in fwd.due(now):
+            acks, done, _cnp = rsp.on_data(pkt.psn, pkt.opcode, pkt.payload, now, ackreq=pkt.ackreq)
+            delivered += done
+            for a in acks:
+                rev.send(now, a)
+        late = rsp.poll(now)
+        if late is not None:
+            rev.send(now, late)
+        for a in rev.due(now):
+            req.on_ack(a, now)
+        now += step
+    return data, delivered, req, rsp, now
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_clean_channel_delivers_everything_once_with_coalesced_acks(mode):
+    data, delivered, req, rsp, _ = transfer(mode, [1, 255, 256, 257, 5000, 100])
+    assert [d.data for d in delivered] == data
+    assert [d.msn for d in delivered] == list(range(1, 7))
+    assert req.stats.retransmitted == 0 and req.stats.timeouts == 0
+    packets = sum(-(-len(d) // 256) for d in data)
+    assert req.stats.sent == packets and rsp.stats.acks < packets, "ACKs coalesced"
+    assert all(m.completed_at is not None and m.completed_at > m.posted_at for m in req.messages)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("loss,dup,jitter", [(0.05, 0.0, 0.0), (0.0, 0.05, 0.0), (0.0, 0.0, 0.003),
+                                             (0.03, 0.03, 0.003)])
+def test_loss_duplication_and_reordering_deliver_every_message_once_in_order(mode, seed, loss, dup, jitter):
+    rng = random.Random(seed)
+    sizes = [rng.randint(1, 3000) for _ in range(40)]
+    data, delivered, req, rsp, now = transfer(mode, sizes, loss=loss, dup=dup, jitter=jitter, seed=seed)
+    assert req.done, f"stuck at {now:.1f} s: una {req.una} of {req.posted_seq}"
+    assert [d.data for d in delivered] == data
+    if loss:
+        assert req.stats.retransmitted > 0
+
+
+def test_selective_repeat_resends_less_than_go_back_n():
+    sizes = [2000] * 100
+    resent = {m: transfer(m, sizes, loss=0.02, seed=7)[2].stats.retransmitted for m in MODES}
+    assert 0 < resent[SELECTIVE_REPEAT] < resent[GO_BACK_N] / 2, resent
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_lost_acks_are_recovered_by_the_timeout(mode):
+    data, delivered, req, _rsp, _ = transfer(mode, [3000] * 10, ack_loss=0.5, seed=3)
+    assert [d.data for d in delivered] == data and req.done
+
+
+def test_a_lost_last_packet_is_recovered_by_the_timeout_with_backoff():
+    p = TransportParams(mtu_bytes=100, rto_s=0.05)
+    req = Requester(p, Dcqcn(DcqcnParams(line_rate_pps=1000)))
+    req.post(300, 0.0)
+    sent = [req.next_packet(t / 1000) for t in range(0, 10)]
+    assert [s.seq for s in sent if s] == [0, 1, 2]
+    assert req.on_ack(Ack(1, SYNDROME_ACK, 0), 0.011) == 2     # PSN 2 lost, no ACK will come
+    assert req.next_packet(0.05) is None, "not before the timeout"
+    again = req.next_packet(0.0611)
+    assert again is not None and again.seq == 2 and again.retransmission and req.stats.timeouts == 1
+    assert req.rto == pytest.approx(0.1), "backed off"
+    assert req.next_packet(0.12) is None and req.next_packet(0.1612).seq == 2 and req.rto == pytest.approx(0.2)
+    req.on_ack(Ack(2, SYNDROME_ACK, 1), 0.17)
+    assert req.done and req.rto == pytest.approx(0.05), "progress resets the timeout"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_psns_wrap(mode):
+    data, delivered, req, _rsp, _ = transfer(mode, [2000] * 20, loss=0.03, initial_psn=PSN_MOD - 30, seed=5)
+    assert [d.data for d in delivered] == data and req.done
+
+
+def test_unwrap():
+    assert unwrap(5, PSN_MOD - 3) == PSN_MOD + 5
+    assert unwrap(PSN_MOD - 2, PSN_MOD + 1) == PSN_MOD - 2
+    assert unwrap(7, 7) == 7
+
+
+def test_go_back_n_responder_drops_out_of_order_and_naks_once_per_gap():
+    r = Responder(TransportParams(mode=GO_BACK_N, ack_every=100))
+    acks, done, _ = r.on_data(0, SEND_ONLY, b"a", 0.0)
+    assert done[0].data == b"a" and acks == []
+    acks, _, _ = r.on_data(2, SEND_ONLY, b"c", 0.0)
+    assert acks == [Ack(1, SYNDROME_NAK_PSN_SEQUENCE_ERROR, 1)], "NAK names the PSN it expects"
+    assert r.on_data(3, SEND_ONLY, b"d", 0.0)[0] == [], "one NAK per gap"
+    acks, done, _ = r.on_data(1, SEND_ONLY, b"b", 0.0, ackreq=True)
+    assert [d.data for d in done] == [b"b"] and acks == [Ack(1, SYNDROME_ACK, 2)], "c and d were dropped"
+    assert r.stats.dropped_out_of_order == 2
+
+
+def test_selective_repeat_responder_keeps_out_of_order_and_sacks_it():
+    r = Responder(TransportParams(mode=SELECTIVE_REPEAT, ack_every=100))
+    r.on_data(0, SEND_FIRST, b"a", 0.0)
+    r.on_data(2, SEND_MIDDLE, b"c", 0.0)
+    (nak,), _, _ = r.on_data(3, SEND_LAST, b"d", 0.0)
+    assert nak.is_nak and nak.psn == 1 and nak.sack == (1, 0b11), "PSN 1 missing; 2 and 3 held"
+    acks, done, _ = r.on_data(1, SEND_MIDDLE, b"b", 0.0)
+    assert [d.data for d in done] == [b"abcd"] and r.expected == 4
+    assert acks == [Ack(3, SYNDROME_ACK, 1)]
+
+
+def test_duplicates_are_acked_at_once_and_not_delivered_again():
+    r = Responder(TransportParams(ack_every=100))
+    r.on_data(0, SEND_ONLY, b"a", 0.0)
+    acks, done, _ = r.on_data(0, SEND_ONLY, b"a", 0.0)
+    assert done == [] and acks == [Ack(0, SYNDROME_ACK, 1)] and r.stats.duplicates == 1
+
+
+def test_opcodes_out_of_place_are_counted_and_dropped():
+    r = Responder(TransportParams())
+    assert r.on_data(0, SEND_MIDDLE, b"x", 0.0)[1] == [], "a MIDDLE with no FIRST"
+    assert r.on_data(0, 0x11, b"x", 0.0)[1] == [], "an ACK opcode in a data stream"
+    r.on_data(0, SEND_FIRST, b"a", 0.0)
+    assert r.on_data(1, WRITE_ONLY, b"x", 0.0)[1] == [], "a new message inside one"
+    assert r.stats.malformed == 3 and r.expected == 1
+    assert [d.data for d in r.on_data(1, SEND_LAST, b"b", 0.0)[1]] == [b"ab"]
+
+
+def test_ce_marks_get_at_most_one_cnp_per_interval():
+    r = Responder(TransportParams(cnp_interval_s=0.02))
+    cnps = [r.on_data(i, SEND_ONLY, b"x", i * 0.005, ce=True)[2] for i in range(10)]
+    assert cnps == [True, False, False, False, True, False, False, False, True, False]
+
+
+def test_acks_outside_the_window_are_ignored():
+    req = Requester(TransportParams(), Dcqcn())
+    req.post(100, 0.0)
+    assert req.on_ack(Ack(500, SYNDROME_ACK, 3), 0.0) == 0 and req.stats.stale_acks == 1 and req.una == 0
+
+
+@pytest.mark.parametrize("kw,field_name", [({"mode": "sack"}, "mode"), ({"mtu_bytes": 0}, "mtu_bytes"),
+                                            ({"ack_every": 0}, "ack_every"), ({"rto_s": 0}, "rto_s"),
+                                            ({"rto_max_s": 0.01}, "rto_max_s")])
+def test_bad_parameters_are_named(kw, field_name):
+    with pytest.raises(ValueError, match=field_name):
+        TransportParams(**kw)
+
+
+def test_bad_messages_are_refused():
+    req = Requester(TransportParams(), Dcqcn())
+    with pytest.raises(ValueError, match="at least 1 byte"):
+        req.post(0, 0.0)
+    with pytest.raises(ValueError, match="kind"):
+        req.post(10, 0.0, kind="read")

@@ -1,0 +1,182 @@
+"""The RoCEv2 reliable connection's headers (hostagent/rdma/transport.py):
+data packets, ACKs and NAKs, and two extensions after the AETH.
+
+InfiniBand's own headers come from Scapy (scapy.contrib.roce: BTH, AETH);
+this module adds RETH, binds them by opcode, and defines:
+
+  AckExtension  after the AETH of an ACK/NAK from a receiver that has
+                more to say: for selective repeat (IRN, SIGCOMM'18) the
+                first PSN the receiver misses and a bitmap of the 64 PSNs
+                after it that it holds, so the sender resends only the
+                holes; for HPCC (SIGCOMM'19) IntHop records.
+  IntHop        one switch's INT data the receiver echoes from the data
+                packet to the sender: tx bytes, tx time, queue occupancy and
+                link rate of the egress port.
+
+Data packet: Ether / IP / UDP(4791) / BTH(opcode, psn) [/ RETH] / payload.
+ACK:         ... / BTH(RC_ACKNOWLEDGE, psn = the last PSN received in order)
+                 / AETH(syndrome = ACK, msn = messages completed)
+                 [/ AckExtension (SACK, IntHop * hops)]
+NAK:         the same with AETH.syndrome = NAK_PSN_SEQUENCE_ERROR and BTH.psn
+             = the PSN the receiver expects (it resends from there: go-back-N).
+
+Every layer has a struct codec for the agent's hot path (encode_* /
+decode_*), tested to give the same bytes as Scapy (tests/unit/wire/test_rdma.py).
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from scapy.contrib.roce import AETH, BTH, opcode  # noqa: F401  (re-exported)
+from scapy.fields import BitField, ByteField, ConditionalField, FieldLenField, IntField, LongField, PacketListField, \
+    XByteField
+from scapy.packet import Packet, bind_layers
+
+PSN_BITS = 24
+PSN_MOD = 1 << PSN_BITS
+MSN_MOD = 1 << 24
+
+SEND_FIRST, SEND_MIDDLE, SEND_LAST, SEND_ONLY = (opcode("RC", n)[0] for n in
+                                                 ("SEND_FIRST", "SEND_MIDDLE", "SEND_LAST", "SEND_ONLY"))
+WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_ONLY = (opcode("RC", n)[0] for n in
+                                                     ("RDMA_WRITE_FIRST", "RDMA_WRITE_MIDDLE", "RDMA_WRITE_LAST",
+                                                      "RDMA_WRITE_ONLY"))
+ACKNOWLEDGE = opcode("RC", "ACKNOWLEDGE")[0]
+DATA_OPCODES = {SEND_FIRST, SEND_MIDDLE, SEND_LAST, SEND_ONLY, WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_ONLY}
+FIRST_OPCODES = {SEND_FIRST, SEND_ONLY, WRITE_FIRST, WRITE_ONLY}      # a message starts
+LAST_OPCODES = {SEND_LAST, SEND_ONLY, WRITE_LAST, WRITE_ONLY}         # a message ends
+RETH_OPCODES = {WRITE_FIRST, WRITE_ONLY}                              # the RETH follows the BTH
+
+# AETH syndrome (InfiniBand Architecture Specification, 9.7.5.1.6): bits 7:5
+# say ACK (000, bits 4:0 a credit count; 11111: credits not used), RNR NAK
+# (001) or NAK (011, bits 4:0 the reason).
+SYNDROME_ACK = 0x1F
+SYNDROME_NAK_PSN_SEQUENCE_ERROR = 0x60
+SYNDROME_KIND_MASK = 0xE0
+SYNDROME_KIND_ACK, SYNDROME_KIND_NAK = 0x00, 0x60
+
+EXT_SACK = 0x01
+EXT_INT = 0x02
+SACK_BITS = 64
+BTH_BYTES, AETH_BYTES, RETH_BYTES, EXT_BYTES, SACK_BYTES, INT_HOP_BYTES = 12, 4, 16, 4, 12, 16
+ICRC_BYTES = 4          # Scapy's BTH ends every packet with the ICRC (an FCS field)
+
+
+class RETH(Packet):
+    """RDMA extended transport header: where a WRITE goes in the responder's memory."""
+    name = "RETH"
+    fields_desc = [LongField("va", 0), IntField("rkey", 0), IntField("dma_len", 0)]
+
+
+class IntHop(Packet):
+    """One switch's HPCC data, as the fabric's INT carries it (FABRIC_DS:
+    tx bytes mod 2^32, tx time in us mod 2^32, link rate; baseline: queue
+    occupancy, packets on BMv2), echoed by the receiver."""
+    name = "IntHop"
+    fields_desc = [IntField("tx_bytes", 0), IntField("tx_time_us", 0), IntField("queue_packets", 0),
+                   IntField("link_rate_mbps", 0)]
+
+    def extract_padding(self, s):
+        return b"", s
+
+
+class AckExtension(Packet):
+    """After an ACK's or NAK's AETH: a selective acknowledgement (IRN) when
+    `flags` has EXT_SACK (PSN `sack_base` is missing; bit i of
+    `sack_bitmap`, least significant first, says PSN sack_base + 1 + i
+    arrived), then `hops` IntHop records (HPCC) when it has EXT_INT."""
+    name = "AckExtension"
+    fields_desc = [XByteField("flags", 0), ByteField("reserved", 0),
+                   FieldLenField("hops", None, count_of="int_hops", fmt="!H"),
+                   ConditionalField(ByteField("sack_reserved", 0), lambda p: p.flags & EXT_SACK),
+                   ConditionalField(BitField("sack_base", 0, 24), lambda p: p.flags & EXT_SACK),
+                   ConditionalField(LongField("sack_bitmap", 0), lambda p: p.flags & EXT_SACK),
+                   PacketListField("int_hops", [], IntHop, count_from=lambda p: p.hops)]
+
+
+bind_layers(BTH, RETH, opcode=WRITE_FIRST)
+bind_layers(BTH, RETH, opcode=WRITE_ONLY)
+bind_layers(BTH, AETH, opcode=ACKNOWLEDGE)
+bind_layers(AETH, AckExtension)
+
+
+# ---- struct codecs (the agent's hot path) ----------------------------------
+
+_BTH = struct.Struct("!BBHII")          # opcode, flags, pkey, resv8 ++ dqpn, ackreq ++ resv7 ++ psn
+_AETH = struct.Struct("!I")
+_EXT = struct.Struct("!BBH")
+_SACK = struct.Struct("!IQ")
+_HOP = struct.Struct("!IIII")
+
+
+def encode_bth(op: int, dqpn: int, psn: int, ackreq: bool = False, becn: bool = False) -> bytes:
+    """A BTH as Scapy's (pkey 0xFFFF, no solicited/migreq/pad, version 0)."""
+    return _BTH.pack(op, 0, 0xFFFF, (int(becn) << 30) | (dqpn & 0xFFFFFF),
+                     (int(ackreq) << 31) | (psn & 0xFFFFFF))
+
+
+def decode_bth(b: bytes, at: int = 0) -> tuple[int, int, int, bool]:
+    """(opcode, dqpn, psn, ackreq) of the BTH at `at`."""
+    op, _flags, _pkey, qp, psn = _BTH.unpack_from(b, at)
+    return op, qp & 0xFFFFFF, psn & 0xFFFFFF, bool(psn >> 31)
+
+
+def encode_aeth(syndrome: int, msn: int) -> bytes:
+    return _AETH.pack((syndrome & 0xFF) << 24 | (msn % MSN_MOD))
+
+
+def decode_aeth(b: bytes, at: int) -> tuple[int, int]:
+    (v,) = _AETH.unpack_from(b, at)
+    return v >> 24, v & 0xFFFFFF
+
+
+@dataclass(frozen=True)
+class HopRecord:
+    tx_bytes: int
+    tx_time_us: int
+    queue_packets: int
+    link_rate_mbps: int
+
+
+def encode_ack_extension(sack: tuple[int, int] | None = None, hops: tuple[HopRecord, ...] = ()) -> bytes:
+    """AckExtension with a SACK (base, bitmap) and/or hops; b"" when there is neither."""
+    if sack is None and not hops:
+        return b""
+    flags = (EXT_SACK if sack is not None else 0) | (EXT_INT if hops else 0)
+    out = _EXT.pack(flags, 0, len(hops))
+    if sack is not None:
+        out += _SACK.pack(sack[0] & 0xFFFFFF, sack[1] & 0xFFFFFFFFFFFFFFFF)
+    for h in hops:
+        out += _HOP.pack(h.tx_bytes & 0xFFFFFFFF, h.tx_time_us & 0xFFFFFFFF, h.queue_packets & 0xFFFFFFFF,
+                         h.link_rate_mbps & 0xFFFFFFFF)
+    return out
+
+
+class MalformedAck(ValueError):
+    pass
+
+
+def decode_ack_extension(b: bytes, at: int, end: int) -> tuple[tuple[int, int] | None, tuple[HopRecord, ...]]:
+    """(sack, hops) of the extension in b[at:end] (nothing there: (None, ()))."""
+    if end - at <= 0:
+        return None, ()
+    if end - at < EXT_BYTES:
+        raise MalformedAck(f"ACK extension of {end - at} bytes, shorter than its {EXT_BYTES}-byte header")
+    flags, _r, n = _EXT.unpack_from(b, at)
+    if flags & ~(EXT_SACK | EXT_INT):
+        raise MalformedAck(f"ACK extension flags 0x{flags:02x}: unknown bits")
+    need = EXT_BYTES + (SACK_BYTES if flags & EXT_SACK else 0) + n * INT_HOP_BYTES
+    if end - at < need:
+        raise MalformedAck(f"ACK extension says {n} hops{' and a SACK' if flags & EXT_SACK else ''} "
+                           f"({need} bytes), {end - at} bytes there")
+    if bool(n) != bool(flags & EXT_INT):
+        raise MalformedAck(f"ACK extension: {n} hops but INT flag {'set' if flags & EXT_INT else 'clear'}")
+    at += EXT_BYTES
+    sack = None
+    if flags & EXT_SACK:
+        base, bitmap = _SACK.unpack_from(b, at)
+        sack = (base & 0xFFFFFF, bitmap)
+        at += SACK_BYTES
+    hops = tuple(HopRecord(*_HOP.unpack_from(b, at + i * INT_HOP_BYTES)) for i in range(n))
+    return sack, hops
