@@ -1,0 +1,5 @@
+import sys
+
+from hostagent.rdma.agent import main
+
+sys.exit(main())

@@ -1,0 +1,281 @@
+"""The RC transport on a host (inside its namespace), over one raw socket.
+
+    python -m hostagent.rdma send    --iface h1-eth0 --src-ip .. --src-mac .. --gw-mac .. --dst-ip .. --qp 1
+                                     [--cc dcqcn|timely|swift|hpcc] [--mode go-back-n|selective-repeat]
+                                     [--message-bytes 65536] [--messages 20 | --duration 10]
+    python -m hostagent.rdma receive --iface h4-eth0 --src-ip .. --src-mac .. --gw-mac .. [--mode ...]
+
+The sender posts messages on one queue pair and sends them with the chosen
+congestion control; the receiver answers every queue pair that sends to it
+(ACKs, NAKs, CNPs for CE marks). Both write a JSON summary (<out>.json;
+the sender also a time series, <out>.csv). Frames that are not the
+transport's, or are malformed, are counted by reason and ignored; a
+sender honours PFC pauses of its class (`--tclass`) as a lossless NIC does.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import signal
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Callable, Optional
+
+from hostagent.ecn.dcqcn import DcqcnParams
+from hostagent.ecn.roce import open_socket
+from hostagent.lossless import PauseState
+from hostagent.rdma.cc.base import CongestionControl, HopInfo
+from hostagent.rdma.cc.dcqcn import Dcqcn
+from hostagent.rdma.frames import FrameBuilder, Malformed, NotOurs, parse
+from hostagent.rdma.transport import MODES, SEND, WRITE, Ack, Requester, Responder, TransportParams
+from wire.rdma import RETH_OPCODES, HopRecord
+
+SAMPLE_S = 0.01
+_stopping = False              # SIGTERM: finish the loop, write the summary
+
+
+def _stop(*_) -> None:
+    global _stopping
+    _stopping = True
+FRAME_OVERHEAD = 14 + 20 + 8 + 12 + 4      # Ethernet, IPv4, UDP, BTH, ICRC: a queue's bytes per packet beyond payload
+
+
+def hop_info(hops: tuple[HopRecord, ...], mtu_bytes: int) -> tuple[HopInfo, ...]:
+    """INT records as HPCC reads them: the queue in bytes (BMv2 counts
+    packets: full-size ones assumed), the link rate in bytes/s."""
+    return tuple(HopInfo(ts_s=h.tx_time_us / 1e6, tx_bytes=h.tx_bytes,
+                         qlen_bytes=h.queue_packets * (mtu_bytes + FRAME_OVERHEAD),
+                         link_bytes_per_s=h.link_rate_mbps * 1e6 / 8) for h in hops)
+
+
+def congestion_controls() -> dict[str, Callable[[argparse.Namespace], CongestionControl]]:
+    """name -> a constructor from the agent's options."""
+    ccs: dict[str, Callable[[argparse.Namespace], CongestionControl]] = {
+        "dcqcn": lambda a: Dcqcn(DcqcnParams(line_rate_pps=a.line_rate_pps)),
+    }
+    try:
+        from hostagent.rdma.cc.hpcc import Hpcc, HpccParams
+        from hostagent.rdma.cc.swift import Swift, SwiftParams
+        from hostagent.rdma.cc.timely import Timely, TimelyParams
+    except ImportError:          # pragma: no cover (all ship together)
+        return ccs
+    ccs["timely"] = lambda a: Timely(TimelyParams(line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu))
+    ccs["swift"] = lambda a: Swift(SwiftParams(line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu))
+    ccs["hpcc"] = lambda a: Hpcc(HpccParams(line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu))
+    return ccs
+
+
+def _percentiles(values: list[float]) -> Optional[dict]:
+    if not values:
+        return None
+    v = sorted(values)
+    return {"p50": round(v[len(v) // 2], 3), "p99": round(v[min(len(v) - 1, int(0.99 * len(v)))], 3),
+            "max": round(v[-1], 3)}
+
+
+def run_sender(a, sock=None) -> dict:
+    params = TransportParams(mode=a.mode, mtu_bytes=a.mtu, ack_every=a.ack_every, rto_s=a.rto_s)
+    cc = congestion_controls()[a.cc](a)
+    req = Requester(params, cc)
+    frames = FrameBuilder(a.src_mac, a.gw_mac, a.src_ip, a.dst_ip, sport=0xC000 | (a.qp & 0x3FFF), dscp=a.dscp)
+    sock = sock or open_socket(a.iface)
+    sock.setblocking(False)
+    pfc = PauseState(a.link_mbps) if a.tclass is not None else None
+    ignored: defaultdict[str, int] = defaultdict(int)
+    series = []
+    if a.start_at:
+        time.sleep(max(0.0, a.start_at - time.time()))
+    t0 = time.monotonic()
+    kind = WRITE if a.write else SEND
+    posted = 0
+
+    def top_up(now: float) -> None:      # messages to send: a fixed count, or always two ahead until the end
+        nonlocal posted
+        while (posted < a.messages if a.messages else
+               now < a.duration and sum(1 for m in req.messages if m.completed_at is None) < 2):
+            req.post(a.message_bytes, now, kind=kind)
+            posted += 1
+
+    next_sample = 0.0
+    while True:
+        now = time.monotonic() - t0
+        top_up(now)
+        if (a.messages and req.done) or now >= a.duration + (a.drain_s if not a.messages else 0.0) or _stopping:
+            break
+        while True:
+            try:
+                rx = sock.recv(4096)
+            except BlockingIOError:
+                break
+            if pfc is not None and pfc.on_frame(rx, now):
+                continue
+            try:
+                p = parse(rx)
+            except (NotOurs, Malformed) as e:
+                ignored[str(e).split(" (")[0][:60]] += 1
+                continue
+            if p.qp != a.qp or p.src_ip != a.dst_ip:
+                ignored["another queue pair"] += 1
+            elif p.kind == "ack":
+                req.on_ack(Ack(p.psn, p.syndrome, p.msn, p.sack, p.hops), now, hops=hop_info(p.hops, a.mtu))
+            elif p.kind == "cnp":
+                req.on_cnp(now)
+            else:
+                ignored["data to a sender"] += 1
+        if now >= next_sample:
+            series.append((round(now, 4), round(cc.rate_pps, 2),
+                           None if cc.window_packets is None else round(cc.window_packets, 2),
+                           req.outstanding, req.stats.sent, req.stats.retransmitted))
+            next_sample += SAMPLE_S
+        if pfc is not None and pfc.paused(a.tclass, now):
+            time.sleep(0.0002)
+            continue
+        pkt = req.next_packet(now) if now < a.duration or a.messages else None
+        if pkt is not None:
+            reth = (0, 0, a.message_bytes) if pkt.opcode in RETH_OPCODES else None
+            try:
+                sock.send(frames.data(a.qp, pkt.psn, pkt.opcode, pkt.payload, ackreq=pkt.ackreq, reth=reth))
+            except OSError:      # refused by the interface: lost, the transport will resend it
+                ignored["tx-error"] += 1
+        else:
+            wait = req.next_send_time() - (time.monotonic() - t0)
+            time.sleep(min(max(wait, 0.0), 0.0005))
+    completed = [m for m in req.messages if m.completed_at is not None]
+    fct_ms = [1000 * (m.completed_at - m.posted_at) for m in completed if m.completed_at is not None]
+    elapsed = max((m.completed_at for m in completed if m.completed_at is not None), default=0.0)
+    summary = {
+        "role": "sender", "qp": a.qp, "src": a.src_ip, "dst": a.dst_ip, "cc": a.cc, "mode": a.mode,
+        "message_bytes": a.message_bytes, "messages_posted": posted, "messages_completed": len(completed),
+        "completion_ms": _percentiles(fct_ms), "goodput_bytes_per_s": round(len(completed) * a.message_bytes
+                                                                            / elapsed, 1) if elapsed else 0.0,
+        "sent": req.stats.sent, "retransmitted": req.stats.retransmitted, "timeouts": req.stats.timeouts,
+        "acks": req.stats.acks, "naks": req.stats.naks, "stale_acks": req.stats.stale_acks,
+        "final_rate_pps": round(cc.rate_pps, 2), "ignored": dict(ignored),
+        "pfc": pfc.summary() if pfc is not None else None,
+    }
+    _write(a, summary, ("t", "rate_pps", "window_packets", "outstanding", "sent", "retransmitted"), series)
+    return summary
+
+
+def run_receiver(a, sock=None) -> dict:
+    params = TransportParams(mode=a.mode, mtu_bytes=a.mtu, ack_every=a.ack_every)
+    sock = sock or open_socket(a.iface)
+    sock.settimeout(0.0005)
+    flows: dict[tuple[str, int], tuple[Responder, FrameBuilder]] = {}
+    delivered_bytes: defaultdict[tuple[str, int], int] = defaultdict(int)
+    ignored: defaultdict[str, int] = defaultdict(int)
+    if a.start_at:
+        time.sleep(max(0.0, a.start_at - time.time()))
+
+    def send(frame: bytes) -> None:
+        try:
+            sock.send(frame)
+        except OSError:          # e.g. ENOBUFS: the interface refused it (a full queue, a drop rule): lost
+            ignored["tx-error"] += 1
+
+    t0 = time.monotonic()
+    while (now := time.monotonic() - t0) < a.duration and not _stopping:
+        try:
+            rx = sock.recv(4096)
+        except TimeoutError:
+            rx = None
+        except OSError:
+            rx = None
+        if rx is not None:
+            try:
+                p = parse(rx)
+            except (NotOurs, Malformed) as e:
+                ignored[str(e).split(" (")[0][:60]] += 1
+                p = None
+            if p is not None and p.kind != "data":
+                ignored[f"{p.kind} to a receiver"] += 1
+            elif p is not None:
+                key = (p.src_ip, p.qp)
+                if key not in flows:
+                    flows[key] = (Responder(params), FrameBuilder(a.src_mac, a.gw_mac, a.src_ip, p.src_ip,
+                                                                  sport=0xC000 | (p.qp & 0x3FFF), dscp=a.dscp))
+                rsp, back = flows[key]
+                acks, done, cnp = rsp.on_data(p.psn, p.opcode, p.payload, now, ackreq=p.ackreq, ce=p.ce,
+                                              hops=p.hops)
+                for m in done:
+                    delivered_bytes[key] += len(m.data)
+                for ack in acks:
+                    send(back.ack(p.qp, ack.psn, ack.syndrome, ack.msn, ack.sack, ack.hops))
+                if cnp:
+                    send(back.cnp(p.qp))
+        for (src, qp), (rsp, back) in flows.items():
+            late = rsp.poll(now)
+            if late is not None:
+                send(back.ack(qp, late.psn, late.syndrome, late.msn, late.sack, late.hops))
+    summary = {"role": "receiver", "ip": a.src_ip, "mode": a.mode, "ignored": dict(ignored), "flows": {
+        f"{src}/{qp}": {"delivered_messages": rsp.stats.delivered_messages, "delivered_bytes": delivered_bytes[(src, qp)],
+                        "received": rsp.stats.received, "duplicates": rsp.stats.duplicates,
+                        "out_of_order": rsp.stats.out_of_order, "dropped_out_of_order": rsp.stats.dropped_out_of_order,
+                        "acks": rsp.stats.acks, "naks": rsp.stats.naks, "cnps": rsp.stats.cnps,
+                        "malformed": rsp.stats.malformed}
+        for (src, qp), (rsp, _) in sorted(flows.items())}}
+    _write(a, summary)
+    return summary
+
+
+def _write(a, summary: dict, header: tuple = (), rows=()) -> None:
+    if a.out is None:
+        print(json.dumps(summary, indent=2))
+        return
+    out = Path(a.out)
+    out.with_suffix(".json").write_text(json.dumps(summary, indent=2))
+    if header:
+        with open(out.with_suffix(".csv"), "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(header)
+            w.writerows(rows)
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m hostagent.rdma", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="role", required=True)
+    for role in ("send", "receive"):
+        p = sub.add_parser(role)
+        p.add_argument("--iface", required=True)
+        p.add_argument("--src-ip", required=True)
+        p.add_argument("--src-mac", required=True)
+        p.add_argument("--gw-mac", required=True, help="MAC of the switch port (the host's gateway)")
+        p.add_argument("--mode", choices=MODES, default=MODES[0], help="retransmission: go-back-N or IRN's "
+                                                                       "selective repeat (both ends alike)")
+        p.add_argument("--mtu", type=int, default=1024, help="payload bytes per packet")
+        p.add_argument("--ack-every", type=int, default=4, help="receiver: an ACK every N packets")
+        p.add_argument("--dscp", type=int, default=0, help="DSCP of the packets (the switches' traffic class)")
+        p.add_argument("--duration", type=float, default=10.0)
+        p.add_argument("--start-at", type=float, default=0.0, help="wall-clock start time (agents start together)")
+        p.add_argument("--out", help="output prefix: <out>.json (and the sender's <out>.csv); default: stdout")
+    s = sub.choices["send"]
+    s.add_argument("--dst-ip", required=True)
+    s.add_argument("--qp", type=int, required=True, help="destination queue pair number")
+    s.add_argument("--cc", choices=sorted(congestion_controls()), default="dcqcn")
+    s.add_argument("--line-rate-pps", type=float, default=1000.0, help="the NIC's rate, packets/s")
+    s.add_argument("--message-bytes", type=int, default=65536)
+    s.add_argument("--messages", type=int, default=0, help="send this many messages, then stop (0: --duration)")
+    s.add_argument("--write", action="store_true", help="RDMA WRITE instead of SEND")
+    s.add_argument("--rto-s", type=float, default=TransportParams.rto_s)
+    s.add_argument("--drain-s", type=float, default=1.0, help="after --duration: time to finish what is in flight")
+    s.add_argument("--tclass", type=int, default=None, help="honour PFC pauses of this class (a lossless NIC)")
+    s.add_argument("--link-mbps", type=float, default=100.0, help="the host link's rate: the pause quantum")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
+    try:
+        TransportParams(mode=a.mode, mtu_bytes=a.mtu, ack_every=a.ack_every,
+                        **({"rto_s": a.rto_s} if a.role == "send" else {}))
+        if a.role == "send" and a.message_bytes < 1:
+            raise ValueError(f"--message-bytes must be >= 1, got {a.message_bytes}")
+    except ValueError as e:
+        print(f"hostagent.rdma: {e}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _stop)
+    (run_sender if a.role == "send" else run_receiver)(a)
+    return 0

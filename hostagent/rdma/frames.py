@@ -1,0 +1,144 @@
+"""Frames of the RC transport on the wire: built from a header template
+(Scapy builds it once) plus wire/rdma.py's struct codecs, and parsed back
+without Scapy (tens of microseconds a packet would halve what an agent can
+send). tests/unit/hostagent/rdma/test_frames.py checks both against Scapy.
+
+A frame that is not the transport's, or is malformed, is refused with a
+reason (`NotOurs`, `Malformed`) that the agent counts; nothing raises past
+the agent's loop.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Optional
+
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+
+from wire.ecn import CE, ECT0
+from wire.lossless import dscp_tos
+from wire.rdma import (ACKNOWLEDGE, AETH_BYTES, BTH_BYTES, DATA_OPCODES, ICRC_BYTES, RETH_BYTES, RETH_OPCODES,
+                       HopRecord, MalformedAck, decode_ack_extension, decode_aeth, decode_bth, encode_ack_extension,
+                       encode_aeth, encode_bth)
+from wire.roce import CNP, ROCEV2_UDP_PORT
+
+ETH, IP_BYTES, UDP_BYTES = 14, 20, 8
+L4 = ETH + IP_BYTES                 # UDP header
+BTH_AT = L4 + UDP_BYTES
+ICRC = b"\x00" * ICRC_BYTES         # the agents neither compute nor check the ICRC (no NIC here does)
+_RETH = struct.Struct("!QII")
+
+
+class NotOurs(ValueError):
+    """Not a RoCEv2 frame of this transport (another protocol, IP options, ...)."""
+
+
+class Malformed(ValueError):
+    """A RoCEv2 frame whose transport headers are wrong."""
+
+
+def _checksum(header: bytes) -> int:
+    s = sum(struct.unpack("!10H", header))
+    s = (s & 0xFFFF) + (s >> 16)
+    s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A frame of the transport: data, ACK/NAK or CNP."""
+    kind: str                        # "data", "ack", "cnp"
+    src_ip: str
+    qp: int
+    psn: int
+    opcode: int
+    ce: bool = False
+    ackreq: bool = False
+    payload: bytes = b""
+    syndrome: int = 0
+    msn: int = 0
+    sack: Optional[tuple[int, int]] = None
+    hops: tuple[HopRecord, ...] = ()
+
+
+class FrameBuilder:
+    """Frames from one host to one peer: Ethernet (to the gateway), IPv4
+    (DF, the class's DSCP, ECT(0) for data), UDP to 4791 (checksum 0, as
+    RoCEv2 allows)."""
+
+    def __init__(self, src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, sport: int, dscp: int = 0):
+        template = bytes(Ether(src=src_mac, dst=dst_mac) / IP(src=src_ip, dst=dst_ip, tos=dscp_tos(dscp, ECT0),
+                                                                flags="DF")
+                         / UDP(sport=sport, dport=ROCEV2_UDP_PORT, chksum=0))
+        self._head = bytearray(template)
+        self._tos_data = dscp_tos(dscp, ECT0)
+        self._tos_ctrl = dscp_tos(dscp, 0)       # ACKs and CNPs are not ECN-capable
+        self.sport = sport
+
+    def _frame(self, tos: int, transport: bytes) -> bytes:
+        h = self._head
+        h[ETH + 1] = tos
+        ip_len = IP_BYTES + UDP_BYTES + len(transport) + ICRC_BYTES
+        h[ETH + 2:ETH + 4] = ip_len.to_bytes(2, "big")
+        h[ETH + 10:ETH + 12] = b"\x00\x00"
+        h[ETH + 10:ETH + 12] = _checksum(bytes(h[ETH:L4])).to_bytes(2, "big")
+        h[L4 + 4:L4 + 6] = (ip_len - IP_BYTES).to_bytes(2, "big")
+        return bytes(h) + transport + ICRC
+
+    def data(self, qp: int, psn: int, opcode: int, payload: bytes, ackreq: bool = False,
+             reth: tuple[int, int, int] | None = None) -> bytes:
+        """A data packet; `reth` (va, rkey, length) for a WRITE's first packet."""
+        body = encode_bth(opcode, qp, psn, ackreq=ackreq)
+        if opcode in RETH_OPCODES:
+            body += _RETH.pack(*(reth or (0, 0, len(payload))))
+        return self._frame(self._tos_data, body + payload)
+
+    def ack(self, qp: int, psn: int, syndrome: int, msn: int, sack: tuple[int, int] | None = None,
+            hops: tuple[HopRecord, ...] = ()) -> bytes:
+        return self._frame(self._tos_ctrl, encode_bth(ACKNOWLEDGE, qp, psn) + encode_aeth(syndrome, msn)
+                           + encode_ack_extension(sack, hops))
+
+    def cnp(self, qp: int) -> bytes:
+        return self._frame(self._tos_ctrl, encode_bth(CNP, qp, 0, becn=True) + b"\x00" * 16)
+
+
+def _ip(b: bytes, at: int) -> str:
+    return ".".join(str(x) for x in b[at:at + 4])
+
+
+def parse(frame: bytes) -> Parsed:
+    """The transport's view of a frame, or NotOurs / Malformed naming why."""
+    if len(frame) < BTH_AT:
+        raise NotOurs("shorter than Ethernet/IPv4/UDP")
+    if frame[12:14] != b"\x08\x00" or frame[ETH] >> 4 != 4:
+        raise NotOurs("not IPv4")
+    if frame[ETH] & 0x0F != 5:
+        raise NotOurs("IPv4 options")
+    if frame[ETH + 9] != 17 or frame[L4 + 2:L4 + 4] != ROCEV2_UDP_PORT.to_bytes(2, "big"):
+        raise NotOurs("not RoCEv2 (UDP 4791)")
+    end = ETH + int.from_bytes(frame[ETH + 2:ETH + 4], "big") - ICRC_BYTES   # Ethernet may pad short frames
+    if end + ICRC_BYTES > len(frame) or end < BTH_AT + BTH_BYTES:
+        raise Malformed(f"IPv4 length {end + ICRC_BYTES - ETH} leaves no BTH and ICRC in a {len(frame)}-byte frame")
+    op, qp, psn, ackreq = decode_bth(frame, BTH_AT)
+    src = _ip(frame, ETH + 12)
+    ce = frame[ETH + 1] & 3 == CE
+    at = BTH_AT + BTH_BYTES
+    if op in DATA_OPCODES:
+        if op in RETH_OPCODES:
+            if end - at < RETH_BYTES:
+                raise Malformed(f"opcode 0x{op:02x} needs a RETH, {end - at} bytes after the BTH")
+            at += RETH_BYTES
+        return Parsed("data", src, qp, psn, op, ce=ce, ackreq=ackreq, payload=bytes(frame[at:end]))
+    if op == ACKNOWLEDGE:
+        if end - at < AETH_BYTES:
+            raise Malformed(f"ACK without its AETH ({end - at} bytes after the BTH)")
+        syndrome, msn = decode_aeth(frame, at)
+        try:
+            sack, hops = decode_ack_extension(frame, at + AETH_BYTES, end)
+        except MalformedAck as e:
+            raise Malformed(str(e)) from None
+        return Parsed("ack", src, qp, psn, op, syndrome=syndrome, msn=msn, sack=sack, hops=hops)
+    if op == CNP:
+        return Parsed("cnp", src, qp, psn, op)
+    raise Malformed(f"opcode 0x{op:02x} is not one this transport uses")

@@ -1,0 +1,110 @@
+"""The RC transport's agents (python -m hostagent.rdma) on a veth pair
+between two namespaces, the kernel losing, duplicating and reordering
+frames: every message arrives whole, exactly once, in both retransmission
+modes; selective repeat resends far less than go-back-N; malformed
+transport frames are counted by the receiver and ignored.
+
+This kernel has no netem, so the impairments are nftables rules on the
+netdev egress hook (which raw-socket frames pass, unlike iptables):
+`numgen random` drops (each way) and duplicates (`dup to` the same device),
+and marks a share of frames for a 1 Mbit/s HTB class that holds them while
+later ones pass (reordering)."""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+from scapy.packet import Raw
+
+from wire.rdma import ACKNOWLEDGE, BTH, SEND_MIDDLE
+
+REPO = Path(__file__).resolve().parents[2]
+A, B = "rdma-a", "rdma-b"
+MAC_A, MAC_B = "0a:00:00:00:0a:01", "0a:00:00:00:0b:01"
+IP_A, IP_B = "10.77.0.1", "10.77.0.2"
+MESSAGES, MESSAGE_BYTES = 30, 65536
+
+
+def sh(*cmd: str, ns: str | None = None) -> None:
+    subprocess.run((["ip", "netns", "exec", ns] if ns else []) + list(cmd), check=True, capture_output=True,
+                   text=True)
+
+
+@pytest.fixture
+def impaired_veths():
+    for ns in (A, B):
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        sh("ip", "netns", "add", ns)
+    try:
+        sh("ip", "link", "add", f"{A}0", "type", "veth", "peer", "name", f"{B}0")
+        for ns in (A, B):
+            sh("ip", "link", "set", f"{ns}0", "netns", ns)
+            sh("ip", "link", "set", f"{ns}0", "up", ns=ns)
+            sh("nft", "add", "table", "netdev", "impair", ns=ns)
+            sh("nft", "add", "chain", "netdev", "impair", "egress",
+               f'{{ type filter hook egress device "{ns}0" priority 0; }}', ns=ns)
+            sh("nft", "add", "rule", "netdev", "impair", "egress", "numgen", "random", "mod", "100", "lt", "3",
+               "drop", ns=ns)
+        sh("nft", "add", "rule", "netdev", "impair", "egress", "numgen", "random", "mod", "100", "lt", "3",
+           "dup", "to", f'"{A}0"', ns=A)
+        sh("nft", "add", "rule", "netdev", "impair", "egress", "numgen", "random", "mod", "100", "lt", "5",
+           "meta", "priority", "set", "1:20", ns=A)
+        sh("tc", "qdisc", "replace", "dev", f"{A}0", "root", "handle", "1:", "htb", "default", "10", ns=A)
+        sh("tc", "class", "add", "dev", f"{A}0", "parent", "1:", "classid", "1:10", "htb", "rate", "10gbit", ns=A)
+        sh("tc", "class", "add", "dev", f"{A}0", "parent", "1:", "classid", "1:20", "htb", "rate", "1mbit", ns=A)
+        yield
+    finally:
+        for ns in (A, B):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def agent(ns: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-m", "hostagent.rdma", *args], cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def malformed_frames() -> list[bytes]:
+    head = Ether(src=MAC_A, dst=MAC_B) / IP(src=IP_A, dst=IP_B) / UDP(sport=49155, dport=4791, chksum=0)
+    return [bytes(head / BTH(opcode=ACKNOWLEDGE, dqpn=3, icrc=0) / Raw(b"\x1f")),       # ACK, AETH cut short
+            bytes(head / BTH(opcode=0x0C, dqpn=3, icrc=0) / Raw(b"\x00" * 16)),          # READ: not used here
+            bytes(head)[:-4] + b"\x00" * 10]                                             # IPv4 says more than there is
+
+
+def run(mode: str, out: Path) -> tuple[dict, dict]:
+    rx = agent(B, "receive", "--iface", f"{B}0", "--src-ip", IP_B, "--src-mac", MAC_B, "--gw-mac", MAC_A,
+               "--mode", mode, "--duration", "60", "--out", str(out / f"rx-{mode}"))
+    time.sleep(1.0)
+    tx = agent(A, "send", "--iface", f"{A}0", "--src-ip", IP_A, "--src-mac", MAC_A, "--gw-mac", MAC_B,
+               "--dst-ip", IP_B, "--qp", "3", "--mode", mode, "--messages", str(MESSAGES), "--message-bytes",
+               str(MESSAGE_BYTES), "--line-rate-pps", "2000", "--duration", "30", "--out", str(out / f"tx-{mode}"))
+    time.sleep(0.5)
+    script = ("import sys\nfrom hostagent.sender import RawSender\n"
+              f"with RawSender('{A}0') as s:\n"
+              "    for h in sys.argv[1:]:\n        s.send(bytes.fromhex(h))\n")
+    subprocess.run(["ip", "netns", "exec", A, sys.executable, "-c", script, *(f.hex() for f in malformed_frames())],
+                   cwd=REPO, check=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert tx.wait(timeout=60) == 0
+    time.sleep(0.5)
+    rx.terminate()                              # the receiver writes its summary and stops
+    assert rx.wait(timeout=10) == 0
+    return (json.loads((out / f"tx-{mode}.json").read_text()), json.loads((out / f"rx-{mode}.json").read_text()))
+
+
+def test_every_message_arrives_once_through_loss_duplication_and_reordering(impaired_veths, tmp_path):
+    resent = {}
+    for mode in ("go-back-n", "selective-repeat"):
+        sent, got = run(mode, tmp_path)
+        assert sent["messages_completed"] == MESSAGES, sent
+        assert sent["retransmitted"] > 0, "3% loss each way: something was resent"
+        flow = got["flows"][f"{IP_A}/3"]
+        assert flow["delivered_messages"] == MESSAGES and flow["delivered_bytes"] == MESSAGES * MESSAGE_BYTES, flow
+        assert flow["duplicates"] > 0 and flow["out_of_order"] > 0, f"the impairments did happen: {flow}"
+        assert sum(got["ignored"].values()) >= 2, got["ignored"]
+        assert any("AETH" in r or "IPv4 length" in r or "opcode 0x0c" in r for r in got["ignored"]), got["ignored"]
+        resent[mode] = sent["retransmitted"]
+    assert resent["selective-repeat"] < resent["go-back-n"] / 2, resent

@@ -1,0 +1,76 @@
+"""hostagent/rdma/frames.py: frames built from the template and the struct
+codecs are the bytes Scapy builds; parse() reads them back, and refuses
+what is not the transport's or is malformed, naming why."""
+import pytest
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+from scapy.packet import Raw
+
+from hostagent.rdma.frames import FrameBuilder, Malformed, NotOurs, parse
+from wire.ecn import CE, ECT0
+from wire.rdma import (ACKNOWLEDGE, AETH, BTH, RETH, SEND_LAST, SEND_ONLY, SYNDROME_NAK_PSN_SEQUENCE_ERROR, WRITE_ONLY,
+                       AckExtension, HopRecord, IntHop)
+from wire.roce import CNP, CNPPadding
+
+MACS = ("0a:00:00:00:00:01", "0a:00:00:00:00:02")
+IPS = ("10.0.1.1", "10.0.2.1")
+B = FrameBuilder(*MACS, *IPS, sport=49153, dscp=26)
+
+
+def scapy_frame(tos, transport):
+    return bytes(Ether(src=MACS[0], dst=MACS[1]) / IP(src=IPS[0], dst=IPS[1], tos=tos, flags="DF")
+                 / UDP(sport=49153, dport=4791, chksum=0) / transport)
+
+
+def test_data_frames_are_scapys():
+    assert B.data(7, 100, SEND_LAST, b"x" * 300, ackreq=True) == scapy_frame(
+        26 << 2 | ECT0, BTH(opcode=SEND_LAST, dqpn=7, psn=100, ackreq=1, icrc=0) / Raw(b"x" * 300))
+    assert B.data(7, 5, WRITE_ONLY, b"y" * 10, reth=(1 << 33, 9, 10)) == scapy_frame(
+        26 << 2 | ECT0, BTH(opcode=WRITE_ONLY, dqpn=7, psn=5, icrc=0) / RETH(va=1 << 33, rkey=9, dma_len=10)
+        / Raw(b"y" * 10))
+
+
+def test_ack_and_cnp_frames_are_scapys():
+    hop = HopRecord(10, 20, 3, 100)
+    assert B.ack(7, 9, SYNDROME_NAK_PSN_SEQUENCE_ERROR, 4, sack=(9, 0b110), hops=(hop,)) == scapy_frame(
+        26 << 2, BTH(opcode=ACKNOWLEDGE, dqpn=7, psn=9, icrc=0)
+        / Raw(bytes(AETH(syndrome=SYNDROME_NAK_PSN_SEQUENCE_ERROR, msn=4)) + bytes(AckExtension(flags=3, sack_base=9, sack_bitmap=0b110,
+                                                    int_hops=[IntHop(tx_bytes=10, tx_time_us=20, queue_packets=3,
+                                                                     link_rate_mbps=100)]))))
+    assert B.cnp(7) == scapy_frame(26 << 2, BTH(opcode=CNP, dqpn=7, becn=1, icrc=0) / CNPPadding())
+
+
+def test_parse_reads_back_what_was_built():
+    d = parse(B.data(7, 0xFFFFFF, SEND_ONLY, b"abc", ackreq=True))
+    assert (d.kind, d.src_ip, d.qp, d.psn, d.opcode, d.ackreq, d.payload, d.ce) == \
+        ("data", IPS[0], 7, 0xFFFFFF, SEND_ONLY, True, b"abc", False)
+    w = parse(B.data(7, 1, WRITE_ONLY, b"q" * 64))
+    assert w.payload == b"q" * 64, "the RETH is not payload"
+    a = parse(B.ack(7, 9, SYNDROME_NAK_PSN_SEQUENCE_ERROR, 4, sack=(9, 5), hops=(HopRecord(1, 2, 3, 4),)))
+    assert (a.kind, a.psn, a.syndrome, a.msn, a.sack, a.hops) == \
+        ("ack", 9, SYNDROME_NAK_PSN_SEQUENCE_ERROR, 4, (9, 5), (HopRecord(1, 2, 3, 4),))
+    assert parse(B.cnp(7)).kind == "cnp"
+
+
+def test_ce_and_ethernet_padding():
+    frame = bytearray(B.data(7, 1, SEND_ONLY, b"z"))
+    frame[15] = frame[15] & ~3 | CE            # a switch marked it (the checksum does not matter here)
+    p = parse(bytes(frame) + b"\x00" * 12)     # padded to the minimum frame
+    assert p.ce and p.payload == b"z"
+
+
+@pytest.mark.parametrize("frame,error,what", [
+    (b"\x00" * 20, NotOurs, "shorter"),
+    (bytes(Ether() / IP() / UDP(dport=53) / Raw(b"x" * 20)), NotOurs, "not RoCEv2"),
+    (bytes(Ether(type=0x86DD) / Raw(b"x" * 60)), NotOurs, "not IPv4"),
+    (B.data(7, 1, SEND_ONLY, b"")[:-10], Malformed, "IPv4 length"),
+    (B.ack(7, 1, 0x1F, 0)[:-8], Malformed, "IPv4 length"),
+    (scapy_frame(0, BTH(opcode=ACKNOWLEDGE, icrc=0) / Raw(b"\x1f")), Malformed, "without its AETH"),
+    (scapy_frame(0, BTH(opcode=ACKNOWLEDGE, icrc=0) / Raw(b"\x1f\x00\x00\x01\x09\x00\x00\x00")), Malformed,
+     "unknown bits"),
+    (scapy_frame(0, BTH(opcode=WRITE_ONLY, icrc=0) / Raw(b"\x00" * 8)), Malformed, "needs a RETH"),
+    (scapy_frame(0, BTH(opcode=0x0C, icrc=0) / Raw(b"\x00" * 16)), Malformed, "opcode 0x0c"),
+])
+def test_what_is_not_ours_or_malformed_is_refused_by_name(frame, error, what):
+    with pytest.raises(error, match=what):
+        parse(frame)
