@@ -45,8 +45,12 @@ class Feedback:
 
 class CongestionControl(Protocol):
     name: str
-    rate_pps: float
-    window_packets: Optional[float]
+
+    @property
+    def rate_pps(self) -> float: ...           # pacing rate, packets/s
+
+    @property
+    def window_packets(self) -> Optional[float]: ...   # packets in flight at most; None: no window
 
     def on_send(self, now: float, nbytes: int) -> None: ...
 
