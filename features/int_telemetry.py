@@ -24,7 +24,12 @@ udp, tcp or any (default: both), src_ports/dst_ports a port or [low, high]
 (default any). `instructions` name INT v2.1 instruction bits (and this
 project's domain-specific ones, docs/protocols/int_telemetry.md); HopML is computed from them
 with the same layout code the collector decodes with. `sample: N` puts INT
-into one packet in N, at random. Earlier rules win.
+into one packet in N, at random. `to_host: true` makes the receiving host
+the sink (HPCC: its receiver echoes the stack to the sender in ACKs): the
+last switch pushes its own hop, neither reports nor strips, and the packet
+reaches the host with UDP port INT_UDP_PORT (the original in the shim); it
+needs one of the fabric's instructions (the flag is a fabric DS flag).
+Earlier rules win.
 
 Every switch then counts its ports' transmitted bytes and pushes its hop
 into INT packets; host-facing ports are sinks: they strip INT and send a
@@ -92,7 +97,7 @@ REPORT_KINDS = {name: constants()[f"REPORT_{name.upper()}"]
 DROP_LIMITED_COUNTER = "drop_reports_limited"   # per drop reason, in ingress
 INSTANCE_INGRESS_CLONE = constants()["INSTANCE_INGRESS_CLONE"]
 QDEPTH_MAX = (1 << 19) - 1
-RULE_FIELDS = {"src", "dst", "protocol", "src_ports", "dst_ports", "instructions", "max_hops", "sample"}
+RULE_FIELDS = {"src", "dst", "protocol", "src_ports", "dst_ports", "instructions", "max_hops", "sample", "to_host"}
 MAX_PRIORITY = 1 << 20
 
 
@@ -139,6 +144,7 @@ class WatchRule:
     instructions: Instructions = field(default_factory=lambda: Instructions.of(DEFAULT_INSTRUCTIONS))
     max_hops: int = 8
     sample: int = 1                    # one packet in `sample`
+    to_host: bool = False              # the receiving host is the sink (HPCC): INT is not stripped
 
     def __post_init__(self) -> None:
         hop_ml = self.instructions.hop_ml
@@ -151,6 +157,9 @@ class WatchRule:
                                  f"{MAX_STACK_WORDS}-word stack a switch carries (INT_MAX_STACK_WORDS)")
         if not 1 <= self.sample <= 0xFFFFFFFF:
             raise IntConfigError(f"sample must be a positive packet count (one in N), got {self.sample!r}")
+        if self.to_host and self.instructions.ds_id != ih.FABRIC_DS_ID:
+            raise IntConfigError("to_host: the flag travels in the fabric domain's DS flags; add one of its "
+                                 "instructions (tx_bytes, tx_time, link_rate)")
 
 
 @dataclass(frozen=True)
@@ -251,6 +260,10 @@ def parse_rule(raw: Mapping[str, Any]) -> WatchRule:
             if isinstance(v, bool) or not isinstance(v, int):
                 raise IntConfigError(f"{key}: expected an integer, got {v!r}")
             kw[key] = v
+    if "to_host" in raw:
+        if not isinstance(raw["to_host"], bool):
+            raise IntConfigError(f"to_host: expected true or false, got {raw['to_host']!r}")
+        kw["to_host"] = raw["to_host"]
     return WatchRule(**kw)
 
 
@@ -323,7 +336,8 @@ def watchlist_entries(p4info: P4Info, rules: tuple[WatchRule, ...], ingress_port
                     WATCHLIST_TABLE, match, priority=MAX_PRIORITY - rank, action="int_source",
                     params={"max_hop_count": rule.max_hops, "hop_metadata_words": ins.hop_ml,
                             "instruction_bitmap": ins.bitmap, "ds_id": ins.ds_id,
-                            "ds_instruction": ins.ds_bits, "sample_one_in": rule.sample}))
+                            "ds_instruction": ins.ds_bits,
+                            "ds_flags": ih.DS_FLAG_TO_HOST if rule.to_host else 0, "sample_one_in": rule.sample}))
     return entries
 
 

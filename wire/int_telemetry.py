@@ -112,6 +112,9 @@ FABRIC_DS_ID = 0xAF01
 DS_TX_BYTES = bitmap_bit(0)
 DS_TX_TIMESTAMP = bitmap_bit(1)
 DS_LINK_RATE = bitmap_bit(2)
+# ... and its DS flags (INT-MD header)
+DS_FLAG_CHANGED = 0x8000     # a hop saw its flow state change (the sink reports)
+DS_FLAG_TO_HOST = 0x4000     # the receiving host is the sink: INT reaches it (HPCC)
 
 INT_TYPES = {INT_TYPE_MD: "INT-MD", INT_TYPE_DESTINATION: "destination", INT_TYPE_MX: "INT-MX"}
 NPT_NAMES = {NPT_DSCP: "dscp", NPT_UDP_PORT: "udp-port", NPT_IP_PROTO: "ip-proto"}

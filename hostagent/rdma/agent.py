@@ -53,19 +53,9 @@ def hop_info(hops: tuple[HopRecord, ...], mtu_bytes: int) -> tuple[HopInfo, ...]
 
 def congestion_controls() -> dict[str, Callable[[argparse.Namespace], CongestionControl]]:
     """name -> a constructor from the agent's options."""
-    ccs: dict[str, Callable[[argparse.Namespace], CongestionControl]] = {
+    return {
         "dcqcn": lambda a: Dcqcn(DcqcnParams(line_rate_pps=a.line_rate_pps)),
     }
-    try:
-        from hostagent.rdma.cc.hpcc import Hpcc, HpccParams
-        from hostagent.rdma.cc.swift import Swift, SwiftParams
-        from hostagent.rdma.cc.timely import Timely, TimelyParams
-    except ImportError:          # pragma: no cover (all ship together)
-        return ccs
-    ccs["timely"] = lambda a: Timely(TimelyParams(line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu))
-    ccs["swift"] = lambda a: Swift(SwiftParams(line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu))
-    ccs["hpcc"] = lambda a: Hpcc(HpccParams(line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu))
-    return ccs
 
 
 def _percentiles(values: list[float]) -> Optional[dict]:

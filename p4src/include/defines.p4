@@ -97,6 +97,7 @@ const bit<8>  INT_REPORT_FIELDS = 1;       // @field_list of what a report clone
 // extra reports, and the refresh period bounds what a collision can hide).
 const bit<32> INT_FLOW_SLOTS = 4096;
 const bit<16> INT_DS_FLAG_CHANGED = 0x8000;  // FABRIC_DS_ID DS flag: a hop saw its flow state change
+const bit<16> INT_DS_FLAG_TO_HOST = 0x4000;  // FABRIC_DS_ID DS flag: the host is the sink (HPCC): the last switch pushes its hop
 // int_report_counter cells: what became of each report a switch could send
 const bit<32> REPORT_FLOW = 0;             // sink report sent
 const bit<32> REPORT_SUPPRESSED = 1;       // sink report suppressed (nothing changed)

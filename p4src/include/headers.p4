@@ -246,6 +246,7 @@ header int_scratch_t {           // int_telemetry_*.p4
     bit<16>  instructions;
     bit<16>  domain;
     bit<16>  domain_instructions;
+    bit<16>  domain_flags;
     bit<32>  sample;
     bit<32>  node_id;            // egress: the port's INT settings (int_port)
     bit<8>   sink;

@@ -23,6 +23,12 @@
 // Buckets are the value shifted right by a runtime amount, saturated at 255.
 // Congestion reports are rate-limited per port (one per interval).
 //
+// A flow whose host is its sink (the watchlist rule's FABRIC_DS_ID flag
+// INT_DS_FLAG_TO_HOST; HPCC's receiver echoes the stack to the sender): the
+// last switch pushes its hop as a transit does and neither reports nor
+// strips; the packet reaches the host with UDP port INT_UDP_PORT and the
+// original port in the shim.
+//
 // How the sink's report keeps what the sink strips: BMv2 clones at the end
 // of egress, from the headers as egress left them, and only the egress pass
 // of the data packet knows its queue (occupancy, hop latency at the sink
@@ -378,7 +384,8 @@ control IntEgress(inout headers_t hdr,
                     flow_key();
                     track_flow();
                     store_flow_state();
-                    if (meta.int_scratch.sink == 1) {
+                    if (meta.int_scratch.sink == 1
+                            && (hdr.int_md.ds_id != FABRIC_DS_ID || (hdr.int_md.ds_flags & INT_DS_FLAG_TO_HOST) == 0)) {
                         // Sink: report when something changed or the refresh is due, or
                         // (rate-limited) when its queue is above the threshold; then strip.
                         meta.int_scratch.due = 0;
@@ -428,7 +435,9 @@ control IntEgress(inout headers_t hdr,
                         }
                         strip_int();
                     } else {
-                        // Transit (and source): a congestion report first, from the packet as received.
+                        // Transit (and source, and the last switch of a flow whose host is
+                        // its sink, INT_DS_FLAG_TO_HOST): a congestion report first, from
+                        // the packet as received.
                         if (std_meta.enq_qdepth >= meta.int_scratch.queue_threshold) {
                             read_queue_report_time();
                             if (meta.int_scratch.last_us == 0

@@ -26,7 +26,7 @@ control IntSource(inout headers_t hdr,
                   inout local_metadata_t meta,
                   in standard_metadata_t std_meta) {
     action int_source(bit<8> max_hop_count, bit<5> hop_metadata_words, bit<16> instruction_bitmap,
-                      bit<16> ds_id, bit<16> ds_instruction, bit<32> sample_one_in) {
+                      bit<16> ds_id, bit<16> ds_instruction, bit<16> ds_flags, bit<32> sample_one_in) {
         meta.int_scratch.setValid();
         random(meta.int_scratch.sample, 1, sample_one_in);   // sampled: 1 (a bound computed here would cost a temporary)
         meta.int_scratch.max_hops = max_hop_count;
@@ -34,6 +34,7 @@ control IntSource(inout headers_t hdr,
         meta.int_scratch.instructions = instruction_bitmap;
         meta.int_scratch.domain = ds_id;
         meta.int_scratch.domain_instructions = ds_instruction;
+        meta.int_scratch.domain_flags = ds_flags;
     }
 
     table int_watchlist {
@@ -70,7 +71,7 @@ control IntSource(inout headers_t hdr,
         hdr.int_md.instruction_bitmap = meta.int_scratch.instructions;
         hdr.int_md.ds_id = meta.int_scratch.domain;
         hdr.int_md.ds_instruction = meta.int_scratch.domain_instructions;
-        hdr.int_md.ds_flags = 0;
+        hdr.int_md.ds_flags = meta.int_scratch.domain_flags;
         hdr.ipv4.total_len = hdr.ipv4.total_len + INT_SHIM_AND_HEADER_BYTES;
         meta.telemetry.l4_checksum = true;
     }

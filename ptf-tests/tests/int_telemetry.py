@@ -37,6 +37,7 @@ BASELINE = ["node_id", "l1_ports", "hop_latency", "queue", "ingress_ts", "egress
 HPCC = ["node_id", "l1_ports", "queue", "tx_bytes", "tx_time", "link_rate"]
 LINK_RATE = 1000
 DS_ID = 0xAF01
+TO_HOST = 0x4000   # FABRIC_DS_ID DS flag: the receiving host is the sink
 
 
 def udp_packet(payload: bytes = b"gradient chunk 0123456789abcdef", sport: int = 49152, dport: int = 4791,
@@ -497,6 +498,46 @@ class DiscardBitDropsAfterReportingTest(IntTestBase):
         self.send(FABRIC_PORT, Ether(bytes(sent)))
         self.one(COLLECTOR_PORT)
         tu.verify_no_packet(self, bytes(sent), (0, DST_PORT), timeout=0.5)
+
+
+class ToHostSourceSetsTheFlagTest(IntTestBase):
+    """A watchlist rule with to_host: the source's INT-MD header carries the
+    fabric's DS flag TO_HOST (0x4000)."""
+    sinks: set[int] = set()
+
+    def runTest(self):
+        self.watch(WatchRule(instructions=Instructions.of(HPCC), max_hops=5, to_host=True))
+        self.send(HOST_PORT, udp_packet())
+        out = self.one(DST_PORT)
+        ds_id, _ins, ds_flags = struct.unpack("!HHH", out[42 + 4 + 6:42 + 4 + 12])
+        self.assertEqual((ds_id, ds_flags & TO_HOST), (DS_ID, TO_HOST))   # (and CHANGED: a new flow's first hop)
+
+
+class ToHostSinkPushesItsHopAndKeepsIntTest(IntTestBase):
+    """A packet whose host is its sink (TO_HOST) leaving on a sink port: the
+    switch pushes its own hop (HPCC's last hop: the receiver's link), keeps
+    the shim, header, stack and INT's UDP port, and sends no report."""
+    sinks: set[int] = {DST_PORT}
+
+    def runTest(self):
+        upstream = struct.pack("!IIIIII", 1, (5 << 16) | 6, 3, 1000, 2000, 100)
+        sent = self.int_packet(HPCC, [upstream], remaining=6, ds_flags=TO_HOST)
+        before = self.report_counts()
+        self.send(FABRIC_PORT, Ether(sent))
+        out = self.one(DST_PORT)
+        hop_bytes = 4 * words_of(HPCC)
+        self.assertEqual(len(out), len(sent) + hop_bytes, "one hop more")
+        self.assertEqual(struct.unpack("!H", out[36:38])[0], 6000, "still INT's UDP port")
+        self.assertEqual(out[42 + 1], sent[42 + 1] + hop_bytes // 4, "shim length grew by a hop")
+        self.assertEqual(struct.unpack("!H", out[44:46])[0], 4791, "the original port kept in the shim")
+        top = Hop(HPCC, out[58:58 + hop_bytes]).values
+        self.assertEqual((top["node_id"], top["l1_ports"], top["link_rate"]),
+                         (NODE_ID, (FABRIC_PORT << 16) | DST_PORT, LINK_RATE))
+        self.assertGreater(top["tx_bytes"], 0)
+        self.assertEqual(out[58 + hop_bytes:58 + 2 * hop_bytes], upstream, "the upstream hop below it")
+        self.assertTrue(l4_checksum_ok(out))
+        tu.verify_no_packet(self, b"", (0, COLLECTOR_PORT), timeout=0.3)
+        self.assertEqual(self.report_counts(), before, "the host is the sink: no report")
 
 
 # -- suppression, congestion and drop reports ------------------------------------

@@ -105,6 +105,7 @@ def test_probe_layer_matches_the_p4_program():
     for name in ("INT_UDP_PORT", "REPORT_UDP_PORT", "FABRIC_DS_ID"):
         assert getattr(ih, name) == c[name], name
     assert ih.INT_DSCP == c["INT_DSCP"]
+    assert (ih.DS_FLAG_CHANGED, ih.DS_FLAG_TO_HOST) == (c["INT_DS_FLAG_CHANGED"], c["INT_DS_FLAG_TO_HOST"])
 
 
 def test_probe_frames_dissect_back():
