@@ -17,6 +17,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from wire.ecn import CE, ECT0
+from wire.int_telemetry import INT_UDP_PORT, NPT_UDP_PORT, int_layout, split_stack
 from wire.lossless import dscp_tos
 from wire.rdma import (ACKNOWLEDGE, AETH_BYTES, BTH_BYTES, DATA_OPCODES, ICRC_BYTES, RETH_BYTES, RETH_OPCODES,
                        HopRecord, MalformedAck, decode_ack_extension, decode_aeth, decode_bth, encode_ack_extension,
@@ -107,6 +108,34 @@ def _ip(b: bytes, at: int) -> str:
     return ".".join(str(x) for x in b[at:at + 4])
 
 
+INT_MD_BYTES = 12
+
+
+def _int_hops(frame: bytes, end: int) -> tuple[int, tuple[HopRecord, ...]]:
+    """(where the BTH starts, the INT stack's hops first hop first) of a
+    RoCEv2 packet whose INT reached the host (UDP port INT_UDP_PORT, the
+    original 4791 in the shim). Hops without HPCC's values give none."""
+    shim = BTH_AT
+    if end - shim < 4 + INT_MD_BYTES:
+        raise Malformed("INT shim and header cut short")
+    npt, words, original = frame[shim] >> 2 & 3, frame[shim + 1], int.from_bytes(frame[shim + 2:shim + 4], "big")
+    if frame[shim] >> 4 != 1 or npt != NPT_UDP_PORT or original != ROCEV2_UDP_PORT:
+        raise NotOurs("INT over UDP, but not around RoCEv2")
+    bth = shim + 4 + 4 * words
+    if words < 3 or bth + BTH_BYTES > end:
+        raise Malformed(f"INT shim length {words} words leaves no BTH")
+    md = shim + 4
+    hop_ml = frame[md + 2] & 0x1F
+    bitmap, ds_id, ds_ins = struct.unpack_from("!HHH", frame, md + 4)
+    stack = frame[md + INT_MD_BYTES:bth]
+    hops = []
+    for h in reversed(split_stack(bytes(stack), 4 * hop_ml, int_layout(bitmap, ds_id, ds_ins))):
+        if h.tx_bytes is None or h.tx_timestamp is None or h.queue_occupancy is None or h.link_rate_mbps is None:
+            return bth, ()
+        hops.append(HopRecord(h.tx_bytes, h.tx_timestamp, h.queue_occupancy, h.link_rate_mbps))
+    return bth, tuple(hops)
+
+
 def parse(frame: bytes) -> Parsed:
     """The transport's view of a frame, or NotOurs / Malformed naming why."""
     if len(frame) < BTH_AT:
@@ -115,21 +144,28 @@ def parse(frame: bytes) -> Parsed:
         raise NotOurs("not IPv4")
     if frame[ETH] & 0x0F != 5:
         raise NotOurs("IPv4 options")
-    if frame[ETH + 9] != 17 or frame[L4 + 2:L4 + 4] != ROCEV2_UDP_PORT.to_bytes(2, "big"):
+    if frame[ETH + 9] != 17:
+        raise NotOurs("not RoCEv2 (UDP 4791)")
+    dport = int.from_bytes(frame[L4 + 2:L4 + 4], "big")
+    if dport != ROCEV2_UDP_PORT and dport != INT_UDP_PORT:
         raise NotOurs("not RoCEv2 (UDP 4791)")
     end = ETH + int.from_bytes(frame[ETH + 2:ETH + 4], "big") - ICRC_BYTES   # Ethernet may pad short frames
     if end + ICRC_BYTES > len(frame) or end < BTH_AT + BTH_BYTES:
         raise Malformed(f"IPv4 length {end + ICRC_BYTES - ETH} leaves no BTH and ICRC in a {len(frame)}-byte frame")
-    op, qp, psn, ackreq = decode_bth(frame, BTH_AT)
+    bth = BTH_AT
+    hops: tuple[HopRecord, ...] = ()
+    if dport == INT_UDP_PORT:                   # INT to the host (HPCC): the fabric's stack before the BTH
+        bth, hops = _int_hops(frame, end)
+    op, qp, psn, ackreq = decode_bth(frame, bth)
     src = _ip(frame, ETH + 12)
     ce = frame[ETH + 1] & 3 == CE
-    at = BTH_AT + BTH_BYTES
+    at = bth + BTH_BYTES
     if op in DATA_OPCODES:
         if op in RETH_OPCODES:
             if end - at < RETH_BYTES:
                 raise Malformed(f"opcode 0x{op:02x} needs a RETH, {end - at} bytes after the BTH")
             at += RETH_BYTES
-        return Parsed("data", src, qp, psn, op, ce=ce, ackreq=ackreq, payload=bytes(frame[at:end]))
+        return Parsed("data", src, qp, psn, op, ce=ce, ackreq=ackreq, payload=bytes(frame[at:end]), hops=hops)
     if op == ACKNOWLEDGE:
         if end - at < AETH_BYTES:
             raise Malformed(f"ACK without its AETH ({end - at} bytes after the BTH)")

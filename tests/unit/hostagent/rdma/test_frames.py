@@ -74,3 +74,41 @@ def test_ce_and_ethernet_padding():
 def test_what_is_not_ours_or_malformed_is_refused_by_name(frame, error, what):
     with pytest.raises(error, match=what):
         parse(frame)
+
+
+def int_to_host_frame(hops, npt_field=4791):
+    """A data packet as the fabric delivers it to an HPCC receiver: INT over
+    UDP (port 6000, the original in the shim), the stack last hop first."""
+    import struct
+
+    from features.int_telemetry import Instructions
+    from wire.int_telemetry import HopMetadata, int_layout
+    ins = Instructions.of(["node_id", "l1_ports", "queue", "tx_bytes", "tx_time", "link_rate"])
+    layout = int_layout(ins.bitmap, ins.ds_id, ins.ds_bits)
+    stack = b"".join(layout.encode(HopMetadata(node_id=n, ingress_port=1, egress_port=2, queue_id=0,
+                                               queue_occupancy=q, tx_bytes=b, tx_timestamp=t, link_rate_mbps=r))
+                     for n, q, b, t, r in reversed(hops))
+    md = struct.pack("!IHHHH", (2 << 28) | (ins.hop_ml << 8) | 5, ins.bitmap, ins.ds_id, ins.ds_bits, 0x4000)
+    shim = struct.pack("!BBH", (1 << 4) | (1 << 2), 3 + len(stack) // 4, npt_field)
+    return _with_int(B.data(7, 42, SEND_ONLY, b"payload"), shim + md + stack)
+
+
+def _with_int(data: bytes, int_bytes: bytes) -> bytes:
+    """`data` with `int_bytes` after its UDP header and INT's UDP port."""
+    pkt = Ether(data)
+    udp = pkt[UDP]
+    rest = bytes(udp.payload)
+    udp.remove_payload()
+    udp.dport = 6000
+    pkt = pkt / Raw(int_bytes + rest)
+    del pkt[IP].len, pkt[IP].chksum, pkt[UDP].len
+    return bytes(pkt)
+
+
+def test_int_delivered_to_the_host_gives_the_hops_first_hop_first():
+    hops = [(1, 3, 1000, 50, 10), (2, 9, 2_000_000, 60, 100)]
+    p = parse(int_to_host_frame(hops))
+    assert (p.kind, p.psn, p.payload) == ("data", 42, b"payload")
+    assert p.hops == (HopRecord(1000, 50, 3, 10), HopRecord(2_000_000, 60, 9, 100))
+    with pytest.raises(NotOurs, match="not around RoCEv2"):
+        parse(int_to_host_frame(hops, npt_field=53))
