@@ -29,14 +29,24 @@ def agent_python() -> str:
     return str(venv) if venv.exists() else sys.executable
 
 
+def _agent(module: str, host, role: str, start_at: float, out_dir: Path, extra: Sequence[str]) -> subprocess.Popen:
+    cmd = ["ip", "netns", "exec", host.name, agent_python(), "-m", module, role,
+           "--iface", host.iface, "--src-ip", host.ip, "--src-mac", host.mac, "--gw-mac", host.gateway_mac,
+           "--start-at", str(start_at), "--out", str(out_dir / f"{role}-{host.name}"), *extra]
+    return subprocess.Popen(cmd, cwd=REPO)
+
+
 def roce_agent(host, role: str, *, start_at: float, out_dir: Path, extra: Sequence[str] = ()) -> subprocess.Popen:
     """hostagent.ecn.roce `role` ("send" or "receive") in `host`'s namespace,
     starting at wall-clock `start_at` (agents start together), writing
     out_dir/<role>-<host>.json and .csv."""
-    cmd = ["ip", "netns", "exec", host.name, agent_python(), "-m", "hostagent.ecn.roce", role,
-           "--iface", host.iface, "--src-ip", host.ip, "--src-mac", host.mac, "--gw-mac", host.gateway_mac,
-           "--start-at", str(start_at), "--out", str(out_dir / f"{role}-{host.name}"), *extra]
-    return subprocess.Popen(cmd, cwd=REPO)
+    return _agent("hostagent.ecn.roce", host, role, start_at, out_dir, extra)
+
+
+def rdma_agent(host, role: str, *, start_at: float, out_dir: Path, extra: Sequence[str] = ()) -> subprocess.Popen:
+    """hostagent.rdma (the RC transport) `role` in `host`'s namespace, as
+    roce_agent: out_dir/<role>-<host>.json (and the sender's .csv)."""
+    return _agent("hostagent.rdma", host, role, start_at, out_dir, extra)
 
 
 def save_figure(fig, path: Path) -> Path:

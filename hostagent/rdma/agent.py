@@ -156,6 +156,7 @@ def run_receiver(a, sock=None) -> dict:
     sock.settimeout(0.0005)
     flows: dict[tuple[str, int], tuple[Responder, FrameBuilder]] = {}
     delivered_bytes: defaultdict[tuple[str, int], int] = defaultdict(int)
+    last_hop_queue: list[int] = []          # INT to the host: the queue each packet met at the last switch
     ignored: defaultdict[str, int] = defaultdict(int)
     if a.start_at:
         time.sleep(max(0.0, a.start_at - time.time()))
@@ -188,6 +189,8 @@ def run_receiver(a, sock=None) -> dict:
                     flows[key] = (Responder(params), FrameBuilder(a.src_mac, a.gw_mac, a.src_ip, p.src_ip,
                                                                   sport=0xC000 | (p.qp & 0x3FFF), dscp=a.dscp))
                 rsp, back = flows[key]
+                if p.hops and len(last_hop_queue) < 1_000_000:
+                    last_hop_queue.append(p.hops[-1].queue_packets)
                 acks, done, cnp = rsp.on_data(p.psn, p.opcode, p.payload, now, ackreq=p.ackreq, ce=p.ce,
                                               hops=p.hops)
                 for m in done:
@@ -200,7 +203,8 @@ def run_receiver(a, sock=None) -> dict:
             late = rsp.poll(now)
             if late is not None:
                 send(back.ack(qp, late.psn, late.syndrome, late.msn, late.sack, late.hops))
-    summary = {"role": "receiver", "ip": a.src_ip, "mode": a.mode, "ignored": dict(ignored), "flows": {
+    summary = {"role": "receiver", "ip": a.src_ip, "mode": a.mode, "ignored": dict(ignored),
+               "int_last_hop_queue_packets": _percentiles([float(q) for q in last_hop_queue]), "flows": {
         f"{src}/{qp}": {"delivered_messages": rsp.stats.delivered_messages, "delivered_bytes": delivered_bytes[(src, qp)],
                         "received": rsp.stats.received, "duplicates": rsp.stats.duplicates,
                         "out_of_order": rsp.stats.out_of_order, "dropped_out_of_order": rsp.stats.dropped_out_of_order,
