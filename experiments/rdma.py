@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""The RDMA transport's congestion controls under incast: DCQCN, TIMELY,
-Swift and HPCC, N:1 into one receiver across a leaf-spine.
+"""The RDMA transport on BMv2: its congestion controls under incast (DCQCN,
+TIMELY, Swift, HPCC), and its two retransmission modes under random loss.
 
-    fabric experiment rdma [--ccs dcqcn timely swift hpcc] [--senders 4 8] [--duration 10]
-                           [--mode go-back-n] [--out experiments/results/rdma]
+    fabric experiment rdma [--phases incast loss] [--ccs dcqcn timely swift hpcc] [--senders 4 8]
+                           [--losses 0 0.1 1 2 5] [--duration 10] [--mode go-back-n]
+                           [--out experiments/results/rdma]
+
+Phase incast:
 
 topologies/incast-leaf-spine.yaml on BMv2: senders on leaf1 and leaf2
 (h1, h2, h5, h6 for 4:1; h1-h8 for 8:1), the receiver r1 on leaf3, whose
@@ -21,7 +24,15 @@ Recorded per case: goodput per sender (messages completed), bottleneck
 utilisation (delivered payload against the port's packet rate), Jain's
 fairness over the senders, message completion time p50/p99, queue at the
 bottleneck p50/p99 (from the switch and from INT), retransmissions and
-timeouts. CSV and PNG under --out; prints a table and where files went.
+timeouts.
+
+Phase loss: one queue pair h1 -> r1 (DCQCN with nothing marked: the NIC's
+833 packets/s), leaf3 dropping a share of what it sends to r1 at random
+(core.impairments: netem, or an nftables rule), go-back-N against
+selective repeat (IRN): goodput, retransmissions, timeouts per loss rate.
+
+CSV and PNG under --out (incast in --out/incast, loss in --out/loss);
+prints a table per phase and where files went.
 """
 from __future__ import annotations
 
@@ -39,6 +50,7 @@ from core.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from core.bmv2_thrift import Bmv2Thrift
 from core.build import compile_p4
 from core.controller import FabricController
+from core.impairments import drop_fraction
 from core.network import Network, queue_rate_pps
 from experiments.common import rdma_agent, save_figure, write_csv
 from features import load_topology, topology_from_dict
@@ -177,35 +189,107 @@ def _plot_summary(results: list[dict], out: Path) -> Path:
     return save_figure(fig, out / "summary.png")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--ccs", nargs="*", default=sorted(congestion_controls()), choices=sorted(congestion_controls()))
-    ap.add_argument("--senders", nargs="*", type=int, default=[4, 8], choices=sorted(SENDERS))
-    ap.add_argument("--duration", type=float, default=10.0, help="seconds of traffic per case")
-    ap.add_argument("--mode", choices=MODES, default=MODES[0])
-    ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "rdma"))
-    ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS)
-    args = ap.parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    topo = with_int_to_host(REPO / "topologies" / "incast-leaf-spine.yaml")
-    compile_p4()
-    results = []
-    with Network(topo, REPO / "build" / "experiments" / "rdma", log_level=args.log_level) as net, \
-            FabricController(topo) as ctl:
-        ctl.program()
-        net.apply_queue_rates()
-        for n in args.senders:
-            for cc in args.ccs:
-                print(f"==> {cc}-{n}: {args.duration:g}s of {n}:1 incast into {RECEIVER}, {args.mode}", flush=True)
-                results.append(run_case(cc, n, topo, net, ctl, args, out))
-    written = write_csv(out / "summary.csv", results)
-    png = _plot_summary(results, out)
+def run_loss_case(mode: str, loss_pct: float, topo, net: Network, ctl: FabricController, args, out: Path) -> dict:
+    name = f"{mode}-{loss_pct:g}pct"
+    receiver, sender = topo.hosts[RECEIVER], topo.hosts["h1"]
+    port = topo.switches[BOTTLENECK_SWITCH].ports[receiver.switch_port]
+    ctl.feature("ecn").set_profile(BOTTLENECK_SWITCH, receiver.switch_port, EcnProfile.monitor())
+    capacity = queue_rate_pps(port.link.bandwidth_mbps)
+    case_dir = out / name
+    case_dir.mkdir(parents=True, exist_ok=True)
+    undo = drop_fraction(port.iface, loss_pct / 100) if loss_pct else (lambda: None)
+    try:
+        start_at = time.time() + 3.0
+        common = ["--mode", mode, "--mtu", str(MTU)]
+        rx = rdma_agent(receiver, "receive", start_at=start_at, out_dir=case_dir,
+                        extra=[*common, "--duration", str(args.duration + 3.0)])
+        tx = rdma_agent(sender, "send", start_at=start_at, out_dir=case_dir, extra=[
+            *common, "--dst-ip", receiver.ip, "--qp", "1", "--cc", "dcqcn", "--duration", str(args.duration),
+            "--message-bytes", str(MESSAGE_BYTES), "--line-rate-pps", str(capacity)])
+        tx.wait(timeout=args.duration + 60)
+        rx.terminate()
+        rx.wait(timeout=15)
+    finally:
+        undo()
+    net.check_alive()
+    if tx.returncode:
+        raise RuntimeError(f"{name}: the sender failed (exit code {tx.returncode})")
+    sent = json.loads((case_dir / f"send-{sender.name}.json").read_text())
+    return {"case": name, "mode": mode, "loss_pct": loss_pct, "messages": sent["messages_completed"],
+            "goodput_mbps": round(sent["messages_completed"] * MESSAGE_BYTES * 8 / args.duration / 1e6, 3),
+            "sent": sent["sent"], "retransmitted": sent["retransmitted"], "timeouts": sent["timeouts"],
+            "naks": sent["naks"], "fct_p50_ms": (sent["completion_ms"] or {}).get("p50", "")}
+
+
+def _plot_loss(results: list[dict], out: Path) -> Path:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+    for mode in MODES:
+        rows = [r for r in results if r["mode"] == mode]
+        axes[0].plot([r["loss_pct"] for r in rows], [r["goodput_mbps"] for r in rows], marker="o", label=mode)
+        axes[1].plot([r["loss_pct"] for r in rows], [r["retransmitted"] for r in rows], marker="o", label=mode)
+    axes[0].set_ylabel("goodput (Mbit/s)")
+    axes[1].set_ylabel("packets retransmitted")
+    for ax in axes:
+        ax.set_xlabel("random loss at the last hop (%)")
+        ax.legend(fontsize=8)
+    return save_figure(fig, out / "goodput_vs_loss.png")
+
+
+def _table(results: list[dict]) -> None:
     cols = list(results[0])
     print("\n" + " ".join(f"{c:>13s}" for c in cols))
     for r in results:
         print(" ".join(f"{r[c]!s:>13s}" for c in cols))
-    print(f"\nresults: {written}, {png}, and per case <case>/timeseries.png + the agents' CSV/JSON")
+
+
+PHASES = ("incast", "loss")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--phases", nargs="*", default=list(PHASES), choices=PHASES)
+    ap.add_argument("--ccs", nargs="*", default=sorted(congestion_controls()), choices=sorted(congestion_controls()))
+    ap.add_argument("--senders", nargs="*", type=int, default=[4, 8], choices=sorted(SENDERS))
+    ap.add_argument("--losses", nargs="*", type=float, default=[0, 0.1, 1, 2, 5], help="loss phase: percent")
+    ap.add_argument("--duration", type=float, default=10.0, help="seconds of traffic per case")
+    ap.add_argument("--mode", choices=MODES, default=MODES[0], help="incast phase: retransmission mode")
+    ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "rdma"))
+    ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS)
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    topo = with_int_to_host(REPO / "topologies" / "incast-leaf-spine.yaml")
+    compile_p4()
+    written = []
+    with Network(topo, REPO / "build" / "experiments" / "rdma", log_level=args.log_level) as net, \
+            FabricController(topo) as ctl:
+        ctl.program()
+        net.apply_queue_rates()
+        if "incast" in args.phases:
+            incast_out = out / "incast"
+            incast_out.mkdir(parents=True, exist_ok=True)
+            results = []
+            for n in args.senders:
+                for cc in args.ccs:
+                    print(f"==> {cc}-{n}: {args.duration:g}s of {n}:1 incast into {RECEIVER}, {args.mode}",
+                          flush=True)
+                    results.append(run_case(cc, n, topo, net, ctl, args, incast_out))
+            written += [write_csv(incast_out / "summary.csv", results), _plot_summary(results, incast_out)]
+            _table(results)
+        if "loss" in args.phases:
+            loss_out = out / "loss"
+            loss_out.mkdir(parents=True, exist_ok=True)
+            results = []
+            for mode in MODES:
+                for loss in args.losses:
+                    print(f"==> {mode}: {args.duration:g}s h1 -> {RECEIVER}, {loss:g}% lost at the last hop",
+                          flush=True)
+                    results.append(run_loss_case(mode, loss, topo, net, ctl, args, loss_out))
+            written += [write_csv(loss_out / "summary.csv", results), _plot_loss(results, loss_out)]
+            _table(results)
+    print(f"\nresults: {', '.join(map(str, written))}, and per case <case>/ (timeseries.png, the agents' CSV/JSON)")
     return 0
 
 
