@@ -118,10 +118,12 @@ features: setup
 
 # Regenerates both tables of docs/benchmark.md: instructions per packet
 # (callgrind, deterministic; each feature compiled out, off and on) and
-# packets/s, with build/bench/{instructions_per_packet.csv,summary.csv,forwarding_rate.png}.
+# packets/s, with build/bench/{instructions_per_packet.csv,summary.csv,forwarding_rate.png};
+# then the RDMA transport's sender rate per congestion control (build/bench/rdma_agent/).
 bench: require-toolchain build
 	$(PY) -m benchmarks.instructions_per_packet --packets 1000 --readme docs/benchmark.md
 	$(FABRIC) bench --readme docs/benchmark.md $(ARGS)
+	$(PY) -m benchmarks.rdma_agent
 
 docker-build:
 	$(DOCKER) $(DOCKER_FLAGS) build -f docker/Dockerfile -t $(IMAGE) \
