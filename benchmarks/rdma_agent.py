@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     out = REPO / "build" / "bench" / "rdma_agent"
     out.mkdir(parents=True, exist_ok=True)
     veth_pair()
-    rows = []
+    rows: list[dict] = []
     try:
         for cc in args.ccs:
             print(f"[{len(rows) + 1}/{len(args.ccs)}] {cc:8s} ...", end=" ", flush=True)

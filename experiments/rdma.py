@@ -2,7 +2,7 @@
 """The RDMA transport on BMv2: its congestion controls under incast (DCQCN,
 TIMELY, Swift, HPCC), and its two retransmission modes under random loss.
 
-    fabric experiment rdma [--phases incast loss] [--ccs dcqcn timely swift hpcc] [--senders 4 8]
+    fabric experiment rdma [--phases incast loss spray] [--ccs dcqcn timely swift hpcc] [--senders 4 8]
                            [--losses 0 0.1 1 2 5] [--duration 10] [--mode go-back-n]
                            [--out experiments/results/rdma]
 
@@ -31,7 +31,15 @@ Phase loss: one queue pair h1 -> r1 (DCQCN with nothing marked: the NIC's
 (core.impairments: netem, or an nftables rule), go-back-N against
 selective repeat (IRN): goodput, retransmissions, timeouts per loss rate.
 
-CSV and PNG under --out (incast in --out/incast, loss in --out/loss);
+Phase spray: the same queue pair, leaf1 spraying it packet by packet over
+both spines, spine2's port to leaf3 slowed to SLOW_PATH_PPS so the two
+paths' delays differ (reordering, no loss): go-back-N (every packet out of
+order is a NAK and a resend of all after it), go-back-N with the
+receiver's reorder buffer (hostagent/load_balancing/reorder.py) in front of
+the transport, and selective repeat.
+
+CSV and PNG under --out (incast in --out/incast, loss in --out/loss, spray
+in --out/spray);
 prints a table per phase and where files went.
 """
 from __future__ import annotations
@@ -55,6 +63,7 @@ from core.network import Network, queue_rate_pps
 from experiments.common import rdma_agent, save_figure, write_csv
 from features import load_topology, topology_from_dict
 from features.ecn import QDEPTH_REGISTER, EcnProfile
+from features.load_balancing import LbMode
 from hostagent.rdma.agent import congestion_controls
 from hostagent.rdma.transport import MODES
 
@@ -221,6 +230,41 @@ def run_loss_case(mode: str, loss_pct: float, topo, net: Network, ctl: FabricCon
             "naks": sent["naks"], "fct_p50_ms": (sent["completion_ms"] or {}).get("p50", "")}
 
 
+SLOW_PATH_PPS = 500
+SPRAY_CASES = (("go-back-n", False), ("go-back-n", True), ("selective-repeat", False))
+
+
+def run_spray_case(mode: str, reorder: bool, topo, net: Network, ctl: FabricController, args, out: Path) -> dict:
+    name = f"{mode}{'-reorder' if reorder else ''}"
+    receiver, sender = topo.hosts[RECEIVER], topo.hosts["h1"]
+    ctl.feature("ecn").set_profile(BOTTLENECK_SWITCH, receiver.switch_port, EcnProfile.monitor())
+    capacity = queue_rate_pps(topo.switches[BOTTLENECK_SWITCH].ports[receiver.switch_port].link.bandwidth_mbps)
+    case_dir = out / name
+    case_dir.mkdir(parents=True, exist_ok=True)
+    start_at = time.time() + 3.0
+    common = ["--mode", mode, "--mtu", str(MTU)]
+    rx = rdma_agent(receiver, "receive", start_at=start_at, out_dir=case_dir,
+                    extra=[*common, "--duration", str(args.duration + 3.0), *(["--reorder"] if reorder else [])])
+    tx = rdma_agent(sender, "send", start_at=start_at, out_dir=case_dir, extra=[
+        *common, "--dst-ip", receiver.ip, "--qp", "1", "--cc", "dcqcn", "--duration", str(args.duration),
+        "--message-bytes", str(MESSAGE_BYTES), "--line-rate-pps", str(capacity)])
+    tx.wait(timeout=args.duration + 60)
+    rx.terminate()
+    rx.wait(timeout=15)
+    net.check_alive()
+    if tx.returncode:
+        raise RuntimeError(f"{name}: the sender failed (exit code {tx.returncode})")
+    sent = json.loads((case_dir / f"send-{sender.name}.json").read_text())
+    got = json.loads((case_dir / f"receive-{RECEIVER}.json").read_text())
+    flow = next(iter(got["flows"].values()))
+    rob: dict = next(iter((got["reorder"] or {}).values()), {})
+    return {"case": name, "mode": mode, "reorder_buffer": reorder, "messages": sent["messages_completed"],
+            "goodput_mbps": round(sent["messages_completed"] * MESSAGE_BYTES * 8 / args.duration / 1e6, 3),
+            "sent": sent["sent"], "retransmitted": sent["retransmitted"], "naks": sent["naks"],
+            "timeouts": sent["timeouts"], "out_of_order_at_transport": flow["out_of_order"],
+            "held_by_reorder_buffer": rob.get("held", "")}
+
+
 def _plot_loss(results: list[dict], out: Path) -> Path:
     import matplotlib
     matplotlib.use("Agg")
@@ -245,7 +289,7 @@ def _table(results: list[dict]) -> None:
         print(" ".join(f"{r[c]!s:>13s}" for c in cols))
 
 
-PHASES = ("incast", "loss")
+PHASES = ("incast", "loss", "spray")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -288,6 +332,25 @@ def main(argv: list[str] | None = None) -> int:
                           flush=True)
                     results.append(run_loss_case(mode, loss, topo, net, ctl, args, loss_out))
             written += [write_csv(loss_out / "summary.csv", results), _plot_loss(results, loss_out)]
+            _table(results)
+        if "spray" in args.phases:
+            spray_out = out / "spray"
+            spray_out.mkdir(parents=True, exist_ok=True)
+            spine2 = topo.switches["spine2"]
+            (slow_port,) = [p.number for p in spine2.ports.values() if p.peer == BOTTLENECK_SWITCH]
+            ctl.feature("load_balancing").set_mode("leaf1", LbMode("spray"))
+            with Bmv2Thrift(spine2.thrift_port) as thrift:
+                thrift.set_queue_rate(slow_port, SLOW_PATH_PPS)
+            results = []
+            try:
+                for mode, reorder in SPRAY_CASES:
+                    print(f"==> {mode}{' + reorder buffer' if reorder else ''}: {args.duration:g}s h1 -> {RECEIVER} "
+                          f"sprayed over both spines (spine2 -> leaf3 at {SLOW_PATH_PPS} packets/s)", flush=True)
+                    results.append(run_spray_case(mode, reorder, topo, net, ctl, args, spray_out))
+            finally:
+                ctl.feature("load_balancing").set_mode("leaf1", LbMode())
+                net.apply_queue_rates()
+            written.append(write_csv(spray_out / "summary.csv", results))
             _table(results)
     print(f"\nresults: {', '.join(map(str, written))}, and per case <case>/ (timeseries.png, the agents' CSV/JSON)")
     return 0

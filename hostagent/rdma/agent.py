@@ -26,6 +26,7 @@ from typing import Callable, Optional
 
 from hostagent.ecn.dcqcn import DcqcnParams
 from hostagent.ecn.roce import open_socket
+from hostagent.load_balancing.reorder import ReorderBank, ReorderParams, add_reorder_arguments, psn_diff
 from hostagent.lossless import PauseState
 from hostagent.rdma.cc.base import CongestionControl, HopInfo
 from hostagent.rdma.cc.dcqcn import Dcqcn
@@ -158,6 +159,8 @@ def run_receiver(a, sock=None) -> dict:
     delivered_bytes: defaultdict[tuple[str, int], int] = defaultdict(int)
     last_hop_queue: list[int] = []          # INT to the host: the queue each packet met at the last switch
     ignored: defaultdict[str, int] = defaultdict(int)
+    rob = (ReorderBank(ReorderParams(gap_timeout_s=a.reorder_timeout, capacity=a.reorder_capacity), start_psn=0)
+           if a.reorder else None)
     if a.start_at:
         time.sleep(max(0.0, a.start_at - time.time()))
 
@@ -166,6 +169,19 @@ def run_receiver(a, sock=None) -> dict:
             sock.send(frame)
         except OSError:          # e.g. ENOBUFS: the interface refused it (a full queue, a drop rule): lost
             ignored["tx-error"] += 1
+
+    def take(key, p, now: float) -> None:
+        """A data packet into its queue pair's responder (in PSN order, with --reorder)."""
+        rsp, back = flows[key]
+        if p.hops and len(last_hop_queue) < 1_000_000:
+            last_hop_queue.append(p.hops[-1].queue_packets)
+        acks, done, cnp = rsp.on_data(p.psn, p.opcode, p.payload, now, ackreq=p.ackreq, ce=p.ce, hops=p.hops)
+        for m in done:
+            delivered_bytes[key] += len(m.data)
+        for ack in acks:
+            send(back.ack(p.qp, ack.psn, ack.syndrome, ack.msn, ack.sack, ack.hops))
+        if cnp:
+            send(back.cnp(p.qp))
 
     t0 = time.monotonic()
     while (now := time.monotonic() - t0) < a.duration and not _stopping:
@@ -188,17 +204,15 @@ def run_receiver(a, sock=None) -> dict:
                 if key not in flows:
                     flows[key] = (Responder(params), FrameBuilder(a.src_mac, a.gw_mac, a.src_ip, p.src_ip,
                                                                   sport=0xC000 | (p.qp & 0x3FFF), dscp=a.dscp))
-                rsp, back = flows[key]
-                if p.hops and len(last_hop_queue) < 1_000_000:
-                    last_hop_queue.append(p.hops[-1].queue_packets)
-                acks, done, cnp = rsp.on_data(p.psn, p.opcode, p.payload, now, ackreq=p.ackreq, ce=p.ce,
-                                              hops=p.hops)
-                for m in done:
-                    delivered_bytes[key] += len(m.data)
-                for ack in acks:
-                    send(back.ack(p.qp, ack.psn, ack.syndrome, ack.msn, ack.sack, ack.hops))
-                if cnp:
-                    send(back.cnp(p.qp))
+                if rob is None or (key in rob and psn_diff(p.psn, rob[key].next_psn or 0) < 0):
+                    take(key, p, now)         # (a retransmission of what the buffer gave up: straight on)
+                else:
+                    for d in rob.push(key, p.psn, now, item=p).delivered:
+                        take(key, d.item, now)
+        if rob is not None:
+            for flow, rel in rob.advance(now).items():
+                for d in rel.delivered:
+                    take(flow, d.item, now)        # flow: the (source, QP) key pushed
         for (src, qp), (rsp, back) in flows.items():
             late = rsp.poll(now)
             if late is not None:
@@ -210,7 +224,8 @@ def run_receiver(a, sock=None) -> dict:
                         "out_of_order": rsp.stats.out_of_order, "dropped_out_of_order": rsp.stats.dropped_out_of_order,
                         "acks": rsp.stats.acks, "naks": rsp.stats.naks, "cnps": rsp.stats.cnps,
                         "malformed": rsp.stats.malformed}
-        for (src, qp), (rsp, _) in sorted(flows.items())}}
+        for (src, qp), (rsp, _) in sorted(flows.items())},
+        "reorder": rob.summary() if rob is not None else None}
     _write(a, summary)
     return summary
 
@@ -245,6 +260,7 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--duration", type=float, default=10.0)
         p.add_argument("--start-at", type=float, default=0.0, help="wall-clock start time (agents start together)")
         p.add_argument("--out", help="output prefix: <out>.json (and the sender's <out>.csv); default: stdout")
+    add_reorder_arguments(sub.choices["receive"])
     s = sub.choices["send"]
     s.add_argument("--dst-ip", required=True)
     s.add_argument("--qp", type=int, required=True, help="destination queue pair number")

@@ -3,7 +3,8 @@ leaf-spine with every congestion control on the RC transport: none
 collapses (every sender completes messages, the bottleneck stays busy,
 the senders share it), and the INT the fabric delivers to the receiver
 shows the bottleneck's queue. Random loss at the last hop: selective
-repeat keeps more of its goodput than go-back-N, resending less."""
+repeat keeps more of its goodput than go-back-N, resending less; spraying:
+go-back-N needs the reorder buffer."""
 import csv
 import subprocess
 import sys
@@ -30,9 +31,12 @@ def test_each_congestion_control_holds_an_incast(tmp_path):
         assert (out / "incast" / f"{cc}-4" / "timeseries.png").stat().st_size > 10_000
 
 
-def test_selective_repeat_keeps_its_goodput_under_loss_where_go_back_n_does_not(tmp_path):
+def test_retransmission_modes_under_loss_and_under_spraying(tmp_path):
+    """Loss: selective repeat keeps more goodput than go-back-N. Spraying
+    (reordering, no loss): go-back-N resends what was only late, the reorder
+    buffer in front of it removes that."""
     out = tmp_path / "rdma"
-    proc = subprocess.run([sys.executable, "-m", "experiments.rdma", "--phases", "loss", "--losses", "0", "5",
+    proc = subprocess.run([sys.executable, "-m", "experiments.rdma", "--phases", "loss", "spray", "--losses", "0", "5",
                            "--duration", "5", "--out", str(out)], cwd=REPO, capture_output=True, text=True,
                           timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -43,3 +47,8 @@ def test_selective_repeat_keeps_its_goodput_under_loss_where_go_back_n_does_not(
     assert float(sr["goodput_mbps"]) > float(gbn["goodput_mbps"]), (sr, gbn)
     assert int(sr["retransmitted"]) < int(gbn["retransmitted"]) / 2, (sr, gbn)
     assert (out / "loss" / "goodput_vs_loss.png").stat().st_size > 10_000
+    spray = {r["case"]: r for r in csv.DictReader(open(out / "spray" / "summary.csv"))}
+    gbn, rob = spray["go-back-n"], spray["go-back-n-reorder"]
+    assert int(gbn["retransmitted"]) > 0 and int(gbn["out_of_order_at_transport"]) > 0, gbn
+    assert int(rob["retransmitted"]) == 0 and int(rob["held_by_reorder_buffer"]) > 0, rob
+    assert float(rob["goodput_mbps"]) > float(gbn["goodput_mbps"]), (rob, gbn)
