@@ -217,15 +217,15 @@ def run_receiver(a, sock=None) -> dict:
             late = rsp.poll(now)
             if late is not None:
                 send(back.ack(qp, late.psn, late.syndrome, late.msn, late.sack, late.hops))
+    flow_stats = {f"{src}/{qp}": {"delivered_messages": rsp.stats.delivered_messages,
+                                  "delivered_bytes": delivered_bytes[(src, qp)], "received": rsp.stats.received,
+                                  "duplicates": rsp.stats.duplicates, "out_of_order": rsp.stats.out_of_order,
+                                  "dropped_out_of_order": rsp.stats.dropped_out_of_order, "acks": rsp.stats.acks,
+                                  "naks": rsp.stats.naks, "cnps": rsp.stats.cnps, "malformed": rsp.stats.malformed}
+                  for (src, qp), (rsp, _) in sorted(flows.items())}
     summary = {"role": "receiver", "ip": a.src_ip, "mode": a.mode, "ignored": dict(ignored),
-               "int_last_hop_queue_packets": _percentiles([float(q) for q in last_hop_queue]), "flows": {
-        f"{src}/{qp}": {"delivered_messages": rsp.stats.delivered_messages, "delivered_bytes": delivered_bytes[(src, qp)],
-                        "received": rsp.stats.received, "duplicates": rsp.stats.duplicates,
-                        "out_of_order": rsp.stats.out_of_order, "dropped_out_of_order": rsp.stats.dropped_out_of_order,
-                        "acks": rsp.stats.acks, "naks": rsp.stats.naks, "cnps": rsp.stats.cnps,
-                        "malformed": rsp.stats.malformed}
-        for (src, qp), (rsp, _) in sorted(flows.items())},
-        "reorder": rob.summary() if rob is not None else None}
+               "int_last_hop_queue_packets": _percentiles([float(q) for q in last_hop_queue]), "flows": flow_stats,
+               "reorder": rob.summary() if rob is not None else None}
     _write(a, summary)
     return summary
 
