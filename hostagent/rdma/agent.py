@@ -30,6 +30,9 @@ from hostagent.load_balancing.reorder import ReorderBank, ReorderParams, add_reo
 from hostagent.lossless import PauseState
 from hostagent.rdma.cc.base import CongestionControl, HopInfo
 from hostagent.rdma.cc.dcqcn import Dcqcn
+from hostagent.rdma.cc.hpcc import Hpcc, HpccParams
+from hostagent.rdma.cc.swift import Swift, SwiftParams
+from hostagent.rdma.cc.timely import Timely, TimelyParams
 from hostagent.rdma.frames import FrameBuilder, Malformed, NotOurs, parse
 from hostagent.rdma.transport import MODES, SEND, WRITE, Ack, Requester, Responder, TransportParams
 from wire.rdma import RETH_OPCODES, HopRecord
@@ -56,6 +59,9 @@ def congestion_controls() -> dict[str, Callable[[argparse.Namespace], Congestion
     """name -> a constructor from the agent's options."""
     return {
         "dcqcn": lambda a: Dcqcn(DcqcnParams(line_rate_pps=a.line_rate_pps)),
+        "timely": lambda a: Timely(TimelyParams(line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu)),
+        "swift": lambda a: Swift(SwiftParams(line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu)),
+        "hpcc": lambda a: Hpcc(HpccParams(line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu)),
     }
 
 
