@@ -19,9 +19,11 @@ names gives an RTT sample unless it was retransmitted (Karn).
                       the holes below the highest PSN SACKed, each once per
                       recovery (again only after a timeout).
 
-Retransmission timeout: no progress for `rto` resends from the oldest
-unacknowledged packet (go-back-N: all; selective repeat: what is not
-SACKed), and doubles `rto` up to rto_max until an ACK makes progress.
+Retransmission timeout (RFC 6298's srtt + 4 rttvar, at least rto_s): the
+oldest unacknowledged packet sent that long ago (and not already waiting to
+be resent) resends from there (go-back-N: all; selective repeat: what is
+not SACKed), and doubles the timeout up to rto_max until an ACK makes
+progress.
 
 Responder (receiver): accepts the expected PSN, and delivers each message
 whole, in order, exactly once. It coalesces ACKs: one per `ack_every`
@@ -167,6 +169,8 @@ class Requester:
         self._next_send = now
         self._last_progress = now
         self.rto = params.rto_s
+        self.srtt: Optional[float] = None
+        self.rttvar = 0.0
         self._msg_by_last: dict[int, Message] = {}
 
     # -- posting ---------------------------------------------------------------
@@ -243,7 +247,11 @@ class Requester:
         return self._next_send
 
     def _check_timeout(self, now: float) -> None:
-        if self.una >= self.next_seq or now - self._last_progress < self.rto:
+        """The oldest unacknowledged packet was (re)sent more than `rto` ago,
+        and is not already waiting to be resent."""
+        if self.una >= self.next_seq or self.una in self._resend_set:
+            return
+        if now - self._sent_at.get(self.una, self._last_progress) < self.rto:
             return
         self.stats.timeouts += 1
         self.cc.on_timeout(now)
@@ -292,7 +300,9 @@ class Requester:
                     msg.completed_at = now
             self.una = acked_to
             self._last_progress = now
-            self.rto = self.p.rto_s
+            if rtt is not None:
+                self._rtt_sample(rtt)
+            self.rto = self._rto()
         if expected is not None:
             if self.p.mode == GO_BACK_N:
                 self._recovered.clear()
@@ -304,6 +314,20 @@ class Requester:
         self.cc.on_ack(Feedback(now=now, acked_packets=newly, acked_seq=self.una, rtt_s=rtt, ecn_echo=ecn_echo,
                                 hops=hops, next_seq=self.next_seq))
         return newly
+
+    def _rtt_sample(self, rtt: float) -> None:
+        """RFC 6298's smoothed RTT and its variation."""
+        if self.srtt is None:
+            self.srtt, self.rttvar = rtt, rtt / 2
+        else:
+            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
+            self.srtt = 0.875 * self.srtt + 0.125 * rtt
+
+    def _rto(self) -> float:
+        """srtt + 4 rttvar, at least rto_s (RFC 6298, with this minimum), at most rto_max_s."""
+        if self.srtt is None:
+            return self.p.rto_s
+        return min(self.p.rto_max_s, max(self.p.rto_s, self.srtt + 4 * self.rttvar))
 
     def _selective(self, expected: int, sack: Optional[tuple[int, int]]) -> None:
         """Resend the holes below the highest SACKed packet, each once per recovery."""

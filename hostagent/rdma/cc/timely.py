@@ -1,7 +1,10 @@
 """TIMELY (Mittal et al., "TIMELY: RTT-based Congestion Control for the
 Datacenter", SIGCOMM 2015): a rate from the RTT and its gradient.
 
-Per RTT sample (an ACK naming a packet sent once):
+Once per RTT (the first RTT sample from an ACK beyond what was sent when
+the rate last changed, as the reference ns-3 code of the HPCC authors
+updates TIMELY; per ACK, a queue's worth of ACKs would cut the rate many
+times for one congestion event):
   new_diff = rtt - prev_rtt;  diff = (1 - alpha) diff + alpha new_diff
   gradient = diff / min_rtt
   rtt < T_low:          R = R + delta                       (additive)
@@ -76,11 +79,13 @@ class Timely:
         self.diff = 0.0
         self.negative_run = 0
         self.increases = self.decreases = 0
+        self.last_update_seq = 0
 
     def on_ack(self, fb: Feedback) -> None:
         rtt = fb.rtt_s
-        if rtt is None:
+        if rtt is None or fb.acked_seq <= self.last_update_seq:
             return
+        self.last_update_seq = fb.next_seq
         p = self.p
         if self.prev_rtt is None:
             self.prev_rtt = rtt

@@ -188,3 +188,12 @@ def test_hpcc_takes_the_most_utilised_hop():
 def test_bad_parameters_are_named(make, field_name):
     with pytest.raises(ValueError, match=field_name):
         make()
+
+
+def test_timely_updates_once_per_rtt():
+    t = timely_at(500, 0.003)
+    t.on_ack(ack(rtt=0.003, seq=1, next_seq=10))
+    t.on_ack(ack(rtt=0.003, seq=5, next_seq=12))
+    assert t.rate_pps == 510, "seq 5 was sent before the last change: no second step"
+    t.on_ack(ack(rtt=0.003, seq=11, next_seq=14))
+    assert t.rate_pps == 520

@@ -202,3 +202,14 @@ def test_bad_messages_are_refused():
         req.post(0, 0.0)
     with pytest.raises(ValueError, match="kind"):
         req.post(10, 0.0, kind="read")
+
+
+def test_the_timeout_follows_the_measured_rtt():
+    p = TransportParams(mtu_bytes=100, rto_s=0.01, rto_max_s=1.0)
+    req = Requester(p, Dcqcn(DcqcnParams(line_rate_pps=1000)))
+    req.post(200, 0.0)
+    assert req.next_packet(0.0).seq == 0 and req.next_packet(0.001).seq == 1
+    req.on_ack(Ack(0, SYNDROME_ACK, 0), 0.1)                       # an RTT of 100 ms
+    assert req.srtt == pytest.approx(0.1) and req.rto == pytest.approx(0.1 + 4 * 0.05)
+    assert req.next_packet(0.25) is None, "packet 1 is not late yet: 0.249 s < rto 0.3 s"
+    assert req.next_packet(0.302).retransmission
