@@ -151,6 +151,8 @@ def run_sender(a, sock=None) -> dict:
         "sent": req.stats.sent, "retransmitted": req.stats.retransmitted, "timeouts": req.stats.timeouts,
         "acks": req.stats.acks, "naks": req.stats.naks, "stale_acks": req.stats.stale_acks,
         "final_rate_pps": round(cc.rate_pps, 2), "ignored": dict(ignored),
+        "rtt_ms": {"min": round(1000 * req.min_rtt, 3) if req.min_rtt is not None else None,
+                   "smoothed": round(1000 * req.srtt, 3) if req.srtt is not None else None},
         "pfc": pfc.summary() if pfc is not None else None,
     }
     _write(a, summary, ("t", "rate_pps", "window_packets", "outstanding", "sent", "retransmitted"), series)

@@ -9,8 +9,10 @@ PSNs (24 bits, wrapping; kept here as an unwrapped sequence number). It
 sends new packets while fewer than `window` are unacknowledged (the
 congestion control's window, capped by `max_outstanding`, IRN's BDP cap)
 at the congestion control's rate. ACKs are cumulative (BTH PSN = the last
-PSN received in order, AETH MSN = messages completed); the packet an ACK
-names gives an RTT sample unless it was retransmitted (Karn).
+PSN received in order, AETH MSN = messages completed). The packet an ACK
+names gives the congestion control an RTT sample from its latest
+transmission (as a NIC timestamps a completion); the timeout's estimator
+takes only packets sent once (Karn), where the sample is unambiguous.
 
   go-back-N (RoCE):   a NAK (PSN sequence error) names the PSN the responder
                       expects; the requester resends everything from there.
@@ -171,6 +173,7 @@ class Requester:
         self.rto = params.rto_s
         self.srtt: Optional[float] = None
         self.rttvar = 0.0
+        self.min_rtt: Optional[float] = None
         self._msg_by_last: dict[int, Message] = {}
 
     # -- posting ---------------------------------------------------------------
@@ -287,7 +290,8 @@ class Requester:
         rtt = None
         newest = acked_to - 1
         if newly > 0:
-            if newest in self._sent_at and newest not in self._retransmitted:
+            once = newest not in self._retransmitted
+            if newest in self._sent_at:
                 rtt = now - self._sent_at[newest]
             for s in range(self.una, acked_to):
                 self._payload.pop(s, None)
@@ -300,7 +304,7 @@ class Requester:
                     msg.completed_at = now
             self.una = acked_to
             self._last_progress = now
-            if rtt is not None:
+            if rtt is not None and once:
                 self._rtt_sample(rtt)
             self.rto = self._rto()
         if expected is not None:
@@ -317,6 +321,7 @@ class Requester:
 
     def _rtt_sample(self, rtt: float) -> None:
         """RFC 6298's smoothed RTT and its variation."""
+        self.min_rtt = rtt if self.min_rtt is None else min(self.min_rtt, rtt)
         if self.srtt is None:
             self.srtt, self.rttvar = rtt, rtt / 2
         else:

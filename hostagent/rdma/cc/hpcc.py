@@ -22,7 +22,7 @@ hop itself (Mbit/s).
 
 | constant | paper / ns-3 | here | why |
 |---|---|---|---|
-| T (base RTT) | ~5-13 us | 3 ms | a leaf-spine path's unloaded RTT with Python agents |
+| T (base RTT) | ~5-13 us | 8 ms | a leaf-spine path's unloaded RTT with Python agents (7.2 ms measured) |
 | eta | 0.95 | 0.95 | target utilisation |
 | max_stage | 5 | 5 | additive steps before a multiplicative one is forced |
 | N (flows expected, for W_AI) | W_AI of ~80 bytes at 100 Gbit/s | 10 | W_AI = 0.5% of a BDP |
@@ -43,7 +43,7 @@ TX_BYTES_MOD = 1 << 32
 class HpccParams:
     line_rate_pps: float = 1000.0
     mtu_bytes: int = 1024
-    base_rtt_s: float = 0.003
+    base_rtt_s: float = 0.008
     eta: float = 0.95
     max_stage: int = 5
     expected_flows: int = 10

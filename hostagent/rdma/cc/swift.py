@@ -14,12 +14,12 @@ delay against a target.
 cwnd within [min_cwnd, max_cwnd]. Below one packet Swift paces: one
 packet every rtt / cwnd; at or above, the window limits and the NIC rate paces.
 
-Scaling (paper -> here): see timely.py for the RTTs (a few ms unloaded,
-~80 ms behind a full BMv2 queue).
+Scaling (paper -> here): see timely.py for the RTTs (7.2 ms unloaded on
+a leaf-spine path, ~77 ms more behind a full BMv2 queue).
 
 | constant | paper | here | why |
 |---|---|---|---|
-| base_target | ~tens of us | 4 ms | just above the unloaded RTT |
+| base_target | ~tens of us | 8 ms | just above the unloaded RTT (7.2 ms) |
 | per_hop | ~1-2 us per hop | 0.5 ms | a BMv2 hop's queueing at a few packets |
 | hops | from the TTL | 3 (a leaf-spine path) | the agent does not read the TTL |
 | fs_range | 5 x base | 4 ms | one base target: a leaf-spine incast is small |
@@ -41,7 +41,7 @@ from hostagent.rdma.cc.base import Feedback
 @dataclass(frozen=True)
 class SwiftParams:
     line_rate_pps: float = 1000.0
-    base_target_s: float = 0.004
+    base_target_s: float = 0.008
     per_hop_s: float = 0.0005
     hops: int = 3
     fs_range_s: float = 0.004

@@ -15,14 +15,15 @@ times for one congestion event):
 R within [min_rate, line_rate]. Rate-based: no window.
 
 Scaling (paper -> here): the paper's NICs see RTTs of tens of us; a BMv2
-path with Python agents has ~2-4 ms unloaded and ~80 ms behind a full
-64-packet queue at 833 packets/s.
+leaf-spine path (three switches) with Python agents measured 7.2 ms at
+least (experiments/rdma.py, h1 -> r1 at 833 packets/s), and a full
+64-packet queue at 833 packets/s adds ~77 ms.
 
 | constant | paper / ns-3 | here | why |
 |---|---|---|---|
-| T_low | 50 us | 4 ms | just above the unloaded RTT |
-| T_high | 500 us | 40 ms | half a full bottleneck queue |
-| min_rtt | ~20 us | 2 ms | the unloaded RTT's floor, the gradient's scale |
+| T_low | 50 us | 10 ms | just above the unloaded RTT (7.2 ms) |
+| T_high | 500 us | 50 ms | the unloaded RTT and half a full bottleneck queue |
+| min_rtt | ~20 us | 7 ms | the unloaded RTT: the gradient's scale |
 | delta | 10 Mbit/s | 10 packets/s | ~1% of a 833 packets/s link per step |
 | alpha (EWMA) | 0.875 (ns-3) | 0.875 | unitless |
 | beta | 0.8 | 0.8 | unitless |
@@ -40,9 +41,9 @@ from hostagent.rdma.cc.base import Feedback
 class TimelyParams:
     line_rate_pps: float = 1000.0
     min_rate_pps: float = 10.0
-    t_low_s: float = 0.004
-    t_high_s: float = 0.040
-    min_rtt_s: float = 0.002
+    t_low_s: float = 0.010
+    t_high_s: float = 0.050
+    min_rtt_s: float = 0.007
     delta_pps: float = 10.0
     alpha: float = 0.875
     beta: float = 0.8
