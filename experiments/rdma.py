@@ -75,14 +75,21 @@ HPCC_INSTRUCTIONS = ["node_id", "l1_ports", "queue", "tx_bytes", "tx_time", "lin
 DCQCN_K = 10                 # leaf3 marks CE at this queue depth (packets) for DCQCN
 
 
+LOSSLESS_CLASS, LOSSLESS_DSCP = 3, 26
+
+
 def with_int_to_host(topo_path: Path):
-    """The topology with an `int:` section: RoCEv2 (UDP 4791) gets INT with
-    HPCC's instructions, delivered to the receiving host."""
+    """The topology with an `int:` section (RoCEv2, UDP 4791, gets INT with
+    HPCC's instructions, delivered to the receiving host) and a `lossless:`
+    section (DSCP 26 is class 3, lossless: the fabric cases with PFC mark
+    their packets so; the others send DSCP 0, no class)."""
     import yaml
     raw = yaml.safe_load(topo_path.read_text())
     raw["int"] = {"collector": RECEIVER, "watchlist": [
         {"protocol": "udp", "dst_ports": 4791, "instructions": HPCC_INSTRUCTIONS, "max_hops": 4, "to_host": True}]}
-    return topology_from_dict(raw, f"{topo_path.name} + INT to the host")
+    raw["lossless"] = {"queues": 8, "classes": [{"name": "rdma", "class": LOSSLESS_CLASS, "dscp": [LOSSLESS_DSCP],
+                                                 "lossless": True}]}
+    return topology_from_dict(raw, f"{topo_path.name} + INT to the host + a lossless class")
 
 
 def sample_queue(thrift: Bmv2Thrift, port: int, stop: threading.Event, t0: float, out: list) -> None:
@@ -102,13 +109,16 @@ def jain(xs: list[float]) -> float:
     return round(sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs)), 3) if xs and any(xs) else 0.0
 
 
-def run_case(cc: str, n: int, topo, net: Network, ctl: FabricController, args, out: Path) -> dict:
-    name = f"{cc}-{n}"
+def run_case(cc: str, n: int, pfc: bool, topo, net: Network, ctl: FabricController, args, out: Path) -> dict:
+    name = f"{cc}-{n}{'-pfc' if pfc else ''}"
     receiver = topo.hosts[RECEIVER]
     port = receiver.switch_port
     senders = [topo.hosts[h] for h in SENDERS[n]]
+    queue = LOSSLESS_CLASS if pfc else 0
+    for q in (0, LOSSLESS_CLASS):
+        ctl.feature("ecn").set_profile(BOTTLENECK_SWITCH, port, None, queue=q)
     ctl.feature("ecn").set_profile(BOTTLENECK_SWITCH, port, EcnProfile.step(DCQCN_K) if cc == "dcqcn"
-                                   else EcnProfile.monitor())
+                                   else EcnProfile.monitor(), queue=queue)
     case_dir = out / name
     case_dir.mkdir(parents=True, exist_ok=True)
     start_at = time.time() + 3.0
@@ -119,7 +129,9 @@ def run_case(cc: str, n: int, topo, net: Network, ctl: FabricController, args, o
     for qp, h in enumerate(senders, start=1):
         procs.append(rdma_agent(h, "send", start_at=start_at, out_dir=case_dir, extra=[
             *common, "--dst-ip", receiver.ip, "--qp", str(qp), "--cc", cc, "--duration", str(args.duration),
-            "--message-bytes", str(MESSAGE_BYTES), "--line-rate-pps", str(capacity)]))
+            "--message-bytes", str(MESSAGE_BYTES), "--line-rate-pps", str(capacity),
+            *(["--dscp", str(LOSSLESS_DSCP), "--tclass", str(LOSSLESS_CLASS), "--link-mbps",
+               str(topo.switches[h.switch].ports[h.switch_port].link.bandwidth_mbps)] if pfc else [])]))
     samples: list = []
     stop = threading.Event()
     sw = topo.switches[BOTTLENECK_SWITCH]
@@ -150,7 +162,7 @@ def run_case(cc: str, n: int, topo, net: Network, ctl: FabricController, args, o
     int_q = rx.get("int_last_hop_queue_packets") or {}
     fct = [t["completion_ms"] for t in tx if t["completion_ms"]]
     result = {
-        "case": name, "cc": cc, "senders": n, "mode": args.mode,
+        "case": name, "cc": cc, "senders": n, "pfc": pfc, "mode": args.mode,
         "messages": sum(t["messages_completed"] for t in tx),
         "goodput_mbps": round(sum(goodput) * 8 / 1e6, 3),
         "utilisation": round(packets_per_s / capacity, 3),
@@ -300,9 +312,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--losses", nargs="*", type=float, default=[0, 0.1, 1, 2, 5], help="loss phase: percent")
     ap.add_argument("--duration", type=float, default=10.0, help="seconds of traffic per case")
     ap.add_argument("--mode", choices=MODES, default=MODES[0], help="incast phase: retransmission mode")
+    ap.add_argument("--fabrics", nargs="*", default=["lossy", "pfc"], choices=["lossy", "pfc"],
+                    help="incast phase: a lossy class, and/or a lossless one (PFC; senders honour pauses)")
     ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "rdma"))
     ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS)
     args = ap.parse_args(argv)
+    args.fabrics = [f == "pfc" for f in args.fabrics]
     out = Path(args.out)
     topo = with_int_to_host(REPO / "topologies" / "incast-leaf-spine.yaml")
     compile_p4()
@@ -315,11 +330,12 @@ def main(argv: list[str] | None = None) -> int:
             incast_out = out / "incast"
             incast_out.mkdir(parents=True, exist_ok=True)
             results = []
-            for n in args.senders:
-                for cc in args.ccs:
-                    print(f"==> {cc}-{n}: {args.duration:g}s of {n}:1 incast into {RECEIVER}, {args.mode}",
-                          flush=True)
-                    results.append(run_case(cc, n, topo, net, ctl, args, incast_out))
+            for pfc in args.fabrics:
+                for n in args.senders:
+                    for cc in args.ccs:
+                        print(f"==> {cc}-{n}: {args.duration:g}s of {n}:1 incast into {RECEIVER}, {args.mode}, "
+                              f"{'lossless class (PFC)' if pfc else 'lossy'}", flush=True)
+                        results.append(run_case(cc, n, pfc, topo, net, ctl, args, incast_out))
             written += [write_csv(incast_out / "summary.csv", results), _plot_summary(results, incast_out)]
             _table(results)
         if "loss" in args.phases:
