@@ -1,8 +1,9 @@
 """The RDMA experiment on live BMv2, shortened. 4:1 incast across a
-leaf-spine with every congestion control on the RC transport: none
-collapses (every sender completes messages, the bottleneck stays busy,
-the senders share it), and the INT the fabric delivers to the receiver
-shows the bottleneck's queue. Random loss at the last hop: selective
+leaf-spine in a lossless class (PFC; the papers' setting) with every
+congestion control on the RC transport: none collapses (every sender
+completes messages, the bottleneck stays busy, the senders share it), and
+the INT the fabric delivers to the receiver shows the bottleneck's queue;
+HPCC keeps it shortest. Random loss at the last hop: selective
 repeat keeps more of its goodput than go-back-N, resending less; spraying:
 go-back-N needs the reorder buffer."""
 import csv
@@ -18,17 +19,18 @@ REPO = Path(__file__).resolve().parents[2]
 def test_each_congestion_control_holds_an_incast(tmp_path):
     out = tmp_path / "rdma"
     proc = subprocess.run([sys.executable, "-m", "experiments.rdma", "--phases", "incast", "--senders", "4",
-                           "--duration", "6", "--out", str(out)], cwd=REPO, capture_output=True, text=True,
-                          timeout=1200)
+                           "--fabrics", "pfc", "--duration", "6", "--out", str(out)], cwd=REPO, capture_output=True,
+                          text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {r["cc"]: r for r in csv.DictReader(open(out / "incast" / "summary.csv"))}
     assert set(rows) == set(congestion_controls())
     for cc, r in rows.items():
         assert int(r["messages"]) >= 20, r
-        assert float(r["utilisation"]) > 0.5, r
+        assert float(r["utilisation"]) > 0.6, r
         assert float(r["jain"]) > 0.8, r
         assert r["int_queue_p99"] != "", f"{cc}: INT reached the receiver"
-        assert (out / "incast" / f"{cc}-4" / "timeseries.png").stat().st_size > 10_000
+        assert (out / "incast" / f"{cc}-4-pfc" / "timeseries.png").stat().st_size > 10_000
+    assert float(rows["hpcc"]["int_queue_p99"]) <= min(float(r["int_queue_p99"]) for r in rows.values())
 
 
 def test_retransmission_modes_under_loss_and_under_spraying(tmp_path):
