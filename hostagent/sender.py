@@ -7,6 +7,7 @@ hundreds of thousands of frames per second from Python.
 """
 from __future__ import annotations
 
+import argparse
 import socket
 import time
 from typing import Sequence
@@ -68,3 +69,12 @@ class RawSender:
                     sent += 1
                 except OSError:
                     break
+
+
+def add_host_arguments(p: argparse.ArgumentParser) -> None:
+    """Where an agent sends from: its interface, addresses and gateway
+    (the launcher's host fields; experiments/common.py passes them)."""
+    p.add_argument("--iface", required=True)
+    p.add_argument("--src-ip", required=True)
+    p.add_argument("--src-mac", required=True)
+    p.add_argument("--gw-mac", required=True, help="MAC of the switch port (the host's gateway)")

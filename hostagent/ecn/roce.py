@@ -37,6 +37,7 @@ from pathlib import Path
 
 from hostagent.ecn.dcqcn import DcqcnParams, NotificationPoint, ReactionPoint
 from hostagent.lossless import PauseState, ReceiveBuffer
+from hostagent.sender import add_host_arguments
 from wire.ecn import CE, ECT0, NOT_ECT
 from wire.roce import CNP, OFFSETS, RC_SEND_ONLY, ROCEV2_UDP_PORT, roce_cnp, roce_data
 from hostagent.load_balancing.plb import add_plb_arguments, plb_from_args
@@ -326,10 +327,7 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name in ("send", "receive"):
         p = sub.add_parser(name)
-        p.add_argument("--iface", required=True)
-        p.add_argument("--src-ip", required=True)
-        p.add_argument("--src-mac", required=True)
-        p.add_argument("--gw-mac", required=True, help="MAC of the switch port (the host's gateway)")
+        add_host_arguments(p)
         p.add_argument("--duration", type=float, default=10.0)
         p.add_argument("--start-at", type=float, default=0.0, help="wall-clock start time (to start agents together)")
         p.add_argument("--out", help="output prefix: writes <out>.json and <out>.csv (default: JSON on stdout)")

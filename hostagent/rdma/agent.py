@@ -35,6 +35,7 @@ from hostagent.rdma.cc.swift import Swift, SwiftParams
 from hostagent.rdma.cc.timely import Timely, TimelyParams
 from hostagent.rdma.frames import FrameBuilder, Malformed, NotOurs, parse
 from hostagent.rdma.transport import MODES, SEND, WRITE, Ack, Requester, Responder, TransportParams
+from hostagent.sender import add_host_arguments
 from wire.rdma import RETH_OPCODES, HopRecord
 
 SAMPLE_S = 0.01
@@ -256,10 +257,7 @@ def parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="role", required=True)
     for role in ("send", "receive"):
         p = sub.add_parser(role)
-        p.add_argument("--iface", required=True)
-        p.add_argument("--src-ip", required=True)
-        p.add_argument("--src-mac", required=True)
-        p.add_argument("--gw-mac", required=True, help="MAC of the switch port (the host's gateway)")
+        add_host_arguments(p)
         p.add_argument("--mode", choices=MODES, default=MODES[0], help="retransmission: go-back-N or IRN's "
                                                                        "selective repeat (both ends alike)")
         p.add_argument("--mtu", type=int, default=1024, help="payload bytes per packet")
