@@ -68,7 +68,7 @@ class TransportParams:
     max_outstanding: int = 128          # packets in flight at most (IRN's BDP cap; PSN space allows 2^23)
     ack_every: int = 4                  # responder: an ACK every this many packets in order
     ack_delay_s: float = 0.002          # ... or this long after the first one not yet acknowledged
-    rto_s: float = 0.050                # retransmission timeout (RoCE NICs: ~ms; here: tens of BMv2 RTTs)
+    rto_s: float = 0.200                # the least retransmission timeout (above a full queue and a pause)
     rto_max_s: float = 1.0
     cnp_interval_s: float = 0.020       # responder: at most one CNP per interval (DCQCN's N, scaled)
 
