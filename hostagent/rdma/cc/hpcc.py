@@ -125,7 +125,8 @@ class Hpcc:
         self.u = (1 - tau / p.base_rtt_s) * self.u + (tau / p.base_rtt_s) * u
         update = fb.acked_seq > self.last_update_seq
         if self.u >= p.eta or self.inc_stage >= p.max_stage:
-            w = self.wc / (self.u / p.eta) + p.w_ai_bytes
+            # (U = 0: every hop idle between its two stamps; the largest window then)
+            w = self.wc / (self.u / p.eta) + p.w_ai_bytes if self.u > 0 else p.w_init_bytes
             if update:
                 self.inc_stage = 0
                 self.multiplicative += 1

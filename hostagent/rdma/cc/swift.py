@@ -22,7 +22,7 @@ a leaf-spine path, ~77 ms more behind a full BMv2 queue).
 | base_target | ~tens of us | 8 ms | just above the unloaded RTT (7.2 ms) |
 | per_hop | ~1-2 us per hop | 0.5 ms | a BMv2 hop's queueing at a few packets |
 | hops | from the TTL | 3 (a leaf-spine path) | the agent does not read the TTL |
-| fs_range | 5 x base | 4 ms | one base target: a leaf-spine incast is small |
+| fs_range | 5 x base | 4 ms | half the base target: a leaf-spine incast is small |
 | fs_min_cwnd, fs_max_cwnd | 0.1, 100 | 0.1, 100 | packets |
 | ai | 1 packet per RTT | 1 | |
 | beta | 0.8 | 0.8 | |

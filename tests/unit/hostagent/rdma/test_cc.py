@@ -197,3 +197,11 @@ def test_timely_updates_once_per_rtt():
     assert t.rate_pps == 510, "seq 5 was sent before the last change: no second step"
     t.on_ack(ack(rtt=0.003, seq=11, next_seq=14))
     assert t.rate_pps == 520
+
+
+def test_hpcc_with_every_hop_idle_keeps_the_largest_window():
+    h = Hpcc(P_H)
+    h.inc_stage = 5                                                   # a multiplicative step is due
+    h.on_ack(ack(seq=1, hops=hop(1.000, 0, 0), next_seq=2))
+    h.on_ack(ack(seq=3, hops=hop(1.004, 0, 0), next_seq=4))         # nothing sent, no queue: U = 0
+    assert h.u == 0 and h.w == P_H.w_init_bytes
