@@ -1,8 +1,8 @@
 """The RC transport's agents (python -m hostagent.rdma) on a veth pair
 between two namespaces, the kernel losing, duplicating and reordering
 frames: every message arrives whole, exactly once, in both retransmission
-modes; selective repeat resends far less than go-back-N; malformed
-transport frames are counted by the receiver and ignored.
+modes; malformed transport frames are counted by the receiver and
+ignored.
 
 This kernel has no netem, so the impairments are nftables rules on the
 netdev egress hook (which raw-socket frames pass, unlike iptables):
@@ -110,4 +110,7 @@ def test_every_message_arrives_once_through_loss_duplication_and_reordering(impa
         assert sum(got["ignored"].values()) >= 2, got["ignored"]
         assert any("AETH" in r or "IPv4 length" in r or "opcode 0x0c" in r for r in got["ignored"]), got["ignored"]
         resent[mode] = sent["retransmitted"]
-    assert resent["selective-repeat"] < resent["go-back-n"] / 2, resent
+    # How much each mode resends here depends on which frames the kernel happens to lose (ACKs
+    # and NAKs too, at 2000 packets/s): the comparison is made deterministically in the unit
+    # tests and on BMv2 in the RDMA experiment's loss phase (test_rdma_experiment.py).
+    assert all(resent.values()), resent
