@@ -7,8 +7,12 @@ import csv
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Sequence
+
+from core.bmv2_thrift import Bmv2Thrift
+from features.ecn import QDEPTH_REGISTER
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -73,3 +77,19 @@ def kill_switch(net, ctl, name: str, lock: threading.Lock | None = None):
             net.restart_switch(name)
             ctl.recover_switch(name)
     return undo
+
+
+def sample_queue(thrift: Bmv2Thrift, port: int, stop: threading.Event, t0: float, out: list) -> None:
+    """Until `stop`: every 5 ms, (seconds since t0, the depth the last packet
+    leaving `port` met: the ECN feature's egress_qdepth register)."""
+    while not stop.is_set():
+        out.append((time.time() - t0, thrift.register_read(QDEPTH_REGISTER, port)))
+        time.sleep(0.005)
+
+
+def print_table(rows: list[dict], width: int = 13) -> None:
+    """Rows (dicts with the same keys) as right-aligned columns on stdout."""
+    cols = list(rows[0])
+    print("\n" + " ".join(f"{c:>{width}s}" for c in cols))
+    for r in rows:
+        print(" ".join(f"{r[c]!s:>{width}s}" for c in cols))

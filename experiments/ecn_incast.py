@@ -41,7 +41,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from experiments.common import roce_agent, save_figure
+from experiments.common import roce_agent, sample_queue, save_figure
 
 from core.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from core.bmv2_thrift import Bmv2Thrift
@@ -65,11 +65,6 @@ CASES = [
     Case("wred-ecn-dcqcn", EcnProfile.wred(5, 30, 0.2), dcqcn=True),
 ]
 
-
-def sample_queue(thrift: Bmv2Thrift, port: int, stop: threading.Event, t0: float, out: list) -> None:
-    while not stop.is_set():
-        out.append((time.time() - t0, thrift.register_read(QDEPTH_REGISTER, port)))
-        time.sleep(0.005)
 
 
 def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: Path) -> dict:

@@ -47,13 +47,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from experiments.common import save_figure
+from experiments.common import sample_queue, save_figure
 
 from core.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from core.bmv2_thrift import Bmv2Thrift
 from core.build import compile_p4
 from core.controller import FabricController
-from features.ecn import QDEPTH_REGISTER
 from features.int_telemetry import REPORT_COUNTER, REPORT_KINDS
 from core.network import Network
 from features import topology_from_dict
@@ -113,11 +112,6 @@ class Recorder:
                               "hops": ";".join(f"{n}:{q}:{lat}" for n, q, lat in hops),
                               "sink_queue": hops[-1][1] if hops and kind != "drop" and not r.i else ""})
 
-
-def sample_queue(thrift: Bmv2Thrift, port: int, stop: threading.Event, t0: float, out: list) -> None:
-    while not stop.is_set():
-        out.append((time.time() - t0, thrift.register_read(QDEPTH_REGISTER, port)))
-        time.sleep(0.005)
 
 
 def held_error(reports: list[tuple[float, int]], samples: list[tuple[float, int]], start: float, end: float):

@@ -77,7 +77,7 @@ from core.controller import FabricController
 from core.network import Network, queue_rate_pps
 from core.p4constants import drop_reasons
 from core.topology import NextHop
-from experiments.common import agent_python, roce_agent, save_figure, write_csv
+from experiments.common import agent_python, print_table, roce_agent, save_figure, write_csv
 from features import load_topology, topology_from_dict
 from features.ecn import EcnProfile
 from features.lossless import OCCUPANCY_REGISTER, SECTION, LosslessConfig, PfcThresholds, TrafficClass, Watchdog, \
@@ -723,13 +723,6 @@ def _plot_summary(results: list[dict], out: Path) -> Path:
     return save_figure(fig, out / "summary.png")
 
 
-def _table(results: list[dict]) -> None:
-    cols = list(results[0])
-    print("\n" + " ".join(f"{c:>15s}" for c in cols))
-    for r in results:
-        print(" ".join(f"{r[c]!s:>15s}" for c in cols))
-
-
 @contextlib.contextmanager
 def fabric(topo, name: str, args) -> Iterator[tuple[Network, FabricController]]:
     """`topo` started on BMv2 (build/experiments/<name>), programmed, its queue rates applied."""
@@ -769,7 +762,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"({'lossless' if case.lossless else 'lossy'}{', DCQCN' if case.dcqcn else ''})", flush=True)
                 results.append(run_case(case, topo, net, ctl, args, out))
         written += [write_csv(out / "summary.csv", results), _plot_summary(results, out)]
-        _table(results)
+        print_table(results, width=15)
     if "spreading" in args.phases:
         topo = load_topology(REPO / "topologies" / "incast-leaf-spine.yaml")
         topo.features[SECTION] = replace(section(True), hold_rate_pps=SPREADING_HOLD_PPS)   # the hold queues' rate
@@ -781,7 +774,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"==> {name}: {args.duration:g}s of incast into r1 on leaf3, victim v1 -> v2", flush=True)
                 results.append(run_spreading_case(name, topo, net, ctl, args, spreading_out))
         written.append(write_csv(spreading_out / "summary.csv", results))
-        _table(results)
+        print_table(results, width=15)
     if "storm" in args.phases:
         topo = dumbbell_without_delay()
         topo.features[SECTION] = section(True)
@@ -797,8 +790,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"packets/s off its NIC", flush=True)
             slow = run_slow_receiver_case(topo, net, ctl, args, storm_out)
         written += [write_csv(storm_out / "summary.csv", results), write_csv(storm_out / "slow_receiver.csv", [slow])]
-        _table(results)
-        _table([slow])
+        print_table(results, width=15)
+        print_table([slow], width=15)
     if "deadlock" in args.phases:
         deadlock_out = out / "deadlock"
         deadlock_out.mkdir(exist_ok=True)
@@ -808,7 +801,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"==> {dl.name}: {args.duration:g}s {dl.what}, class {TCLASS}", flush=True)
                 results.append(run_deadlock_case(dl, args, deadlock_out))
         written.append(write_csv(deadlock_out / "summary.csv", results))
-        _table(results)
+        print_table(results, width=15)
     if "isolation" in args.phases:
         topo = dumbbell_without_delay()
         topo.features[SECTION] = section(True)
@@ -821,7 +814,7 @@ def main(argv: list[str] | None = None) -> int:
                       flush=True)
                 results.append(run_isolation_case(name, topo, net, ctl, args, isolation_out))
         written.append(write_csv(isolation_out / "summary.csv", results))
-        _table(results)
+        print_table(results, width=15)
     print(f"\nresults: {', '.join(map(str, written))}, and per case <case>/throughput.png + the agents' CSV/JSON")
     return 0
 

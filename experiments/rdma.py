@@ -60,7 +60,7 @@ from core.build import compile_p4
 from core.controller import FabricController
 from core.impairments import drop_fraction
 from core.network import Network, queue_rate_pps
-from experiments.common import rdma_agent, save_figure, write_csv
+from experiments.common import print_table, rdma_agent, sample_queue, save_figure, write_csv
 from features import load_topology, topology_from_dict
 from features.ecn import QDEPTH_REGISTER, EcnProfile
 from features.load_balancing import LbMode
@@ -91,11 +91,6 @@ def with_int_to_host(topo_path: Path):
                                                  "lossless": True}]}
     return topology_from_dict(raw, f"{topo_path.name} + INT to the host + a lossless class")
 
-
-def sample_queue(thrift: Bmv2Thrift, port: int, stop: threading.Event, t0: float, out: list) -> None:
-    while not stop.is_set():
-        out.append((time.time() - t0, thrift.register_read(QDEPTH_REGISTER, port)))
-        time.sleep(0.005)
 
 
 def percentile(values: list, p: float) -> float:
@@ -294,13 +289,6 @@ def _plot_loss(results: list[dict], out: Path) -> Path:
     return save_figure(fig, out / "goodput_vs_loss.png")
 
 
-def _table(results: list[dict]) -> None:
-    cols = list(results[0])
-    print("\n" + " ".join(f"{c:>13s}" for c in cols))
-    for r in results:
-        print(" ".join(f"{r[c]!s:>13s}" for c in cols))
-
-
 PHASES = ("incast", "loss", "spray")
 
 
@@ -337,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
                               f"{'lossless class (PFC)' if pfc else 'lossy'}", flush=True)
                         results.append(run_case(cc, n, pfc, topo, net, ctl, args, incast_out))
             written += [write_csv(incast_out / "summary.csv", results), _plot_summary(results, incast_out)]
-            _table(results)
+            print_table(results)
         if "loss" in args.phases:
             loss_out = out / "loss"
             loss_out.mkdir(parents=True, exist_ok=True)
@@ -348,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
                           flush=True)
                     results.append(run_loss_case(mode, loss, topo, net, ctl, args, loss_out))
             written += [write_csv(loss_out / "summary.csv", results), _plot_loss(results, loss_out)]
-            _table(results)
+            print_table(results)
         if "spray" in args.phases:
             spray_out = out / "spray"
             spray_out.mkdir(parents=True, exist_ok=True)
@@ -367,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
                 ctl.feature("load_balancing").set_mode("leaf1", LbMode())
                 net.apply_queue_rates()
             written.append(write_csv(spray_out / "summary.csv", results))
-            _table(results)
+            print_table(results)
     print(f"\nresults: {', '.join(map(str, written))}, and per case <case>/ (timeseries.png, the agents' CSV/JSON)")
     return 0
 

@@ -93,7 +93,7 @@ def run_sender(a, sock=None) -> dict:
     def top_up(now: float) -> None:      # messages to send: a fixed count, or always two ahead until the end
         nonlocal posted
         while (posted < a.messages if a.messages else
-               now < a.duration and sum(1 for m in req.messages if m.completed_at is None) < 2):
+               now < a.duration and req.pending_messages < 2):
             req.post(a.message_bytes, now, kind=kind)
             posted += 1
 

@@ -205,6 +205,11 @@ class Requester:
         return self.next_seq - self.una
 
     @property
+    def pending_messages(self) -> int:
+        """Messages posted and not yet completed."""
+        return len(self._msg_by_last)
+
+    @property
     def done(self) -> bool:
         return self.una == self.posted_seq
 
