@@ -74,7 +74,8 @@ def test_deadlock_forms_is_prevented_by_a_class_change_and_broken_by_the_watchdo
     bounce rule ({switch: all, from: up, to: up}) moves every bounced
     packet to class 4 and nothing deadlocks, though pauses still fly."""
     out = tmp_path / "lossless"
-    proc = subprocess.run([sys.executable, "-m", "experiments.lossless", "--phases", "deadlock", "--duration", "6",
+    # 10 s a case, as `make experiments`: a ring deadlock formed after the first 60% of a 6 s run once
+    proc = subprocess.run([sys.executable, "-m", "experiments.lossless", "--phases", "deadlock", "--duration", "10",
                            "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {r["case"]: r for r in csv.DictReader(open(out / "deadlock" / "summary.csv"))}
