@@ -1,7 +1,8 @@
 """The RDMA experiment on live BMv2, shortened. 4:1 incast across a
 leaf-spine in a lossless class (PFC; the papers' setting) with every
 congestion control on the RC transport: none collapses (every sender
-completes messages, the bottleneck stays busy, the senders share it), and
+completes messages, the bottleneck stays busy, the senders share it, TIMELY
+less evenly: its fixed points are not unique), and
 the INT the fabric delivers to the receiver shows the bottleneck's queue;
 HPCC keeps it short (shorter than DCQCN). Random loss at the last hop: selective
 repeat keeps more of its goodput than go-back-N, resending less; spraying:
@@ -27,7 +28,9 @@ def test_each_congestion_control_holds_an_incast(tmp_path):
     for cc, r in rows.items():
         assert int(r["messages"]) >= 20, r
         assert float(r["utilisation"]) > 0.6, r
-        assert float(r["jain"]) > 0.8, r
+        # TIMELY has no unique fixed point (Zhu et al., "ECN or Delay", CoNEXT'16): rates that
+        # share a gradient stay where they are, so its share is not asserted fair, only not starved
+        assert float(r["jain"]) > (0.6 if cc == "timely" else 0.8), r
         assert r["int_queue_p99"] != "", f"{cc}: INT reached the receiver"
         assert (out / "incast" / f"{cc}-4-pfc" / "timeseries.png").stat().st_size > 10_000
     hpcc_q = float(rows["hpcc"]["int_queue_p99"])
