@@ -33,10 +33,11 @@ def agent_python() -> str:
     return str(venv) if venv.exists() else sys.executable
 
 
-def _agent(module: str, host, role: str, start_at: float, out_dir: Path, extra: Sequence[str]) -> subprocess.Popen:
+def _agent(module: str, host, role: str, start_at: float, out_dir: Path, extra: Sequence[str],
+           stem: str | None = None) -> subprocess.Popen:
     cmd = ["ip", "netns", "exec", host.name, agent_python(), "-m", module, role,
            "--iface", host.iface, "--src-ip", host.ip, "--src-mac", host.mac, "--gw-mac", host.gateway_mac,
-           "--start-at", str(start_at), "--out", str(out_dir / f"{role}-{host.name}"), *extra]
+           "--start-at", str(start_at), "--out", str(out_dir / (stem or f"{role}-{host.name}")), *extra]
     return subprocess.Popen(cmd, cwd=REPO)
 
 
@@ -47,10 +48,12 @@ def roce_agent(host, role: str, *, start_at: float, out_dir: Path, extra: Sequen
     return _agent("hostagent.ecn.roce", host, role, start_at, out_dir, extra)
 
 
-def rdma_agent(host, role: str, *, start_at: float, out_dir: Path, extra: Sequence[str] = ()) -> subprocess.Popen:
+def rdma_agent(host, role: str, *, start_at: float, out_dir: Path, extra: Sequence[str] = (),
+               stem: str | None = None) -> subprocess.Popen:
     """hostagent.rdma (the RC transport) `role` in `host`'s namespace, as
-    roce_agent: out_dir/<role>-<host>.json (and the sender's .csv)."""
-    return _agent("hostagent.rdma", host, role, start_at, out_dir, extra)
+    roce_agent: out_dir/<stem>.json (and the sender's .csv), stem
+    <role>-<host> unless given (a host with several queue pairs)."""
+    return _agent("hostagent.rdma", host, role, start_at, out_dir, extra, stem)
 
 
 def save_figure(fig, path: Path) -> Path:

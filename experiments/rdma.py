@@ -45,12 +45,15 @@ prints a table per phase and where files went.
 from __future__ import annotations
 
 import argparse
+import bisect
 import csv
 import json
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -68,7 +71,9 @@ from hostagent.rdma.agent import congestion_controls
 from hostagent.rdma.transport import MODES
 
 RECEIVER, BOTTLENECK_SWITCH = "r1", "leaf3"
+SENDER_HOSTS = ("h1", "h5", "h2", "h6", "h3", "h7", "h4", "h8")     # leaf1 and leaf2 alternately
 SENDERS = {4: ("h1", "h2", "h5", "h6"), 8: ("h1", "h2", "h3", "h4", "h5", "h6", "h7", "h8")}
+INCAST_SIZES = (4, 8, 16)    # 16: two queue pairs on each of the 8 sender hosts
 MESSAGE_BYTES = 65536
 MTU = 1024
 HPCC_INSTRUCTIONS = ["node_id", "l1_ports", "queue", "tx_bytes", "tx_time", "link_rate"]
@@ -104,11 +109,39 @@ def jain(xs: list[float]) -> float:
     return round(sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs)), 3) if xs and any(xs) else 0.0
 
 
-def run_case(cc: str, n: int, pfc: bool, topo, net: Network, ctl: FabricController, args, out: Path) -> dict:
-    name = f"{cc}-{n}{'-pfc' if pfc else ''}"
+@dataclass(frozen=True)
+class Flow:
+    """One queue pair into the receiver: its host, number, when it starts and
+    for how long it posts (seconds from the case's start), and the sender's
+    extra options (message size, Poisson arrivals); after posting, `drain_s`
+    to complete what is in flight."""
+    host: str
+    qp: int
+    start_s: float = 0.0
+    duration_s: float = 0.0
+    extra: tuple[str, ...] = ()
+    drain_s: float = 1.0
+
+    @property
+    def stem(self) -> str:
+        return f"send-{self.host}-qp{self.qp}"
+
+
+@dataclass
+class CaseRun:
+    dir: Path
+    flows: list[Flow]
+    tx: list[dict]               # each flow's sender summary
+    rx: dict                     # the receiver's
+    samples: list                # (s since the start, bottleneck queue depth)
+
+
+def run_flows(name: str, cc: str, flows: list[Flow], pfc: bool, topo, net: Network, ctl: FabricController, args,
+              out: Path) -> CaseRun:
+    """Every flow's sender and the receiver on their hosts, `cc` on each, in
+    the lossless class when `pfc`; the bottleneck queue sampled throughout."""
     receiver = topo.hosts[RECEIVER]
     port = receiver.switch_port
-    senders = [topo.hosts[h] for h in SENDERS[n]]
     queue = LOSSLESS_CLASS if pfc else 0
     for q in (0, LOSSLESS_CLASS):
         ctl.feature("ecn").set_profile(BOTTLENECK_SWITCH, port, None, queue=q)
@@ -116,17 +149,19 @@ def run_case(cc: str, n: int, pfc: bool, topo, net: Network, ctl: FabricControll
                                    else EcnProfile.monitor(), queue=queue)
     case_dir = out / name
     case_dir.mkdir(parents=True, exist_ok=True)
-    start_at = time.time() + 3.0
+    start_at = time.time() + 2.0 + 0.4 * len(flows)     # every agent started (its imports take ~0.4 s of CPU)
+    end_s = max(f.start_s + f.duration_s + f.drain_s for f in flows)
     common = ["--mode", args.mode, "--mtu", str(MTU)]
     procs = [rdma_agent(receiver, "receive", start_at=start_at, out_dir=case_dir,
-                        extra=[*common, "--duration", str(args.duration + 3.0)])]
+                        extra=[*common, "--duration", str(end_s + 3.0)])]
     capacity = queue_rate_pps(topo.switches[BOTTLENECK_SWITCH].ports[port].link.bandwidth_mbps)
-    for qp, h in enumerate(senders, start=1):
-        procs.append(rdma_agent(h, "send", start_at=start_at, out_dir=case_dir, extra=[
-            *common, "--dst-ip", receiver.ip, "--qp", str(qp), "--cc", cc, "--duration", str(args.duration),
-            "--message-bytes", str(MESSAGE_BYTES), "--line-rate-pps", str(capacity),
+    for f in flows:
+        h = topo.hosts[f.host]
+        procs.append(rdma_agent(h, "send", start_at=start_at + f.start_s, out_dir=case_dir, stem=f.stem, extra=[
+            *common, "--dst-ip", receiver.ip, "--qp", str(f.qp), "--cc", cc, "--duration", str(f.duration_s),
+            "--drain-s", str(f.drain_s), "--line-rate-pps", str(capacity),
             *(["--dscp", str(LOSSLESS_DSCP), "--tclass", str(LOSSLESS_CLASS), "--link-mbps",
-               str(topo.switches[h.switch].ports[h.switch_port].link.bandwidth_mbps)] if pfc else [])]))
+               str(topo.switches[h.switch].ports[h.switch_port].link.bandwidth_mbps)] if pfc else []), *f.extra]))
     samples: list = []
     stop = threading.Event()
     sw = topo.switches[BOTTLENECK_SWITCH]
@@ -136,7 +171,7 @@ def run_case(cc: str, n: int, pfc: bool, topo, net: Network, ctl: FabricControll
         sampler = threading.Thread(target=sample_queue, args=(thrift, port, stop, start_at, samples))
         sampler.start()
         for p in procs[1:]:
-            p.wait(timeout=args.duration + 60)
+            p.wait(timeout=end_s + 60)
         stop.set()
         sampler.join()
         procs[0].terminate()
@@ -144,12 +179,34 @@ def run_case(cc: str, n: int, pfc: bool, topo, net: Network, ctl: FabricControll
     net.check_alive()
     if any(p.returncode for p in procs[1:]):
         raise RuntimeError(f"{name}: a sender failed (exit codes {[p.returncode for p in procs[1:]]})")
-    tx = [json.loads((case_dir / f"send-{h.name}.json").read_text()) for h in senders]
-    rx = json.loads((case_dir / f"receive-{RECEIVER}.json").read_text())
-    with open(case_dir / "queue.csv", "w", newline="") as f:
-        w = csv.writer(f)
+    with open(case_dir / "queue.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
         w.writerow(["t_s", "qdepth_pkts"])
         w.writerows((round(t, 4), q) for t, q in samples)
+    tx = [json.loads((case_dir / f"{f.stem}.json").read_text()) for f in flows]
+    late = {f.stem: t["started_late_s"] for f, t in zip(flows, tx) if t["started_late_s"] > 0.05}
+    if late:
+        raise RuntimeError(f"{name}: senders started late (s): {late}; the machine is too busy for this case")
+    return CaseRun(case_dir, flows, tx, json.loads((case_dir / f"receive-{RECEIVER}.json").read_text()), samples)
+
+
+def incast_flows(n: int, duration: float) -> list[Flow]:
+    """n queue pairs of back-to-back 64 KB messages: one per sender host, or
+    n / hosts each when there are more queue pairs than hosts."""
+    per_host = -(-n // len(SENDER_HOSTS))
+    hosts = SENDERS.get(n) or tuple(h for h in SENDER_HOSTS for _ in range(per_host))[:n]
+    return [Flow(h, qp, 0.0, duration, ("--message-bytes", str(MESSAGE_BYTES))) for qp, h in enumerate(hosts, 1)]
+
+
+def bottleneck_pps(topo) -> float:
+    return queue_rate_pps(topo.switches[BOTTLENECK_SWITCH].ports[topo.hosts[RECEIVER].switch_port].link.bandwidth_mbps)
+
+
+def run_case(cc: str, n: int, pfc: bool, topo, net: Network, ctl: FabricController, args, out: Path) -> dict:
+    name = f"{cc}-{n}{'-pfc' if pfc else ''}"
+    run = run_flows(name, cc, incast_flows(n, args.duration), pfc, topo, net, ctl, args, out)
+    tx, rx, samples = run.tx, run.rx, run.samples
+    capacity = bottleneck_pps(topo)
     warm = 0.2 * args.duration
     steady_q = [q for t, q in samples if warm <= t <= args.duration]
     goodput = [t["messages_completed"] * MESSAGE_BYTES / args.duration for t in tx]
@@ -169,26 +226,27 @@ def run_case(cc: str, n: int, pfc: bool, topo, net: Network, ctl: FabricControll
         "retransmitted": sum(t["retransmitted"] for t in tx), "timeouts": sum(t["timeouts"] for t in tx),
         "sent": sum(t["sent"] for t in tx),
     }
-    _plot_case(result, samples, tx, senders, case_dir)
+    _plot_case(result, run)
     return result
 
 
-def _plot_case(result: dict, samples, tx, senders, case_dir: Path) -> None:
+def _plot_case(result: dict, run: CaseRun) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
-    for h in senders:
-        rows = list(csv.DictReader(open(case_dir / f"send-{h.name}.csv")))
-        axes[0].plot([float(r["t"]) for r in rows], [float(r["rate_pps"]) for r in rows], lw=0.8, label=h.name)
+    for f in run.flows:
+        rows = list(csv.DictReader(open(run.dir / f"{f.stem}.csv")))
+        axes[0].plot([f.start_s + float(r["t"]) for r in rows], [float(r["rate_pps"]) for r in rows], lw=0.8,
+                     label=f"{f.host}/{f.qp}")
     axes[0].set_ylabel("sending rate (pkts/s)")
     axes[0].legend(fontsize=7, ncol=4)
-    axes[1].plot([t for t, _ in samples], [q for _, q in samples], lw=0.7, color="black")
+    axes[1].plot([t for t, _ in run.samples], [q for _, q in run.samples], lw=0.7, color="black")
     axes[1].set_ylabel("bottleneck queue (pkts)")
     axes[1].set_xlabel("time (s)")
     axes[0].set_title(f"{result['case']}: utilisation {result['utilisation']:.0%}, Jain {result['jain']}, "
                       f"queue p50/p99 {result['queue_p50']:g}/{result['queue_p99']:g}", fontsize=9)
-    save_figure(fig, case_dir / "timeseries.png")
+    save_figure(fig, run.dir / "timeseries.png")
 
 
 def _plot_summary(results: list[dict], out: Path) -> Path:
@@ -272,6 +330,195 @@ def run_spray_case(mode: str, reorder: bool, topo, net: Network, ctl: FabricCont
             "held_by_reorder_buffer": rob.get("held", "")}
 
 
+MIX_LONG = ("h1", "h5")
+MIX_SHORT = (("h2", 4096), ("h6", 4096), ("h3", 16384), ("h7", 16384))     # (host, message bytes)
+MIX_SHORT_LOAD = 0.2         # the short messages' share of the bottleneck, all together
+MIX_DRAIN_S = 3.0
+
+
+def mix_flows(capacity_pps: float, duration: float) -> list[Flow]:
+    """Two long flows (64 KB messages back to back) and four queue pairs of
+    short messages (4 and 16 packets) arriving as Poisson processes, 20% of
+    the bottleneck together."""
+    flows = [Flow(h, qp, 0.0, duration, ("--message-bytes", str(MESSAGE_BYTES))) for qp, h in enumerate(MIX_LONG, 1)]
+    per_host_pps = MIX_SHORT_LOAD * capacity_pps / len(MIX_SHORT)
+    for qp, (h, size) in enumerate(MIX_SHORT, len(flows) + 1):
+        flows.append(Flow(h, qp, 0.0, duration, ("--message-bytes", str(size), "--poisson-per-s",
+                                                 f"{per_host_pps / -(-size // MTU):.3f}", "--seed", str(qp)),
+                          drain_s=MIX_DRAIN_S))
+    return flows
+
+
+def message_times(path: Path) -> list[tuple[int, float, Optional[float]]]:
+    """(bytes, posted, completed or None) of each message a sender posted."""
+    return [(int(r["bytes"]), float(r["posted_s"]), float(r["completed_s"]) if r["completed_s"] else None)
+            for r in csv.DictReader(open(path))]
+
+
+def slowdowns(messages, capacity_pps: float, base_rtt_s: float) -> list[float]:
+    """Completion time over the ideal one: the message's packets at the
+    bottleneck's rate plus the base round trip (an idle fabric's)."""
+    return [(done - posted) / (-(-size // MTU) / capacity_pps + base_rtt_s)
+            for size, posted, done in messages if done is not None]
+
+
+def run_mix_case(cc: str, pfc: bool, topo, net: Network, ctl: FabricController, args, out: Path) -> dict:
+    name = f"{cc}{'-pfc' if pfc else ''}"
+    capacity = bottleneck_pps(topo)
+    run = run_flows(name, cc, mix_flows(capacity, args.duration), pfc, topo, net, ctl, args, out)
+    long_tx = run.tx[:len(MIX_LONG)]
+    short = {f.stem: message_times(run.dir / f"{f.stem}.messages.csv") for f in run.flows[len(MIX_LONG):]}
+    base_rtt = min(t["rtt_ms"]["min"] for t in run.tx if t["rtt_ms"]["min"] is not None) / 1000
+    by_size: dict[int, list[float]] = {}
+    for f in run.flows[len(MIX_LONG):]:
+        size = int(f.extra[1])
+        by_size.setdefault(size, []).extend(slowdowns(short[f.stem], capacity, base_rtt))
+    every = [x for xs in by_size.values() for x in xs]
+    posted = sum(len(m) for m in short.values())
+    long_goodput = [t["messages_completed"] * MESSAGE_BYTES / args.duration for t in long_tx]
+    short_bytes = sum(size for m in short.values() for size, _, done in m if done is not None)
+    steady_q = [q for t, q in run.samples if 0.2 * args.duration <= t <= args.duration]
+    int_q = run.rx.get("int_last_hop_queue_packets") or {}
+    result = {
+        "case": name, "cc": cc, "pfc": pfc, "mode": args.mode,
+        "utilisation": round((sum(long_goodput) * args.duration + short_bytes) / MTU / args.duration / capacity, 3),
+        "long_jain": jain(long_goodput), "long_goodput_mbps": round(sum(long_goodput) * 8 / 1e6, 3),
+        "short_messages": posted, "short_completed": len(every), "base_rtt_ms": round(1000 * base_rtt, 2),
+        "slowdown_p50": round(percentile(every, 0.5), 2), "slowdown_p99": round(percentile(every, 0.99), 2),
+        **{f"slowdown_{size // MTU}pkt_p50": round(percentile(xs, 0.5), 2) for size, xs in sorted(by_size.items())},
+        **{f"slowdown_{size // MTU}pkt_p99": round(percentile(xs, 0.99), 2) for size, xs in sorted(by_size.items())},
+        "queue_p50": percentile(steady_q, 0.5), "queue_p99": percentile(steady_q, 0.99),
+        "int_queue_p50": int_q.get("p50", ""), "int_queue_p99": int_q.get("p99", ""),
+        "retransmitted": sum(t["retransmitted"] for t in run.tx), "timeouts": sum(t["timeouts"] for t in run.tx),
+    }
+    with open(run.dir / "slowdowns.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["message_bytes", "slowdown"])
+        w.writerows((size, round(x, 3)) for size, xs in sorted(by_size.items()) for x in xs)
+    _plot_case({**result, "jain": result["long_jain"]}, run)
+    return result
+
+
+def _plot_slowdowns(results: list[dict], out: Path) -> Path:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for r in results:
+        xs = sorted(float(row["slowdown"]) for row in csv.DictReader(open(out / r["case"] / "slowdowns.csv")))
+        ax.plot(xs, [(i + 1) / len(xs) for i in range(len(xs))], label=r["case"])
+    ax.set_xscale("log")
+    ax.set_xlabel("short-message completion time / ideal")
+    ax.set_ylabel("CDF")
+    ax.legend(fontsize=8)
+    return save_figure(fig, out / "slowdown_cdf.png")
+
+
+CONVERGE_HOSTS = ("h1", "h5", "h2", "h6")
+RATE_WINDOW_S = 0.5          # a flow's rate: new packets sent over this window
+HOLD_S = 0.5                 # converged: the condition held this long
+FLOW_TOLERANCE = 0.2         # every flow within this share of the active flows' mean rate
+TOTAL_TOLERANCE = 0.1        # and their sum within this share of where it settles in the interval
+
+
+def converge_flows(step_s: float) -> list[Flow]:
+    """Flows join one every `step_s` and leave in reverse order: 1, 2, 3, 4,
+    3, 2, 1 flows, each level held `step_s`."""
+    n = len(CONVERGE_HOSTS)
+    return [Flow(h, qp, i * step_s, (2 * n - 1 - 2 * i) * step_s, ("--message-bytes", str(MESSAGE_BYTES)))
+            for i, (qp, h) in enumerate(enumerate(CONVERGE_HOSTS, 1))]
+
+
+def flow_rates(run: CaseRun, grid: list[float]) -> dict[str, list[Optional[float]]]:
+    """Each flow's rate of new packets (sent less resent) over the
+    RATE_WINDOW_S before each grid time; None where it was not sending
+    through the whole window."""
+    rates = {}
+    for f in run.flows:
+        rows = [(f.start_s + float(r["t"]), int(r["sent"]) - int(r["retransmitted"]))
+                for r in csv.DictReader(open(run.dir / f"{f.stem}.csv"))]
+        times = [t for t, _ in rows]
+
+        def sent_by(t: float) -> int:
+            i = bisect.bisect_right(times, t) - 1
+            return rows[i][1] if i >= 0 else 0
+        rates[f.stem] = [(sent_by(g) - sent_by(g - RATE_WINDOW_S)) / RATE_WINDOW_S
+                         if f.start_s + RATE_WINDOW_S <= g <= f.start_s + f.duration_s else None for g in grid]
+    return rates
+
+
+def convergence(run: CaseRun, capacity_pps: float) -> list[dict]:
+    """For each join and leave: how long until the active flows' rates are
+    within FLOW_TOLERANCE of their mean and their sum within TOTAL_TOLERANCE
+    of its median over the interval's second half, held HOLD_S."""
+    starts = sorted(f.start_s for f in run.flows)
+    ends = sorted(f.start_s + f.duration_s for f in run.flows)
+    events = [(t, "join") for t in starts[1:]] + [(t, "leave") for t in ends[:-1]]
+    boundaries = sorted({*starts, *ends})
+    grid = [round(i * 0.05, 3) for i in range(int(boundaries[-1] / 0.05) + 1)]
+    rates = flow_rates(run, grid)
+    rows = []
+    for e, kind in events:
+        nxt = min(b for b in boundaries if b > e)
+        idx = [i for i, g in enumerate(grid) if e + RATE_WINDOW_S <= g < nxt]
+        active = [k for k in rates if all(rates[k][i] is not None for i in idx)]
+        total = [sum(rates[k][i] or 0.0 for k in active) for i in idx]
+        settled = sorted(total[len(total) // 2:])[len(total[len(total) // 2:]) // 2] if total else 0.0
+
+        def ok(i: int, j: int) -> bool:
+            mean = total[j] / len(active)
+            return (abs(total[j] - settled) <= TOTAL_TOLERANCE * settled and
+                    all(abs((rates[k][i] or 0.0) - mean) <= FLOW_TOLERANCE * mean for k in active))
+        good = [ok(i, j) for j, i in enumerate(idx)]
+        hold = int(round(HOLD_S / 0.05))
+        at = next((grid[idx[j]] for j in range(len(idx) - hold) if all(good[j:j + hold + 1])), None)
+        half = idx[len(idx) // 2:]
+        rows.append({"event_s": round(e, 2), "event": kind, "flows": len(active),
+                     "converged_after_s": "" if at is None else round(at - e, 2),
+                     "utilisation": round(settled / capacity_pps, 3),
+                     "jain": jain([sum(rates[k][i] or 0.0 for i in half) for k in active])})
+    return rows
+
+
+def run_converge_case(cc: str, pfc: bool, topo, net: Network, ctl: FabricController, args,
+                      out: Path) -> tuple[dict, list[dict]]:
+    name = f"{cc}{'-pfc' if pfc else ''}"
+    capacity = bottleneck_pps(topo)
+    step = args.duration / 3
+    run = run_flows(name, cc, converge_flows(step), pfc, topo, net, ctl, args, out)
+    events = [{"case": name, "cc": cc, "pfc": pfc, **e} for e in convergence(run, capacity)]
+    times = [e["converged_after_s"] for e in events if e["converged_after_s"] != ""]
+    result = {"case": name, "cc": cc, "pfc": pfc, "step_s": round(step, 2), "events": len(events),
+              "converged": len(times), "converged_after_p50_s": round(percentile(times, 0.5), 2) if times else "",
+              "converged_after_max_s": max(times) if times else "",
+              "join_after_s": " ".join(str(e["converged_after_s"] or "-") for e in events if e["event"] == "join"),
+              "leave_after_s": " ".join(str(e["converged_after_s"] or "-") for e in events if e["event"] == "leave"),
+              "retransmitted": sum(t["retransmitted"] for t in run.tx)}
+    _plot_converge(result, run, events)
+    return result, events
+
+
+def _plot_converge(result: dict, run: CaseRun, events: list[dict]) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    end = max(f.start_s + f.duration_s for f in run.flows)
+    grid = [round(i * 0.05, 3) for i in range(int(end / 0.05) + 1)]
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    for f, (stem, rs) in zip(run.flows, flow_rates(run, grid).items()):
+        ax.plot(grid, [float("nan") if r is None else r for r in rs], lw=0.9, label=f"{f.host}/{f.qp}")
+    for e in events:
+        ax.axvline(e["event_s"], color="grey", lw=0.5, ls=":")
+        if e["converged_after_s"] != "":
+            ax.axvline(e["event_s"] + e["converged_after_s"], color="green", lw=0.6, ls="--")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel(f"new packets/s ({RATE_WINDOW_S:g} s window)")
+    ax.set_title(f"{result['case']}: flows join and leave every {result['step_s']:g} s; converged after "
+                 f"joins {result['join_after_s']} s, leaves {result['leave_after_s']} s (green)", fontsize=9)
+    ax.legend(fontsize=7, ncol=4)
+    save_figure(fig, run.dir / "rates.png")
+
+
 def _plot_loss(results: list[dict], out: Path) -> Path:
     import matplotlib
     matplotlib.use("Agg")
@@ -289,14 +536,17 @@ def _plot_loss(results: list[dict], out: Path) -> Path:
     return save_figure(fig, out / "goodput_vs_loss.png")
 
 
-PHASES = ("incast", "loss", "spray")
+PHASE_TEXT = {"mix": "{d:g}s of 2 long flows and Poisson short messages (4 and 16 packets, 20% of the link)",
+              "converge": "4 flows joining and leaving one every {s:.2g}s"}
+PHASES = ("incast", "mix", "converge", "loss", "spray")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--phases", nargs="*", default=list(PHASES), choices=PHASES)
     ap.add_argument("--ccs", nargs="*", default=sorted(congestion_controls()), choices=sorted(congestion_controls()))
-    ap.add_argument("--senders", nargs="*", type=int, default=[4, 8], choices=sorted(SENDERS))
+    ap.add_argument("--senders", nargs="*", type=int, default=list(INCAST_SIZES), choices=INCAST_SIZES,
+                    help="incast phase: queue pairs into the receiver")
     ap.add_argument("--losses", nargs="*", type=float, default=[0, 0.1, 1, 2, 5], help="loss phase: percent")
     ap.add_argument("--duration", type=float, default=10.0, help="seconds of traffic per case")
     ap.add_argument("--mode", choices=MODES, default=MODES[0], help="incast phase: retransmission mode")
@@ -325,6 +575,28 @@ def main(argv: list[str] | None = None) -> int:
                               f"{'lossless class (PFC)' if pfc else 'lossy'}", flush=True)
                         results.append(run_case(cc, n, pfc, topo, net, ctl, args, incast_out))
             written += [write_csv(incast_out / "summary.csv", results), _plot_summary(results, incast_out)]
+            print_table(results)
+        def cases(phase: str):
+            """(fabric, cc) of a phase, announced; its output directory."""
+            phase_out = out / phase
+            phase_out.mkdir(parents=True, exist_ok=True)
+            for pfc in args.fabrics:
+                for cc in args.ccs:
+                    print(f"==> {phase} {cc}: {PHASE_TEXT[phase].format(d=args.duration, s=args.duration / 3)}, "
+                          f"{'lossless class (PFC)' if pfc else 'lossy'}", flush=True)
+                    yield pfc, cc, phase_out
+        if "mix" in args.phases:
+            results = [run_mix_case(cc, pfc, topo, net, ctl, args, phase_out) for pfc, cc, phase_out in cases("mix")]
+            written += [write_csv(out / "mix" / "summary.csv", results), _plot_slowdowns(results, out / "mix")]
+            print_table(results)
+        if "converge" in args.phases:
+            results, events = [], []
+            for pfc, cc, phase_out in cases("converge"):
+                result, case_events = run_converge_case(cc, pfc, topo, net, ctl, args, phase_out)
+                results.append(result)
+                events += case_events
+            written += [write_csv(out / "converge" / "summary.csv", results),
+                        write_csv(out / "converge" / "events.csv", events)]
             print_table(results)
         if "loss" in args.phases:
             loss_out = out / "loss"

@@ -8,7 +8,8 @@
 The sender posts messages on one queue pair and sends them with the chosen
 congestion control; the receiver answers every queue pair that sends to it
 (ACKs, NAKs, CNPs for CE marks). Both write a JSON summary (<out>.json;
-the sender also a time series, <out>.csv). Frames that are not the
+the sender also a time series, <out>.csv, and each message's posting and
+completion time, <out>.messages.csv). Frames that are not the
 transport's, or are malformed, are counted by reason and ignored; a
 sender honours PFC pauses of its class (`--tclass`) as a lossless NIC does.
 """
@@ -17,6 +18,8 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import random
+import select
 import signal
 import sys
 import time
@@ -39,6 +42,7 @@ from hostagent.sender import add_host_arguments
 from wire.rdma import RETH_OPCODES, HopRecord
 
 SAMPLE_S = 0.01
+IDLE_WAIT_S = 0.001          # a sender with nothing to send waits for a frame this long at most (timers' grain)
 _stopping = False              # SIGTERM: finish the loop, write the summary
 
 
@@ -84,14 +88,27 @@ def run_sender(a, sock=None) -> dict:
     pfc = PauseState(a.link_mbps) if a.tclass is not None else None
     ignored: defaultdict[str, int] = defaultdict(int)
     series = []
+    late_s = max(0.0, time.time() - a.start_at) if a.start_at else 0.0
     if a.start_at:
         time.sleep(max(0.0, a.start_at - time.time()))
     t0 = time.monotonic()
     kind = WRITE if a.write else SEND
     posted = 0
 
-    def top_up(now: float) -> None:      # messages to send: a fixed count, or always two ahead until the end
-        nonlocal posted
+    arrivals = random.Random(a.seed)
+    next_arrival = arrivals.expovariate(a.poisson_per_s) if a.poisson_per_s else 0.0
+
+    def top_up(now: float) -> None:
+        """Messages to send: a fixed count; or arriving as a Poisson process
+        (posted at their arrival time: a message's completion time counts its
+        wait behind the queue pair's earlier ones); or always two ahead."""
+        nonlocal posted, next_arrival
+        if a.poisson_per_s:
+            while next_arrival <= now and next_arrival < a.duration:
+                req.post(a.message_bytes, next_arrival, kind=kind)
+                posted += 1
+                next_arrival += arrivals.expovariate(a.poisson_per_s)
+            return
         while (posted < a.messages if a.messages else
                now < a.duration and req.pending_messages < 2):
             req.post(a.message_bytes, now, kind=kind)
@@ -101,7 +118,8 @@ def run_sender(a, sock=None) -> dict:
     while True:
         now = time.monotonic() - t0
         top_up(now)
-        if (a.messages and req.done) or now >= a.duration + (a.drain_s if not a.messages else 0.0) or _stopping:
+        if ((a.messages or (a.poisson_per_s and now >= a.duration)) and req.done) or _stopping \
+                or now >= a.duration + (a.drain_s if not a.messages else 0.0):
             break
         while True:
             try:
@@ -131,21 +149,21 @@ def run_sender(a, sock=None) -> dict:
         if pfc is not None and pfc.paused(a.tclass, now):
             time.sleep(0.0002)
             continue
-        pkt = req.next_packet(now) if now < a.duration or a.messages else None
+        pkt = req.next_packet(now) if now < a.duration or a.messages or a.poisson_per_s else None
         if pkt is not None:
             reth = (0, 0, a.message_bytes) if pkt.opcode in RETH_OPCODES else None
             try:
                 sock.send(frames.data(a.qp, pkt.psn, pkt.opcode, pkt.payload, ackreq=pkt.ackreq, reth=reth))
             except OSError:      # refused by the interface: lost, the transport will resend it
                 ignored["tx-error"] += 1
-        else:
+        else:       # paced: until the next send time; held by the window (or idle): until a frame comes
             wait = req.next_send_time() - (time.monotonic() - t0)
-            time.sleep(min(max(wait, 0.0), 0.0005))
+            select.select([sock], [], [], min(wait, 0.0005) if wait > 0 else IDLE_WAIT_S)
     completed = [m for m in req.messages if m.completed_at is not None]
     fct_ms = [1000 * (m.completed_at - m.posted_at) for m in completed if m.completed_at is not None]
     elapsed = max((m.completed_at for m in completed if m.completed_at is not None), default=0.0)
     summary = {
-        "role": "sender", "qp": a.qp, "src": a.src_ip, "dst": a.dst_ip, "cc": a.cc, "mode": a.mode,
+        "role": "sender", "started_late_s": round(late_s, 3), "qp": a.qp, "src": a.src_ip, "dst": a.dst_ip, "cc": a.cc, "mode": a.mode,
         "message_bytes": a.message_bytes, "messages_posted": posted, "messages_completed": len(completed),
         "completion_ms": _percentiles(fct_ms), "goodput_bytes_per_s": round(len(completed) * a.message_bytes
                                                                             / elapsed, 1) if elapsed else 0.0,
@@ -157,6 +175,12 @@ def run_sender(a, sock=None) -> dict:
         "pfc": pfc.summary() if pfc is not None else None,
     }
     _write(a, summary, ("t", "rate_pps", "window_packets", "outstanding", "sent", "retransmitted"), series)
+    if a.out is not None:
+        with open(Path(a.out).with_suffix(".messages.csv"), "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(("message", "bytes", "posted_s", "completed_s"))
+            w.writerows((m.id, m.size, round(m.posted_at, 6),
+                         "" if m.completed_at is None else round(m.completed_at, 6)) for m in req.messages)
     return summary
 
 
@@ -274,9 +298,13 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--line-rate-pps", type=float, default=1000.0, help="the NIC's rate, packets/s")
     s.add_argument("--message-bytes", type=int, default=65536)
     s.add_argument("--messages", type=int, default=0, help="send this many messages, then stop (0: --duration)")
+    s.add_argument("--poisson-per-s", type=float, default=0.0,
+                   help="messages arrive as a Poisson process of this rate until --duration (0: back to back)")
+    s.add_argument("--seed", type=int, default=1, help="of the Poisson arrivals")
     s.add_argument("--write", action="store_true", help="RDMA WRITE instead of SEND")
     s.add_argument("--rto-s", type=float, default=TransportParams.rto_s)
-    s.add_argument("--drain-s", type=float, default=1.0, help="after --duration: time to finish what is in flight")
+    s.add_argument("--drain-s", type=float, default=1.0, help="after --duration: time to finish what is in flight "
+                                                                  "(with --poisson-per-s: what was posted)")
     s.add_argument("--tclass", type=int, default=None, help="honour PFC pauses of this class (a lossless NIC)")
     s.add_argument("--link-mbps", type=float, default=100.0, help="the host link's rate: the pause quantum")
     return ap
@@ -289,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
                         **({"rto_s": a.rto_s} if a.role == "send" else {}))
         if a.role == "send" and a.message_bytes < 1:
             raise ValueError(f"--message-bytes must be >= 1, got {a.message_bytes}")
+        if a.role == "send" and (a.poisson_per_s < 0 or (a.poisson_per_s and a.messages)):
+            raise ValueError(f"--poisson-per-s must be >= 0 and not given with --messages, "
+                             f"got {a.poisson_per_s} (--messages {a.messages})")
     except ValueError as e:
         print(f"hostagent.rdma: {e}", file=sys.stderr)
         return 2
