@@ -2,14 +2,15 @@
 """The RDMA transport on BMv2: its congestion controls under incast (DCQCN,
 TIMELY, Swift, HPCC), and its two retransmission modes under random loss.
 
-    fabric experiment rdma [--phases incast loss spray] [--ccs dcqcn timely swift hpcc] [--senders 4 8]
-                           [--losses 0 0.1 1 2 5] [--duration 10] [--mode go-back-n]
-                           [--out experiments/results/rdma]
+    fabric experiment rdma [--phases incast mix converge loss spray] [--ccs dcqcn timely swift hpcc]
+                           [--senders 4 8 16] [--fabrics lossy pfc] [--losses 0 0.1 1 2 5] [--duration 10]
+                           [--mode go-back-n] [--out experiments/results/rdma]
 
 Phase incast:
 
 topologies/incast-leaf-spine.yaml on BMv2: senders on leaf1 and leaf2
-(h1, h2, h5, h6 for 4:1; h1-h8 for 8:1), the receiver r1 on leaf3, whose
+(h1, h2, h5, h6 for 4:1; h1-h8 for 8:1; two queue pairs on each of h1-h8
+for 16:1), the receiver r1 on leaf3, whose
 10 Mbit/s port (833 packets/s) is the bottleneck. Every sender runs the RC
 transport (hostagent.rdma) with one queue pair, posting 64 KB messages
 back to back for --duration seconds at a NIC rate of 833 packets/s; the
@@ -26,6 +27,23 @@ fairness over the senders, message completion time p50/p99, queue at the
 bottleneck p50/p99 (from the switch and from INT), retransmissions and
 timeouts.
 
+Phase mix: two long flows (h1, h5: 64 KB messages back to back) and four
+queue pairs of short messages (h2, h6: 4 packets; h3, h7: 16 packets)
+arriving as Poisson processes, 20% of the bottleneck together. Recorded:
+each short message's completion-time slowdown (its completion time over
+the ideal: a one-packet message's on the idle fabric, measured first, plus
+its other packets at the bottleneck's rate),
+p50/p99 overall and per size; the long flows' Jain fairness; utilisation;
+queue p50/p99.
+
+Phase converge: four flows (h1, h5, h2, h6) join one every --duration/3
+seconds and leave in reverse order. Per join and leave: the time until
+every active flow's rate (new packets over RATE_WINDOW_S) is within
+FLOW_TOLERANCE of their mean and their sum within TOTAL_TOLERANCE of where
+it settles, held HOLD_S (events.csv; per algorithm, summary.csv).
+
+Mix and converge run on each fabric of --fabrics, as incast does.
+
 Phase loss: one queue pair h1 -> r1 (DCQCN with nothing marked: the NIC's
 833 packets/s), leaf3 dropping a share of what it sends to r1 at random
 (core.impairments: netem, or an nftables rule), go-back-N against
@@ -38,8 +56,7 @@ order is a NAK and a resend of all after it), go-back-N with the
 receiver's reorder buffer (hostagent/load_balancing/reorder.py) in front of
 the transport, and selective repeat.
 
-CSV and PNG under --out (incast in --out/incast, loss in --out/loss, spray
-in --out/spray);
+CSV and PNG under --out/<phase>;
 prints a table per phase and where files went.
 """
 from __future__ import annotations
@@ -355,24 +372,40 @@ def message_times(path: Path) -> list[tuple[int, float, Optional[float]]]:
             for r in csv.DictReader(open(path))]
 
 
-def slowdowns(messages, capacity_pps: float, base_rtt_s: float) -> list[float]:
-    """Completion time over the ideal one: the message's packets at the
-    bottleneck's rate plus the base round trip (an idle fabric's)."""
-    return [(done - posted) / (-(-size // MTU) / capacity_pps + base_rtt_s)
+def slowdowns(messages, capacity_pps: float, one_packet_s: float) -> list[float]:
+    """Completion time over the ideal one: a one-packet message's on the
+    idle fabric, plus the message's other packets at the bottleneck's rate."""
+    return [(done - posted) / (one_packet_s + (-(-size // MTU) - 1) / capacity_pps)
             for size, posted, done in messages if done is not None]
 
 
-def run_mix_case(cc: str, pfc: bool, topo, net: Network, ctl: FabricController, args, out: Path) -> dict:
+PROBE_MESSAGES_PER_S, PROBE_S = 20.0, 3.0
+
+
+def idle_completion_s(topo, net: Network, ctl: FabricController, args, out: Path) -> float:
+    """The median completion time of one-packet messages from h1 on the idle
+    fabric (Poisson, PROBE_MESSAGES_PER_S for PROBE_S): the ideal the
+    slowdowns divide by, the same for every algorithm."""
+    probe = Flow("h1", 1, 0.0, PROBE_S, ("--message-bytes", str(MTU), "--poisson-per-s", str(PROBE_MESSAGES_PER_S)))
+    run = run_flows("idle-probe", "dcqcn", [probe], False, topo, net, ctl, args, out)
+    times = [done - posted for _, posted, done in message_times(run.dir / f"{probe.stem}.messages.csv")
+             if done is not None]
+    if len(times) < 10:
+        raise RuntimeError(f"idle probe: {len(times)} one-packet messages completed, too few to measure")
+    return percentile(times, 0.5)
+
+
+def run_mix_case(cc: str, pfc: bool, one_packet_s: float, topo, net: Network, ctl: FabricController, args,
+                 out: Path) -> dict:
     name = f"{cc}{'-pfc' if pfc else ''}"
     capacity = bottleneck_pps(topo)
     run = run_flows(name, cc, mix_flows(capacity, args.duration), pfc, topo, net, ctl, args, out)
     long_tx = run.tx[:len(MIX_LONG)]
     short = {f.stem: message_times(run.dir / f"{f.stem}.messages.csv") for f in run.flows[len(MIX_LONG):]}
-    base_rtt = min(t["rtt_ms"]["min"] for t in run.tx if t["rtt_ms"]["min"] is not None) / 1000
     by_size: dict[int, list[float]] = {}
     for f in run.flows[len(MIX_LONG):]:
         size = int(f.extra[1])
-        by_size.setdefault(size, []).extend(slowdowns(short[f.stem], capacity, base_rtt))
+        by_size.setdefault(size, []).extend(slowdowns(short[f.stem], capacity, one_packet_s))
     every = [x for xs in by_size.values() for x in xs]
     posted = sum(len(m) for m in short.values())
     long_goodput = [t["messages_completed"] * MESSAGE_BYTES / args.duration for t in long_tx]
@@ -383,7 +416,7 @@ def run_mix_case(cc: str, pfc: bool, topo, net: Network, ctl: FabricController, 
         "case": name, "cc": cc, "pfc": pfc, "mode": args.mode,
         "utilisation": round((sum(long_goodput) * args.duration + short_bytes) / MTU / args.duration / capacity, 3),
         "long_jain": jain(long_goodput), "long_goodput_mbps": round(sum(long_goodput) * 8 / 1e6, 3),
-        "short_messages": posted, "short_completed": len(every), "base_rtt_ms": round(1000 * base_rtt, 2),
+        "short_messages": posted, "short_completed": len(every), "idle_one_packet_ms": round(1000 * one_packet_s, 2),
         "slowdown_p50": round(percentile(every, 0.5), 2), "slowdown_p99": round(percentile(every, 0.99), 2),
         **{f"slowdown_{size // MTU}pkt_p50": round(percentile(xs, 0.5), 2) for size, xs in sorted(by_size.items())},
         **{f"slowdown_{size // MTU}pkt_p99": round(percentile(xs, 0.99), 2) for size, xs in sorted(by_size.items())},
@@ -586,7 +619,11 @@ def main(argv: list[str] | None = None) -> int:
                           f"{'lossless class (PFC)' if pfc else 'lossy'}", flush=True)
                     yield pfc, cc, phase_out
         if "mix" in args.phases:
-            results = [run_mix_case(cc, pfc, topo, net, ctl, args, phase_out) for pfc, cc, phase_out in cases("mix")]
+            print(f"==> mix: one-packet messages on the idle fabric for {PROBE_S:g}s (the slowdowns' ideal)",
+                  flush=True)
+            one_packet_s = idle_completion_s(topo, net, ctl, args, out / "mix")
+            results = [run_mix_case(cc, pfc, one_packet_s, topo, net, ctl, args, phase_out)
+                       for pfc, cc, phase_out in cases("mix")]
             written += [write_csv(out / "mix" / "summary.csv", results), _plot_slowdowns(results, out / "mix")]
             print_table(results)
         if "converge" in args.phases:

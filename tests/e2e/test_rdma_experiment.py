@@ -58,3 +58,34 @@ def test_retransmission_modes_under_loss_and_under_spraying(tmp_path):
     assert int(gbn["retransmitted"]) > 0 and int(gbn["out_of_order_at_transport"]) > 0, gbn
     assert int(rob["retransmitted"]) == 0 and int(rob["held_by_reorder_buffer"]) > 0, rob
     assert float(rob["goodput_mbps"]) > float(gbn["goodput_mbps"]), (rob, gbn)
+
+
+def test_short_messages_among_long_flows_and_flows_joining_and_leaving(tmp_path):
+    """Phase mix: Poisson short messages beside two long flows, every
+    algorithm, lossless class: the short messages complete, their slowdown is
+    measured against the fabric's least round trip (never below it by more
+    than a packet's time), per size. Phase converge: the six joins and leaves
+    are found, each with its flow count, the rates settle after some."""
+    out = tmp_path / "rdma"
+    proc = subprocess.run([sys.executable, "-m", "experiments.rdma", "--phases", "mix", "converge", "--fabrics", "pfc",
+                           "--duration", "6", "--out", str(out)], cwd=REPO, capture_output=True, text=True,
+                          timeout=1200)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    mix = {r["cc"]: r for r in csv.DictReader(open(out / "mix" / "summary.csv"))}
+    assert set(mix) == set(congestion_controls())
+    for cc, r in mix.items():
+        assert int(r["short_messages"]) >= 50 and int(r["short_completed"]) >= 0.9 * int(r["short_messages"]), r
+        assert 0.8 <= float(r["slowdown_p50"]) <= float(r["slowdown_p99"]), r
+        assert float(r["slowdown_16pkt_p50"]) > 0 and float(r["slowdown_4pkt_p50"]) > 0, r
+        assert float(r["utilisation"]) > 0.4 and float(r["long_goodput_mbps"]) > 0, r
+        rows = list(csv.DictReader(open(out / "mix" / f"{cc}-pfc" / "slowdowns.csv")))
+        assert len(rows) == int(r["short_completed"]), cc
+    assert (out / "mix" / "slowdown_cdf.png").stat().st_size > 10_000
+    events = list(csv.DictReader(open(out / "converge" / "events.csv")))
+    for cc in congestion_controls():
+        mine = [e for e in events if e["cc"] == cc]
+        assert [(e["event"], int(e["flows"])) for e in mine] == [("join", 2), ("join", 3), ("join", 4),
+                                                                ("leave", 3), ("leave", 2), ("leave", 1)], mine
+        assert all(float(e["utilisation"]) > 0.3 for e in mine), mine
+        assert any(e["converged_after_s"] != "" for e in mine), mine
+        assert (out / "converge" / f"{cc}-pfc" / "rates.png").stat().st_size > 10_000

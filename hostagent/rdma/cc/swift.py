@@ -10,7 +10,9 @@ delay against a target.
                             cwnd += ai * acked          (cwnd < 1)
   delay >= target, at most once per RTT:
                             cwnd *= max(1 - beta (delay - target) / delay, 1 - max_mdf)
-  retransmission timeout, at most once per RTT:  cwnd *= 1 - max_mdf
+  retransmission timeout:   retransmit_cnt += 1; if retransmit_cnt >= retx_reset_threshold:
+                            cwnd = min_cwnd, else (at most once per RTT) cwnd *= 1 - max_mdf;
+                            an ACK of new data sets retransmit_cnt to 0
 cwnd within [min_cwnd, max_cwnd]. Below one packet Swift paces: one
 packet every rtt / cwnd; at or above, the window limits and the NIC rate paces.
 
@@ -28,6 +30,7 @@ a leaf-spine path, ~77 ms more behind a full BMv2 queue).
 | beta | 0.8 | 0.8 | |
 | max_mdf | 0.5 | 0.5 | |
 | min_cwnd, max_cwnd | 0.001, ~BDP | 0.01, 128 | packets; 128 is the transport's cap |
+| retx_reset_threshold | named, no value given | 5 | timeouts in a row before the window drops to min_cwnd |
 """
 from __future__ import annotations
 
@@ -53,6 +56,7 @@ class SwiftParams:
     min_cwnd: float = 0.01
     max_cwnd: float = 128.0
     init_cwnd: float = 16.0
+    retx_reset_threshold: int = 5
     mtu_bytes: int = 1024
 
     def __post_init__(self):
@@ -72,6 +76,8 @@ class SwiftParams:
         if not 0 < self.min_cwnd <= self.init_cwnd <= self.max_cwnd:
             problems.append(f"need 0 < min_cwnd <= init_cwnd <= max_cwnd, got {self.min_cwnd}, "
                             f"{self.init_cwnd}, {self.max_cwnd}")
+        if self.retx_reset_threshold < 1:
+            problems.append(f"retx_reset_threshold must be >= 1, got {self.retx_reset_threshold}")
         if problems:
             raise ValueError("invalid Swift parameters: " + "; ".join(problems))
 
@@ -93,6 +99,7 @@ class Swift:
         self.rtt = params.base_target_s          # the latest RTT sample (pacing below one packet)
         self.last_decrease: Optional[float] = None
         self.increases = self.decreases = 0
+        self.retransmit_cnt = 0                  # timeouts since the last ACK of new data
 
     def target(self) -> float:
         p = self.p
@@ -116,6 +123,8 @@ class Swift:
         if fb.rtt_s is None:
             return
         p = self.p
+        if fb.acked_packets:
+            self.retransmit_cnt = 0
         delay = self.rtt = fb.rtt_s
         target = self.target()
         if delay < target:
@@ -127,7 +136,10 @@ class Swift:
             self.last_decrease = fb.now
 
     def on_timeout(self, now: float) -> None:
-        if self._can_decrease(now):
+        self.retransmit_cnt += 1
+        if self.retransmit_cnt >= self.p.retx_reset_threshold:
+            self._set(self.p.min_cwnd)
+        elif self._can_decrease(now):
             self._set(self.cwnd * (1 - self.p.max_mdf))
             self.last_decrease = now
 

@@ -114,6 +114,18 @@ def test_swift_decreases_once_per_rtt_and_at_most_max_mdf():
     assert s.cwnd == pytest.approx(after * 0.5), "max_mdf caps the cut"
 
 
+def test_swift_drops_to_the_least_window_after_timeouts_in_a_row():
+    s = Swift(P_S)
+    for i in range(P_S.retx_reset_threshold - 1):
+        s.on_timeout(1.0 + i)
+    assert s.cwnd == pytest.approx(16 * 0.5 ** (P_S.retx_reset_threshold - 1))
+    s.on_ack(ack(now=10.0, rtt=0.001))
+    assert s.retransmit_cnt == 0, "an ACK of new data resets the count"
+    for i in range(P_S.retx_reset_threshold):
+        s.on_timeout(20.0 + i)
+    assert s.cwnd == P_S.min_cwnd, "the threshold-th timeout in a row: min_cwnd"
+
+
 def test_swift_timeout_and_pacing_below_one_packet():
     s = Swift(P_S)
     s.on_timeout(1.0)
