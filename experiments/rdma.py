@@ -40,7 +40,8 @@ Phase converge: four flows (h1, h5, h2, h6) join one every --duration/3
 seconds and leave in reverse order. Per join and leave: the time until
 every active flow's rate (new packets over RATE_WINDOW_S) is within
 FLOW_TOLERANCE of their mean and their sum within TOTAL_TOLERANCE of where
-it settles, held HOLD_S (events.csv; per algorithm, summary.csv).
+it settles, and stays so until the next event (a settling time; events.csv;
+per algorithm, summary.csv).
 
 Mix and converge run on each fabric of --fabrics, as incast does.
 
@@ -449,7 +450,7 @@ def _plot_slowdowns(results: list[dict], out: Path) -> Path:
 
 CONVERGE_HOSTS = ("h1", "h5", "h2", "h6")
 RATE_WINDOW_S = 0.5          # a flow's rate: new packets sent over this window
-HOLD_S = 0.5                 # converged: the condition held this long
+MIN_HELD_S = 0.5             # converged: the condition holds from then to the next event, at least this long
 FLOW_TOLERANCE = 0.2         # every flow within this share of the active flows' mean rate
 TOTAL_TOLERANCE = 0.1        # and their sum within this share of where it settles in the interval
 
@@ -481,9 +482,10 @@ def flow_rates(run: CaseRun, grid: list[float]) -> dict[str, list[Optional[float
 
 
 def convergence(run: CaseRun, capacity_pps: float) -> list[dict]:
-    """For each join and leave: how long until the active flows' rates are
-    within FLOW_TOLERANCE of their mean and their sum within TOTAL_TOLERANCE
-    of its median over the interval's second half, held HOLD_S."""
+    """For each join and leave, the settling time: how long until the active
+    flows' rates are within FLOW_TOLERANCE of their mean and their sum within
+    TOTAL_TOLERANCE of its median over the interval's second half, and stay
+    so until the next event (at least MIN_HELD_S); None: they never settle."""
     starts = sorted(f.start_s for f in run.flows)
     ends = sorted(f.start_s + f.duration_s for f in run.flows)
     events = [(t, "join") for t in starts[1:]] + [(t, "leave") for t in ends[:-1]]
@@ -503,8 +505,8 @@ def convergence(run: CaseRun, capacity_pps: float) -> list[dict]:
             return (abs(total[j] - settled) <= TOTAL_TOLERANCE * settled and
                     all(abs((rates[k][i] or 0.0) - mean) <= FLOW_TOLERANCE * mean for k in active))
         good = [ok(i, j) for j, i in enumerate(idx)]
-        hold = int(round(HOLD_S / 0.05))
-        at = next((grid[idx[j]] for j in range(len(idx) - hold) if all(good[j:j + hold + 1])), None)
+        stays = next((j for j in range(len(good)) if all(good[j:])), None)      # from there to the next event
+        at = grid[idx[stays]] if stays is not None and grid[idx[-1]] - grid[idx[stays]] >= MIN_HELD_S else None
         half = idx[len(idx) // 2:]
         rows.append({"event_s": round(e, 2), "event": kind, "flows": len(active),
                      "converged_after_s": "" if at is None else round(at - e, 2),
