@@ -4,7 +4,11 @@ Datacenter", SIGCOMM 2015): a rate from the RTT and its gradient.
 Once per RTT (the first RTT sample from an ACK beyond what was sent when
 the rate last changed, as the reference ns-3 code of the HPCC authors
 updates TIMELY; per ACK, a queue's worth of ACKs would cut the rate many
-times for one congestion event):
+times for one congestion event), or from any ACK once an RTT (that ACK's
+sample) has passed since the last update: under go-back-N with losses the
+cumulative ACK can stay below that mark for many RTTs, and a first version
+then held its rate for seconds with the queue full (4:1 lossy: 0.20
+utilisation):
   new_diff = rtt - prev_rtt;  diff = (1 - alpha) diff + alpha new_diff
   gradient = diff / min_rtt
   rtt < T_low:          R = R + delta                       (additive)
@@ -81,12 +85,16 @@ class Timely:
         self.negative_run = 0
         self.increases = self.decreases = 0
         self.last_update_seq = 0
+        self.last_update_at: Optional[float] = None
 
     def on_ack(self, fb: Feedback) -> None:
         rtt = fb.rtt_s
-        if rtt is None or fb.acked_seq <= self.last_update_seq:
+        if rtt is None:
             return
-        self.last_update_seq = fb.next_seq
+        rtt_passed = self.last_update_at is not None and fb.now - self.last_update_at >= rtt
+        if fb.acked_seq <= self.last_update_seq and not rtt_passed:
+            return
+        self.last_update_seq, self.last_update_at = fb.next_seq, fb.now
         p = self.p
         if self.prev_rtt is None:
             self.prev_rtt = rtt

@@ -211,6 +211,16 @@ def test_timely_updates_once_per_rtt():
     assert t.rate_pps == 520
 
 
+def test_timely_updates_after_an_rtt_even_when_the_cumulative_ack_stalls():
+    t = timely_at(500, 0.003)
+    t.on_ack(ack(now=1.0, rtt=0.003, seq=1, next_seq=10))
+    assert t.rate_pps == 510
+    t.on_ack(ack(now=1.002, rtt=0.003, seq=2, next_seq=12))
+    assert t.rate_pps == 510, "within an RTT, below the mark: nothing"
+    t.on_ack(ack(now=1.004, rtt=0.003, seq=2, next_seq=12))
+    assert t.rate_pps == 520, "an RTT later: an update, though the ACK is still below the mark (go-back-N stalled)"
+
+
 def test_hpcc_with_every_hop_idle_keeps_the_largest_window():
     h = Hpcc(P_H)
     h.inc_stage = 5                                                   # a multiplicative step is due
