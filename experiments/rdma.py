@@ -69,7 +69,7 @@ import json
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -81,6 +81,7 @@ from core.build import compile_p4
 from core.controller import FabricController
 from core.impairments import drop_fraction
 from core.network import Network, queue_rate_pps
+from core.p4constants import drop_reasons
 from experiments.common import print_table, rdma_agent, sample_queue, save_figure, write_csv
 from features import load_topology, topology_from_dict
 from features.ecn import QDEPTH_REGISTER, EcnProfile
@@ -152,6 +153,7 @@ class CaseRun:
     tx: list[dict]               # each flow's sender summary
     rx: dict                     # the receiver's
     samples: list                # (s since the start, bottleneck queue depth)
+    drops: dict = field(default_factory=dict)     # the switches' pipeline drops in the case, by reason
 
 
 def run_flows(name: str, cc: str, flows: list[Flow], pfc: bool, topo, net: Network, ctl: FabricController, args,
@@ -183,6 +185,7 @@ def run_flows(name: str, cc: str, flows: list[Flow], pfc: bool, topo, net: Netwo
     samples: list = []
     stop = threading.Event()
     sw = topo.switches[BOTTLENECK_SWITCH]
+    drops_before = switch_drops(ctl, topo)
     with Bmv2Thrift(sw.thrift_port) as thrift:
         thrift.register_write(QDEPTH_REGISTER, port, 0)
         time.sleep(max(0.0, start_at - time.time()))
@@ -201,11 +204,24 @@ def run_flows(name: str, cc: str, flows: list[Flow], pfc: bool, topo, net: Netwo
         w = csv.writer(fh)
         w.writerow(["t_s", "qdepth_pkts"])
         w.writerows((round(t, 4), q) for t, q in samples)
+    drops = {k: n - drops_before.get(k, 0) for k, n in switch_drops(ctl, topo).items()}
     tx = [json.loads((case_dir / f"{f.stem}.json").read_text()) for f in flows]
     late = {f.stem: t["started_late_s"] for f, t in zip(flows, tx) if t["started_late_s"] > 0.05}
     if late:
         raise RuntimeError(f"{name}: senders started late (s): {late}; the machine is too busy for this case")
-    return CaseRun(case_dir, flows, tx, json.loads((case_dir / f"receive-{RECEIVER}.json").read_text()), samples)
+    return CaseRun(case_dir, flows, tx, json.loads((case_dir / f"receive-{RECEIVER}.json").read_text()), samples,
+                   {k: n for k, n in drops.items() if n})
+
+
+def switch_drops(ctl: FabricController, topo) -> dict[str, int]:
+    """Packets the switches' pipelines dropped, by reason, summed over the
+    switches (queue tail drops are BMv2's own: not counted here)."""
+    names = {v: k for k, v in drop_reasons().items()}
+    total: dict[str, int] = {}
+    for sw in topo.switches:
+        for index, (packets, _) in ctl.counter(sw, "drop_counter").items():
+            total[names.get(index, str(index))] = total.get(names.get(index, str(index)), 0) + packets
+    return total
 
 
 def incast_flows(n: int, duration: float) -> list[Flow]:
@@ -243,6 +259,8 @@ def run_case(cc: str, n: int, pfc: bool, topo, net: Network, ctl: FabricControll
         "int_queue_p50": int_q.get("p50", ""), "int_queue_p99": int_q.get("p99", ""),
         "retransmitted": sum(t["retransmitted"] for t in tx), "timeouts": sum(t["timeouts"] for t in tx),
         "sent": sum(t["sent"] for t in tx),
+        "received": sum(f["received"] for f in rx["flows"].values()),
+        "switch_drops": " ".join(f"{k}:{n}" for k, n in sorted(run.drops.items())),
     }
     _plot_case(result, run)
     return result
