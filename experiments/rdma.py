@@ -3,7 +3,7 @@
 TIMELY, Swift, HPCC), and its two retransmission modes under random loss.
 
     fabric experiment rdma [--phases incast mix converge loss spray] [--ccs dcqcn timely swift hpcc]
-                           [--senders 4 8 16] [--fabrics lossy pfc] [--losses 0 0.1 1 2 5] [--duration 10]
+                           [--senders 4 8 16] [--fabrics lossy pfc] [--losses 0 0.01 0.1 1 2 5] [--duration 10]
                            [--mode go-back-n] [--out experiments/results/rdma]
 
 Phase incast:
@@ -600,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ccs", nargs="*", default=sorted(congestion_controls()), choices=sorted(congestion_controls()))
     ap.add_argument("--senders", nargs="*", type=int, default=list(INCAST_SIZES), choices=INCAST_SIZES,
                     help="incast phase: queue pairs into the receiver")
-    ap.add_argument("--losses", nargs="*", type=float, default=[0, 0.1, 1, 2, 5], help="loss phase: percent")
+    ap.add_argument("--losses", nargs="*", type=float, default=[0, 0.01, 0.1, 1, 2, 5], help="loss phase: percent")
     ap.add_argument("--duration", type=float, default=10.0, help="seconds of traffic per case")
     ap.add_argument("--mode", choices=MODES, default=MODES[0], help="incast phase: retransmission mode")
     ap.add_argument("--fabrics", nargs="*", default=["lossy", "pfc"], choices=["lossy", "pfc"],
