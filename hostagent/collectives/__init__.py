@@ -1,0 +1,5 @@
+"""Collective communication over the fabric (docs/features/collectives.md):
+all-reduce (ring, recursive halving-doubling, double binary tree),
+reduce-scatter, all-gather, broadcast and all-to-all, as schedules
+(schedule.py) that an executor carries out.
+"""
