@@ -1,0 +1,210 @@
+"""A communicator: one rank of a group of hosts running collectives over the
+RC transport (hostagent/rdma/endpoint.py), by the schedules of schedule.py.
+
+Each ordered pair of ranks is joined by `channels` connections (queue pairs
+CHANNEL_QP_BASE + c, each from its own UDP source port, as NCCL opens
+several channels per peer); a transfer of a schedule is cut into `channels`
+nearly equal pieces, piece c on channel c. A piece is one message: a
+12-byte header (magic, call, step, element offset) and the elements in the
+collective's dtype (little-endian, numpy's native order here). Connections
+deliver in order, so a rank knows which piece comes next from each peer and
+channel; a piece of a later step waits in its inbox until the rank gets
+there. Pieces are applied in the schedule's order, so a float result is the
+same bytes as schedule.run_in_memory's, on every rank.
+"""
+from __future__ import annotations
+
+import struct
+import time
+from collections import defaultdict, deque
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from hostagent.collectives import schedule as sc
+from hostagent.rdma.endpoint import Connection, Endpoint
+
+CHANNEL_QP_BASE = 0x100          # queue pair of channel c between two ranks: base + c
+MAX_CHANNELS = 64
+PIECE_HEADER = struct.Struct("<HHII")   # magic, call (mod 2^16), step, element offset in the receiver's buffer
+PIECE_MAGIC = 0xC011
+SPORT_BASE = 0xC000              # RoCEv2 source ports: 0xC000-0xFFFF
+
+
+def default_sport(rank: int, peer: int, channel: int) -> int:
+    """A source port per (rank, peer, channel), spread over RoCEv2's range;
+    a path-aware caller gives its own."""
+    return SPORT_BASE + (rank * 131 + peer * 31 + channel * 7919) % 0x4000
+
+
+class CollectiveError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """One collective as this rank saw it: from its start to its last piece."""
+    call: int
+    collective: str
+    algorithm: str
+    ranks: int
+    elements: int
+    dtype: str
+    itemsize: int
+    seconds: float
+
+    @property
+    def bandwidths(self) -> tuple[float, float]:
+        """(algorithm bandwidth, bus bandwidth) in bytes/s, as nccl-tests."""
+        return sc.bandwidths(self.collective, self.ranks, self.elements, self.itemsize, self.seconds)
+
+
+class Communicator:
+    def __init__(self, endpoint: Endpoint, addresses: Sequence[str], rank: int, channels: int = 1,
+                 sport_of: Callable[[int, int, int], int] = default_sport, timeout_s: float = 60.0):
+        if len(set(addresses)) != len(addresses):
+            raise ValueError(f"addresses must be distinct, got {list(addresses)}")
+        if not 0 <= rank < len(addresses):
+            raise ValueError(f"rank must be within 0..{len(addresses) - 1}, got {rank}")
+        if addresses[rank] != endpoint.ip:
+            raise ValueError(f"rank {rank}'s address is {addresses[rank]}, but the endpoint's is {endpoint.ip}")
+        if not 1 <= channels <= MAX_CHANNELS:
+            raise ValueError(f"channels must be within 1..{MAX_CHANNELS}, got {channels}")
+        self.endpoint = endpoint
+        self.addresses = list(addresses)
+        self.rank = rank
+        self.size = len(addresses)
+        self.channels = channels
+        self.timeout_s = timeout_s
+        self._rank_of = {ip: r for r, ip in enumerate(self.addresses)}
+        self._out: dict[tuple[int, int], Connection] = {}
+        for peer in range(self.size):
+            if peer != rank:
+                for c in range(channels):
+                    self._out[(peer, c)] = endpoint.connect(addresses[peer], CHANNEL_QP_BASE + c,
+                                                            sport_of(rank, peer, c))
+        self._inbox: defaultdict[tuple[int, int], deque[bytes]] = defaultdict(deque)
+        self.calls = 0
+        self.records: list[CallRecord] = []
+
+    # -- the collectives ----------------------------------------------------------
+
+    def all_reduce(self, x: np.ndarray, algorithm: str = sc.RING, **options) -> np.ndarray:
+        return self.run(sc.ALL_REDUCE, algorithm, x, **options)
+
+    def reduce_scatter(self, x: np.ndarray, algorithm: str = sc.RING) -> np.ndarray:
+        return self.run(sc.REDUCE_SCATTER, algorithm, x)
+
+    def all_gather(self, x: np.ndarray, algorithm: str = sc.RING) -> np.ndarray:
+        return self.run(sc.ALL_GATHER, algorithm, x)
+
+    def broadcast(self, x: np.ndarray, root: int = 0) -> np.ndarray:
+        return self.run(sc.BROADCAST, sc.TREE, x, root=root)
+
+    def all_to_all(self, x: np.ndarray) -> np.ndarray:
+        return self.run(sc.ALL_TO_ALL, sc.PAIRWISE, x)
+
+    def run(self, collective: str, algorithm: str, x: np.ndarray, **options) -> np.ndarray:
+        """This rank's part of one collective; every rank calls it with the
+        same collective, algorithm, length and dtype."""
+        x = np.ascontiguousarray(x)
+        if x.ndim != 1:
+            raise ValueError(f"{collective}: a one-dimensional array is expected, got shape {x.shape}")
+        sched = sc.schedule(collective, algorithm, self.size, len(x), **options)
+        call = self.calls
+        self.calls += 1
+        size, _, _ = sc.buffer_layout(collective, self.size, len(x))
+        buf = np.zeros(size, dtype=x.dtype)
+        buf[sc.input_slice(collective, self.size, len(x), self.rank)] = x
+        start = time.monotonic()
+        for step_no in range(len(sched.steps)):
+            self._step(sched, call, step_no, buf)
+        self.records.append(CallRecord(call, collective, algorithm, self.size, len(x), x.dtype.name, x.dtype.itemsize,
+                                       time.monotonic() - start))
+        return buf[sc.output_slice(collective, self.size, len(x), self.rank)].copy()
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Keep the transport going until the peers acknowledged everything
+        sent (the last pieces may still need a retransmission)."""
+        deadline = time.monotonic() + timeout_s
+        while not self.endpoint.idle and time.monotonic() < deadline:
+            for m in self.endpoint.poll():
+                self._file(m.peer, m.qp, m.data)
+
+    # -- one step -----------------------------------------------------------------
+
+    def _pieces(self, t: sc.Transfer) -> list[tuple[int, int, int]]:
+        """(channel, offset within the transfer, count) of a transfer's pieces."""
+        cut = sc.bounds(t.count, self.channels)
+        return [(c, cut[c], cut[c + 1] - cut[c]) for c in range(self.channels) if cut[c + 1] > cut[c]]
+
+    def _step(self, sched: sc.Schedule, call: int, step_no: int, buf: np.ndarray) -> None:
+        sends, recvs = sched.transfers_of(self.rank, step_no)
+        now = time.monotonic()
+        local = [(t, buf[t.src_start:t.src_start + t.count].copy()) for t in sends if t.dst == self.rank]
+        for t in sends:
+            if t.dst == self.rank:
+                continue
+            for c, off, count in self._pieces(t):
+                data = buf[t.src_start + off:t.src_start + off + count]
+                header = PIECE_HEADER.pack(PIECE_MAGIC, call & 0xFFFF, step_no, t.dst_start + off)
+                self._out[(t.dst, c)].post(header + data.tobytes(), now)
+        for t, data in local:
+            self._apply(buf, t, 0, data)
+        deadline = time.monotonic() + self.timeout_s
+        for t in recvs:
+            if t.src == self.rank:
+                continue
+            for c, off, count in self._pieces(t):
+                msg = self._next_piece(t.src, c, deadline, sched, step_no)
+                magic, got_call, got_step, got_offset = PIECE_HEADER.unpack_from(msg)
+                if (magic, got_call, got_step, got_offset) != (PIECE_MAGIC, call & 0xFFFF, step_no,
+                                                                t.dst_start + off) \
+                        or len(msg) != PIECE_HEADER.size + count * buf.itemsize:
+                    raise CollectiveError(
+                        f"{sched.collective} call {call} step {step_no}: rank {t.src} channel {c} sent call "
+                        f"{got_call} step {got_step} offset {got_offset}, {len(msg) - PIECE_HEADER.size} bytes; "
+                        f"expected offset {t.dst_start + off}, {count * buf.itemsize} bytes (do all ranks run "
+                        f"the same collectives with the same lengths and dtype?)")
+                self._apply(buf, t, off, np.frombuffer(msg, dtype=buf.dtype, offset=PIECE_HEADER.size))
+
+    @staticmethod
+    def _apply(buf: np.ndarray, t: sc.Transfer, off: int, data: np.ndarray) -> None:
+        dst = buf[t.dst_start + off:t.dst_start + off + len(data)]
+        if t.reduce:
+            dst += data
+        else:
+            dst[:] = data
+
+    def _next_piece(self, peer: int, channel: int, deadline: float, sched: sc.Schedule, step_no: int) -> bytes:
+        box = self._inbox[(peer, channel)]
+        while not box:
+            if time.monotonic() > deadline:
+                raise CollectiveError(f"{sched.collective} ({sched.algorithm}) step {step_no}: nothing from rank "
+                                      f"{peer} ({self.addresses[peer]}) channel {channel} within "
+                                      f"{self.timeout_s} s")
+            for m in self.endpoint.poll():
+                self._file(m.peer, m.qp, m.data)
+        return box.popleft()
+
+    def _file(self, peer_ip: str, qp: int, data: bytes) -> None:
+        peer = self._rank_of.get(peer_ip)
+        channel = qp - CHANNEL_QP_BASE
+        if peer is None or not 0 <= channel < self.channels:
+            self.endpoint.ignored["a message from outside the communicator"] += 1
+            return
+        self._inbox[(peer, channel)].append(data)
+
+
+def nccl_tests_table(records: Sequence[CallRecord]) -> str:
+    """nccl-tests' columns for a size sweep: size, count, type, time, algbw, busbw."""
+    lines = [f"{'size (B)':>12} {'count':>10} {'type':>6} {'time (us)':>12} {'algbw (GB/s)':>13} "
+             f"{'busbw (GB/s)':>13}"]
+    for r in records:
+        algbw, busbw = r.bandwidths
+        lines.append(f"{sc.size_bytes(r.collective, r.ranks, r.elements, r.itemsize):>12} {r.elements:>10} "
+                     f"{r.dtype:>6} {1e6 * r.seconds:>12.1f} "
+                     f"{algbw / 1e9:>13.6f} {busbw / 1e9:>13.6f}")
+    return "\n".join(lines)
+

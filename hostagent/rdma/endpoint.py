@@ -1,0 +1,204 @@
+"""Many reliable connections of one host over one link: what a library on
+top of the RC transport (the collectives) talks to, where the agent
+(agent.py) runs one queue pair per process.
+
+A connection goes one way, from this host to a peer, and is named by its
+queue pair number, which both ends agree on: this host's requester sends
+data to (peer, qp), the peer's responder answers with ACKs/NAKs/CNPs on the
+same qp. So (peer address, qp) names one requester here for ACKs and one
+responder here for data. Each connection has its own UDP source port (the
+fabric's ECMP hash reads it: a caller picking ports picks paths), its own
+congestion control, and delivers whole messages in order, exactly once.
+
+The endpoint is driven by `poll()`: it reads what the link has, feeds the
+transport, sends what the requesters may send now (paced by each one's
+congestion control) and the responders' delayed ACKs, and returns the
+messages delivered since the last call. `Link` is anything that sends and
+receives Ethernet frames: a raw socket on the host's interface
+(`RawLink`), or a test's in-memory hub.
+"""
+from __future__ import annotations
+
+import select
+import socket
+import time
+from collections import defaultdict, deque
+from dataclasses import dataclass
+from typing import Callable, Optional, Protocol
+
+from hostagent.ecn.roce import open_socket
+from hostagent.rdma.agent import hop_info
+from hostagent.rdma.cc.base import CongestionControl
+from hostagent.rdma.frames import FrameBuilder, Malformed, NotOurs, parse
+from hostagent.rdma.transport import SEND, Ack, Message, Requester, Responder, TransportParams
+
+QP_MIN, QP_MAX = 1, (1 << 24) - 1
+
+
+class Link(Protocol):
+    def send(self, frame: bytes) -> None: ...
+
+    def recv(self, timeout: float) -> Optional[bytes]:
+        """One frame, waiting at most `timeout` seconds (0: only what is there)."""
+        ...
+
+
+class RawLink:
+    """The host's interface, as the agent uses it (hostagent/ecn/roce.py)."""
+
+    def __init__(self, iface: str):
+        self.sock = open_socket(iface)
+        self.sock.setblocking(False)
+        self.tx_errors = 0
+
+    def send(self, frame: bytes) -> None:
+        try:
+            self.sock.send(frame)
+        except OSError:         # refused by the interface (a full queue, a drop rule): lost, resent later
+            self.tx_errors += 1
+
+    def recv(self, timeout: float) -> Optional[bytes]:
+        try:
+            return self.sock.recv(65536)
+        except BlockingIOError:
+            if timeout > 0 and select.select([self.sock], [], [], timeout)[0]:
+                try:
+                    return self.sock.recv(65536)
+                except (BlockingIOError, socket.timeout):
+                    return None
+            return None
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@dataclass(frozen=True)
+class Received:
+    """A message a peer sent on one of its connections to this host."""
+    peer: str
+    qp: int
+    data: bytes
+    at: float
+
+
+class Connection:
+    """One way, this host -> peer, on queue pair `qp` from UDP port `sport`."""
+
+    def __init__(self, peer: str, qp: int, sport: int, requester: Requester, frames: FrameBuilder):
+        self.peer, self.qp, self.sport = peer, qp, sport
+        self.requester = requester
+        self.frames = frames
+
+    def post(self, data: bytes, now: float) -> Message:
+        return self.requester.post(len(data), now, kind=SEND, data=data)
+
+    @property
+    def idle(self) -> bool:
+        return self.requester.done
+
+
+class Endpoint:
+    """This host's connections (requesters) and its peers' connections to it
+    (responders), over one link."""
+
+    def __init__(self, link: Link, ip: str, mac: str, gateway_mac: str, params: TransportParams,
+                 congestion_control: Callable[[], CongestionControl], dscp: int = 0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.link = link
+        self.ip, self.mac, self.gateway_mac = ip, mac, gateway_mac
+        self.params = params
+        self.make_cc = congestion_control
+        self.dscp = dscp
+        self.clock = clock
+        self.connections: dict[tuple[str, int], Connection] = {}
+        self._order: deque[Connection] = deque()
+        self._responders: dict[tuple[str, int], tuple[Responder, FrameBuilder]] = {}
+        self.ignored: defaultdict[str, int] = defaultdict(int)
+
+    def connect(self, peer: str, qp: int, sport: int) -> Connection:
+        """The connection to `peer` on queue pair `qp` (the peer delivers it
+        as (this host, qp)), sending from UDP port `sport`."""
+        if not QP_MIN <= qp <= QP_MAX:
+            raise ValueError(f"queue pair number must be within {QP_MIN}..{QP_MAX}, got {qp}")
+        if not 1 <= sport <= 0xFFFF:
+            raise ValueError(f"UDP source port must be within 1..65535, got {sport}")
+        key = (peer, qp)
+        if key in self.connections:
+            raise ValueError(f"a connection to {peer} on queue pair {qp} exists already")
+        conn = Connection(peer, qp, sport, Requester(self.params, self.make_cc(), now=self.clock()),
+                          FrameBuilder(self.mac, self.gateway_mac, self.ip, peer, sport=sport, dscp=self.dscp))
+        self.connections[key] = conn
+        self._order.append(conn)
+        return conn
+
+    @property
+    def idle(self) -> bool:
+        """Everything posted here has been acknowledged."""
+        return all(c.idle for c in self._order)
+
+    def poll(self, wait: float = 0.001) -> list[Received]:
+        """One round: frames in, packets out. Waits for a frame at most
+        `wait` seconds when there is nothing to send before then."""
+        received: list[Received] = []
+        frame = self.link.recv(0)
+        while frame is not None:
+            self._on_frame(frame, received)
+            frame = self.link.recv(0)
+        now = self.clock()
+        next_send = None
+        for _ in range(len(self._order)):
+            conn = self._order[0]
+            self._order.rotate(-1)
+            pkt = conn.requester.next_packet(now)
+            while pkt is not None:
+                self.link.send(conn.frames.data(conn.qp, pkt.psn, pkt.opcode, pkt.payload, ackreq=pkt.ackreq))
+                pkt = conn.requester.next_packet(now)
+            if not conn.requester.done:
+                t = conn.requester.next_send_time()
+                next_send = t if next_send is None else min(next_send, t)
+        for (peer, qp), (rsp, back) in self._responders.items():
+            late = rsp.poll(now)
+            if late is not None:
+                self._send_ack(back, qp, late)
+        if not received and wait > 0:
+            pause = wait if next_send is None else min(wait, max(0.0, next_send - self.clock()))
+            frame = self.link.recv(pause) if pause > 0 else None
+            if frame is not None:
+                self._on_frame(frame, received)
+        return received
+
+    def _send_ack(self, back: FrameBuilder, qp: int, ack: Ack) -> None:
+        self.link.send(back.ack(qp, ack.psn, ack.syndrome, ack.msn, ack.sack, ack.hops))
+
+    def _on_frame(self, frame: bytes, received: list[Received]) -> None:
+        try:
+            p = parse(frame)
+        except (NotOurs, Malformed) as e:
+            self.ignored[str(e).split(" (")[0][:60]] += 1
+            return
+        now = self.clock()
+        key = (p.src_ip, p.qp)
+        if p.kind == "data":
+            if key not in self._responders:
+                self._responders[key] = (Responder(self.params),
+                                         FrameBuilder(self.mac, self.gateway_mac, self.ip, p.src_ip,
+                                                      sport=0xC000 | (p.qp & 0x3FFF), dscp=self.dscp))
+            rsp, back = self._responders[key]
+            acks, done, cnp = rsp.on_data(p.psn, p.opcode, p.payload, now, ackreq=p.ackreq, ce=p.ce, hops=p.hops)
+            for ack in acks:
+                self._send_ack(back, p.qp, ack)
+            if cnp:
+                self.link.send(back.cnp(p.qp))
+            received.extend(Received(p.src_ip, p.qp, m.data, m.at) for m in done)
+            return
+        conn = self.connections.get(key)
+        if conn is None:
+            self.ignored[f"{p.kind} for no connection here"] += 1
+        elif p.kind == "ack":
+            conn.requester.on_ack(Ack(p.psn, p.syndrome, p.msn, p.sack, p.hops), now,
+                                  hops=hop_info(p.hops, self.params.mtu_bytes))
+        else:
+            conn.requester.on_cnp(now)
+
+    def responder_stats(self) -> dict[tuple[str, int], object]:
+        return {k: rsp.stats for k, (rsp, _) in self._responders.items()}

@@ -1,0 +1,187 @@
+"""Collectives over the RC transport: n ranks, each an Endpoint in its own
+thread, joined by a hub that loses, duplicates and delays frames. Every
+result equals numpy's, and floats equal the in-memory schedule's bytes."""
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from hostagent.collectives import schedule as sc
+from hostagent.collectives.communicator import CollectiveError, Communicator, nccl_tests_table
+from hostagent.rdma.cc.dcqcn import Dcqcn
+from hostagent.ecn.dcqcn import DcqcnParams
+from hostagent.rdma.endpoint import Endpoint
+from hostagent.rdma.transport import GO_BACK_N, SELECTIVE_REPEAT, TransportParams
+
+from tests.unit.hostagent.collectives.test_schedule import expected
+
+
+class Hub:
+    """Frames between hosts by destination IP, each lost with probability
+    `loss`, duplicated with `dup`, delayed by up to `jitter` seconds (so
+    reordered)."""
+
+    def __init__(self, loss=0.0, dup=0.0, jitter=0.0, seed=1):
+        self.loss, self.dup, self.jitter = loss, dup, jitter
+        self.rng = random.Random(seed)
+        self.queues: dict[str, list] = {}
+        self.cv = threading.Condition()
+        self.seq = itertools.count()
+        self.frames = self.lost = 0
+
+    def link(self, ip: str) -> "HubLink":
+        self.queues[ip] = []
+        return HubLink(self, ip)
+
+    def send(self, frame: bytes) -> None:
+        dst = ".".join(str(b) for b in frame[30:34])
+        with self.cv:
+            self.frames += 1
+            if self.rng.random() < self.loss:
+                self.lost += 1
+                return
+            copies = 2 if self.rng.random() < self.dup else 1
+            for _ in range(copies):
+                at = time.monotonic() + self.rng.random() * self.jitter
+                heapq.heappush(self.queues[dst], (at, next(self.seq), frame))
+            self.cv.notify_all()
+
+    def recv(self, ip: str, timeout: float):
+        deadline = time.monotonic() + timeout
+        with self.cv:
+            while True:
+                q = self.queues[ip]
+                now = time.monotonic()
+                if q and q[0][0] <= now:
+                    return heapq.heappop(q)[2]
+                if now >= deadline:
+                    return None
+                self.cv.wait(min(deadline - now, q[0][0] - now) if q else deadline - now)
+
+
+class HubLink:
+    def __init__(self, hub: Hub, ip: str):
+        self.hub, self.ip = hub, ip
+
+    def send(self, frame: bytes) -> None:
+        self.hub.send(frame)
+
+    def recv(self, timeout: float):
+        return self.hub.recv(self.ip, timeout)
+
+
+def group(n: int, hub: Hub, mode=GO_BACK_N, channels=1, timeout_s=30.0) -> list[Communicator]:
+    ips = [f"10.0.{r + 1}.1" for r in range(n)]
+    params = TransportParams(mode=mode, mtu_bytes=256, rto_s=0.02, rto_max_s=0.1, ack_delay_s=0.001)
+    comms = []
+    for r, ip in enumerate(ips):
+        ep = Endpoint(hub.link(ip), ip, f"02:00:00:00:00:{r + 1:02x}", "02:00:00:00:00:fe", params,
+                      lambda: Dcqcn(DcqcnParams(line_rate_pps=200_000.0)))
+        comms.append(Communicator(ep, ips, r, channels=channels, timeout_s=timeout_s))
+    return comms
+
+
+def run_all(comms, work):
+    """work(comm) in one thread per rank; their results in rank order."""
+    results: list = [None] * len(comms)
+    errors: list = []
+
+    def one(r):
+        try:
+            results[r] = work(comms[r])
+            comms[r].close()
+        except Exception as e:          # re-raised below, in the test's thread
+            errors.append(e)
+    threads = [threading.Thread(target=one, args=(r,)) for r in range(len(comms))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    if errors:
+        raise errors[0]
+    return results
+
+
+@pytest.mark.parametrize("collective,algorithm", sorted(sc.ALGORITHMS))
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_each_collective_equals_numpy_over_a_clean_hub(collective, algorithm, n):
+    elements = 60 * n
+    xs = [np.random.default_rng([4, r]).integers(-99, 99, elements).astype(np.int32) for r in range(n)]
+    out = run_all(group(n, Hub()), lambda c: c.run(collective, algorithm, xs[c.rank]))
+    for got, want in zip(out, expected(collective, xs)):
+        assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("mode", [GO_BACK_N, SELECTIVE_REPEAT])
+@pytest.mark.parametrize("algorithm", sc.algorithms_of(sc.ALL_REDUCE))
+def test_all_reduce_with_loss_duplication_and_reordering(mode, algorithm):
+    n, elements = 6, 5003                                  # not a power of two; 20 packets a rank's part
+    hub = Hub(loss=0.03, dup=0.02, jitter=0.002, seed=7)
+    rng = np.random.default_rng(5)
+    xs = [rng.standard_normal(elements).astype(np.float32) for _ in range(n)]
+    comms = group(n, hub, mode=mode, channels=2)
+    out = run_all(comms, lambda c: [c.all_reduce(xs[c.rank], algorithm) for _ in range(2)])
+    reference = sc.run_in_memory(sc.schedule(sc.ALL_REDUCE, algorithm, n, elements), xs)[0]
+    for calls in out:
+        for got in calls:                                   # the same bytes as the in-memory schedule, twice
+            assert got.tobytes() == reference.tobytes()
+    assert hub.lost > 0
+    resent = sum(c.requester.stats.retransmitted for comm in comms for c in comm.endpoint.connections.values())
+    assert resent > 0
+
+
+def test_a_sequence_of_collectives_and_the_nccl_tests_table():
+    n = 4
+    comms = group(n, Hub(loss=0.01, seed=3))
+
+    def work(c: Communicator):
+        out = []
+        for elements in (4, 400, 4000):
+            x = np.arange(elements, dtype=np.int64) * (c.rank + 1)
+            out.append(c.all_reduce(x, sc.HALVING_DOUBLING))
+            out.append(c.all_gather(x))
+            out.append(c.all_to_all(x))
+        out.append(c.broadcast(np.full(10, c.rank, dtype=np.int64), root=2))
+        return out
+    out = run_all(comms, work)
+    for r in range(n):
+        for i, elements in enumerate((4, 400, 4000)):
+            xs = [np.arange(elements, dtype=np.int64) * (q + 1) for q in range(n)]
+            assert np.array_equal(out[r][3 * i], expected(sc.ALL_REDUCE, xs)[r])
+            assert np.array_equal(out[r][3 * i + 1], expected(sc.ALL_GATHER, xs)[r])
+            assert np.array_equal(out[r][3 * i + 2], expected(sc.ALL_TO_ALL, xs)[r])
+        assert np.array_equal(out[r][-1], np.full(10, 2))
+    table = nccl_tests_table(comms[0].records[:1])
+    assert "busbw" in table.splitlines()[0] and " 32 " in table.splitlines()[1]    # 4 int64 = 32 bytes
+    assert len(comms[0].records) == 10
+
+
+def test_mismatched_calls_are_named():
+    comms = group(2, Hub(), timeout_s=2.0)
+    with pytest.raises(CollectiveError, match=r"expected offset .* \(do all ranks run the same collectives"):
+        run_all(comms, lambda c: c.all_reduce(np.zeros(10 if c.rank == 0 else 12, dtype=np.int32)))
+
+
+def test_a_silent_peer_times_out_naming_it():
+    comms = group(2, Hub(loss=1.0), timeout_s=0.5)
+    with pytest.raises(CollectiveError, match=r"nothing from rank 1 \(10.0.2.1\) channel 0 within 0.5 s"):
+        comms[0].all_reduce(np.zeros(8, dtype=np.int32))
+
+
+def test_bad_groups_are_refused():
+    hub = Hub()
+    params = TransportParams()
+    ep = Endpoint(hub.link("10.0.1.1"), "10.0.1.1", "02:00:00:00:00:01", "02:00:00:00:00:fe", params,
+                  lambda: Dcqcn(DcqcnParams()))
+    with pytest.raises(ValueError, match="addresses must be distinct"):
+        Communicator(ep, ["10.0.1.1", "10.0.1.1"], 0)
+    with pytest.raises(ValueError, match="rank 1's address is 10.0.2.1, but the endpoint's is 10.0.1.1"):
+        Communicator(ep, ["10.0.1.1", "10.0.2.1"], 1)
+    with pytest.raises(ValueError, match="channels must be within 1..64"):
+        Communicator(ep, ["10.0.1.1", "10.0.2.1"], 0, channels=0)
