@@ -106,6 +106,7 @@ class Endpoint:
                  clock: Callable[[], float] = time.monotonic):
         self.link = link
         self.ip, self.mac, self.gateway_mac = ip, mac, gateway_mac
+        self._ip_bytes = bytes(int(x) for x in ip.split("."))
         self.params = params
         self.make_cc = congestion_control
         self.dscp = dscp
@@ -171,6 +172,9 @@ class Endpoint:
         self.link.send(back.ack(qp, ack.psn, ack.syndrome, ack.msn, ack.sack, ack.hops))
 
     def _on_frame(self, frame: bytes, received: list[Received]) -> None:
+        if frame[30:34] != self._ip_bytes:       # (a flooding bridge, a capture): not for this host
+            self.ignored["not addressed to this host"] += 1
+            return
         try:
             p = parse(frame)
         except (NotOurs, Malformed) as e:

@@ -1,0 +1,185 @@
+"""One rank of a collective group on a host (run inside its namespace; the
+same command on every host, each with its --rank):
+
+    python -m hostagent.collectives sweep --rank R --addresses 10.0.1.1,10.0.2.1,... \\
+        --iface h1-eth0 --src-ip 10.0.1.1 --src-mac .. --gw-mac .. \\
+        [--collective all-reduce] [--algorithm ring] [--dtype float32] \\
+        [--min-bytes 1024] [--max-bytes 262144] [--iterations 3] [--channels 1] \\
+        [--cc dcqcn] [--mode go-back-n] [--line-rate-pps 1000] [--out PREFIX]
+
+`sweep` runs the collective at sizes from --min-bytes to --max-bytes
+(doubling), --iterations times each after one warm-up, as nccl-tests does;
+every rank's input is drawn from (seed, rank, size), so each rank checks its
+result against numpy's over all ranks' inputs. It prints nccl-tests' table
+(size, count, type, time, algorithm and bus bandwidth; the time is the mean
+over iterations) and writes PREFIX.csv (one row per call) and PREFIX.json;
+exit status 1 if a result was wrong.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from hostagent.collectives import schedule as sc
+from hostagent.collectives.communicator import CallRecord, CollectiveError, Communicator, nccl_tests_table
+from hostagent.rdma.agent import congestion_controls
+from hostagent.rdma.endpoint import Endpoint, RawLink
+from hostagent.rdma.transport import MODES, TransportParams
+from hostagent.sender import add_host_arguments
+
+DTYPES = {"float32": np.float32, "int32": np.int32, "int64": np.int64, "float64": np.float64}
+
+
+def rank_input(collective: str, ranks: int, elements: int, dtype, seed: int, rank: int) -> np.ndarray:
+    """Rank `rank`'s input: integers (exact in every dtype, so any summation
+    order gives numpy's answer) drawn from (seed, rank, elements)."""
+    rng = np.random.default_rng([seed, rank, elements])
+    return rng.integers(-64, 64, elements).astype(dtype)
+
+
+def expected_output(collective: str, inputs: list[np.ndarray], rank: int, root: int = 0) -> np.ndarray:
+    n = len(inputs)
+    if collective == sc.ALL_REDUCE:
+        return np.sum(inputs, axis=0, dtype=inputs[0].dtype)
+    if collective == sc.REDUCE_SCATTER:
+        return np.split(np.sum(inputs, axis=0, dtype=inputs[0].dtype), n)[rank]
+    if collective == sc.ALL_GATHER:
+        return np.concatenate(inputs)
+    if collective == sc.BROADCAST:
+        return inputs[root]
+    if collective == sc.ALL_TO_ALL:
+        return np.concatenate([np.split(x, n)[rank] for x in inputs])
+    raise ValueError(collective)
+
+
+def sizes(min_bytes: int, max_bytes: int) -> list[int]:
+    out, s = [], min_bytes
+    while s <= max_bytes:
+        out.append(s)
+        s *= 2
+    return out
+
+
+def sweep(a: argparse.Namespace, comm: Communicator) -> int:
+    dtype = np.dtype(DTYPES[a.dtype])
+    n = comm.size
+    wrong = 0
+    rows, table = [], []
+    for size in sizes(a.min_bytes, a.max_bytes):
+        # elements per rank's input for a table size: all-gather's size is the gathered output
+        elements = size // dtype.itemsize // (n if a.collective == sc.ALL_GATHER else 1)
+        if a.collective in (sc.REDUCE_SCATTER, sc.ALL_TO_ALL):
+            elements -= elements % n
+        if elements < 1:
+            continue
+        inputs = [rank_input(a.collective, n, elements, dtype, a.seed, r) for r in range(n)]
+        want = expected_output(a.collective, inputs, comm.rank)
+        options = {"root": 0} if a.collective == sc.BROADCAST else {}
+        comm.run(a.collective, a.algorithm, inputs[comm.rank], **options)          # warm-up
+        records: list[CallRecord] = []
+        for _ in range(a.iterations):
+            got = comm.run(a.collective, a.algorithm, inputs[comm.rank], **options)
+            records.append(comm.records[-1])
+            if not np.array_equal(got, want):
+                wrong += 1
+                print(f"rank {comm.rank}: {a.collective} of {elements} elements: wrong result", file=sys.stderr)
+        mean_s = sum(r.seconds for r in records) / len(records)
+        table.append(CallRecord(records[0].call, a.collective, a.algorithm, n, elements, dtype.name,
+                                dtype.itemsize, mean_s))
+        rows.extend(records)
+        print(nccl_tests_table(table[-1:]).splitlines()[-1], flush=True)
+    comm.close()
+    out = Path(a.out) if a.out else None
+    summary = {"rank": comm.rank, "ranks": n, "collective": a.collective, "algorithm": a.algorithm,
+               "channels": comm.channels, "cc": a.cc, "mode": a.mode, "wrong_results": wrong,
+               "table": [{"size_bytes": sc.size_bytes(r.collective, n, r.elements, r.itemsize),
+                          "elements": r.elements, "time_s": round(r.seconds, 6),
+                          "algbw_bytes_per_s": round(r.bandwidths[0], 1), "busbw_bytes_per_s": round(r.bandwidths[1], 1)}
+                         for r in table],
+               "retransmitted": sum(c.requester.stats.retransmitted for c in comm.endpoint.connections.values()),
+               "timeouts": sum(c.requester.stats.timeouts for c in comm.endpoint.connections.values()),
+               "ignored": dict(comm.endpoint.ignored)}
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.with_suffix(".json").write_text(json.dumps(summary, indent=2))
+        with open(out.with_suffix(".csv"), "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(("call", "collective", "algorithm", "ranks", "elements", "dtype", "seconds",
+                        "algbw_bytes_per_s", "busbw_bytes_per_s"))
+            w.writerows((r.call, r.collective, r.algorithm, r.ranks, r.elements, r.dtype, round(r.seconds, 6),
+                         round(r.bandwidths[0], 1), round(r.bandwidths[1], 1)) for r in rows)
+    else:
+        print(json.dumps(summary, indent=2))
+    return 1 if wrong else 0
+
+
+def add_group_arguments(p: argparse.ArgumentParser) -> None:
+    add_host_arguments(p)
+    p.add_argument("--rank", type=int, required=True)
+    p.add_argument("--addresses", required=True, help="every rank's IPv4 address, in rank order, comma-separated")
+    p.add_argument("--channels", type=int, default=1, help="connections per peer pair (distinct source ports)")
+    p.add_argument("--cc", choices=sorted(congestion_controls()), default="dcqcn")
+    p.add_argument("--mode", choices=MODES, default=MODES[0])
+    p.add_argument("--mtu", type=int, default=1024, help="payload bytes per packet")
+    p.add_argument("--line-rate-pps", type=float, default=1000.0, help="each connection's top rate, packets/s")
+    p.add_argument("--dscp", type=int, default=0, help="DSCP of the packets (the switches' traffic class)")
+    p.add_argument("--timeout-s", type=float, default=60.0, help="a step waiting longer for a peer fails")
+    p.add_argument("--start-at", type=float, default=0.0, help="wall-clock start time (ranks start together)")
+    p.add_argument("--out", help="output prefix (PREFIX.json, PREFIX.csv); default: stdout")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m hostagent.collectives", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("sweep", help="one collective over a range of sizes (nccl-tests' table)")
+    add_group_arguments(s)
+    s.add_argument("--collective", choices=sc.COLLECTIVES, default=sc.ALL_REDUCE)
+    s.add_argument("--algorithm", default=None, help="default: the collective's first "
+                                                      "(all-reduce: ring, halving-doubling, tree)")
+    s.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
+    s.add_argument("--min-bytes", type=int, default=1024)
+    s.add_argument("--max-bytes", type=int, default=256 * 1024)
+    s.add_argument("--iterations", type=int, default=3)
+    s.add_argument("--seed", type=int, default=1)
+    return ap
+
+
+def communicator(a: argparse.Namespace) -> Communicator:
+    addresses = [x.strip() for x in a.addresses.split(",") if x.strip()]
+    params = TransportParams(mode=a.mode, mtu_bytes=a.mtu)
+    make_cc = congestion_controls()[a.cc]
+    endpoint = Endpoint(RawLink(a.iface), a.src_ip, a.src_mac, a.gw_mac, params, lambda: make_cc(a), dscp=a.dscp)
+    return Communicator(endpoint, addresses, a.rank, channels=a.channels, timeout_s=a.timeout_s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
+    try:
+        if a.algorithm is None:
+            a.algorithm = sc.algorithms_of(a.collective)[0]
+        sc.schedule(a.collective, a.algorithm, 2, 2)           # names an unknown algorithm
+        if not 1 <= a.min_bytes <= a.max_bytes:
+            raise ValueError(f"need 1 <= --min-bytes <= --max-bytes, got {a.min_bytes}, {a.max_bytes}")
+        if a.iterations < 1:
+            raise ValueError(f"--iterations must be >= 1, got {a.iterations}")
+        comm = communicator(a)
+    except ValueError as e:
+        print(f"hostagent.collectives: {e}", file=sys.stderr)
+        return 2
+    if a.start_at:
+        time.sleep(max(0.0, a.start_at - time.time()))
+    try:
+        return sweep(a, comm)
+    except CollectiveError as e:
+        print(f"hostagent.collectives: rank {a.rank}: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
