@@ -11,10 +11,17 @@ deliver in order, so a rank knows which piece comes next from each peer and
 channel; a piece of a later step waits in its inbox until the rank gets
 there. Pieces are applied in the schedule's order, so a float result is the
 same bytes as schedule.run_in_memory's, on every rank.
+
+The transport makes progress in a thread of its own (as NCCL's proxy
+thread does): between collectives, while the application computes or waits
+in something else (DDP's own process group), the rank still acknowledges
+its peers' pieces and resends its own, so no peer waits on a rank that is
+busy elsewhere. The endpoint is used under one lock.
 """
 from __future__ import annotations
 
 import struct
+import threading
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass
@@ -30,6 +37,7 @@ MAX_CHANNELS = 64
 PIECE_HEADER = struct.Struct("<HHII")   # magic, call (mod 2^16), step, element offset in the receiver's buffer
 PIECE_MAGIC = 0xC011
 SPORT_BASE = 0xC000              # RoCEv2 source ports: 0xC000-0xFFFF
+PROGRESS_WAIT_S = 0.0005         # the progress thread's longest wait for a frame (the pacing's grain)
 
 
 def default_sport(rank: int, peer: int, channel: int) -> int:
@@ -87,6 +95,28 @@ class Communicator:
         self._inbox: defaultdict[tuple[int, int], deque[bytes]] = defaultdict(deque)
         self.calls = 0
         self.records: list[CallRecord] = []
+        self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._progress, name=f"collectives-rank{rank}", daemon=True)
+        self._thread.start()
+
+    def __enter__(self) -> "Communicator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _progress(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                got = self.endpoint.poll(wait=0)
+                for m in got:
+                    self._file(m.peer, m.qp, m.data)
+                if got:
+                    self._arrived.notify_all()
+            if not got:
+                self.endpoint.link.wait(PROGRESS_WAIT_S)
 
     # -- the collectives ----------------------------------------------------------
 
@@ -126,11 +156,16 @@ class Communicator:
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Keep the transport going until the peers acknowledged everything
-        sent (the last pieces may still need a retransmission)."""
+        sent (the last pieces may still need a retransmission), then stop
+        the progress thread."""
         deadline = time.monotonic() + timeout_s
-        while not self.endpoint.idle and time.monotonic() < deadline:
-            for m in self.endpoint.poll():
-                self._file(m.peer, m.qp, m.data)
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self.endpoint.idle:
+                    break
+            time.sleep(0.005)
+        self._stop.set()
+        self._thread.join()
 
     # -- one step -----------------------------------------------------------------
 
@@ -149,7 +184,8 @@ class Communicator:
             for c, off, count in self._pieces(t):
                 data = buf[t.src_start + off:t.src_start + off + count]
                 header = PIECE_HEADER.pack(PIECE_MAGIC, call & 0xFFFF, step_no, t.dst_start + off)
-                self._out[(t.dst, c)].post(header + data.tobytes(), now)
+                with self._lock:
+                    self._out[(t.dst, c)].post(header + data.tobytes(), now)
         for t, data in local:
             self._apply(buf, t, 0, data)
         deadline = time.monotonic() + self.timeout_s
@@ -179,14 +215,15 @@ class Communicator:
 
     def _next_piece(self, peer: int, channel: int, deadline: float, sched: sc.Schedule, step_no: int) -> bytes:
         box = self._inbox[(peer, channel)]
-        while not box:
-            if time.monotonic() > deadline:
-                raise CollectiveError(f"{sched.collective} ({sched.algorithm}) step {step_no}: nothing from rank "
-                                      f"{peer} ({self.addresses[peer]}) channel {channel} within "
-                                      f"{self.timeout_s} s")
-            for m in self.endpoint.poll():
-                self._file(m.peer, m.qp, m.data)
-        return box.popleft()
+        with self._arrived:
+            while not box:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._thread.is_alive():
+                    raise CollectiveError(f"{sched.collective} ({sched.algorithm}) step {step_no}: nothing from "
+                                          f"rank {peer} ({self.addresses[peer]}) channel {channel} within "
+                                          f"{self.timeout_s} s")
+                self._arrived.wait(min(left, 0.05))
+            return box.popleft()
 
     def _file(self, peer_ip: str, qp: int, data: bytes) -> None:
         peer = self._rank_of.get(peer_ip)

@@ -33,6 +33,7 @@ from hostagent.rdma.frames import FrameBuilder, Malformed, NotOurs, parse
 from hostagent.rdma.transport import SEND, Ack, Message, Requester, Responder, TransportParams
 
 QP_MIN, QP_MAX = 1, (1 << 24) - 1
+SOCKET_BUFFER_BYTES = 4 << 20     # a burst of many connections' packets and ACKs
 
 
 class Link(Protocol):
@@ -42,12 +43,18 @@ class Link(Protocol):
         """One frame, waiting at most `timeout` seconds (0: only what is there)."""
         ...
 
+    def wait(self, timeout: float) -> None:
+        """Return when a frame may be there, or after `timeout` seconds."""
+        ...
+
 
 class RawLink:
     """The host's interface, as the agent uses it (hostagent/ecn/roce.py)."""
 
     def __init__(self, iface: str):
         self.sock = open_socket(iface)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER_BYTES)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)
         self.sock.setblocking(False)
         self.tx_errors = 0
 
@@ -67,6 +74,9 @@ class RawLink:
                 except (BlockingIOError, socket.timeout):
                     return None
             return None
+
+    def wait(self, timeout: float) -> None:
+        select.select([self.sock], [], [], timeout)
 
     def close(self) -> None:
         self.sock.close()

@@ -52,6 +52,13 @@ class Hub:
                 heapq.heappush(self.queues[dst], (at, next(self.seq), frame))
             self.cv.notify_all()
 
+    def wait(self, ip: str, timeout: float) -> None:
+        with self.cv:
+            q = self.queues[ip]
+            now = time.monotonic()
+            if not q or q[0][0] > now:
+                self.cv.wait(min(timeout, q[0][0] - now) if q else timeout)
+
     def recv(self, ip: str, timeout: float):
         deadline = time.monotonic() + timeout
         with self.cv:
@@ -74,6 +81,9 @@ class HubLink:
 
     def recv(self, timeout: float):
         return self.hub.recv(self.ip, timeout)
+
+    def wait(self, timeout: float) -> None:
+        self.hub.wait(self.ip, timeout)
 
 
 def group(n: int, hub: Hub, mode=GO_BACK_N, channels=1, timeout_s=30.0) -> list[Communicator]:
@@ -172,6 +182,8 @@ def test_a_silent_peer_times_out_naming_it():
     comms = group(2, Hub(loss=1.0), timeout_s=0.5)
     with pytest.raises(CollectiveError, match=r"nothing from rank 1 \(10.0.2.1\) channel 0 within 0.5 s"):
         comms[0].all_reduce(np.zeros(8, dtype=np.int32))
+    for c in comms:
+        c.close(timeout_s=0)
 
 
 def test_bad_groups_are_refused():
