@@ -5,7 +5,7 @@ same command on every host, each with its --rank):
         --iface h1-eth0 --src-ip 10.0.1.1 --src-mac .. --gw-mac .. \\
         [--collective all-reduce] [--algorithm ring] [--dtype float32] \\
         [--min-bytes 1024] [--max-bytes 262144] [--iterations 3] [--channels 1] \\
-        [--cc dcqcn] [--mode go-back-n] [--line-rate-pps 1000] [--out PREFIX]
+        [--paths TOPOLOGY] [--cc dcqcn] [--mode go-back-n] [--line-rate-pps 1000] [--out PREFIX]
 
 `sweep` runs the collective at sizes from --min-bytes to --max-bytes
 (doubling), --iterations times each after one warm-up, as nccl-tests does;
@@ -27,7 +27,10 @@ from pathlib import Path
 import numpy as np
 
 from hostagent.collectives import schedule as sc
-from hostagent.collectives.communicator import CallRecord, CollectiveError, Communicator, nccl_tests_table
+from features import load_topology
+from hostagent.collectives.communicator import CallRecord, CollectiveError, Communicator, default_sport, \
+    nccl_tests_table
+from hostagent.collectives.paths import PathModel, path_aware_sports
 from hostagent.rdma.agent import congestion_controls
 from hostagent.rdma.endpoint import Endpoint, RawLink
 from hostagent.rdma.transport import MODES, TransportParams
@@ -124,6 +127,9 @@ def add_group_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rank", type=int, required=True)
     p.add_argument("--addresses", required=True, help="every rank's IPv4 address, in rank order, comma-separated")
     p.add_argument("--channels", type=int, default=1, help="connections per peer pair (distinct source ports)")
+    p.add_argument("--paths", metavar="TOPOLOGY", help="path-aware: choose the channels' source ports so that a "
+                                                       "peer pair's channels take disjoint paths in this topology "
+                                                       "(the file the fabric runs; ECMP mode)")
     p.add_argument("--cc", choices=sorted(congestion_controls()), default="dcqcn")
     p.add_argument("--mode", choices=MODES, default=MODES[0])
     p.add_argument("--mtu", type=int, default=1024, help="payload bytes per packet")
@@ -154,8 +160,14 @@ def communicator(a: argparse.Namespace) -> Communicator:
     addresses = [x.strip() for x in a.addresses.split(",") if x.strip()]
     params = TransportParams(mode=a.mode, mtu_bytes=a.mtu)
     make_cc = congestion_controls()[a.cc]
+    sport_of = default_sport
+    if a.paths:
+        sport_of = path_aware_sports(PathModel(load_topology(a.paths)), addresses, a.channels)
+        for peer in range(len(addresses)):      # unknown addresses fail here, before anything is sent
+            if peer != a.rank:
+                sport_of(a.rank, peer, 0)
     endpoint = Endpoint(RawLink(a.iface), a.src_ip, a.src_mac, a.gw_mac, params, lambda: make_cc(a), dscp=a.dscp)
-    return Communicator(endpoint, addresses, a.rank, channels=a.channels, timeout_s=a.timeout_s)
+    return Communicator(endpoint, addresses, a.rank, channels=a.channels, sport_of=sport_of, timeout_s=a.timeout_s)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.iterations < 1:
             raise ValueError(f"--iterations must be >= 1, got {a.iterations}")
         comm = communicator(a)
-    except ValueError as e:
+    except ValueError as e:          # (a TopologyError is one)
         print(f"hostagent.collectives: {e}", file=sys.stderr)
         return 2
     if a.start_at:
