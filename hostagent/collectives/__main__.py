@@ -14,6 +14,16 @@ result against numpy's over all ranks' inputs. It prints nccl-tests' table
 (size, count, type, time, algorithm and bus bandwidth; the time is the mean
 over iterations) and writes PREFIX.csv (one row per call) and PREFIX.json;
 exit status 1 if a result was wrong.
+
+    python -m hostagent.collectives step --workload data-parallel|moe|pipeline [--steps 5] \
+        [--algorithm ring] [--model-bytes ..] [--buckets ..] [--tokens-bytes ..] [--layers ..] \
+        [--activation-bytes ..] [--microbatches ..] [--compute-ms ..] [--job 0] <the same group options>
+
+`step` runs training steps (hostagent/collectives/workload.py) and prints
+each step's time; PREFIX.csv has one row per step, PREFIX.collectives.csv
+one per collective (time, algorithm and bus bandwidth), PREFIX.json the
+summary. Several jobs can share hosts: each runs its own command with its
+own --job (queue pairs 0x100 + 0x40 x job).
 """
 from __future__ import annotations
 
@@ -28,14 +38,17 @@ import numpy as np
 
 from hostagent.collectives import schedule as sc
 from features import load_topology
-from hostagent.collectives.communicator import CallRecord, CollectiveError, Communicator, default_sport, \
-    nccl_tests_table
+from hostagent.collectives.communicator import CHANNEL_QP_BASE, CallRecord, CollectiveError, Communicator, \
+    default_sport, nccl_tests_table
 from hostagent.collectives.paths import PathModel, path_aware_sports
+from hostagent.collectives.workload import DataParallel, MixtureOfExperts, Pipeline, StepResult, run_steps
 from hostagent.rdma.agent import congestion_controls
 from hostagent.rdma.endpoint import Endpoint, RawLink
 from hostagent.rdma.transport import MODES, TransportParams
 from hostagent.sender import add_host_arguments
 
+MAX_JOBS = 4
+JOB_QPS = 0x40                  # queue pairs per job: its channels
 DTYPES = {"float32": np.float32, "int32": np.int32, "int64": np.int64, "float64": np.float64}
 
 
@@ -137,6 +150,7 @@ def add_group_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dscp", type=int, default=0, help="DSCP of the packets (the switches' traffic class)")
     p.add_argument("--timeout-s", type=float, default=60.0, help="a step waiting longer for a peer fails")
     p.add_argument("--start-at", type=float, default=0.0, help="wall-clock start time (ranks start together)")
+    p.add_argument("--job", type=int, default=0, help="the job (0..3): its own queue pairs, so jobs share hosts")
     p.add_argument("--out", help="output prefix (PREFIX.json, PREFIX.csv); default: stdout")
 
 
@@ -153,7 +167,69 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--max-bytes", type=int, default=256 * 1024)
     s.add_argument("--iterations", type=int, default=3)
     s.add_argument("--seed", type=int, default=1)
+    w = sub.add_parser("step", help="training steps: collectives and compute (a workload)")
+    add_group_arguments(w)
+    w.add_argument("--workload", choices=("data-parallel", "moe", "pipeline"), default="data-parallel")
+    w.add_argument("--steps", type=int, default=5)
+    w.add_argument("--algorithm", choices=sc.algorithms_of(sc.ALL_REDUCE), default=sc.RING,
+                   help="data-parallel: the all-reduce's")
+    w.add_argument("--model-bytes", type=int, default=DataParallel.model_bytes, help="data-parallel: gradients")
+    w.add_argument("--buckets", type=int, default=DataParallel.buckets, help="data-parallel")
+    w.add_argument("--tokens-bytes", type=int, default=MixtureOfExperts.tokens_bytes, help="moe: per all-to-all")
+    w.add_argument("--layers", type=int, default=MixtureOfExperts.layers, help="moe")
+    w.add_argument("--activation-bytes", type=int, default=Pipeline.activation_bytes, help="pipeline")
+    w.add_argument("--microbatches", type=int, default=Pipeline.microbatches, help="pipeline")
+    w.add_argument("--compute-ms", type=float, default=None,
+                   help="scale: data-parallel backward (forward half of it), moe each compute, pipeline a "
+                        "stage's forward (default: the workload's own)")
+    w.add_argument("--seed", type=int, default=1)
     return ap
+
+
+def workload_of(a: argparse.Namespace):
+    ms = a.compute_ms
+    if a.workload == "data-parallel":
+        times = {} if ms is None else {"forward_ms": ms / 2, "backward_ms": ms}
+        return DataParallel(a.model_bytes, a.buckets, algorithm=a.algorithm, **times)
+    if a.workload == "moe":
+        return MixtureOfExperts(a.tokens_bytes, a.layers, **({} if ms is None else {"attention_ms": ms,
+                                                                                     "expert_ms": ms}))
+    return Pipeline(a.activation_bytes, a.microbatches, **({} if ms is None else {"stage_ms": ms}))
+
+
+def steps(a: argparse.Namespace, comm: Communicator) -> int:
+    workload = workload_of(a)
+
+    def show(r: StepResult) -> None:
+        print(f"step {r.step}: {1000 * r.seconds:.1f} ms ({1000 * r.compute_seconds:.1f} ms compute, "
+              f"{len(r.collectives)} collectives)", flush=True)
+    results = run_steps(comm, workload, a.steps, a.seed, show if comm.rank == 0 else (lambda r: None))
+    comm.close()
+    times = sorted(r.seconds for r in results)
+    summary = {"rank": comm.rank, "ranks": comm.size, "job": a.job, "workload": a.workload,
+               "parameters": vars(workload), "channels": comm.channels, "cc": a.cc, "mode": a.mode,
+               "paths": a.paths, "steps": len(results), "step_s": {"median": round(times[len(times) // 2], 6),
+                                                                   "mean": round(sum(times) / len(times), 6),
+                                                                   "max": round(times[-1], 6)},
+               "retransmitted": sum(c.requester.stats.retransmitted for c in comm.endpoint.connections.values()),
+               "ignored": dict(comm.endpoint.ignored)}
+    if a.out is None:
+        print(json.dumps(summary, indent=2))
+        return 0
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(summary, indent=2))
+    with open(out.with_suffix(".csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(("step", "seconds", "compute_seconds", "collectives"))
+        w.writerows((r.step, round(r.seconds, 6), round(r.compute_seconds, 6), len(r.collectives)) for r in results)
+    with open(out.with_suffix(".collectives.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(("step", "index", "collective", "algorithm", "bytes", "seconds", "algbw_bytes_per_s",
+                    "busbw_bytes_per_s"))
+        w.writerows((c.step, c.index, c.collective, c.algorithm, c.nbytes, round(c.seconds, 6), round(c.algbw, 1),
+                     round(c.busbw, 1)) for r in results for c in r.collectives)
+    return 0
 
 
 def communicator(a: argparse.Namespace) -> Communicator:
@@ -166,20 +242,35 @@ def communicator(a: argparse.Namespace) -> Communicator:
         for peer in range(len(addresses)):      # unknown addresses fail here, before anything is sent
             if peer != a.rank:
                 sport_of(a.rank, peer, 0)
-    endpoint = Endpoint(RawLink(a.iface), a.src_ip, a.src_mac, a.gw_mac, params, lambda: make_cc(a), dscp=a.dscp)
-    return Communicator(endpoint, addresses, a.rank, channels=a.channels, sport_of=sport_of, timeout_s=a.timeout_s)
+    if not 0 <= a.job < MAX_JOBS:
+        raise ValueError(f"--job must be within 0..{MAX_JOBS - 1}, got {a.job}")
+    if a.channels > JOB_QPS:
+        raise ValueError(f"--channels must be at most {JOB_QPS} (a job's queue pairs), got {a.channels}")
+    qp_base = CHANNEL_QP_BASE + JOB_QPS * a.job
+    endpoint = Endpoint(RawLink(a.iface), a.src_ip, a.src_mac, a.gw_mac, params, lambda: make_cc(a), dscp=a.dscp,
+                        accept_qps=range(qp_base, qp_base + JOB_QPS))
+    return Communicator(endpoint, addresses, a.rank, channels=a.channels, sport_of=sport_of, timeout_s=a.timeout_s,
+                        qp_base=qp_base)
 
 
 def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
     try:
-        if a.algorithm is None:
-            a.algorithm = sc.algorithms_of(a.collective)[0]
-        sc.schedule(a.collective, a.algorithm, 2, 2)           # names an unknown algorithm
-        if not 1 <= a.min_bytes <= a.max_bytes:
-            raise ValueError(f"need 1 <= --min-bytes <= --max-bytes, got {a.min_bytes}, {a.max_bytes}")
-        if a.iterations < 1:
-            raise ValueError(f"--iterations must be >= 1, got {a.iterations}")
+        if a.command == "sweep":
+            if a.algorithm is None:
+                a.algorithm = sc.algorithms_of(a.collective)[0]
+            sc.schedule(a.collective, a.algorithm, 2, 2)           # names an unknown algorithm
+            if not 1 <= a.min_bytes <= a.max_bytes:
+                raise ValueError(f"need 1 <= --min-bytes <= --max-bytes, got {a.min_bytes}, {a.max_bytes}")
+            if a.iterations < 1:
+                raise ValueError(f"--iterations must be >= 1, got {a.iterations}")
+        else:
+            for name in ("steps", "model_bytes", "buckets", "tokens_bytes", "layers", "activation_bytes",
+                         "microbatches"):
+                if getattr(a, name) < 1:
+                    raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
+            if a.compute_ms is not None and a.compute_ms < 0:
+                raise ValueError(f"--compute-ms must be >= 0, got {a.compute_ms}")
         comm = communicator(a)
     except ValueError as e:          # (a TopologyError is one)
         print(f"hostagent.collectives: {e}", file=sys.stderr)
@@ -187,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.start_at:
         time.sleep(max(0.0, a.start_at - time.time()))
     try:
-        return sweep(a, comm)
+        return sweep(a, comm) if a.command == "sweep" else steps(a, comm)
     except CollectiveError as e:
         print(f"hostagent.collectives: rank {a.rank}: {e}", file=sys.stderr)
         return 1

@@ -36,6 +36,7 @@ CHANNEL_QP_BASE = 0x100          # queue pair of channel c between two ranks: ba
 MAX_CHANNELS = 64
 PIECE_HEADER = struct.Struct("<HHII")   # magic, call (mod 2^16), step, element offset in the receiver's buffer
 PIECE_MAGIC = 0xC011
+P2P_STEP = 0xFFFFFFFF            # the step field of a point-to-point piece (the call field: its number)
 SPORT_BASE = 0xC000              # RoCEv2 source ports: 0xC000-0xFFFF
 PROGRESS_WAIT_S = 0.0005         # the progress thread's longest wait for a frame (the pacing's grain)
 
@@ -70,7 +71,8 @@ class CallRecord:
 
 class Communicator:
     def __init__(self, endpoint: Endpoint, addresses: Sequence[str], rank: int, channels: int = 1,
-                 sport_of: Callable[[int, int, int], int] = default_sport, timeout_s: float = 60.0):
+                 sport_of: Callable[[int, int, int], int] = default_sport, timeout_s: float = 60.0,
+                 qp_base: int = CHANNEL_QP_BASE):
         if len(set(addresses)) != len(addresses):
             raise ValueError(f"addresses must be distinct, got {list(addresses)}")
         if not 0 <= rank < len(addresses):
@@ -85,16 +87,18 @@ class Communicator:
         self.size = len(addresses)
         self.channels = channels
         self.timeout_s = timeout_s
+        self.qp_base = qp_base
         self._rank_of = {ip: r for r, ip in enumerate(self.addresses)}
         self._out: dict[tuple[int, int], Connection] = {}
         for peer in range(self.size):
             if peer != rank:
                 for c in range(channels):
-                    self._out[(peer, c)] = endpoint.connect(addresses[peer], CHANNEL_QP_BASE + c,
-                                                            sport_of(rank, peer, c))
+                    self._out[(peer, c)] = endpoint.connect(addresses[peer], qp_base + c, sport_of(rank, peer, c))
         self._inbox: defaultdict[tuple[int, int], deque[bytes]] = defaultdict(deque)
         self.calls = 0
         self.records: list[CallRecord] = []
+        self._p2p_sent: defaultdict[int, int] = defaultdict(int)
+        self._p2p_received: defaultdict[int, int] = defaultdict(int)
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
         self._stop = threading.Event()
@@ -167,6 +171,44 @@ class Communicator:
         self._stop.set()
         self._thread.join()
 
+    # -- point to point (pipeline parallelism) -----------------------------------
+
+    def send(self, x: np.ndarray, peer: int) -> None:
+        """Post `x` to `peer` (returns at once; the transport delivers it in
+        the background). The peer calls recv with the same length and dtype;
+        between two ranks, sends and receives pair up in the order issued."""
+        x = np.ascontiguousarray(x)
+        self._check_peer(peer)
+        seq = self._p2p_sent[peer]
+        self._p2p_sent[peer] += 1
+        now = time.monotonic()
+        for c, off, count in self._pieces(sc.Transfer(self.rank, peer, 0, 0, len(x), False)):
+            header = PIECE_HEADER.pack(PIECE_MAGIC, seq & 0xFFFF, P2P_STEP, off)
+            with self._lock:
+                self._out[(peer, c)].post(header + x[off:off + count].tobytes(), now)
+
+    def recv(self, peer: int, count: int, dtype) -> np.ndarray:
+        """The next array of `count` elements `peer` sent with send()."""
+        self._check_peer(peer)
+        out = np.empty(count, dtype=dtype)
+        seq = self._p2p_received[peer]
+        self._p2p_received[peer] += 1
+        deadline = time.monotonic() + self.timeout_s
+        t = sc.Transfer(peer, self.rank, 0, 0, count, False)
+        for c, off, n in self._pieces(t):
+            msg = self._next_piece(peer, c, deadline, "receive", seq)
+            got = PIECE_HEADER.unpack_from(msg)
+            if got != (PIECE_MAGIC, seq & 0xFFFF, P2P_STEP, off) or len(msg) != PIECE_HEADER.size + n * out.itemsize:
+                raise CollectiveError(f"receive {seq} from rank {peer}: got call {got[1]} step {got[2]} offset "
+                                      f"{got[3]}, {len(msg) - PIECE_HEADER.size} bytes; expected a send of "
+                                      f"{count} {out.dtype.name} (do the two ranks pair sends and receives?)")
+            out[off:off + n] = np.frombuffer(msg, dtype=out.dtype, offset=PIECE_HEADER.size)
+        return out
+
+    def _check_peer(self, peer: int) -> None:
+        if not 0 <= peer < self.size or peer == self.rank:
+            raise ValueError(f"peer must be another rank (0..{self.size - 1}, not {self.rank}), got {peer}")
+
     # -- one step -----------------------------------------------------------------
 
     def _pieces(self, t: sc.Transfer) -> list[tuple[int, int, int]]:
@@ -193,7 +235,7 @@ class Communicator:
             if t.src == self.rank:
                 continue
             for c, off, count in self._pieces(t):
-                msg = self._next_piece(t.src, c, deadline, sched, step_no)
+                msg = self._next_piece(t.src, c, deadline, f"{sched.collective} ({sched.algorithm})", step_no)
                 magic, got_call, got_step, got_offset = PIECE_HEADER.unpack_from(msg)
                 if (magic, got_call, got_step, got_offset) != (PIECE_MAGIC, call & 0xFFFF, step_no,
                                                                 t.dst_start + off) \
@@ -213,13 +255,13 @@ class Communicator:
         else:
             dst[:] = data
 
-    def _next_piece(self, peer: int, channel: int, deadline: float, sched: sc.Schedule, step_no: int) -> bytes:
+    def _next_piece(self, peer: int, channel: int, deadline: float, what: str, step_no: int) -> bytes:
         box = self._inbox[(peer, channel)]
         with self._arrived:
             while not box:
                 left = deadline - time.monotonic()
                 if left <= 0 or not self._thread.is_alive():
-                    raise CollectiveError(f"{sched.collective} ({sched.algorithm}) step {step_no}: nothing from "
+                    raise CollectiveError(f"{what} step {step_no}: nothing from "
                                           f"rank {peer} ({self.addresses[peer]}) channel {channel} within "
                                           f"{self.timeout_s} s")
                 self._arrived.wait(min(left, 0.05))
@@ -227,7 +269,7 @@ class Communicator:
 
     def _file(self, peer_ip: str, qp: int, data: bytes) -> None:
         peer = self._rank_of.get(peer_ip)
-        channel = qp - CHANNEL_QP_BASE
+        channel = qp - self.qp_base
         if peer is None or not 0 <= channel < self.channels:
             self.endpoint.ignored["a message from outside the communicator"] += 1
             return

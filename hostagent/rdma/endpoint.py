@@ -113,7 +113,9 @@ class Endpoint:
 
     def __init__(self, link: Link, ip: str, mac: str, gateway_mac: str, params: TransportParams,
                  congestion_control: Callable[[], CongestionControl], dscp: int = 0,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, accept_qps: Optional[range] = None):
+        """accept_qps: the queue pairs this endpoint answers data on (None:
+        all); another endpoint on the same host (another job) has others."""
         self.link = link
         self.ip, self.mac, self.gateway_mac = ip, mac, gateway_mac
         self._ip_bytes = bytes(int(x) for x in ip.split("."))
@@ -121,6 +123,7 @@ class Endpoint:
         self.make_cc = congestion_control
         self.dscp = dscp
         self.clock = clock
+        self.accept_qps = accept_qps
         self.connections: dict[tuple[str, int], Connection] = {}
         self._order: deque[Connection] = deque()
         self._responders: dict[tuple[str, int], tuple[Responder, FrameBuilder]] = {}
@@ -193,6 +196,9 @@ class Endpoint:
         now = self.clock()
         key = (p.src_ip, p.qp)
         if p.kind == "data":
+            if self.accept_qps is not None and p.qp not in self.accept_qps:
+                self.ignored["data for another endpoint's queue pair"] += 1
+                return
             if key not in self._responders:
                 self._responders[key] = (Responder(self.params),
                                          FrameBuilder(self.mac, self.gateway_mac, self.ip, p.src_ip,

@@ -197,3 +197,84 @@ def test_bad_groups_are_refused():
         Communicator(ep, ["10.0.1.1", "10.0.2.1"], 1)
     with pytest.raises(ValueError, match="channels must be within 1..64"):
         Communicator(ep, ["10.0.1.1", "10.0.2.1"], 0, channels=0)
+
+
+def test_point_to_point_pairs_in_order_and_names_a_mismatch():
+    comms = group(3, Hub(loss=0.02, seed=9))
+
+    def work(c: Communicator):
+        if c.rank == 0:
+            for k in range(3):
+                c.send(np.full(500 + k, k, dtype=np.float32), 2)
+            return None
+        if c.rank == 2:
+            return [c.recv(0, 500 + k, np.float32) for k in range(3)]
+        return None
+    out = run_all(comms, work)
+    assert [len(x) for x in out[2]] == [500, 501, 502] and all((x == k).all() for k, x in enumerate(out[2]))
+    comms = group(2, Hub(), timeout_s=2.0)
+    with pytest.raises(CollectiveError, match="expected a send of 10 float32"):
+        run_all(comms, lambda c: c.send(np.zeros(12, np.float32), 1) if c.rank == 0 else c.recv(0, 10, np.float32))
+    with pytest.raises(ValueError, match="peer must be another rank"):
+        comms[0].send(np.zeros(1), 0)
+
+
+def test_two_jobs_share_hosts_on_their_own_queue_pairs():
+    """Two communicators per host (two jobs), each endpoint answering only
+    its job's queue pairs, on one hub: both jobs get numpy's sums."""
+    hub = Hub(loss=0.01, seed=11)
+    ips = ["10.0.1.1", "10.0.2.1"]
+    for ip in ips:
+        hub.link(ip)
+    params = TransportParams(mtu_bytes=256, rto_s=0.02, rto_max_s=0.1, ack_delay_s=0.001)
+    jobs = []
+    for job in range(2):
+        comms = []
+        for r, ip in enumerate(ips):
+            ep = Endpoint(JobLink(hub, ip, job), ip, f"02:00:00:00:0{job}:{r + 1:02x}", "02:00:00:00:00:fe",
+                          params, lambda: Dcqcn(DcqcnParams(line_rate_pps=200_000.0)),
+                          accept_qps=range(0x100 + 0x40 * job, 0x140 + 0x40 * job))
+            comms.append(Communicator(ep, ips, r, qp_base=0x100 + 0x40 * job))
+        jobs.append(comms)
+    results = [None, None]
+
+    def job_run(j):
+        results[j] = run_all(jobs[j], lambda c: c.all_reduce(np.arange(300, dtype=np.int64) * (c.rank + 1 + 10 * j)))
+    threads = [threading.Thread(target=job_run, args=(j,)) for j in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for j in range(2):
+        want = np.arange(300, dtype=np.int64) * (1 + 2 + 20 * j)
+        assert all(np.array_equal(x, want) for x in results[j])
+
+
+class JobLink:
+    """One job's view of a host's link on the hub: every frame to the host
+    reaches every job's endpoint (as every raw socket on an interface sees
+    every frame); each keeps what is its own."""
+    queues: dict = {}
+
+    def __init__(self, hub: Hub, ip: str, job: int):
+        self.hub, self.ip, self.job = hub, ip, job
+        JobLink.queues.setdefault((id(hub), ip), {})[job] = []
+
+    def send(self, frame: bytes) -> None:
+        self.hub.send(frame)
+
+    def _pull(self, timeout: float) -> None:
+        frame = self.hub.recv(self.ip, timeout)
+        if frame is not None:
+            for q in JobLink.queues[(id(self.hub), self.ip)].values():
+                q.append(frame)
+
+    def recv(self, timeout: float):
+        q = JobLink.queues[(id(self.hub), self.ip)][self.job]
+        if not q:
+            self._pull(timeout)
+        return q.pop(0) if q else None
+
+    def wait(self, timeout: float) -> None:
+        if not JobLink.queues[(id(self.hub), self.ip)][self.job]:
+            self.hub.wait(self.ip, timeout)

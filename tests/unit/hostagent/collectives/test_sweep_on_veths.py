@@ -90,3 +90,28 @@ def test_sweep_on_a_lossy_bridge(lossy_bridge, tmp_path, collective, algorithm, 
         assert summary["ignored"].get("not addressed to this host", 0) > 0       # the bridge flooded
     retransmitted = sum(json.loads(out.with_suffix(".json").read_text())["retransmitted"] for _, out in procs)
     assert retransmitted > 0                                                     # the loss was real
+
+
+def test_two_jobs_of_training_steps_share_the_hosts(lossy_bridge, tmp_path):
+    """Job 0 data-parallel steps and job 1 pipeline steps on the same three
+    hosts at once, each on its own queue pairs."""
+    addresses = ",".join(ip_of(i) for i in range(len(HOSTS)))
+    procs = []
+    for job, workload in ((0, "data-parallel"), (1, "pipeline")):
+        for i, ns in enumerate(HOSTS):
+            out = tmp_path / f"job{job}-rank{i}"
+            cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "hostagent.collectives", "step",
+                   "--workload", workload, "--steps", "3", "--compute-ms", "4", "--model-bytes", "32768",
+                   "--activation-bytes", "8192", "--job", str(job), "--rank", str(i), "--addresses", addresses,
+                   "--iface", f"{ns}0", "--src-ip", ip_of(i), "--src-mac", mac_of(i), "--gw-mac", GW_MAC,
+                   "--line-rate-pps", "20000", "--timeout-s", "30", "--out", str(out)]
+            procs.append((subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), out, job))
+    for p, out, job in procs:
+        stdout, stderr = p.communicate(timeout=300)
+        assert p.returncode == 0, f"{out.name}: {stdout}\n{stderr}"
+        summary = json.loads(out.with_suffix(".json").read_text())
+        assert summary["steps"] == 3 and summary["step_s"]["median"] > 0
+        assert summary["ignored"].get("data for another endpoint's queue pair", 0) > 0   # the other job's frames
+        rows = out.with_suffix(".collectives.csv").read_text().splitlines()
+        assert len(rows) - 1 == (3 * 4 if job == 0 else 0)       # 4 buckets a step; the pipeline has none
