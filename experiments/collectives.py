@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Training steps over the fabric: how long a data-parallel step takes, and
+the all-reduce's bus bandwidth, for each load-balancing mode and all-reduce
+algorithm (docs/collectives.md).
+
+    fabric experiment collectives [--phases lb] [--modes ecmp path-aware flowlet spray adaptive]
+                                  [--algorithms ring halving-doubling tree] [--steps 8] [--channels 2]
+                                  [--out experiments/results/collectives]
+
+Phase lb: topologies/leaf-spine.yaml on BMv2 without its INT section (two
+leaves, two spines, 100 Mbit/s links: BMv2 queue rates of 8333 packets/s);
+the four hosts h1-h4
+are the ranks of one data-parallel job (hostagent/collectives/workload.py:
+a 256 KB model in 4 buckets, 20 ms forward and 40 ms backward compute, the
+gradients of each bucket all-reduced after its compute), each rank with
+--channels connections to every peer (RC transport, go-back-N, DCQCN at
+LINE_RATE_PPS per connection). Modes: ecmp (source ports spread by a fixed
+formula: channels may share a spine), path-aware (source ports chosen from
+the routes and the hash model so a pair's channels take both spines:
+hostagent/collectives/paths.py), and the leaves' load-balancing modes
+flowlet, spray and adaptive (features/load_balancing.py) with the ecmp
+ports. Per case: step time (each step's slowest rank; median and max over
+--steps), the all-reduces' bus bandwidth (median), retransmissions, and the
+packets each spine carried (their share shows the balance).
+
+CSV and PNG under --out/<phase>; prints a table and where files went.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+
+from core.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
+from core.build import compile_p4
+from core.controller import FabricController
+from core.network import Network
+from experiments.common import agent_python, print_table, save_figure, write_csv
+from features import topology_from_dict
+from features.load_balancing import LbMode
+from hostagent.collectives import schedule as sc
+
+PHASES = ("lb",)
+MODES = ("ecmp", "path-aware", "flowlet", "spray", "adaptive")
+RANKS = ("h1", "h2", "h3", "h4")
+SPINES = ("spine1", "spine2")
+LEAVES = ("leaf1", "leaf2")
+LINE_RATE_PPS = 1000.0       # each connection's top rate (1 KB payloads): what BMv2 on two cores forwards for
+                             # four ranks' channels without dropping (3000 lost hundreds of packets a step)
+START_DELAY_S = 3.0          # ranks start together this long after launch (imports, sockets)
+
+
+def spine_packets(ctl: FabricController) -> dict[str, int]:
+    return {sw: sum(pkts for pkts, _ in ctl.counter(sw, "ingress_port_counter").values()) for sw in SPINES}
+
+
+def run_case(mode: str, algorithm: str, topo, ctl: FabricController, args, out: Path) -> dict:
+    case = f"{mode}-{algorithm}"
+    case_out = out / case
+    case_out.mkdir(parents=True, exist_ok=True)
+    for leaf in LEAVES:
+        ctl.feature("load_balancing").set_mode(leaf, LbMode("ecmp" if mode in ("ecmp", "path-aware") else mode))
+    hosts = [topo.hosts[h] for h in RANKS]
+    addresses = ",".join(h.ip for h in hosts)
+    before = spine_packets(ctl)
+    start_at = time.time() + START_DELAY_S
+    procs = []
+    for rank, h in enumerate(hosts):
+        cmd = ["ip", "netns", "exec", h.name, agent_python(), "-m", "hostagent.collectives", "step",
+               "--workload", "data-parallel", "--algorithm", algorithm, "--steps", str(args.steps),
+               "--rank", str(rank), "--addresses", addresses, "--iface", h.iface, "--src-ip", h.ip,
+               "--src-mac", h.mac, "--gw-mac", h.gateway_mac, "--channels", str(args.channels),
+               "--line-rate-pps", str(LINE_RATE_PPS), "--start-at", str(start_at),
+               "--out", str(case_out / f"rank{rank}")]
+        if mode == "path-aware":
+            cmd += ["--paths", str(REPO / "topologies" / "leaf-spine.yaml")]
+        procs.append(subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+    for rank, p in enumerate(procs):
+        _, stderr = p.communicate(timeout=600)
+        if p.returncode != 0:
+            raise RuntimeError(f"{case}: rank {rank} failed: {stderr.strip()[-2000:]}")
+    after = spine_packets(ctl)
+    # A step takes as long as its slowest rank; bus bandwidth over every rank's all-reduces.
+    per_rank = [[float(line.split(",")[1]) for line in (case_out / f"rank{r}.csv").read_text().splitlines()[1:]]
+                for r in range(len(hosts))]
+    steps = [max(times) for times in zip(*per_rank)]
+    busbw = [float(line.split(",")[7]) for r in range(len(hosts))
+             for line in (case_out / f"rank{r}.collectives.csv").read_text().splitlines()[1:]]
+    retransmitted = sum(json.loads((case_out / f"rank{r}.json").read_text())["retransmitted"]
+                        for r in range(len(hosts)))
+    carried = {sw: after[sw] - before[sw] for sw in SPINES}
+    total = sum(carried.values()) or 1
+    return {"case": case, "mode": mode, "algorithm": algorithm, "ranks": len(hosts), "channels": args.channels,
+            "steps": len(steps), "step_ms_median": round(1000 * statistics.median(steps), 1),
+            "step_ms_max": round(1000 * max(steps), 1),
+            "busbw_MBps_median": round(statistics.median(busbw) / 1e6, 3) if busbw else 0.0,
+            "retransmitted": retransmitted, "spine1_share": round(carried["spine1"] / total, 3),
+            "spine_packets": total}
+
+
+def _plot(results: list[dict], out: Path) -> Path:
+    import matplotlib.pyplot as plt
+    algorithms = list(dict.fromkeys(r["algorithm"] for r in results))
+    modes = list(dict.fromkeys(r["mode"] for r in results))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    width = 0.8 / len(algorithms)
+    for i, alg in enumerate(algorithms):
+        rows = {r["mode"]: r for r in results if r["algorithm"] == alg}
+        xs = [m + (i - (len(algorithms) - 1) / 2) * width for m in range(len(modes))]
+        ax1.bar(xs, [rows[m]["step_ms_median"] if m in rows else 0 for m in modes], width, label=alg)
+        ax2.bar(xs, [rows[m]["busbw_MBps_median"] if m in rows else 0 for m in modes], width, label=alg)
+    for ax, title in ((ax1, "data-parallel step time (ms, median)"), (ax2, "all-reduce bus bandwidth (MB/s)")):
+        ax.set_xticks(range(len(modes)))
+        ax.set_xticklabels(modes)
+        ax.set_title(title)
+        ax.legend()
+    return save_figure(fig, out / "step_time.png")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--phases", nargs="*", default=list(PHASES), choices=PHASES)
+    ap.add_argument("--modes", nargs="*", default=list(MODES), choices=MODES)
+    ap.add_argument("--algorithms", nargs="*", default=sc.algorithms_of(sc.ALL_REDUCE),
+                    choices=sc.algorithms_of(sc.ALL_REDUCE))
+    ap.add_argument("--steps", type=int, default=8, help="training steps per case")
+    ap.add_argument("--channels", type=int, default=2, help="connections per peer pair")
+    ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "collectives"))
+    ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS)
+    args = ap.parse_args(argv)
+    if args.steps < 1 or args.channels < 1:
+        ap.error("--steps and --channels must be >= 1")
+    out = Path(args.out) / "lb"
+    out.mkdir(parents=True, exist_ok=True)
+    raw = yaml.safe_load((REPO / "topologies" / "leaf-spine.yaml").read_text())
+    raw.pop("int", None)        # no INT reports: the spines' counters are the job's packets (and its ACKs)
+    topo = topology_from_dict(raw, "leaf-spine without INT")
+    compile_p4()
+    results = []
+    with Network(topo, REPO / "build" / "experiments" / "collectives", log_level=args.log_level) as net, \
+            FabricController(topo) as ctl:
+        ctl.program()
+        net.apply_queue_rates()
+        try:
+            for mode in args.modes:
+                for algorithm in args.algorithms:
+                    print(f"==> {mode} {algorithm}: {args.steps} data-parallel steps on {', '.join(RANKS)}, "
+                          f"{args.channels} channels per pair", flush=True)
+                    results.append(run_case(mode, algorithm, topo, ctl, args, out))
+        finally:
+            for leaf in LEAVES:
+                ctl.feature("load_balancing").set_mode(leaf, LbMode())
+    written = [write_csv(out / "summary.csv", results), _plot(results, out)]
+    print_table(results)
+    print(f"\nresults: {', '.join(map(str, written))}, and per case <case>/ (each rank's CSV/JSON)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
