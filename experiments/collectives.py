@@ -48,12 +48,15 @@ from experiments.common import agent_python, print_table, save_figure, write_csv
 from features import topology_from_dict
 from features.load_balancing import LbMode
 from hostagent.collectives import schedule as sc
+from hostagent.collectives.placement import PLACEMENTS, Rank, ranks, ring_hops_across_rails
 
-PHASES = ("lb",)
+PHASES = ("lb", "placement")
 MODES = ("ecmp", "path-aware", "flowlet", "spray", "adaptive")
 RANKS = ("h1", "h2", "h3", "h4")
 SPINES = ("spine1", "spine2")
 LEAVES = ("leaf1", "leaf2")
+PLACEMENT_LINE_RATE_PPS = 400.0   # 16 ranks' connections on the rail fabric (BMv2 on two cores)
+PLACEMENT_MODEL_BYTES = 64 * 1024
 LINE_RATE_PPS = 1000.0       # each connection's top rate (1 KB payloads): what BMv2 on two cores forwards for
                              # four ranks' channels without dropping (3000 lost hundreds of packets a step)
 START_DELAY_S = 3.0          # ranks start together this long after launch (imports, sockets)
@@ -63,49 +66,64 @@ def spine_packets(ctl: FabricController) -> dict[str, int]:
     return {sw: sum(pkts for pkts, _ in ctl.counter(sw, "ingress_port_counter").values()) for sw in SPINES}
 
 
-def run_case(mode: str, algorithm: str, topo, ctl: FabricController, args, out: Path) -> dict:
-    case = f"{mode}-{algorithm}"
+def run_ranks(case: str, job: list[Rank], extra: list[str], ctl: FabricController, args, out: Path) -> dict:
+    """Data-parallel steps on `job`'s ranks (one process per rank, in its
+    host's namespace, on its NIC); the step times, bus bandwidths,
+    retransmissions and packets each spine carried."""
     case_out = out / case
     case_out.mkdir(parents=True, exist_ok=True)
-    for leaf in LEAVES:
-        ctl.feature("load_balancing").set_mode(leaf, LbMode("ecmp" if mode in ("ecmp", "path-aware") else mode))
-    hosts = [topo.hosts[h] for h in RANKS]
-    addresses = ",".join(h.ip for h in hosts)
+    addresses = ",".join(r.ip for r in job)
     before = spine_packets(ctl)
-    start_at = time.time() + START_DELAY_S
+    start_at = time.time() + START_DELAY_S + 0.1 * len(job)
     procs = []
-    for rank, h in enumerate(hosts):
-        cmd = ["ip", "netns", "exec", h.name, agent_python(), "-m", "hostagent.collectives", "step",
-               "--workload", "data-parallel", "--algorithm", algorithm, "--steps", str(args.steps),
-               "--rank", str(rank), "--addresses", addresses, "--iface", h.iface, "--src-ip", h.ip,
-               "--src-mac", h.mac, "--gw-mac", h.gateway_mac, "--channels", str(args.channels),
-               "--line-rate-pps", str(LINE_RATE_PPS), "--start-at", str(start_at),
-               "--out", str(case_out / f"rank{rank}")]
-        if mode == "path-aware":
-            cmd += ["--paths", str(REPO / "topologies" / "leaf-spine.yaml")]
+    for rank, r in enumerate(job):
+        cmd = ["ip", "netns", "exec", r.host, agent_python(), "-m", "hostagent.collectives", "step",
+               "--workload", "data-parallel", "--steps", str(args.steps), "--rank", str(rank),
+               "--addresses", addresses, "--iface", r.iface, "--src-ip", r.ip, "--src-mac", r.mac,
+               "--gw-mac", r.gateway_mac, "--start-at", str(start_at), "--out", str(case_out / f"rank{rank}"),
+               *extra]
         procs.append(subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
     for rank, p in enumerate(procs):
-        _, stderr = p.communicate(timeout=600)
+        _, stderr = p.communicate(timeout=900)
         if p.returncode != 0:
             raise RuntimeError(f"{case}: rank {rank} failed: {stderr.strip()[-2000:]}")
     after = spine_packets(ctl)
     # A step takes as long as its slowest rank; bus bandwidth over every rank's all-reduces.
     per_rank = [[float(line.split(",")[1]) for line in (case_out / f"rank{r}.csv").read_text().splitlines()[1:]]
-                for r in range(len(hosts))]
+                for r in range(len(job))]
     steps = [max(times) for times in zip(*per_rank)]
-    busbw = [float(line.split(",")[7]) for r in range(len(hosts))
+    busbw = [float(line.split(",")[7]) for r in range(len(job))
              for line in (case_out / f"rank{r}.collectives.csv").read_text().splitlines()[1:]]
     retransmitted = sum(json.loads((case_out / f"rank{r}.json").read_text())["retransmitted"]
-                        for r in range(len(hosts)))
+                        for r in range(len(job)))
     carried = {sw: after[sw] - before[sw] for sw in SPINES}
-    total = sum(carried.values()) or 1
-    return {"case": case, "mode": mode, "algorithm": algorithm, "ranks": len(hosts), "channels": args.channels,
-            "steps": len(steps), "step_ms_median": round(1000 * statistics.median(steps), 1),
-            "step_ms_max": round(1000 * max(steps), 1),
+    total = sum(carried.values())
+    return {"case": case, "ranks": len(job), "steps": len(steps),
+            "step_ms_median": round(1000 * statistics.median(steps), 1), "step_ms_max": round(1000 * max(steps), 1),
             "busbw_MBps_median": round(statistics.median(busbw) / 1e6, 3) if busbw else 0.0,
-            "retransmitted": retransmitted, "spine1_share": round(carried["spine1"] / total, 3),
+            "retransmitted": retransmitted, "spine1_share": round(carried["spine1"] / (total or 1), 3),
             "spine_packets": total}
+
+
+def run_case(mode: str, algorithm: str, topo, ctl: FabricController, args, out: Path) -> dict:
+    for leaf in LEAVES:
+        ctl.feature("load_balancing").set_mode(leaf, LbMode("ecmp" if mode in ("ecmp", "path-aware") else mode))
+    extra = ["--algorithm", algorithm, "--channels", str(args.channels), "--line-rate-pps", str(LINE_RATE_PPS)]
+    if mode == "path-aware":
+        extra += ["--paths", str(REPO / "topologies" / "leaf-spine.yaml")]
+    job = [Rank.of(topo.hosts[h].primary) for h in RANKS]
+    result = run_ranks(f"{mode}-{algorithm}", job, extra, ctl, args, out)
+    return {"case": result.pop("case"), "mode": mode, "algorithm": algorithm, "channels": args.channels, **result}
+
+
+def run_placement_case(placement: str, topo, ctl: FabricController, args, out: Path) -> dict:
+    job = ranks(topo, placement=placement)
+    extra = ["--algorithm", sc.RING, "--channels", "1", "--line-rate-pps", str(PLACEMENT_LINE_RATE_PPS),
+             "--model-bytes", str(PLACEMENT_MODEL_BYTES)]
+    result = run_ranks(placement, job, extra, ctl, args, out)
+    return {"case": result.pop("case"), "placement": placement, "ring_hops_across_rails": ring_hops_across_rails(job),
+            **result}
 
 
 def _plot(results: list[dict], out: Path) -> Path:
@@ -133,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", nargs="*", default=list(MODES), choices=MODES)
     ap.add_argument("--algorithms", nargs="*", default=sc.algorithms_of(sc.ALL_REDUCE),
                     choices=sc.algorithms_of(sc.ALL_REDUCE))
+    ap.add_argument("--placements", nargs="*", default=list(PLACEMENTS), choices=PLACEMENTS)
     ap.add_argument("--steps", type=int, default=8, help="training steps per case")
     ap.add_argument("--channels", type=int, default=2, help="connections per peer pair")
     ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "collectives"))
@@ -140,29 +159,47 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.steps < 1 or args.channels < 1:
         ap.error("--steps and --channels must be >= 1")
-    out = Path(args.out) / "lb"
-    out.mkdir(parents=True, exist_ok=True)
-    raw = yaml.safe_load((REPO / "topologies" / "leaf-spine.yaml").read_text())
-    raw.pop("int", None)        # no INT reports: the spines' counters are the job's packets (and its ACKs)
-    topo = topology_from_dict(raw, "leaf-spine without INT")
     compile_p4()
-    results = []
-    with Network(topo, REPO / "build" / "experiments" / "collectives", log_level=args.log_level) as net, \
-            FabricController(topo) as ctl:
-        ctl.program()
-        net.apply_queue_rates()
-        try:
-            for mode in args.modes:
-                for algorithm in args.algorithms:
-                    print(f"==> {mode} {algorithm}: {args.steps} data-parallel steps on {', '.join(RANKS)}, "
-                          f"{args.channels} channels per pair", flush=True)
-                    results.append(run_case(mode, algorithm, topo, ctl, args, out))
-        finally:
-            for leaf in LEAVES:
-                ctl.feature("load_balancing").set_mode(leaf, LbMode())
-    written = [write_csv(out / "summary.csv", results), _plot(results, out)]
-    print_table(results)
-    print(f"\nresults: {', '.join(map(str, written))}, and per case <case>/ (each rank's CSV/JSON)")
+    written = []
+    if "lb" in args.phases:
+        out = Path(args.out) / "lb"
+        out.mkdir(parents=True, exist_ok=True)
+        raw = yaml.safe_load((REPO / "topologies" / "leaf-spine.yaml").read_text())
+        raw.pop("int", None)        # no INT reports: the spines' counters are the job's packets (and its ACKs)
+        topo = topology_from_dict(raw, "leaf-spine without INT")
+        results = []
+        with Network(topo, REPO / "build" / "experiments" / "collectives", log_level=args.log_level) as net, \
+                FabricController(topo) as ctl:
+            ctl.program()
+            net.apply_queue_rates()
+            try:
+                for mode in args.modes:
+                    for algorithm in args.algorithms:
+                        print(f"==> lb {mode} {algorithm}: {args.steps} data-parallel steps on {', '.join(RANKS)}, "
+                              f"{args.channels} channels per pair", flush=True)
+                        results.append(run_case(mode, algorithm, topo, ctl, args, out))
+            finally:
+                for leaf in LEAVES:
+                    ctl.feature("load_balancing").set_mode(leaf, LbMode())
+        written += [write_csv(out / "summary.csv", results), _plot(results, out)]
+        print_table(results)
+    if "placement" in args.phases:
+        out = Path(args.out) / "placement"
+        out.mkdir(parents=True, exist_ok=True)
+        topo = topology_from_dict(yaml.safe_load((REPO / "topologies" / "rail-optimized.yaml").read_text()),
+                                  "rail-optimized")
+        results = []
+        with Network(topo, REPO / "build" / "experiments" / "collectives", log_level=args.log_level) as net, \
+                FabricController(topo) as ctl:
+            ctl.program()
+            net.apply_queue_rates()
+            for placement in args.placements:
+                print(f"==> placement {placement}: {args.steps} data-parallel steps (ring) on every GPU NIC of "
+                      f"rail-optimized, one rank each", flush=True)
+                results.append(run_placement_case(placement, topo, ctl, args, out))
+        written.append(write_csv(out / "summary.csv", results))
+        print_table(results)
+    print(f"\nresults: {', '.join(map(str, written))}, and per case <phase>/<case>/ (each rank's CSV/JSON)")
     return 0
 
 

@@ -22,3 +22,15 @@ def test_collectives_experiment_runs_each_mode(tmp_path):
         assert int(r["steps"]) == 3 and float(r["step_ms_median"]) >= 60.0      # at least the compute
         assert float(r["busbw_MBps_median"]) > 0
     assert 0.25 <= float(rows["path-aware"]["spine1_share"]) <= 0.75           # both spines carry the job
+
+
+def test_rail_aware_placement_keeps_the_ring_off_the_spines(tmp_path):
+    out = tmp_path / "collectives"
+    proc = subprocess.run([sys.executable, "-m", "experiments.collectives", "--phases", "placement", "--steps", "2",
+                           "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {r["placement"]: r for r in csv.DictReader(open(out / "placement" / "summary.csv"))}
+    aware, naive = rows["rail-aware"], rows["host-major"]
+    assert (int(aware["ring_hops_across_rails"]), int(naive["ring_hops_across_rails"])) == (4, 16)
+    assert int(aware["ranks"]) == int(naive["ranks"]) == 16
+    assert int(aware["spine_packets"]) * 2 < int(naive["spine_packets"])      # a quarter of the hops cross
