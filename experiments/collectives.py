@@ -3,9 +3,9 @@
 the all-reduce's bus bandwidth, for each load-balancing mode and all-reduce
 algorithm (docs/collectives.md).
 
-    fabric experiment collectives [--phases lb] [--modes ecmp path-aware flowlet spray adaptive]
-                                  [--algorithms ring halving-doubling tree] [--steps 8] [--channels 2]
-                                  [--out experiments/results/collectives]
+    fabric experiment collectives [--phases lb jobs placement] [--modes ecmp path-aware flowlet spray adaptive]
+                                  [--algorithms ring halving-doubling tree] [--placements rail-aware host-major]
+                                  [--steps 8] [--channels 2] [--out experiments/results/collectives]
 
 Phase lb: topologies/leaf-spine.yaml on BMv2 without its INT section (two
 leaves, two spines, 100 Mbit/s links: BMv2 queue rates of 8333 packets/s);
@@ -23,7 +23,17 @@ ports. Per case: step time (each step's slowest rank; median and max over
 --steps), the all-reduces' bus bandwidth (median), retransmissions, and the
 packets each spine carried (their share shows the balance).
 
-CSV and PNG under --out/<phase>; prints a table and where files went.
+Phase jobs: the same fabric, job 0 (ring, path-aware) alone, then job 0
+and job 1 (halving-doubling) on the same four hosts at once, each on its own
+queue pairs (--job): each job's step time, bus bandwidth, retransmissions.
+
+Phase placement: topologies/rail-optimized.yaml, one rank per GPU NIC (16),
+a 64 KB model, ring all-reduce, one connection per pair at
+PLACEMENT_LINE_RATE_PPS; ranks ordered rail by rail (rail-aware) or server
+by server (host-major, hostagent/collectives/placement.py): step time and
+the packets through the spines.
+
+CSV (and for lb a PNG) under --out/<phase>; prints a table and where files went.
 """
 from __future__ import annotations
 
@@ -50,7 +60,7 @@ from features.load_balancing import LbMode
 from hostagent.collectives import schedule as sc
 from hostagent.collectives.placement import PLACEMENTS, Rank, ranks, ring_hops_across_rails
 
-PHASES = ("lb", "placement")
+PHASES = ("lb", "placement", "jobs")
 MODES = ("ecmp", "path-aware", "flowlet", "spray", "adaptive")
 RANKS = ("h1", "h2", "h3", "h4")
 SPINES = ("spine1", "spine2")
@@ -66,44 +76,76 @@ def spine_packets(ctl: FabricController) -> dict[str, int]:
     return {sw: sum(pkts for pkts, _ in ctl.counter(sw, "ingress_port_counter").values()) for sw in SPINES}
 
 
-def run_ranks(case: str, job: list[Rank], extra: list[str], ctl: FabricController, args, out: Path) -> dict:
-    """Data-parallel steps on `job`'s ranks (one process per rank, in its
-    host's namespace, on its NIC); the step times, bus bandwidths,
-    retransmissions and packets each spine carried."""
+def launch(case: str, job: list[Rank], extra: list[str], args, out: Path, start_at: float,
+           job_id: int = 0) -> list[subprocess.Popen]:
+    """One process per rank of `job`, in its host's namespace, on its NIC,
+    running data-parallel steps from wall-clock `start_at`."""
     case_out = out / case
     case_out.mkdir(parents=True, exist_ok=True)
     addresses = ",".join(r.ip for r in job)
-    before = spine_packets(ctl)
-    start_at = time.time() + START_DELAY_S + 0.1 * len(job)
     procs = []
     for rank, r in enumerate(job):
         cmd = ["ip", "netns", "exec", r.host, agent_python(), "-m", "hostagent.collectives", "step",
                "--workload", "data-parallel", "--steps", str(args.steps), "--rank", str(rank),
                "--addresses", addresses, "--iface", r.iface, "--src-ip", r.ip, "--src-mac", r.mac,
-               "--gw-mac", r.gateway_mac, "--start-at", str(start_at), "--out", str(case_out / f"rank{rank}"),
-               *extra]
+               "--gw-mac", r.gateway_mac, "--start-at", str(start_at), "--job", str(job_id),
+               "--out", str(case_out / f"rank{rank}"), *extra]
         procs.append(subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+    return procs
+
+
+def collect(case: str, procs: list[subprocess.Popen], out: Path) -> dict:
+    """Wait for a job's ranks: its step times (each step's slowest rank),
+    bus bandwidths and retransmissions."""
     for rank, p in enumerate(procs):
         _, stderr = p.communicate(timeout=900)
         if p.returncode != 0:
             raise RuntimeError(f"{case}: rank {rank} failed: {stderr.strip()[-2000:]}")
-    after = spine_packets(ctl)
-    # A step takes as long as its slowest rank; bus bandwidth over every rank's all-reduces.
+    case_out = out / case
+    n = len(procs)
     per_rank = [[float(line.split(",")[1]) for line in (case_out / f"rank{r}.csv").read_text().splitlines()[1:]]
-                for r in range(len(job))]
+                for r in range(n)]
     steps = [max(times) for times in zip(*per_rank)]
-    busbw = [float(line.split(",")[7]) for r in range(len(job))
+    busbw = [float(line.split(",")[7]) for r in range(n)
              for line in (case_out / f"rank{r}.collectives.csv").read_text().splitlines()[1:]]
-    retransmitted = sum(json.loads((case_out / f"rank{r}.json").read_text())["retransmitted"]
-                        for r in range(len(job)))
-    carried = {sw: after[sw] - before[sw] for sw in SPINES}
-    total = sum(carried.values())
-    return {"case": case, "ranks": len(job), "steps": len(steps),
+    retransmitted = sum(json.loads((case_out / f"rank{r}.json").read_text())["retransmitted"] for r in range(n))
+    return {"case": case, "ranks": n, "steps": len(steps),
             "step_ms_median": round(1000 * statistics.median(steps), 1), "step_ms_max": round(1000 * max(steps), 1),
             "busbw_MBps_median": round(statistics.median(busbw) / 1e6, 3) if busbw else 0.0,
-            "retransmitted": retransmitted, "spine1_share": round(carried["spine1"] / (total or 1), 3),
-            "spine_packets": total}
+            "retransmitted": retransmitted}
+
+
+def run_ranks(case: str, job: list[Rank], extra: list[str], ctl: FabricController, args, out: Path) -> dict:
+    """Data-parallel steps on `job`'s ranks; with the packets each spine carried."""
+    before = spine_packets(ctl)
+    procs = launch(case, job, extra, args, out, time.time() + START_DELAY_S + 0.1 * len(job))
+    result = collect(case, procs, out)
+    after = spine_packets(ctl)
+    carried = {sw: after[sw] - before[sw] for sw in SPINES}
+    total = sum(carried.values())
+    return {**result, "spine1_share": round(carried["spine1"] / (total or 1), 3), "spine_packets": total}
+
+
+def run_jobs_case(shared: bool, topo, args, out: Path) -> list[dict]:
+    """Job 0 (ring) alone, or job 0 and job 1 (halving-doubling) on the
+    same four hosts at once, each on its own queue pairs."""
+    job = [Rank.of(topo.hosts[h].primary) for h in RANKS]
+    extra = ["--channels", str(args.channels), "--line-rate-pps", str(LINE_RATE_PPS),
+             "--paths", str(REPO / "topologies" / "leaf-spine.yaml")]
+    start_at = time.time() + START_DELAY_S + 0.2 * len(job)
+    runs = [("job0", launch(f"{'shared' if shared else 'alone'}-job0", job, extra + ["--algorithm", sc.RING], args,
+                            out, start_at, 0), sc.RING)]
+    if shared:
+        runs.append(("job1", launch("shared-job1", job, extra + ["--algorithm", sc.HALVING_DOUBLING], args, out,
+                                    start_at, 1), sc.HALVING_DOUBLING))
+    rows = []
+    for name, procs, algorithm in runs:
+        case = f"{'shared' if shared else 'alone'}-{name}"
+        r = collect(case, procs, out)
+        rows.append({"case": r.pop("case"), "sharing": "two jobs" if shared else "alone", "job": name,
+                     "algorithm": algorithm, **r})
+    return rows
 
 
 def run_case(mode: str, algorithm: str, topo, ctl: FabricController, args, out: Path) -> dict:
@@ -182,6 +224,23 @@ def main(argv: list[str] | None = None) -> int:
                 for leaf in LEAVES:
                     ctl.feature("load_balancing").set_mode(leaf, LbMode())
         written += [write_csv(out / "summary.csv", results), _plot(results, out)]
+        print_table(results)
+    if "jobs" in args.phases:
+        out = Path(args.out) / "jobs"
+        out.mkdir(parents=True, exist_ok=True)
+        raw = yaml.safe_load((REPO / "topologies" / "leaf-spine.yaml").read_text())
+        raw.pop("int", None)
+        topo = topology_from_dict(raw, "leaf-spine without INT")
+        results = []
+        with Network(topo, REPO / "build" / "experiments" / "collectives", log_level=args.log_level) as net, \
+                FabricController(topo) as ctl:
+            ctl.program()
+            net.apply_queue_rates()
+            for shared in (False, True):
+                print(f"==> jobs: {'job 0 (ring) and job 1 (halving-doubling) at once' if shared else 'job 0 alone'}"
+                      f" on {', '.join(RANKS)}, {args.steps} data-parallel steps, path-aware", flush=True)
+                results += run_jobs_case(shared, topo, args, out)
+        written.append(write_csv(out / "summary.csv", results))
         print_table(results)
     if "placement" in args.phases:
         out = Path(args.out) / "placement"

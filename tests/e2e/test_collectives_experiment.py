@@ -34,3 +34,13 @@ def test_rail_aware_placement_keeps_the_ring_off_the_spines(tmp_path):
     assert (int(aware["ring_hops_across_rails"]), int(naive["ring_hops_across_rails"])) == (4, 16)
     assert int(aware["ranks"]) == int(naive["ranks"]) == 16
     assert int(aware["spine_packets"]) * 2 < int(naive["spine_packets"])      # a quarter of the hops cross
+
+
+def test_two_jobs_share_the_fabric(tmp_path):
+    out = tmp_path / "collectives"
+    proc = subprocess.run([sys.executable, "-m", "experiments.collectives", "--phases", "jobs", "--steps", "2",
+                           "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {r["case"]: r for r in csv.DictReader(open(out / "jobs" / "summary.csv"))}
+    assert set(rows) == {"alone-job0", "shared-job0", "shared-job1"}
+    assert all(int(r["steps"]) == 2 and float(r["busbw_MBps_median"]) > 0 for r in rows.values())
