@@ -38,6 +38,7 @@ CSV (and for lb a PNG) under --out/<phase>; prints a table and where files went.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -45,6 +46,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import yaml
 
@@ -168,6 +170,23 @@ def run_placement_case(placement: str, topo, ctl: FabricController, args, out: P
             **result}
 
 
+def leaf_spine_without_int():
+    """No INT reports: the spines' counters are the jobs' packets (and their ACKs)."""
+    raw = yaml.safe_load((REPO / "topologies" / "leaf-spine.yaml").read_text())
+    raw.pop("int", None)
+    return topology_from_dict(raw, "leaf-spine without INT")
+
+
+@contextlib.contextmanager
+def fabric(topo, args) -> Iterator[FabricController]:
+    """The topology on BMv2, programmed, queue rates set."""
+    with Network(topo, REPO / "build" / "experiments" / "collectives", log_level=args.log_level) as net, \
+            FabricController(topo) as ctl:
+        ctl.program()
+        net.apply_queue_rates()
+        yield ctl
+
+
 def _plot(results: list[dict], out: Path) -> Path:
     import matplotlib.pyplot as plt
     algorithms = list(dict.fromkeys(r["algorithm"] for r in results))
@@ -206,14 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     if "lb" in args.phases:
         out = Path(args.out) / "lb"
         out.mkdir(parents=True, exist_ok=True)
-        raw = yaml.safe_load((REPO / "topologies" / "leaf-spine.yaml").read_text())
-        raw.pop("int", None)        # no INT reports: the spines' counters are the job's packets (and its ACKs)
-        topo = topology_from_dict(raw, "leaf-spine without INT")
+        topo = leaf_spine_without_int()
         results = []
-        with Network(topo, REPO / "build" / "experiments" / "collectives", log_level=args.log_level) as net, \
-                FabricController(topo) as ctl:
-            ctl.program()
-            net.apply_queue_rates()
+        with fabric(topo, args) as ctl:
             try:
                 for mode in args.modes:
                     for algorithm in args.algorithms:
@@ -228,14 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     if "jobs" in args.phases:
         out = Path(args.out) / "jobs"
         out.mkdir(parents=True, exist_ok=True)
-        raw = yaml.safe_load((REPO / "topologies" / "leaf-spine.yaml").read_text())
-        raw.pop("int", None)
-        topo = topology_from_dict(raw, "leaf-spine without INT")
+        topo = leaf_spine_without_int()
         results = []
-        with Network(topo, REPO / "build" / "experiments" / "collectives", log_level=args.log_level) as net, \
-                FabricController(topo) as ctl:
-            ctl.program()
-            net.apply_queue_rates()
+        with fabric(topo, args):
             for shared in (False, True):
                 print(f"==> jobs: {'job 0 (ring) and job 1 (halving-doubling) at once' if shared else 'job 0 alone'}"
                       f" on {', '.join(RANKS)}, {args.steps} data-parallel steps, path-aware", flush=True)
@@ -248,10 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         topo = topology_from_dict(yaml.safe_load((REPO / "topologies" / "rail-optimized.yaml").read_text()),
                                   "rail-optimized")
         results = []
-        with Network(topo, REPO / "build" / "experiments" / "collectives", log_level=args.log_level) as net, \
-                FabricController(topo) as ctl:
-            ctl.program()
-            net.apply_queue_rates()
+        with fabric(topo, args) as ctl:
             for placement in args.placements:
                 print(f"==> placement {placement}: {args.steps} data-parallel steps (ring) on every GPU NIC of "
                       f"rail-optimized, one rank each", flush=True)
