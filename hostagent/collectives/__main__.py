@@ -38,17 +38,14 @@ import numpy as np
 
 from hostagent.collectives import schedule as sc
 from features import load_topology
-from hostagent.collectives.communicator import CHANNEL_QP_BASE, CallRecord, CollectiveError, Communicator, \
-    default_sport, nccl_tests_table
+from hostagent.collectives.communicator import MAX_JOBS, CallRecord, CollectiveError, Communicator, default_sport, \
+    nccl_tests_table, open_communicator
 from hostagent.collectives.paths import PathModel, path_aware_sports
 from hostagent.collectives.workload import DataParallel, MixtureOfExperts, Pipeline, StepResult, run_steps
 from hostagent.rdma.agent import congestion_controls
-from hostagent.rdma.endpoint import Endpoint, RawLink
-from hostagent.rdma.transport import MODES, TransportParams
+from hostagent.rdma.transport import MODES
 from hostagent.sender import add_host_arguments
 
-MAX_JOBS = 4
-JOB_QPS = 0x40                  # queue pairs per job: its channels
 DTYPES = {"float32": np.float32, "int32": np.int32, "int64": np.int64, "float64": np.float64}
 
 
@@ -57,21 +54,6 @@ def rank_input(collective: str, ranks: int, elements: int, dtype, seed: int, ran
     order gives numpy's answer) drawn from (seed, rank, elements)."""
     rng = np.random.default_rng([seed, rank, elements])
     return rng.integers(-64, 64, elements).astype(dtype)
-
-
-def expected_output(collective: str, inputs: list[np.ndarray], rank: int, root: int = 0) -> np.ndarray:
-    n = len(inputs)
-    if collective == sc.ALL_REDUCE:
-        return np.sum(inputs, axis=0, dtype=inputs[0].dtype)
-    if collective == sc.REDUCE_SCATTER:
-        return np.split(np.sum(inputs, axis=0, dtype=inputs[0].dtype), n)[rank]
-    if collective == sc.ALL_GATHER:
-        return np.concatenate(inputs)
-    if collective == sc.BROADCAST:
-        return inputs[root]
-    if collective == sc.ALL_TO_ALL:
-        return np.concatenate([np.split(x, n)[rank] for x in inputs])
-    raise ValueError(collective)
 
 
 def sizes(min_bytes: int, max_bytes: int) -> list[int]:
@@ -95,7 +77,7 @@ def sweep(a: argparse.Namespace, comm: Communicator) -> int:
         if elements < 1:
             continue
         inputs = [rank_input(a.collective, n, elements, dtype, a.seed, r) for r in range(n)]
-        want = expected_output(a.collective, inputs, comm.rank)
+        want = sc.reference_result(a.collective, inputs, comm.rank)
         options = {"root": 0} if a.collective == sc.BROADCAST else {}
         comm.run(a.collective, a.algorithm, inputs[comm.rank], **options)          # warm-up
         records: list[CallRecord] = []
@@ -118,9 +100,7 @@ def sweep(a: argparse.Namespace, comm: Communicator) -> int:
                           "elements": r.elements, "time_s": round(r.seconds, 6),
                           "algbw_bytes_per_s": round(r.bandwidths[0], 1), "busbw_bytes_per_s": round(r.bandwidths[1], 1)}
                          for r in table],
-               "retransmitted": sum(c.requester.stats.retransmitted for c in comm.endpoint.connections.values()),
-               "timeouts": sum(c.requester.stats.timeouts for c in comm.endpoint.connections.values()),
-               "ignored": dict(comm.endpoint.ignored)}
+               **comm.transport_stats()}
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.with_suffix(".json").write_text(json.dumps(summary, indent=2))
@@ -150,7 +130,7 @@ def add_group_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dscp", type=int, default=0, help="DSCP of the packets (the switches' traffic class)")
     p.add_argument("--timeout-s", type=float, default=60.0, help="a step waiting longer for a peer fails")
     p.add_argument("--start-at", type=float, default=0.0, help="wall-clock start time (ranks start together)")
-    p.add_argument("--job", type=int, default=0, help="the job (0..3): its own queue pairs, so jobs share hosts")
+    p.add_argument("--job", type=int, default=0, help=f"the job (0..{MAX_JOBS - 1}): its own queue pairs, so jobs share hosts")
     p.add_argument("--out", help="output prefix (PREFIX.json, PREFIX.csv); default: stdout")
 
 
@@ -211,8 +191,7 @@ def steps(a: argparse.Namespace, comm: Communicator) -> int:
                "paths": a.paths, "steps": len(results), "step_s": {"median": round(times[len(times) // 2], 6),
                                                                    "mean": round(sum(times) / len(times), 6),
                                                                    "max": round(times[-1], 6)},
-               "retransmitted": sum(c.requester.stats.retransmitted for c in comm.endpoint.connections.values()),
-               "ignored": dict(comm.endpoint.ignored)}
+               **comm.transport_stats()}
     if a.out is None:
         print(json.dumps(summary, indent=2))
         return 0
@@ -234,23 +213,15 @@ def steps(a: argparse.Namespace, comm: Communicator) -> int:
 
 def communicator(a: argparse.Namespace) -> Communicator:
     addresses = [x.strip() for x in a.addresses.split(",") if x.strip()]
-    params = TransportParams(mode=a.mode, mtu_bytes=a.mtu)
-    make_cc = congestion_controls()[a.cc]
     sport_of = default_sport
     if a.paths:
         sport_of = path_aware_sports(PathModel(load_topology(a.paths)), addresses, a.channels)
         for peer in range(len(addresses)):      # unknown addresses fail here, before anything is sent
             if peer != a.rank:
                 sport_of(a.rank, peer, 0)
-    if not 0 <= a.job < MAX_JOBS:
-        raise ValueError(f"--job must be within 0..{MAX_JOBS - 1}, got {a.job}")
-    if a.channels > JOB_QPS:
-        raise ValueError(f"--channels must be at most {JOB_QPS} (a job's queue pairs), got {a.channels}")
-    qp_base = CHANNEL_QP_BASE + JOB_QPS * a.job
-    endpoint = Endpoint(RawLink(a.iface), a.src_ip, a.src_mac, a.gw_mac, params, lambda: make_cc(a), dscp=a.dscp,
-                        accept_qps=range(qp_base, qp_base + JOB_QPS))
-    return Communicator(endpoint, addresses, a.rank, channels=a.channels, sport_of=sport_of, timeout_s=a.timeout_s,
-                        qp_base=qp_base)
+    return open_communicator(a.rank, addresses, a.iface, a.src_ip, a.src_mac, a.gw_mac, cc=a.cc, mode=a.mode,
+                             line_rate_pps=a.line_rate_pps, mtu=a.mtu, channels=a.channels, timeout_s=a.timeout_s,
+                             dscp=a.dscp, job=a.job, sport_of=sport_of)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,13 +27,19 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+import argparse
+
 import numpy as np
 
 from hostagent.collectives import schedule as sc
-from hostagent.rdma.endpoint import Connection, Endpoint
+from hostagent.rdma.agent import congestion_controls
+from hostagent.rdma.endpoint import Connection, Endpoint, RawLink
+from hostagent.rdma.transport import MODES, TransportParams
 
 CHANNEL_QP_BASE = 0x100          # queue pair of channel c between two ranks: base + c
 MAX_CHANNELS = 64
+MAX_JOBS = 4
+JOB_QPS = 0x40                   # queue pairs per job (its channels): job j uses CHANNEL_QP_BASE + JOB_QPS j ...
 PIECE_HEADER = struct.Struct("<HHII")   # magic, call (mod 2^16), step, element offset in the receiver's buffer
 PIECE_MAGIC = 0xC011
 P2P_STEP = 0xFFFFFFFF            # the step field of a point-to-point piece (the call field: its number)
@@ -121,6 +127,14 @@ class Communicator:
                     self._arrived.notify_all()
             if not got:
                 self.endpoint.link.wait(PROGRESS_WAIT_S)
+
+    def transport_stats(self) -> dict:
+        """What the transport did for this rank: packets resent, timeouts,
+        frames ignored by reason."""
+        conns = self.endpoint.connections.values()
+        return {"retransmitted": sum(c.requester.stats.retransmitted for c in conns),
+                "timeouts": sum(c.requester.stats.timeouts for c in conns),
+                "ignored": dict(self.endpoint.ignored)}
 
     # -- the collectives ----------------------------------------------------------
 
@@ -287,3 +301,22 @@ def nccl_tests_table(records: Sequence[CallRecord]) -> str:
                      f"{algbw / 1e9:>13.6f} {busbw / 1e9:>13.6f}")
     return "\n".join(lines)
 
+
+def open_communicator(rank: int, addresses: Sequence[str], iface: str, src_ip: str, src_mac: str, gw_mac: str,
+                      cc: str = "dcqcn", mode: str = MODES[0], line_rate_pps: float = 1000.0, mtu: int = 1024,
+                      channels: int = 1, timeout_s: float = 60.0, dscp: int = 0, job: int = 0,
+                      sport_of: Callable[[int, int, int], int] = default_sport) -> Communicator:
+    """A communicator on the host's interface (raw socket), as the fabric's
+    hosts use: `job`'s queue pairs only, so jobs share hosts."""
+    if not 0 <= job < MAX_JOBS:
+        raise ValueError(f"job must be within 0..{MAX_JOBS - 1}, got {job}")
+    if channels > JOB_QPS:
+        raise ValueError(f"channels must be at most {JOB_QPS} (a job's queue pairs), got {channels}")
+    params = TransportParams(mode=mode, mtu_bytes=mtu)
+    make_cc = congestion_controls()[cc]
+    options = argparse.Namespace(line_rate_pps=line_rate_pps, mtu=mtu)
+    qp_base = CHANNEL_QP_BASE + JOB_QPS * job
+    endpoint = Endpoint(RawLink(iface), src_ip, src_mac, gw_mac, params, lambda: make_cc(options), dscp=dscp,
+                        accept_qps=range(qp_base, qp_base + JOB_QPS))
+    return Communicator(endpoint, list(addresses), rank, channels=channels, sport_of=sport_of, timeout_s=timeout_s,
+                        qp_base=qp_base)

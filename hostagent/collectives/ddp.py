@@ -7,7 +7,8 @@ In your own training script (one process per host, inside its namespace):
 
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
-    from hostagent.collectives.ddp import FabricHook, fabric_allreduce_hook, open_communicator
+    from hostagent.collectives.communicator import open_communicator
+    from hostagent.collectives.ddp import FabricHook, fabric_allreduce_hook
 
     dist.init_process_group("gloo", init_method=f"tcp://{addresses[0]}:29500", rank=rank,
                             world_size=len(addresses))         # DDP's set-up (parameter broadcast)
@@ -40,7 +41,6 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -48,10 +48,8 @@ import torch.distributed as dist
 from torch import nn
 
 from hostagent.collectives import schedule as sc
-from hostagent.collectives.communicator import Communicator
+from hostagent.collectives.communicator import Communicator, open_communicator
 from hostagent.rdma.agent import congestion_controls
-from hostagent.rdma.endpoint import Endpoint, RawLink
-from hostagent.rdma.transport import MODES, TransportParams
 from hostagent.sender import add_host_arguments
 
 BATCH = 64
@@ -81,17 +79,6 @@ def fabric_allreduce_hook(state: FabricHook, bucket: dist.GradBucket) -> torch.f
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     fut.set_result(tensor)
     return fut
-
-
-def open_communicator(rank: int, addresses: Sequence[str], iface: str, src_ip: str, src_mac: str, gw_mac: str,
-                      cc: str = "dcqcn", mode: str = MODES[0], line_rate_pps: float = 1000.0, mtu: int = 1024,
-                      channels: int = 1, timeout_s: float = 60.0) -> Communicator:
-    """A communicator on the host's interface (raw socket), as the fabric's hosts use."""
-    params = TransportParams(mode=mode, mtu_bytes=mtu)
-    make_cc = congestion_controls()[cc]
-    options = argparse.Namespace(line_rate_pps=line_rate_pps, mtu=mtu)
-    endpoint = Endpoint(RawLink(iface), src_ip, src_mac, gw_mac, params, lambda: make_cc(options))
-    return Communicator(endpoint, list(addresses), rank, channels=channels, timeout_s=timeout_s)
 
 
 # -- the training run -------------------------------------------------------------
@@ -204,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         dist.destroy_process_group()
     write(out, rows, {"rank": a.rank, "ranks": len(addresses), "algorithm": a.algorithm, "cc": a.cc,
                       "buckets_all_reduced": hook.buckets, "all_reduce_seconds": round(hook.seconds, 3),
-                      "retransmitted": sum(c.requester.stats.retransmitted for c in comm.endpoint.connections.values()),
+                      "retransmitted": comm.transport_stats()["retransmitted"],
                       "epochs": rows})
     return 0
 

@@ -46,10 +46,6 @@ class Path:
     """The switches a flow crosses, and the port it leaves each by."""
     hops: tuple[tuple[str, int], ...]       # (switch, egress port)
 
-    @property
-    def links(self) -> tuple[tuple[str, int], ...]:
-        return self.hops
-
 
 class PathModel:
     """Routes of a topology, as the controller installs them with no failures."""

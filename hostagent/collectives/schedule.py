@@ -377,6 +377,22 @@ def bandwidths(collective: str, ranks: int, elements: int, itemsize: int, second
     return algbw, algbw * bus_factor(collective, ranks)
 
 
+def reference_result(collective: str, inputs: Sequence[np.ndarray], rank: int, root: int = 0) -> np.ndarray:
+    """What `rank` must end with, computed by numpy from every rank's input."""
+    n = len(inputs)
+    if collective == ALL_REDUCE:
+        return np.sum(inputs, axis=0, dtype=inputs[0].dtype)
+    if collective == REDUCE_SCATTER:
+        return np.split(np.sum(inputs, axis=0, dtype=inputs[0].dtype), n)[rank]
+    if collective == ALL_GATHER:
+        return np.concatenate(inputs)
+    if collective == BROADCAST:
+        return inputs[root]
+    if collective == ALL_TO_ALL:
+        return np.concatenate([np.split(x, n)[rank] for x in inputs])
+    raise ValueError(f"unknown collective {collective!r}")
+
+
 # -- executing a schedule in one process --------------------------------------
 
 def run_in_memory(sched: Schedule, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

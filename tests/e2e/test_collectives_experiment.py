@@ -9,13 +9,19 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_collectives_experiment_runs_each_mode(tmp_path):
+def experiment(tmp_path, *args: str) -> Path:
+    """Run the experiment with `args`; its --out directory."""
     out = tmp_path / "collectives"
-    proc = subprocess.run([sys.executable, "-m", "experiments.collectives", "--modes", "ecmp", "path-aware", "spray",
-                           "--algorithms", "ring", "--steps", "3", "--out", str(out)], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "experiments.collectives", *args, "--out", str(out)], cwd=REPO,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "results:" in proc.stdout and (out / "lb" / "step_time.png").exists()
+    assert "results:" in proc.stdout
+    return out
+
+
+def test_collectives_experiment_runs_each_mode(tmp_path):
+    out = experiment(tmp_path, "--modes", "ecmp", "path-aware", "spray", "--algorithms", "ring", "--steps", "3")
+    assert (out / "lb" / "step_time.png").exists()
     rows = {r["mode"]: r for r in csv.DictReader(open(out / "lb" / "summary.csv"))}
     assert set(rows) == {"ecmp", "path-aware", "spray"}
     for r in rows.values():
@@ -25,10 +31,7 @@ def test_collectives_experiment_runs_each_mode(tmp_path):
 
 
 def test_rail_aware_placement_keeps_the_ring_off_the_spines(tmp_path):
-    out = tmp_path / "collectives"
-    proc = subprocess.run([sys.executable, "-m", "experiments.collectives", "--phases", "placement", "--steps", "2",
-                           "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = experiment(tmp_path, "--phases", "placement", "--steps", "2")
     rows = {r["placement"]: r for r in csv.DictReader(open(out / "placement" / "summary.csv"))}
     aware, naive = rows["rail-aware"], rows["host-major"]
     assert (int(aware["ring_hops_across_rails"]), int(naive["ring_hops_across_rails"])) == (4, 16)
@@ -37,10 +40,7 @@ def test_rail_aware_placement_keeps_the_ring_off_the_spines(tmp_path):
 
 
 def test_two_jobs_share_the_fabric(tmp_path):
-    out = tmp_path / "collectives"
-    proc = subprocess.run([sys.executable, "-m", "experiments.collectives", "--phases", "jobs", "--steps", "2",
-                           "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = experiment(tmp_path, "--phases", "jobs", "--steps", "2")
     rows = {r["case"]: r for r in csv.DictReader(open(out / "jobs" / "summary.csv"))}
     assert set(rows) == {"alone-job0", "shared-job0", "shared-job1"}
     assert all(int(r["steps"]) == 2 and float(r["busbw_MBps_median"]) > 0 for r in rows.values())

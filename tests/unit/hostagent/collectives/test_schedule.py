@@ -19,20 +19,7 @@ def inputs(n: int, elements: int, seed: int, dtype=np.int64) -> list[np.ndarray]
 
 
 def expected(collective: str, xs: list[np.ndarray], root: int = 0) -> list[np.ndarray]:
-    n = len(xs)
-    if collective == sc.ALL_REDUCE:
-        return [np.sum(xs, axis=0)] * n
-    if collective == sc.REDUCE_SCATTER:
-        total = np.sum(xs, axis=0)
-        return list(np.split(total, n))
-    if collective == sc.ALL_GATHER:
-        return [np.concatenate(xs)] * n
-    if collective == sc.BROADCAST:
-        return [xs[root]] * n
-    if collective == sc.ALL_TO_ALL:
-        blocks = [np.split(x, n) for x in xs]
-        return [np.concatenate([blocks[i][r] for i in range(n)]) for r in range(n)]
-    raise AssertionError(collective)
+    return [sc.reference_result(collective, xs, r, root) for r in range(len(xs))]
 
 
 CASES = sorted(sc.ALGORITHMS)
