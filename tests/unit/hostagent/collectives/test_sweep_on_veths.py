@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -94,8 +95,10 @@ def test_sweep_on_a_lossy_bridge(lossy_bridge, tmp_path, collective, algorithm, 
 
 def test_two_jobs_of_training_steps_share_the_hosts(lossy_bridge, tmp_path):
     """Job 0 data-parallel steps and job 1 pipeline steps on the same three
-    hosts at once, each on its own queue pairs."""
+    hosts at once (one agreed start time: without it one job could finish
+    before the other's processes were up), each on its own queue pairs."""
     addresses = ",".join(ip_of(i) for i in range(len(HOSTS)))
+    start_at = time.time() + 6
     procs = []
     for job, workload in ((0, "data-parallel"), (1, "pipeline")):
         for i, ns in enumerate(HOSTS):
@@ -104,7 +107,7 @@ def test_two_jobs_of_training_steps_share_the_hosts(lossy_bridge, tmp_path):
                    "--workload", workload, "--steps", "3", "--compute-ms", "4", "--model-bytes", "32768",
                    "--activation-bytes", "8192", "--job", str(job), "--rank", str(i), "--addresses", addresses,
                    "--iface", f"{ns}0", "--src-ip", ip_of(i), "--src-mac", mac_of(i), "--gw-mac", GW_MAC,
-                   "--line-rate-pps", "20000", "--timeout-s", "30", "--out", str(out)]
+                   "--line-rate-pps", "20000", "--timeout-s", "30", "--start-at", str(start_at), "--out", str(out)]
             procs.append((subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), out, job))
     for p, out, job in procs:
