@@ -97,6 +97,14 @@ class Case:
 CASES = [Case("lossy", False, False), Case("pfc", True, False), Case("pfc-dcqcn", True, True)]
 
 
+# Headroom above XOFF where several BMv2 switches pause each other (the
+# spreading and deadlock phases): five switches and up to eleven agents on two
+# cores read their input late, so a pause takes effect late; with 32 (the
+# other phases) six runs of one day lost 4 to 239 packets to it at 8:1 (at
+# the leaves' host ports) and 22 to 54 on the ring and the bounce leaf-spine.
+LATE_PAUSE_HEADROOM = 64
+
+
 def section(lossless: bool) -> LosslessConfig:
     return LosslessConfig(queues=8, classes=(TrafficClass("collective", TCLASS, TCLASS, (DSCP,), lossless),),
                           pfc=PfcThresholds(xoff=24, xon=12, headroom=32))
@@ -184,6 +192,20 @@ SPREADING_HOLD_PPS = 500    # the hold loop's rate: five switches recirculating 
 HOPS = ("leaf3 -> spines", "spines -> leaves", "leaves -> hosts")
 
 
+def spreading_section(lossless: bool) -> LosslessConfig:
+    config = section(lossless)
+    return replace(config, hold_rate_pps=SPREADING_HOLD_PPS, pfc=replace(config.pfc, headroom=LATE_PAUSE_HEADROOM))
+
+
+def pipeline_drops(ctl: FabricController, topo) -> dict[str, int]:
+    """{"leaf3/NO_ROUTE": n, ...}: what each switch's pipeline dropped, by
+    reason, except PFC frames (a switch consumes those). Drops in BMv2's
+    queues are not counted anywhere: sent - received - these."""
+    names = {v: k for k, v in drop_reasons().items() if k not in ("NONE", "PFC_FRAME")}
+    return {f"{sw}/{names[i]}": packets for sw in topo.switches
+            for i, (packets, _bytes) in ctl.counter(sw, "drop_counter").items() if i in names and packets}
+
+
 def run_spreading_case(name: str, topo, net: Network, ctl: FabricController, args, out: Path) -> dict:
     """N:1 incast into r1 across the fabric, plus the victim v1 -> v2. With
     PFC, leaf3 holds what goes to r1 and pauses the spines (hop 1); they
@@ -195,7 +217,7 @@ def run_spreading_case(name: str, topo, net: Network, ctl: FabricController, arg
     senders = [topo.hosts[h] for h in (("h1", "h2", "h5", "h6") if n == "4" else
                                        ("h1", "h2", "h3", "h4", "h5", "h6", "h7", "h8"))]
     receiver, victim, victim_rx = topo.hosts["r1"], topo.hosts["v1"], topo.hosts["v2"]
-    ctl.feature("lossless").apply(replace(section(lossless), hold_rate_pps=SPREADING_HOLD_PPS))
+    ctl.feature("lossless").apply(spreading_section(lossless))
     ctl.feature("ecn").set_profile("leaf3", receiver.switch_port, EcnProfile.step(10) if dcqcn else None,
                                    queue=TCLASS)
     hop_cells = {   # the ports that pause, per hop: (switch, port)
@@ -214,7 +236,7 @@ def run_spreading_case(name: str, topo, net: Network, ctl: FabricController, arg
     def headroom_drops() -> dict[str, int]:
         return {sw: ctl.counter(sw, "drop_counter", headroom).get(headroom, (0, 0))[0] for sw in topo.switches}
 
-    before, drops_before = pauses(), headroom_drops()
+    before, drops_before, pipeline_before = pauses(), headroom_drops(), pipeline_drops(ctl, topo)
     case_dir = out / name
     case_dir.mkdir(parents=True, exist_ok=True)
     start_at = time.time() + 3.0
@@ -249,7 +271,7 @@ def run_spreading_case(name: str, topo, net: Network, ctl: FabricController, arg
         stop.set()
         sampler.join()
     time.sleep(0.5)
-    after, drops_after = pauses(), headroom_drops()
+    after, drops_after, pipeline_after = pauses(), headroom_drops(), pipeline_drops(ctl, topo)
     rx = json.loads((case_dir / f"receive-{receiver.name}.json").read_text())
     vrx = json.loads((case_dir / f"receive-{victim_rx.name}.json").read_text())
     tx = [json.loads((case_dir / f"send-{h.name}.json").read_text()) for h in senders]
@@ -267,6 +289,8 @@ def run_spreading_case(name: str, topo, net: Network, ctl: FabricController, arg
         "headroom_drops": sum(drops_after.values()) - sum(drops_before.values()),
         "headroom_drops_at": " ".join(f"{sw}:{n - drops_before[sw]}" for sw, n in drops_after.items()
                                       if n > drops_before[sw]),
+        "pipeline_drops": " ".join(f"{key}:{n - pipeline_before.get(key, 0)}" for key, n in pipeline_after.items()
+                                   if n > pipeline_before.get(key, 0)),
         "utilisation": round(steady / ((args.duration - warm) * capacity), 3),
         "victim_pps": round(sum(v for (t, _f), v in vbins.items() if warm <= t < args.duration)
                             / (args.duration - warm), 1),
@@ -432,7 +456,7 @@ def deadlock_section(case: DeadlockCase, topo) -> LosslessConfig:
            "classes": [{"name": "collective", "class": TCLASS, "dscp": [DSCP], "lossless": True, "share": 0.5},
                        {"name": "collective-2", "class": BOUNCED_CLASS, "dscp": [BOUNCED_DSCP], "lossless": True,
                         "share": 0.5}],
-           "pfc": {"xoff": 24, "xon": 12, "headroom": 32}, "hold_rate_pps": 500,
+           "pfc": {"xoff": 24, "xon": 12, "headroom": LATE_PAUSE_HEADROOM}, "hold_rate_pps": 500,
            "class_changes": list(case.class_changes)}
     if case.watchdog:
         raw["watchdog"] = {"detect_ms": 200, "restore_ms": 400, "action": "drop"}
@@ -493,8 +517,9 @@ def run_deadlock_case(case: DeadlockCase, args, out: Path) -> dict:
             return n
 
         start_at = time.time() + 3.0
+        # The receivers listen 3 s past the senders: what the switches held drains (up to the 2 s below)
         procs = [roce_agent(dst, "receive", start_at=start_at, out_dir=case_dir,
-                            extra=["--duration", str(args.duration + 1.0)]) for dst in receivers]
+                            extra=["--duration", str(args.duration + 3.0)]) for dst in receivers]
         for qp, (src, dst) in enumerate(flows, start=1):
             procs.append(roce_agent(src, "send", start_at=start_at, out_dir=case_dir, extra=[
                 "--duration", str(args.duration), "--dst-ip", dst.ip, "--qp", str(qp),
@@ -515,6 +540,7 @@ def run_deadlock_case(case: DeadlockCase, args, out: Path) -> dict:
                                   for sw in topo.switches),
             # class 4 sent to a switch by the switches that change classes
             "changed_class": total("class_packets", (BOUNCED_CLASS,), changing) if changing else 0,
+            "pipeline_drops": " ".join(f"{key}:{n}" for key, n in pipeline_drops(ctl, topo).items()),
         }
     sent = sum(json.loads((case_dir / f"send-{src.name}.json").read_text())["sent"] for src, _ in flows)
     bins: dict = {}
@@ -765,7 +791,7 @@ def main(argv: list[str] | None = None) -> int:
         print_table(results, width=15)
     if "spreading" in args.phases:
         topo = load_topology(REPO / "topologies" / "incast-leaf-spine.yaml")
-        topo.features[SECTION] = replace(section(True), hold_rate_pps=SPREADING_HOLD_PPS)   # the hold queues' rate
+        topo.features[SECTION] = spreading_section(True)    # the hold queues' rate
         spreading_out = out / "spreading"
         spreading_out.mkdir(exist_ok=True)
         results = []
