@@ -3,9 +3,11 @@
 the all-reduce's bus bandwidth, for each load-balancing mode and all-reduce
 algorithm (docs/collectives.md).
 
-    fabric experiment collectives [--phases lb jobs placement] [--modes ecmp path-aware flowlet spray adaptive]
-                                  [--algorithms ring halving-doubling tree] [--placements rail-aware host-major]
-                                  [--steps 8] [--channels 2] [--out experiments/results/collectives]
+    fabric experiment collectives [--phases lb transport placement jobs failure]
+                                  [--modes ecmp path-aware flowlet spray adaptive]
+                                  [--algorithms ring halving-doubling tree in-network]
+                                  [--placements rail-aware host-major] [--protections none controller "data plane"]
+                                  [--fail-after 2] [--steps 8] [--channels 2] [--out experiments/results/collectives]
 
 Phase lb: topologies/leaf-spine.yaml on BMv2 without its INT section (two
 leaves, two spines, 100 Mbit/s links: BMv2 queue rates of 8333 packets/s);
@@ -21,11 +23,26 @@ hostagent/collectives/paths.py), and the leaves' load-balancing modes
 flowlet, spray and adaptive (features/load_balancing.py) with the ecmp
 ports. Per case: step time (each step's slowest rank; median and max over
 --steps), the all-reduces' bus bandwidth (median), retransmissions, and the
-packets each spine carried (their share shows the balance).
+packets each spine carried (their share shows the balance). The fabric
+has a fifth host, ps on leaf2: the parameter server of aggregation job 1,
+whose workers are the four ranks, for the in-network all-reduce (summed at
+leaf2; path-aware does not apply to it: one source port per worker).
+
+Phase transport: the same, ring only, for ecmp, spray and adaptive (those of
+--modes), each with go-back-n and selective-repeat retransmission.
 
 Phase jobs: the same fabric, job 0 (ring, path-aware) alone, then job 0
 and job 1 (halving-doubling) on the same four hosts at once, each on its own
-queue pairs (--job): each job's step time, bus bandwidth, retransmissions.
+queue pairs (--job): each job's step time, bus bandwidth, retransmissions;
+then both again with every switch port marking CE above ECN_K packets
+(DCQCN, the transport's default, slows the senders down).
+
+Phase failure: data-parallel steps (ring, ECMP ports) on a fresh leaf-spine
+per protection; --fail-after seconds in, leaf1-spine1 black-holes both ways
+(the ports stay up). Protections: none, controller (heartbeats; the
+controller reroutes), data plane (the leaves' failover, 100 ms). Per case:
+steps completed (a rank gives up after STALL_TIMEOUT_S without a peer), the
+median step before, the step the failure hit, the median after.
 
 Phase placement: topologies/rail-optimized.yaml, one rank per GPU NIC (16),
 a 64 KB model, ring all-reduce, one connection per pair at
@@ -44,6 +61,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Iterator
@@ -57,14 +75,23 @@ from core.build import compile_p4
 from core.controller import FabricController
 from core.network import Network
 from experiments.common import agent_python, print_table, save_figure, write_csv
+from experiments.failover_timeline import fail_link
 from features import topology_from_dict
+from features.failover.heartbeat import running_heartbeats
+from features.failover.rerouting import Rerouter
+from features.ecn import EcnProfile
 from features.load_balancing import LbMode
+from hostagent.aggregation.runs import start_server, stop_server
 from hostagent.collectives import schedule as sc
+from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, IN_NETWORK
 from hostagent.collectives.placement import PLACEMENTS, Rank, ranks, ring_hops_across_rails
+from hostagent.rdma.transport import GO_BACK_N, MODES as TRANSPORTS
 
-PHASES = ("lb", "placement", "jobs")
+PHASES = ("lb", "transport", "placement", "jobs", "failure")
 MODES = ("ecmp", "path-aware", "flowlet", "spray", "adaptive")
 RANKS = ("h1", "h2", "h3", "h4")
+ECN_K = 10                   # jobs phase with ECN: step marking above this many packets queued (of 64)
+AGGREGATION_JOB = 1          # lb phase: the ranks as the switch's aggregation job, its server ps on leaf2
 SPINES = ("spine1", "spine2")
 LEAVES = ("leaf1", "leaf2")
 PLACEMENT_LINE_RATE_PPS = 400.0   # 16 ranks' connections on the rail fabric (BMv2 on two cores)
@@ -72,6 +99,10 @@ PLACEMENT_MODEL_BYTES = 64 * 1024
 LINE_RATE_PPS = 1000.0       # each connection's top rate (1 KB payloads): what BMv2 on two cores forwards for
                              # four ranks' channels without dropping (3000 lost hundreds of packets a step)
 START_DELAY_S = 3.0          # ranks start together this long after launch (imports, sockets)
+PROTECTIONS = ("none", "controller", "data plane")
+HEARTBEAT_MS, FAILOVER_TIMEOUT_MS = 20, 100     # as experiments/failover_timeline.py
+FAILED_LINK = ("leaf1", "spine1")
+STALL_TIMEOUT_S = 8.0        # failure phase: a rank waiting this long for a peer gives up (the step stalled)
 
 
 def spine_packets(ctl: FabricController) -> dict[str, int]:
@@ -92,8 +123,9 @@ def launch(case: str, job: list[Rank], extra: list[str], args, out: Path, start_
                "--addresses", addresses, "--iface", r.iface, "--src-ip", r.ip, "--src-mac", r.mac,
                "--gw-mac", r.gateway_mac, "--start-at", str(start_at), "--job", str(job_id),
                "--out", str(case_out / f"rank{rank}"), *extra]
-        procs.append(subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        with open(case_out / f"rank{rank}.log", "w") as log:      # rank 0 prints each step as it ends
+            procs.append(subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                                          stdout=log, stderr=subprocess.PIPE, text=True))
     return procs
 
 
@@ -129,36 +161,55 @@ def run_ranks(case: str, job: list[Rank], extra: list[str], ctl: FabricControlle
     return {**result, "spine1_share": round(carried["spine1"] / (total or 1), 3), "spine_packets": total}
 
 
-def run_jobs_case(shared: bool, topo, args, out: Path) -> list[dict]:
+def run_jobs_case(shared: bool, topo, args, out: Path, ctl: FabricController, ecn: bool = False) -> list[dict]:
     """Job 0 (ring) alone, or job 0 and job 1 (halving-doubling) on the
-    same four hosts at once, each on its own queue pairs."""
+    same four hosts at once, each on its own queue pairs; with `ecn`, every
+    switch port marks CE above ECN_K packets (DCQCN then slows the senders)."""
+    for sw in topo.switches.values():
+        for port in sw.ports:
+            ctl.feature("ecn").set_profile(sw.name, port, EcnProfile.step(ECN_K) if ecn else None)
     job = [Rank.of(topo.hosts[h].primary) for h in RANKS]
     extra = ["--channels", str(args.channels), "--line-rate-pps", str(LINE_RATE_PPS),
              "--paths", str(REPO / "topologies" / "leaf-spine.yaml")]
     start_at = time.time() + START_DELAY_S + 0.2 * len(job)
-    runs = [("job0", launch(f"{'shared' if shared else 'alone'}-job0", job, extra + ["--algorithm", sc.RING], args,
-                            out, start_at, 0), sc.RING)]
+    sharing = ("shared" if shared else "alone") + ("-ecn" if ecn else "")
+    runs = [("job0", launch(f"{sharing}-job0", job, extra + ["--algorithm", sc.RING], args, out, start_at, 0),
+             sc.RING)]
     if shared:
-        runs.append(("job1", launch("shared-job1", job, extra + ["--algorithm", sc.HALVING_DOUBLING], args, out,
+        runs.append(("job1", launch(f"{sharing}-job1", job, extra + ["--algorithm", sc.HALVING_DOUBLING], args, out,
                                     start_at, 1), sc.HALVING_DOUBLING))
     rows = []
     for name, procs, algorithm in runs:
-        case = f"{'shared' if shared else 'alone'}-{name}"
-        r = collect(case, procs, out)
-        rows.append({"case": r.pop("case"), "sharing": "two jobs" if shared else "alone", "job": name,
+        r = collect(f"{sharing}-{name}", procs, out)
+        rows.append({"case": r.pop("case"), "sharing": "two jobs" if shared else "alone", "ecn": ecn, "job": name,
                      "algorithm": algorithm, **r})
     return rows
 
 
-def run_case(mode: str, algorithm: str, topo, ctl: FabricController, args, out: Path) -> dict:
+def run_case(mode: str, algorithm: str, topo, topo_file: Path, ctl: FabricController, args, out: Path,
+             transport: str = GO_BACK_N) -> dict:
     for leaf in LEAVES:
         ctl.feature("load_balancing").set_mode(leaf, LbMode("ecmp" if mode in ("ecmp", "path-aware") else mode))
-    extra = ["--algorithm", algorithm, "--channels", str(args.channels), "--line-rate-pps", str(LINE_RATE_PPS)]
+    extra = ["--algorithm", algorithm, "--channels", str(args.channels), "--line-rate-pps", str(LINE_RATE_PPS),
+             "--mode", transport]
+    name = f"{mode}-{algorithm}" + ("" if transport == GO_BACK_N else f"-{transport}")
     if mode == "path-aware":
-        extra += ["--paths", str(REPO / "topologies" / "leaf-spine.yaml")]
+        extra += ["--paths", str(topo_file)]
     job = [Rank.of(topo.hosts[h].primary) for h in RANKS]
-    result = run_ranks(f"{mode}-{algorithm}", job, extra, ctl, args, out)
-    return {"case": result.pop("case"), "mode": mode, "algorithm": algorithm, "channels": args.channels, **result}
+    if algorithm != IN_NETWORK:
+        result = run_ranks(name, job, extra, ctl, args, out)
+    else:                   # the switch sums: the job's parameter server takes what it passes on
+        server_ip = topo.hosts[topo.features["aggregation"].job(AGGREGATION_JOB).server].ip
+        extra += ["--aggregation-job", str(AGGREGATION_JOB), "--aggregation-server", server_ip]
+        (out / name).mkdir(parents=True, exist_ok=True)
+        server = start_server(topo, AGGREGATION_JOB, out / name)
+        try:
+            result = run_ranks(name, job, extra, ctl, args, out)
+        finally:
+            served = stop_server(server, out / name, AGGREGATION_JOB)
+        result["server_blocks"] = served.get("blocks_completed", 0)
+    return {"case": result.pop("case"), "mode": mode, "algorithm": algorithm, "transport": transport,
+            "channels": args.channels, **result}
 
 
 def run_placement_case(placement: str, topo, ctl: FabricController, args, out: Path) -> dict:
@@ -170,11 +221,95 @@ def run_placement_case(placement: str, topo, ctl: FabricController, args, out: P
             **result}
 
 
+def failure_topology(protection: str):
+    """The leaf-spine without INT or aggregation; failover in the leaves for
+    `data plane`."""
+    raw = yaml.safe_load((REPO / "topologies" / "leaf-spine.yaml").read_text())
+    for section in ("int", "aggregation"):
+        raw.pop(section, None)
+    if protection == "data plane":
+        raw["failover"] = {"heartbeat_ms": HEARTBEAT_MS, "timeout_ms": FAILOVER_TIMEOUT_MS}
+    return topology_from_dict(raw, f"leaf-spine ({protection})")
+
+
+def run_failure_case(protection: str, args, out: Path) -> dict:
+    """Data-parallel steps (ring, two channels, ECMP ports) on a fresh
+    leaf-spine; --fail-after seconds into them leaf1-spine1 black-holes both
+    ways (the ports stay up). Protections: none (routes stay: what hashes
+    onto the link is lost until the ranks give up), controller (heartbeats;
+    the controller polls their registers every 200 ms and reroutes), data
+    plane (the leaves move the dead member's slots after 100 ms without
+    heartbeats; the controller reroutes as well)."""
+    topo = failure_topology(protection)
+    case = protection.replace(" ", "-")
+    job = [Rank.of(topo.hosts[h].primary) for h in RANKS]
+    extra = ["--algorithm", sc.RING, "--channels", str(args.channels), "--line-rate-pps", str(LINE_RATE_PPS),
+             "--timeout-s", str(STALL_TIMEOUT_S)]
+    protected = protection != "none"
+    with fabric(topo, args) as ctl, \
+            (running_heartbeats(topo, HEARTBEAT_MS / 1000) if protected else contextlib.nullcontext()):
+        lock, stop = threading.Lock(), threading.Event()
+        rerouter = Rerouter(ctl, FAILOVER_TIMEOUT_MS, lock, on_change=lambda m: None) if protected else None
+        thread = threading.Thread(target=rerouter.run, args=(stop,), daemon=True) if rerouter else None
+        if thread:
+            thread.start()
+        undo = None
+        try:
+            start_at = time.time() + START_DELAY_S + 0.1 * len(job)
+            procs = launch(case, job, extra, args, out, start_at)
+            time.sleep(max(0.0, start_at + args.fail_after - time.time()))
+            failed_at = time.time()
+            undo = fail_link(topo, *FAILED_LINK)
+            errors = []
+            for rank, p in enumerate(procs):
+                _, stderr = p.communicate(timeout=900)
+                if p.returncode != 0:
+                    errors.append(f"rank {rank}: {stderr.strip().splitlines()[-1] if stderr.strip() else p.returncode}")
+        finally:
+            if undo is not None:
+                undo()
+            stop.set()
+            if thread:
+                thread.join()
+    rerouted = [t - failed_at for t, _what in (rerouter.changes if rerouter else []) if t >= failed_at]
+    # rank 0's step times as it printed them (a rank that gave up wrote no CSV)
+    steps = [float(line.split(": ")[1].split(" ms")[0]) for line in (out / case / "rank0.log").read_text().splitlines()
+             if line.startswith("step ")]
+    ends = [sum(steps[:i + 1]) / 1000 for i in range(len(steps))]
+    hit = next((i for i, end in enumerate(ends) if end >= args.fail_after), None)
+    before = steps[:hit] if hit is not None else steps
+    after = steps[hit + 1:] if hit is not None else []
+    return {"case": case, "protection": protection, "steps": args.steps, "steps_completed": len(steps),
+            "stalled": "yes: " + "; ".join(errors) if errors else "no",
+            "step_ms_before": round(statistics.median(before), 1) if before else "",
+            "failure_step": hit if hit is not None else "",
+            "failure_step_ms": round(steps[hit], 1) if hit is not None else "",
+            "step_ms_after": round(statistics.median(after), 1) if after else "",
+            "rerouted_ms": round(1000 * rerouted[0], 1) if rerouted else "",
+            "retransmitted": sum(json.loads((out / case / f"rank{r}.json").read_text())["retransmitted"]
+                                 for r in range(len(job)) if (out / case / f"rank{r}.json").exists())}
+
+
 def leaf_spine_without_int():
     """No INT reports: the spines' counters are the jobs' packets (and their ACKs)."""
     raw = yaml.safe_load((REPO / "topologies" / "leaf-spine.yaml").read_text())
     raw.pop("int", None)
     return topology_from_dict(raw, "leaf-spine without INT")
+
+
+def lb_topology(out: Path):
+    """The lb phase's fabric, written to out/topology.yaml (the path model
+    reads it): the leaf-spine without INT, and a fifth host ps on leaf2, the
+    parameter server of aggregation job 1 made of the four ranks (their
+    in-network all-reduce is summed at leaf2)."""
+    raw = yaml.safe_load((REPO / "topologies" / "leaf-spine.yaml").read_text())
+    raw.pop("int", None)
+    raw["hosts"].append({"name": "ps", "role": "server"})
+    raw["links"].append(["ps", "leaf2"])
+    raw["aggregation"] = {"jobs": [{"job": AGGREGATION_JOB, "workers": list(RANKS), "server": "ps", "slots": 32}]}
+    path = out / "topology.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return topology_from_dict(raw, str(path)), path
 
 
 @contextlib.contextmanager
@@ -210,9 +345,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--phases", nargs="*", default=list(PHASES), choices=PHASES)
     ap.add_argument("--modes", nargs="*", default=list(MODES), choices=MODES)
-    ap.add_argument("--algorithms", nargs="*", default=sc.algorithms_of(sc.ALL_REDUCE),
-                    choices=sc.algorithms_of(sc.ALL_REDUCE))
+    ap.add_argument("--algorithms", nargs="*", default=ALL_REDUCE_ALGORITHMS, choices=ALL_REDUCE_ALGORITHMS)
     ap.add_argument("--placements", nargs="*", default=list(PLACEMENTS), choices=PLACEMENTS)
+    ap.add_argument("--protections", nargs="*", default=list(PROTECTIONS), choices=PROTECTIONS,
+                    help="failure phase")
+    ap.add_argument("--fail-after", type=float, default=2.0, help="failure phase: seconds into the steps")
     ap.add_argument("--steps", type=int, default=8, help="training steps per case")
     ap.add_argument("--channels", type=int, default=2, help="connections per peer pair")
     ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "collectives"))
@@ -225,30 +362,60 @@ def main(argv: list[str] | None = None) -> int:
     if "lb" in args.phases:
         out = Path(args.out) / "lb"
         out.mkdir(parents=True, exist_ok=True)
-        topo = leaf_spine_without_int()
+        topo, topo_file = lb_topology(out)
         results = []
         with fabric(topo, args) as ctl:
             try:
                 for mode in args.modes:
                     for algorithm in args.algorithms:
+                        if algorithm == IN_NETWORK and mode == "path-aware":
+                            continue        # the workers' packets have one source port: nothing to choose
                         print(f"==> lb {mode} {algorithm}: {args.steps} data-parallel steps on {', '.join(RANKS)}, "
                               f"{args.channels} channels per pair", flush=True)
-                        results.append(run_case(mode, algorithm, topo, ctl, args, out))
+                        results.append(run_case(mode, algorithm, topo, topo_file, ctl, args, out))
             finally:
                 for leaf in LEAVES:
                     ctl.feature("load_balancing").set_mode(leaf, LbMode())
         written += [write_csv(out / "summary.csv", results), _plot(results, out)]
+        print_table(results)
+    if "transport" in args.phases:
+        out = Path(args.out) / "transport"
+        out.mkdir(parents=True, exist_ok=True)
+        topo, topo_file = lb_topology(out)
+        results = []
+        with fabric(topo, args) as ctl:
+            try:
+                for mode in (m for m in args.modes if m in ("ecmp", "spray", "adaptive")):
+                    for transport in TRANSPORTS:
+                        print(f"==> transport {mode} {transport}: {args.steps} data-parallel steps (ring) on "
+                              f"{', '.join(RANKS)}, {args.channels} channels per pair", flush=True)
+                        results.append(run_case(mode, sc.RING, topo, topo_file, ctl, args, out, transport))
+            finally:
+                for leaf in LEAVES:
+                    ctl.feature("load_balancing").set_mode(leaf, LbMode())
+        written.append(write_csv(out / "summary.csv", results))
         print_table(results)
     if "jobs" in args.phases:
         out = Path(args.out) / "jobs"
         out.mkdir(parents=True, exist_ok=True)
         topo = leaf_spine_without_int()
         results = []
-        with fabric(topo, args):
-            for shared in (False, True):
+        with fabric(topo, args) as ctl:
+            for shared, ecn in ((False, False), (True, False), (True, True)):
                 print(f"==> jobs: {'job 0 (ring) and job 1 (halving-doubling) at once' if shared else 'job 0 alone'}"
-                      f" on {', '.join(RANKS)}, {args.steps} data-parallel steps, path-aware", flush=True)
-                results += run_jobs_case(shared, topo, args, out)
+                      f" on {', '.join(RANKS)}, {args.steps} data-parallel steps, path-aware"
+                      f"{f', ECN marking above {ECN_K} packets' if ecn else ''}", flush=True)
+                results += run_jobs_case(shared, topo, args, out, ctl, ecn)
+        written.append(write_csv(out / "summary.csv", results))
+        print_table(results)
+    if "failure" in args.phases:
+        out = Path(args.out) / "failure"
+        out.mkdir(parents=True, exist_ok=True)
+        results = []
+        for protection in args.protections:
+            print(f"==> failure, {protection} protection: {args.steps} data-parallel steps (ring) on "
+                  f"{', '.join(RANKS)}, {'-'.join(FAILED_LINK)} black-holed {args.fail_after:g} s in", flush=True)
+            results.append(run_failure_case(protection, args, out))
         written.append(write_csv(out / "summary.csv", results))
         print_table(results)
     if "placement" in args.phases:

@@ -5,7 +5,8 @@ same command on every host, each with its --rank):
         --iface h1-eth0 --src-ip 10.0.1.1 --src-mac .. --gw-mac .. \\
         [--collective all-reduce] [--algorithm ring] [--dtype float32] \\
         [--min-bytes 1024] [--max-bytes 262144] [--iterations 3] [--channels 1] \\
-        [--paths TOPOLOGY] [--cc dcqcn] [--mode go-back-n] [--line-rate-pps 1000] [--out PREFIX]
+        [--paths TOPOLOGY] [--cc dcqcn] [--mode go-back-n] [--line-rate-pps 1000] [--out PREFIX] \
+        [--aggregation-job J --aggregation-server IP]
 
 `sweep` runs the collective at sizes from --min-bytes to --max-bytes
 (doubling), --iterations times each after one warm-up, as nccl-tests does;
@@ -24,6 +25,11 @@ each step's time; PREFIX.csv has one row per step, PREFIX.collectives.csv
 one per collective (time, algorithm and bus bandwidth), PREFIX.json the
 summary. Several jobs can share hosts: each runs its own command with its
 own --job (queue pairs 0x100 + 0x40 x job).
+
+`--algorithm in-network` all-reduces through the switch (the aggregation
+feature): the ranks are the workers of the topology's aggregation job
+--aggregation-job, whose parameter server (--aggregation-server) runs
+hostagent.aggregation.parameter_server for the blocks the switch passes on.
 """
 from __future__ import annotations
 
@@ -36,10 +42,11 @@ from pathlib import Path
 
 import numpy as np
 
-from hostagent.collectives import schedule as sc
 from features import load_topology
-from hostagent.collectives.communicator import MAX_JOBS, CallRecord, CollectiveError, Communicator, default_sport, \
-    nccl_tests_table, open_communicator
+from hostagent.aggregation.allreduce import seq_base_at
+from hostagent.collectives import schedule as sc
+from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, IN_NETWORK, IN_NETWORK_DTYPES, MAX_JOBS, CallRecord, \
+    CollectiveError, Communicator, default_sport, nccl_tests_table, open_communicator
 from hostagent.collectives.paths import PathModel, path_aware_sports
 from hostagent.collectives.workload import DataParallel, MixtureOfExperts, Pipeline, StepResult, run_steps
 from hostagent.rdma.agent import congestion_controls
@@ -132,6 +139,9 @@ def add_group_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--start-at", type=float, default=0.0, help="wall-clock start time (ranks start together)")
     p.add_argument("--job", type=int, default=0, help=f"the job (0..{MAX_JOBS - 1}): its own queue pairs, so jobs share hosts")
     p.add_argument("--out", help="output prefix (PREFIX.json, PREFIX.csv); default: stdout")
+    p.add_argument("--aggregation-job", type=int, help="in-network: the topology's aggregation job (its workers "
+                                                       "are the ranks)")
+    p.add_argument("--aggregation-server", metavar="IP", help="in-network: the job's parameter server")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -141,7 +151,7 @@ def parser() -> argparse.ArgumentParser:
     add_group_arguments(s)
     s.add_argument("--collective", choices=sc.COLLECTIVES, default=sc.ALL_REDUCE)
     s.add_argument("--algorithm", default=None, help="default: the collective's first "
-                                                      "(all-reduce: ring, halving-doubling, tree)")
+                                                      f"(all-reduce: {', '.join(ALL_REDUCE_ALGORITHMS)})")
     s.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     s.add_argument("--min-bytes", type=int, default=1024)
     s.add_argument("--max-bytes", type=int, default=256 * 1024)
@@ -151,7 +161,7 @@ def parser() -> argparse.ArgumentParser:
     add_group_arguments(w)
     w.add_argument("--workload", choices=("data-parallel", "moe", "pipeline"), default="data-parallel")
     w.add_argument("--steps", type=int, default=5)
-    w.add_argument("--algorithm", choices=sc.algorithms_of(sc.ALL_REDUCE), default=sc.RING,
+    w.add_argument("--algorithm", choices=ALL_REDUCE_ALGORITHMS, default=sc.RING,
                    help="data-parallel: the all-reduce's")
     w.add_argument("--model-bytes", type=int, default=DataParallel.model_bytes, help="data-parallel: gradients")
     w.add_argument("--buckets", type=int, default=DataParallel.buckets, help="data-parallel")
@@ -219,9 +229,21 @@ def communicator(a: argparse.Namespace) -> Communicator:
         for peer in range(len(addresses)):      # unknown addresses fail here, before anything is sent
             if peer != a.rank:
                 sport_of(a.rank, peer, 0)
+    aggregation = None
+    if a.algorithm == IN_NETWORK or a.aggregation_job is not None or a.aggregation_server is not None:
+        if a.aggregation_job is None or a.aggregation_server is None:
+            raise ValueError(f"--algorithm {IN_NETWORK} needs --aggregation-job and --aggregation-server "
+                             "(the topology's aggregation job of these ranks, and its parameter server)")
+        if not a.start_at:
+            raise ValueError(f"--algorithm {IN_NETWORK} needs --start-at: the ranks number the job's packets "
+                             "from it, so a run never repeats an earlier run's numbers the switch still holds")
+        if getattr(a, "dtype", "float32") not in IN_NETWORK_DTYPES:
+            raise ValueError(f"--algorithm {IN_NETWORK} carries {' or '.join(IN_NETWORK_DTYPES)}, "
+                             f"got --dtype {a.dtype}")
+        aggregation = (a.aggregation_job, a.aggregation_server, seq_base_at(a.start_at))
     return open_communicator(a.rank, addresses, a.iface, a.src_ip, a.src_mac, a.gw_mac, cc=a.cc, mode=a.mode,
                              line_rate_pps=a.line_rate_pps, mtu=a.mtu, channels=a.channels, timeout_s=a.timeout_s,
-                             dscp=a.dscp, job=a.job, sport_of=sport_of)
+                             dscp=a.dscp, job=a.job, sport_of=sport_of, aggregation=aggregation)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -230,7 +252,11 @@ def main(argv: list[str] | None = None) -> int:
         if a.command == "sweep":
             if a.algorithm is None:
                 a.algorithm = sc.algorithms_of(a.collective)[0]
-            sc.schedule(a.collective, a.algorithm, 2, 2)           # names an unknown algorithm
+            if a.algorithm == IN_NETWORK:
+                if a.collective != sc.ALL_REDUCE:
+                    raise ValueError(f"{IN_NETWORK} is an all-reduce algorithm, not one of {a.collective}")
+            else:
+                sc.schedule(a.collective, a.algorithm, 2, 2)       # names an unknown algorithm
             if not 1 <= a.min_bytes <= a.max_bytes:
                 raise ValueError(f"need 1 <= --min-bytes <= --max-bytes, got {a.min_bytes}, {a.max_bytes}")
             if a.iterations < 1:

@@ -17,6 +17,14 @@ thread does): between collectives, while the application computes or waits
 in something else (DDP's own process group), the rank still acknowledges
 its peers' pieces and resends its own, so no peer waits on a rank that is
 busy elsewhere. The endpoint is used under one lock.
+
+In-network all-reduce (algorithm IN_NETWORK): the communicator hands the
+array to the aggregation feature's worker (hostagent/aggregation/allreduce.py,
+docs/protocols/aggregation.md): the switch of the job's parameter server sums
+the ranks' packets and multicasts the sum back. The ranks must be exactly
+the workers of that aggregation job. Float arrays travel quantised to int32
+(within the worker's error bound: exact for values on a coarse enough grid,
+such as the sweep's small integers); int32 arrays exactly.
 """
 from __future__ import annotations
 
@@ -31,6 +39,7 @@ import argparse
 
 import numpy as np
 
+from hostagent.aggregation.allreduce import AggregationWorker, AllReduceTimeout
 from hostagent.collectives import schedule as sc
 from hostagent.rdma.agent import congestion_controls
 from hostagent.rdma.endpoint import Connection, Endpoint, RawLink
@@ -45,6 +54,9 @@ PIECE_MAGIC = 0xC011
 P2P_STEP = 0xFFFFFFFF            # the step field of a point-to-point piece (the call field: its number)
 SPORT_BASE = 0xC000              # RoCEv2 source ports: 0xC000-0xFFFF
 PROGRESS_WAIT_S = 0.0005         # the progress thread's longest wait for a frame (the pacing's grain)
+IN_NETWORK = "in-network"        # all-reduce summed by the switch (the aggregation feature)
+ALL_REDUCE_ALGORITHMS = [*sc.algorithms_of(sc.ALL_REDUCE), IN_NETWORK]
+IN_NETWORK_DTYPES = ("float32", "int32")
 
 
 def default_sport(rank: int, peer: int, channel: int) -> int:
@@ -78,7 +90,7 @@ class CallRecord:
 class Communicator:
     def __init__(self, endpoint: Endpoint, addresses: Sequence[str], rank: int, channels: int = 1,
                  sport_of: Callable[[int, int, int], int] = default_sport, timeout_s: float = 60.0,
-                 qp_base: int = CHANNEL_QP_BASE):
+                 qp_base: int = CHANNEL_QP_BASE, aggregation: AggregationWorker | None = None):
         if len(set(addresses)) != len(addresses):
             raise ValueError(f"addresses must be distinct, got {list(addresses)}")
         if not 0 <= rank < len(addresses):
@@ -87,7 +99,11 @@ class Communicator:
             raise ValueError(f"rank {rank}'s address is {addresses[rank]}, but the endpoint's is {endpoint.ip}")
         if not 1 <= channels <= MAX_CHANNELS:
             raise ValueError(f"channels must be within 1..{MAX_CHANNELS}, got {channels}")
+        if aggregation is not None and aggregation.n_workers != len(addresses):
+            raise ValueError(f"the aggregation job has {aggregation.n_workers} workers, the communicator "
+                             f"{len(addresses)} ranks: the ranks must be the job's workers")
         self.endpoint = endpoint
+        self.aggregation = aggregation
         self.addresses = list(addresses)
         self.rank = rank
         self.size = len(addresses)
@@ -132,9 +148,15 @@ class Communicator:
         """What the transport did for this rank: packets resent, timeouts,
         frames ignored by reason."""
         conns = self.endpoint.connections.values()
-        return {"retransmitted": sum(c.requester.stats.retransmitted for c in conns),
-                "timeouts": sum(c.requester.stats.timeouts for c in conns),
-                "ignored": dict(self.endpoint.ignored)}
+        agg = self.aggregation.stats if self.aggregation is not None else None
+        stats: dict = {"retransmitted": sum(c.requester.stats.retransmitted for c in conns)
+                       + (agg.retransmissions if agg else 0),
+                       "timeouts": sum(c.requester.stats.timeouts for c in conns),
+                       "ignored": dict(self.endpoint.ignored)}
+        if agg is not None:        # the in-network all-reduces' packets
+            stats["in_network"] = {"packets_sent": agg.packets_sent, "retransmissions": agg.retransmissions,
+                                   "fallback_blocks": agg.fallback_blocks, "overflow_blocks": agg.overflow_blocks}
+        return stats
 
     # -- the collectives ----------------------------------------------------------
 
@@ -159,6 +181,8 @@ class Communicator:
         x = np.ascontiguousarray(x)
         if x.ndim != 1:
             raise ValueError(f"{collective}: a one-dimensional array is expected, got shape {x.shape}")
+        if algorithm == IN_NETWORK:
+            return self._in_network(collective, x)
         sched = sc.schedule(collective, algorithm, self.size, len(x), **options)
         call = self.calls
         self.calls += 1
@@ -172,6 +196,25 @@ class Communicator:
                                        time.monotonic() - start))
         return buf[sc.output_slice(collective, self.size, len(x), self.rank)].copy()
 
+    def _in_network(self, collective: str, x: np.ndarray) -> np.ndarray:
+        if collective != sc.ALL_REDUCE:
+            raise ValueError(f"{IN_NETWORK} is an all-reduce algorithm, not one of {collective}")
+        if self.aggregation is None:
+            raise ValueError(f"{IN_NETWORK} all-reduce needs the switch's aggregation job: open the communicator "
+                             f"with aggregation= (the command line: --aggregation-job and --aggregation-server)")
+        if x.dtype.name not in IN_NETWORK_DTYPES:
+            raise ValueError(f"{IN_NETWORK} all-reduce carries {' or '.join(IN_NETWORK_DTYPES)}, got {x.dtype.name}")
+        call = self.calls
+        self.calls += 1
+        start = time.monotonic()
+        try:
+            summed = self.aggregation.allreduce(x)
+        except AllReduceTimeout as e:
+            raise CollectiveError(f"{sc.ALL_REDUCE} ({IN_NETWORK}) call {call}: {e}") from e
+        self.records.append(CallRecord(call, collective, IN_NETWORK, self.size, len(x), x.dtype.name,
+                                       x.dtype.itemsize, time.monotonic() - start))
+        return summed.astype(x.dtype)      # int32: the worker sums in int64; wrap as numpy's int32 sum does
+
     def close(self, timeout_s: float = 10.0) -> None:
         """Keep the transport going until the peers acknowledged everything
         sent (the last pieces may still need a retransmission), then stop
@@ -184,6 +227,8 @@ class Communicator:
             time.sleep(0.005)
         self._stop.set()
         self._thread.join()
+        if self.aggregation is not None:
+            self.aggregation.close()
 
     # -- point to point (pipeline parallelism) -----------------------------------
 
@@ -305,9 +350,12 @@ def nccl_tests_table(records: Sequence[CallRecord]) -> str:
 def open_communicator(rank: int, addresses: Sequence[str], iface: str, src_ip: str, src_mac: str, gw_mac: str,
                       cc: str = "dcqcn", mode: str = MODES[0], line_rate_pps: float = 1000.0, mtu: int = 1024,
                       channels: int = 1, timeout_s: float = 60.0, dscp: int = 0, job: int = 0,
-                      sport_of: Callable[[int, int, int], int] = default_sport) -> Communicator:
+                      sport_of: Callable[[int, int, int], int] = default_sport,
+                      aggregation: tuple[int, str, int] | None = None) -> Communicator:
     """A communicator on the host's interface (raw socket), as the fabric's
-    hosts use: `job`'s queue pairs only, so jobs share hosts."""
+    hosts use: `job`'s queue pairs only, so jobs share hosts. aggregation:
+    (aggregation job, its parameter server's address, first sequence number,
+    the same on every rank) for the in-network all-reduce."""
     if not 0 <= job < MAX_JOBS:
         raise ValueError(f"job must be within 0..{MAX_JOBS - 1}, got {job}")
     if channels > JOB_QPS:
@@ -318,5 +366,15 @@ def open_communicator(rank: int, addresses: Sequence[str], iface: str, src_ip: s
     qp_base = CHANNEL_QP_BASE + JOB_QPS * job
     endpoint = Endpoint(RawLink(iface), src_ip, src_mac, gw_mac, params, lambda: make_cc(options), dscp=dscp,
                         accept_qps=range(qp_base, qp_base + JOB_QPS))
-    return Communicator(endpoint, list(addresses), rank, channels=channels, sport_of=sport_of, timeout_s=timeout_s,
-                        qp_base=qp_base)
+    worker = None
+    if aggregation is not None:
+        agg_job, server_ip, seq_base = aggregation
+        worker = AggregationWorker(agg_job, server_ip, len(addresses), bind_ip=src_ip, timeout_s=timeout_s,
+                                   seq_base=seq_base)
+    try:
+        return Communicator(endpoint, list(addresses), rank, channels=channels, sport_of=sport_of,
+                            timeout_s=timeout_s, qp_base=qp_base, aggregation=worker)
+    except ValueError:
+        if worker is not None:
+            worker.close()
+        raise

@@ -18,6 +18,15 @@ In your own training script (one process per host, inside its namespace):
     ... train as usual ...
     comm.close()
 
+Through the switch instead (the aggregation feature: the ranks are the
+workers of the topology's aggregation job `job`, `server_ip` its parameter
+server), give the communicator the job and a first sequence number the ranks
+agree on, and the hook the algorithm "in-network":
+
+    comm = open_communicator(rank, addresses, iface, src_ip, src_mac, gw_mac,
+                             aggregation=(job, server_ip, seq_base))
+    model.register_comm_hook(FabricHook(comm, "in-network"), fabric_allreduce_hook)
+
 The hook replaces only the gradient all-reduce; torch.distributed's own
 process group (gloo, over TCP on the same hosts) still does what DDP needs
 besides: broadcasting the initial parameters and buffers.
@@ -29,7 +38,8 @@ to test, split with random_state=0), SGD with lr 0.5 and global batches of
 each global batch (equal parts: the batch is a multiple of n; a last partial
 batch is dropped), so its mean loss averaged over ranks is the global
 batch's mean loss and the run equals the single-process one (`--reference`)
-up to float32 rounding. It writes PREFIX.csv (epoch, train loss, test loss,
+up to float32 rounding (in-network: up to the switch's int32 quantisation,
+docs/protocols/aggregation.md). It writes PREFIX.csv (epoch, train loss, test loss,
 test accuracy, seconds) and PREFIX.json.
 """
 # (No `from __future__ import annotations`: DDP checks the hook's annotations as objects.)
@@ -47,8 +57,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from hostagent.aggregation.allreduce import seq_base_at
 from hostagent.collectives import schedule as sc
-from hostagent.collectives.communicator import Communicator, open_communicator
+from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, IN_NETWORK, Communicator, open_communicator
 from hostagent.rdma.agent import congestion_controls
 from hostagent.sender import add_host_arguments
 
@@ -145,7 +156,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--rank", type=int)
     ap.add_argument("--addresses", help="every rank's IPv4 address, in rank order, comma-separated")
     ap.add_argument("--master-port", type=int, default=29500, help="torch.distributed's TCP store on rank 0")
-    ap.add_argument("--algorithm", choices=sc.algorithms_of(sc.ALL_REDUCE), default=sc.RING)
+    ap.add_argument("--algorithm", choices=ALL_REDUCE_ALGORITHMS, default=sc.RING,
+                    help=f"{IN_NETWORK}: through the switch (with --aggregation-job and --aggregation-server)")
+    ap.add_argument("--aggregation-job", type=int, help=f"{IN_NETWORK}: the topology's aggregation job of these ranks")
+    ap.add_argument("--aggregation-server", metavar="IP", help=f"{IN_NETWORK}: the job's parameter server")
     ap.add_argument("--cc", choices=sorted(congestion_controls()), default="dcqcn")
     ap.add_argument("--line-rate-pps", type=float, default=1000.0)
     ap.add_argument("--epochs", type=int, default=5)
@@ -170,17 +184,27 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"hostagent.collectives.ddp: without --reference, give {', '.join(missing)}", file=sys.stderr)
         return 2
-    addresses = [x.strip() for x in a.addresses.split(",") if x.strip()]
-    try:
-        comm = open_communicator(a.rank, addresses, a.iface, a.src_ip, a.src_mac, a.gw_mac, cc=a.cc,
-                                 line_rate_pps=a.line_rate_pps)
-    except ValueError as e:
-        print(f"hostagent.collectives.ddp: {e}", file=sys.stderr)
+    in_network = a.algorithm == IN_NETWORK
+    if in_network and (a.aggregation_job is None or a.aggregation_server is None):
+        print(f"hostagent.collectives.ddp: --algorithm {IN_NETWORK} needs --aggregation-job and "
+              f"--aggregation-server", file=sys.stderr)
         return 2
+    addresses = [x.strip() for x in a.addresses.split(",") if x.strip()]
     os.environ.setdefault("GLOO_SOCKET_IFNAME", a.iface)
     dist.init_process_group("gloo", init_method=f"tcp://{addresses[0]}:{a.master_port}", rank=a.rank,
                             world_size=len(addresses))
     try:
+        aggregation = None
+        if in_network:      # the ranks number the job's packets from one time, rank 0's
+            agreed = [seq_base_at(time.time())]
+            dist.broadcast_object_list(agreed, src=0)
+            aggregation = (a.aggregation_job, a.aggregation_server, agreed[0])
+        try:
+            comm = open_communicator(a.rank, addresses, a.iface, a.src_ip, a.src_mac, a.gw_mac, cc=a.cc,
+                                     line_rate_pps=a.line_rate_pps, aggregation=aggregation)
+        except ValueError as e:
+            print(f"hostagent.collectives.ddp: {e}", file=sys.stderr)
+            return 2
         net = nn.parallel.DistributedDataParallel(model(a.seed))
         hook = FabricHook(comm, a.algorithm)
         net.register_comm_hook(hook, fabric_allreduce_hook)

@@ -1,6 +1,7 @@
 """The collectives experiment, shortened: data-parallel steps on the live
-leaf-spine under three load-balancing modes; every case completes, and
-path-aware channels use both spines."""
+leaf-spine under three load-balancing modes and two all-reduce algorithms
+(the ring, and the switch's); spraying with each retransmission mode; rail
+placement; two jobs, with and without ECN; a link failing mid-step."""
 import csv
 import subprocess
 import sys
@@ -20,14 +21,36 @@ def experiment(tmp_path, *args: str) -> Path:
 
 
 def test_collectives_experiment_runs_each_mode(tmp_path):
-    out = experiment(tmp_path, "--modes", "ecmp", "path-aware", "spray", "--algorithms", "ring", "--steps", "3")
+    out = experiment(tmp_path, "--modes", "ecmp", "path-aware", "spray", "--algorithms", "ring", "in-network",
+                     "--steps", "3")
     assert (out / "lb" / "step_time.png").exists()
-    rows = {r["mode"]: r for r in csv.DictReader(open(out / "lb" / "summary.csv"))}
-    assert set(rows) == {"ecmp", "path-aware", "spray"}
+    rows = {(r["mode"], r["algorithm"]): r for r in csv.DictReader(open(out / "lb" / "summary.csv"))}
+    # (path-aware has nothing to choose for the switch's packets: one source port per worker)
+    assert set(rows) == {("ecmp", "ring"), ("path-aware", "ring"), ("spray", "ring"), ("ecmp", "in-network"),
+                         ("spray", "in-network")}
     for r in rows.values():
         assert int(r["steps"]) == 3 and float(r["step_ms_median"]) >= 60.0      # at least the compute
         assert float(r["busbw_MBps_median"]) > 0
-    assert 0.25 <= float(rows["path-aware"]["spine1_share"]) <= 0.75           # both spines carry the job
+    assert 0.25 <= float(rows[("path-aware", "ring")]["spine1_share"]) <= 0.75  # both spines carry the job
+
+
+def test_spraying_with_selective_repeat_resends_less_than_go_back_n(tmp_path):
+    out = experiment(tmp_path, "--phases", "transport", "--modes", "spray", "--steps", "3")
+    rows = {r["transport"]: r for r in csv.DictReader(open(out / "transport" / "summary.csv"))}
+    assert set(rows) == {"go-back-n", "selective-repeat"}
+    assert all(int(r["steps"]) == 3 for r in rows.values())
+    # go-back-n resends everything after each packet the other spine overtook
+    assert int(rows["selective-repeat"]["retransmitted"]) < int(rows["go-back-n"]["retransmitted"])
+
+
+def test_a_link_failing_mid_step_stalls_the_job_without_failover(tmp_path):
+    out = experiment(tmp_path, "--phases", "failure", "--protections", "none", "data plane", "--steps", "6",
+                     "--fail-after", "1.0")
+    rows = {r["protection"]: r for r in csv.DictReader(open(out / "failure" / "summary.csv"))}
+    none, protected = rows["none"], rows["data plane"]
+    assert none["stalled"].startswith("yes") and int(none["steps_completed"]) < 6, none
+    assert protected["stalled"] == "no" and int(protected["steps_completed"]) == 6, protected
+    assert protected["failure_step"] != "", protected
 
 
 def test_rail_aware_placement_keeps_the_ring_off_the_spines(tmp_path):
@@ -42,5 +65,5 @@ def test_rail_aware_placement_keeps_the_ring_off_the_spines(tmp_path):
 def test_two_jobs_share_the_fabric(tmp_path):
     out = experiment(tmp_path, "--phases", "jobs", "--steps", "2")
     rows = {r["case"]: r for r in csv.DictReader(open(out / "jobs" / "summary.csv"))}
-    assert set(rows) == {"alone-job0", "shared-job0", "shared-job1"}
+    assert set(rows) == {"alone-job0", "shared-job0", "shared-job1", "shared-ecn-job0", "shared-ecn-job1"}
     assert all(int(r["steps"]) == 2 and float(r["busbw_MBps_median"]) > 0 for r in rows.values())

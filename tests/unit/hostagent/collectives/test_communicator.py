@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from hostagent.collectives import schedule as sc
-from hostagent.collectives.communicator import CollectiveError, Communicator, nccl_tests_table
+from hostagent.aggregation.allreduce import AggregationWorker
+from hostagent.collectives.communicator import IN_NETWORK, CollectiveError, Communicator, nccl_tests_table
 from hostagent.rdma.cc.dcqcn import Dcqcn
 from hostagent.ecn.dcqcn import DcqcnParams
 from hostagent.rdma.endpoint import Endpoint
@@ -199,6 +200,31 @@ def test_bad_groups_are_refused():
         Communicator(ep, ["10.0.1.1", "10.0.2.1"], 0, channels=0)
 
 
+def test_in_network_needs_the_aggregation_job_and_says_what_it_carries():
+    """The switch's all-reduce (tests/e2e/test_collectives_in_network.py
+    runs it on BMv2): refused, naming why, before anything is sent."""
+    hub = Hub()
+    comms = group(2, hub)
+    try:
+        with pytest.raises(ValueError, match="in-network all-reduce needs the switch's aggregation job"):
+            comms[0].all_reduce(np.ones(8, np.float32), IN_NETWORK)
+        with pytest.raises(ValueError, match="in-network is an all-reduce algorithm, not one of all-gather"):
+            comms[0].all_gather(np.ones(8, np.float32), IN_NETWORK)
+        assert comms[0].calls == 0 and hub.frames == 0
+    finally:
+        for c in comms:
+            c.close(timeout_s=0)
+    ep = Endpoint(hub.link("10.0.9.1"), "10.0.9.1", "02:00:00:00:00:09", "02:00:00:00:00:fe", TransportParams(),
+                  lambda: Dcqcn(DcqcnParams()))
+    with AggregationWorker(1, "10.0.9.9", 3, bind_ip="127.0.0.1") as worker:
+        with pytest.raises(ValueError, match="the aggregation job has 3 workers, the communicator 2 ranks"):
+            Communicator(ep, ["10.0.9.1", "10.0.9.2"], 0, aggregation=worker)
+        with Communicator(ep, ["10.0.9.1", "10.0.9.2", "10.0.9.3"], 0, aggregation=worker) as comm:
+            with pytest.raises(ValueError, match="in-network all-reduce carries float32 or int32, got float64"):
+                comm.all_reduce(np.ones(8), IN_NETWORK)
+            assert worker.stats.packets_sent == 0
+
+
 def test_point_to_point_pairs_in_order_and_names_a_mismatch():
     comms = group(3, Hub(loss=0.02, seed=9))
 
@@ -278,3 +304,19 @@ class JobLink:
     def wait(self, timeout: float) -> None:
         if not JobLink.queues[(id(self.hub), self.ip)][self.job]:
             self.hub.wait(self.ip, timeout)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--algorithm", "in-network"], "--algorithm in-network needs --aggregation-job and --aggregation-server"),
+    (["--algorithm", "in-network", "--aggregation-job", "1", "--aggregation-server", "10.0.2.2"],
+     "--algorithm in-network needs --start-at"),
+    (["--algorithm", "in-network", "--aggregation-job", "1", "--aggregation-server", "10.0.2.2", "--start-at", "5",
+      "--dtype", "int64"], "--algorithm in-network carries float32 or int32, got --dtype int64"),
+    (["--algorithm", "in-network", "--collective", "broadcast"], "in-network is an all-reduce algorithm"),
+])
+def test_the_command_refuses_an_in_network_run_it_cannot_do(extra, message, capsys):
+    from hostagent.collectives.__main__ import main
+    host = ["--rank", "0", "--addresses", "10.0.1.1,10.0.2.1", "--iface", "lo", "--src-ip", "10.0.1.1",
+            "--src-mac", "02:00:00:00:00:01", "--gw-mac", "02:00:00:00:00:fe"]
+    assert main(["sweep", *host, *extra]) == 2
+    assert message in capsys.readouterr().err
