@@ -38,11 +38,19 @@ then both again with every switch port marking CE above ECN_K packets
 (DCQCN, the transport's default, slows the senders down).
 
 Phase failure: data-parallel steps (ring, ECMP ports) on a fresh leaf-spine
-per protection; --fail-after seconds in, leaf1-spine1 black-holes both ways
-(the ports stay up). Protections: none, controller (heartbeats; the
-controller reroutes), data plane (the leaves' failover, 100 ms). Per case:
+per protection; --fail-after seconds after the first step ended,
+leaf1-spine1 black-holes both ways (the ports stay up). Protections: none,
+controller (heartbeats; the controller reroutes), data plane (the leaves'
+failover, 100 ms). Per case:
 steps completed (a rank gives up after STALL_TIMEOUT_S without a peer), the
 median step before, the step the failure hit, the median after.
+
+Phase topologies: fat-tree-k4 (ranks h1, h5, h9, h13: one per pod, every
+hop through the cores) and rail-optimized (g1.eth0, g2.eth1, g3.eth2,
+g4.eth3: one NIC per rail, every hop through the spines), modes ecmp,
+path-aware, flowlet and spray (set on every switch below the top tier) x
+ring and halving-doubling: step time, bus bandwidth, retransmissions, and
+the busiest top switch's share of the top tier's packets.
 
 Phase placement: topologies/rail-optimized.yaml, one rank per GPU NIC (16),
 a 64 KB model, ring all-reduce, one connection per pair at
@@ -87,7 +95,7 @@ from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, IN_NETWORK
 from hostagent.collectives.placement import PLACEMENTS, Rank, ranks, ring_hops_across_rails
 from hostagent.rdma.transport import GO_BACK_N, MODES as TRANSPORTS
 
-PHASES = ("lb", "transport", "placement", "jobs", "failure")
+PHASES = ("lb", "transport", "topologies", "jobs", "placement", "failure")
 MODES = ("ecmp", "path-aware", "flowlet", "spray", "adaptive")
 RANKS = ("h1", "h2", "h3", "h4")
 ECN_K = 10                   # jobs phase with ECN: step marking above this many packets queued (of 64)
@@ -99,6 +107,11 @@ PLACEMENT_MODEL_BYTES = 64 * 1024
 LINE_RATE_PPS = 1000.0       # each connection's top rate (1 KB payloads): what BMv2 on two cores forwards for
                              # four ranks' channels without dropping (3000 lost hundreds of packets a step)
 START_DELAY_S = 3.0          # ranks start together this long after launch (imports, sockets)
+# Phase topologies: four ranks whose traffic all crosses the top tier, the modes and algorithms run there
+TOPOLOGY_RANKS = {"fat-tree-k4": ("h1", "h5", "h9", "h13"),                  # one host per pod: through the cores
+                  "rail-optimized": ("g1.eth0", "g2.eth1", "g3.eth2", "g4.eth3")}  # one NIC per rail: the spines
+TOPOLOGY_MODES = ("ecmp", "path-aware", "flowlet", "spray")
+TOPOLOGY_ALGORITHMS = (sc.RING, sc.HALVING_DOUBLING)
 PROTECTIONS = ("none", "controller", "data plane")
 HEARTBEAT_MS, FAILOVER_TIMEOUT_MS = 20, 100     # as experiments/failover_timeline.py
 FAILED_LINK = ("leaf1", "spine1")
@@ -232,14 +245,67 @@ def failure_topology(protection: str):
     return topology_from_dict(raw, f"leaf-spine ({protection})")
 
 
+def run_topology_case(name: str, mode: str, algorithm: str, topo, topo_file: Path, ctl: FabricController, args,
+                      out: Path) -> dict:
+    """TOPOLOGY_RANKS[name] running data-parallel steps under `mode` (set on
+    every switch below the top tier); the packets the top tier carried, and
+    the busiest top switch's share of them (1/n is an even spread)."""
+    top = [sw.name for sw in topo.switches.values() if sw.role in ("core", "spine")]
+    for sw in topo.switches.values():
+        if sw.name not in top:
+            ctl.feature("load_balancing").set_mode(sw.name, LbMode("ecmp" if mode in ("ecmp", "path-aware") else mode))
+    extra = ["--algorithm", algorithm, "--channels", str(args.channels), "--line-rate-pps", str(LINE_RATE_PPS)]
+    if mode == "path-aware":
+        extra += ["--paths", str(topo_file)]
+    job = [Rank.of(topo.hosts[h].nics[n] if n else topo.hosts[h].primary)
+           for h, _, n in (r.partition(".") for r in TOPOLOGY_RANKS[name])]
+
+    def carried() -> dict[str, int]:
+        return {sw: sum(pkts for pkts, _ in ctl.counter(sw, "ingress_port_counter").values()) for sw in top}
+    before = carried()
+    procs = launch(f"{name}-{mode}-{algorithm}", job, extra, args, out, time.time() + START_DELAY_S + 0.1 * len(job))
+    result = collect(f"{name}-{mode}-{algorithm}", procs, out)
+    after = carried()
+    per_switch = [after[sw] - before[sw] for sw in top]
+    return {"case": result.pop("case"), "topology": name, "mode": mode, "algorithm": algorithm, **result,
+            "top_tier_packets": sum(per_switch), "busiest_top_share": round(max(per_switch) / (sum(per_switch) or 1), 3),
+            "top_switches": len(top)}
+
+
+def topology_file(name: str, out: Path):
+    """topologies/<name>.yaml without INT or aggregation, written to
+    out/<name>.yaml (the path model reads it)."""
+    raw = yaml.safe_load((REPO / "topologies" / f"{name}.yaml").read_text())
+    for section in ("int", "aggregation"):
+        raw.pop(section, None)
+    path = out / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return topology_from_dict(raw, str(path)), path
+
+
+def wait_for_first_step(log: Path, procs: list[subprocess.Popen], timeout_s: float = 120.0) -> float:
+    """When rank 0 ended its first step (it prints each step): the ranks
+    start when all four have imported and opened their sockets, which on two
+    cores can take longer than START_DELAY_S."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if any(line.startswith("step 0:") for line in log.read_text().splitlines()):
+            return time.time()
+        if any(p.poll() is not None for p in procs):
+            raise RuntimeError(f"a rank exited before the first step ended (see {log.parent})")
+        time.sleep(0.05)
+    raise RuntimeError(f"no step ended within {timeout_s:g} s (see {log.parent})")
+
+
 def run_failure_case(protection: str, args, out: Path) -> dict:
     """Data-parallel steps (ring, two channels, ECMP ports) on a fresh
-    leaf-spine; --fail-after seconds into them leaf1-spine1 black-holes both
-    ways (the ports stay up). Protections: none (routes stay: what hashes
-    onto the link is lost until the ranks give up), controller (heartbeats;
-    the controller polls their registers every 200 ms and reroutes), data
-    plane (the leaves move the dead member's slots after 100 ms without
-    heartbeats; the controller reroutes as well)."""
+    leaf-spine; --fail-after seconds after the first step ended,
+    leaf1-spine1 black-holes both ways (the ports stay up). Protections:
+    none (routes stay: what hashes onto the link is lost until the ranks
+    give up), controller (heartbeats; the controller polls their registers
+    every 200 ms and reroutes), data plane (the leaves move the dead
+    member's slots after 100 ms without heartbeats; the controller reroutes
+    as well)."""
     topo = failure_topology(protection)
     case = protection.replace(" ", "-")
     job = [Rank.of(topo.hosts[h].primary) for h in RANKS]
@@ -257,7 +323,8 @@ def run_failure_case(protection: str, args, out: Path) -> dict:
         try:
             start_at = time.time() + START_DELAY_S + 0.1 * len(job)
             procs = launch(case, job, extra, args, out, start_at)
-            time.sleep(max(0.0, start_at + args.fail_after - time.time()))
+            first = wait_for_first_step(out / case / "rank0.log", procs)
+            time.sleep(max(0.0, first + args.fail_after - time.time()))
             failed_at = time.time()
             undo = fail_link(topo, *FAILED_LINK)
             errors = []
@@ -265,6 +332,7 @@ def run_failure_case(protection: str, args, out: Path) -> dict:
                 _, stderr = p.communicate(timeout=900)
                 if p.returncode != 0:
                     errors.append(f"rank {rank}: {stderr.strip().splitlines()[-1] if stderr.strip() else p.returncode}")
+            errors = errors[:1]             # the first rank that gave up says why; the others wait on it
         finally:
             if undo is not None:
                 undo()
@@ -272,14 +340,15 @@ def run_failure_case(protection: str, args, out: Path) -> dict:
             if thread:
                 thread.join()
     rerouted = [t - failed_at for t, _what in (rerouter.changes if rerouter else []) if t >= failed_at]
-    # rank 0's step times as it printed them (a rank that gave up wrote no CSV)
-    steps = [float(line.split(": ")[1].split(" ms")[0]) for line in (out / case / "rank0.log").read_text().splitlines()
-             if line.startswith("step ")]
-    ends = [sum(steps[:i + 1]) / 1000 for i in range(len(steps))]
-    hit = next((i for i, end in enumerate(ends) if end >= args.fail_after), None)
+    # rank 0's steps as it printed them, "step N: T ms (...), ended at WALL" (a rank that gave up wrote no CSV)
+    printed = [line for line in (out / case / "rank0.log").read_text().splitlines() if line.startswith("step ")]
+    steps = [float(line.split(": ")[1].split(" ms")[0]) for line in printed]
+    ends = [float(line.rsplit(" ", 1)[1]) for line in printed]
+    hit = next((i for i, end in enumerate(ends) if end >= failed_at), None)
     before = steps[:hit] if hit is not None else steps
     after = steps[hit + 1:] if hit is not None else []
     return {"case": case, "protection": protection, "steps": args.steps, "steps_completed": len(steps),
+            "steps_before_failure": sum(1 for end in ends if end < failed_at),
             "stalled": "yes: " + "; ".join(errors) if errors else "no",
             "step_ms_before": round(statistics.median(before), 1) if before else "",
             "failure_step": hit if hit is not None else "",
@@ -346,10 +415,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--phases", nargs="*", default=list(PHASES), choices=PHASES)
     ap.add_argument("--modes", nargs="*", default=list(MODES), choices=MODES)
     ap.add_argument("--algorithms", nargs="*", default=ALL_REDUCE_ALGORITHMS, choices=ALL_REDUCE_ALGORITHMS)
+    ap.add_argument("--topologies", nargs="*", default=list(TOPOLOGY_RANKS), choices=list(TOPOLOGY_RANKS),
+                    help="topologies phase")
     ap.add_argument("--placements", nargs="*", default=list(PLACEMENTS), choices=PLACEMENTS)
     ap.add_argument("--protections", nargs="*", default=list(PROTECTIONS), choices=PROTECTIONS,
                     help="failure phase")
-    ap.add_argument("--fail-after", type=float, default=2.0, help="failure phase: seconds into the steps")
+    ap.add_argument("--fail-after", type=float, default=2.0,
+                    help="failure phase: seconds after the first step ended")
     ap.add_argument("--steps", type=int, default=8, help="training steps per case")
     ap.add_argument("--channels", type=int, default=2, help="connections per peer pair")
     ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "collectives"))
@@ -395,6 +467,20 @@ def main(argv: list[str] | None = None) -> int:
                     ctl.feature("load_balancing").set_mode(leaf, LbMode())
         written.append(write_csv(out / "summary.csv", results))
         print_table(results)
+    if "topologies" in args.phases:
+        out = Path(args.out) / "topologies"
+        out.mkdir(parents=True, exist_ok=True)
+        results = []
+        for name in args.topologies:
+            topo, topo_file = topology_file(name, out)
+            with fabric(topo, args) as ctl:
+                for mode in (m for m in args.modes if m in TOPOLOGY_MODES):
+                    for algorithm in (a for a in args.algorithms if a in TOPOLOGY_ALGORITHMS):
+                        print(f"==> topologies {name} {mode} {algorithm}: {args.steps} data-parallel steps on "
+                              f"{', '.join(TOPOLOGY_RANKS[name])}", flush=True)
+                        results.append(run_topology_case(name, mode, algorithm, topo, topo_file, ctl, args, out))
+        written.append(write_csv(out / "summary.csv", results))
+        print_table(results)
     if "jobs" in args.phases:
         out = Path(args.out) / "jobs"
         out.mkdir(parents=True, exist_ok=True)
@@ -408,16 +494,6 @@ def main(argv: list[str] | None = None) -> int:
                 results += run_jobs_case(shared, topo, args, out, ctl, ecn)
         written.append(write_csv(out / "summary.csv", results))
         print_table(results)
-    if "failure" in args.phases:
-        out = Path(args.out) / "failure"
-        out.mkdir(parents=True, exist_ok=True)
-        results = []
-        for protection in args.protections:
-            print(f"==> failure, {protection} protection: {args.steps} data-parallel steps (ring) on "
-                  f"{', '.join(RANKS)}, {'-'.join(FAILED_LINK)} black-holed {args.fail_after:g} s in", flush=True)
-            results.append(run_failure_case(protection, args, out))
-        written.append(write_csv(out / "summary.csv", results))
-        print_table(results)
     if "placement" in args.phases:
         out = Path(args.out) / "placement"
         out.mkdir(parents=True, exist_ok=True)
@@ -429,6 +505,17 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"==> placement {placement}: {args.steps} data-parallel steps (ring) on every GPU NIC of "
                       f"rail-optimized, one rank each", flush=True)
                 results.append(run_placement_case(placement, topo, ctl, args, out))
+        written.append(write_csv(out / "summary.csv", results))
+        print_table(results)
+    if "failure" in args.phases:
+        out = Path(args.out) / "failure"
+        out.mkdir(parents=True, exist_ok=True)
+        results = []
+        for protection in args.protections:
+            print(f"==> failure, {protection} protection: {args.steps} data-parallel steps (ring) on "
+                  f"{', '.join(RANKS)}, {'-'.join(FAILED_LINK)} black-holed {args.fail_after:g} s after the first",
+                  flush=True)
+            results.append(run_failure_case(protection, args, out))
         written.append(write_csv(out / "summary.csv", results))
         print_table(results)
     print(f"\nresults: {', '.join(map(str, written))}, and per case <phase>/<case>/ (each rank's CSV/JSON)")

@@ -192,7 +192,7 @@ def steps(a: argparse.Namespace, comm: Communicator) -> int:
 
     def show(r: StepResult) -> None:
         print(f"step {r.step}: {1000 * r.seconds:.1f} ms ({1000 * r.compute_seconds:.1f} ms compute, "
-              f"{len(r.collectives)} collectives)", flush=True)
+              f"{len(r.collectives)} collectives), ended at {time.time():.3f}", flush=True)
     results = run_steps(comm, workload, a.steps, a.seed, show if comm.rank == 0 else (lambda r: None))
     comm.close()
     times = sorted(r.seconds for r in results)

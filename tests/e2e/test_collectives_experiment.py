@@ -21,8 +21,8 @@ def experiment(tmp_path, *args: str) -> Path:
 
 
 def test_collectives_experiment_runs_each_mode(tmp_path):
-    out = experiment(tmp_path, "--modes", "ecmp", "path-aware", "spray", "--algorithms", "ring", "in-network",
-                     "--steps", "3")
+    out = experiment(tmp_path, "--phases", "lb", "--modes", "ecmp", "path-aware", "spray", "--algorithms", "ring",
+                     "in-network", "--steps", "3")
     assert (out / "lb" / "step_time.png").exists()
     rows = {(r["mode"], r["algorithm"]): r for r in csv.DictReader(open(out / "lb" / "summary.csv"))}
     # (path-aware has nothing to choose for the switch's packets: one source port per worker)
@@ -67,3 +67,14 @@ def test_two_jobs_share_the_fabric(tmp_path):
     rows = {r["case"]: r for r in csv.DictReader(open(out / "jobs" / "summary.csv"))}
     assert set(rows) == {"alone-job0", "shared-job0", "shared-job1", "shared-ecn-job0", "shared-ecn-job1"}
     assert all(int(r["steps"]) == 2 and float(r["busbw_MBps_median"]) > 0 for r in rows.values())
+
+
+def test_path_aware_channels_spread_over_the_fat_trees_cores(tmp_path):
+    out = experiment(tmp_path, "--phases", "topologies", "--topologies", "fat-tree-k4", "--modes", "path-aware",
+                     "--algorithms", "ring", "--steps", "2")
+    (row,) = list(csv.DictReader(open(out / "topologies" / "summary.csv")))
+    assert (row["topology"], row["mode"], int(row["steps"]), int(row["top_switches"])) == ("fat-tree-k4",
+                                                                                            "path-aware", 2, 4)
+    assert int(row["top_tier_packets"]) > 0
+    # a pair's two channels cross two different cores: no core carries more than half
+    assert float(row["busiest_top_share"]) <= 0.55, row
