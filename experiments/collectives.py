@@ -145,10 +145,13 @@ def launch(case: str, job: list[Rank], extra: list[str], args, out: Path, start_
 def collect(case: str, procs: list[subprocess.Popen], out: Path) -> dict:
     """Wait for a job's ranks: its step times (each step's slowest rank),
     bus bandwidths and retransmissions."""
+    failed = []
     for rank, p in enumerate(procs):
         _, stderr = p.communicate(timeout=900)
         if p.returncode != 0:
-            raise RuntimeError(f"{case}: rank {rank} failed: {stderr.strip()[-2000:]}")
+            failed.append(f"rank {rank} (exit {p.returncode}): {stderr.strip()[-1500:]}")
+    if failed:
+        raise RuntimeError(f"{case}: " + "\n".join(failed))
     case_out = out / case
     n = len(procs)
     per_rank = [[float(line.split(",")[1]) for line in (case_out / f"rank{r}.csv").read_text().splitlines()[1:]]
@@ -186,6 +189,7 @@ def run_jobs_case(shared: bool, topo, args, out: Path, ctl: FabricController, ec
              "--paths", str(REPO / "topologies" / "leaf-spine.yaml")]
     start_at = time.time() + START_DELAY_S + 0.2 * len(job)
     sharing = ("shared" if shared else "alone") + ("-ecn" if ecn else "")
+    marked_before = ce_marked(ctl)
     runs = [("job0", launch(f"{sharing}-job0", job, extra + ["--algorithm", sc.RING], args, out, start_at, 0),
              sc.RING)]
     if shared:
@@ -196,7 +200,15 @@ def run_jobs_case(shared: bool, topo, args, out: Path, ctl: FabricController, ec
         r = collect(f"{sharing}-{name}", procs, out)
         rows.append({"case": r.pop("case"), "sharing": "two jobs" if shared else "alone", "ecn": ecn, "job": name,
                      "algorithm": algorithm, **r})
+    marked = ce_marked(ctl) - marked_before
+    for row in rows:
+        row["ce_marked_both_jobs"] = marked      # the switches' count: the jobs' packets together
     return rows
+
+
+def ce_marked(ctl: FabricController) -> int:
+    """Packets every switch marked CE so far (the ECN feature's counter)."""
+    return sum(pkts for sw in ctl.topo.switches for pkts, _ in ctl.counter(sw, "ecn_marked_counter").values())
 
 
 def run_case(mode: str, algorithm: str, topo, topo_file: Path, ctl: FabricController, args, out: Path,
@@ -243,6 +255,25 @@ def failure_topology(protection: str):
     if protection == "data plane":
         raw["failover"] = {"heartbeat_ms": HEARTBEAT_MS, "timeout_ms": FAILOVER_TIMEOUT_MS}
     return topology_from_dict(raw, f"leaf-spine ({protection})")
+
+
+def lb_fabric_cases(phase: str, cases: list[tuple[str, str, str]], args) -> tuple[Path, list[dict]]:
+    """Cases (mode, algorithm, transport) on the lb phase's fabric, in
+    --out/<phase>; the leaves back in ECMP after."""
+    out = Path(args.out) / phase
+    out.mkdir(parents=True, exist_ok=True)
+    topo, topo_file = lb_topology(out)
+    results = []
+    with fabric(topo, args) as ctl:
+        try:
+            for mode, algorithm, transport in cases:
+                print(f"==> {phase} {mode} {algorithm} ({transport}): {args.steps} data-parallel steps on "
+                      f"{', '.join(RANKS)}, {args.channels} channels per pair", flush=True)
+                results.append(run_case(mode, algorithm, topo, topo_file, ctl, args, out, transport))
+        finally:
+            for leaf in LEAVES:
+                ctl.feature("load_balancing").set_mode(leaf, LbMode())
+    return out, results
 
 
 def run_topology_case(name: str, mode: str, algorithm: str, topo, topo_file: Path, ctl: FabricController, args,
@@ -432,39 +463,14 @@ def main(argv: list[str] | None = None) -> int:
     compile_p4()
     written = []
     if "lb" in args.phases:
-        out = Path(args.out) / "lb"
-        out.mkdir(parents=True, exist_ok=True)
-        topo, topo_file = lb_topology(out)
-        results = []
-        with fabric(topo, args) as ctl:
-            try:
-                for mode in args.modes:
-                    for algorithm in args.algorithms:
-                        if algorithm == IN_NETWORK and mode == "path-aware":
-                            continue        # the workers' packets have one source port: nothing to choose
-                        print(f"==> lb {mode} {algorithm}: {args.steps} data-parallel steps on {', '.join(RANKS)}, "
-                              f"{args.channels} channels per pair", flush=True)
-                        results.append(run_case(mode, algorithm, topo, topo_file, ctl, args, out))
-            finally:
-                for leaf in LEAVES:
-                    ctl.feature("load_balancing").set_mode(leaf, LbMode())
+        out, results = lb_fabric_cases("lb", [(m, a, GO_BACK_N) for m in args.modes for a in args.algorithms
+                                              # the switch's packets have one source port: nothing to choose
+                                              if not (a == IN_NETWORK and m == "path-aware")], args)
         written += [write_csv(out / "summary.csv", results), _plot(results, out)]
         print_table(results)
     if "transport" in args.phases:
-        out = Path(args.out) / "transport"
-        out.mkdir(parents=True, exist_ok=True)
-        topo, topo_file = lb_topology(out)
-        results = []
-        with fabric(topo, args) as ctl:
-            try:
-                for mode in (m for m in args.modes if m in ("ecmp", "spray", "adaptive")):
-                    for transport in TRANSPORTS:
-                        print(f"==> transport {mode} {transport}: {args.steps} data-parallel steps (ring) on "
-                              f"{', '.join(RANKS)}, {args.channels} channels per pair", flush=True)
-                        results.append(run_case(mode, sc.RING, topo, topo_file, ctl, args, out, transport))
-            finally:
-                for leaf in LEAVES:
-                    ctl.feature("load_balancing").set_mode(leaf, LbMode())
+        out, results = lb_fabric_cases("transport", [(m, sc.RING, t) for m in args.modes
+                                                     if m in ("ecmp", "spray", "adaptive") for t in TRANSPORTS], args)
         written.append(write_csv(out / "summary.csv", results))
         print_table(results)
     if "topologies" in args.phases:

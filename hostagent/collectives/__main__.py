@@ -277,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return sweep(a, comm) if a.command == "sweep" else steps(a, comm)
     except CollectiveError as e:
-        print(f"hostagent.collectives: rank {a.rank}: {e}", file=sys.stderr)
+        print(f"hostagent.collectives: rank {a.rank}: {e}; transport: {json.dumps(comm.transport_stats())}",
+              file=sys.stderr)
         return 1
 
 

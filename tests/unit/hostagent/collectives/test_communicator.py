@@ -201,7 +201,7 @@ def test_bad_groups_are_refused():
 
 
 def test_in_network_needs_the_aggregation_job_and_says_what_it_carries():
-    """The switch's all-reduce (tests/e2e/test_collectives_in_network.py
+    """The switch's all-reduce (tests/e2e/test_collectives_live.py
     runs it on BMv2): refused, naming why, before anything is sent."""
     hub = Hub()
     comms = group(2, hub)
