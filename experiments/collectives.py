@@ -115,7 +115,8 @@ TOPOLOGY_ALGORITHMS = (sc.RING, sc.HALVING_DOUBLING)
 PROTECTIONS = ("none", "controller", "data plane")
 HEARTBEAT_MS, FAILOVER_TIMEOUT_MS = 20, 100     # as experiments/failover_timeline.py
 FAILED_LINK = ("leaf1", "spine1")
-STALL_TIMEOUT_S = 8.0        # failure phase: a rank waiting this long for a peer gives up (the step stalled)
+STALL_TIMEOUT_S = 20.0       # failure phase: a rank waiting this long for a peer gives up (the step stalled;
+                             # shorter, a rank gave up on a peer still starting, with heartbeats running)
 
 
 def spine_packets(ctl: FabricController) -> dict[str, int]:
@@ -322,8 +323,10 @@ def wait_for_first_step(log: Path, procs: list[subprocess.Popen], timeout_s: flo
     while time.time() < deadline:
         if any(line.startswith("step 0:") for line in log.read_text().splitlines()):
             return time.time()
-        if any(p.poll() is not None for p in procs):
-            raise RuntimeError(f"a rank exited before the first step ended (see {log.parent})")
+        failed = [(rank, p.returncode) for rank, p in enumerate(procs) if p.poll() not in (None, 0)]
+        if failed:
+            raise RuntimeError(f"ranks {failed} (rank, exit code) failed before the first step ended "
+                               f"(see {log.parent})")
         time.sleep(0.05)
     raise RuntimeError(f"no step ended within {timeout_s:g} s (see {log.parent})")
 
