@@ -104,6 +104,8 @@ SPINES = ("spine1", "spine2")
 LEAVES = ("leaf1", "leaf2")
 PLACEMENT_LINE_RATE_PPS = 400.0   # 16 ranks' connections on the rail fabric (BMv2 on two cores)
 PLACEMENT_MODEL_BYTES = 64 * 1024
+PLACEMENT_TIMEOUT_S = 180.0  # 16 ranks start on two cores while the first already poll: the last sent
+                             # nothing for over 60 s in some runs (the ranks' default wait)
 LINE_RATE_PPS = 1000.0       # each connection's top rate (1 KB payloads): what BMv2 on two cores forwards for
                              # four ranks' channels without dropping (3000 lost hundreds of packets a step)
 START_DELAY_S = 3.0          # ranks start together this long after launch (imports, sockets)
@@ -241,7 +243,7 @@ def run_case(mode: str, algorithm: str, topo, topo_file: Path, ctl: FabricContro
 def run_placement_case(placement: str, topo, ctl: FabricController, args, out: Path) -> dict:
     job = ranks(topo, placement=placement)
     extra = ["--algorithm", sc.RING, "--channels", "1", "--line-rate-pps", str(PLACEMENT_LINE_RATE_PPS),
-             "--model-bytes", str(PLACEMENT_MODEL_BYTES)]
+             "--model-bytes", str(PLACEMENT_MODEL_BYTES), "--timeout-s", str(PLACEMENT_TIMEOUT_S)]
     result = run_ranks(placement, job, extra, ctl, args, out)
     return {"case": result.pop("case"), "placement": placement, "ring_hops_across_rails": ring_hops_across_rails(job),
             **result}
