@@ -121,8 +121,24 @@ STALL_TIMEOUT_S = 20.0       # failure phase: a rank waiting this long for a pee
                              # shorter, a rank gave up on a peer still starting, with heartbeats running)
 
 
-def spine_packets(ctl: FabricController) -> dict[str, int]:
-    return {sw: sum(pkts for pkts, _ in ctl.counter(sw, "ingress_port_counter").values()) for sw in SPINES}
+def spine_packets(ctl: FabricController, switches=SPINES) -> dict[str, int]:
+    """Packets each of `switches` received so far (all its ports)."""
+    return {sw: sum(pkts for pkts, _ in ctl.counter(sw, "ingress_port_counter").values()) for sw in switches}
+
+
+def topology_raw(name: str, without: tuple[str, ...] = ("int",)) -> dict:
+    """topologies/<name>.yaml as a mapping, without the sections named (no
+    INT: the switches' counters are the jobs' packets and their ACKs)."""
+    raw = yaml.safe_load((REPO / "topologies" / f"{name}.yaml").read_text())
+    for section in without:
+        raw.pop(section, None)
+    return raw
+
+
+def written_topology(raw: dict, path: Path):
+    """The topology `raw`, written to `path` (the ranks' path model reads it): (topology, path)."""
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return topology_from_dict(raw, str(path)), path
 
 
 def launch(case: str, job: list[Rank], extra: list[str], args, out: Path, start_at: float,
@@ -252,9 +268,7 @@ def run_placement_case(placement: str, topo, ctl: FabricController, args, out: P
 def failure_topology(protection: str):
     """The leaf-spine without INT or aggregation; failover in the leaves for
     `data plane`."""
-    raw = yaml.safe_load((REPO / "topologies" / "leaf-spine.yaml").read_text())
-    for section in ("int", "aggregation"):
-        raw.pop(section, None)
+    raw = topology_raw("leaf-spine", ("int", "aggregation"))
     if protection == "data plane":
         raw["failover"] = {"heartbeat_ms": HEARTBEAT_MS, "timeout_ms": FAILOVER_TIMEOUT_MS}
     return topology_from_dict(raw, f"leaf-spine ({protection})")
@@ -294,12 +308,10 @@ def run_topology_case(name: str, mode: str, algorithm: str, topo, topo_file: Pat
     job = [Rank.of(topo.hosts[h].nics[n] if n else topo.hosts[h].primary)
            for h, _, n in (r.partition(".") for r in TOPOLOGY_RANKS[name])]
 
-    def carried() -> dict[str, int]:
-        return {sw: sum(pkts for pkts, _ in ctl.counter(sw, "ingress_port_counter").values()) for sw in top}
-    before = carried()
+    before = spine_packets(ctl, top)
     procs = launch(f"{name}-{mode}-{algorithm}", job, extra, args, out, time.time() + START_DELAY_S + 0.1 * len(job))
     result = collect(f"{name}-{mode}-{algorithm}", procs, out)
-    after = carried()
+    after = spine_packets(ctl, top)
     per_switch = [after[sw] - before[sw] for sw in top]
     return {"case": result.pop("case"), "topology": name, "mode": mode, "algorithm": algorithm, **result,
             "top_tier_packets": sum(per_switch), "busiest_top_share": round(max(per_switch) / (sum(per_switch) or 1), 3),
@@ -309,12 +321,7 @@ def run_topology_case(name: str, mode: str, algorithm: str, topo, topo_file: Pat
 def topology_file(name: str, out: Path):
     """topologies/<name>.yaml without INT or aggregation, written to
     out/<name>.yaml (the path model reads it)."""
-    raw = yaml.safe_load((REPO / "topologies" / f"{name}.yaml").read_text())
-    for section in ("int", "aggregation"):
-        raw.pop(section, None)
-    path = out / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return topology_from_dict(raw, str(path)), path
+    return written_topology(topology_raw(name, ("int", "aggregation")), out / f"{name}.yaml")
 
 
 def wait_for_first_step(log: Path, procs: list[subprocess.Popen], timeout_s: float = 120.0) -> float:
@@ -397,9 +404,7 @@ def run_failure_case(protection: str, args, out: Path) -> dict:
 
 def leaf_spine_without_int():
     """No INT reports: the spines' counters are the jobs' packets (and their ACKs)."""
-    raw = yaml.safe_load((REPO / "topologies" / "leaf-spine.yaml").read_text())
-    raw.pop("int", None)
-    return topology_from_dict(raw, "leaf-spine without INT")
+    return topology_from_dict(topology_raw("leaf-spine"), "leaf-spine without INT")
 
 
 def lb_topology(out: Path):
@@ -407,14 +412,11 @@ def lb_topology(out: Path):
     reads it): the leaf-spine without INT, and a fifth host ps on leaf2, the
     parameter server of aggregation job 1 made of the four ranks (their
     in-network all-reduce is summed at leaf2)."""
-    raw = yaml.safe_load((REPO / "topologies" / "leaf-spine.yaml").read_text())
-    raw.pop("int", None)
+    raw = topology_raw("leaf-spine")
     raw["hosts"].append({"name": "ps", "role": "server"})
     raw["links"].append(["ps", "leaf2"])
     raw["aggregation"] = {"jobs": [{"job": AGGREGATION_JOB, "workers": list(RANKS), "server": "ps", "slots": 32}]}
-    path = out / "topology.yaml"
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return topology_from_dict(raw, str(path)), path
+    return written_topology(raw, out / "topology.yaml")
 
 
 @contextlib.contextmanager
@@ -508,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
     if "placement" in args.phases:
         out = Path(args.out) / "placement"
         out.mkdir(parents=True, exist_ok=True)
-        topo = topology_from_dict(yaml.safe_load((REPO / "topologies" / "rail-optimized.yaml").read_text()),
+        topo = topology_from_dict(topology_raw("rail-optimized", without=()),
                                   "rail-optimized")
         results = []
         with fabric(topo, args) as ctl:
