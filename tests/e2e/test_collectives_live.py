@@ -122,6 +122,7 @@ def test_in_network_sweep_equals_numpy_on_three_ranks(tmp_path):
             stop_server(server, tmp_path, job.job)
 
 
+@pytest.mark.parametrize("algorithm", ["ring", "in-network"])
 def test_ddp_through_the_fabric_equals_the_single_process_run(tmp_path, algorithm):
     """PyTorch DDP on h1 and h3 (different leaves): gradients all-reduced by
     the hook over the RC transport through BMv2 (ring), or summed at leaf2
