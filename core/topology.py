@@ -104,6 +104,19 @@ class Switch:
     def thrift_port(self) -> int:
         return THRIFT_PORT_BASE + self.device_id
 
+    @property
+    def address(self) -> str:
+        """The switch's own IPv4 address: the source of what it originates
+        (telemetry reports, partial aggregates), never routed to."""
+        return switch_address(self.device_id)
+
+
+SWITCH_ADDRESS_NET = ipaddress.ip_network("10.255.0.0/16")   # 10.255.<device id / 256>.<device id % 256>
+
+
+def switch_address(device_id: int) -> str:
+    return str(SWITCH_ADDRESS_NET[device_id])
+
 
 @dataclass
 class Nic:

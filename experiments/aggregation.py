@@ -25,6 +25,20 @@ experiments/results/aggregation/):
             2), next to the single-process reference and the ring: loss and
             accuracy per epoch.
 
+Over trees of switches (docs/protocols/aggregation.md, "Trees"), each phase
+on its own network, the jobs changed at runtime between cases:
+
+  levels    all-reduce of --tree-elements float32 on leaf-spine (3 workers
+            on two leaves) and fat-tree-k4 (4 workers, one per pod; 8, two
+            per pod), summed at the server's switch (one level), over one
+            tree, and over one tree per top switch: completion time, and
+            packets on the busiest switch-to-switch link and on all of them
+            (the switches' port counters) against the bound: each link of a
+            tree carries each block once up and once down.
+  tree_loss leaf-spine, two trees, 0, 1, 5% loss on both directions of every
+            worker's link (1% duplication, 5% reordering): completion time,
+            retransmissions, partials and results sent again.
+
 Every number comes from the workers' own JSON (hostagent.aggregation.allreduce,
 hostagent.aggregation.ring_allreduce, hostagent.aggregation.training), written per phase in the
 same directory. Times are BMv2's on this machine: compare within a run.
@@ -55,7 +69,14 @@ from hostagent.aggregation.runs import (PY, RING_PORT, impaired, run_ina, run_jo
                                          start_server, stop_server)
 from experiments.common import save_figure, write_csv
 
-PHASES = ("goodput", "loss", "jobs", "training")
+RACK_PHASES = ("goodput", "loss", "jobs", "training")
+TREE_PHASES = ("levels", "tree_loss")
+PHASES = RACK_PHASES + TREE_PHASES
+# levels: (topology, workers, server, trees when one per top switch)
+TREE_CASES = (("leaf-spine", ("h1", "h2", "h3"), "h4", 2),
+              ("fat-tree-k4", ("h1", "h5", "h9", "h13"), "h2", 4),
+              ("fat-tree-k4", ("h1", "h3", "h5", "h7", "h9", "h11", "h13", "h15"), "h2", 4))
+TREE_SLOTS = 32
 JOB_OF_N = {2: 3, 4: 2, 8: 1}          # aggregation-rack.yaml's dedicated jobs
 SHARED_JOBS = (4, 5, 6, 7)
 
@@ -264,6 +285,131 @@ def training(topo, args, out: Path) -> list[dict]:
     return rows
 
 
+def fabric_link_packets(topo, ctl) -> dict[tuple[str, int], int]:
+    """Packets sent out of every switch port that leads to another switch."""
+    out = {}
+    for name, sw in topo.switches.items():
+        cells = ctl.counter(name, "egress_port_counter")
+        for port in sw.ports.values():
+            if port.peer in topo.switches:
+                out[(name, port.number)] = cells.get(port.number, (0, 0))[0]
+    return out
+
+
+def tree_network(name: str, args, run: str):
+    """A network of topologies/<name>.yaml with an aggregation section the phases replace at runtime."""
+    import yaml
+    from features import topology_from_dict
+    raw = yaml.safe_load((REPO / "topologies" / f"{name}.yaml").read_text())
+    case = next(c for c in TREE_CASES if c[0] == name)
+    raw["aggregation"] = {"jobs": [{"job": 1, "workers": list(case[1]), "server": case[2], "slots": TREE_SLOTS}]}
+    topo = topology_from_dict(raw, f"{name} with an aggregation job")
+    net = Network(topo, REPO / "build" / "experiments" / "aggregation" / run, log_level=args.log_level)
+    return topo, net
+
+
+def levels(args, out: Path) -> list[dict]:
+    from features.aggregation import Job
+    rows = []
+    for name in dict.fromkeys(c[0] for c in TREE_CASES if c[0] in args.tree_topologies):
+        topo, net = tree_network(name, args, f"levels-{name}")
+        with net, FabricController(topo) as ctl:
+            ctl.program()
+            net.apply_queue_rates()
+            for _, workers, server, top in (c for c in TREE_CASES if c[0] == name):
+                n = len(workers)
+                for mode, trees in (("one level", 0), ("one tree", 1), (f"{top} trees", top)):
+                    ctl.feature("aggregation").set_jobs([Job(1, workers, server, slots=TREE_SLOTS, trees=trees)])
+                    print(f"==> {name}, {n} workers: {mode}", flush=True)
+                    before = fabric_link_packets(topo, ctl)
+                    results = run_ina(topo, 1, elements=args.tree_elements, dtype="float32",
+                                      out=out / f"levels-{name}-n{n}-trees{trees}")
+                    after = fabric_link_packets(topo, ctl)
+                    sent = {k: after[k] - before[k] for k in after}
+                    blocks = results[0]["stats"]["results"]          # packets of the call, each a block
+                    busiest = max(sent, key=lambda k: sent[k])
+                    rows.append({"topology": name, "workers": n, "mode": mode, "trees": trees,
+                                 "elements": args.tree_elements,
+                                 "elapsed_s": round(max(w["runs"][0]["elapsed_s"] for w in results), 3),
+                                 "blocks": blocks, "busiest_link": f"{busiest[0]}:{busiest[1]}",
+                                 "busiest_link_packets": sent[busiest],
+                                 "busiest_over_bound": round(sent[busiest] / blocks, 2),
+                                 "fabric_packets": sum(sent.values()),
+                                 "links_used": sum(1 for v in sent.values() if v >= blocks / 8),
+                                 "retransmissions": sum(w["stats"]["retransmissions"] for w in results),
+                                 "all_within_bound": all(w["ok"] for w in results)})
+                    r = rows[-1]
+                    print(f"    {r['elapsed_s']} s; busiest link {r['busiest_link']} {r['busiest_link_packets']} "
+                          f"packets ({r['busiest_over_bound']} x the bound), {r['fabric_packets']} on "
+                          f"{r['links_used']} links", flush=True)
+            net.check_alive()
+    path = write_csv(out / "levels.csv", rows)
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
+    cases = list(dict.fromkeys((r["topology"], r["workers"]) for r in rows))
+    modes = list(dict.fromkeys(r["mode"].split(" ", 1)[1] if r["trees"] > 1 else r["mode"] for r in rows))
+    for k, mode in enumerate(modes):
+        rs = [r for r in rows if (r["mode"].split(" ", 1)[1] if r["trees"] > 1 else r["mode"]) == mode]
+        xs = [cases.index((r["topology"], r["workers"])) + (k - 1) * 0.27 for r in rs]
+        a1.bar(xs, [r["elapsed_s"] for r in rs], 0.27, label=mode)
+        a2.bar(xs, [r["busiest_over_bound"] for r in rs], 0.27, label=mode)
+    for a in (a1, a2):
+        a.set_xticks(range(len(cases)), [f"{t}\n{n} workers" for t, n in cases])
+        a.legend()
+    a2.axhline(1.0, color="k", lw=1, ls="--")
+    a1.set_ylabel("completion time (s)")
+    a1.set_title(f"All-reduce of {args.tree_elements} float32")
+    a2.set_ylabel("busiest fabric link: packets / blocks")
+    a2.set_title("Busiest link against the bound (1: each block once a way)")
+    print(f"levels: {path}, {save_figure(fig, out / 'levels.png')}")
+    return rows
+
+
+def tree_loss(args, out: Path) -> list[dict]:
+    from features.aggregation import Job
+    rows = []
+    name, workers, server, top = TREE_CASES[0]
+    topo, net = tree_network(name, args, "tree-loss")
+    with net, FabricController(topo) as ctl:
+        ctl.program()
+        net.apply_queue_rates()
+        ctl.feature("aggregation").set_jobs([Job(1, workers, server, slots=TREE_SLOTS, trees=top)])
+        for pct in args.loss:
+            print(f"==> {name}, {top} trees, loss {pct}% on every worker's link", flush=True)
+            before = {sw: events(ctl, sw) for sw in topo.switches}
+            with impaired(topo, list(workers), loss_pct=pct, duplicate_pct=1, reorder_pct=5) if pct \
+                    else _nothing() as how:
+                if how:
+                    print(f"    {how}", flush=True)
+                results = run_ina(topo, 1, elements=args.tree_elements, dtype="float32",
+                                  out=out / f"tree-loss{pct}")
+            ev = {sw: {k: v - before[sw][k] for k, v in events(ctl, sw).items()} for sw in topo.switches}
+            rows.append({"loss_pct": pct, "elapsed_s": round(max(w["runs"][0]["elapsed_s"] for w in results), 3),
+                         "retransmissions_per_worker": round(mean(w["stats"]["retransmissions"] for w in results)),
+                         "packets_per_worker": results[0]["stats"]["results"],
+                         "partials_again": sum(e["partial_again"] for e in ev.values()),
+                         "results_again": sum(e["result_again"] for e in ev.values()),
+                         "server_blocks": results[0]["server"].get("blocks_completed", 0),
+                         "all_within_bound": all(w["ok"] for w in results)})
+            r = rows[-1]
+            print(f"    {r['elapsed_s']} s, {r['retransmissions_per_worker']} retransmissions per worker; "
+                  f"{r['partials_again']} partials and {r['results_again']} results sent again", flush=True)
+        net.check_alive()
+    path = write_csv(out / "tree_loss.csv", rows)
+    fig, a1 = plt.subplots(figsize=(6, 4))
+    a1.plot([r["loss_pct"] for r in rows], [r["elapsed_s"] for r in rows], "o-")
+    a1.set_xlabel("loss on each direction of every worker's link (%)")
+    a1.set_ylabel("completion time (s)")
+    a1.set_title(f"Two-level all-reduce of {args.tree_elements} float32 under loss")
+    print(f"tree_loss: {path}, {save_figure(fig, out / 'tree_loss.png')}")
+    return rows
+
+
+def events(ctl, switch: str) -> dict[str, int]:
+    from features.aggregation import EVENTS, EVENTS_COUNTER
+    cells = ctl.counter(switch, EVENTS_COUNTER)
+    return {name: cells.get(i, (0, 0))[0] for name, i in EVENTS.items()}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--phases", default=",".join(PHASES), help=f"comma-separated, of {', '.join(PHASES)}")
@@ -272,6 +418,8 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", default="2,4,8", help="goodput: worker counts (of 2, 4, 8)")
     ap.add_argument("--loss", default="0,1,2,5", help="loss sweep, percent")
     ap.add_argument("--epochs", type=int, default=30)
+    ap.add_argument("--tree-elements", type=int, default=1 << 18, help="levels, tree_loss: float32 elements")
+    ap.add_argument("--tree-topologies", default="leaf-spine,fat-tree-k4", help="levels: of leaf-spine, fat-tree-k4")
     ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "aggregation"))
     ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS)
     args = ap.parse_args(argv)
@@ -283,18 +431,26 @@ def main(argv=None) -> int:
     if any(n not in JOB_OF_N for n in args.workers):
         ap.error(f"--workers: each of {', '.join(map(str, JOB_OF_N))}")
     args.loss = [float(x) if "." in x else int(x) for x in args.loss.split(",")]
+    args.tree_topologies = [t.strip() for t in args.tree_topologies.split(",") if t.strip()]
+    known = {c[0] for c in TREE_CASES}
+    if not args.tree_topologies or set(args.tree_topologies) - known:
+        ap.error(f"--tree-topologies: of {', '.join(sorted(known))}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    topo = load_topology(REPO / "topologies" / "aggregation-rack.yaml")
     compile_p4()
     start = time.monotonic()
-    with Network(topo, REPO / "build" / "experiments" / "aggregation", log_level=args.log_level) as net, \
-            FabricController(topo) as ctl:
-        ctl.program()
-        net.apply_queue_rates()
-        for phase in phases:
-            globals()[phase](topo, args, out)
-            net.check_alive()
+    rack_phases = [p for p in phases if p in RACK_PHASES]
+    if rack_phases:
+        topo = load_topology(REPO / "topologies" / "aggregation-rack.yaml")
+        with Network(topo, REPO / "build" / "experiments" / "aggregation", log_level=args.log_level) as net, \
+                FabricController(topo) as ctl:
+            ctl.program()
+            net.apply_queue_rates()
+            for phase in rack_phases:
+                globals()[phase](topo, args, out)
+                net.check_alive()
+    for phase in (p for p in phases if p in TREE_PHASES):
+        globals()[phase](args, out)
     print(f"\naggregation experiment done in {time.monotonic() - start:.0f} s; results in {out}")
     return 0
 

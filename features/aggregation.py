@@ -18,6 +18,14 @@ that switch's AGG_SLOTS slots (its workers' window is at most that);
 `shared: true` makes the job take slots from the shared pool by hash of
 (job, seq), and fall back to the server when another job holds one (ATP).
 
+A job may instead be summed over trees of switches (`trees: N`, optionally
+`roots: [...]`): each switch of a tree sums its children (its own workers
+and the switches below it) and sends the partial sum up to its parent; the
+root multicasts the result down the tree. The controller picks the roots
+(switches whose farthest worker switch is nearest, spread over jobs), builds
+each tree from shortest paths, and a block's tree is its slot mod N
+(docs/protocols/aggregation.md, "Trees").
+
 controller.feature("aggregation").set_jobs(jobs) changes the jobs at runtime.
 
 On the aggregating switch, per job: an agg_job entry (server address, job)
@@ -31,9 +39,10 @@ that is not set up are dropped as DROP_AGG_UNKNOWN_JOB.
 """
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from collections.abc import Set as AbstractSet
-from typing import Any, NoReturn, Optional
+from typing import Any, NoReturn, Optional, Sequence
 
 from p4.v1 import p4runtime_pb2
 
@@ -47,6 +56,10 @@ SECTION = "aggregation"
 JOB_TABLE = "agg_job"
 WORKER_TABLE = "agg_worker"
 REPLICA_TABLE = "agg_replica"
+UP_TABLE = "agg_up"
+FROM_PARENT_TABLE = "agg_from_parent"
+TABLES = (JOB_TABLE, WORKER_TABLE, REPLICA_TABLE, UP_TABLE, FROM_PARENT_TABLE)
+MAX_TREES = 8                         # a job's trees: a power of two (a block's tree is slot & (trees - 1))
 EVENTS_COUNTER = "agg_events"
 AGG_SLOTS = constants()["AGG_SLOTS"]
 MAX_WORKERS = constants()["AGG_MAX_WORKERS"]
@@ -56,7 +69,7 @@ DEFAULT_SHARED_SLOTS = 128
 DEFAULT_STEAL_AFTER_MS = 500
 EVENTS = {name[len("AGG_EVENT_"):].lower(): v for name, v in constants().items() if name.startswith("AGG_EVENT_")}
 FIELDS = {"shared_slots", "steal_after_ms", "jobs"}
-JOB_FIELDS = {"job", "workers", "server", "slots", "shared"}
+JOB_FIELDS = {"job", "workers", "server", "slots", "shared", "trees", "roots"}
 
 
 class AggregationConfigError(ValueError):
@@ -70,6 +83,8 @@ class Job:
     server: str
     slots: int = 0                    # dedicated slots (0 with shared)
     shared: bool = False
+    trees: int = 0                    # 0: summed at the server's switch; N: over N trees of switches
+    roots: tuple[str, ...] = ()       # the trees' roots, if the topology file names them
 
     @property
     def port(self) -> int:
@@ -85,11 +100,27 @@ class Job:
 
 @dataclass(frozen=True)
 class JobPlacement:
-    """Where a job's slots are on its aggregating switch."""
+    """Where a job's slots are on one of its aggregating switches."""
     job: Job
     switch: str
     base: int
     slots: int
+
+
+@dataclass(frozen=True)
+class Tree:
+    """One aggregation tree of a job: every switch but the root has a
+    parent, reached through its port `up[switch]`."""
+    root: str
+    parent: dict[str, str]
+    up: dict[str, int]
+
+    @property
+    def switches(self) -> list[str]:
+        return [self.root, *sorted(self.parent)]
+
+    def children(self, switch: str) -> list[str]:
+        return sorted(s for s, p in self.parent.items() if p == switch)
 
 
 @dataclass
@@ -97,7 +128,8 @@ class AggregationConfig:
     jobs: tuple[Job, ...] = ()
     shared_slots: int = DEFAULT_SHARED_SLOTS
     steal_after_ms: int = DEFAULT_STEAL_AFTER_MS
-    placements: dict[int, JobPlacement] = field(default_factory=dict)   # by job id
+    placements: dict[int, dict[str, JobPlacement]] = field(default_factory=dict)   # job id -> switch -> slots
+    trees: dict[int, tuple[Tree, ...]] = field(default_factory=dict)            # job id -> its trees (none: one level)
 
     def job(self, job: int) -> Job:
         for j in self.jobs:
@@ -160,8 +192,27 @@ def parse_section(raw: Any, topo, fail: Fail) -> AggregationConfig:
                 fail(f"{where}.slots", f"expected dedicated slots 1..{AGG_SLOTS} (or shared: true), "
                                        f"got {item.get('slots')!r}")
             slots = dedicated
-        jobs.append(Job(job_id, tuple(workers), server, slots, shared))
+        roots = item.get("roots", [])
+        if not isinstance(roots, list) or any(r not in topo.switches for r in roots) or len(set(roots)) != len(roots):
+            fail(f"{where}.roots", f"expected distinct switch names, got {roots!r} "
+                                   f"(switches: {', '.join(topo.switches)})")
+        trees = item.get("trees", len(roots))
+        if isinstance(trees, bool) or trees not in (0, 1, 2, 4, MAX_TREES):
+            fail(f"{where}.trees", f"expected 1, 2, 4 or 8 trees (a block's tree is its slot mod trees), got {trees!r}")
+        if trees > slots > 0:
+            fail(f"{where}.trees", f"{trees} trees for {slots} slots: each tree needs a slot")
+        if roots and len(roots) != trees:
+            fail(f"{where}.roots", f"{len(roots)} roots for {trees} trees")
+        if trees and shared:
+            fail(f"{where}.shared", "a job summed over trees takes dedicated slots on every switch of its "
+                                    "trees (a shared pool's collisions would strand the other levels)")
+        jobs.append(Job(job_id, tuple(workers), server, slots, shared, trees, tuple(roots)))
     cfg = AggregationConfig(tuple(jobs), shared_slots, steal)
+    for i, job in enumerate(jobs):
+        try:
+            cfg.trees[job.job] = build_trees(topo, job, cfg.trees)
+        except AggregationConfigError as exc:
+            fail(f"{SECTION}.jobs[{i}].trees", str(exc))
     try:
         cfg.placements = place(topo, cfg)
     except AggregationConfigError as exc:
@@ -174,51 +225,141 @@ def aggregating_switch(topo, job: Job) -> str:
     return topo.hosts[job.server].switch
 
 
-def place(topo, cfg: AggregationConfig) -> dict[int, JobPlacement]:
-    """Dedicated ranges from slot 0 up, in job order; the shared pool is the
-    last shared_slots slots of each aggregating switch."""
-    placements: dict[int, JobPlacement] = {}
+def aggregating_switches(topo, cfg: AggregationConfig, job: Job) -> list[str]:
+    """Where the job is summed: the server's switch, or every switch of its trees."""
+    trees = cfg.trees.get(job.job, ())
+    if not trees:
+        return [aggregating_switch(topo, job)]
+    return sorted({s for t in trees for s in t.switches})
+
+
+def build_trees(topo, job: Job, others: dict[int, tuple[Tree, ...]]) -> tuple[Tree, ...]:
+    """The job's trees: rooted at the switches it names, else at those whose
+    farthest worker switch is nearest (spine-level for workers across
+    leaves, the leaf for one rack), the least used by earlier jobs first;
+    each tree joins every worker's switch to its root by a shortest path
+    (BFS from the root, lowest port first). A switch in several trees must
+    have the same children in each (its entries are per job)."""
+    if not job.trees:
+        return ()
+    dist = topo.hops_between_switches()
+    leaves = sorted({topo.hosts[w].switch for w in job.workers})
+    if job.roots:
+        roots = list(job.roots)
+        for r in roots:
+            if any(leaf not in dist[r] for leaf in leaves):
+                raise AggregationConfigError(f"job {job.job}: root {r} does not reach every worker's switch")
+    else:
+        used: dict[str, int] = {}
+        for trees in others.values():
+            for t in trees:
+                used[t.root] = used.get(t.root, 0) + 1
+        reach = {s: max(dist[s].get(leaf, 1 << 30) for leaf in leaves) for s in topo.switches}
+        nearest = min(reach.values())
+        if nearest >= 1 << 30:
+            raise AggregationConfigError(f"job {job.job}: no switch reaches every worker's switch")
+        candidates = sorted((s for s in topo.switches if reach[s] == nearest), key=lambda s: (used.get(s, 0), s))
+        if len(candidates) < job.trees:
+            raise AggregationConfigError(
+                f"job {job.job}: {job.trees} trees, but only {len(candidates)} switches are as near to every "
+                f"worker's switch ({', '.join(candidates)}): name the roots, or fewer trees")
+        roots = candidates[:job.trees]
+    trees = tuple(_tree(topo, r, leaves) for r in roots)
+    children: dict[str, tuple[str, list[str]]] = {}
+    for t in trees:
+        for s in t.switches:
+            seen = children.setdefault(s, (t.root, t.children(s)))
+            if seen[1] != t.children(s):
+                raise AggregationConfigError(
+                    f"job {job.job}: {s} has children {seen[1]} in the tree rooted at {seen[0]} but "
+                    f"{t.children(s)} in the one rooted at {t.root}: name roots whose trees agree, or one tree")
+    return trees
+
+
+def _tree(topo, root: str, leaves: list[str]) -> Tree:
+    parent_of: dict[str, tuple[str, int]] = {root: ("", 0)}
+    queue = deque([root])
+    while queue:
+        cur = queue.popleft()
+        for port in sorted(topo.switch_neighbours(cur), key=lambda p: p.number):
+            if port.peer not in parent_of and port.peer_port is not None:
+                parent_of[port.peer] = (cur, port.peer_port)
+                queue.append(port.peer)
+    parent: dict[str, str] = {}
+    up: dict[str, int] = {}
+    for leaf in leaves:
+        s = leaf
+        while s != root:
+            parent[s], up[s] = parent_of[s]
+            s = parent[s]
+    return Tree(root, parent, up)
+
+
+def place(topo, cfg: AggregationConfig) -> dict[int, dict[str, JobPlacement]]:
+    """Dedicated ranges from slot 0 up, in job order, on each switch that
+    sums the job; the shared pool is the last shared_slots slots."""
+    placements: dict[int, dict[str, JobPlacement]] = {}
     next_free: dict[str, int] = {}
     pool_base = AGG_SLOTS - cfg.shared_slots
     for job in cfg.jobs:
-        sw = aggregating_switch(topo, job)
-        if job.shared:
-            placements[job.job] = JobPlacement(job, sw, pool_base, cfg.shared_slots)
-            continue
-        base = next_free.get(sw, 0)
-        if base + job.slots > pool_base:
-            raise AggregationConfigError(
-                f"job {job.job}: {sw} has {AGG_SLOTS} slots, {cfg.shared_slots} of them shared; "
-                f"the dedicated ranges need {base + job.slots} (lower slots or shared_slots)")
-        placements[job.job] = JobPlacement(job, sw, base, job.slots)
-        next_free[sw] = base + job.slots
+        placements[job.job] = {}
+        for sw in aggregating_switches(topo, cfg, job):
+            if job.shared:
+                placements[job.job][sw] = JobPlacement(job, sw, pool_base, cfg.shared_slots)
+                continue
+            base = next_free.get(sw, 0)
+            if base + job.slots > pool_base:
+                raise AggregationConfigError(
+                    f"job {job.job}: {sw} has {AGG_SLOTS} slots, {cfg.shared_slots} of them shared; "
+                    f"the dedicated ranges need {base + job.slots} (lower slots or shared_slots)")
+            placements[job.job][sw] = JobPlacement(job, sw, base, job.slots)
+            next_free[sw] = base + job.slots
     return placements
 
 
 def empty_state(p4info: P4Info, groups: AbstractSet[int] = frozenset()) -> SwitchState:
-    return SwitchState(managed_tables={p4info.table(t).preamble.id for t in (JOB_TABLE, WORKER_TABLE, REPLICA_TABLE)},
+    return SwitchState(managed_tables={p4info.table(t).preamble.id for t in TABLES},
                        managed_multicast_groups=set(groups))
 
 
 @dataclass(frozen=True)
 class WorkerPath:
-    """Where a worker's result replica leaves the aggregating switch."""
+    """Where a child's result replica leaves the aggregating switch: a
+    worker, or (trees) a switch below, by its aggregation address."""
     ip: str
     port: int
     src_mac: str
     dst_mac: str
 
 
+@dataclass(frozen=True)
+class UpPath:
+    """Where a switch below the root of tree `tree` sends its partial sums."""
+    tree: int
+    port: int
+    src_mac: str
+    dst_mac: str
+    switch_addr: str
+
+
 def job_state(p4info: P4Info, placement: JobPlacement, server_ip: str, workers: list[WorkerPath],
-              steal_after_ms: int) -> SwitchState:
-    """The entries, multicast groups and replicas of one job."""
+              steal_after_ms: int, *, trees: int = 0, up: Sequence[UpPath] = ()) -> SwitchState:
+    """The entries, multicast groups and replicas of one job on one switch
+    (`workers`: its children; `up`: its parents, a job summed over trees)."""
     job = placement.job
     state = SwitchState()
     state.table_entries.append(p4info.table_entry(
         JOB_TABLE, {"meta.agg.server": server_ip, "hdr.agg.job": (job.job, 0xFF)}, priority=2,
         action="set_job", params={"workers": len(workers), "base": placement.base, "slots": placement.slots,
                                   "shared": int(job.shared), "job_group": job.group,
-                                  "steal_after_us": steal_after_ms * 1000}))
+                                  "steal_after_us": steal_after_ms * 1000, "trees": trees}))
+    for u in up:
+        state.table_entries.append(p4info.table_entry(
+            UP_TABLE, {"hdr.agg.job": job.job, "meta.agg.tree": u.tree}, action="send_up",
+            params={"port": u.port, "src_mac": u.src_mac, "dst_mac": u.dst_mac, "switch_addr": u.switch_addr}))
+        state.table_entries.append(p4info.table_entry(
+            FROM_PARENT_TABLE, {"hdr.agg.job": job.job, "meta.agg.tree": u.tree, "std_meta.ingress_port": u.port},
+            action="result_down"))
     everyone = []
     for i, w in enumerate(workers):
         rid = job.worker_group(i)
@@ -238,6 +379,40 @@ def job_state(p4info: P4Info, placement: JobPlacement, server_ip: str, workers: 
 def unknown_job_entry(p4info: P4Info, server_ip: str):
     return p4info.table_entry(JOB_TABLE, {"meta.agg.server": server_ip, "hdr.agg.job": (0, 0)}, priority=1,
                               action="unknown_job")
+
+
+def summed_elsewhere_entry(p4info: P4Info, server_ip: str, job: int):
+    return p4info.table_entry(JOB_TABLE, {"meta.agg.server": server_ip, "hdr.agg.job": (job, 0xFF)}, priority=2,
+                              action="summed_elsewhere")
+
+
+def tree_children(topo, job: Job, trees: Sequence[Tree], switch: str) -> list[WorkerPath]:
+    """A tree switch's children: its own workers (job order), then the
+    switches below it (by name), addressed by their aggregation addresses."""
+    sw = topo.switches[switch]
+    out = []
+    for w in job.workers:
+        nic = topo.hosts[w].primary
+        if nic.switch == switch:
+            out.append(WorkerPath(nic.ip, nic.switch_port, sw.ports[nic.switch_port].mac, nic.mac))
+    tree = next(t for t in trees if switch in t.switches)
+    for child in tree.children(switch):
+        child_port = topo.switches[child].ports[tree.up[child]]
+        out.append(WorkerPath(topo.switches[child].address, child_port.peer_port, sw.ports[child_port.peer_port].mac,
+                              child_port.mac))
+    return out
+
+
+def tree_ups(topo, trees: Sequence[Tree], switch: str) -> list[UpPath]:
+    """A tree switch's way up in each tree where it is not the root."""
+    sw = topo.switches[switch]
+    out = []
+    for i, t in enumerate(trees):
+        if switch in t.parent:
+            port = sw.ports[t.up[switch]]
+            out.append(UpPath(i, port.number, port.mac, topo.switches[port.peer].ports[port.peer_port].mac,
+                              sw.address))
+    return out
 
 
 def worker_path(topo, switch: str, worker: str) -> WorkerPath:
@@ -265,14 +440,22 @@ def switch_state(p4info: P4Info, topo, switch: str, *, forwarding: Optional[Swit
     if cfg is None:
         return state
     servers = set()
-    for placement in cfg.placements.values():
-        if placement.switch != switch:
-            continue
-        job = placement.job
+    for job in cfg.jobs:
         server_ip = topo.hosts[job.server].ip
-        servers.add(server_ip)
-        paths = [worker_path(topo, switch, w) for w in job.workers]
-        state.merge(job_state(p4info, placement, server_ip, paths, cfg.steal_after_ms))
+        if aggregating_switch(topo, job) == switch:
+            servers.add(server_ip)
+        placement = cfg.placements[job.job].get(switch)
+        trees = cfg.trees.get(job.job, ())
+        if placement is None:
+            if aggregating_switch(topo, job) == switch:     # a job summed over trees without this switch
+                state.table_entries.append(summed_elsewhere_entry(p4info, server_ip, job.job))
+            continue
+        if trees:
+            state.merge(job_state(p4info, placement, server_ip, tree_children(topo, job, trees, switch),
+                                  cfg.steal_after_ms, trees=len(trees), up=tree_ups(topo, trees, switch)))
+        else:
+            paths = [worker_path(topo, switch, w) for w in job.workers]
+            state.merge(job_state(p4info, placement, server_ip, paths, cfg.steal_after_ms))
     for server_ip in sorted(servers):
         state.table_entries.append(unknown_job_entry(p4info, server_ip))
     return state
@@ -345,7 +528,9 @@ class AggregationRuntime:
         raw = {"shared_slots": old.shared_slots if shared_slots is None else shared_slots,
                "steal_after_ms": old.steal_after_ms if steal_after_ms is None else steal_after_ms,
                "jobs": [{"job": j.job, "workers": list(j.workers), "server": j.server,
-                         **({"shared": True} if j.shared else {"slots": j.slots})} for j in jobs]}
+                         **({"shared": True} if j.shared else {"slots": j.slots}),
+                         **({"trees": j.trees} if j.trees else {}), **({"roots": list(j.roots)} if j.roots else {})}
+                        for j in jobs]}
 
         def fail(where: str, what: str) -> NoReturn:
             raise EntryError(f"{where}: {what}")

@@ -55,6 +55,7 @@ from core.feature import CounterMetric, Fail, FeatureSpec, Pieces, one_mode
 from core.p4constants import constants
 from core.p4info import P4Info
 from core.sync import SwitchState
+from core.topology import switch_address
 
 SECTION = "int"
 WATCHLIST_TABLE = "int_watchlist"
@@ -66,8 +67,6 @@ INSTANCE_NORMAL = constants()["INSTANCE_NORMAL"]
 INSTANCE_EGRESS_CLONE = constants()["INSTANCE_EGRESS_CLONE"]
 DEFAULT_MTU = constants()["INT_DEFAULT_MTU"]
 MAX_STACK_WORDS = constants()["INT_MAX_STACK_WORDS"]
-# Source address of reports: 10.255.<device id / 256>.<device id % 256>.
-REPORT_SOURCE_NET = ipaddress.ip_network("10.255.0.0/16")
 
 # Instruction names -> (INT bitmap bit, DS bit of FABRIC_DS_ID)
 INSTRUCTIONS: dict[str, tuple[int, int]] = {
@@ -309,7 +308,8 @@ def parse_section(raw: Any, topo, fail: Fail) -> IntConfig:
 # -- entries ------------------------------------------------------------------
 
 def report_source_ip(device_id: int) -> str:
-    return str(REPORT_SOURCE_NET[device_id])
+    """Reports come from the switch's own address (core/topology.py: switch_address)."""
+    return switch_address(device_id)
 
 
 def watchlist_entries(p4info: P4Info, rules: tuple[WatchRule, ...], ingress_ports: Optional[list[int]]) -> list:

@@ -5,7 +5,7 @@ One packet is a UDP datagram from a worker's port AGG_UDP_PORT_BASE + job to
 the same port of the job's parameter server (PS), carrying:
 
     0      flags      AGG_FLAG_* (RESULT, RETRANSMIT, COLLISION, OVERFLOW,
-                      FALLBACK, WIDE, SERVER)
+                      FALLBACK, WIDE, SERVER, CONGESTED)
     1      job        1..15
     2      worker     written by the aggregating switch from its agg_worker
                       table (what a sender puts here is overwritten)
@@ -52,7 +52,8 @@ FLAG_OVERFLOW = 0x08
 FLAG_FALLBACK = 0x10
 FLAG_WIDE = 0x20
 FLAG_SERVER = 0x40
-FLAG_NAMES = ["RESULT", "RETRANSMIT", "COLLISION", "OVERFLOW", "FALLBACK", "WIDE", "SERVER", "reserved"]
+FLAG_CONGESTED = 0x80            # a contribution to the sum met a congested queue (ECN CE on the way)
+FLAG_NAMES = ["RESULT", "RETRANSMIT", "COLLISION", "OVERFLOW", "FALLBACK", "WIDE", "SERVER", "CONGESTED"]
 
 _HEADER = struct.Struct("!BBBBHHI")
 _ELEMENTS32 = np.dtype(">i4")

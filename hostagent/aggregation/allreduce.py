@@ -32,7 +32,15 @@ without a result after the retransmission timeout (RFC 6298: smoothed round
 trip + 4 deviations, from packets sent once) is sent again (flag
 RETRANSMIT), with the timeout doubled up to MAX_RTO_S; the switch adds
 nothing twice and answers a retransmission to a finished slot with the
-result. Results are accepted in any order, duplicates ignored. Fallback to
+result. Results are accepted in any order, duplicates ignored.
+
+ECN on aggregation (PANAMA): with ecn=True the worker's packets are ECT(0),
+so congested queues mark them CE instead of dropping them; the switches OR
+the marks of a sum's contributions into its result (flag CONGESTED). A
+worker that gets a CONGESTED result halves its window of packets in flight
+(at most once per window: marks on packets sent before the last halving are
+not counted again) and grows it by one packet per window of unmarked
+results, up to the window W. Fallback to
 the parameter server: when the server asks for a block (FALLBACK request:
 its slot was held by another use), when the switch's sum overflowed, or
 when FALLBACK_AFTER sends of a packet brought no result (its slot may have
@@ -46,6 +54,7 @@ from __future__ import annotations
 
 import math
 import select
+import socket
 import time
 from dataclasses import dataclass, field
 from typing import Optional
@@ -55,6 +64,7 @@ import numpy as np
 from hostagent.aggregation.sockets import job_socket
 from wire import aggregation as ah
 DEFAULT_WINDOW = 32
+ECT0 = 0x02                   # IP TOS: ECN-capable transport (ECT(0)), with ecn=True
 MIN_RTO_S = 0.05              # retransmission timeout: RFC 6298 from measured round trips, within these
 MAX_RTO_S = 0.1
 FALLBACK_AFTER = 5            # sends of a packet without a result before it goes to the parameter server
@@ -75,6 +85,9 @@ class WorkerStats:
     timeout_fallbacks: int = 0     # packets sent to the server after FALLBACK_AFTER sends without a result
     timeouts_deferred: int = 0     # timeouts that did not look like a loss (no later packet answered yet)
     malformed: int = 0             # datagrams that were not aggregation packets (ignored)
+    congested_results: int = 0     # results flagged CONGESTED (ECN on aggregation)
+    window_decreases: int = 0      # halvings of the window in flight that they caused
+    min_window: float = 0.0        # the smallest window in flight reached
     send_errors: int = 0           # packets the kernel refused to send (treated as lost)
     calls: int = 0
     elements: int = 0
@@ -117,6 +130,7 @@ class _Call:
     results: list = field(default_factory=list)    # (sums int64, biased exponent) per packet
     fallback: set = field(default_factory=set)
     timed_out: set = field(default_factory=set)    # fallen back for want of a result: ask the switch too
+    sent_index: dict = field(default_factory=dict)  # packet p -> the worker's count of new packets when sent
 
 
 class AggregationWorker:
@@ -125,7 +139,7 @@ class AggregationWorker:
 
     def __init__(self, job: int, server_ip: str, n_workers: int, *, bind_ip: str = "0.0.0.0",
                  window: int = DEFAULT_WINDOW, min_rto_s: float = MIN_RTO_S, max_rto_s: float = MAX_RTO_S,
-                 timeout_s: float = 300.0, seq_base: int = 0):
+                 timeout_s: float = 300.0, seq_base: int = 0, ecn: bool = False):
         self.port = ah.job_port(job)
         if not 1 <= n_workers <= ah.MAX_WORKERS:
             raise ValueError(f"n_workers must be 1..{ah.MAX_WORKERS}, got {n_workers}")
@@ -139,6 +153,12 @@ class AggregationWorker:
         self._seq = seq_base & 0xFFFFFFFF
         self._previous: Optional[_Call] = None
         self.sock = job_socket(job, bind_ip)
+        if ecn:
+            self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, ECT0)
+        self.cwnd = float(window)          # packets in flight: halved by CONGESTED results, +1 per window
+        self._recovery_p = 0               # marks on packets sent before this one were answered already
+        self._sent_count = 0               # new packets sent over the worker's life (their order)
+        self.stats.min_window = self.cwnd
 
     def close(self) -> None:
         self.sock.close()
@@ -244,9 +264,12 @@ class AggregationWorker:
             now = time.monotonic()
             # New packets, as the window and the exponents they need allow.
             while (next_p < call.total and (next_p < W or call.results[next_p - W] is not None)
-                   and (next_p < L or L == 0 or call.results[next_p - L] is not None)):
+                   and (next_p < L or L == 0 or call.results[next_p - L] is not None)
+                   and len(outstanding) < self.cwnd):
                 flags = ah.FLAG_FALLBACK if next_p in call.fallback else 0
                 self._send(self._payload(call, next_p, flags))
+                call.sent_index[next_p] = self._sent_count
+                self._sent_count += 1
                 rto = self.rto_s
                 outstanding[next_p] = [now + rto, rto, 1, now, now, False]
                 next_p += 1
@@ -322,6 +345,7 @@ class AggregationWorker:
                         self._send(self._payload(call, p, ah.FLAG_FALLBACK))
                 continue
             call.results[p] = (pkt.elements.astype(np.int64), pkt.exponent)
+            self._congestion(call, p, bool(pkt.flags & ah.FLAG_CONGESTED))
             if pkt.flags & ah.FLAG_SERVER:
                 self.stats.fallback_blocks += 1
             self.stats.results += 1
@@ -333,6 +357,20 @@ class AggregationWorker:
                 if state[2] == 1:                             # Karn: only packets sent once
                     self._rtt_sample(now - state[3])
             completed += 1
+
+    def _congestion(self, call: _Call, p: int, marked: bool) -> None:
+        """The window's reaction to one result: halve on a mark (once per
+        window), else grow by 1/cwnd (one packet per window)."""
+        if marked:
+            self.stats.congested_results += 1
+            sent_at = call.sent_index.get(p, 0)
+            if sent_at >= self._recovery_p:
+                self.cwnd = max(1.0, self.cwnd / 2)
+                self._recovery_p = self._sent_count
+                self.stats.window_decreases += 1
+                self.stats.min_window = min(self.stats.min_window, self.cwnd)
+        else:
+            self.cwnd = min(float(self.window), self.cwnd + 1.0 / self.cwnd)
 
     def _answer_request(self, call: _Call, p: int, seq: int) -> None:
         """The server asks for packet `seq`: send it there if it was sent
@@ -426,6 +464,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--start-at", type=float, default=None, help="wall-clock time to start at (all workers together)")
     ap.add_argument("--seq-base", type=int, default=None,
                     help="the job's first sequence number, the same on every worker (default: --start-at in ms)")
+    ap.add_argument("--ecn", action="store_true",
+                    help="send ECT(0) and halve the window on results flagged CONGESTED (ECN on aggregation)")
     ap.add_argument("--out", default=None, help="write PREFIX.json: timings, counters, check")
     args = ap.parse_args(argv)
     if not 0 <= args.rank < args.workers:
@@ -435,7 +475,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     seq_base = args.seq_base if args.seq_base is not None else seq_base_at(args.start_at or 0.0)
     try:
         worker = AggregationWorker(args.job, args.server, args.workers, bind_ip=args.bind, window=args.window,
-                                   timeout_s=args.timeout_s, seq_base=seq_base)
+                                   timeout_s=args.timeout_s, seq_base=seq_base, ecn=args.ecn)
     except (ValueError, OSError) as exc:
         ap.error(str(exc))
     mine = worker_input(args.seed, args.rank, args.elements, args.dtype)
@@ -462,7 +502,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     st = worker.stats
     print(f"worker {args.rank}: {st.packets_sent} packets sent ({st.retransmissions} again), {st.results} results "
           f"({st.fallback_blocks} from the server, {st.overflow_blocks} overflowed, "
-          f"{st.duplicate_results} duplicates)", flush=True)
+          f"{st.duplicate_results} duplicates, {st.congested_results} congested: window halved "
+          f"{st.window_decreases} times, down to {st.min_window:g})", flush=True)
     worker.close()
     if args.out:
         path = Path(args.out + ".json")

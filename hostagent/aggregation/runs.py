@@ -73,7 +73,7 @@ def stop_server(proc: subprocess.Popen, out: Path, job: int) -> dict:
 
 
 def ina_workers(topo, job: int, *, elements: int, dtype: str, out: Path, seed: int = 1, repeat: int = 1,
-                window: int = 32, start_at: float, timeout_s: float) -> list[tuple]:
+                window: int = 32, start_at: float, timeout_s: float, ecn: bool = False) -> list[tuple]:
     """Start the job's workers (not waiting): [(name, proc, log, prefix)]."""
     j = topo.features["aggregation"].job(job)
     server_ip = topo.hosts[j.server].ip
@@ -83,20 +83,21 @@ def ina_workers(topo, job: int, *, elements: int, dtype: str, out: Path, seed: i
         args = ["-m", "hostagent.aggregation.allreduce", "--job", str(job), "--server", server_ip, "--rank", str(rank),
                 "--workers", str(len(j.workers)), "--elements", str(elements), "--dtype", dtype,
                 "--seed", str(seed), "--repeat", str(repeat), "--window", str(window),
-                "--timeout-s", str(timeout_s), "--start-at", str(start_at), "--out", str(prefix)]
+                "--timeout-s", str(timeout_s), "--start-at", str(start_at), "--out", str(prefix),
+                *(["--ecn"] if ecn else [])]
         procs.append((f"job {job} worker {rank} ({w})", _in_netns(w, args, prefix.with_suffix(".log")),
                       prefix.with_suffix(".log"), prefix))
     return procs
 
 
 def run_ina(topo, job: int, *, elements: int, dtype: str, out: Path, seed: int = 1, repeat: int = 1,
-            window: int = 32, timeout_s: float = 300.0) -> list[dict]:
-    """One job's all-reduce through the switch, with its parameter server."""
+            window: int = 32, timeout_s: float = 300.0, ecn: bool = False) -> list[dict]:
+    """One job's all-reduce through the switch(es), with its parameter server."""
     out.mkdir(parents=True, exist_ok=True)
     server = start_server(topo, job, out)
     try:
         procs = ina_workers(topo, job, elements=elements, dtype=dtype, out=out, seed=seed, repeat=repeat,
-                            window=window, start_at=time.time() + 2.0, timeout_s=timeout_s)
+                            window=window, start_at=time.time() + 2.0, timeout_s=timeout_s, ecn=ecn)
         results = _collect(procs, timeout_s + 30)
     finally:
         server_stats = stop_server(server, out, job)

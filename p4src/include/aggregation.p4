@@ -26,6 +26,19 @@
 // the previous use. A completed sum that overflowed int32 is multicast
 // flagged OVERFLOW: the workers send that block to the PS, which sums in
 // int64. PS results (SERVER|RESULT) release the cell of their block.
+//
+// Trees (docs/protocols/aggregation.md, "Trees"): a job may be summed over a
+// tree of switches instead of at the PS's switch. Every switch of the tree
+// has the job's entries; its children are its own workers and the switches
+// below it (agg_worker knows a child switch by its aggregation address). A
+// switch below the root (agg_up hits for the block's tree) sends a completed
+// sum up to its parent as a contribution of its own (a partial), and a
+// retransmission to a completed cell sends the partial up again; the root
+// multicasts the result to its children, and a switch that receives a result
+// from its parent (agg_from_parent) multicasts it to its children. A block's
+// tree is its slot & tree_mask: a job's blocks spread over its trees.
+// ECN: a contribution that arrives marked CE, or flagged CONGESTED, marks
+// its cell, and the partial or result of that cell is flagged CONGESTED.
 #ifndef AGGREGATION_P4
 #define AGGREGATION_P4
 
@@ -43,7 +56,11 @@
 #define AGG_CELL_EXPONENT(s) s[15:8]
 #define AGG_CELL_STATUS(s)   s[7:0]
 const bit<8> AGG_CELL_DONE = 1;
-const bit<8> AGG_CELL_OVERFLOW = 2;
+const bit<8> AGG_CELL_OVERFLOW = 2;        // AGG_FLAG_OVERFLOW >> 2
+const bit<8> AGG_CELL_CONGESTED = 4;       // AGG_FLAG_CONGESTED >> 5
+// meta.agg.answer: the packet now carries a completed cell's sum, for...
+const bit<8> AGG_ANSWER_ALL = 1;           // every child (the cell just completed)
+const bit<8> AGG_ANSWER_AGAIN = 2;         // the child that sent it again
 
 control Aggregation(inout headers_t hdr,
                     inout local_metadata_t meta,
@@ -58,8 +75,10 @@ control Aggregation(inout headers_t hdr,
     // address, job): ternary, so a wildcard-job entry per server catches
     // jobs that are not set up.
     action set_job(bit<8> workers, bit<16> base, bit<16> slots, bit<1> shared,
-                   bit<16> job_group, bit<48> steal_after_us) {
+                   bit<16> job_group, bit<48> steal_after_us, bit<8> trees) {
         meta.agg.workers = workers;
+        meta.agg.trees = trees;
+        meta.agg.tree_mask = (bit<16>) trees - 1;
         meta.agg.base = (bit<32>) base;
         meta.agg.slots = (bit<32>) slots;
         meta.agg.shared = (bit<8>) shared;
@@ -69,12 +88,17 @@ control Aggregation(inout headers_t hdr,
     action unknown_job() {
         meta.drop_reason = DROP_AGG_UNKNOWN_JOB;
     }
+    // The PS's switch when the job is summed over a tree that does not
+    // include it: its packets are routed (fallback contributions, the PS's
+    // results), not caught by the server's wildcard-job entry.
+    action summed_elsewhere() {
+    }
     table agg_job {
         key = {
             meta.agg.server: exact;
             hdr.agg.job:     ternary;
         }
-        actions = { set_job; unknown_job; @defaultonly NoAction; }
+        actions = { set_job; unknown_job; summed_elsewhere; @defaultonly NoAction; }
         const default_action = NoAction;
         size = 256;
     }
@@ -113,17 +137,21 @@ control Aggregation(inout headers_t hdr,
         meta.agg.cell = meta.agg.cell * 2 + (bit<32>) (hdr.agg.slot >> 15);
     }
 
+    // A contribution's own marks go into the cell's status: a child switch's
+    // partial that overflowed or was congested, the congestion it met (CE).
     action start_use() {
         AGG_LANES_START(meta.agg.cell)
         meta.agg.state = hdr.agg.seq ++ meta.agg.worker_bit ++ std_meta.ingress_global_timestamp
-                ++ hdr.agg.job ++ 8w1 ++ hdr.agg.exponent ++ 8w0;
+                ++ hdr.agg.job ++ 8w1 ++ hdr.agg.exponent
+                ++ ((hdr.agg.flags >> 2) & AGG_CELL_OVERFLOW | (hdr.agg.flags >> 5) & AGG_CELL_CONGESTED);
     }
     action add_contribution() {
         meta.agg.overflow = 0;
         AGG_LANES_ADD(meta.agg.cell, meta.agg.sum, meta.agg.overflow)
         AGG_CELL_BITMAP(meta.agg.state) = AGG_CELL_BITMAP(meta.agg.state) | meta.agg.worker_bit;
         AGG_CELL_COUNT(meta.agg.state) = AGG_CELL_COUNT(meta.agg.state) + 1;
-        AGG_CELL_STATUS(meta.agg.state) = AGG_CELL_STATUS(meta.agg.state) | ((bit<8>) meta.agg.overflow[31:31]) << 1;   // AGG_CELL_OVERFLOW
+        AGG_CELL_STATUS(meta.agg.state) = AGG_CELL_STATUS(meta.agg.state) | ((bit<8>) meta.agg.overflow[31:31]) << 1   // AGG_CELL_OVERFLOW
+            | (hdr.agg.flags >> 2) & AGG_CELL_OVERFLOW | (hdr.agg.flags >> 5) & AGG_CELL_CONGESTED;
     }
     action read_result() {
         AGG_LANES_READ(meta.agg.cell)
@@ -136,10 +164,59 @@ control Aggregation(inout headers_t hdr,
         meta.agg_result = 1;
         meta.egress_work = 1;
         hdr.agg.flags = AGG_FLAG_RESULT
-            | (AGG_CELL_STATUS(meta.agg.state) & AGG_CELL_OVERFLOW) << 2;   // AGG_CELL_OVERFLOW -> AGG_FLAG_OVERFLOW
+            | (AGG_CELL_STATUS(meta.agg.state) & AGG_CELL_OVERFLOW) << 2      // -> AGG_FLAG_OVERFLOW
+            | (AGG_CELL_STATUS(meta.agg.state) & AGG_CELL_CONGESTED) << 5;    // -> AGG_FLAG_CONGESTED
         hdr.agg.exponent = AGG_CELL_EXPONENT(meta.agg.state);
         hdr.ipv4.src_addr = meta.agg.server;
         hdr.udp.checksum = 0;
+    }
+
+    // Below the root of the block's tree: the cell's sum (in the packet) goes
+    // up to the parent as this switch's contribution, from its aggregation
+    // address, out of the port the controller chose (never by ECMP).
+    action send_up(bit<9> port, mac_addr_t src_mac, mac_addr_t dst_mac, ipv4_addr_t switch_addr) {
+        std_meta.egress_spec = port;
+        hdr.ethernet.src_addr = src_mac;
+        hdr.ethernet.dst_addr = dst_mac;
+        hdr.ipv4.src_addr = switch_addr;
+        hdr.agg.flags = (AGG_CELL_STATUS(meta.agg.state) & AGG_CELL_OVERFLOW) << 2
+            | (AGG_CELL_STATUS(meta.agg.state) & AGG_CELL_CONGESTED) << 5;
+        hdr.agg.exponent = AGG_CELL_EXPONENT(meta.agg.state);
+        hdr.udp.checksum = 0;
+    }
+    table agg_up {
+        key = {
+            hdr.agg.job:   exact;
+            meta.agg.tree: exact;
+        }
+        actions = { send_up; @defaultonly NoAction; }
+        const default_action = NoAction;     // the root of the block's tree
+        size = 1024;
+    }
+
+    // A result from the parent in the block's tree, on the port that leads
+    // to it: multicast to this switch's children (agg_replica addresses the
+    // replicas to its workers and to the switches below).
+    action result_down() {
+        meta.drop_reason = DROP_NONE;        // addressed to this switch: forwarding found no route
+        hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
+        std_meta.mcast_grp = meta.agg.job_group;
+        meta.agg_result = 1;
+        meta.egress_work = 1;
+        hdr.udp.checksum = 0;
+    }
+    action not_from_parent() {
+        meta.drop_reason = DROP_AGG_NOT_PARENT;
+    }
+    table agg_from_parent {
+        key = {
+            hdr.agg.job:           exact;
+            meta.agg.tree:         exact;
+            std_meta.ingress_port: exact;
+        }
+        actions = { result_down; @defaultonly not_from_parent; }
+        const default_action = not_from_parent();
+        size = 1024;
     }
     action absorb() {
         mark_to_drop(std_meta);
@@ -155,21 +232,34 @@ control Aggregation(inout headers_t hdr,
     // (No `return` in this control: p4c turns each into a metadata flag and
     // BMv2 zeroes every metadata field of every packet.)
     apply {
-        // Contributions go to the server; the server's own packets come from it.
+        // Contributions go to the server; the server's own packets and
+        // results (from the server or a parent switch) come from it.
         meta.agg.setValid();
         meta.agg.server = hdr.ipv4.dst_addr;
-        if (hdr.agg.flags & AGG_FLAG_SERVER != 0) {
+        if (hdr.agg.flags & (AGG_FLAG_SERVER | AGG_FLAG_RESULT) != 0) {
             meta.agg.server = hdr.ipv4.src_addr;
         }
-        // A packet of no job served here is routed as any packet; a dropped one is left alone.
-        if (agg_job.apply().hit) {
-            if (meta.drop_reason == DROP_NONE) {
-                if (meta.agg.shared == 1) {
-                    shared_cell();
-                } else if ((bit<32>) (hdr.agg.slot & ~AGG_SLOT_SET) < meta.agg.slots) {
-                    dedicated_cell();
-                } else {
-                    meta.drop_reason = DROP_AGG_SLOT_RANGE;
+        if (hdr.ipv4.ecn == ECN_CE) {       // ECN on aggregation: the mark travels in the header
+            hdr.agg.flags = hdr.agg.flags | AGG_FLAG_CONGESTED;
+            hdr.udp.checksum = 0;
+        }
+        // A packet of no job summed here is routed as any packet; a dropped one is left alone.
+        switch (agg_job.apply().action_run) {
+            set_job: {
+                meta.agg.tree = hdr.agg.slot & ~AGG_SLOT_SET & meta.agg.tree_mask;
+                if (hdr.agg.flags & (AGG_FLAG_SERVER | AGG_FLAG_RESULT) == AGG_FLAG_RESULT) {
+                    // A result on its way down the job's tree (a forged one is dropped).
+                    if (agg_from_parent.apply().hit) {
+                        agg_events.count(AGG_EVENT_RESULT_DOWN);
+                    }
+                } else if (meta.drop_reason == DROP_NONE) {
+                    if (meta.agg.shared == 1) {
+                        shared_cell();
+                    } else if ((bit<32>) (hdr.agg.slot & ~AGG_SLOT_SET) < meta.agg.slots) {
+                        dedicated_cell();
+                    } else {
+                        meta.drop_reason = DROP_AGG_SLOT_RANGE;
+                    }
                 }
             }
         }
@@ -182,6 +272,9 @@ control Aggregation(inout headers_t hdr,
                     agg_events.count(AGG_EVENT_RELEASED);
                     agg_cell.write(meta.agg.cell, 0);
                 }
+            } else if (hdr.agg.flags & AGG_FLAG_FALLBACK != 0 && meta.agg.trees != 0) {
+                // Over trees the switches above know switches, not workers: the server checks the sender.
+                agg_events.count(AGG_EVENT_FALLBACK);   // routed on to the server
             } else if (agg_worker.apply().hit) {     // a miss: DROP_AGG_NOT_WORKER
                 if (hdr.udp.length != AGG_UDP_LENGTH) {
                     meta.drop_reason = DROP_AGG_BAD_LENGTH;
@@ -191,8 +284,7 @@ control Aggregation(inout headers_t hdr,
                     if (AGG_CELL_BITMAP(meta.agg.state) & meta.agg.worker_bit != 0) {
                         if (AGG_CELL_STATUS(meta.agg.state) & AGG_CELL_DONE != 0) {
                             read_result();
-                            agg_events.count(AGG_EVENT_RESULT_AGAIN);
-                            send_result(meta.agg.worker_group);
+                            meta.agg.answer = AGG_ANSWER_AGAIN;
                         } else {
                             agg_events.count(AGG_EVENT_DUPLICATE);
                             absorb();
@@ -226,13 +318,30 @@ control Aggregation(inout headers_t hdr,
                 AGG_CELL_STATUS(meta.agg.state) = AGG_CELL_STATUS(meta.agg.state) | AGG_CELL_DONE;
                 agg_cell.write(meta.agg.cell, meta.agg.state);
                 agg_events.count(AGG_EVENT_COMPLETE);
+                meta.agg.answer = AGG_ANSWER_ALL;
+            } else {
+                agg_cell.write(meta.agg.cell, meta.agg.state);
+                absorb();
+            }
+        }
+        // The packet carries a completed cell's sum: below the root of the
+        // block's tree it goes up as a partial (the parent answers a
+        // retransmission); at the root it is the result.
+        if (meta.agg.answer != 0) {
+            if (agg_up.apply().hit) {
+                if (meta.agg.answer == AGG_ANSWER_ALL) {
+                    agg_events.count(AGG_EVENT_PARTIAL_UP);
+                } else {
+                    agg_events.count(AGG_EVENT_PARTIAL_AGAIN);
+                }
+            } else if (meta.agg.answer == AGG_ANSWER_ALL) {
                 if (AGG_CELL_STATUS(meta.agg.state) & AGG_CELL_OVERFLOW != 0) {
                     agg_events.count(AGG_EVENT_OVERFLOW);
                 }
                 send_result(meta.agg.job_group);
             } else {
-                agg_cell.write(meta.agg.cell, meta.agg.state);
-                absorb();
+                agg_events.count(AGG_EVENT_RESULT_AGAIN);
+                send_result(meta.agg.worker_group);
             }
         }
     }

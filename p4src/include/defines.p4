@@ -68,7 +68,8 @@ const drop_reason_t DROP_LOSSLESS_HEADROOM = 12; // a lossless packet beyond XOF
 const drop_reason_t DROP_PFC_FRAME = 13;         // a PFC frame, acted on and consumed (not a loss)
 const drop_reason_t DROP_PFC_PORT_OFF = 14;      // a PFC frame on a port without PFC
 const drop_reason_t DROP_PFC_MALFORMED = 15;     // a MAC control frame that is not a whole PFC frame
-const bit<32> DROP_REASON_COUNT = 16;
+const drop_reason_t DROP_AGG_NOT_PARENT = 16;    // an aggregation result that did not come from this switch's parent in the job's tree
+const bit<32> DROP_REASON_COUNT = 17;
 
 // In-band network telemetry (INT v2.1, Telemetry Report v2.0): the wire
 // contract is docs/protocols/int_telemetry.md; wire/int_telemetry.py holds the same values.
@@ -125,6 +126,7 @@ const bit<8>  AGG_FLAG_OVERFLOW = 0x08;    // the sum overflowed int32: the bloc
 const bit<8>  AGG_FLAG_FALLBACK = 0x10;    // for the parameter server (contribution or, from it, a request)
 const bit<8>  AGG_FLAG_WIDE = 0x20;        // elements are int64 (parameter server results)
 const bit<8>  AGG_FLAG_SERVER = 0x40;      // sent by the parameter server
+const bit<8>  AGG_FLAG_CONGESTED = 0x80;   // a contribution of the sum crossed a congested queue (ECN CE)
 // agg_events cells: what the aggregation control did with packets
 const bit<32> AGG_EVENT_CONTRIBUTION = 0;  // a contribution added to a slot
 const bit<32> AGG_EVENT_DUPLICATE = 1;     // a contribution already in an unfinished slot: dropped
@@ -135,6 +137,9 @@ const bit<32> AGG_EVENT_OVERFLOW = 5;      // a slot completed with an overflowe
 const bit<32> AGG_EVENT_STALE = 6;         // older than the slot's use: dropped
 const bit<32> AGG_EVENT_FALLBACK = 7;      // a fallback contribution passed to the parameter server
 const bit<32> AGG_EVENT_RELEASED = 8;      // a parameter server result freed the slot of its block
+const bit<32> AGG_EVENT_PARTIAL_UP = 9;    // a slot completed below the tree's root: its partial sum sent to the parent
+const bit<32> AGG_EVENT_PARTIAL_AGAIN = 10;// a contribution to a completed partial: the partial sent up again
+const bit<32> AGG_EVENT_RESULT_DOWN = 11;  // a result from the parent multicast to the children
 const bit<32> AGG_EVENTS = 16;
 
 // Lossless classes and PFC (lossless.p4, docs/features/lossless.md;

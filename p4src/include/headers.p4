@@ -286,6 +286,9 @@ header agg_scratch_t {           // aggregation.p4
     bit<32>  slots;
     bit<8>   shared;
     bit<48>  steal_after;        // an unfinished use older than this (us) may be taken over
+    bit<8>   trees;              // the job's trees (0: summed here, one level); the packet's is its slot & tree_mask
+    bit<16>  tree_mask;
+    bit<16>  tree;
     bit<32>  server;             // the parameter server address this packet is to or from
     bit<8>   cell_valid;         // the packet has a cell (a job served here, slot in range)
     bit<32>  cell;               // the (slot, shadow set) cell of the packet's block, and its state
@@ -293,6 +296,7 @@ header agg_scratch_t {           // aggregation.p4
     bit<32>  sum;                // one lane's sum, and its overflow bit (aggregation_lanes.p4)
     bit<32>  overflow;
     bit<8>   added;              // the packet's elements went into the cell's use
+    bit<8>   answer;             // AGG_ANSWER_*: the packet carries a completed cell's sum
 }
 
 header lossless_scratch_t {      // lossless.p4: the class's parameters (traffic_class), its cells and state

@@ -30,9 +30,9 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from features.aggregation import EVENTS, Job, JobPlacement, WorkerPath, events, job_state, unknown_job_entry
+from features.aggregation import EVENTS, Job, JobPlacement, UpPath, WorkerPath, events, job_state, unknown_job_entry
 from core.p4constants import drop_reasons
-from wire.aggregation import (ELEMENTS, EXPONENT_BIAS, FLAG_COLLISION, FLAG_FALLBACK, FLAG_OVERFLOW,
+from wire.aggregation import (ELEMENTS, EXPONENT_BIAS, FLAG_COLLISION, FLAG_CONGESTED, FLAG_FALLBACK, FLAG_OVERFLOW,
                                    FLAG_RESULT, FLAG_RETRANSMIT, FLAG_SERVER, FLAG_WIDE, SLOT_SET, UDP_LENGTH,
                                    Aggregation, job_port, pack, unpack)
 
@@ -184,17 +184,18 @@ class AggTestBase(P4RuntimeTest):
         self.collect({})
 
     def check_result(self, frame: bytes, port: int, job: int, seq: int, slot: int, sums: list[int] | None,
-                     exponent: int = EXPONENT_BIAS, flags: int = FLAG_RESULT) -> Aggregation:
-        """A result replica for the worker behind `port`: from the PS to that
-        worker, TTL decremented, IPv4 checksum valid, UDP checksum 0, the
-        given flags, exponent and sums (None: not checked); every other byte
-        as the worker sent it."""
+                     exponent: int = EXPONENT_BIAS, flags: int = FLAG_RESULT, dst: str | None = None) -> Aggregation:
+        """A result replica for the worker (or, trees, the switch at `dst`)
+        behind `port`: from the PS to it, TTL decremented, IPv4 checksum
+        valid, UDP checksum 0, the given flags, exponent and sums (None: not
+        checked); every other byte as the worker sent it."""
+        dst = worker_ip(port) if dst is None else dst
         pkt = Ether(frame)
         self.assertIn(Aggregation, pkt, f"port {port}: not an aggregation packet: {pkt.summary()}")
         ip, udp, agg = pkt[IP], pkt[UDP], pkt[Aggregation]
         where = f"result on port {port}"
         self.assertEqual((pkt.src, pkt.dst), (port_mac(port), neighbour_mac(port)), f"{where}: MACs")
-        self.assertEqual((ip.src, ip.dst), (PS_IP, worker_ip(port)), f"{where}: from the PS to the worker")
+        self.assertEqual((ip.src, ip.dst), (PS_IP, dst), f"{where}: from the PS to the worker")
         self.assertEqual(ip.ttl, TTL - 1, f"{where}: TTL")
         self.assertTrue(ipv4_checksum_ok(frame), f"{where}: IPv4 checksum")
         self.assertEqual((udp.sport, udp.dport, udp.len), (job_port(job), job_port(job), UDP_LENGTH), where)
@@ -207,7 +208,7 @@ class AggTestBase(P4RuntimeTest):
             decoded = unpack(bytes(udp.payload))
             self.assertEqual(decoded.elements.tolist(), sums, f"{where}: unpack() disagrees")
             expected = (Ether(src=port_mac(port), dst=neighbour_mac(port))
-                        / IP(src=PS_IP, dst=worker_ip(port), ttl=TTL - 1, id=IP_ID)
+                        / IP(src=PS_IP, dst=dst, ttl=TTL - 1, id=IP_ID)
                         / UDP(sport=job_port(job), dport=job_port(job), chksum=0)
                         / Aggregation(flags=flags, job=job, worker=agg.worker, exponent=exponent, slot=slot,
                                       seq=seq, elements=sums))
@@ -548,4 +549,222 @@ class OtherTrafficIsForwardedUntouchedTest(AggTestBase):
                 got = self.collect({out_port: 1})
                 self.assertEqual(got[out_port][0], routed(pkt, out_port))
         self.assertEvents()
+        self.assertDrops()
+
+
+# -- trees: the switch as a leaf (sums its workers, sends the partial up) or a spine --
+
+LEAF_ADDR = "10.255.0.21"                                  # this switch's aggregation address, as a leaf
+CHILD_ADDRS = {1: "10.255.0.31", 2: "10.255.0.32"}         # as a spine: the leaves behind ports 1 and 2
+
+
+class LeafRoleTestBase(AggTestBase):
+    """This switch as a leaf of job trees: workers on ports 1 and 2 are its
+    children; `tree_jobs` gives each job's way up per tree (tree -> port).
+    The PS's route is port 4: a partial of tree 0 leaves by port 3, the
+    tree's port, not by the route."""
+    jobs = []
+    #: (job id, base, {tree: port up})
+    tree_jobs: list[tuple[int, int, dict[int, int]]] = [(1, 0, {0: 3, 1: 4})]
+
+    def setUp(self):
+        super().setUp()
+        for job_id, base, ups in self.tree_jobs:
+            job = Job(job_id, ("h1", "h2"), "ps", 4, trees=len(ups))
+            paths = [WorkerPath(worker_ip(p), p, port_mac(p), neighbour_mac(p)) for p in (1, 2)]
+            up = [UpPath(tree, port, port_mac(port), neighbour_mac(port), LEAF_ADDR) for tree, port in ups.items()]
+            self.state.merge(job_state(self.p4info, JobPlacement(job, "sut", base, 4), PS_IP, paths, STEAL_AFTER_MS,
+                                       trees=len(ups), up=up))
+            self.workers_of[job_id] = [1, 2]
+        self.apply()
+
+    def check_partial(self, frame: bytes, port: int, job: int, seq: int, slot: int, sums: list[int],
+                      flags: int = 0) -> None:
+        """A partial sum on its way up out of `port`: from this switch's
+        address to the PS, TTL decremented, UDP checksum 0, `flags`, the sums."""
+        agg = Ether(frame)[Aggregation]
+        expected = (Ether(src=port_mac(port), dst=neighbour_mac(port))
+                    / IP(src=LEAF_ADDR, dst=PS_IP, ttl=TTL - 1, id=IP_ID)
+                    / UDP(sport=job_port(job), dport=job_port(job), chksum=0)
+                    / Aggregation(flags=flags, job=job, worker=agg.worker, exponent=EXPONENT_BIAS, slot=slot, seq=seq,
+                                  elements=sums))
+        self.assertEqual(list(agg.elements), sums, lanes_differ(list(agg.elements), sums))
+        self.assertEqual(frame, bytes(expected), f"partial out of port {port}: bytes")
+
+    def parents_result(self, job: int, seq: int, slot: int, sums: list[int], *, flags: int = FLAG_RESULT,
+                       tos: int = 0):
+        """The root's result as it reaches this leaf: from the PS to the leaf's address."""
+        port = job_port(job)
+        return (Ether(dst=SWITCH_MAC, src=HOST_MAC) / IP(src=PS_IP, dst=LEAF_ADDR, ttl=TTL, id=IP_ID, tos=tos)
+                / UDP(sport=port, dport=port, chksum=0)
+                / Aggregation(flags=flags, job=job, slot=slot, seq=seq, elements=sums))
+
+
+class LeafSendsOnePartialUpItsBlocksTreeTest(LeafRoleTestBase):
+    """Nothing leaves before both workers contributed; then exactly one
+    partial, their sum, out of the port to the block's tree's root: slot 0
+    (tree 0) by port 3 (the PS's route is port 4), slot 1 (tree 1) by port 4."""
+
+    def runTest(self):
+        for seq, slot, port in ((0, 0, 3), (1, 1, 4)):
+            blocks = {p: block(f"leaf-{seq}-{p}") for p in (1, 2)}
+            self.contribute(1, [1], seq, blocks, slot=slot)
+            self.nothing_leaves()
+            self.contribute(1, [2], seq, blocks, slot=slot)
+            got = self.collect({port: 1})
+            self.check_partial(got[port][0], port, 1, seq, slot, add(*blocks.values()))
+        self.assertEvents(contribution=4, complete=2, partial_up=2)
+
+
+class LeafRetransmissionSendsThePartialUpAgainTest(LeafRoleTestBase):
+    """A retransmission before the partial completes adds nothing; one after
+    it sends the stored partial up again (the parent answers it)."""
+
+    def runTest(self):
+        blocks = {p: block(f"again-{p}") for p in (1, 2)}
+        self.contribute(1, [1], 0, blocks)
+        self.contribute(1, [1], 0, blocks, flags=FLAG_RETRANSMIT)
+        self.nothing_leaves()
+        self.contribute(1, [2], 0, blocks)
+        first = self.collect({3: 1})[3][0]
+        self.contribute(1, [2], 0, blocks, flags=FLAG_RETRANSMIT)
+        again = self.collect({3: 1})[3][0]
+        sums = add(*blocks.values())
+        self.check_partial(first, 3, 1, 0, 0, sums)
+        self.check_partial(again, 3, 1, 0, 0, sums)
+        self.assertEvents(contribution=2, duplicate=1, complete=1, partial_up=1, partial_again=1)
+
+
+class LeafPassesItsParentsResultDownTest(LeafRoleTestBase):
+    """The root's result arriving on the port to the block's tree's root is
+    multicast to the leaf's workers; the same result on tree 1's port or
+    from a worker's port is dropped (AGG_NOT_PARENT)."""
+
+    def runTest(self):
+        sums = block("down")
+        self.send(4, self.parents_result(1, 0, 0, sums))
+        self.send(1, self.parents_result(1, 0, 0, sums))
+        self.nothing_leaves()
+        self.assertDrops(AGG_NOT_PARENT=2)
+        self.send(3, self.parents_result(1, 0, 0, sums))
+        got = self.collect({1: 1, 2: 1})
+        for port in (1, 2):
+            self.check_result(got[port][0], port, 1, 0, 0, sums)
+        self.assertEvents(result_down=1)
+
+
+class LeafCarriesCongestionUpAndDownTest(LeafRoleTestBase):
+    """ECN on aggregation: a contribution that arrived CE-marked flags the
+    partial CONGESTED (the packet that completes it was not marked); the
+    next block, unmarked, is not flagged; a result that met congestion on
+    its way down (CE) reaches the workers flagged CONGESTED."""
+
+    def runTest(self):
+        marked = {p: block(f"ce-{p}") for p in (1, 2)}
+        first = agg_frame(1, 1, 0, marked[1])
+        first[IP].tos = 3          # ECN CE
+        self.send(1, first)
+        self.contribute(1, [2], 0, marked)
+        self.check_partial(self.collect({3: 1})[3][0], 3, 1, 0, 0, add(*marked.values()), flags=FLAG_CONGESTED)
+        clean = {p: block(f"clean-{p}") for p in (1, 2)}
+        self.contribute(1, [1, 2], 2, clean, slot=2)
+        self.check_partial(self.collect({3: 1})[3][0], 3, 1, 2, 2, add(*clean.values()))
+        sums = block("ce-down")
+        self.send(3, self.parents_result(1, 0, 0, sums, tos=3))
+        got = self.collect({1: 1, 2: 1})
+        for port in (1, 2):
+            agg = self.check_result(got[port][0], port, 1, 0, 0, None, flags=FLAG_RESULT | FLAG_CONGESTED)
+            self.assertEqual(list(agg.elements), sums)
+
+
+class TwoJobsOnTwoTreesTest(LeafRoleTestBase):
+    """Job 1's tree is rooted behind port 3, job 2's behind port 4: the same
+    workers' blocks of each job go up their own job's way, summed apart."""
+    tree_jobs = [(1, 0, {0: 3}), (2, 4, {0: 4})]
+
+    def runTest(self):
+        for job, port in ((1, 3), (2, 4)):
+            blocks = {p: block(f"jobs-{job}-{p}") for p in (1, 2)}
+            self.contribute(job, [1, 2], 0, blocks)
+            self.check_partial(self.collect({port: 1})[port][0], port, job, 0, 0, add(*blocks.values()))
+        self.assertEvents(contribution=4, complete=2, partial_up=2)
+
+
+class SpineRoleTestBase(AggTestBase):
+    """This switch as the root of job 1's tree 0: its children are two
+    leaves, behind ports 1 and 2, known by their aggregation addresses."""
+    jobs = []
+
+    def setUp(self):
+        super().setUp()
+        job = Job(1, ("leaf-a", "leaf-b"), "ps", 4, trees=2)
+        paths = [WorkerPath(CHILD_ADDRS[p], p, port_mac(p), neighbour_mac(p)) for p in (1, 2)]
+        self.state.merge(job_state(self.p4info, JobPlacement(job, "sut", 0, 4), PS_IP, paths, STEAL_AFTER_MS,
+                                   trees=2))
+        self.workers_of[1] = [1, 2]
+        self.apply()
+
+    def partial(self, port: int, seq: int, sums: list[int], *, slot: int = 0, flags: int = 0):
+        return agg_frame(port, 1, seq, sums, slot=slot, flags=flags, src=CHILD_ADDRS[port])
+
+    def results_down(self, seq: int, slot: int, sums: list[int], ports=(1, 2), **kw) -> None:
+        got = self.collect({p: 1 for p in ports})
+        for port in ports:
+            self.check_result(got[port][0], port, 1, seq, slot, sums, dst=CHILD_ADDRS[port], **kw)
+
+
+class SpineSumsThePartialsAndSendsTheResultDownTest(SpineRoleTestBase):
+    """Two leaves' partials: one result to each leaf's address, the exact sum."""
+
+    def runTest(self):
+        partials = {p: block(f"spine-{p}") for p in (1, 2)}
+        self.send(1, self.partial(1, 0, partials[1]))
+        self.nothing_leaves()
+        self.send(2, self.partial(2, 0, partials[2]))
+        self.results_down(0, 0, add(*partials.values()))
+        self.assertEvents(contribution=2, complete=1)
+
+
+class SpineAnswersAPartialAgainAndDropsStaleOnesTest(SpineRoleTestBase):
+    """A leaf's partial sent again after completion gets the result by
+    unicast; once the cell is reused for seq 8 (slot 0, same shadow set), a
+    late partial of seq 0 is dropped as stale."""
+
+    def runTest(self):
+        partials = {p: block(f"stale-{p}") for p in (1, 2)}
+        for p in (1, 2):
+            self.send(p, self.partial(p, 0, partials[p]))
+        self.results_down(0, 0, add(*partials.values()))
+        self.send(1, self.partial(1, 0, partials[1], flags=FLAG_RETRANSMIT))
+        self.results_down(0, 0, add(*partials.values()), ports=(1,))
+        later = {p: block(f"later-{p}") for p in (1, 2)}
+        for p in (1, 2):
+            self.send(p, self.partial(p, 8, later[p]))
+        self.results_down(8, 0, add(*later.values()))
+        self.send(2, self.partial(2, 0, partials[2], flags=FLAG_RETRANSMIT))
+        self.nothing_leaves()
+        self.assertEvents(contribution=4, complete=2, result_again=1, stale=1)
+
+
+class SpineResultOfAnOverflowedPartialIsFlaggedTest(SpineRoleTestBase):
+    """A leaf whose partial overflowed says so (OVERFLOW): the result is
+    flagged OVERFLOW, and the workers send that block to the PS."""
+
+    def runTest(self):
+        partials = {p: block(f"of-{p}") for p in (1, 2)}
+        self.send(1, self.partial(1, 0, partials[1], flags=FLAG_OVERFLOW))
+        self.send(2, self.partial(2, 0, partials[2]))
+        self.results_down(0, 0, add(*partials.values()), flags=FLAG_RESULT | FLAG_OVERFLOW)
+        self.assertEvents(contribution=2, complete=1, overflow=1)
+
+
+class SpineRoutesAWorkersFallbackToTheServerTest(SpineRoleTestBase):
+    """A worker's FALLBACK contribution crossing a tree switch that does not
+    know the worker (its children are leaves) is routed on to the PS."""
+
+    def runTest(self):
+        fallback = agg_frame(3, 1, 0, block("fb-tree"), flags=FLAG_FALLBACK)
+        self.send(3, fallback)
+        self.assertEqual(self.collect({PS_PORT: 1})[PS_PORT][0], routed(fallback, PS_PORT))
+        self.assertEvents(fallback=1)
         self.assertDrops()

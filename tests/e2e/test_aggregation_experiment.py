@@ -4,7 +4,11 @@ writes its CSV and PNG files, and what it measures has the shape the
 protocol implies: in-network aggregation sends close to its bound S per
 worker while the ring sends at least its own 2(n-1)/n S; every all-reduce is
 within its bound; loss costs retransmissions; shared jobs are all exact;
-one epoch through the switch matches the single-process reference."""
+one epoch through the switch matches the single-process reference. Over
+trees (leaf-spine only here; fat-tree-k4 in test_aggregation_live.py):
+the trees keep the busiest fabric link at about one packet per block,
+summing at the server's switch does not, and every result is good under
+loss."""
 import csv
 import subprocess
 import sys
@@ -20,11 +24,12 @@ def rows(path):
 def test_aggregation_experiment(tmp_path):
     out = tmp_path / "agg"
     cmd = [sys.executable, "-m", "experiments.aggregation", "--elements", "16384", "--workers", "2,4",
-           "--loss", "0,2", "--epochs", "1", "--out", str(out)]
+           "--loss", "0,2", "--epochs", "1", "--tree-elements", "16384", "--tree-topologies", "leaf-spine",
+           "--out", str(out)]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"results in {out}" in proc.stdout
-    for name in ("goodput", "loss", "jobs", "training"):
+    for name in ("goodput", "loss", "jobs", "training", "levels", "tree_loss"):
         assert (out / f"{name}.png").stat().st_size > 10_000, name
 
     goodput = rows(out / "goodput.csv")
@@ -42,3 +47,14 @@ def test_aggregation_experiment(tmp_path):
     assert len(jobs) == 1 + 2 + 3 + 4 and all(r["exact_or_within_bound"] == "True" for r in jobs)
     training = rows(out / "training.csv")
     assert len(training) == 1 and float(training[0]["ina_loss_rel_diff"]) < 1e-4
+
+    levels = {r["mode"]: r for r in rows(out / "levels.csv")}
+    assert list(levels) == ["one level", "one tree", "2 trees"]
+    assert all(r["all_within_bound"] == "True" for r in levels.values())
+    for mode in ("one tree", "2 trees"):
+        assert float(levels[mode]["busiest_over_bound"]) <= 1.1, levels[mode]
+    # one level: h1's and h2's contributions (and their results) both cross leaf1's uplinks unreduced
+    assert int(levels["one level"]["fabric_packets"]) > int(levels["2 trees"]["fabric_packets"])
+    tree_loss = rows(out / "tree_loss.csv")
+    assert [r["all_within_bound"] for r in tree_loss] == ["True", "True"]
+    assert int(tree_loss[1]["retransmissions_per_worker"]) > 0

@@ -6,16 +6,22 @@ every worker's link; sums that overflow int32 are completed by the
 parameter server; four jobs sharing a slot pool smaller than their windows
 each get exact sums; a job set up at runtime aggregates, and once removed
 its packets are dropped as an unknown job; on leaf-spine the switch of the
-server aggregates for workers behind other switches."""
+server aggregates for workers behind other switches. Over trees of switches
+(leaf-spine: leaves and two spines; fat-tree-k4: edge, aggregation and core
+switches, four trees), 1M elements across racks come back exact (int32) or
+within the bound (float32, 5% loss each way with duplication and
+reordering), each level completing each of its blocks once."""
+import contextlib
 from pathlib import Path
 
 import pytest
+import yaml
 
 from features import aggregation as ag
 from core.build import compile_p4
 from core.controller import FabricController
 from core.network import Network
-from features import load_topology
+from features import load_topology, topology_from_dict
 from core.p4constants import drop_reasons
 from hostagent.aggregation.runs import RunFailed, impaired, run_ina, run_jobs
 
@@ -34,6 +40,70 @@ def test_leaf_spine_aggregates_at_the_servers_switch(tmp_path):
         assert events(ctl, "leaf2")["complete"] >= 500
         assert events(ctl, "leaf1")["complete"] == 0
         net.check_alive()
+
+
+def tree_topology(name: str, job: dict):
+    raw = yaml.safe_load((REPO / "topologies" / f"{name}.yaml").read_text())
+    raw["aggregation"] = {"jobs": [job]}
+    return topology_from_dict(raw, f"{name}, a job summed over trees")
+
+
+def run_over_trees(topo, tmp_path, loss: float, dtype: str) -> tuple[list, dict]:
+    """Job 1's all-reduce of 1M elements (loss: each way on every worker's
+    link, with 1% duplication and 5% reordering); the switches' events."""
+    workers = list(topo.features["aggregation"].job(1).workers)
+    with Network(topo, tmp_path / "net", log_level="warn") as net, FabricController(topo) as ctl:
+        ctl.program()
+        net.apply_queue_rates()
+        with (impaired(topo, workers, loss_pct=loss, duplicate_pct=1, reorder_pct=5) if loss
+              else contextlib.nullcontext("no impairment")) as how:
+            print(how)
+            results = run_ina(topo, 1, elements=MILLION, dtype=dtype, out=tmp_path / "run", timeout_s=400)
+        net.check_alive()
+        switch_events = {sw: events(ctl, sw) for sw in topo.switches}
+    assert_all_good(results, MILLION)
+    if loss:
+        assert sum(r["stats"]["retransmissions"] for r in results) > 0
+    return results, switch_events
+
+
+@pytest.mark.parametrize("loss, dtype", [(0, "int32"), (5, "float32")], ids=["no-loss-int32", "5pct-loss-float32"])
+def test_leaf_spine_two_trees_sum_a_million_elements(tmp_path, loss, dtype):
+    """h1, h2 (leaf1) and h3 (leaf2): each leaf sums its workers and sends
+    one partial per block up to the block's tree's spine (even slots
+    spine1, odd spine2), which sums the two leaves and sends the result
+    down: every block completes once at each level."""
+    topo = tree_topology("leaf-spine", {"job": 1, "workers": ["h1", "h2", "h3"], "server": "h4", "slots": 32,
+                                        "trees": 2})
+    results, ev = run_over_trees(topo, tmp_path, loss, dtype)
+    packets = MILLION // 64 + 32 * (dtype == "float32")   # float: the window's exponent-only packets
+    for leaf in ("leaf1", "leaf2"):
+        assert ev[leaf]["complete"] == ev[leaf]["partial_up"] == packets, (leaf, ev[leaf])
+        assert ev[leaf]["result_down"] >= packets
+    for spine in ("spine1", "spine2"):
+        assert ev[spine]["complete"] == packets // 2, (spine, ev[spine])
+        assert ev[spine]["partial_up"] == 0
+    if loss:
+        assert sum(ev[s]["partial_again"] + ev[s]["result_again"] for s in ev) > 0
+    else:
+        assert all(ev[s]["partial_again"] == ev[s]["result_again"] == 0 for s in ev)
+
+
+def test_fat_tree_four_trees_of_three_levels_sum_a_million_int32(tmp_path):
+    """One worker in each pod (h1, h5, h9, h13): edge switches send each
+    block up to the pod's aggregation switch of its tree, which sends the
+    pod's partial to the tree's core; each of the four cores completes a
+    quarter of the blocks."""
+    topo = tree_topology("fat-tree-k4", {"job": 1, "workers": ["h1", "h5", "h9", "h13"], "server": "h2",
+                                         "slots": 32, "trees": 4})
+    results, ev = run_over_trees(topo, tmp_path, 0, "int32")
+    packets = MILLION // 64
+    for edge in ("e11", "e21", "e31", "e41"):
+        assert ev[edge]["partial_up"] == packets, (edge, ev[edge])
+    for pod in "1234":
+        assert ev[f"a{pod}1"]["partial_up"] + ev[f"a{pod}2"]["partial_up"] == packets
+    for core in ("c1", "c2", "c3", "c4"):
+        assert ev[core]["complete"] == packets // 4, (core, ev[core])
 
 
 @pytest.fixture(scope="module")

@@ -2,12 +2,18 @@
 topology section's validation names the field, slots are placed without
 overlap, and the aggregating switch gets the job, worker, replica entries
 and multicast groups (and the other switches none)."""
+import ipaddress
+from pathlib import Path
+
 import pytest
+import yaml
 
 from features import aggregation as ag
 from core.topology import TopologyError
 from features import load_topology, topology_from_dict
 from wire import aggregation as ah
+
+REPO = Path(__file__).resolve().parents[3]
 RACK = {
     "name": "rack", "defaults": {"link": {"bandwidth_mbps": 100}},
     "switches": [{"name": "tor"}],
@@ -25,9 +31,9 @@ def test_jobs_are_placed_dedicated_from_zero_shared_at_the_top():
                                             {"job": 2, "workers": ["h2", "h3"], "server": "ps", "slots": 4},
                                             {"job": 3, "workers": ["h1", "h3"], "server": "ps", "shared": True}]})
     p = t.features["aggregation"].placements
-    assert (p[1].switch, p[1].base, p[1].slots) == ("tor", 0, 8)
-    assert (p[2].base, p[2].slots) == (8, 4)
-    assert (p[3].base, p[3].slots) == (ag.AGG_SLOTS - 16, 16)
+    assert (p[1]["tor"].switch, p[1]["tor"].base, p[1]["tor"].slots) == ("tor", 0, 8)
+    assert (p[2]["tor"].base, p[2]["tor"].slots) == (8, 4)
+    assert (p[3]["tor"].base, p[3]["tor"].slots) == (ag.AGG_SLOTS - 16, 16)
 
 
 @pytest.mark.parametrize("section, field, message", [
@@ -91,3 +97,116 @@ def test_worker_ids_bits_and_unicast_groups(p4info):
 def test_bench_state_is_one_job(p4info):
     state = ag.bench_state(p4info, 2)
     assert len(state.multicast_groups) == ag.BENCH_WORKERS + 1
+
+
+# -- trees: a job summed over switches ------------------------------------------
+
+def leaf_spine(jobs):
+    raw = yaml.safe_load((REPO / "topologies" / "leaf-spine.yaml").read_text())
+    raw["aggregation"] = {"jobs": jobs}
+    return topology_from_dict(raw, "leaf-spine.yaml")
+
+
+def fat_tree(jobs):
+    raw = yaml.safe_load((REPO / "topologies" / "fat-tree-k4.yaml").read_text())
+    raw["aggregation"] = {"jobs": jobs}
+    return topology_from_dict(raw, "fat-tree-k4.yaml")
+
+
+def entries(p4info, state, table):
+    out = []
+    for e in state.table_entries:
+        if p4info.by_id(e.table_id).preamble.name.endswith("." + table):
+            action = p4info.by_id(e.action.action.action_id)
+            names = {p.id: p.name for p in action.params}
+            params = {names[p.param_id]: int.from_bytes(p.value, "big") for p in e.action.action.params}
+            out.append((action.preamble.name.split(".")[-1], params))
+    return out
+
+
+def test_workers_across_leaves_are_summed_at_the_spines_one_tree_each():
+    t = leaf_spine([{"job": 1, "workers": ["h1", "h2", "h3"], "server": "h4", "slots": 32, "trees": 2}])
+    cfg = t.features["aggregation"]
+    trees = cfg.trees[1]
+    assert [tr.root for tr in trees] == ["spine1", "spine2"]
+    for tr in trees:
+        assert tr.parent == {"leaf1": tr.root, "leaf2": tr.root}
+        assert tr.children(tr.root) == ["leaf1", "leaf2"]
+        # leaf1's port up in this tree leads to the root
+        assert t.switches["leaf1"].ports[tr.up["leaf1"]].peer == tr.root
+    # every switch of the trees holds the job's slots
+    assert sorted(cfg.placements[1]) == ["leaf1", "leaf2", "spine1", "spine2"]
+
+
+def test_jobs_roots_spread_over_the_spines_and_one_rack_is_summed_at_its_leaf():
+    t = leaf_spine([{"job": 1, "workers": ["h1", "h3"], "server": "h4", "slots": 8, "trees": 1},
+                    {"job": 2, "workers": ["h2", "h4"], "server": "h1", "slots": 8, "trees": 1},
+                    {"job": 3, "workers": ["h1", "h2"], "server": "h4", "slots": 8, "trees": 1}])
+    trees = t.features["aggregation"].trees
+    assert (trees[1][0].root, trees[2][0].root, trees[3][0].root) == ("spine1", "spine2", "leaf1")
+    assert trees[3][0].parent == {}                 # one level, at the rack's switch
+
+
+def test_fat_tree_workers_in_four_pods_make_three_levels():
+    t = fat_tree([{"job": 1, "workers": ["h1", "h5", "h9", "h13"], "server": "h2", "slots": 16, "trees": 4}])
+    trees = t.features["aggregation"].trees[1]
+    assert [tr.root for tr in trees] == ["c1", "c2", "c3", "c4"]
+    first = trees[0]
+    assert first.parent["e11"] == "a11" and first.parent["a11"] == "c1"
+    assert sorted(first.children("c1")) == ["a11", "a21", "a31", "a41"]
+    assert trees[2].parent["e11"] == "a12"          # c3 hangs off each pod's second aggregation switch
+    # one pod, two edge switches: the pod's aggregation switches are nearest
+    t = fat_tree([{"job": 1, "workers": ["h1", "h3"], "server": "h2", "slots": 16, "trees": 2}])
+    assert [tr.root for tr in t.features["aggregation"].trees[1]] == ["a11", "a12"]
+
+
+@pytest.mark.parametrize("job, field, message", [
+    ({"trees": 3}, "jobs[0].trees", "1, 2, 4 or 8"),
+    ({"trees": 4}, "jobs[0].trees", "only 2 switches"),
+    ({"trees": 2, "roots": ["spine1"]}, "jobs[0].roots", "1 roots for 2 trees"),
+    ({"roots": ["spine9"]}, "jobs[0].roots", "distinct switch names"),
+    ({"trees": 1, "shared": True, "slots": None}, "jobs[0].shared", "dedicated slots"),
+    ({"trees": 8, "slots": 4}, "jobs[0].trees", "8 trees for 4 slots"),
+    ({"roots": ["leaf1", "spine1"]}, "jobs[0].trees", "children"),
+], ids=["three", "too-many", "roots-count", "unknown-root", "shared", "slots", "disagree"])
+def test_bad_trees_name_the_field(job, field, message):
+    item = {"job": 1, "workers": ["h1", "h2", "h3"], "server": "h4", "slots": 32, **job}
+    item = {k: v for k, v in item.items() if v is not None}
+    with pytest.raises(TopologyError) as err:
+        leaf_spine([item])
+    assert field in str(err.value) and message in str(err.value)
+
+
+def test_tree_entries_on_the_leaves_and_spines(p4info):
+    t = leaf_spine([{"job": 1, "workers": ["h1", "h2", "h3"], "server": "h4", "slots": 32, "trees": 2}])
+    job = t.features["aggregation"].job(1)
+    leaf1 = ag.switch_state(p4info, t, "leaf1")
+    [(action, params)] = entries(p4info, leaf1, "agg_job")
+    assert action == "set_job" and params["workers"] == 2 and params["trees"] == 2
+    workers = entries(p4info, leaf1, "agg_worker")
+    assert [p["worker_bit"] for _, p in workers] == [1, 2]
+    ups = entries(p4info, leaf1, "agg_up")
+    assert [(a, p["port"]) for a, p in ups] == [
+        ("send_up", ag.tree_ups(t, t.features["aggregation"].trees[1], "leaf1")[i].port) for i in range(2)]
+    assert all(p["switch_addr"] == int(ipaddress.ip_address(t.switches["leaf1"].address)) for _, p in ups)
+    assert len(entries(p4info, leaf1, "agg_from_parent")) == 2
+    # a spine: two children, the leaves, known by their addresses; no way up
+    spine = ag.switch_state(p4info, t, "spine1")
+    [(_, params)] = entries(p4info, spine, "agg_job")
+    assert params["workers"] == 2
+    assert sorted(p["worker"] for _, p in entries(p4info, spine, "agg_replica")) == sorted(
+        int(ipaddress.ip_address(t.switches[s].address)) for s in ("leaf1", "leaf2"))
+    assert not entries(p4info, spine, "agg_up")
+    groups = {g.multicast_group_id: g for g in spine.multicast_groups}
+    assert len(groups[job.group].replicas) == 2
+    # leaf2 has h3 (a worker) and h4 (the server): the job's entries and the server's wildcard
+    assert sorted(a for a, _ in entries(p4info, ag.switch_state(p4info, t, "leaf2"), "agg_job")) == [
+        "set_job", "unknown_job"]
+
+
+def test_the_servers_switch_outside_the_tree_routes_the_jobs_packets(p4info):
+    t = leaf_spine([{"job": 1, "workers": ["h1", "h2"], "server": "h4", "slots": 8, "trees": 1}])
+    assert t.features["aggregation"].trees[1][0].root == "leaf1"
+    assert sorted(a for a, _ in entries(p4info, ag.switch_state(p4info, t, "leaf2"), "agg_job")) == [
+        "summed_elsewhere", "unknown_job"]
+    assert not ag.switch_state(p4info, t, "spine1").table_entries

@@ -22,7 +22,7 @@ def test_constants_match_the_p4_program():
     assert ah.UDP_LENGTH == c["AGG_UDP_LENGTH"] == 8 + ah.HEADER_BYTES + 4 * c["AGG_ELEMENTS"]
     assert ah.SLOT_SET == c["AGG_SLOT_SET"]
     assert ah.MAX_WORKERS == c["AGG_MAX_WORKERS"]
-    for flag in ("RESULT", "RETRANSMIT", "COLLISION", "OVERFLOW", "FALLBACK", "WIDE", "SERVER"):
+    for flag in ("RESULT", "RETRANSMIT", "COLLISION", "OVERFLOW", "FALLBACK", "WIDE", "SERVER", "CONGESTED"):
         assert getattr(ah, f"FLAG_{flag}") == c[f"AGG_FLAG_{flag}"], flag
     assert c["AGG_CELLS"] == 2 * c["AGG_SLOTS"]
 

@@ -123,3 +123,52 @@ def test_server_ignores_what_is_not_its_to_sum(server, data, sender):
     ps, _, socks = server
     ps.handle(data, sender)
     assert ps.stats.ignored == 1 and not ps.pending and all(received(s) == [] for s in socks)
+
+
+def test_a_congested_result_halves_the_window_once_per_window():
+    """ECN on aggregation, against a stand-in switch on loopback that holds
+    each burst until the worker stops sending (20 ms) and then answers it
+    all: the bursts are the worker's window. The results of packets 40-45
+    come back CONGESTED (one window): the window halves once, from 32 to 16,
+    and grows again by one packet per window of unmarked results."""
+    import threading
+
+    switch = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    switch.bind(("127.0.0.20", ah.job_port(4)))
+    switch.settimeout(0.02)
+    bursts: list[int] = []
+    stop = threading.Event()
+
+    def answer():
+        pending = []
+        while not stop.is_set():
+            try:
+                data, addr = switch.recvfrom(4096)
+                pending.append((ah.unpack(data), addr))
+            except socket.timeout:
+                if pending:
+                    bursts.append(len(pending))
+                for pkt, addr in pending:
+                    p = pkt.seq - 1000
+                    flags = ah.FLAG_RESULT | (ah.FLAG_CONGESTED if 40 <= p <= 45 else 0)
+                    switch.sendto(ah.pack(flags, 4, pkt.seq, pkt.elements, slot=pkt.slot), addr)
+                pending = []
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    data = np.arange(64 * 200, dtype=np.int64) - 5000
+    try:
+        with ar.AggregationWorker(4, "127.0.0.20", 1, bind_ip="127.0.0.21", seq_base=1000, ecn=True) as w:
+            assert w.sock.getsockopt(socket.IPPROTO_IP, socket.IP_TOS) == ar.ECT0
+            out = w.allreduce(data)
+            stats = w.stats
+    finally:
+        stop.set()
+        thread.join()
+        switch.close()
+    assert out.tolist() == data.tolist()
+    assert (stats.congested_results, stats.window_decreases, stats.min_window) == (6, 1, 16.0)
+    assert bursts[:2] == [32, 32]
+    assert bursts[2] <= 18                   # halved (and grown by about one)
+    assert all(b - a <= 2 for a, b in zip(bursts[2:], bursts[3:]))   # then additive growth
+    assert max(bursts[4:]) > 18
