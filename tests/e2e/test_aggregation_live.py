@@ -77,16 +77,17 @@ def test_leaf_spine_two_trees_sum_a_million_elements(tmp_path, loss, dtype):
                                         "trees": 2})
     results, ev = run_over_trees(topo, tmp_path, loss, dtype)
     packets = MILLION // 64 + 32 * (dtype == "float32")   # float: the window's exponent-only packets
+    # under loss a few blocks fall back to the server (a worker sent one 5 times without a result)
+    by_server = results[0]["server"].get("blocks_completed", 0)
+    assert by_server <= packets // 100
     for leaf in ("leaf1", "leaf2"):
-        assert ev[leaf]["complete"] == ev[leaf]["partial_up"] == packets, (leaf, ev[leaf])
-        assert ev[leaf]["result_down"] >= packets
+        assert packets - by_server <= ev[leaf]["complete"] == ev[leaf]["partial_up"] <= packets, (leaf, ev[leaf])
+        assert ev[leaf]["result_down"] >= packets - by_server
     for spine in ("spine1", "spine2"):
-        assert ev[spine]["complete"] == packets // 2, (spine, ev[spine])
+        assert packets // 2 - by_server <= ev[spine]["complete"] <= packets // 2, (spine, ev[spine])
         assert ev[spine]["partial_up"] == 0
-    if loss:
+    if loss:   # (without loss too, when a timeout fires early on a busy machine)
         assert sum(ev[s]["partial_again"] + ev[s]["result_again"] for s in ev) > 0
-    else:
-        assert all(ev[s]["partial_again"] == ev[s]["result_again"] == 0 for s in ev)
 
 
 def test_fat_tree_four_trees_of_three_levels_sum_a_million_int32(tmp_path):
