@@ -38,6 +38,12 @@ on its own network, the jobs changed at runtime between cases:
   tree_loss leaf-spine, two trees, 0, 1, 5% loss on both directions of every
             worker's link (1% duplication, 5% reordering): completion time,
             retransmissions, partials and results sent again.
+  tree_ecn  leaf-spine at 20 Mbit/s (queues of 1666 packets/s), two trees,
+            ECN marking at every switch port (step, K = ECN_K): the
+            all-reduce alone, then next to an elephant from h4 to h1 at
+            ELEPHANT_PPS (above a link's rate: its spine's queue to leaf1
+            fills), with workers that ignore congestion and with workers
+            that send ECT and halve their window on CONGESTED results.
 
 Every number comes from the workers' own JSON (hostagent.aggregation.allreduce,
 hostagent.aggregation.ring_allreduce, hostagent.aggregation.training), written per phase in the
@@ -70,13 +76,16 @@ from hostagent.aggregation.runs import (PY, RING_PORT, impaired, run_ina, run_jo
 from experiments.common import save_figure, write_csv
 
 RACK_PHASES = ("goodput", "loss", "jobs", "training")
-TREE_PHASES = ("levels", "tree_loss")
+TREE_PHASES = ("levels", "tree_loss", "tree_ecn")
 PHASES = RACK_PHASES + TREE_PHASES
 # levels: (topology, workers, server, trees when one per top switch)
 TREE_CASES = (("leaf-spine", ("h1", "h2", "h3"), "h4", 2),
               ("fat-tree-k4", ("h1", "h5", "h9", "h13"), "h2", 4),
               ("fat-tree-k4", ("h1", "h3", "h5", "h7", "h9", "h11", "h13", "h15"), "h2", 4))
 TREE_SLOTS = 32
+ECN_BANDWIDTH_MBPS = 20        # tree_ecn: slow links, so one elephant fills a queue without using up BMv2
+ECN_K = 10                     # tree_ecn: step marking above this queue depth (packets)
+ELEPHANT_PPS = 1800            # tree_ecn: above the 1666 packets/s of a 20 Mbit/s link
 JOB_OF_N = {2: 3, 4: 2, 8: 1}          # aggregation-rack.yaml's dedicated jobs
 SHARED_JOBS = (4, 5, 6, 7)
 
@@ -296,13 +305,15 @@ def fabric_link_packets(topo, ctl) -> dict[tuple[str, int], int]:
     return out
 
 
-def tree_network(name: str, args, run: str):
-    """A network of topologies/<name>.yaml with an aggregation section the phases replace at runtime."""
+def tree_network(name: str, args, run: str, **sections):
+    """A network of topologies/<name>.yaml with an aggregation section the
+    phases replace at runtime (and `sections` replacing the file's)."""
     import yaml
     from features import topology_from_dict
     raw = yaml.safe_load((REPO / "topologies" / f"{name}.yaml").read_text())
     case = next(c for c in TREE_CASES if c[0] == name)
     raw["aggregation"] = {"jobs": [{"job": 1, "workers": list(case[1]), "server": case[2], "slots": TREE_SLOTS}]}
+    raw.update(sections)
     topo = topology_from_dict(raw, f"{name} with an aggregation job")
     net = Network(topo, REPO / "build" / "experiments" / "aggregation" / run, log_level=args.log_level)
     return topo, net
@@ -404,6 +415,67 @@ def tree_loss(args, out: Path) -> list[dict]:
     return rows
 
 
+def tree_ecn(args, out: Path) -> list[dict]:
+    from features.aggregation import Job
+    rows = []
+    name, workers, server, top = TREE_CASES[0]
+    ecn = [{"switch": sw, "port": "all", "mode": "step", "k": ECN_K} for sw in ("leaf1", "leaf2", "spine1", "spine2")]
+    topo, net = tree_network(name, args, "tree-ecn", defaults={"link": {"bandwidth_mbps": ECN_BANDWIDTH_MBPS}},
+                             ecn=ecn)
+    with net, FabricController(topo) as ctl:
+        ctl.program()
+        net.apply_queue_rates()
+        ctl.feature("aggregation").set_jobs([Job(1, workers, server, slots=TREE_SLOTS, trees=top)])
+        src, dst = topo.hosts[server], topo.hosts["h1"]
+        for case, elephant, ecn_on in (("alone", False, False), ("elephant, no ECN", True, False),
+                                       ("elephant, ECN on aggregation", True, True)):
+            print(f"==> {name}, {top} trees, {case}", flush=True)
+            run = out / f"tree-ecn-{case.replace(' ', '-').replace(',', '')}"
+            run.mkdir(parents=True, exist_ok=True)
+            proc = None
+            if elephant:
+                proc = subprocess.Popen(
+                    ["ip", "netns", "exec", src.name, PY, "-m", "hostagent.traffic", "elephant", "--iface", src.iface,
+                     "--src-ip", src.ip, "--src-mac", src.mac, "--gw-mac", src.gateway_mac, "--dst-ip", dst.ip,
+                     "--qp", "7", "--duration", "600", "--fixed-rate", "--line-rate-pps", str(ELEPHANT_PPS),
+                     "--progress-s", "0", "--out", str(run / "elephant")],
+                    cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+                time.sleep(2.0)                                 # its queue builds first
+            try:
+                results = run_ina(topo, 1, elements=args.tree_elements, dtype="float32", out=run, ecn=ecn_on)
+            finally:
+                if proc is not None:
+                    proc.terminate()
+                    proc.wait(timeout=10)
+            st = [w["stats"] for w in results]
+            rows.append({"case": case, "elapsed_s": round(max(w["runs"][0]["elapsed_s"] for w in results), 3),
+                         "retransmissions_per_worker": round(mean(x["retransmissions"] for x in st)),
+                         "congested_results_per_worker": round(mean(x["congested_results"] for x in st)),
+                         "window_halvings_per_worker": round(mean(x["window_decreases"] for x in st), 1),
+                         "smallest_window": min(x["min_window"] for x in st),
+                         "server_blocks": results[0]["server"].get("blocks_completed", 0),
+                         "all_within_bound": all(w["ok"] for w in results)})
+            r = rows[-1]
+            print(f"    {r['elapsed_s']} s, {r['retransmissions_per_worker']} retransmissions and "
+                  f"{r['congested_results_per_worker']} congested results per worker, window halved "
+                  f"{r['window_halvings_per_worker']} times (down to {r['smallest_window']})", flush=True)
+        net.check_alive()
+    path = write_csv(out / "tree_ecn.csv", rows)
+    fig, a1 = plt.subplots(figsize=(7, 4))
+    xs = range(len(rows))
+    a1.bar([x - 0.2 for x in xs], [r["elapsed_s"] for r in rows], 0.4, label="completion time (s)")
+    a2 = a1.twinx()
+    a2.bar([x + 0.2 for x in xs], [r["retransmissions_per_worker"] for r in rows], 0.4, color="C1",
+           label="retransmissions per worker")
+    a1.set_xticks(list(xs), [r["case"].replace(", ", ",\n") for r in rows])
+    a1.set_ylabel("completion time (s)")
+    a2.set_ylabel("retransmissions per worker")
+    a1.set_title(f"Two trees next to an elephant, {args.tree_elements} float32")
+    fig.legend(loc="upper left", bbox_to_anchor=(0.12, 0.88))
+    print(f"tree_ecn: {path}, {save_figure(fig, out / 'tree_ecn.png')}")
+    return rows
+
+
 def events(ctl, switch: str) -> dict[str, int]:
     from features.aggregation import EVENTS, EVENTS_COUNTER
     cells = ctl.counter(switch, EVENTS_COUNTER)
@@ -435,7 +507,7 @@ def main(argv=None) -> int:
     known = {c[0] for c in TREE_CASES}
     if not args.tree_topologies or set(args.tree_topologies) - known:
         ap.error(f"--tree-topologies: of {', '.join(sorted(known))}")
-    out = Path(args.out)
+    out = Path(args.out).resolve()        # the workers write there from the repository's root
     out.mkdir(parents=True, exist_ok=True)
     compile_p4()
     start = time.monotonic()

@@ -23,7 +23,7 @@ from typing import Iterator, Optional
 
 from core.impairments import netem_available
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PY = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else sys.executable
 RING_PORT = 47000
 
