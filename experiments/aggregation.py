@@ -40,10 +40,12 @@ on its own network, the jobs changed at runtime between cases:
             retransmissions, partials and results sent again.
   tree_ecn  leaf-spine at 20 Mbit/s (queues of 1666 packets/s), two trees,
             ECN marking at every switch port (step, K = ECN_K): the
-            all-reduce alone, then next to an elephant from h4 to h1 at
-            ELEPHANT_PPS (above a link's rate: its spine's queue to leaf1
-            fills), with workers that ignore congestion and with workers
-            that send ECT and halve their window on CONGESTED results.
+            all-reduce alone, then next to an elephant from h4 to h1 that
+            starts at ELEPHANT_PPS (above a link's rate: its spine's queue to
+            leaf1 fills) and either keeps that rate or slows down with DCQCN
+            (h1 receives it and sends CNPs), with workers that ignore
+            congestion and with workers that send ECT and halve their window
+            on CONGESTED results.
 
 Every number comes from the workers' own JSON (hostagent.aggregation.allreduce,
 hostagent.aggregation.ring_allreduce, hostagent.aggregation.training), written per phase in the
@@ -62,6 +64,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 
 import matplotlib
+import yaml
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -70,7 +73,8 @@ from core.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from core.build import compile_p4
 from core.controller import FabricController
 from core.network import Network
-from features import load_topology
+from features import load_topology, topology_from_dict
+from features.aggregation import EVENTS, EVENTS_COUNTER, Job
 from hostagent.aggregation.runs import (PY, RING_PORT, impaired, run_ina, run_jobs, run_ring,
                                          start_server, stop_server)
 from experiments.common import save_figure, write_csv
@@ -308,8 +312,6 @@ def fabric_link_packets(topo, ctl) -> dict[tuple[str, int], int]:
 def tree_network(name: str, args, run: str, **sections):
     """A network of topologies/<name>.yaml with an aggregation section the
     phases replace at runtime (and `sections` replacing the file's)."""
-    import yaml
-    from features import topology_from_dict
     raw = yaml.safe_load((REPO / "topologies" / f"{name}.yaml").read_text())
     case = next(c for c in TREE_CASES if c[0] == name)
     raw["aggregation"] = {"jobs": [{"job": 1, "workers": list(case[1]), "server": case[2], "slots": TREE_SLOTS}]}
@@ -320,7 +322,6 @@ def tree_network(name: str, args, run: str, **sections):
 
 
 def levels(args, out: Path) -> list[dict]:
-    from features.aggregation import Job
     rows = []
     for name in dict.fromkeys(c[0] for c in TREE_CASES if c[0] in args.tree_topologies):
         topo, net = tree_network(name, args, f"levels-{name}")
@@ -376,7 +377,6 @@ def levels(args, out: Path) -> list[dict]:
 
 
 def tree_loss(args, out: Path) -> list[dict]:
-    from features.aggregation import Job
     rows = []
     name, workers, server, top = TREE_CASES[0]
     topo, net = tree_network(name, args, "tree-loss")
@@ -416,7 +416,6 @@ def tree_loss(args, out: Path) -> list[dict]:
 
 
 def tree_ecn(args, out: Path) -> list[dict]:
-    from features.aggregation import Job
     rows = []
     name, workers, server, top = TREE_CASES[0]
     ecn = [{"switch": sw, "port": "all", "mode": "step", "k": ECN_K} for sw in ("leaf1", "leaf2", "spine1", "spine2")]
@@ -427,24 +426,33 @@ def tree_ecn(args, out: Path) -> list[dict]:
         net.apply_queue_rates()
         ctl.feature("aggregation").set_jobs([Job(1, workers, server, slots=TREE_SLOTS, trees=top)])
         src, dst = topo.hosts[server], topo.hosts["h1"]
-        for case, elephant, ecn_on in (("alone", False, False), ("elephant, no ECN", True, False),
-                                       ("elephant, ECN on aggregation", True, True)):
+        host_args = lambda h: ["--iface", h.iface, "--src-ip", h.ip, "--src-mac", h.mac,  # noqa: E731
+                               "--gw-mac", h.gateway_mac, "--progress-s", "0"]
+        for case, elephant, ecn_on in (("alone", None, False),
+                                       ("fixed-rate elephant, no ECN", "fixed", False),
+                                       ("fixed-rate elephant, ECN on aggregation", "fixed", True),
+                                       ("DCQCN elephant, no ECN", "dcqcn", False),
+                                       ("DCQCN elephant, ECN on aggregation", "dcqcn", True)):
             print(f"==> {name}, {top} trees, {case}", flush=True)
             run = out / f"tree-ecn-{case.replace(' ', '-').replace(',', '')}"
             run.mkdir(parents=True, exist_ok=True)
-            proc = None
+            procs = []
             if elephant:
-                proc = subprocess.Popen(
-                    ["ip", "netns", "exec", src.name, PY, "-m", "hostagent.traffic", "elephant", "--iface", src.iface,
-                     "--src-ip", src.ip, "--src-mac", src.mac, "--gw-mac", src.gateway_mac, "--dst-ip", dst.ip,
-                     "--qp", "7", "--duration", "600", "--fixed-rate", "--line-rate-pps", str(ELEPHANT_PPS),
-                     "--progress-s", "0", "--out", str(run / "elephant")],
-                    cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+                if elephant == "dcqcn":
+                    procs.append(subprocess.Popen(
+                        ["ip", "netns", "exec", dst.name, PY, "-m", "hostagent.traffic", "receive", *host_args(dst),
+                         "--duration", "600", "--out", str(run / "elephant-receiver")],
+                        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+                procs.append(subprocess.Popen(
+                    ["ip", "netns", "exec", src.name, PY, "-m", "hostagent.traffic", "elephant", *host_args(src),
+                     "--dst-ip", dst.ip, "--qp", "7", "--duration", "600", "--line-rate-pps", str(ELEPHANT_PPS),
+                     *(["--fixed-rate"] if elephant == "fixed" else []), "--out", str(run / "elephant")],
+                    cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
                 time.sleep(2.0)                                 # its queue builds first
             try:
                 results = run_ina(topo, 1, elements=args.tree_elements, dtype="float32", out=run, ecn=ecn_on)
             finally:
-                if proc is not None:
+                for proc in procs:
                     proc.terminate()
                     proc.wait(timeout=10)
             st = [w["stats"] for w in results]
@@ -461,13 +469,14 @@ def tree_ecn(args, out: Path) -> list[dict]:
                   f"{r['window_halvings_per_worker']} times (down to {r['smallest_window']})", flush=True)
         net.check_alive()
     path = write_csv(out / "tree_ecn.csv", rows)
-    fig, a1 = plt.subplots(figsize=(7, 4))
+    fig, a1 = plt.subplots(figsize=(10, 4))
     xs = range(len(rows))
     a1.bar([x - 0.2 for x in xs], [r["elapsed_s"] for r in rows], 0.4, label="completion time (s)")
     a2 = a1.twinx()
     a2.bar([x + 0.2 for x in xs], [r["retransmissions_per_worker"] for r in rows], 0.4, color="C1",
            label="retransmissions per worker")
-    a1.set_xticks(list(xs), [r["case"].replace(", ", ",\n") for r in rows])
+    a1.set_xticks(list(xs), [r["case"].replace(", ", ",\n").replace(" elephant", "\nelephant") for r in rows],
+                  fontsize=8)
     a1.set_ylabel("completion time (s)")
     a2.set_ylabel("retransmissions per worker")
     a1.set_title(f"Two trees next to an elephant, {args.tree_elements} float32")
@@ -477,7 +486,6 @@ def tree_ecn(args, out: Path) -> list[dict]:
 
 
 def events(ctl, switch: str) -> dict[str, int]:
-    from features.aggregation import EVENTS, EVENTS_COUNTER
     cells = ctl.counter(switch, EVENTS_COUNTER)
     return {name: cells.get(i, (0, 0))[0] for name, i in EVENTS.items()}
 

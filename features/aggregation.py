@@ -541,7 +541,8 @@ class AggregationRuntime:
 
 FEATURE = FeatureSpec(
     name="aggregation", section=SECTION,
-    summary="in-network gradient aggregation: SwitchML slots with shadow sets, ATP-style pool shared by jobs",
+    summary="in-network gradient aggregation: SwitchML slots with shadow sets, ATP-style pool shared by jobs, "
+            "trees of switches",
     pieces=Pieces.of("aggregation", p4=("aggregation.p4", "aggregation_lanes.p4")),
     parse_section=parse_section, switch_state=switch_state, bench_states=one_mode(bench_state),
     bench_what=BENCH_WHAT, bench_frames=bench_frames,

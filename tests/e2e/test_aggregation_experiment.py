@@ -29,7 +29,7 @@ def test_aggregation_experiment(tmp_path):
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"results in {out}" in proc.stdout
-    for name in ("goodput", "loss", "jobs", "training", "levels", "tree_loss"):
+    for name in ("goodput", "loss", "jobs", "training", "levels", "tree_loss", "tree_ecn"):
         assert (out / f"{name}.png").stat().st_size > 10_000, name
 
     goodput = rows(out / "goodput.csv")
@@ -58,3 +58,10 @@ def test_aggregation_experiment(tmp_path):
     tree_loss = rows(out / "tree_loss.csv")
     assert [r["all_within_bound"] for r in tree_loss] == ["True", "True"]
     assert int(tree_loss[1]["retransmissions_per_worker"]) > 0
+    tree_ecn = {r["case"]: r for r in rows(out / "tree_ecn.csv")}
+    assert len(tree_ecn) == 5 and all(r["all_within_bound"] == "True" for r in tree_ecn.values())
+    assert int(tree_ecn["alone"]["congested_results_per_worker"]) == 0
+    # without ECN nothing is marked (not ECT); with it, the elephant's queue marks results and windows shrink
+    assert int(tree_ecn["fixed-rate elephant, no ECN"]["congested_results_per_worker"]) == 0
+    assert int(tree_ecn["fixed-rate elephant, ECN on aggregation"]["congested_results_per_worker"]) > 0
+    assert float(tree_ecn["fixed-rate elephant, ECN on aggregation"]["smallest_window"]) < 32
