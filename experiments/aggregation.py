@@ -460,7 +460,7 @@ def tree_ecn(args, out: Path) -> list[dict]:
                          "retransmissions_per_worker": round(mean(x["retransmissions"] for x in st)),
                          "congested_results_per_worker": round(mean(x["congested_results"] for x in st)),
                          "window_halvings_per_worker": round(mean(x["window_decreases"] for x in st), 1),
-                         "smallest_window": min(x["min_window"] for x in st),
+                         "smallest_window": round(min(x["min_window"] for x in st), 2),
                          "server_blocks": results[0]["server"].get("blocks_completed", 0),
                          "all_within_bound": all(w["ok"] for w in results)})
             r = rows[-1]
