@@ -21,7 +21,7 @@ def leaf1_readings(**kw) -> SwitchReadings:
     return SwitchReadings("leaf1", counters={
         "ingress_port_counter": {1: (10, 1000), 3: (5, 500), 200: (9, 9)},
         "egress_port_counter": {2: (7, 700)},
-        "drop_counter": {4: (3, 0), 16: (2, 0)},
+        "drop_counter": {4: (3, 0), 40: (2, 0)},
         "ecn_marked_counter": {3: (4, 0)},
     }, qdepth=[0, 0, 6, 1, 0] + [0] * 507, **kw)
 
@@ -45,7 +45,7 @@ def test_samples_from_readings():
     assert value(d, "fabric_queue_depth_packets", switch="leaf1", port="2", peer="h2") == 6
     assert value(d, "fabric_drops_total", switch="leaf1", reason="no_route") == 3
     assert value(d, "fabric_drops_total", switch="leaf1", reason="parser_error") == 0   # known, not counted yet
-    assert value(d, "fabric_drops_total", switch="leaf1", reason="reason_16") == 2      # unknown cell, nonzero
+    assert value(d, "fabric_drops_total", switch="leaf1", reason="reason_40") == 2      # unknown cell, nonzero
     assert not any(lbl == ("port", "200") for (_, labels) in d for lbl in labels)      # not a topology port
     assert {r for (n, labels), _ in d.items() if n == "fabric_drops_total"
             for k, r in labels if k == "reason"} >= {"parser_error", "bad_ipv4_checksum", "not_ipv4",
