@@ -74,10 +74,10 @@ from core.build import compile_p4
 from core.controller import FabricController
 from core.network import Network
 from features import load_topology, topology_from_dict
-from features.aggregation import EVENTS, EVENTS_COUNTER, Job
+from features.aggregation import Job, switch_events
 from hostagent.aggregation.runs import (PY, RING_PORT, impaired, run_ina, run_jobs, run_ring,
                                          start_server, stop_server)
-from experiments.common import save_figure, write_csv
+from experiments.common import save_figure, traffic_agent, write_csv
 
 RACK_PHASES = ("goodput", "loss", "jobs", "training")
 TREE_PHASES = ("levels", "tree_loss", "tree_ecn")
@@ -386,14 +386,14 @@ def tree_loss(args, out: Path) -> list[dict]:
         ctl.feature("aggregation").set_jobs([Job(1, workers, server, slots=TREE_SLOTS, trees=top)])
         for pct in args.loss:
             print(f"==> {name}, {top} trees, loss {pct}% on every worker's link", flush=True)
-            before = {sw: events(ctl, sw) for sw in topo.switches}
+            before = {sw: switch_events(ctl, sw) for sw in topo.switches}
             with impaired(topo, list(workers), loss_pct=pct, duplicate_pct=1, reorder_pct=5) if pct \
                     else _nothing() as how:
                 if how:
                     print(f"    {how}", flush=True)
                 results = run_ina(topo, 1, elements=args.tree_elements, dtype="float32",
                                   out=out / f"tree-loss{pct}")
-            ev = {sw: {k: v - before[sw][k] for k, v in events(ctl, sw).items()} for sw in topo.switches}
+            ev = {sw: {k: v - before[sw][k] for k, v in switch_events(ctl, sw).items()} for sw in topo.switches}
             rows.append({"loss_pct": pct, "elapsed_s": round(max(w["runs"][0]["elapsed_s"] for w in results), 3),
                          "retransmissions_per_worker": round(mean(w["stats"]["retransmissions"] for w in results)),
                          "packets_per_worker": results[0]["stats"]["results"],
@@ -426,8 +426,6 @@ def tree_ecn(args, out: Path) -> list[dict]:
         net.apply_queue_rates()
         ctl.feature("aggregation").set_jobs([Job(1, workers, server, slots=TREE_SLOTS, trees=top)])
         src, dst = topo.hosts[server], topo.hosts["h1"]
-        host_args = lambda h: ["--iface", h.iface, "--src-ip", h.ip, "--src-mac", h.mac,  # noqa: E731
-                               "--gw-mac", h.gateway_mac, "--progress-s", "0"]
         for case, elephant, ecn_on in (("alone", None, False),
                                        ("fixed-rate elephant, no ECN", "fixed", False),
                                        ("fixed-rate elephant, ECN on aggregation", "fixed", True),
@@ -439,15 +437,13 @@ def tree_ecn(args, out: Path) -> list[dict]:
             procs = []
             if elephant:
                 if elephant == "dcqcn":
-                    procs.append(subprocess.Popen(
-                        ["ip", "netns", "exec", dst.name, PY, "-m", "hostagent.traffic", "receive", *host_args(dst),
-                         "--duration", "600", "--out", str(run / "elephant-receiver")],
-                        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
-                procs.append(subprocess.Popen(
-                    ["ip", "netns", "exec", src.name, PY, "-m", "hostagent.traffic", "elephant", *host_args(src),
-                     "--dst-ip", dst.ip, "--qp", "7", "--duration", "600", "--line-rate-pps", str(ELEPHANT_PPS),
-                     *(["--fixed-rate"] if elephant == "fixed" else []), "--out", str(run / "elephant")],
-                    cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+                    procs.append(traffic_agent(dst, "receive", start_at=time.time(), out_dir=run,
+                                               extra=["--duration", "600", "--progress-s", "0"],
+                                               stem="elephant-receiver"))
+                procs.append(traffic_agent(src, "elephant", start_at=time.time(), out_dir=run, stem="elephant",
+                                           extra=["--dst-ip", dst.ip, "--qp", "7", "--duration", "600",
+                                                  "--line-rate-pps", str(ELEPHANT_PPS), "--progress-s", "0",
+                                                  *(["--fixed-rate"] if elephant == "fixed" else [])]))
                 time.sleep(2.0)                                 # its queue builds first
             try:
                 results = run_ina(topo, 1, elements=args.tree_elements, dtype="float32", out=run, ecn=ecn_on)
@@ -483,11 +479,6 @@ def tree_ecn(args, out: Path) -> list[dict]:
     fig.legend(loc="upper left", bbox_to_anchor=(0.12, 0.88))
     print(f"tree_ecn: {path}, {save_figure(fig, out / 'tree_ecn.png')}")
     return rows
-
-
-def events(ctl, switch: str) -> dict[str, int]:
-    cells = ctl.counter(switch, EVENTS_COUNTER)
-    return {name: cells.get(i, (0, 0))[0] for name, i in EVENTS.items()}
 
 
 def main(argv=None) -> int:

@@ -56,6 +56,13 @@ def rdma_agent(host, role: str, *, start_at: float, out_dir: Path, extra: Sequen
     return _agent("hostagent.rdma", host, role, start_at, out_dir, extra, stem)
 
 
+def traffic_agent(host, role: str, *, start_at: float, out_dir: Path, extra: Sequence[str] = (),
+                  stem: str | None = None) -> subprocess.Popen:
+    """hostagent.traffic `role` ("elephant", "transfer", "receive") in
+    `host`'s namespace, as roce_agent."""
+    return _agent("hostagent.traffic", host, role, start_at, out_dir, extra, stem)
+
+
 def save_figure(fig, path: Path) -> Path:
     """Lay out, write as PNG (110 dpi, every experiment's), close; return the path."""
     import matplotlib.pyplot as plt   # only when a figure is written: slow to import

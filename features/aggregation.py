@@ -390,11 +390,7 @@ def tree_children(topo, job: Job, trees: Sequence[Tree], switch: str) -> list[Wo
     """A tree switch's children: its own workers (job order), then the
     switches below it (by name), addressed by their aggregation addresses."""
     sw = topo.switches[switch]
-    out = []
-    for w in job.workers:
-        nic = topo.hosts[w].primary
-        if nic.switch == switch:
-            out.append(WorkerPath(nic.ip, nic.switch_port, sw.ports[nic.switch_port].mac, nic.mac))
+    out = [worker_path(topo, switch, w) for w in job.workers if topo.hosts[w].primary.switch == switch]
     tree = next(t for t in trees if switch in t.switches)
     for child in tree.children(switch):
         child_port = topo.switches[child].ports[tree.up[child]]
@@ -442,12 +438,13 @@ def switch_state(p4info: P4Info, topo, switch: str, *, forwarding: Optional[Swit
     servers = set()
     for job in cfg.jobs:
         server_ip = topo.hosts[job.server].ip
-        if aggregating_switch(topo, job) == switch:
+        servers_switch = aggregating_switch(topo, job) == switch
+        if servers_switch:
             servers.add(server_ip)
         placement = cfg.placements[job.job].get(switch)
         trees = cfg.trees.get(job.job, ())
         if placement is None:
-            if aggregating_switch(topo, job) == switch:     # a job summed over trees without this switch
+            if servers_switch:                              # a job summed over trees without this switch
                 state.table_entries.append(summed_elsewhere_entry(p4info, server_ip, job.job))
             continue
         if trees:
@@ -506,8 +503,16 @@ def bench_frames(switch_mac: str, host_mac: str) -> list[bytes]:
 
 
 def events(conn, p4info: P4Info) -> dict[str, int]:
-    """What the aggregation control did, by event (agg_events)."""
-    cells = conn.counter(p4info.counter_entry(EVENTS_COUNTER))
+    """What the aggregation control did, by event (agg_events), over one switch connection."""
+    return _by_event(conn.counter(p4info.counter_entry(EVENTS_COUNTER)))
+
+
+def switch_events(controller, switch: str) -> dict[str, int]:
+    """The same, of `switch` through the fabric's controller."""
+    return _by_event(controller.counter(switch, EVENTS_COUNTER))
+
+
+def _by_event(cells: dict[int, tuple[int, int]]) -> dict[str, int]:
     return {name: cells.get(index, (0, 0))[0] for name, index in EVENTS.items()}
 
 

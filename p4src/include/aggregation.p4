@@ -36,7 +36,7 @@
 // retransmission to a completed cell sends the partial up again; the root
 // multicasts the result to its children, and a switch that receives a result
 // from its parent (agg_from_parent) multicasts it to its children. A block's
-// tree is its slot & tree_mask: a job's blocks spread over its trees.
+// tree is its slot mod the job's trees: a job's blocks spread over them.
 // ECN: a contribution that arrives marked CE, or flagged CONGESTED, marks
 // its cell, and the partial or result of that cell is flagged CONGESTED.
 #ifndef AGGREGATION_P4
@@ -78,7 +78,6 @@ control Aggregation(inout headers_t hdr,
                    bit<16> job_group, bit<48> steal_after_us, bit<8> trees) {
         meta.agg.workers = workers;
         meta.agg.trees = trees;
-        meta.agg.tree_mask = (bit<16>) trees - 1;
         meta.agg.base = (bit<32>) base;
         meta.agg.slots = (bit<32>) slots;
         meta.agg.shared = (bit<8>) shared;
@@ -246,7 +245,7 @@ control Aggregation(inout headers_t hdr,
         // A packet of no job summed here is routed as any packet; a dropped one is left alone.
         switch (agg_job.apply().action_run) {
             set_job: {
-                meta.agg.tree = hdr.agg.slot & ~AGG_SLOT_SET & meta.agg.tree_mask;
+                meta.agg.tree = hdr.agg.slot & ~AGG_SLOT_SET & ((bit<16>) meta.agg.trees - 1);   // trees: a power of two
                 if (hdr.agg.flags & (AGG_FLAG_SERVER | AGG_FLAG_RESULT) == AGG_FLAG_RESULT) {
                     // A result on its way down the job's tree (a forged one is dropped).
                     if (agg_from_parent.apply().hit) {

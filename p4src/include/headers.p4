@@ -286,9 +286,8 @@ header agg_scratch_t {           // aggregation.p4
     bit<32>  slots;
     bit<8>   shared;
     bit<48>  steal_after;        // an unfinished use older than this (us) may be taken over
-    bit<8>   trees;              // the job's trees (0: summed here, one level); the packet's is its slot & tree_mask
-    bit<16>  tree_mask;
-    bit<16>  tree;
+    bit<8>   trees;              // the job's trees (0: summed here, one level), a power of two
+    bit<16>  tree;               // the packet's: its slot mod trees
     bit<32>  server;             // the parameter server address this packet is to or from
     bit<8>   cell_valid;         // the packet has a cell (a job served here, slot in range)
     bit<32>  cell;               // the (slot, shadow set) cell of the packet's block, and its state

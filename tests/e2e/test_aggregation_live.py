@@ -119,8 +119,7 @@ def rack(tmp_path_factory):
 
 
 def events(ctl, switch="tor1") -> dict:
-    cells = ctl.counter(switch, ag.EVENTS_COUNTER)
-    return {name: cells.get(i, (0, 0))[0] for name, i in ag.EVENTS.items()}
+    return ag.switch_events(ctl, switch)
 
 
 def assert_all_good(results, elements):
