@@ -294,6 +294,9 @@ def run_spreading_case(name: str, topo, net: Network, ctl: FabricController, arg
         "utilisation": round(steady / ((args.duration - warm) * capacity), 3),
         "victim_pps": round(sum(v for (t, _f), v in vbins.items() if warm <= t < args.duration)
                             / (args.duration - warm), 1),
+        # once DCQCN has settled: how fast it gets there depends on how busy the machine is
+        "victim_last_40pct_pps": round(sum(v for (t, _f), v in vbins.items() if 0.6 * args.duration <= t < args.duration)
+                                       / (0.4 * args.duration), 1),
         "victim_drops": sum(f["lost"] for f in vrx["flows"].values()),
         **{f"pauses_hop{i}": after[hop] - before[hop] for i, hop in enumerate(HOPS, start=1)},
         "cnps_received": sum(t["cnps_received"] for t in tx),
