@@ -104,8 +104,8 @@ SPINES = ("spine1", "spine2")
 LEAVES = ("leaf1", "leaf2")
 PLACEMENT_LINE_RATE_PPS = 400.0   # 16 ranks' connections on the rail fabric (BMv2 on two cores)
 PLACEMENT_MODEL_BYTES = 64 * 1024
-PLACEMENT_TIMEOUT_S = 180.0  # 16 ranks start on two cores while the first already poll: the last sent
-                             # nothing for over 60 s in some runs (the ranks' default wait)
+PLACEMENT_TIMEOUT_S = 180.0  # a rank's wait, generous: 16 ranks start on two cores (the stalls of over 60 s
+                             # seen before 2026-11-26 were the endpoint's clock, docs/collectives.md)
 LINE_RATE_PPS = 1000.0       # each connection's top rate (1 KB payloads): what BMv2 on two cores forwards for
                              # four ranks' channels without dropping (3000 lost hundreds of packets a step)
 START_DELAY_S = 3.0          # ranks start together this long after launch (imports, sockets)

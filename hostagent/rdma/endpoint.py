@@ -113,15 +113,22 @@ class Endpoint:
 
     def __init__(self, link: Link, ip: str, mac: str, gateway_mac: str, params: TransportParams,
                  congestion_control: Callable[[], CongestionControl], dscp: int = 0,
-                 clock: Callable[[], float] = time.monotonic, accept_qps: Optional[range] = None):
+                 clock: Optional[Callable[[], float]] = None, accept_qps: Optional[range] = None):
         """accept_qps: the queue pairs this endpoint answers data on (None:
-        all); another endpoint on the same host (another job) has others."""
+        all); another endpoint on the same host (another job) has others.
+        clock: seconds, by default since this endpoint was made (the
+        congestion controls start their timers at 0: on time.monotonic(),
+        the machine's uptime, DCQCN's first call ran every 20 ms timer
+        period since boot, tens of seconds of a collective's first step)."""
         self.link = link
         self.ip, self.mac, self.gateway_mac = ip, mac, gateway_mac
         self._ip_bytes = bytes(int(x) for x in ip.split("."))
         self.params = params
         self.make_cc = congestion_control
         self.dscp = dscp
+        if clock is None:
+            t0 = time.monotonic()
+            clock = lambda: time.monotonic() - t0    # noqa: E731
         self.clock = clock
         self.accept_qps = accept_qps
         self.connections: dict[tuple[str, int], Connection] = {}
