@@ -22,9 +22,7 @@ control VerifyIpv4Checksum(inout headers_t hdr, inout local_metadata_t meta) {
 // The INT bytes a TCP/UDP checksum covers: every INT header (invalid ones
 // add nothing). The payload follows them.
 #define INT_CHECKSUM_HEADERS(h) \
-    h.int_shim, h.int_md, h.int_node_id, h.int_l1_ports, h.int_hop_latency, h.int_queue, \
-    h.int_ingress_ts, h.int_egress_ts, h.int_fill16, h.int_fill8, h.int_fill4, h.int_fill2, h.int_fill1, \
-    h.int_ds_tx_bytes, h.int_ds_tx_time, h.int_ds_link_rate, h.int_checksum_fill, h.int_stack
+    h.int_shim, h.int_md, h.int_hop16, h.int_hop8, h.int_hop4, h.int_hop2, h.int_hop1, h.int_stack
 
 // IPv4 header checksum, and the TCP/UDP checksum of packets whose length
 // INT changed (source, transit, sink): meta.telemetry.l4_checksum. A zero UDP

@@ -144,28 +144,16 @@ struct headers_t {
     // INT
     int_shim_t          int_shim;
     int_md_t            int_md;
-    int_node_id_t       int_node_id;        // this hop's metadata, in bitmap order
-    int_l1_ports_t      int_l1_ports;
-    int_hop_latency_t   int_hop_latency;
-    int_queue_t         int_queue;
-    int_timestamp_t     int_ingress_ts;
-    int_timestamp_t     int_egress_ts;
-    int_fill16_t        int_fill16;         // all-ones: bits 6-14, unknown DS metadata
-    int_fill8_t         int_fill8;
-    int_fill4_t         int_fill4;
-    int_fill2_t         int_fill2;
-    int_fill1_t         int_fill1;
-    int_word_t          int_ds_tx_bytes;
-    int_word_t          int_ds_tx_time;
-    int_word_t          int_ds_link_rate;
-    int_word_t          int_checksum_fill;  // bit 15 last (all-ones: the L4 checksum is recomputed)
+    int_hop16_t         int_hop16;          // this hop's metadata, HopML words (IntHopWords)
+    int_hop8_t          int_hop8;
+    int_hop4_t          int_hop4;
+    int_hop2_t          int_hop2;
+    int_hop1_t          int_hop1;
     int_stack_t         int_stack;
     // Never emitted: what the sink (or a congested hop) keeps for its report
     // clone, which inherits valid headers (BMv2 copies them into E2E clones)
     // while the data packet leaves without them.
     int_report_saved_t  int_saved;
-    int_shim_t          saved_int_shim;
-    int_md_t            saved_int_md;
     int_stack_t         saved_int_stack;
 #endif
 }
@@ -273,7 +261,8 @@ header int_scratch_t {           // int_telemetry_*.p4
     bit<32>  report_bytes;
     bit<16>  inner_bytes;
     bit<32>  interval_us;        // drop reports: the rate limit
-    bit<8>   fill_words;         // transit: all-ones words to reach HopML (IntFill)
+    bit<8>   fill_words;         // transit: all-ones words to reach HopML
+    bit<992> hop;                // transit: this hop's words so far, the last one lowest (IntHopWords)
     bit<16>  l4_length;          // TCP length for the checksum pseudo-header
 }
 

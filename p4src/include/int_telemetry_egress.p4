@@ -33,8 +33,8 @@
 // of egress, from the headers as egress left them, and only the egress pass
 // of the data packet knows its queue (occupancy, hop latency at the sink
 // port: the queue incast builds). So the sink keeps its own measurements
-// and the IPv4/L4 fields it rewrites in int_saved, and copies the shim, the
-// MD header and the stack into saved_int_shim/md/stack: headers that are
+// and the IPv4/L4 fields it rewrites, the shim and the MD header in
+// int_saved, and copies the stack into saved_int_stack: headers that are
 // valid but never emitted, so the clone inherits them and the data packet
 // leaves without them. Then it clones and strips; the clone rebuilds the
 // packet as received. (Headers, not metadata: BMv2 resets every metadata
@@ -46,16 +46,60 @@
 #include <v1model.p4>
 #include "headers.p4"
 
-// All-ones words, meta.int_scratch.fill_words of them (at most 31), as the
-// fill headers of 16, 8, 4, 2 and 1 words: what bits 6-14 and unknown DS
-// metadata get.
-control IntFill(inout headers_t hdr, in local_metadata_t meta) {
+// All-ones words, meta.int_scratch.fill_words of them (at most 31), shifted
+// into this hop's metadata: what bits 6-14 and unknown DS metadata get.
+// (BMv2 shifts by at most 256 bits, and by a constant here.)
+control IntFillWords(inout local_metadata_t meta) {
     apply {
-        if (meta.int_scratch.fill_words[4:4] == 1) { hdr.int_fill16.setValid(); hdr.int_fill16.ones = ~(bit<512>) 0; }
-        if (meta.int_scratch.fill_words[3:3] == 1) { hdr.int_fill8.setValid(); hdr.int_fill8.ones = ~(bit<256>) 0; }
-        if (meta.int_scratch.fill_words[2:2] == 1) { hdr.int_fill4.setValid(); hdr.int_fill4.ones = ~(bit<128>) 0; }
-        if (meta.int_scratch.fill_words[1:1] == 1) { hdr.int_fill2.setValid(); hdr.int_fill2.ones = ~(bit<64>) 0; }
-        if (meta.int_scratch.fill_words[0:0] == 1) { hdr.int_fill1.setValid(); hdr.int_fill1.ones = ~(bit<32>) 0; }
+        if (meta.int_scratch.fill_words[4:4] == 1) {
+            meta.int_scratch.hop = (meta.int_scratch.hop << 256) | (bit<992>) ~(bit<256>) 0;
+            meta.int_scratch.hop = (meta.int_scratch.hop << 256) | (bit<992>) ~(bit<256>) 0;
+        }
+        if (meta.int_scratch.fill_words[3:3] == 1) {
+            meta.int_scratch.hop = (meta.int_scratch.hop << 256) | (bit<992>) ~(bit<256>) 0;
+        }
+        if (meta.int_scratch.fill_words[2:2] == 1) {
+            meta.int_scratch.hop = (meta.int_scratch.hop << 128) | (bit<992>) ~(bit<128>) 0;
+        }
+        if (meta.int_scratch.fill_words[1:1] == 1) {
+            meta.int_scratch.hop = (meta.int_scratch.hop << 64) | (bit<992>) ~(bit<64>) 0;
+        }
+        if (meta.int_scratch.fill_words[0:0] == 1) {
+            meta.int_scratch.hop = (meta.int_scratch.hop << 32) | (bit<992>) ~(bit<32>) 0;
+        }
+    }
+}
+
+// This hop's metadata, HopML words built in meta.int_scratch.hop (the last
+// word lowest), as the headers of 16, 8, 4, 2 and 1 words that HopML's bits
+// ask for: the 1-word header takes the last word, the 2-word one the two
+// before it, and so on up.
+control IntHopWords(inout headers_t hdr, inout local_metadata_t meta) {
+    apply {
+        if (hdr.int_md.hop_ml[0:0] == 1) {
+            hdr.int_hop1.setValid();
+            hdr.int_hop1.words = meta.int_scratch.hop[31:0];
+            meta.int_scratch.hop = meta.int_scratch.hop >> 32;
+        }
+        if (hdr.int_md.hop_ml[1:1] == 1) {
+            hdr.int_hop2.setValid();
+            hdr.int_hop2.words = meta.int_scratch.hop[63:0];
+            meta.int_scratch.hop = meta.int_scratch.hop >> 64;
+        }
+        if (hdr.int_md.hop_ml[2:2] == 1) {
+            hdr.int_hop4.setValid();
+            hdr.int_hop4.words = meta.int_scratch.hop[127:0];
+            meta.int_scratch.hop = meta.int_scratch.hop >> 128;
+        }
+        if (hdr.int_md.hop_ml[3:3] == 1) {
+            hdr.int_hop8.setValid();
+            hdr.int_hop8.words = meta.int_scratch.hop[255:0];
+            meta.int_scratch.hop = meta.int_scratch.hop >> 256;
+        }
+        if (hdr.int_md.hop_ml[4:4] == 1) {
+            hdr.int_hop16.setValid();
+            hdr.int_hop16.words = meta.int_scratch.hop[511:0];
+        }
     }
 }
 
@@ -84,7 +128,8 @@ control IntEgress(inout headers_t hdr,
     register<bit<32>, port_t>(PORT_COUNT) queue_report_time;          // when the port last sent a congestion report
     counter<bit<32>>(REPORT_KINDS, CounterType.packets) int_report_counter;
 
-    IntFill() fill;
+    IntFillWords() fill_words;
+    IntHopWords() hop_words;
 
     action set_int_port(bit<32> switch_id, bit<1> is_sink, bit<16> port_mtu, bit<32> port_rate_mbps,
                         qdepth_t queue_report_threshold, bit<32> queue_report_interval_us,
@@ -186,8 +231,11 @@ control IntEgress(inout headers_t hdr,
         hdr.int_saved.l4_dst_port = hdr.udp.dst_port;
         hdr.int_saved.udp_length = hdr.udp.length;
         hdr.int_saved.l4_checksum = hdr.udp.checksum;     // TCP: the caller replaces it
-        hdr.saved_int_shim = hdr.int_shim;
-        hdr.saved_int_md = hdr.int_md;
+        hdr.int_saved.int_shim = hdr.int_shim.int_type ++ hdr.int_shim.npt ++ hdr.int_shim.rsvd ++ hdr.int_shim.len
+                               ++ hdr.int_shim.npt_field;
+        hdr.int_saved.int_md = hdr.int_md.ver ++ hdr.int_md.d ++ hdr.int_md.e ++ hdr.int_md.m ++ hdr.int_md.rsvd
+                             ++ hdr.int_md.hop_ml ++ hdr.int_md.remaining_hop_cnt ++ hdr.int_md.instruction_bitmap
+                             ++ hdr.int_md.ds_id ++ hdr.int_md.ds_instruction ++ hdr.int_md.ds_flags;
         hdr.saved_int_stack = hdr.int_stack;            // invalid for an empty stack: then so is the copy
         // IPv4 header + L4 header + shim + MD header + stack
         hdr.int_saved.inner_bytes = ((bit<16>) hdr.ipv4.ihl << 2) + 8 + 4 + ((bit<16>) hdr.int_shim.len << 2);
@@ -268,28 +316,32 @@ control IntEgress(inout headers_t hdr,
         hdr.inner_tcp = hdr.tcp;
         hdr.inner_tcp.checksum = hdr.int_saved.l4_checksum;
         hdr.inner_tcp_options = hdr.tcp_options;
-        hdr.int_shim = hdr.saved_int_shim;
-        hdr.int_md = hdr.saved_int_md;
+        hdr.int_shim.setValid();
+        hdr.int_shim.int_type = hdr.int_saved.int_shim[31:28];
+        hdr.int_shim.npt = hdr.int_saved.int_shim[27:26];
+        hdr.int_shim.rsvd = hdr.int_saved.int_shim[25:24];
+        hdr.int_shim.len = hdr.int_saved.int_shim[23:16];
+        hdr.int_shim.npt_field = hdr.int_saved.int_shim[15:0];
+        hdr.int_md.setValid();
+        hdr.int_md.ver = hdr.int_saved.int_md[95:92];
+        hdr.int_md.d = hdr.int_saved.int_md[91:91];
+        hdr.int_md.e = hdr.int_saved.int_md[90:90];
+        hdr.int_md.m = hdr.int_saved.int_md[89:89];
+        hdr.int_md.rsvd = hdr.int_saved.int_md[88:77];
+        hdr.int_md.hop_ml = hdr.int_saved.int_md[76:72];
+        hdr.int_md.remaining_hop_cnt = hdr.int_saved.int_md[71:64];
+        hdr.int_md.instruction_bitmap = hdr.int_saved.int_md[63:48];
+        hdr.int_md.ds_id = hdr.int_saved.int_md[47:32];
+        hdr.int_md.ds_instruction = hdr.int_saved.int_md[31:16];
+        hdr.int_md.ds_flags = hdr.int_saved.int_md[15:0];
         hdr.int_stack = hdr.saved_int_stack;
-        hdr.saved_int_shim.setInvalid();
-        hdr.saved_int_md.setInvalid();
         hdr.saved_int_stack.setInvalid();
         // A congestion report's packet had this hop pushed: not part of what it received.
-        hdr.int_node_id.setInvalid();
-        hdr.int_l1_ports.setInvalid();
-        hdr.int_hop_latency.setInvalid();
-        hdr.int_queue.setInvalid();
-        hdr.int_ingress_ts.setInvalid();
-        hdr.int_egress_ts.setInvalid();
-        hdr.int_fill16.setInvalid();
-        hdr.int_fill8.setInvalid();
-        hdr.int_fill4.setInvalid();
-        hdr.int_fill2.setInvalid();
-        hdr.int_fill1.setInvalid();
-        hdr.int_ds_tx_bytes.setInvalid();
-        hdr.int_ds_tx_time.setInvalid();
-        hdr.int_ds_link_rate.setInvalid();
-        hdr.int_checksum_fill.setInvalid();
+        hdr.int_hop16.setInvalid();
+        hdr.int_hop8.setInvalid();
+        hdr.int_hop4.setInvalid();
+        hdr.int_hop2.setInvalid();
+        hdr.int_hop1.setInvalid();
 
         // The report around it.
         meta.int_scratch.report_bytes = (bit<32>) (REPORT_HEADERS_BYTES + REPORT_MD_BYTES + hdr.int_saved.inner_bytes);
@@ -466,55 +518,48 @@ control IntEgress(inout headers_t hdr,
                                       > INT_MAX_STACK_WORDS_C) {
                             hdr.int_md.m = 1;
                         } else {
-                            if (hdr.int_md.instruction_bitmap[15:15] == 1) {
-                                hdr.int_node_id.setValid();
-                                hdr.int_node_id.node_id = meta.int_scratch.node_id;
+                            // Shifted in, one instruction after the other (INT_BASELINE_WORDS).
+                            meta.int_scratch.hop = 0;
+                            if (hdr.int_md.instruction_bitmap[15:15] == 1) {        // node id
+                                meta.int_scratch.hop = (bit<992>) meta.int_scratch.node_id;
                             }
-                            if (hdr.int_md.instruction_bitmap[14:14] == 1) {
-                                hdr.int_l1_ports.setValid();
-                                hdr.int_l1_ports.ingress_port = (bit<16>) std_meta.ingress_port;
-                                hdr.int_l1_ports.egress_port = (bit<16>) std_meta.egress_port;
+                            if (hdr.int_md.instruction_bitmap[14:14] == 1) {        // L1 ingress and egress port
+                                meta.int_scratch.hop = (meta.int_scratch.hop << 32)
+                                    | (bit<992>) ((bit<16>) std_meta.ingress_port ++ (bit<16>) std_meta.egress_port);
                             }
-                            if (hdr.int_md.instruction_bitmap[13:13] == 1) {
-                                hdr.int_hop_latency.setValid();
-                                hdr.int_hop_latency.hop_latency =
-                                    (bit<32>) (std_meta.egress_global_timestamp - std_meta.ingress_global_timestamp);
+                            if (hdr.int_md.instruction_bitmap[13:13] == 1) {        // hop latency
+                                meta.int_scratch.hop = (meta.int_scratch.hop << 32)
+                                    | (bit<992>) (bit<32>) (std_meta.egress_global_timestamp - std_meta.ingress_global_timestamp);
                             }
-                            if (hdr.int_md.instruction_bitmap[12:12] == 1) {
-                                hdr.int_queue.setValid();
-                                hdr.int_queue.queue_id = 0;
-                                hdr.int_queue.occupancy = (bit<24>) std_meta.enq_qdepth;
+                            if (hdr.int_md.instruction_bitmap[12:12] == 1) {        // queue id 0, occupancy
+                                meta.int_scratch.hop = (meta.int_scratch.hop << 32) | (bit<992>) (bit<24>) std_meta.enq_qdepth;
                             }
-                            if (hdr.int_md.instruction_bitmap[11:11] == 1) {
-                                hdr.int_ingress_ts.setValid();
-                                hdr.int_ingress_ts.timestamp = (bit<64>) std_meta.ingress_global_timestamp;
+                            if (hdr.int_md.instruction_bitmap[11:11] == 1) {        // ingress timestamp
+                                meta.int_scratch.hop = (meta.int_scratch.hop << 64) | (bit<992>) std_meta.ingress_global_timestamp;
                             }
-                            if (hdr.int_md.instruction_bitmap[10:10] == 1) {
-                                hdr.int_egress_ts.setValid();
-                                hdr.int_egress_ts.timestamp = (bit<64>) std_meta.egress_global_timestamp;
+                            if (hdr.int_md.instruction_bitmap[10:10] == 1) {        // egress timestamp
+                                meta.int_scratch.hop = (meta.int_scratch.hop << 64) | (bit<992>) std_meta.egress_global_timestamp;
                             }
                             count_fill();
-                            if (meta.int_scratch.fill_words != 0) {
-                                fill.apply(hdr, meta);
+                            if (meta.int_scratch.fill_words != 0) {                 // bits 6-14, unknown DS metadata: all-ones
+                                fill_words.apply(meta);
                             }
                             if (hdr.int_md.ds_id == FABRIC_DS_ID) {
-                                if (hdr.int_md.ds_instruction[15:15] == 1) {
-                                    hdr.int_ds_tx_bytes.setValid();
-                                    hdr.int_ds_tx_bytes.data = meta.int_scratch.tx_bytes;
+                                if (hdr.int_md.ds_instruction[15:15] == 1) {        // tx bytes
+                                    meta.int_scratch.hop = (meta.int_scratch.hop << 32) | (bit<992>) meta.int_scratch.tx_bytes;
                                 }
-                                if (hdr.int_md.ds_instruction[14:14] == 1) {
-                                    hdr.int_ds_tx_time.setValid();
-                                    hdr.int_ds_tx_time.data = (bit<32>) std_meta.egress_global_timestamp;
+                                if (hdr.int_md.ds_instruction[14:14] == 1) {        // tx time
+                                    meta.int_scratch.hop = (meta.int_scratch.hop << 32)
+                                        | (bit<992>) (bit<32>) std_meta.egress_global_timestamp;
                                 }
-                                if (hdr.int_md.ds_instruction[13:13] == 1) {
-                                    hdr.int_ds_link_rate.setValid();
-                                    hdr.int_ds_link_rate.data = meta.int_scratch.link_rate_mbps;
+                                if (hdr.int_md.ds_instruction[13:13] == 1) {        // link rate
+                                    meta.int_scratch.hop = (meta.int_scratch.hop << 32) | (bit<992>) meta.int_scratch.link_rate_mbps;
                                 }
                             }
-                            if (hdr.int_md.instruction_bitmap[0:0] == 1) {
-                                hdr.int_checksum_fill.setValid();
-                                hdr.int_checksum_fill.data = 0xFFFFFFFF;
+                            if (hdr.int_md.instruction_bitmap[0:0] == 1) {          // checksum complement: all-ones
+                                meta.int_scratch.hop = (meta.int_scratch.hop << 32) | 0xFFFFFFFF;
                             }
+                            hop_words.apply(hdr, meta);
                             push_done((bit<16>) hdr.int_md.hop_ml << 2);
                         }
                     }

@@ -50,39 +50,16 @@ header int_stack_t {
     varbit<INT_STACK_BITS> words;
 }
 
-// All-ones fill (bits 6-14, unknown DS metadata): 1, 2, 4, 8 or 16 words.
-header int_fill1_t  { bit<32>  ones; }
-header int_fill2_t  { bit<64>  ones; }
-header int_fill4_t  { bit<128> ones; }
-header int_fill8_t  { bit<256> ones; }
-header int_fill16_t { bit<512> ones; }
-
-header int_word_t {
-    bit<32> data;
-}
-
-// The metadata this switch pushes, one header per instruction bit.
-header int_node_id_t {
-    bit<32> node_id;
-}
-
-header int_l1_ports_t {
-    bit<16> ingress_port;
-    bit<16> egress_port;
-}
-
-header int_hop_latency_t {
-    bit<32> hop_latency;
-}
-
-header int_queue_t {
-    bit<8>  queue_id;
-    bit<24> occupancy;
-}
-
-header int_timestamp_t {
-    bit<64> timestamp;
-}
+// The metadata this switch pushes: HopML words (at most 31) in bitmap order,
+// built in meta.int_scratch.hop and cut into headers of 16, 8, 4, 2 and 1
+// words by HopML's bits (int_telemetry_egress.p4 IntHopWords): five header
+// instances, not one per instruction bit, because BMv2 marks every header
+// instance invalid for every packet, INT or not.
+header int_hop16_t { bit<512> words; }
+header int_hop8_t  { bit<256> words; }
+header int_hop4_t  { bit<128> words; }
+header int_hop2_t  { bit<64>  words; }
+header int_hop1_t  { bit<32>  words; }
 
 // Never emitted (headers.p4): the reporting switch's measurements and the
 // IPv4/L4 fields it rewrote, as received, for an INT report clone.
@@ -104,6 +81,8 @@ header int_report_saved_t {
     bit<16> udp_length;
     bit<16> l4_checksum;
     bit<16> inner_bytes;       // the reported packet: IPv4 + L4 + INT bytes
+    bit<32> int_shim;          // its INT shim and MD header, field after field (not headers of
+    bit<96> int_md;            // their own: BMv2 resets each header instance of every packet)
 }
 
 // Telemetry Report v2.0: the group header, one individual report header and

@@ -269,21 +269,11 @@ control FabricDeparser(packet_out packet, in headers_t hdr) {
         packet.emit(hdr.inner_tcp_options);
         packet.emit(hdr.int_shim);
         packet.emit(hdr.int_md);
-        packet.emit(hdr.int_node_id);
-        packet.emit(hdr.int_l1_ports);
-        packet.emit(hdr.int_hop_latency);
-        packet.emit(hdr.int_queue);
-        packet.emit(hdr.int_ingress_ts);
-        packet.emit(hdr.int_egress_ts);
-        packet.emit(hdr.int_fill16);
-        packet.emit(hdr.int_fill8);
-        packet.emit(hdr.int_fill4);
-        packet.emit(hdr.int_fill2);
-        packet.emit(hdr.int_fill1);
-        packet.emit(hdr.int_ds_tx_bytes);
-        packet.emit(hdr.int_ds_tx_time);
-        packet.emit(hdr.int_ds_link_rate);
-        packet.emit(hdr.int_checksum_fill);
+        packet.emit(hdr.int_hop16);
+        packet.emit(hdr.int_hop8);
+        packet.emit(hdr.int_hop4);
+        packet.emit(hdr.int_hop2);
+        packet.emit(hdr.int_hop1);
         packet.emit(hdr.int_stack);
 #endif
     }
