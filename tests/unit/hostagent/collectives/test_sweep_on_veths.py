@@ -40,7 +40,9 @@ def lossy_bridge():
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         sh("ip", "netns", "add", ns)
     try:
-        sh("ip", "link", "add", "br0", "type", "bridge", ns=BRIDGE_NS)
+        # ageing time 0: the bridge learns no address and floods every frame to every host, so each
+        # endpoint must ignore what is not addressed to it (counted in its summary)
+        sh("ip", "link", "add", "br0", "type", "bridge", "ageing_time", "0", ns=BRIDGE_NS)
         sh("ip", "link", "set", "br0", "up", ns=BRIDGE_NS)
         for i, ns in enumerate(HOSTS):
             sh("ip", "link", "add", f"{ns}0", "type", "veth", "peer", "name", f"{ns}-br")
@@ -88,7 +90,10 @@ def test_sweep_on_a_lossy_bridge(lossy_bridge, tmp_path, collective, algorithm, 
         assert summary["wrong_results"] == 0
         assert 16384 < summary["table"][-1]["size_bytes"] <= 32768     # (all-to-all: a multiple of the ranks)
         assert len(stdout.strip().splitlines()) == len(summary["table"])         # one table line per size
-        assert summary["ignored"].get("not addressed to this host", 0) > 0       # the bridge flooded
+    # the bridge flooded: some rank ignored frames between two others (not every rank: in halving-doubling
+    # on three ranks one pair may finish a phase before the third is listening)
+    assert sum(json.loads(out.with_suffix(".json").read_text())["ignored"].get("not addressed to this host", 0)
+               for _, out in procs) > 0
     retransmitted = sum(json.loads(out.with_suffix(".json").read_text())["retransmitted"] for _, out in procs)
     assert retransmitted > 0                                                     # the loss was real
 
