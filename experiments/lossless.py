@@ -280,6 +280,11 @@ def run_spreading_case(name: str, topo, net: Network, ctl: FabricController, arg
     vbins = _read_bins(case_dir / f"receive-{victim_rx.name}.csv")
     capacity = queue_rate_pps(topo.switches["leaf3"].ports[receiver.switch_port].link.bandwidth_mbps)
     steady = sum(v for (t, _f), v in bins.items() if warm <= t < args.duration)
+
+    def victim_rate(start: float) -> float:
+        """The victim flow's packets/s from `start` to the end of the run."""
+        return round(sum(v for (t, _f), v in vbins.items() if start <= t < args.duration) / (args.duration - start), 1)
+
     result = {
         "case": name,
         "senders": len(senders),
@@ -292,11 +297,9 @@ def run_spreading_case(name: str, topo, net: Network, ctl: FabricController, arg
         "pipeline_drops": " ".join(f"{key}:{n - pipeline_before.get(key, 0)}" for key, n in pipeline_after.items()
                                    if n > pipeline_before.get(key, 0)),
         "utilisation": round(steady / ((args.duration - warm) * capacity), 3),
-        "victim_pps": round(sum(v for (t, _f), v in vbins.items() if warm <= t < args.duration)
-                            / (args.duration - warm), 1),
+        "victim_pps": victim_rate(warm),
         # once DCQCN has settled: how fast it gets there depends on how busy the machine is
-        "victim_last_40pct_pps": round(sum(v for (t, _f), v in vbins.items() if 0.6 * args.duration <= t < args.duration)
-                                       / (0.4 * args.duration), 1),
+        "victim_last_40pct_pps": victim_rate(0.6 * args.duration),
         "victim_drops": sum(f["lost"] for f in vrx["flows"].values()),
         **{f"pauses_hop{i}": after[hop] - before[hop] for i, hop in enumerate(HOPS, start=1)},
         "cnps_received": sum(t["cnps_received"] for t in tx),
