@@ -153,19 +153,21 @@ control FabricEgress(inout headers_t hdr,
 #endif
         {
             port_counter.apply(std_meta);
-            if (meta.egress_work == 1) {
+            if (meta.egress_work != 0) {
 #ifndef WITHOUT_AGGREGATION
-                if (meta.agg_result == 1) {
+                if ((meta.egress_work & EGRESS_AGG_RESULT) != 0) {
                     aggregation.apply(hdr, std_meta);     // a result replica: to its worker
                 }
 #endif
-#ifndef WITHOUT_INT_TELEMETRY
-                if (meta.telemetry.enabled == 1) {
-                    int_egress.apply(hdr, meta, std_meta);
+#ifndef WITHOUT_LOAD_BALANCING
+                if ((meta.egress_work & EGRESS_LB_LOAD) != 0) {
+                    load_recorder.apply(std_meta);        // before INT: a report clone keeps EGRESS_INT only
                 }
 #endif
-#ifndef WITHOUT_LOAD_BALANCING
-                load_recorder.apply(meta, std_meta);
+#ifndef WITHOUT_INT_TELEMETRY
+                if ((meta.egress_work & EGRESS_INT) != 0) {
+                    int_egress.apply(hdr, meta, std_meta);
+                }
 #endif
             }
 #ifndef WITHOUT_ECN

@@ -160,8 +160,7 @@ control Aggregation(inout headers_t hdr,
     // of `group`: egress (agg_replica) writes each worker's addresses.
     action send_result(bit<16> group) {
         std_meta.mcast_grp = group;
-        meta.agg_result = 1;
-        meta.egress_work = 1;
+        meta.egress_work = meta.egress_work | EGRESS_AGG_RESULT;
         hdr.agg.flags = AGG_FLAG_RESULT
             | (AGG_CELL_STATUS(meta.agg.state) & AGG_CELL_OVERFLOW) << 2      // -> AGG_FLAG_OVERFLOW
             | (AGG_CELL_STATUS(meta.agg.state) & AGG_CELL_CONGESTED) << 5;    // -> AGG_FLAG_CONGESTED
@@ -200,8 +199,7 @@ control Aggregation(inout headers_t hdr,
         meta.drop_reason = DROP_NONE;        // addressed to this switch: forwarding found no route
         hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
         std_meta.mcast_grp = meta.agg.job_group;
-        meta.agg_result = 1;
-        meta.egress_work = 1;
+        meta.egress_work = meta.egress_work | EGRESS_AGG_RESULT;
         hdr.udp.checksum = 0;
     }
     action not_from_parent() {

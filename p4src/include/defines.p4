@@ -71,6 +71,14 @@ const drop_reason_t DROP_PFC_MALFORMED = 15;     // a MAC control frame that is 
 const drop_reason_t DROP_AGG_NOT_PARENT = 16;    // an aggregation result that did not come from this switch's parent in the job's tree
 const bit<32> DROP_REASON_COUNT = 17;
 
+// meta.egress_work: what a packet asks of egress, one bit per feature, set
+// in ingress (0 for every other packet: one condition skips egress work).
+// One field, not a flag per feature: BMv2 zeroes every metadata field of
+// every packet (docs/benchmark.md, the price list).
+const bit<8> EGRESS_INT = 1;            // INT is on at this switch (int_telemetry_egress.p4; report clones keep it)
+const bit<8> EGRESS_LB_LOAD = 2;        // adaptive load balancing: record the queue depth this packet saw
+const bit<8> EGRESS_AGG_RESULT = 4;     // an aggregation result replica: egress addresses it to its worker
+
 // In-band network telemetry (INT v2.1, Telemetry Report v2.0): the wire
 // contract is docs/protocols/int_telemetry.md; wire/int_telemetry.py holds the same values.
 const bit<16> INT_UDP_PORT = 6000;         // UDP dport announcing INT after the UDP header (NPT 1)

@@ -113,8 +113,10 @@ header agg_t {
 
 // Deparsed in this order (parser.p4). A data packet is ethernet, ipv4, one
 // L4 header, INT (shim, MD header, this hop, the stack it arrived with). A
-// telemetry report reuses ethernet/ipv4/udp as its outer headers, then the
-// report headers, then the reported packet from inner_ipv4 on.
+// telemetry report reuses ethernet/ipv4 as its outer headers, then its own
+// UDP and report headers, then the reported packet: a copy of its IPv4
+// header (inner_ipv4), and its own L4 header, TCP options and INT headers,
+// restored as received (one header instance each, not a copy of each).
 struct headers_t {
     ethernet_t          ethernet;
     vlan_t              vlan;
@@ -134,13 +136,11 @@ struct headers_t {
 #endif
 #ifndef WITHOUT_INT_TELEMETRY
     // Telemetry report (report clones only)
+    udp_t               report_udp;
     report_t            report;
     report_int_md_t     report_int_md;
     report_drop_md_t    report_drop_md;
     ipv4_t              inner_ipv4;
-    udp_t               inner_udp;
-    tcp_t               inner_tcp;
-    tcp_options_t       inner_tcp_options;
     // INT
     int_shim_t          int_shim;
     int_md_t            int_md;
@@ -333,17 +333,17 @@ header ecn_scratch_t {           // ecn.p4: the port's marking profile
 
 // INT state that crosses from ingress to egress and the checksum update.
 struct int_meta_t {
-    @field_list(INT_REPORT_FIELDS)
-    bit<1>  enabled;          // INT is on at this switch (int_switch, drop_report): egress looks at int_port
     bool    l4_checksum;      // INT bytes inserted or removed: recompute the TCP/UDP checksum
 }
 
 // What a drop report clone (an ingress clone, re-parsed from the packet as
 // received) keeps: clone_preserving_field_list copies these fields.
+// One field, not three: BMv2 zeroes each metadata field for every packet.
+#define REPORT_DROP_REASON(drop) drop[87:80]
+#define REPORT_INGRESS_PORT(drop) drop[79:64]
+#define REPORT_INGRESS_TS(drop) drop[63:0]
 struct int_report_meta_t {
-    @field_list(INT_REPORT_FIELDS) bit<8>  drop_reason;
-    @field_list(INT_REPORT_FIELDS) bit<16> ingress_port;
-    @field_list(INT_REPORT_FIELDS) bit<64> ingress_ts;
+    @field_list(INT_REPORT_FIELDS) bit<88> drop;   // drop reason ++ ingress port (16 bits) ++ ingress timestamp (64)
 }
 
 struct local_metadata_t {
@@ -354,10 +354,10 @@ struct local_metadata_t {
     ecmp_slot_t   ecmp_slot;     // slot of the flow in its ECMP group (5-tuple hash, switch seed)
     drop_reason_t drop_reason;
     // Egress work is asked for by ingress: a feature that needs egress for a
-    // packet (INT, adaptive load balancing, aggregation results) sets
-    // egress_work and its own flag; every other packet skips it on one condition.
+    // packet (INT, adaptive load balancing, aggregation results) sets its
+    // EGRESS_* bit (defines.p4); every other packet skips egress work on one condition.
     @field_list(INT_REPORT_FIELDS)
-    bit<1>        egress_work;
+    bit<8>        egress_work;
     // Scratch headers (see above).
     parse_scratch_t    parse;
     flow_key_t         flow;
@@ -368,11 +368,9 @@ struct local_metadata_t {
     int_scratch_t      int_scratch;
 #endif
 #ifndef WITHOUT_LOAD_BALANCING
-    bit<1>             lb_record_load;  // adaptive: egress records the queue this packet saw
     lb_scratch_t       lb;
 #endif
 #ifndef WITHOUT_AGGREGATION
-    bit<1>             agg_result;      // a result replica: egress writes the worker's addresses
     agg_scratch_t      agg;
 #endif
 #ifndef WITHOUT_FAILOVER

@@ -17,8 +17,7 @@ control IntDropReport(inout local_metadata_t meta, in standard_metadata_t std_me
     counter<drop_reason_t>(DROP_REASON_COUNT, CounterType.packets) drop_reports_limited;
     action report_drops(bit<32> min_interval_us) {
         meta.int_scratch.interval_us = min_interval_us;
-        meta.telemetry.enabled = 1;
-        meta.egress_work = 1;
+        meta.egress_work = EGRESS_INT;    // the packet is dropped; its report clone keeps this field: INT's work only
         meta.int_scratch.now_us = (bit<32>) std_meta.ingress_global_timestamp;
         drop_report_time.read(meta.int_scratch.last_us, meta.drop_reason);
     }
@@ -36,9 +35,8 @@ control IntDropReport(inout local_metadata_t meta, in standard_metadata_t std_me
     action clone_drop() {
         meta.int_scratch.now_us = (meta.int_scratch.now_us == 0 ? 32w1 : meta.int_scratch.now_us);
         drop_report_time.write(meta.drop_reason, meta.int_scratch.now_us);
-        meta.report.drop_reason = meta.drop_reason;
-        meta.report.ingress_port = (bit<16>) std_meta.ingress_port;
-        meta.report.ingress_ts = (bit<64>) std_meta.ingress_global_timestamp;
+        meta.report.drop = meta.drop_reason ++ (bit<16>) std_meta.ingress_port
+                         ++ (bit<64>) std_meta.ingress_global_timestamp;
         clone_preserving_field_list(CloneType.I2E, REPORT_MIRROR_SESSION, INT_REPORT_FIELDS);
     }
 

@@ -12,8 +12,9 @@
 //                           from a hop whose queue is above the port's threshold
 //   build_drop_report(...)  a drop report clone (instance ingress clone,
 //                           int_telemetry_drop_report.p4): D flag and the drop reason
-// A switch where INT is off pays one condition per packet here (the flag
-// meta.telemetry.enabled, set in ingress by int_switch or drop_report).
+// A switch where INT is off pays nothing per packet here: egress_work has no
+// EGRESS_INT bit (set in ingress by int_switch or drop_report), and main.p4's
+// egress skips every feature's egress work on one condition.
 //
 // Suppression (what keeps telemetry cheap): every hop keeps, per flow cell,
 // (ingress port, egress port, hop latency bucket, queue bucket); a hop whose
@@ -241,7 +242,8 @@ control IntEgress(inout headers_t hdr,
         hdr.int_saved.inner_bytes = ((bit<16>) hdr.ipv4.ihl << 2) + 8 + 4 + ((bit<16>) hdr.int_shim.len << 2);
         hdr.int_saved.intermediate = 0;
         hdr.int_saved.congested = 0;
-        clone_preserving_field_list(CloneType.E2E, REPORT_MIRROR_SESSION, INT_REPORT_FIELDS);   // keeps `enabled`
+        meta.egress_work = EGRESS_INT;     // what the clone keeps: INT's work only (the others' is done: main.p4)
+        clone_preserving_field_list(CloneType.E2E, REPORT_MIRROR_SESSION, INT_REPORT_FIELDS);
     }
 
     action strip_int() {
@@ -254,15 +256,14 @@ control IntEgress(inout headers_t hdr,
         meta.telemetry.l4_checksum = true;
     }
 
-    // ---- the report around a clone: outer Ethernet/IPv4/UDP (the packet's own
-    // headers, rewritten), group header with the next sequence number, and the
-    // individual report's common fields; the callers add lengths and metadata.
+    // ---- the report around a clone: outer Ethernet/IPv4 (the packet's own
+    // headers, rewritten; inner_ipv4 is the copy reported) and UDP, group header
+    // with the next sequence number, and the individual report's common fields;
+    // the callers add lengths and metadata.
 
     action report_headers(mac_addr_t src_mac, mac_addr_t dst_mac, ipv4_addr_t src_addr,
                           ipv4_addr_t collector_addr, bit<16> collector_port, bit<32> switch_id,
                           bit<16> ip_bytes) {
-        hdr.tcp.setInvalid();
-        hdr.tcp_options.setInvalid();
         hdr.ethernet.src_addr = src_mac;
         hdr.ethernet.dst_addr = dst_mac;
         hdr.ethernet.ether_type = ETHERTYPE_IPV4;
@@ -280,11 +281,11 @@ control IntEgress(inout headers_t hdr,
         hdr.ipv4.protocol = IP_PROTO_UDP;
         hdr.ipv4.src_addr = src_addr;
         hdr.ipv4.dst_addr = collector_addr;
-        hdr.udp.setValid();
-        hdr.udp.src_port = REPORT_UDP_PORT;
-        hdr.udp.dst_port = collector_port;
-        hdr.udp.length = ip_bytes - 20;
-        hdr.udp.checksum = 0;
+        hdr.report_udp.setValid();
+        hdr.report_udp.src_port = REPORT_UDP_PORT;
+        hdr.report_udp.dst_port = collector_port;
+        hdr.report_udp.length = ip_bytes - 20;
+        hdr.report_udp.checksum = 0;
         report_seq_no.read(meta.int_scratch.seq_no, 0);
         meta.int_scratch.next_seq_no = (meta.int_scratch.seq_no + 1) & 0x3FFFFF;
         hdr.report.setValid();
@@ -309,13 +310,10 @@ control IntEgress(inout headers_t hdr,
         hdr.inner_ipv4.dscp = hdr.int_saved.ipv4_dscp;
         hdr.inner_ipv4.hdr_checksum = hdr.int_saved.ipv4_checksum;
         hdr.inner_ipv4.ttl = hdr.ipv4.ttl + 1;      // ingress decremented it
-        hdr.inner_udp = hdr.udp;                   // one of inner_udp / inner_tcp ends up valid
-        hdr.inner_udp.dst_port = hdr.int_saved.l4_dst_port;
-        hdr.inner_udp.length = hdr.int_saved.udp_length;
-        hdr.inner_udp.checksum = hdr.int_saved.l4_checksum;
-        hdr.inner_tcp = hdr.tcp;
-        hdr.inner_tcp.checksum = hdr.int_saved.l4_checksum;
-        hdr.inner_tcp_options = hdr.tcp_options;
+        hdr.udp.dst_port = hdr.int_saved.l4_dst_port;     // the one of udp / tcp that is valid
+        hdr.udp.length = hdr.int_saved.udp_length;
+        hdr.udp.checksum = hdr.int_saved.l4_checksum;
+        hdr.tcp.checksum = hdr.int_saved.l4_checksum;
         hdr.int_shim.setValid();
         hdr.int_shim.int_type = hdr.int_saved.int_shim[31:28];
         hdr.int_shim.npt = hdr.int_saved.int_shim[27:26];
@@ -383,10 +381,7 @@ control IntEgress(inout headers_t hdr,
     action build_drop_report(mac_addr_t src_mac, mac_addr_t dst_mac, ipv4_addr_t src_addr,
                              ipv4_addr_t collector_addr, bit<16> collector_port, bit<32> switch_id) {
         meta.int_scratch.setValid();
-        hdr.inner_ipv4 = hdr.ipv4;
-        hdr.inner_udp = hdr.udp;
-        hdr.inner_tcp = hdr.tcp;
-        hdr.inner_tcp_options = hdr.tcp_options;
+        hdr.inner_ipv4 = hdr.ipv4;                  // L4 header and the rest: the packet's own
         // Report Length 0xFF: to the end of the datagram, the inner packet cut
         // to DROP_REPORT_INNER_BYTES (apply: none if it was not IPv4).
         meta.int_scratch.inner_bytes = (bit<16>) std_meta.packet_length - 14;
@@ -404,11 +399,11 @@ control IntEgress(inout headers_t hdr,
         hdr.report.ds_id = 0;
         hdr.report.ds_md_bits = 0;
         hdr.report_drop_md.setValid();
-        hdr.report_drop_md.ingress_port = meta.report.ingress_port;
+        hdr.report_drop_md.ingress_port = REPORT_INGRESS_PORT(meta.report.drop);
         hdr.report_drop_md.egress_port = 0xFFFF;      // none chosen, or not the reason
-        hdr.report_drop_md.ingress_ts = meta.report.ingress_ts;
+        hdr.report_drop_md.ingress_ts = REPORT_INGRESS_TS(meta.report.drop);
         hdr.report_drop_md.queue_id = 0;
-        hdr.report_drop_md.drop_reason = meta.report.drop_reason;
+        hdr.report_drop_md.drop_reason = REPORT_DROP_REASON(meta.report.drop);
         hdr.report_drop_md.pad = 0;
         truncate((bit<32>) (REPORT_HEADERS_BYTES + DROP_REPORT_MD_BYTES + DROP_REPORT_INNER_BYTES));
     }

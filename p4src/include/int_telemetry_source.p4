@@ -80,8 +80,7 @@ control IntSource(inout headers_t hdr,
     // to enable_int. Off, a packet costs one keyless table (no key to look
     // up): the watchlist's seven-field key is not even built.
     action enable_int() {
-        meta.telemetry.enabled = 1;
-        meta.egress_work = 1;
+        meta.egress_work = meta.egress_work | EGRESS_INT;
     }
 
     table int_switch {

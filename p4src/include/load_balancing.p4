@@ -56,8 +56,7 @@ control LoadBalancing(inout headers_t hdr,
         meta.lb.sample_b = meta.lb.sample_a ^ 1;    // its neighbour: another member (see above)
         meta.lb.port_a = 0;                         // a sample without a candidate entry: port 0
         meta.lb.port_b = 0;
-        meta.lb_record_load = 1;
-        meta.egress_work = 1;
+        meta.egress_work = meta.egress_work | EGRESS_LB_LOAD;
     }
 
     table lb_group {
@@ -151,12 +150,10 @@ control LoadBalancing(inout headers_t hdr,
 }
 
 // Egress: the queue depth adaptive packets see, per port, for LoadBalancing.
-control LoadRecorder(in local_metadata_t meta, in standard_metadata_t std_meta) {
+control LoadRecorder(in standard_metadata_t std_meta) {
     apply {
-        if (meta.lb_record_load == 1) {
-            lb_port_qdepth.write(std_meta.egress_port, std_meta.enq_qdepth);
-            lb_port_qdepth_time.write(std_meta.egress_port, std_meta.egress_global_timestamp);
-        }
+        lb_port_qdepth.write(std_meta.egress_port, std_meta.enq_qdepth);
+        lb_port_qdepth_time.write(std_meta.egress_port, std_meta.egress_global_timestamp);
     }
 }
 

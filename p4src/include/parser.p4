@@ -252,6 +252,13 @@ control FabricDeparser(packet_out packet, in headers_t hdr) {
         packet.emit(hdr.source_route_port);
         packet.emit(hdr.source_route_rest);
         packet.emit(hdr.ipv4);
+#ifndef WITHOUT_INT_TELEMETRY
+        packet.emit(hdr.report_udp);        // a telemetry report: ipv4 is its outer header,
+        packet.emit(hdr.report);            // the reported packet starts at inner_ipv4
+        packet.emit(hdr.report_int_md);
+        packet.emit(hdr.report_drop_md);
+        packet.emit(hdr.inner_ipv4);
+#endif
         packet.emit(hdr.udp);
         packet.emit(hdr.tcp);
         packet.emit(hdr.tcp_options);
@@ -260,13 +267,6 @@ control FabricDeparser(packet_out packet, in headers_t hdr) {
         packet.emit(hdr.agg_data);
 #endif
 #ifndef WITHOUT_INT_TELEMETRY
-        packet.emit(hdr.report);
-        packet.emit(hdr.report_int_md);
-        packet.emit(hdr.report_drop_md);
-        packet.emit(hdr.inner_ipv4);
-        packet.emit(hdr.inner_udp);
-        packet.emit(hdr.inner_tcp);
-        packet.emit(hdr.inner_tcp_options);
         packet.emit(hdr.int_shim);
         packet.emit(hdr.int_md);
         packet.emit(hdr.int_hop16);

@@ -43,8 +43,7 @@ control SourceRouting(inout headers_t hdr, inout local_metadata_t meta, inout st
         }
 #endif
 #ifndef WITHOUT_INT_TELEMETRY
-        meta.telemetry.enabled = 1;     // egress pushes this hop wherever INT is configured (int_port)
-        meta.egress_work = 1;
+        meta.egress_work = meta.egress_work | EGRESS_INT;    // egress pushes this hop wherever INT is configured (int_port)
 #endif
         std_meta.egress_spec = (port_t) hdr.source_route_port.port;
         hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
