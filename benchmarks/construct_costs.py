@@ -20,17 +20,13 @@ between the `constructs:start` / `constructs:end` markers.
 from __future__ import annotations
 
 import argparse
-import csv
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cases import REPO, Case, compile_case, make_veths, remove_veths, router_state
-from benchmarks.forwarding_rate import update_readme
-from benchmarks.instructions_per_packet import OUT_DIR, measure
-from core.toolchain import require
+from benchmarks.cases import REPO, Case, router_state
+from benchmarks.instructions_per_packet import OUT_DIR, measure_each, write_results
 
 BASE = REPO / "p4src" / "baseline" / "basic_router.p4"
 GENERATED = OUT_DIR / "constructs"
@@ -152,33 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.copies < 1:
         raise SystemExit("--copies must be at least 1")
-    if not shutil.which("valgrind") or not shutil.which("callgrind_control"):
-        raise SystemExit("needs valgrind (apt-get install valgrind)")
-    chosen = cases(args.copies)
-    pipelines = {c.name: compile_case(c) for c in chosen}
-    print(f"BMv2: {require('simple_switch_grpc')} under callgrind; {len(chosen)} variants of basic_router, "
-          f"{args.packets} packets each", flush=True)
-    counts: dict[str, float] = {}
-    make_veths()
-    try:
-        for i, c in enumerate(chosen, 1):
-            print(f"[{i}/{len(chosen)}] {c.name:28s} ...", end="", flush=True)
-            counts[c.name] = measure(c, pipelines[c.name], args.packets)
-            print(f" {counts[c.name]:10.0f} instructions/packet", flush=True)
-    finally:
-        remove_veths()
+    counts = measure_each(cases(args.copies), args.packets, "variants of basic_router")
     rows = costs(counts, args.copies)
-    path = OUT_DIR / "construct_costs.csv"
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    text = table(rows, counts["constructs-base"], args.copies)
-    print("\n" + text)
-    if args.readme:
-        update_readme(args.readme, text, README_START, README_END)
-        print(f"table updated: {args.readme}")
-    print(f"outputs: {path}")
+    write_results(rows, OUT_DIR / "construct_costs.csv", table(rows, counts["constructs-base"], args.copies),
+                  args.readme, (README_START, README_END))
     return 0
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 
-from benchmarks.cases import IN_PORT, MAIN, OUT_PORT, PAIRS, REPO, cases, compile_case, frames, make_veths, \
+from benchmarks.cases import IN_PORT, MAIN, OUT_PORT, PAIRS, REPO, Case, cases, compile_case, frames, make_veths, \
     remove_veths, running_switch, rx_packets, select
 from benchmarks.forwarding_rate import update_readme
 from core.toolchain import require
@@ -164,6 +164,40 @@ def table(summary: list[dict[str, Any]], descr: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
+def measure_each(chosen: list[Case], packets: int, what: str = "programs") -> dict[str, float]:
+    """Compiles `chosen`, then counts each one's instructions per packet in
+    turn, with progress (the bench veths exist only meanwhile)."""
+    if not shutil.which("valgrind") or not shutil.which("callgrind_control"):
+        raise SystemExit("needs valgrind (apt-get install valgrind)")
+    pipelines = {c.name: compile_case(c) for c in chosen}
+    print(f"BMv2: {require('simple_switch_grpc')} under callgrind; {packets} packets each, {len(chosen)} {what} "
+          f"(about {len(chosen) * (2 * packets / SEND_PPS + 20) / 60:.0f} min)", flush=True)
+    counts: dict[str, float] = {}
+    make_veths()
+    try:
+        for i, c in enumerate(chosen, 1):
+            print(f"[{i}/{len(chosen)}] {c.name:30s} ...", end="", flush=True)
+            counts[c.name] = measure(c, pipelines[c.name], packets)
+            print(f" {counts[c.name]:10.0f} instructions/packet", flush=True)
+    finally:
+        remove_veths()
+    return counts
+
+
+def write_results(rows: list[dict[str, Any]], path: Path, text: str, readme: Path | None,
+                  markers: tuple[str, str]) -> None:
+    """`rows` as CSV at `path`; `text` printed, and put between `markers` in `readme` if given."""
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[-1]))
+        w.writeheader()
+        w.writerows(rows)
+    print("\n" + text)
+    if readme:
+        update_readme(readme, text, *markers)
+        print(f"table updated: {readme}")
+    print(f"outputs: {path}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Instructions per packet of each benchmark program (callgrind).")
     ap.add_argument("--packets", type=int, default=2000, help="packets counted per program (default 2000)")
@@ -171,34 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fabric", type=Path, default=MAIN, help="measure this P4 program as the fabric")
     ap.add_argument("--readme", type=Path, help="rewrite the instructions table (between its markers) in this file")
     args = ap.parse_args(argv)
-    if not shutil.which("valgrind") or not shutil.which("callgrind_control"):
-        raise SystemExit("needs valgrind (apt-get install valgrind)")
     chosen = select(cases(args.fabric), args.only)
-    pipelines = {c.name: compile_case(c) for c in chosen}
-    print(f"BMv2: {require('simple_switch_grpc')} under callgrind; {args.packets} packets per program, "
-          f"{len(chosen)} programs (about {len(chosen) * (2 * args.packets / SEND_PPS + 20) / 60:.0f} min)", flush=True)
-    make_veths()
-    rows: list[dict[str, Any]] = []      # CSV rows: program name, counts, ratios
-    try:
-        for i, c in enumerate(chosen, 1):
-            print(f"[{i}/{len(chosen)}] {c.name:30s} ...", end="", flush=True)
-            ipp = measure(c, pipelines[c.name], args.packets)
-            rows.append({"program": c.name, "instructions_per_packet": round(ipp)})
-            print(f" {ipp:10.0f} instructions/packet", flush=True)
-    finally:
-        remove_veths()
-    summary = summarise(rows)
-    path = OUT_DIR / "instructions_per_packet.csv"
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(summary[-1]))
-        w.writeheader()
-        w.writerows(summary)
-    text = table(summary, {c.name: c.what for c in chosen})
-    print("\n" + text)
-    if args.readme:
-        update_readme(args.readme, text, README_START, README_END)
-        print(f"table updated: {args.readme}")
-    print(f"outputs: {path}")
+    counts = measure_each(chosen, args.packets)
+    summary = summarise([{"program": name, "instructions_per_packet": round(n)} for name, n in counts.items()])
+    write_results(summary, OUT_DIR / "instructions_per_packet.csv", table(summary, {c.name: c.what for c in chosen}),
+                  args.readme, (README_START, README_END))
     return 0
 
 
