@@ -680,6 +680,27 @@ class DropReportsCarryTheReasonTest(IntTestBase):
         self.assertEqual(len(raw), 36)
 
 
+class DropReportOfAnAggregationPacketTest(IntTestBase):
+    """A dropped aggregation packet is reported like any other: the report's
+    headers first, then the packet from IPv4 on (its aggregation header after
+    its UDP header, as it arrived), cut to 64 bytes."""
+    sinks: set[int] = set()
+
+    def runTest(self):
+        from wire.aggregation import Aggregation, job_port
+        self.watch(reports=ReportSettings(refresh_ms=0, drop_report_interval_ms=1))
+        time.sleep(0.01)                # past the interval of any earlier TTL_EXPIRED report
+        expired = Ether(dst=SWITCH_MAC, src=HOST_MAC) / IP(src="10.0.1.1", dst="10.0.2.1", ttl=1) \
+            / UDP(sport=job_port(3), dport=job_port(3)) / Aggregation(job=3, seq=77, slot=5)
+        self.send(HOST_PORT, expired)
+        report = self.one(COLLECTOR_PORT)
+        self.assertEqual(report_flags(report), {"D": 1, "Q": 0, "F": 0, "I": 1})
+        raw = bytes(Ether(report)[UDP].payload)
+        self.assertEqual((raw[9], raw[10]), (0xFF, 4), "Report Length to the end, 4 metadata words")
+        self.assertEqual(raw[33], drop_reasons()["TTL_EXPIRED"])
+        self.assertEqual(raw[36:], bytes(expired[IP])[:64], "the dropped packet from IPv4 on, cut to 64 bytes")
+
+
 # -- source-routed probes --------------------------------------------------------
 
 class ProbeFollowsItsPortListTest(IntTestBase):
