@@ -59,6 +59,7 @@ from hostagent.sender import RawSender
 OVERLOAD = 1.25           # offered = OVERLOAD x probed capacity
 PROBE_PPS = 150_000       # the probe's offered load: above what BMv2 forwards here
 SATURATED = 0.97          # forwarding more than this share of the offered load: not saturated
+RAISES = 8                # calibration raises the offered load by OVERLOAD at most this often (1.25^8: 6x)
 KEPT_UP_START_PPS = 1000  # cases with their own frames: the first rate tried
 WARMUP_S = 1.0
 
@@ -93,7 +94,7 @@ def calibrate(case: Case, pipeline: Pipeline) -> float:
         return _highest_kept_up(case, pipeline)
     probe, _ = measure(case, pipeline, 2.0, PROBE_PPS)
     offered = OVERLOAD * probe
-    for _ in range(3):
+    for _ in range(RAISES):   # a probe that starved BMv2 can be a quarter of its rate
         forwarded, sent = measure(case, pipeline, 2.0, offered)
         if forwarded < SATURATED * sent:
             break

@@ -1,10 +1,12 @@
 """The benchmark's reporting: medians, ratios to both references, feature
-cost, the saturation flag, and the README table it rewrites."""
+cost, the saturation flag, the README table it rewrites, and how it finds
+the load to offer."""
 from pathlib import Path
 
 import pytest
 
 from benchmarks import forwarding_rate as bench
+from benchmarks.cases import Case
 
 NAMES = ["port_forward", "basic_router", "fabric", "fabric-ecn", "fabric+ecn"]
 
@@ -51,3 +53,19 @@ def test_readme_without_markers_is_refused(tmp_path):
     with pytest.raises(SystemExit, match="no <!-- bench:start -->"):
         bench.update_readme(readme, "| new |")
     assert readme.read_text() == "no markers here\n"
+
+
+def test_calibration_raises_the_offered_load_until_bmv2_falls_behind(monkeypatch):
+    """A probe at PROBE_PPS leaves BMv2 little CPU (the sender shares it):
+    here it forwards a quarter of its capacity, and calibration must still
+    end up offering more than BMv2 forwards."""
+    capacity = 40_000.0
+
+    def switch(case, pipeline, duration, offered):
+        if offered == bench.PROBE_PPS:
+            return capacity / 4, offered
+        return min(offered, capacity), offered
+
+    monkeypatch.setattr(bench, "measure", switch)
+    case = Case("fabric", Path("main.p4"), "every feature off")
+    assert bench.calibrate(case, None) > capacity
