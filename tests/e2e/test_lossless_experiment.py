@@ -85,13 +85,17 @@ def test_deadlock_forms_is_prevented_by_a_class_change_and_broken_by_the_watchdo
     bounce rule ({switch: all, from: up, to: up}) moves every bounced
     packet to class 4 and nothing deadlocks, though pauses still fly."""
     out = tmp_path / "lossless"
-    # 10 s a case, as `make experiments`: a ring deadlock formed after the first 60% of a 6 s run once
-    proc = subprocess.run([sys.executable, "-m", "experiments.lossless", "--phases", "deadlock", "--duration", "10",
-                           "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=1200)
+    # 10 s a case, as `make experiments`. When a deadlock forms depends on how busy the machine
+    # is (after 60% of a 6 s run once, and once in CI still 27.8 packets/s over the last 40% of
+    # 10 s): a deadlocked case is one where nothing arrived in the run's last second and packets
+    # were still in the switches 2 s after the senders stopped.
+    duration = 10
+    proc = subprocess.run([sys.executable, "-m", "experiments.lossless", "--phases", "deadlock", "--duration",
+                           str(duration), "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {r["case"]: r for r in csv.DictReader(open(out / "deadlock" / "summary.csv"))}
     for stuck in (rows["deadlock"], rows["bounce"]):
-        assert float(stuck["last_40pct_pps"]) < 5 and int(stuck["in_switches_2s_later"]) > 0, stuck
+        assert float(stuck["last_arrival_s"]) <= duration - 1 and int(stuck["in_switches_2s_later"]) > 0, stuck
         assert int(stuck["storms_detected"]) == 0 and int(stuck["pauses_sent"]) > 0, stuck
     for flowing in (rows["class-change"], rows["bounce-tagger"]):
         assert float(flowing["last_40pct_pps"]) > 300 and int(flowing["in_switches_2s_later"]) == 0, flowing
