@@ -245,7 +245,8 @@ def training(topo, args, out: Path) -> list[dict]:
     try:
         procs = [subprocess.Popen(["ip", "netns", "exec", w, PY, "-m", "hostagent.aggregation.training", "--epochs", epochs,
                                    "--job", str(job), "--server", server_ip, "--rank", str(r), "--start-at", start_at,
-                                   "--workers-total", str(len(j.workers)), "--out", str(out / f"train-ina{r}")],
+                                   "--workers-total", str(len(j.workers)), "--block-elements", str(j.block_elements),
+                                   "--out", str(out / f"train-ina{r}")],
                                   cwd=REPO, stdout=subprocess.DEVNULL if r else None)
                  for r, w in enumerate(j.workers)]
         codes = [p.wait(timeout=1800) for p in procs]

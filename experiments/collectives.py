@@ -243,8 +243,9 @@ def run_case(mode: str, algorithm: str, topo, topo_file: Path, ctl: FabricContro
     if algorithm != IN_NETWORK:
         result = run_ranks(name, job, extra, ctl, args, out)
     else:                   # the switch sums: the job's parameter server takes what it passes on
-        server_ip = topo.hosts[topo.features["aggregation"].job(AGGREGATION_JOB).server].ip
-        extra += ["--aggregation-job", str(AGGREGATION_JOB), "--aggregation-server", server_ip]
+        agg_job = topo.features["aggregation"].job(AGGREGATION_JOB)
+        extra += ["--aggregation-job", str(AGGREGATION_JOB), "--aggregation-server", topo.hosts[agg_job.server].ip,
+                  "--aggregation-block-elements", str(agg_job.block_elements)]
         (out / name).mkdir(parents=True, exist_ok=True)
         server = start_server(topo, AGGREGATION_JOB, out / name)
         try:

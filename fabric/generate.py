@@ -27,7 +27,7 @@ TOPOLOGIES = REPO / "topologies"
 def outputs() -> dict[Path, Callable[[], str]]:
     """Each generated file -> the function that renders it."""
     def lanes() -> str:
-        return aggregation_lanes.render(aggregation_lanes.elements())
+        return aggregation_lanes.render(aggregation_lanes.lanes())
 
     out: dict[Path, Callable[[], str]] = {
         aggregation_lanes.OUTPUT: lanes,

@@ -8,7 +8,7 @@ In a topology file (validated with the rest of it, before anything starts):
       steal_after_ms: 500      # an unfinished slot use older than this may be taken over
       jobs:
         - {job: 1, workers: [h1, h2, h3, h4], server: h9, slots: 64}
-        - {job: 2, workers: [h5, h6], server: h9, shared: true}
+        - {job: 2, workers: [h5, h6], server: h9, shared: true, block_elements: 64}
 
 A job's packets go from its workers to its parameter server (`server`, a
 host that is not one of its workers), on UDP port AGG_UDP_PORT_BASE + job;
@@ -17,6 +17,10 @@ packets to the server pass it). `slots` gives the job a dedicated range of
 that switch's AGG_SLOTS slots (its workers' window is at most that);
 `shared: true` makes the job take slots from the shared pool by hash of
 (job, seq), and fall back to the server when another job holds one (ATP).
+`block_elements` is the job's packet: 64, 128, 192 or 256 int32 elements
+(whole chunks of 64; default 256); the switch drops a contribution of
+another size as DROP_AGG_BLOCK_SIZE, and the job's workers must be started
+with the same size.
 
 A job may instead be summed over trees of switches (`trees: N`, optionally
 `roots: [...]`): each switch of a tree sums its children (its own workers
@@ -69,7 +73,7 @@ DEFAULT_SHARED_SLOTS = 128
 DEFAULT_STEAL_AFTER_MS = 500
 EVENTS = {name[len("AGG_EVENT_"):].lower(): v for name, v in constants().items() if name.startswith("AGG_EVENT_")}
 FIELDS = {"shared_slots", "steal_after_ms", "jobs"}
-JOB_FIELDS = {"job", "workers", "server", "slots", "shared", "trees", "roots"}
+JOB_FIELDS = {"job", "workers", "server", "slots", "shared", "trees", "roots", "block_elements"}
 
 
 class AggregationConfigError(ValueError):
@@ -85,6 +89,7 @@ class Job:
     shared: bool = False
     trees: int = 0                    # 0: summed at the server's switch; N: over N trees of switches
     roots: tuple[str, ...] = ()       # the trees' roots, if the topology file names them
+    block_elements: int = ah.DEFAULT_BLOCK_ELEMENTS   # int32 elements a packet carries
 
     @property
     def port(self) -> int:
@@ -206,7 +211,11 @@ def parse_section(raw: Any, topo, fail: Fail) -> AggregationConfig:
         if trees and shared:
             fail(f"{where}.shared", "a job summed over trees takes dedicated slots on every switch of its "
                                     "trees (a shared pool's collisions would strand the other levels)")
-        jobs.append(Job(job_id, tuple(workers), server, slots, shared, trees, tuple(roots)))
+        block = item.get("block_elements", ah.DEFAULT_BLOCK_ELEMENTS)
+        if isinstance(block, bool) or block not in ah.BLOCK_SIZES:
+            fail(f"{where}.block_elements", f"expected {', '.join(map(str, ah.BLOCK_SIZES))} (int32 elements a "
+                                            f"packet carries: whole chunks of {ah.CHUNK_ELEMENTS}), got {block!r}")
+        jobs.append(Job(job_id, tuple(workers), server, slots, shared, trees, tuple(roots), block))
     cfg = AggregationConfig(tuple(jobs), shared_slots, steal)
     for i, job in enumerate(jobs):
         try:
@@ -352,7 +361,8 @@ def job_state(p4info: P4Info, placement: JobPlacement, server_ip: str, workers: 
         JOB_TABLE, {"meta.agg.server": server_ip, "hdr.agg.job": (job.job, 0xFF)}, priority=2,
         action="set_job", params={"workers": len(workers), "base": placement.base, "slots": placement.slots,
                                   "shared": int(job.shared), "job_group": job.group,
-                                  "steal_after_us": steal_after_ms * 1000, "trees": trees}))
+                                  "steal_after_us": steal_after_ms * 1000, "trees": trees,
+                                  "udp_length": ah.udp_length(job.block_elements)}))
     for u in up:
         state.table_entries.append(p4info.table_entry(
             UP_TABLE, {"hdr.agg.job": job.job, "meta.agg.tree": u.tree}, action="send_up",
@@ -489,11 +499,11 @@ def bench_frames(switch_mac: str, host_mac: str) -> list[bytes]:
     from scapy.layers.l2 import Ether
     from scapy.packet import Raw
 
-    data = np.arange(ah.ELEMENTS, dtype=np.int64) - 32
+    data = np.arange(ah.DEFAULT_BLOCK_ELEMENTS, dtype=np.int64) - 32
     # Per worker, the headers once (UDP checksum 0: none, as IPv4 allows); then payloads.
     heads = [bytes(Ether(dst=switch_mac, src=host_mac) / IP(src=f"10.0.1.{w + 1}", dst=BENCH_SERVER)
                    / UDP(sport=ah.job_port(BENCH_JOB), dport=ah.job_port(BENCH_JOB), chksum=0)
-                   / Raw(bytes(ah.UDP_LENGTH - 8)))[:42] for w in range(BENCH_WORKERS)]
+                   / Raw(bytes(ah.udp_length(ah.DEFAULT_BLOCK_ELEMENTS) - 8)))[:42] for w in range(BENCH_WORKERS)]
     out = []
     for seq in range(BENCH_SEQS):
         slot = (seq % 64) | (ah.SLOT_SET if (seq // 64) & 1 else 0)
@@ -534,7 +544,8 @@ class AggregationRuntime:
                "steal_after_ms": old.steal_after_ms if steal_after_ms is None else steal_after_ms,
                "jobs": [{"job": j.job, "workers": list(j.workers), "server": j.server,
                          **({"shared": True} if j.shared else {"slots": j.slots}),
-                         **({"trees": j.trees} if j.trees else {}), **({"roots": list(j.roots)} if j.roots else {})}
+                         **({"trees": j.trees} if j.trees else {}), **({"roots": list(j.roots)} if j.roots else {}),
+                         "block_elements": j.block_elements}
                         for j in jobs]}
 
         def fail(where: str, what: str) -> NoReturn:

@@ -89,7 +89,7 @@ control FabricIngress(inout headers_t hdr,
 #endif
 #ifndef WITHOUT_AGGREGATION
             } else if (std_meta.parser_error != error.NoError && hdr.agg.isValid()) {
-                meta.drop_reason = DROP_AGG_BAD_LENGTH;    // fewer than AGG_ELEMENTS elements
+                meta.drop_reason = DROP_AGG_BAD_LENGTH;    // not whole chunks, or cut short
 #endif
 #ifndef WITHOUT_LOSSLESS
             } else if (hdr.ethernet.ether_type == ETHERTYPE_MAC_CONTROL) {

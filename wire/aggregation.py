@@ -12,10 +12,13 @@ the same port of the job's parameter server (PS), carrying:
     3      exponent   the block's exponent + EXPONENT_BIAS; results carry the
                       largest of the workers'
     4-5    slot       SLOT_SET (shadow set) | slot in the job's range
-    6-7    reserved   0
+    6-7    offset     WIDE: the index in the block of the first element
+                      carried (a result in parts); else 0
     8-11   seq        the job's packet sequence number
-    12-    elements   ELEMENTS int32, big-endian two's complement
-                      (WIDE: ELEMENTS int64, a PS result)
+    12-    elements   the block: its job's block_elements int32 (1 to
+                      MAX_CHUNKS chunks of CHUNK_ELEMENTS), big-endian two's
+                      complement (WIDE: up to WIDE_PART_ELEMENTS int64, part
+                      of a PS result)
 
 The P4 side (p4src/include/aggregation.p4) mirrors the constants in
 p4src/include/defines.p4; tests/unit/test_agg_headers.py checks they agree.
@@ -38,9 +41,12 @@ from scapy.packet import Packet, bind_layers
 
 AGG_UDP_PORT_BASE = 0xBEE0       # job j: UDP port AGG_UDP_PORT_BASE + j
 MAX_JOBS = 15                    # jobs 1..15 (port base + 0 is no job)
-ELEMENTS = 64                    # int32 elements per packet (AGG_ELEMENTS)
+CHUNK_ELEMENTS = 64              # AGG_CHUNK_ELEMENTS: a block is whole chunks of int32
+MAX_CHUNKS = 4                   # AGG_CHUNKS
+BLOCK_SIZES = tuple(CHUNK_ELEMENTS * n for n in range(1, MAX_CHUNKS + 1))   # elements a job may declare
+DEFAULT_BLOCK_ELEMENTS = 256     # a job's block unless it declares another (docs/protocols/aggregation.md)
+WIDE_PART_ELEMENTS = 128         # a PS result's int64 elements per packet: 1036 bytes of payload, under 1500
 HEADER_BYTES = 12
-UDP_LENGTH = 8 + HEADER_BYTES + 4 * ELEMENTS   # AGG_UDP_LENGTH: what the switch accepts
 SLOT_SET = 0x8000                # shadow set bit of the slot field
 MAX_WORKERS = 32                 # AGG_MAX_WORKERS: one bit each in a slot's bitmap
 EXPONENT_BIAS = 128
@@ -60,6 +66,23 @@ _ELEMENTS32 = np.dtype(">i4")
 _ELEMENTS64 = np.dtype(">i8")
 
 
+def udp_length(block_elements: int) -> int:
+    """A packet's UDP length (AGG_UDP_LENGTH_BASE + chunks * AGG_CHUNK_BYTES)."""
+    return 8 + HEADER_BYTES + 4 * check_block_elements(block_elements)
+
+
+def check_block_elements(n: int) -> int:
+    if isinstance(n, bool) or n not in BLOCK_SIZES:
+        raise ValueError(f"a block is {', '.join(map(str, BLOCK_SIZES))} elements (whole chunks of "
+                         f"{CHUNK_ELEMENTS}), got {n!r}")
+    return n
+
+
+def wide_parts(block_elements: int) -> list[tuple[int, int]]:
+    """(offset, count) of each packet of a WIDE result of a block."""
+    return [(o, min(WIDE_PART_ELEMENTS, block_elements - o)) for o in range(0, block_elements, WIDE_PART_ELEMENTS)]
+
+
 def job_port(job: int) -> int:
     if not 1 <= job <= MAX_JOBS:
         raise ValueError(f"job must be 1..{MAX_JOBS}, got {job}")
@@ -74,10 +97,11 @@ class Aggregation(Packet):
         ByteField("worker", 0),
         ByteField("exponent", EXPONENT_BIAS),
         ShortField("slot", 0),
-        ShortField("reserved", 0),
+        ShortField("offset", 0),
         IntField("seq", 0),
-        FieldListField("elements", [0] * ELEMENTS, SignedIntField("", 0),  # type: ignore[list-item]  # scapy stubs: default is values, not fields
-                       count_from=lambda p: ELEMENTS),
+        # the rest of the datagram: a whole block
+        FieldListField("elements", [0] * DEFAULT_BLOCK_ELEMENTS, SignedIntField("", 0),  # type: ignore[list-item]  # scapy stubs: default is values, not fields
+                       max_count=CHUNK_ELEMENTS * MAX_CHUNKS),
     ]
 
     def extract_padding(self, s: bytes):
@@ -88,11 +112,12 @@ class Aggregation(Packet):
 
 
 class AggregationWide(Packet):
-    """A parameter server's result: ELEMENTS int64 sums (flag WIDE)."""
+    """A parameter server's result, or a part of it: int64 sums from element
+    `offset` of the block (flag WIDE)."""
     name = "AggregationWide"
     fields_desc = Aggregation.fields_desc[:7] + [
-        FieldListField("elements", [0] * ELEMENTS, SignedLongField("", 0),  # type: ignore[list-item]  # as above
-                       count_from=lambda p: ELEMENTS),
+        FieldListField("elements", [0] * WIDE_PART_ELEMENTS, SignedLongField("", 0),  # type: ignore[list-item]  # as above
+                       max_count=WIDE_PART_ELEMENTS),
     ]
 
     def extract_padding(self, s: bytes):
@@ -113,25 +138,35 @@ class AggPacket:
     slot: int
     seq: int
     elements: np.ndarray  # int32 or (WIDE) int64, native byte order
+    offset: int = 0       # WIDE: the index in the block of elements[0]
 
     @property
     def wide(self) -> bool:
         return bool(self.flags & FLAG_WIDE)
 
 
-def pack(flags: int, job: int, seq: int, elements: Optional[np.ndarray] = None, *, slot: int = 0,
-         exponent: int = EXPONENT_BIAS, worker: int = 0) -> bytes:
-    """A UDP payload. `elements`: ELEMENTS values (int32, or int64 with
-    FLAG_WIDE); None sends zeros (a request)."""
+def pack(flags: int, job: int, seq: int, elements: Optional[np.ndarray] = None, *, count: Optional[int] = None,
+         slot: int = 0, exponent: int = EXPONENT_BIAS, worker: int = 0, offset: int = 0) -> bytes:
+    """A UDP payload. `elements`: a block (int32: one of BLOCK_SIZES values),
+    or with FLAG_WIDE up to WIDE_PART_ELEMENTS int64 from element `offset`
+    of a block; None sends `count` zeros (a request)."""
     wide = bool(flags & FLAG_WIDE)
     dtype = _ELEMENTS64 if wide else _ELEMENTS32
-    if elements is None:
-        body = bytes(ELEMENTS * dtype.itemsize)
+    n = count if elements is None else len(elements)
+    if n is None:
+        raise ValueError("pack: give the elements, or their count")
+    if wide:
+        if not 1 <= n <= WIDE_PART_ELEMENTS:
+            raise ValueError(f"a WIDE packet carries 1..{WIDE_PART_ELEMENTS} int64 elements, got {n}")
     else:
-        if len(elements) != ELEMENTS:
-            raise ValueError(f"a packet carries {ELEMENTS} elements, got {len(elements)}")
+        check_block_elements(n)
+        if offset:
+            raise ValueError("only a WIDE packet carries an offset")
+    if elements is None:
+        body = bytes(n * dtype.itemsize)
+    else:
         body = np.asarray(elements).astype(dtype, casting="unsafe" if not wide else "same_kind").tobytes()
-    return _HEADER.pack(flags, job, worker, exponent, slot, 0, seq & 0xFFFFFFFF) + body
+    return _HEADER.pack(flags, job, worker, exponent, slot, offset, seq & 0xFFFFFFFF) + body
 
 
 class MalformedPacket(ValueError):
@@ -141,12 +176,17 @@ class MalformedPacket(ValueError):
 def unpack(payload: bytes) -> AggPacket:
     if len(payload) < HEADER_BYTES:
         raise MalformedPacket(f"{len(payload)} bytes, shorter than the {HEADER_BYTES}-byte header")
-    flags, job, worker, exponent, slot, _reserved, seq = _HEADER.unpack_from(payload)
-    dtype = _ELEMENTS64 if flags & FLAG_WIDE else _ELEMENTS32
-    want = HEADER_BYTES + ELEMENTS * dtype.itemsize
-    if len(payload) != want:
-        raise MalformedPacket(f"{len(payload)} bytes, expected {want} "
-                              f"({ELEMENTS} {'int64' if flags & FLAG_WIDE else 'int32'} elements)")
-    elements = np.frombuffer(payload, dtype, ELEMENTS, HEADER_BYTES).astype(np.int64 if flags & FLAG_WIDE
-                                                                           else np.int32)
-    return AggPacket(flags, job, worker, exponent, slot, seq, elements)
+    flags, job, worker, exponent, slot, offset, seq = _HEADER.unpack_from(payload)
+    body = len(payload) - HEADER_BYTES
+    if flags & FLAG_WIDE:
+        n, dtype = body // 8, _ELEMENTS64
+        if body % 8 or not 1 <= n <= WIDE_PART_ELEMENTS:
+            raise MalformedPacket(f"{len(payload)} bytes: a WIDE packet carries 1..{WIDE_PART_ELEMENTS} int64 "
+                                  f"elements after the {HEADER_BYTES}-byte header")
+    else:
+        n, dtype = body // 4, _ELEMENTS32
+        if body % 4 or n not in BLOCK_SIZES:
+            raise MalformedPacket(f"{len(payload)} bytes: a block is {', '.join(map(str, BLOCK_SIZES))} int32 "
+                                  f"elements after the {HEADER_BYTES}-byte header")
+    elements = np.frombuffer(payload, dtype, n, HEADER_BYTES).astype(np.int64 if flags & FLAG_WIDE else np.int32)
+    return AggPacket(flags, job, worker, exponent, slot, seq, elements, offset if flags & FLAG_WIDE else 0)

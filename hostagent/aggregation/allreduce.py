@@ -4,7 +4,8 @@
     worker = AggregationWorker(job=1, server_ip="10.0.9.1", n_workers=4)
     total = worker.allreduce(gradient)     # float32: sum over the job's workers
 
-The array is cut into blocks of ELEMENTS values, each sent as one packet to
+The array is cut into blocks of block_elements values (the job's: 64 to
+256, ah.BLOCK_SIZES), each sent as one packet to
 the job's parameter server; the switch that serves the server adds the
 workers' packets in its slot registers and multicasts the sum back. Every
 worker of the job calls allreduce with arrays of the same size, in the same
@@ -46,7 +47,8 @@ its slot was held by another use), when the switch's sum overflowed, or
 when FALLBACK_AFTER sends of a packet brought no result (its slot may have
 been released and taken since: shared pools), the worker sends the block
 to the server (FALLBACK), which gathers it from every worker; the server's
-result is int64 (WIDE). The previous call's packets
+result is int64 (WIDE), in packets of up to WIDE_PART_ELEMENTS (a block of
+256 is two). The previous call's packets
 are kept to answer a server asking for a block of a call this worker has
 finished.
 """
@@ -124,23 +126,28 @@ class _Call:
     lead: int                         # L: packet p carries block p - L
     n_blocks: int
     exponents: np.ndarray             # local e per block
-    blocks: np.ndarray                # (n_blocks, ELEMENTS): float64 or int64
+    blocks: np.ndarray                # (n_blocks, block_elements): float64 or int64
     integer: bool
     payloads: list = field(default_factory=list)   # packet p's bytes once built (None before)
     results: list = field(default_factory=list)    # (sums int64, biased exponent) per packet
     fallback: set = field(default_factory=set)
     timed_out: set = field(default_factory=set)    # fallen back for want of a result: ask the switch too
     sent_index: dict = field(default_factory=dict)  # packet p -> the worker's count of new packets when sent
+    wide_parts: dict = field(default_factory=dict)  # packet p -> (int64 sums so far, parts missing): a WIDE result
 
 
 class AggregationWorker:
     """One worker of job `job`, in its host's namespace (a UDP socket on the
-    job's port). n_workers: the job's worker count (sets the quantisation)."""
+    job's port). n_workers: the job's worker count (sets the quantisation).
+    block_elements: the job's (its topology section's), int32 elements a
+    packet carries."""
 
     def __init__(self, job: int, server_ip: str, n_workers: int, *, bind_ip: str = "0.0.0.0",
                  window: int = DEFAULT_WINDOW, min_rto_s: float = MIN_RTO_S, max_rto_s: float = MAX_RTO_S,
-                 timeout_s: float = 300.0, seq_base: int = 0, ecn: bool = False):
+                 timeout_s: float = 300.0, seq_base: int = 0, ecn: bool = False,
+                 block_elements: int = ah.DEFAULT_BLOCK_ELEMENTS):
         self.port = ah.job_port(job)
+        self.block_elements = ah.check_block_elements(block_elements)
         if not 1 <= n_workers <= ah.MAX_WORKERS:
             raise ValueError(f"n_workers must be 1..{ah.MAX_WORKERS}, got {n_workers}")
         if not 1 <= window <= 0x7FFF:
@@ -188,8 +195,8 @@ class AggregationWorker:
                 raise ValueError("integer elements must fit int32")
         elif not np.all(np.isfinite(flat)):
             raise ValueError("allreduce of an array with NaN or infinity")
-        n_blocks = -(-flat.size // ah.ELEMENTS)
-        blocks = np.zeros((n_blocks, ah.ELEMENTS), np.int64 if integer else np.float64)
+        n_blocks = -(-flat.size // self.block_elements)
+        blocks = np.zeros((n_blocks, self.block_elements), np.int64 if integer else np.float64)
         blocks.reshape(-1)[:flat.size] = flat
         lead = 0 if integer else min(self.window, n_blocks)
         exponents = np.zeros(n_blocks, np.int64) if integer else block_exponents(blocks)
@@ -223,7 +230,7 @@ class AggregationWorker:
                 scale = 2.0 ** (headroom_bits(self.n_workers) - agreed)
                 data = np.rint(call.blocks[b] * scale)
             slot = (p % self.window) | (ah.SLOT_SET if (p // self.window) & 1 else 0)
-            call.payloads[p] = ah.pack(0, self.job, call.base + p, data, slot=slot,
+            call.payloads[p] = ah.pack(0, self.job, call.base + p, data, count=self.block_elements, slot=slot,
                                        exponent=self._exponent(call, p))
         payload = call.payloads[p]
         return bytes([flags]) + payload[1:] if flags else payload
@@ -344,7 +351,16 @@ class AggregationWorker:
                     if p in outstanding:
                         self._send(self._payload(call, p, ah.FLAG_FALLBACK))
                 continue
-            call.results[p] = (pkt.elements.astype(np.int64), pkt.exponent)
+            if pkt.flags & ah.FLAG_WIDE:
+                sums = self._wide_part(call, p, pkt)
+                if sums is None:
+                    continue                  # more parts to come
+            elif pkt.elements.size != self.block_elements:
+                self.stats.malformed += 1     # not this job's block size
+                continue
+            else:
+                sums = pkt.elements.astype(np.int64)
+            call.results[p] = (sums, pkt.exponent)
             self._congestion(call, p, bool(pkt.flags & ah.FLAG_CONGESTED))
             if pkt.flags & ah.FLAG_SERVER:
                 self.stats.fallback_blocks += 1
@@ -357,6 +373,25 @@ class AggregationWorker:
                 if state[2] == 1:                             # Karn: only packets sent once
                     self._rtt_sample(now - state[3])
             completed += 1
+
+    def _wide_part(self, call: _Call, p: int, pkt: ah.AggPacket) -> Optional[np.ndarray]:
+        """One packet of the server's int64 result of packet p: the block's
+        sums once every part is in, else None."""
+        if pkt.offset + pkt.elements.size > self.block_elements:
+            self.stats.malformed += 1
+            return None
+        sums, missing = call.wide_parts.setdefault(
+            p, (np.zeros(self.block_elements, np.int64), set(ah.wide_parts(self.block_elements))))
+        part = (pkt.offset, pkt.elements.size)
+        if part not in missing:
+            self.stats.duplicate_results += 1
+            return None
+        sums[pkt.offset:pkt.offset + pkt.elements.size] = pkt.elements
+        missing.discard(part)
+        if missing:
+            return None
+        del call.wide_parts[p]
+        return sums
 
     def _congestion(self, call: _Call, p: int, marked: bool) -> None:
         """The window's reaction to one result: halve on a mark (once per
@@ -418,24 +453,26 @@ def worker_input(seed: int, rank: int, elements: int, dtype: str) -> np.ndarray:
     raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
 
 
-def check(result: np.ndarray, inputs: list[np.ndarray]) -> tuple[bool, float, float]:
+def check(result: np.ndarray, inputs: list[np.ndarray],
+          block_elements: int = ah.DEFAULT_BLOCK_ELEMENTS) -> tuple[bool, float, float]:
     """(within bound, largest error, largest bound) of an all-reduce of
-    `inputs`: exact for integers; for floats, the quantisation bound of each
-    block (its agreed exponent from every input) plus float32 rounding."""
+    `inputs` in blocks of `block_elements`: exact for integers; for floats,
+    the quantisation bound of each block (its agreed exponent from every
+    input) plus float32 rounding."""
     exact = np.sum(np.stack([x.astype(np.float64 if x.dtype.kind == "f" else np.int64) for x in inputs]), axis=0)
     if result.dtype.kind in "iu":
         err = np.abs(result.astype(np.int64) - exact)
         return bool(np.all(err == 0)), float(err.max(initial=0)), 0.0
     n = len(inputs)
-    padded = -(-exact.size // ah.ELEMENTS) * ah.ELEMENTS
+    padded = -(-exact.size // block_elements) * block_elements
 
     def blocks(x):
         b = np.zeros(padded, np.float64)
         b[:x.size] = x
-        return b.reshape(-1, ah.ELEMENTS)
+        return b.reshape(-1, block_elements)
 
     agreed = np.max(np.stack([block_exponents(blocks(x)) for x in inputs]), axis=0)
-    bound = np.repeat([error_bound(n, int(e)) for e in agreed], ah.ELEMENTS)[:exact.size]
+    bound = np.repeat([error_bound(n, int(e)) for e in agreed], block_elements)[:exact.size]
     bound = bound + np.abs(exact) * 2.0 ** -23
     err = np.abs(result.astype(np.float64) - exact)
     return bool(np.all(err <= bound)), float(err.max(initial=0)), float(bound.max(initial=0))
@@ -460,6 +497,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--window", type=int, default=DEFAULT_WINDOW)
+    ap.add_argument("--block-elements", type=int, default=ah.DEFAULT_BLOCK_ELEMENTS,
+                    help=f"int32 elements a packet carries: the job's block_elements "
+                         f"({', '.join(map(str, ah.BLOCK_SIZES))}; default {ah.DEFAULT_BLOCK_ELEMENTS})")
     ap.add_argument("--timeout-s", type=float, default=300.0, help="give up (exit 1) after this long without finishing")
     ap.add_argument("--start-at", type=float, default=None, help="wall-clock time to start at (all workers together)")
     ap.add_argument("--seq-base", type=int, default=None,
@@ -475,7 +515,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     seq_base = args.seq_base if args.seq_base is not None else seq_base_at(args.start_at or 0.0)
     try:
         worker = AggregationWorker(args.job, args.server, args.workers, bind_ip=args.bind, window=args.window,
-                                   timeout_s=args.timeout_s, seq_base=seq_base, ecn=args.ecn)
+                                   timeout_s=args.timeout_s, seq_base=seq_base, ecn=args.ecn,
+                                   block_elements=args.block_elements)
     except (ValueError, OSError) as exc:
         ap.error(str(exc))
     mine = worker_input(args.seed, args.rank, args.elements, args.dtype)
@@ -490,7 +531,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"worker {args.rank}: {exc}", flush=True)
             ok = False
             break
-        good, err, bound = check(result, everyone)
+        good, err, bound = check(result, everyone, worker.block_elements)
         ok &= good
         s = worker.stats.elapsed_s
         runs.append({"elapsed_s": s, "elements_per_s": args.elements / s, "max_error": err, "bound": bound,

@@ -58,6 +58,7 @@ class ServerStats:
 @dataclass
 class _Block:
     contributions: dict = field(default_factory=dict)   # worker index -> int64 elements
+    elements: int = 0                                    # the block's size (its first contribution's)
     exponent: int = 0                                   # largest biased exponent
     asked_at: float = 0.0
     started: float = field(default_factory=time.monotonic)
@@ -76,7 +77,7 @@ class ParameterServer:
         self.request_s, self.keep, self.give_up_s = request_s, keep, give_up_s
         self.stats = ServerStats()
         self.pending: dict[int, _Block] = {}
-        self.finished: OrderedDict[int, bytes] = OrderedDict()   # seq -> result payload
+        self.finished: OrderedDict[int, list[bytes]] = OrderedDict()   # seq -> the result's packets
         self.sock = job_socket(job, bind_ip)
 
     def close(self) -> None:
@@ -126,7 +127,8 @@ class ParameterServer:
             return
         if pkt.seq in self.finished:
             self.stats.results_resent += 1
-            self._send(self.finished[pkt.seq], ip)
+            for part in self.finished[pkt.seq]:
+                self._send(part, ip)
             return
         block = self.pending.get(pkt.seq)
         if block is None:
@@ -134,6 +136,10 @@ class ParameterServer:
         if worker in block.contributions:
             self.stats.duplicates += 1
             return
+        if block.contributions and pkt.elements.size != block.elements:
+            self.stats.ignored += 1      # not the block's size: a worker started with another block_elements
+            return
+        block.elements = pkt.elements.size
         block.contributions[worker] = pkt.elements.astype(np.int64)
         block.exponent = max(block.exponent, pkt.exponent)
         if len(block.contributions) == len(self.workers):
@@ -142,7 +148,7 @@ class ParameterServer:
             self._ask(pkt.seq, block)
 
     def _ask(self, seq: int, block: _Block) -> None:
-        request = ah.pack(ah.FLAG_SERVER | ah.FLAG_FALLBACK, self.job, seq)
+        request = ah.pack(ah.FLAG_SERVER | ah.FLAG_FALLBACK, self.job, seq, count=block.elements)
         for ip, i in self.workers.items():
             if i not in block.contributions:
                 self._send(request, ip)
@@ -160,10 +166,11 @@ class ParameterServer:
 
     def _finish(self, seq: int, block: _Block) -> None:
         total = np.sum(np.stack(list(block.contributions.values())), axis=0)
-        result = ah.pack(ah.FLAG_SERVER | ah.FLAG_RESULT | ah.FLAG_WIDE, self.job, seq, total,
-                         exponent=block.exponent)
+        result = [ah.pack(ah.FLAG_SERVER | ah.FLAG_RESULT | ah.FLAG_WIDE, self.job, seq, total[o:o + n],
+                          exponent=block.exponent, offset=o) for o, n in ah.wide_parts(block.elements)]
         for ip in self.addresses:
-            self._send(result, ip)
+            for part in result:
+                self._send(part, ip)
             self.stats.results_sent += 1
         del self.pending[seq]
         self.finished[seq] = result

@@ -84,7 +84,7 @@ def ina_workers(topo, job: int, *, elements: int, dtype: str, out: Path, seed: i
                 "--workers", str(len(j.workers)), "--elements", str(elements), "--dtype", dtype,
                 "--seed", str(seed), "--repeat", str(repeat), "--window", str(window),
                 "--timeout-s", str(timeout_s), "--start-at", str(start_at), "--out", str(prefix),
-                *(["--ecn"] if ecn else [])]
+                "--block-elements", str(j.block_elements), *(["--ecn"] if ecn else [])]
         procs.append((f"job {job} worker {rank} ({w})", _in_netns(w, args, prefix.with_suffix(".log")),
                       prefix.with_suffix(".log"), prefix))
     return procs

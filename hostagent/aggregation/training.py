@@ -51,6 +51,7 @@ from typing import Callable, Sequence
 import numpy as np
 from hostagent.aggregation.allreduce import AggregationWorker, seq_base_at
 from hostagent.aggregation.ring_allreduce import RingAllReduce
+from wire import aggregation as ah
 
 AllReduce = Callable[[np.ndarray], np.ndarray]
 
@@ -341,6 +342,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=60.0, help="ring: give up an all-reduce after this long")
     ap.add_argument("--job", type=int, help="in-network aggregation: the job (with --server, --rank, --workers-total)")
     ap.add_argument("--server", help="in-network aggregation: the job's parameter server address")
+    ap.add_argument("--block-elements", type=int, default=ah.DEFAULT_BLOCK_ELEMENTS,
+                    help=f"in-network aggregation: the job's block_elements (default {ah.DEFAULT_BLOCK_ELEMENTS})")
     ap.add_argument("--workers-total", type=int, help="in-network aggregation: the job's number of workers")
     ap.add_argument("--start-at", type=float, help="in-network aggregation: wall-clock start agreed by the workers "
                                                    "(also gives the job's first sequence number)")
@@ -359,7 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             out = a.out or f"training-results/ina-rank{a.rank}"
             start_at = a.start_at or _time.time()
             with AggregationWorker(a.job, a.server, a.workers_total, timeout_s=a.timeout,
-                                   seq_base=seq_base_at(start_at)) as worker:
+                                   seq_base=seq_base_at(start_at), block_elements=a.block_elements) as worker:
                 _time.sleep(max(0.0, start_at - _time.time()))
                 records = train(a.rank, a.workers_total, worker.allreduce, a.epochs, a.batch_size, a.lr, a.seed,
                                 on_epoch=_print_record)

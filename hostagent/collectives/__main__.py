@@ -44,6 +44,7 @@ import numpy as np
 
 from features import load_topology
 from hostagent.aggregation.allreduce import seq_base_at
+from wire import aggregation as ah
 from hostagent.collectives import schedule as sc
 from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, IN_NETWORK, IN_NETWORK_DTYPES, MAX_JOBS, CallRecord, \
     CollectiveError, Communicator, default_sport, nccl_tests_table, open_communicator
@@ -142,6 +143,8 @@ def add_group_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--aggregation-job", type=int, help="in-network: the topology's aggregation job (its workers "
                                                        "are the ranks)")
     p.add_argument("--aggregation-server", metavar="IP", help="in-network: the job's parameter server")
+    p.add_argument("--aggregation-block-elements", type=int, default=ah.DEFAULT_BLOCK_ELEMENTS,
+                   help=f"in-network: the job's block_elements (default {ah.DEFAULT_BLOCK_ELEMENTS})")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -240,7 +243,7 @@ def communicator(a: argparse.Namespace) -> Communicator:
         if getattr(a, "dtype", "float32") not in IN_NETWORK_DTYPES:
             raise ValueError(f"--algorithm {IN_NETWORK} carries {' or '.join(IN_NETWORK_DTYPES)}, "
                              f"got --dtype {a.dtype}")
-        aggregation = (a.aggregation_job, a.aggregation_server, seq_base_at(a.start_at))
+        aggregation = (a.aggregation_job, a.aggregation_server, seq_base_at(a.start_at), a.aggregation_block_elements)
     return open_communicator(a.rank, addresses, a.iface, a.src_ip, a.src_mac, a.gw_mac, cc=a.cc, mode=a.mode,
                              line_rate_pps=a.line_rate_pps, mtu=a.mtu, channels=a.channels, timeout_s=a.timeout_s,
                              dscp=a.dscp, job=a.job, sport_of=sport_of, aggregation=aggregation)

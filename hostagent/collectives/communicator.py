@@ -40,6 +40,7 @@ import argparse
 import numpy as np
 
 from hostagent.aggregation.allreduce import AggregationWorker, AllReduceTimeout
+from wire import aggregation as ah
 from hostagent.collectives import schedule as sc
 from hostagent.rdma.agent import congestion_controls
 from hostagent.rdma.endpoint import Connection, Endpoint, RawLink
@@ -355,7 +356,8 @@ def open_communicator(rank: int, addresses: Sequence[str], iface: str, src_ip: s
     """A communicator on the host's interface (raw socket), as the fabric's
     hosts use: `job`'s queue pairs only, so jobs share hosts. aggregation:
     (aggregation job, its parameter server's address, first sequence number,
-    the same on every rank) for the in-network all-reduce."""
+    the same on every rank[, the job's block_elements]) for the in-network
+    all-reduce."""
     if not 0 <= job < MAX_JOBS:
         raise ValueError(f"job must be within 0..{MAX_JOBS - 1}, got {job}")
     if channels > JOB_QPS:
@@ -368,9 +370,9 @@ def open_communicator(rank: int, addresses: Sequence[str], iface: str, src_ip: s
                         accept_qps=range(qp_base, qp_base + JOB_QPS))
     worker = None
     if aggregation is not None:
-        agg_job, server_ip, seq_base = aggregation
+        agg_job, server_ip, seq_base, *block = aggregation
         worker = AggregationWorker(agg_job, server_ip, len(addresses), bind_ip=src_ip, timeout_s=timeout_s,
-                                   seq_base=seq_base)
+                                   seq_base=seq_base, block_elements=block[0] if block else ah.DEFAULT_BLOCK_ELEMENTS)
     try:
         return Communicator(endpoint, list(addresses), rank, channels=channels, sport_of=sport_of,
                             timeout_s=timeout_s, qp_base=qp_base, aggregation=worker)

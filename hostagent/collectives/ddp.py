@@ -58,6 +58,7 @@ import torch.distributed as dist
 from torch import nn
 
 from hostagent.aggregation.allreduce import seq_base_at
+from wire import aggregation as ah
 from hostagent.collectives import schedule as sc
 from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, IN_NETWORK, Communicator, open_communicator
 from hostagent.rdma.agent import congestion_controls
@@ -160,6 +161,8 @@ def parser() -> argparse.ArgumentParser:
                     help=f"{IN_NETWORK}: through the switch (with --aggregation-job and --aggregation-server)")
     ap.add_argument("--aggregation-job", type=int, help=f"{IN_NETWORK}: the topology's aggregation job of these ranks")
     ap.add_argument("--aggregation-server", metavar="IP", help=f"{IN_NETWORK}: the job's parameter server")
+    ap.add_argument("--aggregation-block-elements", type=int, default=ah.DEFAULT_BLOCK_ELEMENTS,
+                    help=f"{IN_NETWORK}: the job's block_elements (default {ah.DEFAULT_BLOCK_ELEMENTS})")
     ap.add_argument("--cc", choices=sorted(congestion_controls()), default="dcqcn")
     ap.add_argument("--line-rate-pps", type=float, default=1000.0)
     ap.add_argument("--epochs", type=int, default=5)
@@ -198,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         if in_network:      # the ranks number the job's packets from one time, rank 0's
             agreed = [seq_base_at(time.time())]
             dist.broadcast_object_list(agreed, src=0)
-            aggregation = (a.aggregation_job, a.aggregation_server, agreed[0])
+            aggregation = (a.aggregation_job, a.aggregation_server, agreed[0], a.aggregation_block_elements)
         try:
             comm = open_communicator(a.rank, addresses, a.iface, a.src_ip, a.src_mac, a.gw_mac, cc=a.cc,
                                      line_rate_pps=a.line_rate_pps, aggregation=aggregation)

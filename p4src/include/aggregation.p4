@@ -2,9 +2,11 @@
 // of a slot pool between jobs with the parameter server as fallback. The
 // wire contract and the protocol are docs/protocols/aggregation.md.
 //
-// A job's workers send blocks of AGG_ELEMENTS int32 to the job's parameter
+// A job's workers send blocks of int32 (1..AGG_CHUNKS chunks of
+// AGG_CHUNK_ELEMENTS, the size the job declares) to the job's parameter
 // server (PS); the switch that serves the PS (agg_job) sums them in registers
-// instead of forwarding them. A slot cell (slot, shadow set) holds one use:
+// instead of forwarding them, AGG_WORD_BITS / 32 elements to a register word
+// (aggregation_lanes.p4). A slot cell (slot, shadow set) holds one use:
 // (job, seq) of the block, the workers that contributed (bitmap), their
 // count, the largest block exponent, and the element sums. The last
 // contribution completes the cell and its packet, now carrying the sums,
@@ -75,8 +77,9 @@ control Aggregation(inout headers_t hdr,
     // address, job): ternary, so a wildcard-job entry per server catches
     // jobs that are not set up.
     action set_job(bit<8> workers, bit<16> base, bit<16> slots, bit<1> shared,
-                   bit<16> job_group, bit<48> steal_after_us, bit<8> trees) {
+                   bit<16> job_group, bit<48> steal_after_us, bit<8> trees, bit<16> udp_length) {
         meta.agg.workers = workers;
+        meta.agg.udp_length = udp_length;
         meta.agg.trees = trees;
         meta.agg.base = (bit<32>) base;
         meta.agg.slots = (bit<32>) slots;
@@ -136,24 +139,25 @@ control Aggregation(inout headers_t hdr,
         meta.agg.cell = meta.agg.cell * 2 + (bit<32>) (hdr.agg.slot >> 15);
     }
 
+    // The lanes of the packet's chunks: start_chunk_c, add_chunk_c, read_chunk_c.
+    AGG_LANE_ACTIONS
+
     // A contribution's own marks go into the cell's status: a child switch's
     // partial that overflowed or was congested, the congestion it met (CE).
+    // Its elements go into the cell's sums after (AGG_LANES_START, AGG_LANES_ADD).
     action start_use() {
-        AGG_LANES_START(meta.agg.cell)
         meta.agg.state = hdr.agg.seq ++ meta.agg.worker_bit ++ std_meta.ingress_global_timestamp
                 ++ hdr.agg.job ++ 8w1 ++ hdr.agg.exponent
                 ++ ((hdr.agg.flags >> 2) & AGG_CELL_OVERFLOW | (hdr.agg.flags >> 5) & AGG_CELL_CONGESTED);
     }
     action add_contribution() {
-        meta.agg.overflow = 0;
-        AGG_LANES_ADD(meta.agg.cell, meta.agg.sum, meta.agg.overflow)
         AGG_CELL_BITMAP(meta.agg.state) = AGG_CELL_BITMAP(meta.agg.state) | meta.agg.worker_bit;
         AGG_CELL_COUNT(meta.agg.state) = AGG_CELL_COUNT(meta.agg.state) + 1;
-        AGG_CELL_STATUS(meta.agg.state) = AGG_CELL_STATUS(meta.agg.state) | ((bit<8>) meta.agg.overflow[31:31]) << 1   // AGG_CELL_OVERFLOW
+        AGG_CELL_STATUS(meta.agg.state) = AGG_CELL_STATUS(meta.agg.state)
             | (hdr.agg.flags >> 2) & AGG_CELL_OVERFLOW | (hdr.agg.flags >> 5) & AGG_CELL_CONGESTED;
     }
-    action read_result() {
-        AGG_LANES_READ(meta.agg.cell)
+    action note_overflow() {
+        AGG_CELL_STATUS(meta.agg.state) = AGG_CELL_STATUS(meta.agg.state) | AGG_CELL_OVERFLOW;
     }
 
     // The packet becomes a result from the parameter server to the workers
@@ -273,14 +277,14 @@ control Aggregation(inout headers_t hdr,
                 // Over trees the switches above know switches, not workers: the server checks the sender.
                 agg_events.count(AGG_EVENT_FALLBACK);   // routed on to the server
             } else if (agg_worker.apply().hit) {     // a miss: DROP_AGG_NOT_WORKER
-                if (hdr.udp.length != AGG_UDP_LENGTH) {
-                    meta.drop_reason = DROP_AGG_BAD_LENGTH;
+                if (hdr.udp.length != meta.agg.udp_length) {
+                    meta.drop_reason = DROP_AGG_BLOCK_SIZE;
                 } else if (hdr.agg.flags & AGG_FLAG_FALLBACK != 0) {
                     agg_events.count(AGG_EVENT_FALLBACK);   // routed on to the server
                 } else if (AGG_CELL_JOB(meta.agg.state) == hdr.agg.job && AGG_CELL_SEQ(meta.agg.state) == hdr.agg.seq) {
                     if (AGG_CELL_BITMAP(meta.agg.state) & meta.agg.worker_bit != 0) {
                         if (AGG_CELL_STATUS(meta.agg.state) & AGG_CELL_DONE != 0) {
-                            read_result();
+                            AGG_LANES_READ
                             meta.agg.answer = AGG_ANSWER_AGAIN;
                         } else {
                             agg_events.count(AGG_EVENT_DUPLICATE);
@@ -288,6 +292,10 @@ control Aggregation(inout headers_t hdr,
                         }
                     } else {
                         add_contribution();
+                        AGG_LANES_ADD
+                        if (meta.agg.overflow != 0) {
+                            note_overflow();
+                        }
                         if (hdr.agg.exponent > AGG_CELL_EXPONENT(meta.agg.state)) {
                             AGG_CELL_EXPONENT(meta.agg.state) = hdr.agg.exponent;
                         }
@@ -302,6 +310,7 @@ control Aggregation(inout headers_t hdr,
                            || (meta.agg.shared == 0 && AGG_CELL_JOB(meta.agg.state) == hdr.agg.job)
                            || std_meta.ingress_global_timestamp - AGG_CELL_STARTED(meta.agg.state) > meta.agg.steal_after) {
                     start_use();
+                    AGG_LANES_START
                     note_added();
                 } else {
                     agg_events.count(AGG_EVENT_COLLISION);

@@ -10,7 +10,8 @@ error {
     IPv4OptionsNotSupported,
     IntMalformed,
     SourceRouteMalformed,
-    MacControlUnsupported
+    MacControlUnsupported,
+    AggLength
 }
 
 header ethernet_t {
@@ -132,7 +133,7 @@ struct headers_t {
     tcp_options_t       tcp_options;
 #ifndef WITHOUT_AGGREGATION
     agg_t               agg;
-    agg_data_t          agg_data;
+    agg_chunk_t[AGG_CHUNKS] agg_data;
 #endif
 #ifndef WITHOUT_INT_TELEMETRY
     // Telemetry report (report clones only)
@@ -281,8 +282,9 @@ header agg_scratch_t {           // aggregation.p4
     bit<8>   cell_valid;         // the packet has a cell (a job served here, slot in range)
     bit<32>  cell;               // the (slot, shadow set) cell of the packet's block, and its state
     bit<144> state;
-    bit<32>  sum;                // one lane's sum, and its overflow bit (aggregation_lanes.p4)
-    bit<32>  overflow;
+    bit<16>  udp_length;         // the job's packets' UDP length: its declared block size
+    bit<AGG_WORD_BITS> sum;      // one word's sums, and the top bit of each lane that overflowed (aggregation_lanes.p4)
+    bit<AGG_WORD_BITS> overflow;
     bit<8>   added;              // the packet's elements went into the cell's use
     bit<8>   answer;             // AGG_ANSWER_*: the packet carries a completed cell's sum
 }

@@ -173,11 +173,14 @@ parser FabricParser(packet_in packet,
     }
 #ifndef WITHOUT_AGGREGATION
 
-    // Aggregation: a short packet fails here (PacketTooShort with hdr.agg
-    // valid), which ingress counts as DROP_AGG_BAD_LENGTH.
-    state parse_agg {
-        packet.extract(hdr.agg);
-        packet.extract(hdr.agg_data);
+    // Aggregation: 1..AGG_CHUNKS chunks of elements, as many as the UDP
+    // length says (parse_agg and its chunk states: aggregation_lanes.p4).
+    // Another length (error.AggLength), or a packet shorter than its UDP
+    // length (PacketTooShort), stops here with hdr.agg valid, which ingress
+    // counts as DROP_AGG_BAD_LENGTH.
+    AGG_PARSER_STATES
+    state reject_agg_length {
+        verify(false, error.AggLength);
         transition accept;
     }
 #endif

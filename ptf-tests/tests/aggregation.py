@@ -32,9 +32,9 @@ from scapy.packet import Raw
 
 from features.aggregation import EVENTS, Job, JobPlacement, UpPath, WorkerPath, events, job_state, unknown_job_entry
 from core.p4constants import drop_reasons
-from wire.aggregation import (ELEMENTS, EXPONENT_BIAS, FLAG_COLLISION, FLAG_CONGESTED, FLAG_FALLBACK, FLAG_OVERFLOW,
-                                   FLAG_RESULT, FLAG_RETRANSMIT, FLAG_SERVER, FLAG_WIDE, SLOT_SET, UDP_LENGTH,
-                                   Aggregation, job_port, pack, unpack)
+from wire.aggregation import (EXPONENT_BIAS, FLAG_COLLISION, FLAG_CONGESTED, FLAG_FALLBACK, FLAG_OVERFLOW,
+                                   FLAG_RESULT, FLAG_RETRANSMIT, FLAG_SERVER, FLAG_WIDE, SLOT_SET,
+                                   Aggregation, job_port, pack, udp_length, unpack)
 
 PS_PORT = 4
 PS_IP = "10.0.4.1"
@@ -44,6 +44,7 @@ IP_ID = 0x2A2A
 QUIET_S = 0.75          # negative checks: how long nothing more may arrive
 ARRIVAL_S = 5.0         # positive checks: how long an expected packet may take
 INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
+ELEMENTS = 64           # the tests' jobs declare one chunk unless a test says (block_elements)
 STEAL_AFTER_MS = 600_000   # never reached in a test: no use is taken over by age
 
 
@@ -55,11 +56,11 @@ def wrap32(value: int) -> int:
     return (value + 2**31) % 2**32 - 2**31
 
 
-def block(tag: str, magnitude: int = 700_000_000) -> list[int]:
-    """ELEMENTS deterministic int32 values in [-magnitude, magnitude], with
-    both signs and the extremes: three of them never overflow."""
+def block(tag: str, magnitude: int = 700_000_000, n: int = ELEMENTS) -> list[int]:
+    """n deterministic int32 values in [-magnitude, magnitude], with both
+    signs and the extremes: three of them never overflow."""
     rng = random.Random(tag)
-    values = [rng.randint(-magnitude, magnitude) for _ in range(ELEMENTS)]
+    values = [rng.randint(-magnitude, magnitude) for _ in range(n)]
     values[0], values[1], values[2], values[3] = magnitude, -magnitude, 0, -1
     return values
 
@@ -127,6 +128,9 @@ class AggTestBase(P4RuntimeTest):
 
     #: (job id, worker ports, base, slots, shared): worker i of a job is its i-th port
     jobs: list[tuple[int, list[int], int, int, bool]] = [(1, WORKER_PORTS, 0, 4, False)]
+    #: the jobs' block size (int32 elements a packet carries), and a job's own if it differs
+    block_elements = ELEMENTS
+    block_sizes: dict[int, int] = {}
 
     def setUp(self):
         super().setUp()
@@ -135,13 +139,17 @@ class AggTestBase(P4RuntimeTest):
             self.add_direct_route(f"10.0.{port}.0/24", port)
         self.workers_of: dict[int, list[int]] = {}
         for job_id, ports, base, slots, shared in self.jobs:
-            job = Job(job_id, tuple(f"h{p}" for p in ports), "ps", 0 if shared else slots, shared)
+            job = Job(job_id, tuple(f"h{p}" for p in ports), "ps", 0 if shared else slots, shared,
+                      block_elements=self.block_size(job_id))
             paths = [WorkerPath(worker_ip(p), p, port_mac(p), neighbour_mac(p)) for p in ports]
             self.state.merge(job_state(self.p4info, JobPlacement(job, "sut", base, slots), PS_IP, paths,
                                        STEAL_AFTER_MS))
             self.workers_of[job_id] = list(ports)
         self.state.table_entries.append(unknown_job_entry(self.p4info, PS_IP))
         self.apply()
+
+    def block_size(self, job: int) -> int:
+        return self.block_sizes.get(job, self.block_elements)
 
     # -- sending ---------------------------------------------------------------
 
@@ -198,7 +206,8 @@ class AggTestBase(P4RuntimeTest):
         self.assertEqual((ip.src, ip.dst), (PS_IP, dst), f"{where}: from the PS to the worker")
         self.assertEqual(ip.ttl, TTL - 1, f"{where}: TTL")
         self.assertTrue(ipv4_checksum_ok(frame), f"{where}: IPv4 checksum")
-        self.assertEqual((udp.sport, udp.dport, udp.len), (job_port(job), job_port(job), UDP_LENGTH), where)
+        self.assertEqual((udp.sport, udp.dport, udp.len),
+                         (job_port(job), job_port(job), udp_length(self.block_size(job))), where)
         self.assertEqual(udp.chksum, 0, f"{where}: UDP checksum")
         self.assertEqual(int(agg.flags), flags, f"{where}: flags {agg.flags}")
         self.assertEqual((agg.job, agg.seq, agg.slot, agg.exponent), (job, seq, slot, exponent),
@@ -504,7 +513,7 @@ class SlotOutsideTheRangeIsDroppedTest(BadInputTestBase):
 
 
 class ShortPacketIsDroppedTest(BadInputTestBase):
-    """63 elements, and the header alone: fewer than ELEMENTS (a parser error)."""
+    """63 elements, and the header alone: not a whole chunk (a parser error)."""
 
     def runTest(self):
         full = pack(0, 1, 0, block("bad-1-1"))
@@ -513,12 +522,23 @@ class ShortPacketIsDroppedTest(BadInputTestBase):
 
 
 class LongPacketIsDroppedTest(BadInputTestBase):
-    """ELEMENTS elements and then 4 bytes, or 1 byte, more."""
+    """A chunk of elements and then 4 bytes, or 1 byte, more; five chunks
+    (more than AGG_CHUNKS). Every switch drops them (a parser error)."""
 
     def runTest(self):
         self.check_dropped("AGG_BAD_LENGTH", [
             (1, raw_frame(worker_ip(1), PS_IP, 1, pack(0, 1, 0, block("bad-1-1")) + b"\x00\x00\x00\x01")),
-            (2, raw_frame(worker_ip(2), PS_IP, 1, pack(0, 1, 0, block("bad-1-2")) + b"\x01"))])
+            (2, raw_frame(worker_ip(2), PS_IP, 1, pack(0, 1, 0, block("bad-1-2")) + b"\x01")),
+            (3, raw_frame(worker_ip(3), PS_IP, 1, pack(0, 1, 0, block("bad-1-3", n=256)) + bytes(256)))])
+
+
+class BlockOfAnotherSizeIsDroppedTest(BadInputTestBase):
+    """Whole packets of 128 and 256 elements to jobs that declared 64: each
+    dropped as AGG_BLOCK_SIZE, nothing added to the slot they name."""
+
+    def runTest(self):
+        self.check_dropped("AGG_BLOCK_SIZE", [(1, agg_frame(1, 1, 0, block("bad-1-1", n=128))),
+                                              (2, agg_frame(2, 2, 0, block("bad-2-2", n=256)))])
 
 
 # -- traffic that is not for an aggregation job ------------------------------------
@@ -549,6 +569,95 @@ class OtherTrafficIsForwardedUntouchedTest(AggTestBase):
                 got = self.collect({out_port: 1})
                 self.assertEqual(got[out_port][0], routed(pkt, out_port))
         self.assertEvents()
+        self.assertDrops()
+
+
+# -- packed lanes: elements summed AGG_WORD_BITS / 32 to a register word --------------
+
+class EveryBlockSizeSumsExactlyTest(AggTestBase):
+    """Jobs 1-4 declare 64, 128, 192 and 256 elements (1 to 4 chunks):
+    each sums its own size exactly, in every lane of every chunk, the last
+    one included, and in both shadow sets."""
+    jobs = [(j, [1, 2], 4 * (j - 1), 4, False) for j in (1, 2, 3, 4)]
+    block_sizes = {1: 64, 2: 128, 3: 192, 4: 256}
+
+    def runTest(self):
+        for slot in (0, 2 | SLOT_SET):
+            for job, n in self.block_sizes.items():
+                blocks = {p: block(f"size-{job}-{slot}-{p}", n=n) for p in (1, 2)}
+                self.contribute(job, [1, 2], 0, blocks, slot=slot)
+                self.results(job, 0, slot, add(*blocks.values()))
+        self.assertEvents(contribution=16, complete=8)
+        self.assertDrops()
+
+
+class LanesTestBase(AggTestBase):
+    """Job 1: workers 1 and 2, 256 elements a packet (four chunks), 128 slots."""
+    jobs = [(1, [1, 2], 0, 128, False)]
+    block_elements = 256
+
+
+class CarriesStayInTheirLanesTest(LanesTestBase):
+    """Seq 0: -1 + 1 in every lane carries out of every lane's top bit:
+    all sums 0, nothing flagged. Seq 1: 0x7fffffff + 1 in lane 37 alone
+    (its neighbours -1 + 0 and 0 + 0): that lane wraps to -2^31, flagged
+    OVERFLOW, its neighbours exact. Seq 2: every lane at an edge without
+    going past it (INT32_MAX, INT32_MIN, -1 + INT32_MIN + 1...): exact,
+    nothing flagged."""
+
+    def runTest(self):
+        n = self.block_elements
+        self.contribute(1, [1, 2], 0, {1: [-1] * n, 2: [1] * n})
+        self.results(1, 0, 0, [0] * n)
+
+        one = {1: [0] * n, 2: [0] * n}
+        one[1][36], one[1][37], one[2][37] = -1, INT32_MAX, 1
+        self.contribute(1, [1, 2], 1, one, slot=1)
+        want = [0] * n
+        want[36], want[37] = -1, INT32_MIN
+        self.results(1, 1, 1, want, flags=FLAG_RESULT | FLAG_OVERFLOW)
+
+        rng = random.Random("edges")
+        edges = {1: [], 2: []}
+        for i in range(n):
+            x = rng.randint(0, 2**31 - 1)
+            a, b = [(INT32_MAX - x, x), (INT32_MIN + x, -x), (-1, INT32_MIN + 1), (INT32_MIN, 0)][i % 4]
+            edges[1].append(a)
+            edges[2].append(b)
+        self.contribute(1, [1, 2], 2, edges, slot=2)
+        self.results(1, 2, 2, add(*edges.values()))
+        self.assertEvents(contribution=6, complete=3, overflow=1)
+        self.assertDrops()
+
+
+class OverflowInEveryLanePositionIsFlaggedTest(LanesTestBase):
+    """Block k (k = 0..255, each in its own cell) overflows in lane k alone,
+    upwards for even k and downwards for odd k: every result is flagged
+    OVERFLOW, lane k wraps around, and every other lane (both signs) is
+    exact. Every lane position of the four words, and so of every chunk,
+    reports its overflow."""
+
+    def runTest(self):
+        n = self.block_elements
+        want = {}
+        for k in range(n):
+            blocks = {p: block(f"lane-{k}-{p}", magnitude=1_000_000_000, n=n) for p in (1, 2)}
+            blocks[1][k], blocks[2][k] = (INT32_MAX - k, k + 1) if k % 2 == 0 else (INT32_MIN + k, -k - 1)
+            exact = [a + b for a, b in zip(blocks[1], blocks[2])]
+            want[k] = [wrap32(v) for v in exact]
+            self.assertEqual([i for i, v in enumerate(exact) if v != want[k][i]], [k], "test data")
+            self.contribute(1, [1, 2], k, blocks, slot=(k % 128) | (SLOT_SET if k >= 128 else 0))
+        got = self.collect({1: n, 2: n})
+        for port in (1, 2):
+            seen = set()
+            for frame in got[port]:
+                agg = Ether(frame)[Aggregation]
+                k = agg.seq
+                seen.add(k)
+                self.check_result(frame, port, 1, k, (k % 128) | (SLOT_SET if k >= 128 else 0), want[k],
+                                  flags=FLAG_RESULT | FLAG_OVERFLOW)
+            self.assertEqual(seen, set(range(n)), f"port {port}: a result per block")
+        self.assertEvents(contribution=2 * n, complete=n, overflow=n)
         self.assertDrops()
 
 

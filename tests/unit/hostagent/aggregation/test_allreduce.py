@@ -21,20 +21,20 @@ def test_headroom_keeps_n_quantised_values_within_int32():
 
 def test_block_exponents_bound_every_magnitude():
     rng = np.random.default_rng(0)
-    blocks = rng.standard_normal((50, ah.ELEMENTS)) * np.exp2(rng.integers(-30, 30, (50, 1)))
+    blocks = rng.standard_normal((50, ah.DEFAULT_BLOCK_ELEMENTS)) * np.exp2(rng.integers(-30, 30, (50, 1)))
     e = ar.block_exponents(blocks)
     assert np.all(np.max(np.abs(blocks), axis=1) < np.exp2(e))
     assert np.all(np.max(np.abs(blocks), axis=1) >= np.exp2(e - 1))
-    assert ar.block_exponents(np.zeros((1, ah.ELEMENTS)))[0] == 0
+    assert ar.block_exponents(np.zeros((1, ah.DEFAULT_BLOCK_ELEMENTS)))[0] == 0
 
 
 def test_check_accepts_the_quantised_sum_and_rejects_a_wrong_one():
     inputs = [ar.worker_input(3, r, 1000, "float32") for r in range(4)]
     exact = np.sum(np.stack([x.astype(np.float64) for x in inputs]), axis=0)
     # what the switch would produce: quantise each worker with the agreed exponent, sum, dequantise
-    padded = np.zeros((4, 16 * ah.ELEMENTS))
+    padded = np.zeros((4, 4 * ah.DEFAULT_BLOCK_ELEMENTS))
     padded[:, :1000] = np.stack(inputs)
-    blocks = padded.reshape(4, 16, ah.ELEMENTS)
+    blocks = padded.reshape(4, 4, ah.DEFAULT_BLOCK_ELEMENTS)
     agreed = np.max(np.stack([ar.block_exponents(b) for b in blocks]), axis=0)
     scale = np.exp2(ar.headroom_bits(4) - agreed)[:, None]
     q = np.rint(blocks * scale).astype(np.int64)
@@ -88,9 +88,10 @@ def received(sock) -> list:
         return out
 
 
-def test_server_sums_a_collided_block_in_int64_after_asking_the_others(server):
+@pytest.mark.parametrize("n", [64, 256])
+def test_server_sums_a_collided_block_in_int64_after_asking_the_others(server, n):
     ps, workers, socks = server
-    values = [np.full(ah.ELEMENTS, 2 ** 31 - 1 - i, np.int64) for i in range(3)]
+    values = [np.full(n, 2 ** 31 - 1 - i, np.int64) for i in range(3)]
     ps.handle(ah.pack(ah.FLAG_COLLISION, 3, 77, values[0], exponent=130), workers[0])
     # the other two are asked for seq 77, the first is not
     for i, s in enumerate(socks):
@@ -98,26 +99,34 @@ def test_server_sums_a_collided_block_in_int64_after_asking_the_others(server):
         if i == 0:
             assert got == []
         else:
-            assert [(g.flags, g.seq) for g in got] == [(ah.FLAG_SERVER | ah.FLAG_FALLBACK, 77)]
+            assert [(g.flags, g.seq, g.elements.size) for g in got] == [(ah.FLAG_SERVER | ah.FLAG_FALLBACK, 77, n)]
     ps.handle(ah.pack(ah.FLAG_FALLBACK, 3, 77, values[1], exponent=140), workers[1])
     ps.handle(ah.pack(ah.FLAG_FALLBACK | ah.FLAG_RETRANSMIT, 3, 77, values[1], exponent=140), workers[1])
     ps.handle(ah.pack(ah.FLAG_FALLBACK, 3, 77, values[2], exponent=129), workers[2])
+    parts = ah.wide_parts(n)             # int64: a block of 256 is two packets of 128
     for s in socks:
-        (result,) = received(s)
-        assert result.flags == ah.FLAG_SERVER | ah.FLAG_RESULT | ah.FLAG_WIDE and result.exponent == 140
-        assert result.elements.tolist() == [sum(int(v[0]) for v in values)] * ah.ELEMENTS   # beyond int32
+        result = received(s)
+        assert [(r.flags, r.exponent, r.offset) for r in result] == [
+            (ah.FLAG_SERVER | ah.FLAG_RESULT | ah.FLAG_WIDE, 140, o) for o, _ in parts]
+        sums = np.concatenate([r.elements for r in result])
+        assert sums.tolist() == [sum(int(v[0]) for v in values)] * n   # beyond int32
     assert ps.stats.blocks_completed == 1 and ps.stats.duplicates == 1
     # a worker that lost the result sends again: it gets it again
     ps.handle(ah.pack(ah.FLAG_FALLBACK | ah.FLAG_RETRANSMIT, 3, 77, values[2]), workers[2])
-    assert [r.seq for r in received(socks[2])] == [77] and ps.stats.results_resent == 1
+    assert [r.seq for r in received(socks[2])] == [77] * len(parts) and ps.stats.results_resent == 1
+    # a contribution of another size than the block's is not summed
+    ps.handle(ah.pack(ah.FLAG_FALLBACK, 3, 78, values[0]), workers[0])
+    other = 128 if n != 128 else 64
+    ps.handle(ah.pack(ah.FLAG_FALLBACK, 3, 78, np.zeros(other, np.int64)), workers[1])
+    assert list(ps.pending[78].contributions) == [0] and ps.stats.ignored == 1
 
 
 @pytest.mark.parametrize("data, sender", [
     (b"garbage", "127.0.0.11"),                                        # not an aggregation packet
-    (ah.pack(ah.FLAG_FALLBACK, 4, 1), "127.0.0.11"),                   # another job
-    (ah.pack(ah.FLAG_FALLBACK, 3, 1), "127.0.0.99"),                   # not a worker
-    (ah.pack(0, 3, 1), "127.0.0.11"),                                  # a plain contribution: the switch's
-    (ah.pack(ah.FLAG_RESULT | ah.FLAG_SERVER | ah.FLAG_WIDE, 3, 1), "127.0.0.11"),   # a result
+    (ah.pack(ah.FLAG_FALLBACK, 4, 1, count=64), "127.0.0.11"),         # another job
+    (ah.pack(ah.FLAG_FALLBACK, 3, 1, count=64), "127.0.0.99"),         # not a worker
+    (ah.pack(0, 3, 1, count=64), "127.0.0.11"),                        # a plain contribution: the switch's
+    (ah.pack(ah.FLAG_RESULT | ah.FLAG_SERVER | ah.FLAG_WIDE, 3, 1, count=64), "127.0.0.11"),   # a result
 ], ids=["garbage", "other-job", "not-a-worker", "plain", "result"])
 def test_server_ignores_what_is_not_its_to_sum(server, data, sender):
     ps, _, socks = server
@@ -158,7 +167,8 @@ def test_a_congested_result_halves_the_window_once_per_window():
     thread.start()
     data = np.arange(64 * 200, dtype=np.int64) - 5000
     try:
-        with ar.AggregationWorker(4, "127.0.0.20", 1, bind_ip="127.0.0.21", seq_base=1000, ecn=True) as w:
+        with ar.AggregationWorker(4, "127.0.0.20", 1, bind_ip="127.0.0.21", seq_base=1000, ecn=True,
+                                  block_elements=64) as w:
             assert w.sock.getsockopt(socket.IPPROTO_IP, socket.IP_TOS) == ar.ECT0
             out = w.allreduce(data)
             stats = w.stats
@@ -172,3 +182,48 @@ def test_a_congested_result_halves_the_window_once_per_window():
     assert bursts[2] <= 18                   # halved (and grown by about one)
     assert all(b - a <= 2 for a, b in zip(bursts[2:], bursts[3:]))   # then additive growth
     assert max(bursts[4:]) > 18
+
+
+def test_a_worker_assembles_a_wide_result_from_its_parts():
+    """A stand-in server on loopback answers every block of 256 with its
+    sum times 2^32 (beyond int32) in two WIDE packets, the second first and
+    sent twice: the worker's result is exact, the duplicate part counted."""
+    import threading
+
+    server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    server.bind(("127.0.0.30", ah.job_port(5)))
+    server.settimeout(0.05)
+    stop = threading.Event()
+
+    def answer():
+        while not stop.is_set():
+            try:
+                data, addr = server.recvfrom(4096)
+            except socket.timeout:
+                continue
+            pkt = ah.unpack(data)
+            total = pkt.elements.astype(np.int64) * 2 ** 32
+            parts = [ah.pack(ah.FLAG_SERVER | ah.FLAG_RESULT | ah.FLAG_WIDE, 5, pkt.seq, total[o:o + n], offset=o)
+                     for o, n in ah.wide_parts(pkt.elements.size)]
+            for part in parts[::-1] + parts[-1:]:
+                server.sendto(part, addr)
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    data = np.arange(256 * 3, dtype=np.int64) - 300
+    try:
+        with ar.AggregationWorker(5, "127.0.0.30", 1, bind_ip="127.0.0.31", seq_base=7) as w:
+            assert w.block_elements == 256
+            out = w.allreduce(data.astype(np.int32))
+            stats = w.stats
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+    assert out.tolist() == (data * 2 ** 32).tolist()
+    assert stats.results == 3 and stats.fallback_blocks == 3 and stats.duplicate_results == 3
+
+
+def test_a_worker_refuses_a_block_size_no_job_can_declare():
+    with pytest.raises(ValueError, match="a block is 64, 128, 192, 256 elements"):
+        ar.AggregationWorker(1, "127.0.0.1", 2, bind_ip="127.0.0.9", block_elements=100)
