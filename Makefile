@@ -28,7 +28,7 @@ HAVE_NATIVE := $(shell for t in p4c-bm2-ss simple_switch_grpc; do \
 	done; echo yes)
 HAVE_DOCKER ?= $(eval HAVE_DOCKER := $(shell $(DOCKER) info >/dev/null 2>&1 && echo yes))$(HAVE_DOCKER)
 
-.PHONY: help setup doctor build run test typecheck unit monitoring ptf e2e bench bench-constructs experiments monitor fixtures clean generate features \
+.PHONY: help setup doctor build run test typecheck unit monitoring ptf e2e bench bench-constructs bench-aggregation experiments monitor fixtures clean generate features \
         docker-build docker-run docker-test test-docker require-toolchain
 
 help:
@@ -39,7 +39,7 @@ help:
 	@echo "make experiments | experiment-NAME          every experiment (CSV + PNG under experiments/results/), or one"
 	@echo "make generate | features                    rewrite generated files; print the feature index"
 	@echo "Everything here is also \`.venv/bin/fabric COMMAND\` (fabric --help)."
-	@echo "make build | bench | bench-constructs | docker-build | docker-run | docker-test | clean"
+	@echo "make build | bench | bench-constructs | bench-aggregation | docker-build | docker-run | docker-test | clean"
 	@echo "make test-docker                            docker-run + PTF in a container, on a locally built stand-in for p4lang/p4c"
 
 setup:
@@ -116,14 +116,21 @@ generate: setup
 features: setup
 	@$(FABRIC) features
 
-# Regenerates both tables of docs/benchmark.md: instructions per packet
-# (callgrind, deterministic; each feature compiled out, off and on) and
-# packets/s, with build/bench/{instructions_per_packet.csv,summary.csv,forwarding_rate.png};
+# Regenerates the tables of docs/benchmark.md: instructions per packet
+# (callgrind, deterministic; each feature compiled out, off and on), an
+# aggregated element's cost by block size, and packets/s, with
+# build/bench/{instructions_per_packet.csv,aggregation_cost.csv,summary.csv,forwarding_rate.png};
 # then the RDMA transport's sender rate per congestion control (build/bench/rdma_agent/).
 bench: require-toolchain build
 	$(PY) -m benchmarks.instructions_per_packet --packets 1000 --readme docs/benchmark.md
+	$(PY) -m benchmarks.aggregation_cost --packets 1000 --readme docs/benchmark.md
 	$(FABRIC) bench --readme docs/benchmark.md $(ARGS)
 	$(PY) -m benchmarks.rdma_agent
+
+# Instructions per aggregation packet and per element at each block size,
+# against plain UDP of the same size (callgrind, ~8 min).
+bench-aggregation: require-toolchain
+	$(PY) -m benchmarks.aggregation_cost --readme docs/benchmark.md $(ARGS)
 
 # The price list of docs/benchmark.md: instructions per packet one P4
 # construct (a header, a metadata field, an assignment, a condition, a

@@ -3,7 +3,7 @@
 the all-reduce's bus bandwidth, for each load-balancing mode and all-reduce
 algorithm (docs/collectives.md).
 
-    fabric experiment collectives [--phases lb transport placement jobs failure]
+    fabric experiment collectives [--phases lb transport allreduce placement jobs failure]
                                   [--modes ecmp path-aware flowlet spray adaptive]
                                   [--algorithms ring halving-doubling tree in-network]
                                   [--placements rail-aware host-major] [--protections none controller "data plane"]
@@ -30,6 +30,15 @@ leaf2; path-aware does not apply to it: one source port per worker).
 
 Phase transport: the same, ring only, for ecmp, spray and adaptive (those of
 --modes), each with go-back-n and selective-repeat retransmission.
+
+Phase allreduce (when in-network wins): the same data-parallel steps, ECMP,
+--channels per pair, by number of ranks and all-reduce algorithm: ring,
+halving-doubling, and in-network summed at one switch (the parameter
+server's) or over a tree of switches (trees: 1, the controller's root: a
+spine or a core). On leaf-spine with four hosts a leaf (2, 4 and 8 ranks,
+spread over both leaves; the server ps on leaf2) and on fat-tree-k4 (8
+ranks, one per edge switch; the server h2). The jobs change at runtime
+(set_jobs): one fabric per topology.
 
 Phase jobs: the same fabric, job 0 (ring, path-aware) alone, then job 0
 and job 1 (halving-doubling) on the same four hosts at once, each on its own
@@ -88,6 +97,7 @@ from features import topology_from_dict
 from features.failover.heartbeat import running_heartbeats
 from features.failover.rerouting import Rerouter
 from features.ecn import EcnProfile
+from features.aggregation import Job
 from features.load_balancing import LbMode
 from hostagent.aggregation.runs import start_server, stop_server
 from hostagent.collectives import schedule as sc
@@ -95,7 +105,7 @@ from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, IN_NETWORK
 from hostagent.collectives.placement import PLACEMENTS, Rank, ranks, ring_hops_across_rails
 from hostagent.rdma.transport import GO_BACK_N, MODES as TRANSPORTS
 
-PHASES = ("lb", "transport", "topologies", "jobs", "placement", "failure")
+PHASES = ("lb", "transport", "allreduce", "topologies", "jobs", "placement", "failure")
 MODES = ("ecmp", "path-aware", "flowlet", "spray", "adaptive")
 RANKS = ("h1", "h2", "h3", "h4")
 ECN_K = 10                   # jobs phase with ECN: step marking above this many packets queued (of 64)
@@ -117,6 +127,13 @@ TOPOLOGY_ALGORITHMS = (sc.RING, sc.HALVING_DOUBLING)
 PROTECTIONS = ("none", "controller", "data plane")
 HEARTBEAT_MS, FAILOVER_TIMEOUT_MS = 20, 100     # as experiments/failover_timeline.py
 FAILED_LINK = ("leaf1", "spine1")
+# Phase allreduce: ranks by count on each topology, the aggregation job's server, the cases
+ALLREDUCE_RANKS: dict[str, dict[int, tuple[str, ...]]] = {"leaf-spine": {2: ("h1", "h5"), 4: ("h1", "h2", "h5", "h6"),
+                                  8: ("h1", "h2", "h3", "h4", "h5", "h6", "h7", "h8")},
+                   "fat-tree-k4": {8: ("h1", "h3", "h5", "h7", "h9", "h11", "h13", "h15")}}
+ALLREDUCE_SERVER = {"leaf-spine": "ps", "fat-tree-k4": "h2"}
+ALLREDUCE_CASES = ((sc.RING, 0), (sc.HALVING_DOUBLING, 0), (IN_NETWORK, 0), (IN_NETWORK, 1))   # (algorithm, trees)
+ALLREDUCE_SLOTS = 64         # the job's slots on every aggregating switch (at least the worker's window)
 STALL_TIMEOUT_S = 20.0       # failure phase: a rank waiting this long for a peer gives up (the step stalled;
                              # shorter, a rank gave up on a peer still starting, with heartbeats running)
 
@@ -255,6 +272,86 @@ def run_case(mode: str, algorithm: str, topo, topo_file: Path, ctl: FabricContro
         result["server_blocks"] = served.get("blocks_completed", 0)
     return {"case": result.pop("case"), "mode": mode, "algorithm": algorithm, "transport": transport,
             "channels": args.channels, **result}
+
+
+def allreduce_topology(name: str, out: Path):
+    """The allreduce phase's fabric, written to out/<name>.yaml: leaf-spine
+    with four hosts a leaf and the server ps on leaf2, or fat-tree-k4; no
+    INT; aggregation job AGGREGATION_JOB of the largest rank set (set_jobs
+    changes it per case)."""
+    raw = topology_raw(name, ("int", "aggregation"))
+    if name == "leaf-spine":
+        raw["description"] = "Two spines, two leaves, four hosts a leaf and a parameter server on leaf2."
+        raw["hosts"] = [{"name": f"h{i}", "role": "worker"} for i in range(1, 9)] + [{"name": "ps", "role": "server"}]
+        raw["links"] = ([[f"h{i}", "leaf1"] for i in range(1, 5)] + [[f"h{i}", "leaf2"] for i in range(5, 9)]
+                        + [["ps", "leaf2"]] + [[leaf, spine] for leaf in LEAVES for spine in SPINES])
+    largest = ALLREDUCE_RANKS[name][max(ALLREDUCE_RANKS[name])]
+    raw["aggregation"] = {"jobs": [{"job": AGGREGATION_JOB, "workers": list(largest),
+                                    "server": ALLREDUCE_SERVER[name], "slots": ALLREDUCE_SLOTS}]}
+    return written_topology(raw, out / f"{name}.yaml")
+
+
+def run_allreduce_case(name: str, ranks_: tuple[str, ...], algorithm: str, trees: int, topo,
+                       ctl: FabricController, args, out: Path) -> dict:
+    """Data-parallel steps on `ranks_` with `algorithm`; in-network: the
+    aggregation job of these ranks, summed at the server's switch (trees 0)
+    or over one tree of switches."""
+    job = [Rank.of(topo.hosts[h].primary) for h in ranks_]
+    extra = ["--algorithm", algorithm, "--channels", str(args.channels), "--line-rate-pps", str(LINE_RATE_PPS)]
+    label = f"{IN_NETWORK} ({'tree' if trees else 'one switch'})" if algorithm == IN_NETWORK else algorithm
+    case = f"{name}-n{len(job)}-{algorithm}" + ("-tree" if trees else "")
+    server_blocks = ""
+    if algorithm != IN_NETWORK:
+        result = collect(case, launch(case, job, extra, args, out, time.time() + START_DELAY_S + 0.1 * len(job)), out)
+    else:
+        agg = ctl.feature("aggregation")
+        agg.set_jobs([Job(AGGREGATION_JOB, ranks_, ALLREDUCE_SERVER[name], slots=ALLREDUCE_SLOTS, trees=trees)])
+        agg_job = topo.features["aggregation"].job(AGGREGATION_JOB)
+        extra += ["--aggregation-job", str(AGGREGATION_JOB), "--aggregation-server", topo.hosts[agg_job.server].ip,
+                  "--aggregation-block-elements", str(agg_job.block_elements)]
+        (out / case).mkdir(parents=True, exist_ok=True)
+        server = start_server(topo, AGGREGATION_JOB, out / case)
+        try:
+            result = collect(case, launch(case, job, extra, args, out,
+                                          time.time() + START_DELAY_S + 0.1 * len(job)), out)
+        finally:
+            server_blocks = stop_server(server, out / case, AGGREGATION_JOB).get("blocks_completed", 0)
+    return {"case": result.pop("case"), "topology": name, "algorithm": label, **result,
+            "server_blocks": server_blocks}
+
+
+def allreduce_table(results: list[dict]) -> list[dict]:
+    """One row per (topology, ranks): each algorithm's median step (ms), and
+    in-network's against the ring's."""
+    rows: dict[tuple[str, int], dict] = {}
+    for r in results:
+        row = rows.setdefault((r["topology"], r["ranks"]), {"topology": r["topology"], "ranks": r["ranks"]})
+        row[f"{r['algorithm']} step ms"] = r["step_ms_median"]
+    for row in rows.values():
+        ring = row.get(f"{sc.RING} step ms")
+        for trees in ("one switch", "tree"):
+            ina = row.get(f"{IN_NETWORK} ({trees}) step ms")
+            if ring and ina:
+                row[f"{IN_NETWORK} ({trees}) / ring"] = round(ina / ring, 2)
+    return list(rows.values())
+
+
+def _plot_allreduce(results: list[dict], out: Path) -> Path:
+    import matplotlib.pyplot as plt
+    groups = list(dict.fromkeys((r["topology"], r["ranks"]) for r in results))
+    algorithms = list(dict.fromkeys(r["algorithm"] for r in results))
+    fig, ax = plt.subplots(figsize=(10, 4))
+    width = 0.8 / len(algorithms)
+    for i, alg in enumerate(algorithms):
+        by = {(r["topology"], r["ranks"]): r["step_ms_median"] for r in results if r["algorithm"] == alg}
+        ax.bar([g + (i - (len(algorithms) - 1) / 2) * width for g in range(len(groups))],
+               [by.get(g, 0) for g in groups], width, label=alg)
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels([f"{t}\n{n} ranks" for t, n in groups])
+    ax.set_ylabel("data-parallel step (ms, median)")
+    ax.set_title("All-reduce algorithms by number of ranks")
+    ax.legend()
+    return save_figure(fig, out / "allreduce.png")
 
 
 def run_placement_case(placement: str, topo, ctl: FabricController, args, out: Path) -> dict:
@@ -481,6 +578,24 @@ def main(argv: list[str] | None = None) -> int:
                                                      if m in ("ecmp", "spray", "adaptive") for t in TRANSPORTS], args)
         written.append(write_csv(out / "summary.csv", results))
         print_table(results)
+    if "allreduce" in args.phases:
+        out = Path(args.out) / "allreduce"
+        out.mkdir(parents=True, exist_ok=True)
+        results = []
+        for name in ALLREDUCE_RANKS:
+            topo, _ = allreduce_topology(name, out)
+            with fabric(topo, args) as ctl:
+                for n, ranks_ in ALLREDUCE_RANKS[name].items():
+                    for algorithm, trees in ALLREDUCE_CASES:
+                        if algorithm not in args.algorithms:
+                            continue
+                        print(f"==> allreduce {name}, {n} ranks, {algorithm}{' over a tree' if trees else ''}: "
+                              f"{args.steps} data-parallel steps", flush=True)
+                        results.append(run_allreduce_case(name, ranks_, algorithm, trees, topo, ctl, args, out))
+        table_rows = allreduce_table(results)
+        written += [write_csv(out / "summary.csv", results), write_csv(out / "table.csv", table_rows),
+                    _plot_allreduce(results, out)]
+        print_table(table_rows)
     if "topologies" in args.phases:
         out = Path(args.out) / "topologies"
         out.mkdir(parents=True, exist_ok=True)

@@ -472,15 +472,17 @@ BENCH_JOB = 1
 BENCH_WORKERS = 4
 BENCH_SERVER = "10.0.2.1"                 # the bench route's destination (benchmarks/cases.py)
 BENCH_SEQS = 64 * 50                      # distinct blocks the bench cycles through
-BENCH_WHAT = f"aggregation packets of {BENCH_WORKERS} workers (results multicast), not plain UDP"
+BENCH_WHAT = (f"aggregation packets of {BENCH_WORKERS} workers, {ah.DEFAULT_BLOCK_ELEMENTS} elements "
+              f"(results multicast), not plain UDP")
 
 
-def bench_state(p4info: P4Info, port: int) -> SwitchState:
+def bench_state(p4info: P4Info, port: int, block_elements: int = ah.DEFAULT_BLOCK_ELEMENTS) -> SwitchState:
     """Aggregation for `make bench`: job BENCH_JOB of BENCH_WORKERS workers
     (10.0.1.1..4) whose server is the bench route's destination; results
     leave through `port`. A cell's older use is never kept (steal after 0),
     so the bench's frames, cycled, keep aggregating."""
-    job = Job(BENCH_JOB, tuple(f"w{i}" for i in range(BENCH_WORKERS)), "server", slots=64)
+    job = Job(BENCH_JOB, tuple(f"w{i}" for i in range(BENCH_WORKERS)), "server", slots=64,
+              block_elements=block_elements)
     placement = JobPlacement(job, "bench", 0, 64)
     workers = [WorkerPath(f"10.0.1.{i + 1}", port, "0a:00:00:00:02:01", "0a:00:02:00:00:01")
                for i in range(BENCH_WORKERS)]
@@ -490,20 +492,21 @@ def bench_state(p4info: P4Info, port: int) -> SwitchState:
     return state
 
 
-def bench_frames(switch_mac: str, host_mac: str) -> list[bytes]:
-    """BENCH_SEQS blocks, each from the BENCH_WORKERS workers in turn (the
-    last completes the block: its packet becomes BENCH_WORKERS results), over
-    64 slots and both shadow sets: every packet is aggregated."""
+def bench_frames(switch_mac: str, host_mac: str, block_elements: int = ah.DEFAULT_BLOCK_ELEMENTS) -> list[bytes]:
+    """BENCH_SEQS blocks of `block_elements`, each from the BENCH_WORKERS
+    workers in turn (the last completes the block: its packet becomes
+    BENCH_WORKERS results), over 64 slots and both shadow sets: every
+    packet is aggregated."""
     import numpy as np
     from scapy.layers.inet import IP, UDP
     from scapy.layers.l2 import Ether
     from scapy.packet import Raw
 
-    data = np.arange(ah.DEFAULT_BLOCK_ELEMENTS, dtype=np.int64) - 32
+    data = np.arange(block_elements, dtype=np.int64) - 32
     # Per worker, the headers once (UDP checksum 0: none, as IPv4 allows); then payloads.
     heads = [bytes(Ether(dst=switch_mac, src=host_mac) / IP(src=f"10.0.1.{w + 1}", dst=BENCH_SERVER)
                    / UDP(sport=ah.job_port(BENCH_JOB), dport=ah.job_port(BENCH_JOB), chksum=0)
-                   / Raw(bytes(ah.udp_length(ah.DEFAULT_BLOCK_ELEMENTS) - 8)))[:42] for w in range(BENCH_WORKERS)]
+                   / Raw(bytes(ah.udp_length(block_elements) - 8)))[:42] for w in range(BENCH_WORKERS)]
     out = []
     for seq in range(BENCH_SEQS):
         slot = (seq % 64) | (ah.SLOT_SET if (seq // 64) & 1 else 0)

@@ -178,13 +178,14 @@ def unpack(payload: bytes) -> AggPacket:
         raise MalformedPacket(f"{len(payload)} bytes, shorter than the {HEADER_BYTES}-byte header")
     flags, job, worker, exponent, slot, offset, seq = _HEADER.unpack_from(payload)
     body = len(payload) - HEADER_BYTES
+    dtype: np.dtype = _ELEMENTS64 if flags & FLAG_WIDE else _ELEMENTS32
     if flags & FLAG_WIDE:
-        n, dtype = body // 8, _ELEMENTS64
+        n = body // 8
         if body % 8 or not 1 <= n <= WIDE_PART_ELEMENTS:
             raise MalformedPacket(f"{len(payload)} bytes: a WIDE packet carries 1..{WIDE_PART_ELEMENTS} int64 "
                                   f"elements after the {HEADER_BYTES}-byte header")
     else:
-        n, dtype = body // 4, _ELEMENTS32
+        n = body // 4
         if body % 4 or n not in BLOCK_SIZES:
             raise MalformedPacket(f"{len(payload)} bytes: a block is {', '.join(map(str, BLOCK_SIZES))} int32 "
                                   f"elements after the {HEADER_BYTES}-byte header")

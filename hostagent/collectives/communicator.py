@@ -352,11 +352,11 @@ def open_communicator(rank: int, addresses: Sequence[str], iface: str, src_ip: s
                       cc: str = "dcqcn", mode: str = MODES[0], line_rate_pps: float = 1000.0, mtu: int = 1024,
                       channels: int = 1, timeout_s: float = 60.0, dscp: int = 0, job: int = 0,
                       sport_of: Callable[[int, int, int], int] = default_sport,
-                      aggregation: tuple[int, str, int] | None = None) -> Communicator:
+                      aggregation: tuple[int, str, int, int] | None = None) -> Communicator:
     """A communicator on the host's interface (raw socket), as the fabric's
     hosts use: `job`'s queue pairs only, so jobs share hosts. aggregation:
     (aggregation job, its parameter server's address, first sequence number,
-    the same on every rank[, the job's block_elements]) for the in-network
+    the same on every rank, the job's block_elements) for the in-network
     all-reduce."""
     if not 0 <= job < MAX_JOBS:
         raise ValueError(f"job must be within 0..{MAX_JOBS - 1}, got {job}")
@@ -370,9 +370,9 @@ def open_communicator(rank: int, addresses: Sequence[str], iface: str, src_ip: s
                         accept_qps=range(qp_base, qp_base + JOB_QPS))
     worker = None
     if aggregation is not None:
-        agg_job, server_ip, seq_base, *block = aggregation
+        agg_job, server_ip, seq_base, block_elements = aggregation
         worker = AggregationWorker(agg_job, server_ip, len(addresses), bind_ip=src_ip, timeout_s=timeout_s,
-                                   seq_base=seq_base, block_elements=block[0] if block else ah.DEFAULT_BLOCK_ELEMENTS)
+                                   seq_base=seq_base, block_elements=block_elements)
     try:
         return Communicator(endpoint, list(addresses), rank, channels=channels, sport_of=sport_of,
                             timeout_s=timeout_s, qp_base=qp_base, aggregation=worker)

@@ -20,11 +20,11 @@ In your own training script (one process per host, inside its namespace):
 
 Through the switch instead (the aggregation feature: the ranks are the
 workers of the topology's aggregation job `job`, `server_ip` its parameter
-server), give the communicator the job and a first sequence number the ranks
-agree on, and the hook the algorithm "in-network":
+server), give the communicator the job, a first sequence number the ranks
+agree on and the job's block size, and the hook the algorithm "in-network":
 
     comm = open_communicator(rank, addresses, iface, src_ip, src_mac, gw_mac,
-                             aggregation=(job, server_ip, seq_base))
+                             aggregation=(job, server_ip, seq_base, block_elements))
     model.register_comm_hook(FabricHook(comm, "in-network"), fabric_allreduce_hook)
 
 The hook replaces only the gradient all-reduce; torch.distributed's own

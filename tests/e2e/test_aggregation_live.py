@@ -24,6 +24,7 @@ from core.network import Network
 from features import load_topology, topology_from_dict
 from core.p4constants import drop_reasons
 from hostagent.aggregation.runs import RunFailed, impaired, run_ina, run_jobs
+from wire import aggregation as ah
 
 REPO = Path(__file__).resolve().parents[2]
 MILLION = 1 << 20
@@ -76,7 +77,7 @@ def test_leaf_spine_two_trees_sum_a_million_elements(tmp_path, loss, dtype):
     topo = tree_topology("leaf-spine", {"job": 1, "workers": ["h1", "h2", "h3"], "server": "h4", "slots": 32,
                                         "trees": 2})
     results, ev = run_over_trees(topo, tmp_path, loss, dtype)
-    packets = MILLION // 64 + 32 * (dtype == "float32")   # float: the window's exponent-only packets
+    packets = MILLION // ah.DEFAULT_BLOCK_ELEMENTS + 32 * (dtype == "float32")   # float: the window's exponent-only packets
     # under loss a few blocks fall back to the server (a worker sent one 5 times without a result)
     by_server = results[0]["server"].get("blocks_completed", 0)
     assert by_server <= packets // 100
@@ -98,7 +99,7 @@ def test_fat_tree_four_trees_of_three_levels_sum_a_million_int32(tmp_path):
     topo = tree_topology("fat-tree-k4", {"job": 1, "workers": ["h1", "h5", "h9", "h13"], "server": "h2",
                                          "slots": 32, "trees": 4})
     results, ev = run_over_trees(topo, tmp_path, 0, "int32")
-    packets = MILLION // 64
+    packets = MILLION // ah.DEFAULT_BLOCK_ELEMENTS
     for edge in ("e11", "e21", "e31", "e41"):
         assert ev[edge]["partial_up"] == packets, (edge, ev[edge])
     for pod in "1234":
@@ -148,7 +149,7 @@ def test_million_elements_four_workers(rack, loss, dtype):
     assert_all_good(results, MILLION)
     after = events(ctl)
     completed = after["complete"] - before["complete"]
-    packets = MILLION // 64 + 32 * (dtype == "float32")   # float: the window's exponent-only packets
+    packets = MILLION // ah.DEFAULT_BLOCK_ELEMENTS + 32 * (dtype == "float32")   # float: the window's exponent-only packets
     assert completed + sum(r["stats"]["fallback_blocks"] for r in results[:1]) >= packets
     if loss:
         assert sum(r["stats"]["retransmissions"] for r in results) > 0
