@@ -13,6 +13,11 @@ experiments/results/aggregation/):
             elements/s, and UDP payload bytes per worker against the bound
             (in-network: a worker sends S and receives S; ring: 2(n-1)/n S
             each way; S = 4 bytes x elements).
+  window    n = 4 (job 2, 128 slots): all-reduce rate and the workers'
+            smoothed round trip by window (packets in flight a worker,
+            --windows): the rate grows with the window until the switch's
+            aggregation rate bounds it (contributions/s, against the
+            `make bench` row), and then the round trip grows instead.
   loss      n = 4 (job 2) under 0, 1, 2, 5% loss on both directions of every
             worker's link: completion time, retransmissions, blocks the
             parameter server completed.
@@ -79,7 +84,7 @@ from hostagent.aggregation.runs import (PY, RING_PORT, impaired, run_ina, run_jo
                                          start_server, stop_server)
 from experiments.common import save_figure, traffic_agent, write_csv
 
-RACK_PHASES = ("goodput", "loss", "jobs", "training")
+RACK_PHASES = ("goodput", "window", "loss", "jobs", "training")
 TREE_PHASES = ("levels", "tree_loss", "tree_ecn")
 PHASES = RACK_PHASES + TREE_PHASES
 # levels: (topology, workers, server, trees when one per top switch)
@@ -92,6 +97,7 @@ ECN_K = 10                     # tree_ecn: step marking above this queue depth (
 ELEPHANT_PPS = 1800            # tree_ecn: above the 1666 packets/s of a 20 Mbit/s link
 JOB_OF_N = {2: 3, 4: 2, 8: 1}          # aggregation-rack.yaml's dedicated jobs
 SHARED_JOBS = (4, 5, 6, 7)
+WINDOW_SLOTS = 128                     # job 2's slots in aggregation-rack.yaml: the largest window
 
 
 def mean(xs) -> float:
@@ -146,6 +152,43 @@ def goodput(topo, args, out: Path) -> list[dict]:
     a2.set_ylabel("MB sent per worker")
     a2.set_title("Traffic per worker vs bound")
     print(f"goodput: {path}, {save_figure(fig, out / 'goodput.png')}")
+    return rows
+
+
+def window(topo, args, out: Path) -> list[dict]:
+    """Job 2's all-reduce (4 workers) by window: rate, round trip, and the
+    contributions per second the switch summed."""
+    rows = []
+    job = 2
+    n = len(topo.features["aggregation"].job(job).workers)
+    for w in args.windows:
+        print(f"==> window {w}: {args.elements} float32, {n} workers (job {job})", flush=True)
+        results = run_ina(topo, job, elements=args.elements, dtype="float32", out=out / f"window-{w}", window=w)
+        elapsed = max(mean(r["elapsed_s"] for r in x["runs"]) for x in results)
+        packets = mean(x["stats"]["packets_sent"] for x in results)
+        rows.append({"window": w, "workers": n, "elements": args.elements, "elapsed_s": round(elapsed, 3),
+                     "elements_per_s": round(args.elements / elapsed),
+                     "contributions_per_s": round(n * packets / elapsed),
+                     "srtt_ms": round(mean(x["stats"]["srtt_ms"] for x in results), 2),
+                     "retransmissions": sum(x["stats"]["retransmissions"] for x in results),
+                     "all_within_bound": all(x["ok"] for x in results)})
+        print(f"    window {w}: {elapsed:.2f} s, {args.elements / elapsed:,.0f} elements/s, "
+              f"{rows[-1]['contributions_per_s']} contributions/s at the switch, srtt {rows[-1]['srtt_ms']} ms",
+              flush=True)
+    path = write_csv(out / "window.csv", rows)
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    ws = [r["window"] for r in rows]
+    a1.plot(ws, [r["contributions_per_s"] for r in rows], "o-")
+    a1.set_xscale("log", base=2)
+    a1.set_xlabel("window (packets in flight a worker)")
+    a1.set_ylabel("contributions / s summed by the switch")
+    a1.set_title(f"Aggregation rate by window ({n} workers)")
+    a2.plot(ws, [r["srtt_ms"] for r in rows], "o-")
+    a2.set_xscale("log", base=2)
+    a2.set_xlabel("window (packets in flight a worker)")
+    a2.set_ylabel("smoothed round trip (ms)")
+    a2.set_title("Round trip by window")
+    print(f"window: {path}, {save_figure(fig, out / 'window.png')}")
     return rows
 
 
@@ -489,6 +532,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=1, help="goodput: all-reduces per run")
     ap.add_argument("--workers", default="2,4,8", help="goodput: worker counts (of 2, 4, 8)")
     ap.add_argument("--loss", default="0,1,2,5", help="loss sweep, percent")
+    ap.add_argument("--windows", default="8,16,32,64,128", help="window: packets in flight a worker (at most 128)")
     ap.add_argument("--epochs", type=int, default=30)
     ap.add_argument("--tree-elements", type=int, default=1 << 18, help="levels, tree_loss: float32 elements")
     ap.add_argument("--tree-topologies", default="leaf-spine,fat-tree-k4", help="levels: of leaf-spine, fat-tree-k4")
@@ -503,6 +547,9 @@ def main(argv=None) -> int:
     if any(n not in JOB_OF_N for n in args.workers):
         ap.error(f"--workers: each of {', '.join(map(str, JOB_OF_N))}")
     args.loss = [float(x) if "." in x else int(x) for x in args.loss.split(",")]
+    args.windows = [int(w) for w in args.windows.split(",")]
+    if any(not 1 <= w <= WINDOW_SLOTS for w in args.windows):
+        ap.error(f"--windows: each of 1..{WINDOW_SLOTS} (job 2's slots)")
     args.tree_topologies = [t.strip() for t in args.tree_topologies.split(",") if t.strip()]
     known = {c[0] for c in TREE_CASES}
     if not args.tree_topologies or set(args.tree_topologies) - known:

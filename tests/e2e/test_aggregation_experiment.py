@@ -24,12 +24,12 @@ def rows(path):
 def test_aggregation_experiment(tmp_path):
     out = tmp_path / "agg"
     cmd = [sys.executable, "-m", "experiments.aggregation", "--elements", "16384", "--workers", "2,4",
-           "--loss", "0,2", "--epochs", "1", "--tree-elements", "16384", "--tree-topologies", "leaf-spine",
+           "--loss", "0,2", "--windows", "8,64", "--epochs", "1", "--tree-elements", "16384", "--tree-topologies", "leaf-spine",
            "--out", str(out)]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"results in {out}" in proc.stdout
-    for name in ("goodput", "loss", "jobs", "training", "levels", "tree_loss", "tree_ecn"):
+    for name in ("goodput", "window", "loss", "jobs", "training", "levels", "tree_loss", "tree_ecn"):
         assert (out / f"{name}.png").stat().st_size > 10_000, name
 
     goodput = rows(out / "goodput.csv")
@@ -40,6 +40,9 @@ def test_aggregation_experiment(tmp_path):
             assert 1.0 <= ratio < 1.5, r        # headers + exponent-only packets (+ a few retransmissions)
         else:
             assert ratio >= 1.0, r
+    window = rows(out / "window.csv")
+    assert [(r["window"], r["all_within_bound"]) for r in window] == [("8", "True"), ("64", "True")]
+    assert all(float(r["srtt_ms"]) > 0 and int(r["contributions_per_s"]) > 0 for r in window)
     loss = rows(out / "loss.csv")
     assert [r["all_within_bound"] for r in loss] == ["True", "True"]
     assert int(loss[1]["retransmissions_per_worker"]) > 0

@@ -134,7 +134,7 @@ def assert_all_good(results, elements):
                          ids=["no-loss-float32", "1pct-loss-int32", "5pct-loss-float32"])
 def test_million_elements_four_workers(rack, loss, dtype):
     topo, net, ctl, run = rack
-    job = 2                                        # h1-h4, 64 dedicated slots
+    job = 2                                        # h1-h4, 128 dedicated slots
     hosts = list(topo.features["aggregation"].job(job).workers)
     before = events(ctl)
     out = run / f"loss{loss}-{dtype}"
