@@ -35,6 +35,11 @@ from pathlib import Path
 INCLUDE = Path(__file__).resolve().parent.parent / "p4src" / "include"
 OUTPUT = INCLUDE / "aggregation_lanes.p4"
 LANE_BITS = 32
+# The lane-wise add and its overflow lanes, as the switch computes them (A, B:
+# the addends, S: the sum, H: the lanes' top bits); rendered into P4 and
+# evaluated on Python integers by tests/unit/features/test_aggregation_lanes.py.
+LANE_SUM = "(((A & ~H) + (B & ~H)) ^ ((A ^ B) & H))"
+LANE_OVERFLOW = "((A ^ S) & (B ^ S) & H)"
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,20 @@ def _define(name: str, text: str) -> int:
 def lanes() -> Lanes:
     text = (INCLUDE / "defines.p4").read_text()
     return Lanes(_define("AGG_CHUNK_ELEMENTS", text), _define("AGG_CHUNKS", text), _define("AGG_WORD_BITS", text))
+
+
+def _expr(template: str, **names: str) -> str:
+    """`template` with its one-letter names replaced (H: AGG_LANE_TOPS)."""
+    return re.sub(r"\b[ABSH]\b", lambda m: {**names, "H": "AGG_LANE_TOPS"}[m.group(0)], template)
+
+
+def lane_add(lanes: Lanes, a: int, b: int) -> tuple[int, int]:
+    """(sum word, overflow lanes' top bits) of words a and b, by the same
+    expressions the switch runs, on Python integers of the word's width."""
+    mask = (1 << lanes.word_bits) - 1
+    env = {"A": a, "B": b, "H": lanes.tops}
+    s = eval(LANE_SUM, {}, env) & mask
+    return s, eval(LANE_OVERFLOW, {}, {**env, "S": s}) & mask
 
 
 def _nested(lanes: Lanes, call: str) -> list[str]:
@@ -127,11 +146,10 @@ def render(lanes: Lanes) -> str:
         lines.append(f"    action add_chunk_{c}() {{ \\")
         for k in range(words):
             b = f"hdr.agg_data[{c}].w{k}"
-            s = (f"(((meta.agg.sum & ~AGG_LANE_TOPS) + ({b} & ~AGG_LANE_TOPS)) "
-                 f"^ ((meta.agg.sum ^ {b}) & AGG_LANE_TOPS))")
+            s = _expr(LANE_SUM, A="meta.agg.sum", B=b)
+            overflow = _expr(LANE_OVERFLOW, A="meta.agg.sum", B=b, S=s)
             lines += [f"        agg_sum_{c}_{k}.read(meta.agg.sum, meta.agg.cell); \\",
-                      f"        meta.agg.overflow = meta.agg.overflow | ((meta.agg.sum ^ {s}) & ({b} ^ {s}) "
-                      f"& AGG_LANE_TOPS); \\",
+                      f"        meta.agg.overflow = meta.agg.overflow | {overflow}; \\",
                       f"        {b} = {s}; \\",
                       f"        agg_sum_{c}_{k}.write(meta.agg.cell, {b}); \\"]
         lines.append("    } \\")
