@@ -55,8 +55,13 @@ def test_jobs_are_placed_dedicated_from_zero_shared_at_the_top():
                {"job": 1, "workers": ["h2"], "server": "ps", "slots": 1}]}, "jobs[1].job", "defined twice"),
     ({"jobs": [{"job": 1, "workers": ["h1"], "server": "ps", "slots": 400}]}, "aggregation.jobs",
      "dedicated ranges need 400"),
+    ({"jobs": [{"job": 1, "workers": ["h1"], "server": "ps", "slots": 4, "block_elements": 100}]},
+     "jobs[0].block_elements", "expected 64, 128, 192, 256"),
+    ({"jobs": [{"job": 1, "workers": ["h1"], "server": "ps", "slots": 4, "block_elements": True}]},
+     "jobs[0].block_elements", "whole chunks of 64"),
 ], ids=["not-mapping", "no-jobs", "unknown-field", "shared-0", "job-16", "unknown-server", "unknown-worker",
-        "server-is-worker", "worker-twice", "no-slots", "slots-and-shared", "job-twice", "too-many-slots"])
+        "server-is-worker", "worker-twice", "no-slots", "slots-and-shared", "job-twice", "too-many-slots",
+        "block-100", "block-bool"])
 def test_bad_sections_name_the_field(section, field, message):
     with pytest.raises(TopologyError) as err:
         rack(section)
@@ -82,6 +87,21 @@ def test_the_servers_switch_gets_everything_and_only_it(p4info):
     ports = sorted(r.egress_port for r in groups[job.group].replicas)
     assert ports.count(t.hosts["h3"].switch_port) == 1
     assert {r.instance for r in groups[job.group].replicas} == {job.worker_group(i) for i in range(3)}
+
+
+@pytest.mark.parametrize("block, udp_length", [(None, 1044), (64, 276), (192, 788)])
+def test_a_jobs_block_size_is_its_udp_length_on_the_switch(p4info, block, udp_length):
+    job = {"job": 2, "workers": ["h1", "h2"], "server": "ps", "slots": 4}
+    if block is not None:
+        job["block_elements"] = block
+    t = rack({"jobs": [job]})
+    assert t.features["aggregation"].job(2).block_elements == (block or ah.DEFAULT_BLOCK_ELEMENTS)
+    (entry,) = [e for e in ag.switch_state(p4info, t, "tor").table_entries
+                if p4info.by_id(e.action.action.action_id).preamble.name.endswith("set_job")]
+    action = p4info.by_id(entry.action.action.action_id)
+    params = {p.name: p.id for p in action.params}
+    value = next(v for v in entry.action.action.params if v.param_id == params["udp_length"])
+    assert int.from_bytes(value.value, "big") == udp_length
 
 
 def test_worker_ids_bits_and_unicast_groups(p4info):
