@@ -382,7 +382,7 @@ class ServerResultReleasesTheSlotTest(SharedPoolTestBase):
     job 2's contribution then starts a new use and completes with its own sum."""
 
     def ps_packet(self, flags: int, seq: int, elements=None):
-        return raw_frame(PS_IP, worker_ip(1), 1, pack(flags, 1, seq, elements, slot=SLOT_SET, worker=0))
+        return raw_frame(PS_IP, worker_ip(1), 1, pack(flags, 1, seq, elements, count=ELEMENTS, slot=SLOT_SET, worker=0))
 
     def runTest(self):
         a1 = block("rel-a-1")
@@ -679,7 +679,7 @@ class LeafRoleTestBase(AggTestBase):
     def setUp(self):
         super().setUp()
         for job_id, base, ups in self.tree_jobs:
-            job = Job(job_id, ("h1", "h2"), "ps", 4, trees=len(ups))
+            job = Job(job_id, ("h1", "h2"), "ps", 4, trees=len(ups), block_elements=self.block_elements)
             paths = [WorkerPath(worker_ip(p), p, port_mac(p), neighbour_mac(p)) for p in (1, 2)]
             up = [UpPath(tree, port, port_mac(port), neighbour_mac(port), LEAF_ADDR) for tree, port in ups.items()]
             self.state.merge(job_state(self.p4info, JobPlacement(job, "sut", base, 4), PS_IP, paths, STEAL_AFTER_MS,
@@ -806,7 +806,7 @@ class SpineRoleTestBase(AggTestBase):
 
     def setUp(self):
         super().setUp()
-        job = Job(1, ("leaf-a", "leaf-b"), "ps", 4, trees=2)
+        job = Job(1, ("leaf-a", "leaf-b"), "ps", 4, trees=2, block_elements=self.block_elements)
         paths = [WorkerPath(CHILD_ADDRS[p], p, port_mac(p), neighbour_mac(p)) for p in (1, 2)]
         self.state.merge(job_state(self.p4info, JobPlacement(job, "sut", 0, 4), PS_IP, paths, STEAL_AFTER_MS,
                                    trees=2))
