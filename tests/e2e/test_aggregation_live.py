@@ -28,6 +28,7 @@ from wire import aggregation as ah
 
 REPO = Path(__file__).resolve().parents[2]
 MILLION = 1 << 20
+BLOCK = ah.DEFAULT_BLOCK_ELEMENTS                  # the topologies' jobs declare the default block
 
 
 # First: the module's rack network (below) must not be up yet (same host names).
@@ -36,8 +37,8 @@ def test_leaf_spine_aggregates_at_the_servers_switch(tmp_path):
     topo = load_topology(REPO / "topologies" / "leaf-spine.yaml")
     with Network(topo, tmp_path / "net", log_level="warn") as net, FabricController(topo) as ctl:
         ctl.program()
-        results = run_ina(topo, 1, elements=64 * 500, dtype="int32", out=tmp_path / "ls", timeout_s=120)
-        assert_all_good(results, 64 * 500)
+        results = run_ina(topo, 1, elements=BLOCK * 500, dtype="int32", out=tmp_path / "ls", timeout_s=120)
+        assert_all_good(results, BLOCK * 500)
         assert events(ctl, "leaf2")["complete"] >= 500
         assert events(ctl, "leaf1")["complete"] == 0
         net.check_alive()
@@ -183,12 +184,24 @@ def test_four_jobs_share_a_pool_smaller_than_their_windows(rack):
 
 
 def test_a_job_set_up_at_runtime_aggregates_and_removed_is_refused(rack):
+    """Job 9 is added at runtime with blocks of 64 (not the default): its
+    all-reduce is exact. Workers started with blocks of 256 for it get no
+    result, the switch dropping every packet as AGG_BLOCK_SIZE. Once the job
+    is removed, its packets are dropped as AGG_UNKNOWN_JOB."""
     topo, net, ctl, run = rack
     jobs = list(topo.features["aggregation"].jobs)
+    wrong_size = drop_reasons()["AGG_BLOCK_SIZE"]
     try:
-        ctl.feature("aggregation").set_jobs(jobs + [ag.Job(9, ("h5", "h6"), "ps", slots=32)])
+        ctl.feature("aggregation").set_jobs(jobs + [ag.Job(9, ("h5", "h6"), "ps", slots=32, block_elements=64)])
         results = run_ina(topo, 9, elements=64 * 100, dtype="int32", out=run / "runtime-job", timeout_s=60)
         assert_all_good(results, 64 * 100)
+        assert all(r["stats"]["packets_sent"] >= 100 for r in results)      # blocks of 64: 100 a worker
+        before = ctl.counter("tor1", "drop_counter").get(wrong_size, (0, 0))[0]
+        cfg = topo.features["aggregation"]
+        cfg.jobs = tuple(ag.Job(9, ("h5", "h6"), "ps", slots=32) if j.job == 9 else j for j in cfg.jobs)
+        with pytest.raises(RunFailed, match="no result"):
+            run_ina(topo, 9, elements=BLOCK, dtype="int32", out=run / "wrong-size", timeout_s=3)
+        assert ctl.counter("tor1", "drop_counter").get(wrong_size, (0, 0))[0] > before
     finally:
         ctl.feature("aggregation").set_jobs(jobs)
     unknown = drop_reasons()["AGG_UNKNOWN_JOB"]
