@@ -5,10 +5,10 @@ packet of the same size through the same fabric (every feature off).
 
     .venv/bin/python -m benchmarks.aggregation_cost [--packets 1000] [--readme docs/benchmark.md]
 
-Per block size n (64, 128, 192, 256 int32): `fabric+aggregation/n` sends
+Per block size n (64, 128, 192, 256 int32): `fabric+aggregation:n` sends
 the `make bench` aggregation frames (4 workers, every packet aggregated, the
 fourth of a block multicast as 4 results) to a job that declared n
-elements; `fabric/udp-<bytes>B` sends plain UDP frames of the same length
+elements; `fabric:udp-<bytes>B` sends plain UDP frames of the same length
 to the fabric with every feature off. Counted as instructions_per_packet.py
 counts (callgrind, per packet out of port 2). The cost of an element is
 (aggregation - plain UDP of that size) / n: what summing adds to moving the
@@ -58,9 +58,9 @@ def size_cases(sizes: tuple[int, ...] = ah.BLOCK_SIZES, fabric: Path = MAIN) -> 
     out = []
     for n in sizes:
         length = frame_bytes(n)
-        agg = Case(f"fabric+aggregation/{n}", fabric, f"aggregation, {n} elements ({length} B frames)",
+        agg = Case(f"fabric+aggregation:{n}", fabric, f"aggregation, {n} elements ({length} B frames)",
                    _aggregating(n), frames=aggregation.bench_frames(SWITCH_MAC, HOST_MAC, n))
-        udp = Case(f"fabric/udp-{length}B", fabric, f"every feature off, plain UDP of {length} B", fabric_state,
+        udp = Case(f"fabric:udp-{length}B", fabric, f"every feature off, plain UDP of {length} B", fabric_state,
                    frames=udp_frames(length))
         out.append((n, agg, udp))
     return out

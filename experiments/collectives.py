@@ -553,6 +553,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--algorithms", nargs="*", default=ALL_REDUCE_ALGORITHMS, choices=ALL_REDUCE_ALGORITHMS)
     ap.add_argument("--topologies", nargs="*", default=list(TOPOLOGY_RANKS), choices=list(TOPOLOGY_RANKS),
                     help="topologies phase")
+    ap.add_argument("--allreduce-topologies", nargs="*", default=list(ALLREDUCE_RANKS), choices=list(ALLREDUCE_RANKS),
+                    help="allreduce phase")
+    ap.add_argument("--allreduce-ranks", nargs="*", type=int, default=[2, 4, 8],
+                    help="allreduce phase: rank counts (leaf-spine 2, 4, 8; fat-tree-k4 8)")
     ap.add_argument("--placements", nargs="*", default=list(PLACEMENTS), choices=PLACEMENTS)
     ap.add_argument("--protections", nargs="*", default=list(PROTECTIONS), choices=PROTECTIONS,
                     help="failure phase")
@@ -582,10 +586,14 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out) / "allreduce"
         out.mkdir(parents=True, exist_ok=True)
         results = []
-        for name in ALLREDUCE_RANKS:
+        for name in args.allreduce_topologies:
+            counts = [n for n in ALLREDUCE_RANKS[name] if n in args.allreduce_ranks]
+            if not counts:
+                continue
             topo, _ = allreduce_topology(name, out)
             with fabric(topo, args) as ctl:
-                for n, ranks_ in ALLREDUCE_RANKS[name].items():
+                for n in counts:
+                    ranks_ = ALLREDUCE_RANKS[name][n]
                     for algorithm, trees in ALLREDUCE_CASES:
                         if algorithm not in args.algorithms:
                             continue

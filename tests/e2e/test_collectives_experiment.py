@@ -1,6 +1,7 @@
 """The collectives experiment, shortened: data-parallel steps on the live
 leaf-spine under three load-balancing modes and two all-reduce algorithms
-(the ring, and the switch's); spraying with each retransmission mode; rail
+(the ring, and the switch's); the ring against the switch's all-reduce at
+one switch and over a tree; spraying with each retransmission mode; rail
 placement; two jobs, with and without ECN; a link failing mid-step."""
 import csv
 import subprocess
@@ -32,6 +33,18 @@ def test_collectives_experiment_runs_each_mode(tmp_path):
         assert int(r["steps"]) == 3 and float(r["step_ms_median"]) >= 60.0      # at least the compute
         assert float(r["busbw_MBps_median"]) > 0
     assert 0.25 <= float(rows[("path-aware", "ring")]["spine1_share"]) <= 0.75  # both spines carry the job
+
+
+def test_allreduce_phase_compares_the_ring_with_the_switch_at_one_switch_and_over_a_tree(tmp_path):
+    out = experiment(tmp_path, "--phases", "allreduce", "--allreduce-topologies", "leaf-spine", "--allreduce-ranks",
+                     "2", "--algorithms", "ring", "in-network", "--steps", "2")
+    assert (out / "allreduce" / "allreduce.png").exists()
+    rows = {r["algorithm"]: r for r in csv.DictReader(open(out / "allreduce" / "summary.csv"))}
+    assert set(rows) == {"ring", "in-network (one switch)", "in-network (tree)"}
+    for r in rows.values():
+        assert int(r["ranks"]) == 2 and int(r["steps"]) == 2 and float(r["step_ms_median"]) >= 60.0
+    (table,) = csv.DictReader(open(out / "allreduce" / "table.csv"))
+    assert float(table["in-network (tree) / ring"]) > 0 and float(table["in-network (one switch) / ring"]) > 0
 
 
 def test_spraying_with_selective_repeat_resends_less_than_go_back_n(tmp_path):

@@ -114,8 +114,8 @@ def test_in_network_sweep_equals_numpy_on_three_ranks(tmp_path):
                     assert summary["wrong_results"] == 0 and summary["algorithm"] == "in-network"
                     assert [row["size_bytes"] for row in summary["table"]] == [1000, 2000, 4000, 8000, 16000,
                                                                                 32000, 64000]
-                    # every block went through the switch: 64 elements a packet, 3 calls a size
-                    blocks = sum(-(-row["elements"] // 64) for row in summary["table"])
+                    # every block went through the switch: the job's block a packet, 3 calls a size
+                    blocks = sum(-(-row["elements"] // job.block_elements) for row in summary["table"])
                     assert summary["in_network"]["packets_sent"] >= 3 * blocks
                     assert all(row["busbw_bytes_per_s"] > 0 for row in summary["table"])
         finally:
