@@ -17,10 +17,10 @@ packets to the server pass it). `slots` gives the job a dedicated range of
 that switch's AGG_SLOTS slots (its workers' window is at most that);
 `shared: true` makes the job take slots from the shared pool by hash of
 (job, seq), and fall back to the server when another job holds one (ATP).
-`block_elements` is the job's packet: 64, 128, 192 or 256 int32 elements
-(whole chunks of 64; default 256); the switch drops a contribution of
-another size as DROP_AGG_BLOCK_SIZE, and the job's workers must be started
-with the same size.
+`block_elements` is the job's packet: 64 or 256 int32 elements (default
+256); the switch drops a contribution of the other size as
+DROP_AGG_BLOCK_SIZE, and the job's workers must be started with the same
+size.
 
 A job may instead be summed over trees of switches (`trees: N`, optionally
 `roots: [...]`): each switch of a tree sums its children (its own workers
@@ -213,8 +213,8 @@ def parse_section(raw: Any, topo, fail: Fail) -> AggregationConfig:
                                     "trees (a shared pool's collisions would strand the other levels)")
         block = item.get("block_elements", ah.DEFAULT_BLOCK_ELEMENTS)
         if isinstance(block, bool) or block not in ah.BLOCK_SIZES:
-            fail(f"{where}.block_elements", f"expected {', '.join(map(str, ah.BLOCK_SIZES))} (int32 elements a "
-                                            f"packet carries: whole chunks of {ah.CHUNK_ELEMENTS}), got {block!r}")
+            fail(f"{where}.block_elements", f"expected {' or '.join(map(str, ah.BLOCK_SIZES))} (int32 elements a "
+                                            f"packet carries), got {block!r}")
         jobs.append(Job(job_id, tuple(workers), server, slots, shared, trees, tuple(roots), block))
     cfg = AggregationConfig(tuple(jobs), shared_slots, steal)
     for i, job in enumerate(jobs):

@@ -2,8 +2,11 @@
 aggregation control, packed several to a register word.
 
 An aggregation packet carries its block's int32 elements in chunks of
-AGG_CHUNK_ELEMENTS (defines.p4), 1 to AGG_CHUNKS of them (the job declares
-how many). A chunk is a header of AGG_WORD_BITS-wide words, each holding
+AGG_CHUNK_ELEMENTS (defines.p4): one chunk, or AGG_CHUNKS (the job declares
+which). The first chunk ends the aggregation header (agg_t); a full
+block's other chunks are one more header (agg_rest_t): two header instances
+whatever the size, as before sizes, so the feature costs a packet no more
+while it is off. A chunk is AGG_WORD_BITS-wide words, each holding
 AGG_WORD_BITS / 32 elements as they are on the wire (contiguous big-endian
 int32), and each word has a register of the same width: one register read,
 one add, one overflow check and one register write sum a whole word
@@ -98,14 +101,32 @@ def lane_add(lanes: Lanes, a: int, b: int) -> tuple[int, int]:
     return s, eval(LANE_OVERFLOW, {}, {**env, "S": s}) & mask
 
 
-def _nested(lanes: Lanes, call: str) -> list[str]:
-    """Chunk 0's action, then each further chunk's while the chunks are
-    valid (a packet's chunks are a prefix of the stack)."""
-    lines = [f"    {call}_0(); \\"]
-    for c in range(1, lanes.chunks):
-        lines.append("    " * c + f"    if (hdr.agg_data[{c}].isValid()) {{ {call}_{c}(); \\")
-    if lanes.chunks > 1:
-        lines.append("    " + "}" * (lanes.chunks - 1) + " \\")
+def _word(c: int, k: int) -> str:
+    """Word k of chunk c in the packet: the first chunk ends the aggregation
+    header (hdr.agg), the others are the optional hdr.agg_rest."""
+    return f"hdr.agg.w{k}" if c == 0 else f"hdr.agg_rest.c{c}w{k}"
+
+
+def _actions(lanes: Lanes, name: str, chunks: range) -> list[str]:
+    """start_NAME, add_NAME, read_NAME over the words of `chunks`."""
+    lines = [f"    action start_{name}() {{ \\"]
+    lines += [f"        agg_sum_{c}_{k}.write(meta.agg.cell, {_word(c, k)}); \\"
+              for c in chunks for k in range(lanes.words)]
+    lines += ["    } \\", f"    action add_{name}() {{ \\"]
+    for c in chunks:
+        for k in range(lanes.words):
+            b = _word(c, k)
+            s = _expr(LANE_SUM, A="meta.agg.sum", B=b)
+            overflow = _expr(LANE_OVERFLOW, A="meta.agg.sum", B=b, S="meta.agg.lanes")
+            lines += [f"        agg_sum_{c}_{k}.read(meta.agg.sum, meta.agg.cell); \\",
+                      f"        meta.agg.lanes = {s}; \\",
+                      f"        meta.agg.overflow = meta.agg.overflow | {overflow}; \\",
+                      f"        {b} = meta.agg.lanes; \\",
+                      f"        agg_sum_{c}_{k}.write(meta.agg.cell, meta.agg.lanes); \\"]
+    lines += ["    } \\", f"    action read_{name}() {{ \\"]
+    lines += [f"        agg_sum_{c}_{k}.read({_word(c, k)}, meta.agg.cell); \\"
+              for c in chunks for k in range(lanes.words)]
+    lines += ["    } \\"]
     return lines
 
 
@@ -120,11 +141,14 @@ def render(lanes: Lanes) -> str:
         "#ifndef AGGREGATION_LANES_P4",
         "#define AGGREGATION_LANES_P4",
         "",
-        f"// A chunk of an aggregation packet's elements: {lanes.chunk_elements} int32, big-endian, "
-        f"{lanes.lanes_per_word} to a word.",
-        "header agg_chunk_t {",
+        f"// The block's elements, int32 big-endian, {lanes.lanes_per_word} to a {w}-bit word: the first chunk "
+        f"of {lanes.chunk_elements}",
+        "// ends the aggregation header (agg_t); a full block's other chunks are agg_rest_t.",
+        "#define AGG_HEAD_WORDS \\",
     ]
-    lines += [f"    bit<{w}> w{k};" for k in range(words)]
+    lines += [f"    bit<{w}> w{k}; \\" for k in range(words)]
+    lines += ["", "", "header agg_rest_t {"]
+    lines += [f"    bit<{w}> c{c}w{k};" for c in range(1, lanes.chunks) for k in range(words)]
     lines += ["}", "",
               "// The top bit of every lane of a word.",
               f"#define AGG_LANE_TOPS {tops}",
@@ -134,47 +158,21 @@ def render(lanes: Lanes) -> str:
     lines += [f"    register<bit<{w}>, bit<32>>(AGG_CELLS) agg_sum_{c}_{k}; \\"
               for c in range(lanes.chunks) for k in range(words)]
     lines += ["", "",
-              "// Per chunk c: start_chunk_c (a cell's first contribution: its words become the sums),",
-              "// add_chunk_c (another contribution: each word adds lane-wise, the packet carries the new",
-              "// sums, meta.agg.overflow collects the top bit of every lane that overflowed) and",
-              "// read_chunk_c (a completed cell's sums into the packet: a result sent again).",
+              "// For the first chunk (head) and the rest of a full block (rest): start_ (a cell's first",
+              "// contribution: the words become the sums), add_ (another contribution: each word adds",
+              "// lane-wise into meta.agg.lanes, computed once: BMv2 allocates a number for every operation",
+              "// of an expression; the packet carries the new sums, meta.agg.overflow collects the top bit",
+              "// of every lane that overflowed) and read_ (a completed cell's sums into the packet).",
               "#define AGG_LANE_ACTIONS \\"]
-    for c in range(lanes.chunks):
-        lines.append(f"    action start_chunk_{c}() {{ \\")
-        lines += [f"        agg_sum_{c}_{k}.write(meta.agg.cell, hdr.agg_data[{c}].w{k}); \\" for k in range(words)]
-        lines.append("    } \\")
-        lines.append(f"    action add_chunk_{c}() {{ \\")
-        for k in range(words):
-            b = f"hdr.agg_data[{c}].w{k}"
-            s = _expr(LANE_SUM, A="meta.agg.sum", B=b)
-            overflow = _expr(LANE_OVERFLOW, A="meta.agg.sum", B=b, S=s)
-            lines += [f"        agg_sum_{c}_{k}.read(meta.agg.sum, meta.agg.cell); \\",
-                      f"        meta.agg.overflow = meta.agg.overflow | {overflow}; \\",
-                      f"        {b} = {s}; \\",
-                      f"        agg_sum_{c}_{k}.write(meta.agg.cell, {b}); \\"]
-        lines.append("    } \\")
-        lines.append(f"    action read_chunk_{c}() {{ \\")
-        lines += [f"        agg_sum_{c}_{k}.read(hdr.agg_data[{c}].w{k}, meta.agg.cell); \\" for k in range(words)]
-        lines.append("    } \\")
+    lines += _actions(lanes, "head", range(0, 1))
+    if lanes.chunks > 1:
+        lines += _actions(lanes, "rest", range(1, lanes.chunks))
     lines += ["", ""]
-    lines += ["// The parser's states for the chunks: parse_agg selects on the UDP length.",
-              "#define AGG_PARSER_STATES \\",
-              "    state parse_agg { \\",
-              "        packet.extract(hdr.agg); \\",
-              "        transition select(hdr.udp.length) { \\"]
-    lines += [f"            AGG_UDP_LENGTH_BASE + {n} * AGG_CHUNK_BYTES: parse_agg_chunks_{n}; \\"
-              for n in range(1, lanes.chunks + 1)]
-    lines += ["            default: reject_agg_length; \\", "        } \\", "    } \\"]
-    for n in range(lanes.chunks, 0, -1):
-        lines += [f"    state parse_agg_chunks_{n} {{ \\",
-                  "        packet.extract(hdr.agg_data.next); \\",
-                  f"        transition {'parse_agg_chunks_%d' % (n - 1) if n > 1 else 'accept'}; \\",
-                  "    } \\"]
-    lines += ["", ""]
-    for name, call in (("AGG_LANES_START", "start_chunk"), ("AGG_LANES_ADD", "add_chunk"),
-                       ("AGG_LANES_READ", "read_chunk")):
+    for name, call in (("AGG_LANES_START", "start"), ("AGG_LANES_ADD", "add"), ("AGG_LANES_READ", "read")):
         lines.append(f"#define {name} \\")
-        lines += _nested(lanes, call)
+        lines.append(f"    {call}_head(); \\")
+        if lanes.chunks > 1:
+            lines.append(f"    if (hdr.agg_rest.isValid()) {{ {call}_rest(); }} \\")
         lines += ["", ""]
     lines += ["#endif", ""]
     return "\n".join(lines)

@@ -88,8 +88,9 @@ control FabricIngress(inout headers_t hdr,
                 meta.drop_reason = DROP_INT_MALFORMED;     // a parser error inside INT headers
 #endif
 #ifndef WITHOUT_AGGREGATION
-            } else if (std_meta.parser_error != error.NoError && hdr.agg.isValid()) {
-                meta.drop_reason = DROP_AGG_BAD_LENGTH;    // not whole chunks, or cut short
+            } else if (std_meta.parser_error == error.PacketTooShort && hdr.udp.isValid()
+                       && hdr.udp.dst_port & AGG_UDP_PORT_MASK == AGG_UDP_PORT_BASE) {
+                meta.drop_reason = DROP_AGG_BAD_LENGTH;    // shorter than the header and one chunk
 #endif
 #ifndef WITHOUT_LOSSLESS
             } else if (hdr.ethernet.ether_type == ETHERTYPE_MAC_CONTROL) {

@@ -15,8 +15,8 @@ the same port of the job's parameter server (PS), carrying:
     6-7    offset     WIDE: the index in the block of the first element
                       carried (a result in parts); else 0
     8-11   seq        the job's packet sequence number
-    12-    elements   the block: its job's block_elements int32 (1 to
-                      MAX_CHUNKS chunks of CHUNK_ELEMENTS), big-endian two's
+    12-    elements   the block: its job's block_elements int32 (one chunk
+                      of CHUNK_ELEMENTS, or MAX_CHUNKS), big-endian two's
                       complement (WIDE: up to WIDE_PART_ELEMENTS int64, part
                       of a PS result)
 
@@ -41,9 +41,9 @@ from scapy.packet import Packet, bind_layers
 
 AGG_UDP_PORT_BASE = 0xBEE0       # job j: UDP port AGG_UDP_PORT_BASE + j
 MAX_JOBS = 15                    # jobs 1..15 (port base + 0 is no job)
-CHUNK_ELEMENTS = 64              # AGG_CHUNK_ELEMENTS: a block is whole chunks of int32
+CHUNK_ELEMENTS = 64              # AGG_CHUNK_ELEMENTS: a block is one chunk of int32, or MAX_CHUNKS
 MAX_CHUNKS = 4                   # AGG_CHUNKS
-BLOCK_SIZES = tuple(CHUNK_ELEMENTS * n for n in range(1, MAX_CHUNKS + 1))   # elements a job may declare
+BLOCK_SIZES = (CHUNK_ELEMENTS, CHUNK_ELEMENTS * MAX_CHUNKS)   # elements a job may declare: 64 or 256
 DEFAULT_BLOCK_ELEMENTS = 256     # a job's block unless it declares another (docs/protocols/aggregation.md)
 WIDE_PART_ELEMENTS = 128         # a PS result's int64 elements per packet: 1036 bytes of payload, under 1500
 HEADER_BYTES = 12
@@ -67,14 +67,14 @@ _ELEMENTS64 = np.dtype(">i8")
 
 
 def udp_length(block_elements: int) -> int:
-    """A packet's UDP length (AGG_UDP_LENGTH_BASE + chunks * AGG_CHUNK_BYTES)."""
+    """A packet's UDP length (AGG_UDP_LENGTH_HEAD, AGG_UDP_LENGTH_FULL)."""
     return 8 + HEADER_BYTES + 4 * check_block_elements(block_elements)
 
 
 def check_block_elements(n: int) -> int:
     if isinstance(n, bool) or n not in BLOCK_SIZES:
-        raise ValueError(f"a block is {', '.join(map(str, BLOCK_SIZES))} elements (whole chunks of "
-                         f"{CHUNK_ELEMENTS}), got {n!r}")
+        raise ValueError(f"a block is {' or '.join(map(str, BLOCK_SIZES))} elements ({MAX_CHUNKS} chunks of "
+                         f"{CHUNK_ELEMENTS}, or one), got {n!r}")
     return n
 
 
@@ -187,7 +187,7 @@ def unpack(payload: bytes) -> AggPacket:
     else:
         n = body // 4
         if body % 4 or n not in BLOCK_SIZES:
-            raise MalformedPacket(f"{len(payload)} bytes: a block is {', '.join(map(str, BLOCK_SIZES))} int32 "
+            raise MalformedPacket(f"{len(payload)} bytes: a block is {' or '.join(map(str, BLOCK_SIZES))} int32 "
                                   f"elements after the {HEADER_BYTES}-byte header")
     elements = np.frombuffer(payload, dtype, n, HEADER_BYTES).astype(np.int64 if flags & FLAG_WIDE else np.int32)
     return AggPacket(flags, job, worker, exponent, slot, seq, elements, offset if flags & FLAG_WIDE else 0)

@@ -2,8 +2,8 @@
 // of a slot pool between jobs with the parameter server as fallback. The
 // wire contract and the protocol are docs/protocols/aggregation.md.
 //
-// A job's workers send blocks of int32 (1..AGG_CHUNKS chunks of
-// AGG_CHUNK_ELEMENTS, the size the job declares) to the job's parameter
+// A job's workers send blocks of int32 (one chunk of AGG_CHUNK_ELEMENTS, or
+// AGG_CHUNKS of them: the size the job declares) to the job's parameter
 // server (PS); the switch that serves the PS (agg_job) sums them in registers
 // instead of forwarding them, AGG_WORD_BITS / 32 elements to a register word
 // (aggregation_lanes.p4). A slot cell (slot, shadow set) holds one use:
@@ -139,7 +139,7 @@ control Aggregation(inout headers_t hdr,
         meta.agg.cell = meta.agg.cell * 2 + (bit<32>) (hdr.agg.slot >> 15);
     }
 
-    // The lanes of the packet's chunks: start_chunk_c, add_chunk_c, read_chunk_c.
+    // The lanes of the packet's chunks: start_, add_, read_ head (the first) and rest.
     AGG_LANE_ACTIONS
 
     // A contribution's own marks go into the cell's status: a child switch's
@@ -278,7 +278,11 @@ control Aggregation(inout headers_t hdr,
                 agg_events.count(AGG_EVENT_FALLBACK);   // routed on to the server
             } else if (agg_worker.apply().hit) {     // a miss: DROP_AGG_NOT_WORKER
                 if (hdr.udp.length != meta.agg.udp_length) {
-                    meta.drop_reason = DROP_AGG_BLOCK_SIZE;
+                    if (hdr.udp.length == AGG_UDP_LENGTH_HEAD || hdr.udp.length == AGG_UDP_LENGTH_FULL) {
+                        meta.drop_reason = DROP_AGG_BLOCK_SIZE;     // a block, not the job's size
+                    } else {
+                        meta.drop_reason = DROP_AGG_BAD_LENGTH;
+                    }
                 } else if (hdr.agg.flags & AGG_FLAG_FALLBACK != 0) {
                     agg_events.count(AGG_EVENT_FALLBACK);   // routed on to the server
                 } else if (AGG_CELL_JOB(meta.agg.state) == hdr.agg.job && AGG_CELL_SEQ(meta.agg.state) == hdr.agg.seq) {

@@ -3,9 +3,16 @@
 #ifndef AGGREGATION_LANES_P4
 #define AGGREGATION_LANES_P4
 
-// A chunk of an aggregation packet's elements: 64 int32, big-endian, 64 to a word.
-header agg_chunk_t {
-    bit<2048> w0;
+// The block's elements, int32 big-endian, 64 to a 2048-bit word: the first chunk of 64
+// ends the aggregation header (agg_t); a full block's other chunks are agg_rest_t.
+#define AGG_HEAD_WORDS \
+    bit<2048> w0; \
+
+
+header agg_rest_t {
+    bit<2048> c1w0;
+    bit<2048> c2w0;
+    bit<2048> c3w0;
 }
 
 // The top bit of every lane of a word.
@@ -19,113 +26,67 @@ header agg_chunk_t {
     register<bit<2048>, bit<32>>(AGG_CELLS) agg_sum_3_0; \
 
 
-// Per chunk c: start_chunk_c (a cell's first contribution: its words become the sums),
-// add_chunk_c (another contribution: each word adds lane-wise, the packet carries the new
-// sums, meta.agg.overflow collects the top bit of every lane that overflowed) and
-// read_chunk_c (a completed cell's sums into the packet: a result sent again).
+// For the first chunk (head) and the rest of a full block (rest): start_ (a cell's first
+// contribution: the words become the sums), add_ (another contribution: each word adds
+// lane-wise into meta.agg.lanes, computed once: BMv2 allocates a number for every operation
+// of an expression; the packet carries the new sums, meta.agg.overflow collects the top bit
+// of every lane that overflowed) and read_ (a completed cell's sums into the packet).
 #define AGG_LANE_ACTIONS \
-    action start_chunk_0() { \
-        agg_sum_0_0.write(meta.agg.cell, hdr.agg_data[0].w0); \
+    action start_head() { \
+        agg_sum_0_0.write(meta.agg.cell, hdr.agg.w0); \
     } \
-    action add_chunk_0() { \
+    action add_head() { \
         agg_sum_0_0.read(meta.agg.sum, meta.agg.cell); \
-        meta.agg.overflow = meta.agg.overflow | ((meta.agg.sum ^ (((meta.agg.sum & ~AGG_LANE_TOPS) + (hdr.agg_data[0].w0 & ~AGG_LANE_TOPS)) ^ ((meta.agg.sum ^ hdr.agg_data[0].w0) & AGG_LANE_TOPS))) & (hdr.agg_data[0].w0 ^ (((meta.agg.sum & ~AGG_LANE_TOPS) + (hdr.agg_data[0].w0 & ~AGG_LANE_TOPS)) ^ ((meta.agg.sum ^ hdr.agg_data[0].w0) & AGG_LANE_TOPS))) & AGG_LANE_TOPS); \
-        hdr.agg_data[0].w0 = (((meta.agg.sum & ~AGG_LANE_TOPS) + (hdr.agg_data[0].w0 & ~AGG_LANE_TOPS)) ^ ((meta.agg.sum ^ hdr.agg_data[0].w0) & AGG_LANE_TOPS)); \
-        agg_sum_0_0.write(meta.agg.cell, hdr.agg_data[0].w0); \
+        meta.agg.lanes = (((meta.agg.sum & ~AGG_LANE_TOPS) + (hdr.agg.w0 & ~AGG_LANE_TOPS)) ^ ((meta.agg.sum ^ hdr.agg.w0) & AGG_LANE_TOPS)); \
+        meta.agg.overflow = meta.agg.overflow | ((meta.agg.sum ^ meta.agg.lanes) & (hdr.agg.w0 ^ meta.agg.lanes) & AGG_LANE_TOPS); \
+        hdr.agg.w0 = meta.agg.lanes; \
+        agg_sum_0_0.write(meta.agg.cell, meta.agg.lanes); \
     } \
-    action read_chunk_0() { \
-        agg_sum_0_0.read(hdr.agg_data[0].w0, meta.agg.cell); \
+    action read_head() { \
+        agg_sum_0_0.read(hdr.agg.w0, meta.agg.cell); \
     } \
-    action start_chunk_1() { \
-        agg_sum_1_0.write(meta.agg.cell, hdr.agg_data[1].w0); \
+    action start_rest() { \
+        agg_sum_1_0.write(meta.agg.cell, hdr.agg_rest.c1w0); \
+        agg_sum_2_0.write(meta.agg.cell, hdr.agg_rest.c2w0); \
+        agg_sum_3_0.write(meta.agg.cell, hdr.agg_rest.c3w0); \
     } \
-    action add_chunk_1() { \
+    action add_rest() { \
         agg_sum_1_0.read(meta.agg.sum, meta.agg.cell); \
-        meta.agg.overflow = meta.agg.overflow | ((meta.agg.sum ^ (((meta.agg.sum & ~AGG_LANE_TOPS) + (hdr.agg_data[1].w0 & ~AGG_LANE_TOPS)) ^ ((meta.agg.sum ^ hdr.agg_data[1].w0) & AGG_LANE_TOPS))) & (hdr.agg_data[1].w0 ^ (((meta.agg.sum & ~AGG_LANE_TOPS) + (hdr.agg_data[1].w0 & ~AGG_LANE_TOPS)) ^ ((meta.agg.sum ^ hdr.agg_data[1].w0) & AGG_LANE_TOPS))) & AGG_LANE_TOPS); \
-        hdr.agg_data[1].w0 = (((meta.agg.sum & ~AGG_LANE_TOPS) + (hdr.agg_data[1].w0 & ~AGG_LANE_TOPS)) ^ ((meta.agg.sum ^ hdr.agg_data[1].w0) & AGG_LANE_TOPS)); \
-        agg_sum_1_0.write(meta.agg.cell, hdr.agg_data[1].w0); \
-    } \
-    action read_chunk_1() { \
-        agg_sum_1_0.read(hdr.agg_data[1].w0, meta.agg.cell); \
-    } \
-    action start_chunk_2() { \
-        agg_sum_2_0.write(meta.agg.cell, hdr.agg_data[2].w0); \
-    } \
-    action add_chunk_2() { \
+        meta.agg.lanes = (((meta.agg.sum & ~AGG_LANE_TOPS) + (hdr.agg_rest.c1w0 & ~AGG_LANE_TOPS)) ^ ((meta.agg.sum ^ hdr.agg_rest.c1w0) & AGG_LANE_TOPS)); \
+        meta.agg.overflow = meta.agg.overflow | ((meta.agg.sum ^ meta.agg.lanes) & (hdr.agg_rest.c1w0 ^ meta.agg.lanes) & AGG_LANE_TOPS); \
+        hdr.agg_rest.c1w0 = meta.agg.lanes; \
+        agg_sum_1_0.write(meta.agg.cell, meta.agg.lanes); \
         agg_sum_2_0.read(meta.agg.sum, meta.agg.cell); \
-        meta.agg.overflow = meta.agg.overflow | ((meta.agg.sum ^ (((meta.agg.sum & ~AGG_LANE_TOPS) + (hdr.agg_data[2].w0 & ~AGG_LANE_TOPS)) ^ ((meta.agg.sum ^ hdr.agg_data[2].w0) & AGG_LANE_TOPS))) & (hdr.agg_data[2].w0 ^ (((meta.agg.sum & ~AGG_LANE_TOPS) + (hdr.agg_data[2].w0 & ~AGG_LANE_TOPS)) ^ ((meta.agg.sum ^ hdr.agg_data[2].w0) & AGG_LANE_TOPS))) & AGG_LANE_TOPS); \
-        hdr.agg_data[2].w0 = (((meta.agg.sum & ~AGG_LANE_TOPS) + (hdr.agg_data[2].w0 & ~AGG_LANE_TOPS)) ^ ((meta.agg.sum ^ hdr.agg_data[2].w0) & AGG_LANE_TOPS)); \
-        agg_sum_2_0.write(meta.agg.cell, hdr.agg_data[2].w0); \
-    } \
-    action read_chunk_2() { \
-        agg_sum_2_0.read(hdr.agg_data[2].w0, meta.agg.cell); \
-    } \
-    action start_chunk_3() { \
-        agg_sum_3_0.write(meta.agg.cell, hdr.agg_data[3].w0); \
-    } \
-    action add_chunk_3() { \
+        meta.agg.lanes = (((meta.agg.sum & ~AGG_LANE_TOPS) + (hdr.agg_rest.c2w0 & ~AGG_LANE_TOPS)) ^ ((meta.agg.sum ^ hdr.agg_rest.c2w0) & AGG_LANE_TOPS)); \
+        meta.agg.overflow = meta.agg.overflow | ((meta.agg.sum ^ meta.agg.lanes) & (hdr.agg_rest.c2w0 ^ meta.agg.lanes) & AGG_LANE_TOPS); \
+        hdr.agg_rest.c2w0 = meta.agg.lanes; \
+        agg_sum_2_0.write(meta.agg.cell, meta.agg.lanes); \
         agg_sum_3_0.read(meta.agg.sum, meta.agg.cell); \
-        meta.agg.overflow = meta.agg.overflow | ((meta.agg.sum ^ (((meta.agg.sum & ~AGG_LANE_TOPS) + (hdr.agg_data[3].w0 & ~AGG_LANE_TOPS)) ^ ((meta.agg.sum ^ hdr.agg_data[3].w0) & AGG_LANE_TOPS))) & (hdr.agg_data[3].w0 ^ (((meta.agg.sum & ~AGG_LANE_TOPS) + (hdr.agg_data[3].w0 & ~AGG_LANE_TOPS)) ^ ((meta.agg.sum ^ hdr.agg_data[3].w0) & AGG_LANE_TOPS))) & AGG_LANE_TOPS); \
-        hdr.agg_data[3].w0 = (((meta.agg.sum & ~AGG_LANE_TOPS) + (hdr.agg_data[3].w0 & ~AGG_LANE_TOPS)) ^ ((meta.agg.sum ^ hdr.agg_data[3].w0) & AGG_LANE_TOPS)); \
-        agg_sum_3_0.write(meta.agg.cell, hdr.agg_data[3].w0); \
+        meta.agg.lanes = (((meta.agg.sum & ~AGG_LANE_TOPS) + (hdr.agg_rest.c3w0 & ~AGG_LANE_TOPS)) ^ ((meta.agg.sum ^ hdr.agg_rest.c3w0) & AGG_LANE_TOPS)); \
+        meta.agg.overflow = meta.agg.overflow | ((meta.agg.sum ^ meta.agg.lanes) & (hdr.agg_rest.c3w0 ^ meta.agg.lanes) & AGG_LANE_TOPS); \
+        hdr.agg_rest.c3w0 = meta.agg.lanes; \
+        agg_sum_3_0.write(meta.agg.cell, meta.agg.lanes); \
     } \
-    action read_chunk_3() { \
-        agg_sum_3_0.read(hdr.agg_data[3].w0, meta.agg.cell); \
-    } \
-
-
-// The parser's states for the chunks: parse_agg selects on the UDP length.
-#define AGG_PARSER_STATES \
-    state parse_agg { \
-        packet.extract(hdr.agg); \
-        transition select(hdr.udp.length) { \
-            AGG_UDP_LENGTH_BASE + 1 * AGG_CHUNK_BYTES: parse_agg_chunks_1; \
-            AGG_UDP_LENGTH_BASE + 2 * AGG_CHUNK_BYTES: parse_agg_chunks_2; \
-            AGG_UDP_LENGTH_BASE + 3 * AGG_CHUNK_BYTES: parse_agg_chunks_3; \
-            AGG_UDP_LENGTH_BASE + 4 * AGG_CHUNK_BYTES: parse_agg_chunks_4; \
-            default: reject_agg_length; \
-        } \
-    } \
-    state parse_agg_chunks_4 { \
-        packet.extract(hdr.agg_data.next); \
-        transition parse_agg_chunks_3; \
-    } \
-    state parse_agg_chunks_3 { \
-        packet.extract(hdr.agg_data.next); \
-        transition parse_agg_chunks_2; \
-    } \
-    state parse_agg_chunks_2 { \
-        packet.extract(hdr.agg_data.next); \
-        transition parse_agg_chunks_1; \
-    } \
-    state parse_agg_chunks_1 { \
-        packet.extract(hdr.agg_data.next); \
-        transition accept; \
+    action read_rest() { \
+        agg_sum_1_0.read(hdr.agg_rest.c1w0, meta.agg.cell); \
+        agg_sum_2_0.read(hdr.agg_rest.c2w0, meta.agg.cell); \
+        agg_sum_3_0.read(hdr.agg_rest.c3w0, meta.agg.cell); \
     } \
 
 
 #define AGG_LANES_START \
-    start_chunk_0(); \
-        if (hdr.agg_data[1].isValid()) { start_chunk_1(); \
-            if (hdr.agg_data[2].isValid()) { start_chunk_2(); \
-                if (hdr.agg_data[3].isValid()) { start_chunk_3(); \
-    }}} \
+    start_head(); \
+    if (hdr.agg_rest.isValid()) { start_rest(); } \
 
 
 #define AGG_LANES_ADD \
-    add_chunk_0(); \
-        if (hdr.agg_data[1].isValid()) { add_chunk_1(); \
-            if (hdr.agg_data[2].isValid()) { add_chunk_2(); \
-                if (hdr.agg_data[3].isValid()) { add_chunk_3(); \
-    }}} \
+    add_head(); \
+    if (hdr.agg_rest.isValid()) { add_rest(); } \
 
 
 #define AGG_LANES_READ \
-    read_chunk_0(); \
-        if (hdr.agg_data[1].isValid()) { read_chunk_1(); \
-            if (hdr.agg_data[2].isValid()) { read_chunk_2(); \
-                if (hdr.agg_data[3].isValid()) { read_chunk_3(); \
-    }}} \
+    read_head(); \
+    if (hdr.agg_rest.isValid()) { read_rest(); } \
 
 
 #endif

@@ -62,7 +62,7 @@ const drop_reason_t DROP_INT_MALFORMED = 6;      // INT headers: bad version/typ
 const drop_reason_t DROP_AGG_UNKNOWN_JOB = 7;    // aggregation packet to a parameter server of this switch, job not set up
 const drop_reason_t DROP_AGG_NOT_WORKER = 8;     // sender is not a worker of the job
 const drop_reason_t DROP_AGG_SLOT_RANGE = 9;     // slot outside the job's range
-const drop_reason_t DROP_AGG_BAD_LENGTH = 10;    // not a whole number of chunks (1..AGG_CHUNKS), or cut short
+const drop_reason_t DROP_AGG_BAD_LENGTH = 10;    // shorter than one chunk, or a contribution of neither block size
 const drop_reason_t DROP_NO_LIVE_MEMBER = 11;    // failover: the member's port and its backup's are dead
 const drop_reason_t DROP_LOSSLESS_HEADROOM = 12; // a lossless packet beyond XOFF + headroom: the headroom was too small
 const drop_reason_t DROP_PFC_FRAME = 13;         // a PFC frame, acted on and consumed (not a loss)
@@ -122,14 +122,14 @@ const bit<32> REPORT_KINDS = 8;
 // parameter server; the switch that serves that server aggregates them.
 const bit<16> AGG_UDP_PORT_BASE = 0xBEE0;
 const bit<16> AGG_UDP_PORT_MASK = 0xFFF0;
-// A packet's block: 1..AGG_CHUNKS chunks of AGG_CHUNK_ELEMENTS int32, the
-// number its job declares (agg_job); the lanes packed AGG_WORD_BITS / 32 to a
-// register word (aggregation_lanes.p4; docs/protocols/aggregation.md: sizes).
+// A packet's block: one chunk of AGG_CHUNK_ELEMENTS int32, or AGG_CHUNKS of
+// them, as its job declares (agg_job); the lanes packed AGG_WORD_BITS / 32 to
+// a register word (aggregation_lanes.p4; docs/protocols/aggregation.md: sizes).
 #define AGG_CHUNK_ELEMENTS 64
 #define AGG_CHUNKS 4
 #define AGG_WORD_BITS 2048
-const bit<16> AGG_UDP_LENGTH_BASE = 20;    // UDP header 8 + aggregation header 12
-const bit<16> AGG_CHUNK_BYTES = 256;       // 4 * AGG_CHUNK_ELEMENTS
+const bit<16> AGG_UDP_LENGTH_HEAD = 276;   // UDP 8 + aggregation header 12 + one chunk (4 * AGG_CHUNK_ELEMENTS)
+const bit<16> AGG_UDP_LENGTH_FULL = 1044;  // UDP 8 + aggregation header 12 + AGG_CHUNKS chunks
 const bit<32> AGG_SLOTS = 512;             // aggregation slots of a switch (jobs get ranges of them)
 const bit<32> AGG_CELLS = 1024;            // 2 shadow sets per slot
 const bit<32> AGG_MAX_WORKERS = 32;        // a job's workers: one bit each in a slot's bitmap

@@ -10,8 +10,7 @@ error {
     IPv4OptionsNotSupported,
     IntMalformed,
     SourceRouteMalformed,
-    MacControlUnsupported,
-    AggLength
+    MacControlUnsupported
 }
 
 header ethernet_t {
@@ -99,18 +98,20 @@ header udp_t {
     bit<16> checksum;
 }
 
-// In-network aggregation (aggregation.p4, docs/protocols/aggregation.md), after UDP.
+#include "aggregation_lanes.p4"
+
+// In-network aggregation (aggregation.p4, docs/protocols/aggregation.md), after UDP:
+// the header and the block's first chunk; a full block's other chunks are agg_rest_t.
 header agg_t {
     bit<8>  flags;        // AGG_FLAG_*
     bit<8>  job;
     bit<8>  worker;       // written by the switch from agg_worker (what the sender says is ignored)
     bit<8>  exponent;     // block exponent + 128; results carry the maximum
     bit<16> slot;         // AGG_SLOT_SET | slot in the job's range
-    bit<16> reserved;
+    bit<16> offset;       // WIDE: the index in the block of the first element carried; else 0
     bit<32> seq;          // the job's block sequence number
+    AGG_HEAD_WORDS
 }
-
-#include "aggregation_lanes.p4"
 
 // Deparsed in this order (parser.p4). A data packet is ethernet, ipv4, one
 // L4 header, INT (shim, MD header, this hop, the stack it arrived with). A
@@ -133,7 +134,7 @@ struct headers_t {
     tcp_options_t       tcp_options;
 #ifndef WITHOUT_AGGREGATION
     agg_t               agg;
-    agg_chunk_t[AGG_CHUNKS] agg_data;
+    agg_rest_t          agg_rest;
 #endif
 #ifndef WITHOUT_INT_TELEMETRY
     // Telemetry report (report clones only)
@@ -283,7 +284,8 @@ header agg_scratch_t {           // aggregation.p4
     bit<32>  cell;               // the (slot, shadow set) cell of the packet's block, and its state
     bit<144> state;
     bit<16>  udp_length;         // the job's packets' UDP length: its declared block size
-    bit<AGG_WORD_BITS> sum;      // one word's sums, and the top bit of each lane that overflowed (aggregation_lanes.p4)
+    bit<AGG_WORD_BITS> sum;      // one word: the cell's sums, the new sums, the top bit of each lane
+    bit<AGG_WORD_BITS> lanes;    // that overflowed (aggregation_lanes.p4)
     bit<AGG_WORD_BITS> overflow;
     bit<8>   added;              // the packet's elements went into the cell's use
     bit<8>   answer;             // AGG_ANSWER_*: the packet carries a completed cell's sum

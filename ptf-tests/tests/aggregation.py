@@ -522,22 +522,23 @@ class ShortPacketIsDroppedTest(BadInputTestBase):
 
 
 class LongPacketIsDroppedTest(BadInputTestBase):
-    """A chunk of elements and then 4 bytes, or 1 byte, more; five chunks
-    (more than AGG_CHUNKS). Every switch drops them (a parser error)."""
+    """A chunk of elements and then 4 bytes, or 1 byte, more; two chunks;
+    five chunks (more than AGG_CHUNKS): neither block size."""
 
     def runTest(self):
         self.check_dropped("AGG_BAD_LENGTH", [
             (1, raw_frame(worker_ip(1), PS_IP, 1, pack(0, 1, 0, block("bad-1-1")) + b"\x00\x00\x00\x01")),
             (2, raw_frame(worker_ip(2), PS_IP, 1, pack(0, 1, 0, block("bad-1-2")) + b"\x01")),
-            (3, raw_frame(worker_ip(3), PS_IP, 1, pack(0, 1, 0, block("bad-1-3", n=256)) + bytes(256)))])
+            (3, raw_frame(worker_ip(3), PS_IP, 1, pack(0, 1, 0, block("bad-1-3", n=256)) + bytes(256))),
+            (1, raw_frame(worker_ip(1), PS_IP, 1, pack(0, 1, 0, block("bad-1-1")) + bytes(256)))])
 
 
 class BlockOfAnotherSizeIsDroppedTest(BadInputTestBase):
-    """Whole packets of 128 and 256 elements to jobs that declared 64: each
-    dropped as AGG_BLOCK_SIZE, nothing added to the slot they name."""
+    """Blocks of 256 elements to jobs that declared 64: each dropped as
+    AGG_BLOCK_SIZE, nothing added to the slot they name."""
 
     def runTest(self):
-        self.check_dropped("AGG_BLOCK_SIZE", [(1, agg_frame(1, 1, 0, block("bad-1-1", n=128))),
+        self.check_dropped("AGG_BLOCK_SIZE", [(1, agg_frame(1, 1, 0, block("bad-1-1", n=256))),
                                               (2, agg_frame(2, 2, 0, block("bad-2-2", n=256)))])
 
 
@@ -575,11 +576,12 @@ class OtherTrafficIsForwardedUntouchedTest(AggTestBase):
 # -- packed lanes: elements summed AGG_WORD_BITS / 32 to a register word --------------
 
 class EveryBlockSizeSumsExactlyTest(AggTestBase):
-    """Jobs 1-4 declare 64, 128, 192 and 256 elements (1 to 4 chunks):
-    each sums its own size exactly, in every lane of every chunk, the last
-    one included, and in both shadow sets."""
-    jobs = [(j, [1, 2], 4 * (j - 1), 4, False) for j in (1, 2, 3, 4)]
-    block_sizes = {1: 64, 2: 128, 3: 192, 4: 256}
+    """Jobs 1 and 2 declare 64 and 256 elements (one chunk, four): each
+    sums its own size exactly, in every lane of every chunk, the last one
+    included, in both shadow sets; a server's result of 64 int64 (532 bytes,
+    neither size: not parsed beyond the first chunk) passes untouched."""
+    jobs = [(1, [1, 2], 0, 4, False), (2, [1, 2], 4, 4, False)]
+    block_sizes = {1: 64, 2: 256}
 
     def runTest(self):
         for slot in (0, 2 | SLOT_SET):
@@ -587,7 +589,11 @@ class EveryBlockSizeSumsExactlyTest(AggTestBase):
                 blocks = {p: block(f"size-{job}-{slot}-{p}", n=n) for p in (1, 2)}
                 self.contribute(job, [1, 2], 0, blocks, slot=slot)
                 self.results(job, 0, slot, add(*blocks.values()))
-        self.assertEvents(contribution=16, complete=8)
+        self.assertEvents(contribution=8, complete=4)
+        wide = raw_frame(PS_IP, worker_ip(1), 1, pack(FLAG_SERVER | FLAG_RESULT | FLAG_WIDE, 1, 9,
+                                                      [3 * 2**40 + i for i in range(64)], worker=0))
+        self.send(PS_PORT, wide)
+        self.assertEqual(self.collect({1: 1})[1][0], routed(wide, 1))
         self.assertDrops()
 
 

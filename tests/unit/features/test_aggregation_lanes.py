@@ -56,12 +56,13 @@ def test_the_generated_program_has_a_register_and_a_word_per_chunk_word():
     lanes = al.lanes()
     text = al.render(lanes)
     assert text.count("register<bit<%d>, bit<32>>(AGG_CELLS)" % lanes.word_bits) == lanes.chunks * lanes.words
-    assert text.count(f"    bit<{lanes.word_bits}> w") == lanes.words
-    for c in range(lanes.chunks):
+    assert text.count(f"    bit<{lanes.word_bits}> w") == lanes.words                        # the first chunk
+    assert text.count(f"    bit<{lanes.word_bits}> c") == (lanes.chunks - 1) * lanes.words   # the rest
+    for part in ("head", "rest"):
         for action in ("start", "add", "read"):
-            assert f"action {action}_chunk_{c}()" in text
+            assert f"action {action}_{part}()" in text
+    assert text.count("meta.agg.lanes = ") == lanes.chunks * lanes.words      # one add a word
     assert f"#define AGG_LANE_TOPS {lanes.word_bits}w0x{lanes.tops:0{lanes.word_bits // 4}x}" in text
-    assert text.count("parse_agg_chunks_") == 3 * lanes.chunks - 1      # select arms, states, transitions
 
 
 @pytest.mark.parametrize("chunk, chunks, bits, what", [(64, 4, 48, "multiple of 32"), (64, 4, 4096, "must divide"),
