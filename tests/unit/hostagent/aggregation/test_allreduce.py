@@ -187,7 +187,7 @@ def test_a_congested_result_halves_the_window_once_per_window():
 def test_a_worker_assembles_a_wide_result_from_its_parts():
     """A stand-in server on loopback answers every block of 256 with its
     sum times 2^32 (beyond int32) in two WIDE packets, the second first and
-    sent twice: the worker's result is exact, the duplicate part counted."""
+    sent twice: the worker's result is exact, the duplicate parts counted."""
     import threading
 
     server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -221,7 +221,9 @@ def test_a_worker_assembles_a_wide_result_from_its_parts():
         thread.join()
         server.close()
     assert out.tolist() == (data * 2 ** 32).tolist()
-    assert stats.results == 3 and stats.fallback_blocks == 3 and stats.duplicate_results == 3
+    assert stats.results == 3 and stats.fallback_blocks == 3
+    # the repeated parts of blocks 0 and 1 arrive before block 2's parts; block 2's may come after the call
+    assert 2 <= stats.duplicate_results <= 3
 
 
 def test_a_worker_refuses_a_block_size_no_job_can_declare():
