@@ -117,12 +117,11 @@ def _actions(lanes: Lanes, name: str, chunks: range) -> list[str]:
         for k in range(lanes.words):
             b = _word(c, k)
             s = _expr(LANE_SUM, A="meta.agg.sum", B=b)
-            overflow = _expr(LANE_OVERFLOW, A="meta.agg.sum", B=b, S="meta.agg.lanes")
+            overflow = _expr(LANE_OVERFLOW, A="meta.agg.sum", B=b, S=s)
             lines += [f"        agg_sum_{c}_{k}.read(meta.agg.sum, meta.agg.cell); \\",
-                      f"        meta.agg.lanes = {s}; \\",
                       f"        meta.agg.overflow = meta.agg.overflow | {overflow}; \\",
-                      f"        {b} = meta.agg.lanes; \\",
-                      f"        agg_sum_{c}_{k}.write(meta.agg.cell, meta.agg.lanes); \\"]
+                      f"        {b} = {s}; \\",
+                      f"        agg_sum_{c}_{k}.write(meta.agg.cell, {b}); \\"]
     lines += ["    } \\", f"    action read_{name}() {{ \\"]
     lines += [f"        agg_sum_{c}_{k}.read({_word(c, k)}, meta.agg.cell); \\"
               for c in chunks for k in range(lanes.words)]
@@ -160,9 +159,10 @@ def render(lanes: Lanes) -> str:
     lines += ["", "",
               "// For the first chunk (head) and the rest of a full block (rest): start_ (a cell's first",
               "// contribution: the words become the sums), add_ (another contribution: each word adds",
-              "// lane-wise into meta.agg.lanes, computed once: BMv2 allocates a number for every operation",
-              "// of an expression; the packet carries the new sums, meta.agg.overflow collects the top bit",
-              "// of every lane that overflowed) and read_ (a completed cell's sums into the packet).",
+              "// lane-wise, the packet carries the new sums, meta.agg.overflow collects the top bit of",
+              "// every lane that overflowed; the sum is computed twice rather than kept in a field: BMv2",
+              "// writes a field's bytes out at every assignment, which costs more at this width) and",
+              "// read_ (a completed cell's sums into the packet).",
               "#define AGG_LANE_ACTIONS \\"]
     lines += _actions(lanes, "head", range(0, 1))
     if lanes.chunks > 1:

@@ -28,19 +28,19 @@ header agg_rest_t {
 
 // For the first chunk (head) and the rest of a full block (rest): start_ (a cell's first
 // contribution: the words become the sums), add_ (another contribution: each word adds
-// lane-wise into meta.agg.lanes, computed once: BMv2 allocates a number for every operation
-// of an expression; the packet carries the new sums, meta.agg.overflow collects the top bit
-// of every lane that overflowed) and read_ (a completed cell's sums into the packet).
+// lane-wise, the packet carries the new sums, meta.agg.overflow collects the top bit of
+// every lane that overflowed; the sum is computed twice rather than kept in a field: BMv2
+// writes a field's bytes out at every assignment, which costs more at this width) and
+// read_ (a completed cell's sums into the packet).
 #define AGG_LANE_ACTIONS \
     action start_head() { \
         agg_sum_0_0.write(meta.agg.cell, hdr.agg.w0); \
     } \
     action add_head() { \
         agg_sum_0_0.read(meta.agg.sum, meta.agg.cell); \
-        meta.agg.lanes = (((meta.agg.sum & ~AGG_LANE_TOPS) + (hdr.agg.w0 & ~AGG_LANE_TOPS)) ^ ((meta.agg.sum ^ hdr.agg.w0) & AGG_LANE_TOPS)); \
-        meta.agg.overflow = meta.agg.overflow | ((meta.agg.sum ^ meta.agg.lanes) & (hdr.agg.w0 ^ meta.agg.lanes) & AGG_LANE_TOPS); \
-        hdr.agg.w0 = meta.agg.lanes; \
-        agg_sum_0_0.write(meta.agg.cell, meta.agg.lanes); \
+        meta.agg.overflow = meta.agg.overflow | ((meta.agg.sum ^ (((meta.agg.sum & ~AGG_LANE_TOPS) + (hdr.agg.w0 & ~AGG_LANE_TOPS)) ^ ((meta.agg.sum ^ hdr.agg.w0) & AGG_LANE_TOPS))) & (hdr.agg.w0 ^ (((meta.agg.sum & ~AGG_LANE_TOPS) + (hdr.agg.w0 & ~AGG_LANE_TOPS)) ^ ((meta.agg.sum ^ hdr.agg.w0) & AGG_LANE_TOPS))) & AGG_LANE_TOPS); \
+        hdr.agg.w0 = (((meta.agg.sum & ~AGG_LANE_TOPS) + (hdr.agg.w0 & ~AGG_LANE_TOPS)) ^ ((meta.agg.sum ^ hdr.agg.w0) & AGG_LANE_TOPS)); \
+        agg_sum_0_0.write(meta.agg.cell, hdr.agg.w0); \
     } \
     action read_head() { \
         agg_sum_0_0.read(hdr.agg.w0, meta.agg.cell); \
@@ -52,20 +52,17 @@ header agg_rest_t {
     } \
     action add_rest() { \
         agg_sum_1_0.read(meta.agg.sum, meta.agg.cell); \
-        meta.agg.lanes = (((meta.agg.sum & ~AGG_LANE_TOPS) + (hdr.agg_rest.c1w0 & ~AGG_LANE_TOPS)) ^ ((meta.agg.sum ^ hdr.agg_rest.c1w0) & AGG_LANE_TOPS)); \
-        meta.agg.overflow = meta.agg.overflow | ((meta.agg.sum ^ meta.agg.lanes) & (hdr.agg_rest.c1w0 ^ meta.agg.lanes) & AGG_LANE_TOPS); \
-        hdr.agg_rest.c1w0 = meta.agg.lanes; \
-        agg_sum_1_0.write(meta.agg.cell, meta.agg.lanes); \
+        meta.agg.overflow = meta.agg.overflow | ((meta.agg.sum ^ (((meta.agg.sum & ~AGG_LANE_TOPS) + (hdr.agg_rest.c1w0 & ~AGG_LANE_TOPS)) ^ ((meta.agg.sum ^ hdr.agg_rest.c1w0) & AGG_LANE_TOPS))) & (hdr.agg_rest.c1w0 ^ (((meta.agg.sum & ~AGG_LANE_TOPS) + (hdr.agg_rest.c1w0 & ~AGG_LANE_TOPS)) ^ ((meta.agg.sum ^ hdr.agg_rest.c1w0) & AGG_LANE_TOPS))) & AGG_LANE_TOPS); \
+        hdr.agg_rest.c1w0 = (((meta.agg.sum & ~AGG_LANE_TOPS) + (hdr.agg_rest.c1w0 & ~AGG_LANE_TOPS)) ^ ((meta.agg.sum ^ hdr.agg_rest.c1w0) & AGG_LANE_TOPS)); \
+        agg_sum_1_0.write(meta.agg.cell, hdr.agg_rest.c1w0); \
         agg_sum_2_0.read(meta.agg.sum, meta.agg.cell); \
-        meta.agg.lanes = (((meta.agg.sum & ~AGG_LANE_TOPS) + (hdr.agg_rest.c2w0 & ~AGG_LANE_TOPS)) ^ ((meta.agg.sum ^ hdr.agg_rest.c2w0) & AGG_LANE_TOPS)); \
-        meta.agg.overflow = meta.agg.overflow | ((meta.agg.sum ^ meta.agg.lanes) & (hdr.agg_rest.c2w0 ^ meta.agg.lanes) & AGG_LANE_TOPS); \
-        hdr.agg_rest.c2w0 = meta.agg.lanes; \
-        agg_sum_2_0.write(meta.agg.cell, meta.agg.lanes); \
+        meta.agg.overflow = meta.agg.overflow | ((meta.agg.sum ^ (((meta.agg.sum & ~AGG_LANE_TOPS) + (hdr.agg_rest.c2w0 & ~AGG_LANE_TOPS)) ^ ((meta.agg.sum ^ hdr.agg_rest.c2w0) & AGG_LANE_TOPS))) & (hdr.agg_rest.c2w0 ^ (((meta.agg.sum & ~AGG_LANE_TOPS) + (hdr.agg_rest.c2w0 & ~AGG_LANE_TOPS)) ^ ((meta.agg.sum ^ hdr.agg_rest.c2w0) & AGG_LANE_TOPS))) & AGG_LANE_TOPS); \
+        hdr.agg_rest.c2w0 = (((meta.agg.sum & ~AGG_LANE_TOPS) + (hdr.agg_rest.c2w0 & ~AGG_LANE_TOPS)) ^ ((meta.agg.sum ^ hdr.agg_rest.c2w0) & AGG_LANE_TOPS)); \
+        agg_sum_2_0.write(meta.agg.cell, hdr.agg_rest.c2w0); \
         agg_sum_3_0.read(meta.agg.sum, meta.agg.cell); \
-        meta.agg.lanes = (((meta.agg.sum & ~AGG_LANE_TOPS) + (hdr.agg_rest.c3w0 & ~AGG_LANE_TOPS)) ^ ((meta.agg.sum ^ hdr.agg_rest.c3w0) & AGG_LANE_TOPS)); \
-        meta.agg.overflow = meta.agg.overflow | ((meta.agg.sum ^ meta.agg.lanes) & (hdr.agg_rest.c3w0 ^ meta.agg.lanes) & AGG_LANE_TOPS); \
-        hdr.agg_rest.c3w0 = meta.agg.lanes; \
-        agg_sum_3_0.write(meta.agg.cell, meta.agg.lanes); \
+        meta.agg.overflow = meta.agg.overflow | ((meta.agg.sum ^ (((meta.agg.sum & ~AGG_LANE_TOPS) + (hdr.agg_rest.c3w0 & ~AGG_LANE_TOPS)) ^ ((meta.agg.sum ^ hdr.agg_rest.c3w0) & AGG_LANE_TOPS))) & (hdr.agg_rest.c3w0 ^ (((meta.agg.sum & ~AGG_LANE_TOPS) + (hdr.agg_rest.c3w0 & ~AGG_LANE_TOPS)) ^ ((meta.agg.sum ^ hdr.agg_rest.c3w0) & AGG_LANE_TOPS))) & AGG_LANE_TOPS); \
+        hdr.agg_rest.c3w0 = (((meta.agg.sum & ~AGG_LANE_TOPS) + (hdr.agg_rest.c3w0 & ~AGG_LANE_TOPS)) ^ ((meta.agg.sum ^ hdr.agg_rest.c3w0) & AGG_LANE_TOPS)); \
+        agg_sum_3_0.write(meta.agg.cell, hdr.agg_rest.c3w0); \
     } \
     action read_rest() { \
         agg_sum_1_0.read(hdr.agg_rest.c1w0, meta.agg.cell); \

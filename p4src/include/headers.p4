@@ -284,9 +284,8 @@ header agg_scratch_t {           // aggregation.p4
     bit<32>  cell;               // the (slot, shadow set) cell of the packet's block, and its state
     bit<144> state;
     bit<16>  udp_length;         // the job's packets' UDP length: its declared block size
-    bit<AGG_WORD_BITS> sum;      // one word: the cell's sums, the new sums, the top bit of each lane
-    bit<AGG_WORD_BITS> lanes;    // that overflowed (aggregation_lanes.p4)
-    bit<AGG_WORD_BITS> overflow;
+    bit<AGG_WORD_BITS> sum;      // one word's sums in the cell, and the top bit of each lane that
+    bit<AGG_WORD_BITS> overflow; // overflowed (aggregation_lanes.p4)
     bit<8>   added;              // the packet's elements went into the cell's use
     bit<8>   answer;             // AGG_ANSWER_*: the packet carries a completed cell's sum
 }

@@ -61,7 +61,7 @@ def test_the_generated_program_has_a_register_and_a_word_per_chunk_word():
     for part in ("head", "rest"):
         for action in ("start", "add", "read"):
             assert f"action {action}_{part}()" in text
-    assert text.count("meta.agg.lanes = ") == lanes.chunks * lanes.words      # one add a word
+    assert text.count(".read(meta.agg.sum, meta.agg.cell)") == lanes.chunks * lanes.words   # one add a word
     assert f"#define AGG_LANE_TOPS {lanes.word_bits}w0x{lanes.tops:0{lanes.word_bits // 4}x}" in text
 
 
