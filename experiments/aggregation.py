@@ -176,20 +176,27 @@ def window(topo, args, out: Path) -> list[dict]:
               f"{rows[-1]['contributions_per_s']} contributions/s at the switch, srtt {rows[-1]['srtt_ms']} ms",
               flush=True)
     path = write_csv(out / "window.csv", rows)
+    print(f"window: {path}, {plot_window(rows, out)}")
+    return rows
+
+
+def plot_window(rows: list[dict], out: Path) -> Path:
+    n = rows[0]["workers"]
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
-    ws = [r["window"] for r in rows]
-    a1.plot(ws, [r["contributions_per_s"] for r in rows], "o-")
+    ws = [int(r["window"]) for r in rows]
+    a1.plot(ws, [float(r["contributions_per_s"]) for r in rows], "o-")
+    a1.set_ylim(bottom=0)
     a1.set_xscale("log", base=2)
     a1.set_xlabel("window (packets in flight a worker)")
     a1.set_ylabel("contributions / s summed by the switch")
     a1.set_title(f"Aggregation rate by window ({n} workers)")
-    a2.plot(ws, [r["srtt_ms"] for r in rows], "o-")
+    a2.plot(ws, [float(r["srtt_ms"]) for r in rows], "o-")
+    a2.set_ylim(bottom=0)
     a2.set_xscale("log", base=2)
     a2.set_xlabel("window (packets in flight a worker)")
     a2.set_ylabel("smoothed round trip (ms)")
     a2.set_title("Round trip by window")
-    print(f"window: {path}, {save_figure(fig, out / 'window.png')}")
-    return rows
+    return save_figure(fig, out / "window.png")
 
 
 def loss(topo, args, out: Path) -> list[dict]:

@@ -81,7 +81,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import yaml
 
@@ -260,18 +260,26 @@ def run_case(mode: str, algorithm: str, topo, topo_file: Path, ctl: FabricContro
     if algorithm != IN_NETWORK:
         result = run_ranks(name, job, extra, ctl, args, out)
     else:                   # the switch sums: the job's parameter server takes what it passes on
-        agg_job = topo.features["aggregation"].job(AGGREGATION_JOB)
-        extra += ["--aggregation-job", str(AGGREGATION_JOB), "--aggregation-server", topo.hosts[agg_job.server].ip,
-                  "--aggregation-block-elements", str(agg_job.block_elements)]
-        (out / name).mkdir(parents=True, exist_ok=True)
-        server = start_server(topo, AGGREGATION_JOB, out / name)
-        try:
-            result = run_ranks(name, job, extra, ctl, args, out)
-        finally:
-            served = stop_server(server, out / name, AGGREGATION_JOB)
-        result["server_blocks"] = served.get("blocks_completed", 0)
+        result = with_parameter_server(topo, name, out, lambda options: run_ranks(name, job, extra + options, ctl,
+                                                                                  args, out))
     return {"case": result.pop("case"), "mode": mode, "algorithm": algorithm, "transport": transport,
             "channels": args.channels, **result}
+
+
+def with_parameter_server(topo, case: str, out: Path, run: Callable[[list[str]], dict]) -> dict:
+    """run(the ranks' options for aggregation job AGGREGATION_JOB) with the
+    job's parameter server running beside it (it sums what the switch passes
+    on): the result, with the blocks the server summed."""
+    agg_job = topo.features["aggregation"].job(AGGREGATION_JOB)
+    options = ["--aggregation-job", str(AGGREGATION_JOB), "--aggregation-server", topo.hosts[agg_job.server].ip,
+               "--aggregation-block-elements", str(agg_job.block_elements)]
+    (out / case).mkdir(parents=True, exist_ok=True)
+    server = start_server(topo, AGGREGATION_JOB, out / case)
+    try:
+        result = run(options)
+    finally:
+        served = stop_server(server, out / case, AGGREGATION_JOB)
+    return {**result, "server_blocks": served.get("blocks_completed", 0)}
 
 
 def allreduce_topology(name: str, out: Path):
@@ -300,24 +308,18 @@ def run_allreduce_case(name: str, ranks_: tuple[str, ...], algorithm: str, trees
     extra = ["--algorithm", algorithm, "--channels", str(args.channels), "--line-rate-pps", str(LINE_RATE_PPS)]
     label = f"{IN_NETWORK} ({'tree' if trees else 'one switch'})" if algorithm == IN_NETWORK else algorithm
     case = f"{name}-n{len(job)}-{algorithm}" + ("-tree" if trees else "")
-    server_blocks = ""
+
+    def run(options: list[str]) -> dict:
+        return collect(case, launch(case, job, extra + options, args, out,
+                                    time.time() + START_DELAY_S + 0.1 * len(job)), out)
+
     if algorithm != IN_NETWORK:
-        result = collect(case, launch(case, job, extra, args, out, time.time() + START_DELAY_S + 0.1 * len(job)), out)
+        result = {**run([]), "server_blocks": ""}
     else:
-        agg = ctl.feature("aggregation")
-        agg.set_jobs([Job(AGGREGATION_JOB, ranks_, ALLREDUCE_SERVER[name], slots=ALLREDUCE_SLOTS, trees=trees)])
-        agg_job = topo.features["aggregation"].job(AGGREGATION_JOB)
-        extra += ["--aggregation-job", str(AGGREGATION_JOB), "--aggregation-server", topo.hosts[agg_job.server].ip,
-                  "--aggregation-block-elements", str(agg_job.block_elements)]
-        (out / case).mkdir(parents=True, exist_ok=True)
-        server = start_server(topo, AGGREGATION_JOB, out / case)
-        try:
-            result = collect(case, launch(case, job, extra, args, out,
-                                          time.time() + START_DELAY_S + 0.1 * len(job)), out)
-        finally:
-            server_blocks = stop_server(server, out / case, AGGREGATION_JOB).get("blocks_completed", 0)
-    return {"case": result.pop("case"), "topology": name, "algorithm": label, **result,
-            "server_blocks": server_blocks}
+        ctl.feature("aggregation").set_jobs([Job(AGGREGATION_JOB, ranks_, ALLREDUCE_SERVER[name],
+                                                 slots=ALLREDUCE_SLOTS, trees=trees)])
+        result = with_parameter_server(topo, case, out, run)
+    return {"case": result.pop("case"), "topology": name, "algorithm": label, **result}
 
 
 def allreduce_table(results: list[dict]) -> list[dict]:
@@ -326,12 +328,12 @@ def allreduce_table(results: list[dict]) -> list[dict]:
     rows: dict[tuple[str, int], dict] = {}
     for r in results:
         row = rows.setdefault((r["topology"], r["ranks"]), {"topology": r["topology"], "ranks": r["ranks"]})
-        row[f"{r['algorithm']} step ms"] = r["step_ms_median"]
+        row[f"{r['algorithm']} step ms"] = r["step_ms_median"] if r["step_ms_median"] != "" else "failed"
     for row in rows.values():
         ring = row.get(f"{sc.RING} step ms")
         for trees in ("one switch", "tree"):
             ina = row.get(f"{IN_NETWORK} ({trees}) step ms")
-            if ring and ina:
+            if ring and ina and "failed" not in (ring, ina):
                 row[f"{IN_NETWORK} ({trees}) / ring"] = round(ina / ring, 2)
     return list(rows.values())
 
@@ -343,7 +345,7 @@ def _plot_allreduce(results: list[dict], out: Path) -> Path:
     fig, ax = plt.subplots(figsize=(10, 4))
     width = 0.8 / len(algorithms)
     for i, alg in enumerate(algorithms):
-        by = {(r["topology"], r["ranks"]): r["step_ms_median"] for r in results if r["algorithm"] == alg}
+        by = {(r["topology"], r["ranks"]): r["step_ms_median"] or 0 for r in results if r["algorithm"] == alg}
         ax.bar([g + (i - (len(algorithms) - 1) / 2) * width for g in range(len(groups))],
                [by.get(g, 0) for g in groups], width, label=alg)
     ax.set_xticks(range(len(groups)))
@@ -599,7 +601,17 @@ def main(argv: list[str] | None = None) -> int:
                             continue
                         print(f"==> allreduce {name}, {n} ranks, {algorithm}{' over a tree' if trees else ''}: "
                               f"{args.steps} data-parallel steps", flush=True)
-                        results.append(run_allreduce_case(name, ranks_, algorithm, trees, topo, ctl, args, out))
+                        try:
+                            results.append(run_allreduce_case(name, ranks_, algorithm, trees, topo, ctl, args, out))
+                        except RuntimeError as exc:      # a rank gave up: the case is recorded as failed
+                            print(f"    failed: {str(exc).splitlines()[0][:300]}", flush=True)
+                            label = (f"{IN_NETWORK} ({'tree' if trees else 'one switch'})"
+                                     if algorithm == IN_NETWORK else algorithm)
+                            results.append({"case": f"{name}-n{n}-{algorithm}" + ("-tree" if trees else ""),
+                                            "topology": name, "algorithm": label, "ranks": n, "steps": 0,
+                                            "step_ms_median": "", "step_ms_max": "", "busbw_MBps_median": "",
+                                            "retransmitted": "", "server_blocks": "",
+                                            "failed": str(exc).splitlines()[0][:300]})
         table_rows = allreduce_table(results)
         written += [write_csv(out / "summary.csv", results), write_csv(out / "table.csv", table_rows),
                     _plot_allreduce(results, out)]
