@@ -5,7 +5,7 @@ packet of the same size through the same fabric (every feature off).
 
     .venv/bin/python -m benchmarks.aggregation_cost [--packets 1000] [--readme docs/benchmark.md]
 
-Per block size n (64, 128, 192, 256 int32): `fabric+aggregation:n` sends
+Per block size n (64, 256 int32): `fabric+aggregation:n` sends
 the `make bench` aggregation frames (4 workers, every packet aggregated, the
 fourth of a block multicast as 4 results) to a job that declared n
 elements; `fabric:udp-<bytes>B` sends plain UDP frames of the same length
