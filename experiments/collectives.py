@@ -299,6 +299,14 @@ def allreduce_topology(name: str, out: Path):
     return written_topology(raw, out / f"{name}.yaml")
 
 
+def allreduce_label(algorithm: str, trees: int) -> str:
+    return f"{IN_NETWORK} ({'tree' if trees else 'one switch'})" if algorithm == IN_NETWORK else algorithm
+
+
+def allreduce_case(name: str, ranks: int, algorithm: str, trees: int) -> str:
+    return f"{name}-n{ranks}-{algorithm}" + ("-tree" if trees else "")
+
+
 def run_allreduce_case(name: str, ranks_: tuple[str, ...], algorithm: str, trees: int, topo,
                        ctl: FabricController, args, out: Path) -> dict:
     """Data-parallel steps on `ranks_` with `algorithm`; in-network: the
@@ -306,8 +314,7 @@ def run_allreduce_case(name: str, ranks_: tuple[str, ...], algorithm: str, trees
     or over one tree of switches."""
     job = [Rank.of(topo.hosts[h].primary) for h in ranks_]
     extra = ["--algorithm", algorithm, "--channels", str(args.channels), "--line-rate-pps", str(LINE_RATE_PPS)]
-    label = f"{IN_NETWORK} ({'tree' if trees else 'one switch'})" if algorithm == IN_NETWORK else algorithm
-    case = f"{name}-n{len(job)}-{algorithm}" + ("-tree" if trees else "")
+    label, case = allreduce_label(algorithm, trees), allreduce_case(name, len(job), algorithm, trees)
 
     def run(options: list[str]) -> dict:
         return collect(case, launch(case, job, extra + options, args, out,
@@ -605,10 +612,9 @@ def main(argv: list[str] | None = None) -> int:
                             results.append(run_allreduce_case(name, ranks_, algorithm, trees, topo, ctl, args, out))
                         except RuntimeError as exc:      # a rank gave up: the case is recorded as failed
                             print(f"    failed: {str(exc).splitlines()[0][:300]}", flush=True)
-                            label = (f"{IN_NETWORK} ({'tree' if trees else 'one switch'})"
-                                     if algorithm == IN_NETWORK else algorithm)
-                            results.append({"case": f"{name}-n{n}-{algorithm}" + ("-tree" if trees else ""),
-                                            "topology": name, "algorithm": label, "ranks": n, "steps": 0,
+                            results.append({"case": allreduce_case(name, n, algorithm, trees),
+                                            "topology": name, "algorithm": allreduce_label(algorithm, trees),
+                                            "ranks": n, "steps": 0,
                                             "step_ms_median": "", "step_ms_max": "", "busbw_MBps_median": "",
                                             "retransmitted": "", "server_blocks": "",
                                             "failed": str(exc).splitlines()[0][:300]})
