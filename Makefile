@@ -117,7 +117,8 @@ features: setup
 	@$(FABRIC) features
 
 # Regenerates the tables of docs/benchmark.md: instructions per packet
-# (callgrind, deterministic; each feature compiled out, off and on), an
+# (callgrind, deterministic; each feature compiled out, off and on, and a
+# packet dropped for each of four reasons), an
 # aggregated element's cost by block size, and packets/s, with
 # build/bench/{instructions_per_packet.csv,aggregation_cost.csv,summary.csv,forwarding_rate.png};
 # then the RDMA transport's sender rate per congestion control (build/bench/rdma_agent/).

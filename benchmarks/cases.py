@@ -13,7 +13,7 @@ from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
 
-from scapy.layers.inet import IP, UDP
+from scapy.layers.inet import IP, UDP, IPOption_EOL, IPOption_NOP
 from scapy.layers.l2 import Ether
 
 from core.bmv2 import switch_command
@@ -71,6 +71,7 @@ class Case:
     state: Callable[[P4Info], SwitchState] | None = None
     frames: list[bytes] | None = None     # None: the default UDP frames
     defines: tuple[str, ...] = ()         # preprocessor symbols: features compiled out
+    drop_reason: str | None = None        # the frames are dropped for this reason (DROP_<reason>), not forwarded
 
 
 def without(feature: Feature) -> str:
@@ -112,7 +113,7 @@ def off_cases(fabric_source: Path = MAIN) -> list[Case]:
 def cases(fabric_source: Path = MAIN) -> list[Case]:
     """off_cases(), then the fabric with each registered feature on: one row
     per mode of its bench_states(), with its bench_frames() if it has them
-    (core/feature.py). The modes are known from the fabric's P4Info, so this
+    (core/feature.py), then drop_cases(). The modes are known from the fabric's P4Info, so this
     compiles `fabric_source`."""
     out = off_cases(fabric_source)
     p4info = P4Info(compile_case(next(c for c in out if c.name == "fabric")).p4info())
@@ -125,7 +126,33 @@ def cases(fabric_source: Path = MAIN) -> list[Case]:
                 name = f"fabric+{feature.section}"
                 what = getattr(feature, "bench_what", "") or f"{feature.section} on for all traffic"
             out.append(Case(name, fabric_source, what, _feature_on(feature, mode), frames=own))
-    return out
+    return out + drop_cases(fabric_source)
+
+
+def _udp(ip: IP) -> bytes:
+    return bytes(Ether(dst=SWITCH_MAC, src=HOST_MAC) / ip / UDP(sport=5000, dport=4791) / (b"\0" * 18))
+
+
+def _bad_checksum() -> bytes:
+    frame = bytearray(_udp(IP(src=SRC_IP, dst=DST_IP)))
+    frame[14 + 10] ^= 0xFF          # the IPv4 header checksum
+    return bytes(frame)
+
+
+def drop_cases(fabric_source: Path = MAIN) -> list[Case]:
+    """The fabric, every feature off, given frames it drops, one reason a
+    row (drop:<reason>): what a packet that is not forwarded costs, to set
+    against `fabric`'s forwarded one."""
+    drops = {
+        "no-route": ("NO_ROUTE", "no route (LPM miss)", _udp(IP(src=SRC_IP, dst="10.9.9.9"))),
+        "ttl-expired": ("TTL_EXPIRED", "TTL 1", _udp(IP(src=SRC_IP, dst=DST_IP, ttl=1))),
+        "bad-checksum": ("BAD_IPV4_CHECKSUM", "wrong IPv4 checksum", _bad_checksum()),
+        "parser-error": ("PARSER_ERROR", "IPv4 options (a parser error)",
+                         _udp(IP(src=SRC_IP, dst=DST_IP, options=[IPOption_NOP(), IPOption_NOP(), IPOption_NOP(),
+                                                                   IPOption_EOL()]))),
+    }
+    return [Case(f"drop:{name}", fabric_source, f"dropped: {what}, every feature off", fabric_state, frames=[frame],
+                 drop_reason=reason) for name, (reason, what, frame) in drops.items()]
 
 
 def select(all_cases: list[Case], only: list[str] | None) -> list[Case]:

@@ -20,6 +20,11 @@ traffic - instructions idle) / packets forwarded; a header vector BMv2 had
 to create during the count anyway (more packets in flight than ever before:
 ~2M instructions once, not per packet) is not counted. Needs valgrind (Debian package `valgrind`).
 
+A drop:<reason> case (benchmarks/cases.py drop_cases) offers frames the
+switch drops: nothing comes out, so one forwarded frame is sent behind them
+(BMv2's ingress takes packets in order) and the count is divided by what
+the switch's drop_counter took for the reason.
+
 Writes build/bench/instructions_per_packet.csv.
 """
 from __future__ import annotations
@@ -34,9 +39,12 @@ from pathlib import Path
 from typing import Any
 
 
-from benchmarks.cases import IN_PORT, MAIN, OUT_PORT, PAIRS, REPO, Case, cases, compile_case, frames, make_veths, \
-    remove_veths, running_switch, rx_packets, select
+from benchmarks.cases import DEVICE_ID, GRPC_ADDR, IN_PORT, MAIN, OUT_PORT, PAIRS, REPO, Case, cases, compile_case, \
+    frames, make_veths, remove_veths, running_switch, rx_packets, select
 from benchmarks.forwarding_rate import update_readme
+from core.p4constants import drop_reasons
+from core.p4info import P4Info
+from core.switch import SwitchConnection
 from core.toolchain import require
 from hostagent.sender import RawSender
 
@@ -68,9 +76,15 @@ def measure(case, pipeline, packets: int) -> float:
         # packets in flight, and keeps them in a pool; allocating one costs
         # about as much as the PHV is large. Fill the pool first, so the count
         # is the steady-state cost of a packet.
+        before = rx_packets(PAIRS[OUT_PORT][1])
         with RawSender(PAIRS[IN_PORT][1]) as sender:
             sender.blast(frames(case), WARMUP_PACKETS / WARMUP_PPS, WARMUP_PPS)
+            if case.drop_reason:
+                sender.send(frames()[0])        # a marker behind what is dropped (see below)
+        if case.drop_reason:
+            _wait_for(PAIRS[OUT_PORT][1], before + 1)
         _wait_drained(PAIRS[OUT_PORT][1])
+        dropped_before = dropped(case, pipeline) if case.drop_reason else 0
         duration = packets / SEND_PPS
         # Idle: the same time without traffic. BMv2's and gRPC's threads poll
         # while idle; that work grows with time, not with packets, and is
@@ -84,13 +98,22 @@ def measure(case, pipeline, packets: int) -> float:
         before = rx_packets(PAIRS[OUT_PORT][1])
         with RawSender(PAIRS[IN_PORT][1]) as sender:
             sent = sender.blast(frames(case), duration, SEND_PPS)
-        deadline = time.monotonic() + 60
-        while rx_packets(PAIRS[OUT_PORT][1]) - before < sent and time.monotonic() < deadline:
-            time.sleep(0.2)
+            if case.drop_reason:
+                # Nothing of them comes out: one forwarded frame behind them (BMv2's
+                # ingress takes packets in order) says when ingress has had them all.
+                # Its cost, one packet's in `sent`, is counted with them (0.1% at 1000).
+                sender.send(frames()[0])
+        _wait_for(PAIRS[OUT_PORT][1], before + (1 if case.drop_reason else sent))
         forwarded = rx_packets(PAIRS[OUT_PORT][1]) - before
         callgrind_control("-i", "off", pid)
         callgrind_control("-d", pid)
-        if forwarded < 0.95 * sent:
+        counted = forwarded
+        if case.drop_reason:
+            counted = dropped(case, pipeline) - dropped_before
+            if forwarded < 1 or counted < 0.95 * sent:
+                raise RuntimeError(f"{case.name}: sent {sent} packets, {counted} dropped as "
+                                   f"DROP_{case.drop_reason}" + ("" if forwarded else ", the marker never came out"))
+        elif forwarded < 0.95 * sent:
             raise RuntimeError(f"{case.name}: sent {sent} packets, only {forwarded} came out")
         busy = _latest_dump(case)
         if busy == idle:
@@ -98,7 +121,21 @@ def measure(case, pipeline, packets: int) -> float:
         grown = phv_creation(busy)
         if grown:
             print(f" (PHV pool grew during the count: {grown} instructions not counted)", end="", flush=True)
-        return (total_instructions(busy) - grown - total_instructions(idle)) / forwarded
+        return (total_instructions(busy) - grown - total_instructions(idle)) / counted
+
+
+def dropped(case, pipeline) -> int:
+    """Packets the switch counted as dropped for `case`'s reason (P4Runtime, drop_counter)."""
+    index = drop_reasons()[case.drop_reason]
+    with SwitchConnection(case.name, GRPC_ADDR, DEVICE_ID) as conn:
+        return conn.counter(P4Info(pipeline.p4info()).counter_entry("drop_counter", index)).get(index, (0, 0))[0]
+
+
+def _wait_for(iface: str, rx: int, timeout: float = 60) -> None:
+    """Until `iface` has received `rx` packets in all, or `timeout` s passed."""
+    deadline = time.monotonic() + timeout
+    while rx_packets(iface) < rx and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def _wait_drained(iface: str, timeout: float = 60) -> None:

@@ -64,8 +64,8 @@ class PauseState:
 class ReceiveBuffer:
     """A slow receiver's NIC: packets of class `tclass` wait in a buffer of
     `capacity` packets that the host drains at `drain_pps`. At `xoff` it
-    pauses its uplink for the class (refreshed at half the pause while at
-    or above XOFF), at `xon` it resumes; a packet finding the buffer full is
+    pauses its uplink for the class (refreshed at half the pause until it
+    drains to XON, 802.1Qbb's XOFF state), at `xon` it resumes; a packet finding the buffer full is
     dropped (a NIC without PFC, or with too small a headroom, loses it).
     on_packet() and tick() return the PFC frame to send now, if any."""
 
@@ -104,7 +104,10 @@ class ReceiveBuffer:
     def tick(self, now: float) -> bytes | None:
         """Called often (between packets too): a pause, refresh or resume due now."""
         self._drain(now)
-        if self.occupancy >= self.xoff and (self.paused_at is None or now >= self.paused_at + self.refresh_s):
+        # XOFF state (802.1Qbb): a pause at XOFF, refreshed until the buffer drains to XON
+        if ((self.paused_at is None and self.occupancy >= self.xoff)
+                or (self.paused_at is not None and self.occupancy > self.xon
+                    and now >= self.paused_at + self.refresh_s)):
             self.paused_at = now
             self.pauses += 1
             return self._pause

@@ -178,7 +178,8 @@ const bit<8>  PFC_CARRY_FIELDS = 2;           // @field_list: what recirculation
 const bit<2>  PFC_KIND_HELD = 3;
 const bit<64> PFC_CARRY_ADMITTED = 1 << 62;   // a lossless packet in the buffer model
 const bit<64> PFC_CARRY_HELD = 3 << 62;       // held (recirculated); from here up egress does nothing else
-const bit<64> PFC_CARRY_DONE = 0xFFFFFFFFFFFFFFFF;   // a frame built, or a packet dropped: nothing else to do
+const bit<64> PFC_CARRY_DONE = 0xFFFFFFFFFFFFFFFF;   // a packet dropped (or a frame for a port without PFC): nothing else to do
+const bit<64> PFC_CARRY_FRAME = 0xFFFFFFFFFFFFFFFE;  // a PFC frame built: only the egress port counter still counts it
 // local_metadata_t.pfc_frame: what a frame clone becomes, the class and its pause time.
 #define PFC_FRAME_CLASS_HI 18
 #define PFC_FRAME_CLASS_LO 16

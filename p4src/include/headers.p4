@@ -5,14 +5,6 @@
 #include "defines.p4"
 #include "int_telemetry_headers.p4"
 
-error {
-    IPv4IncorrectVersion,
-    IPv4OptionsNotSupported,
-    IntMalformed,
-    SourceRouteMalformed,
-    MacControlUnsupported
-}
-
 header ethernet_t {
     mac_addr_t dst_addr;
     mac_addr_t src_addr;

@@ -13,8 +13,10 @@
 // in ingress (pfc_occupancy[ingress port, class] + 1) and released when it
 // leaves the switch (- 1). Admitted at or above XOFF, the switch sends a
 // pause for the class out of the ingress port (an ingress clone turned into
-// a PFC frame in egress), again every refresh_us while it stays above;
-// falling below XON on release sends a resume (time 0, an egress clone).
+// a PFC frame in egress), and keeps pausing until the cell drains below
+// XON (802.1Qbb's XOFF state): the pause is sent again every refresh_us,
+// between XON and XOFF too, and falling below XON on release sends a
+// resume (time 0, an egress clone).
 // At XOFF + headroom a lossless packet is dropped (DROP_LOSSLESS_HEADROOM):
 // the headroom was too small for what the upstream had in flight.
 //
@@ -249,8 +251,9 @@ control Lossless(in headers_t hdr, inout local_metadata_t meta, inout standard_m
                                 meta.tc.setInvalid();
                             } else {
                                 pfc_xoff_sent.read(meta.tc.time, meta.tc.in_cell);
-                                if (meta.tc.occupancy >= meta.tc.xoff
-                                        && (meta.tc.time == 0 || meta.tc.now >= meta.tc.time + meta.tc.refresh_us)) {
+                                // At XOFF a pause; while pausing (until XON), again every refresh_us.
+                                if ((meta.tc.time == 0 && meta.tc.occupancy >= meta.tc.xoff)
+                                        || (meta.tc.time != 0 && meta.tc.now >= meta.tc.time + meta.tc.refresh_us)) {
                                     pfc_xoff_sent.write(meta.tc.in_cell, meta.tc.now);
                                     pfc_pause_sent.count(meta.tc.in_cell);
                                     pause_frame();
@@ -472,7 +475,9 @@ control LosslessEgress(inout headers_t hdr, inout local_metadata_t meta, inout s
     apply {
         if (std_meta.instance_type == INSTANCE_INGRESS_CLONE || std_meta.instance_type == INSTANCE_EGRESS_CLONE) {
             // A pause or resume frame out of this port.
+            meta.pfc_carry = PFC_CARRY_DONE;
             if (pfc_source.apply().hit) {
+                meta.pfc_carry = PFC_CARRY_FRAME;
                 PFC_FRAME_TIME(0)
                 PFC_FRAME_TIME(1)
                 PFC_FRAME_TIME(2)
@@ -484,7 +489,6 @@ control LosslessEgress(inout headers_t hdr, inout local_metadata_t meta, inout s
             } else {
                 mark_to_drop(std_meta);         // PFC off on this port since the clone was made
             }
-            meta.pfc_carry = PFC_CARRY_DONE;
         } else if (meta.tc.isValid()) {
             // A lossless packet: is its (egress port, class) paused, are packets held there?
             cell_now();
@@ -527,13 +531,12 @@ control LosslessEgress(inout headers_t hdr, inout local_metadata_t meta, inout s
                 admitted();
             }
             if (meta.pfc_carry != PFC_CARRY_ADMITTED) {
-                // Held (again): while its ingress cell stays above XOFF, its
-                // rounds keep the upstream paused, as a switch's pause timer
-                // does when nothing arrives or leaves (a paused cycle: deadlock).
-                pfc_occupancy.read(meta.tc.occupancy, meta.tc.in_cell);
+                // Held (again): while its ingress cell pauses the upstream
+                // (from XOFF until it drains below XON), its rounds refresh
+                // the pause, as a switch's pause timer does when nothing
+                // arrives or leaves (a paused cycle: deadlock).
                 pfc_xoff_sent.read(meta.tc.time, meta.tc.in_cell);
-                if (meta.tc.occupancy >= meta.tc.xoff && meta.tc.time != 0
-                        && meta.tc.now >= meta.tc.time + meta.tc.refresh_us) {
+                if (meta.tc.time != 0 && meta.tc.now >= meta.tc.time + meta.tc.refresh_us) {
                     pfc_xoff_sent.write(meta.tc.in_cell, meta.tc.now);
                     pfc_pause_sent.count(meta.tc.in_cell);
                     frame_carry(meta.tc.pause_quanta);
@@ -562,10 +565,10 @@ control LosslessEgress(inout headers_t hdr, inout local_metadata_t meta, inout s
                     pfc_resume_sent.count(meta.tc.in_cell);
                     frame_carry(0);
                     clone_preserving_field_list(CloneType.E2E, meta.tc.session, PFC_CARRY_FIELDS);
-                } else if (meta.tc.occupancy >= meta.tc.xoff && meta.tc.time != 0
-                           && meta.tc.now >= meta.tc.time + meta.tc.refresh_us) {
-                    // Still above XOFF as the pause runs out: pause again (packets
-                    // leaving refresh it; with none leaving, the next to arrive does).
+                } else if (meta.tc.time != 0 && meta.tc.now >= meta.tc.time + meta.tc.refresh_us) {
+                    // Still pausing (not yet below XON) as the pause runs out: pause
+                    // again (packets leaving refresh it; with none leaving, held
+                    // packets' rounds or the next to arrive do).
                     pfc_xoff_sent.write(meta.tc.in_cell, meta.tc.now);
                     pfc_pause_sent.count(meta.tc.in_cell);
                     frame_carry(meta.tc.pause_quanta);

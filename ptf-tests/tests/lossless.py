@@ -39,6 +39,7 @@ LOSSLESS_DSCP, BULK_DSCP, CHANGED_DSCP = 26, 10, 34
 UNLIMITED_PPS = 10_000_000
 PORTS = {p: (port_mac(p), LINK_MBPS) for p in (1, 2, 3, 4)}
 PEER_MAC = "0a:00:00:00:02:99"      # the device behind OUT_PORT that pauses the switch
+ELSEWHERE = "10.0.9.2"              # an address PauseLastsUntilXonTest routes out of OTHER_PORT
 
 
 def config(xoff: int = 8, xon: int = 4, headroom: int = 32, quanta: int = 0xFFFF,
@@ -53,8 +54,9 @@ def config(xoff: int = 8, xon: int = 4, headroom: int = 32, quanta: int = 0xFFFF
                           pfc=PfcThresholds(xoff, xon, headroom, quanta), watchdog=watchdog, hold_rate_pps=200)
 
 
-def data(seq: int, dscp: int = LOSSLESS_DSCP, ecn: int = ECT0, pcp: int | None = None) -> bytes:
-    return bytes(roce_data(HOST_MAC, SWITCH_MAC, "10.9.0.1", "10.0.0.2", qp=7, psn=seq, payload=100, dscp=dscp,
+def data(seq: int, dscp: int = LOSSLESS_DSCP, ecn: int = ECT0, pcp: int | None = None,
+         dst: str = "10.0.0.2") -> bytes:
+    return bytes(roce_data(HOST_MAC, SWITCH_MAC, "10.9.0.1", dst, qp=7, psn=seq, payload=100, dscp=dscp,
                            ecn=ecn, pcp=pcp))
 
 
@@ -154,6 +156,8 @@ class PauseAndResumeFramesTest(LosslessTest):
         self.assertEqual(Ether(frames[0]).src, port_mac(IN_PORT))
         self.assertEqual(self.count("pfc_pause_sent", IN_PORT), 1)
         self.assertEqual(self.count("pfc_resume_sent", IN_PORT), 1)
+        self.assertEqual(self.counter("egress_port_counter", IN_PORT)[0], 2,
+                         "the PFC frames a port sends are counted out of it, as every frame it sends")
         self.assertEqual(self.pfc_out(OTHER_PORT, timeout=0.1), [], "only the ingress port is paused")
 
 
@@ -409,6 +413,37 @@ class PauseIsRefreshedWhileHeldTest(LosslessTest):
         self.assertEqual(self.count("pfc_resume_sent", IN_PORT), 0, "no resume while held")
         self.pause(0)
         self.assertEqual([psn(f) for f in self.sent_out(OUT_PORT, timeout=1.0)], list(range(12)))
+        times = [pfc_times(f)[LOSSLESS] for f in self.pfc_out(IN_PORT, timeout=0.2)]
+        self.assertEqual(set(times[:-1]), {quanta})
+        self.assertEqual(times[-1], 0, "resumed once released")
+
+
+class PauseLastsUntilXonTest(LosslessTest):
+    """802.1Qbb's XOFF state lasts until the cell drains below XON. Six
+    packets held (the downstream paused the class) and four more from the
+    same port that leave by another port, slowly: the cell reaches XOFF
+    (10 >= 8) and pauses the upstream, then drains to 6, between XON and
+    XOFF, and stays there. The held packets' rounds go on refreshing the
+    pause and no resume goes; the resume comes when they are released.
+    (Refreshed only at XOFF, the pause would lapse: a ring of paused
+    switches unwound that way whenever one cell lost a packet to a host.)"""
+
+    def runTest(self):
+        quanta = quanta_for(100)
+        self.add_direct_route(f"{ELSEWHERE}/32", OTHER_PORT)
+        self.forwarding = list(self.state.table_entries)
+        self.program(config(xoff=8, xon=4, headroom=32, quanta=quanta))
+        self.thrift.set_priority_queue_rate(OTHER_PORT, LOSSLESS, 20)
+        self.pause(0xFFFF)
+        self.send(IN_PORT, [data(i) for i in range(6)] + [data(100 + i, dst=ELSEWHERE) for i in range(4)])
+        self.assertEqual([psn(f) for f in self.sent_out(OTHER_PORT, timeout=0.5)], [100, 101, 102, 103])
+        paused = self.count("pfc_pause_sent", IN_PORT)
+        time.sleep(1.0)
+        self.assertGreaterEqual(self.count("pfc_pause_sent", IN_PORT) - paused, 15,
+                                "6 in the cell, below XOFF: refreshed about every 50 ms for 1 s")
+        self.assertEqual(self.count("pfc_resume_sent", IN_PORT), 0, "above XON: no resume")
+        self.pause(0)
+        self.assertEqual([psn(f) for f in self.sent_out(OUT_PORT, timeout=1.0)], list(range(6)))
         times = [pfc_times(f)[LOSSLESS] for f in self.pfc_out(IN_PORT, timeout=0.2)]
         self.assertEqual(set(times[:-1]), {quanta})
         self.assertEqual(times[-1], 0, "resumed once released")

@@ -35,3 +35,27 @@ def test_the_forwarding_only_case_compiles_every_feature_out_and_each_minus_case
     assert named["fabric"].defines == ()
     for f in FEATURES:
         assert named[f"fabric-{f.section}"].defines == (without(f),)
+
+
+def test_each_drop_case_offers_a_frame_dropped_for_its_reason():
+    """The drop rows' frames are what their reason says, read back with
+    Scapy, and each reason is one the switch counts (defines.p4)."""
+    from scapy.layers.inet import IP
+    from scapy.layers.l2 import Ether
+
+    from benchmarks.cases import DST_IP, drop_cases
+    from core.p4constants import drop_reasons
+
+    named = {c.name: c for c in drop_cases()}
+    assert set(named) == {"drop:no-route", "drop:ttl-expired", "drop:bad-checksum", "drop:parser-error"}
+    for case in named.values():
+        assert case.drop_reason in drop_reasons(), case.drop_reason
+        assert case.defines == () and case.state is not None, "the fabric as shipped, routed, every feature off"
+    ip = {name: Ether(c.frames[0])[IP] for name, c in named.items()}
+    assert ip["drop:no-route"].dst != DST_IP and ip["drop:no-route"].ttl > 1
+    assert ip["drop:ttl-expired"].ttl == 1 and ip["drop:ttl-expired"].dst == DST_IP
+    bad = ip["drop:bad-checksum"]
+    right = bad.copy()
+    del right.chksum                        # Scapy computes it again
+    assert bad.chksum != IP(bytes(right)).chksum and bad.dst == DST_IP
+    assert ip["drop:parser-error"].ihl > 5, "IPv4 options: the parser refuses them"

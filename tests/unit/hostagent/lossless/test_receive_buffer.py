@@ -32,6 +32,18 @@ def test_pause_refreshed_at_half_its_time_while_above_xoff():
     assert decode_pfc(b.tick(0.0257)) == {3: 1000}, "again at half the pause"
 
 
+def test_pause_refreshed_between_xon_and_xoff():
+    """The XOFF state lasts until XON: drained to just below XOFF, the
+    buffer still pauses its uplink, or the pause would lapse and the sender
+    refill it."""
+    b = ReceiveBuffer(SRC, 3, drain_pps=10, link_mbps=10, xoff=8, xon=2, capacity=64, quanta=1000)
+    for _ in range(8):
+        b.on_packet(0.0)
+    assert b.paused_at == 0.0
+    assert decode_pfc(b.tick(0.0257)) == {3: 1000}, "7.7 buffered, below XOFF, above XON: refreshed"
+    assert decode_pfc(b.tick(0.6)) == {3: 0}, "drained to 2: resume"
+
+
 def test_a_full_buffer_drops():
     b = ReceiveBuffer(SRC, 3, drain_pps=10, link_mbps=10, xoff=2, xon=1, capacity=3)
     kept = [b.on_packet(0.0)[0] for _ in range(5)]
