@@ -12,8 +12,9 @@ register reads).
 A poll thread reads every switch each interval and keeps the latest
 readings; a scrape serves them, so a slow or dead switch never stalls
 Prometheus (it shows as fabric_switch_up 0 and read errors by source). The
-exporter connects to P4Runtime as a backup client (election id 0,0 by
-default, below the controller's 0,1): it only reads.
+exporter connects to P4Runtime as a backup client (election id (0, 0) by
+default, READER_ELECTION_ID, below the controller's (1000, 0),
+CONTROLLER_ELECTION_ID in core/switch.py): it only reads.
 
 Reading and exposing are separate: `samples()` turns readings into metric
 families and needs no switch (tests feed it readings).

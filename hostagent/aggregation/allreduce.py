@@ -111,7 +111,8 @@ def headroom_bits(n_workers: int) -> int:
 
 
 def error_bound(n_workers: int, exponent: int) -> float:
-    """Largest error of a result element of a block with agreed exponent E."""
+    """Largest quantisation error of a result element of a block with
+    agreed exponent E; the result's rounding to float32 (|sum| x 2^-24) comes on top."""
     return n_workers * 2.0 ** (exponent - headroom_bits(n_workers) - 1)
 
 
