@@ -12,6 +12,13 @@ P4Runtime, and compares what moved in between:
   what it carries is a lossy or dead link (or a dead receiver);
 - a switch that does not answer P4Runtime, or whose counters did not move
   while its neighbours sent it packets, is a dead switch;
+- every switch port: frames the kernel delivered to the port's interface
+  (its rx_packets, where the switch runs on this machine) against what the
+  P4 pipeline counted in. BMv2 reads its ports through packet sockets and
+  queues what it read before ingress; when its ingress falls behind (an
+  incast, a busy machine), frames are lost there, before any P4 counter,
+  drop counter or buffer model sees them. That is the switch's input path,
+  not the link: a link is judged by what reached the far interface;
 - drops by reason (drop_counter): a switch dropping for want of a route or
   a live member, or counting malformed packets, points at itself or at a
   neighbour; failover to backups (backup_packets) shows which members its
@@ -27,6 +34,7 @@ from __future__ import annotations
 import argparse
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional
 
 from concurrent.futures import ThreadPoolExecutor
@@ -48,6 +56,8 @@ class Snapshot:
     egress: dict[str, Optional[dict[int, int]]] = field(default_factory=dict)
     drops: dict[str, Optional[dict[str, int]]] = field(default_factory=dict)      # switch -> reason -> packets
     backups: dict[str, Optional[int]] = field(default_factory=dict)               # switch -> packets to backups
+    # switch -> port -> frames the kernel delivered to the port's interface (absent: not readable here)
+    kernel_rx: dict[str, dict[int, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -90,6 +100,12 @@ def diagnose(topo, before: Snapshot, after: Snapshot) -> list[Finding]:
     for s in sorted(dead):
         add("switch", s, 1e9, "does not answer P4Runtime")
 
+    def delivered(s: str, p: int) -> Optional[int]:
+        """Frames the kernel delivered to switch s's port p in the interval (None: unknown)."""
+        if p not in after.kernel_rx.get(s, {}) or p not in before.kernel_rx.get(s, {}):
+            return None
+        return after.kernel_rx[s][p] - before.kernel_rx[s][p]
+
     for a, pa, b, pb in switch_links(topo):
         if a in dead or b in dead:
             continue
@@ -97,11 +113,27 @@ def diagnose(topo, before: Snapshot, after: Snapshot) -> list[Finding]:
         received = _delta(after.ingress[b], before.ingress[b], pb)
         if sent < MIN_PACKETS:
             continue
-        lost = sent - received
+        arrived = delivered(b, pb)
+        lost = sent - (received if arrived is None else arrived)
         if lost > LOSS_THRESHOLD * sent:
             name = f"{a}:{pa}->{b}:{pb}"
-            add("link", name, lost, f"{a} port {pa} sent {sent}, {b} port {pb} received {received} "
-                                    f"({lost / sent:.1%} lost)")
+            at_b = f"{b} port {pb} received {received}" if arrived is None else \
+                f"{b} port {pb}'s interface received {arrived}"
+            add("link", name, lost, f"{a} port {pa} sent {sent}, {at_b} ({lost / sent:.1%} lost)")
+    for s in topo.switches:
+        if s in dead:
+            continue
+        for p in sorted(topo.switches[s].ports):
+            arrived = delivered(s, p)
+            if arrived is None or arrived < MIN_PACKETS:
+                continue
+            counted = _delta(after.ingress[s], before.ingress[s], p)
+            lost = arrived - counted
+            if lost > LOSS_THRESHOLD * arrived:
+                add("input", f"{s}:{p}", lost, f"the kernel delivered {arrived} frames to "
+                                               f"{topo.switches[s].ports[p].iface}, {s}'s pipeline counted {counted} "
+                                               f"({lost / arrived:.1%} lost in BMv2's input path, or still queued there: "
+                                               f"its CPU is behind)")
     # A switch that received nothing at all while its neighbours sent it a lot
     # is dead even if it still answers (a hung data plane).
     for s in topo.switches:
@@ -155,7 +187,21 @@ def snapshot(ctl) -> Snapshot:
     with ThreadPoolExecutor(max_workers=len(switches)) as pool:
         for s, (ing, eg, drops, backups) in zip(switches, pool.map(read, switches)):
             snap.ingress[s], snap.egress[s], snap.drops[s], snap.backups[s] = ing, eg, drops, backups
+            snap.kernel_rx[s] = kernel_rx(ctl.topo.switches[s])
     return snap
+
+
+def kernel_rx(switch) -> dict[int, int]:
+    """{port: frames the kernel delivered to its interface} for the ports of
+    `switch` whose interface is in this namespace (a switch on another
+    machine has none)."""
+    out = {}
+    for number, port in switch.ports.items():
+        try:
+            out[number] = int(Path(f"/sys/class/net/{port.iface}/statistics/rx_packets").read_text())
+        except (OSError, ValueError):
+            continue
+    return out
 
 
 def run(ctl, interval_s: float = 2.0) -> tuple[list[Finding], float]:
