@@ -3,7 +3,7 @@ Thrift runtime: egress queue rate and depth, registers (PI answers
 UNIMPLEMENTED for RegisterEntry), mirroring sessions, and the switch clock.
 
 Uses the Thrift modules BMv2 installs next to simple_switch_CLI (found via
-core.toolchain) and the `thrift` Python library (Debian python3-thrift).
+core.toolchain) and the `thrift` Python library (from PyPI, in .venv).
 Note: BMv2 binds its Thrift server to all interfaces (no option exists to
 change that); the launcher only ever connects to it on 127.0.0.1.
 """

@@ -127,7 +127,7 @@ def doctor() -> int:
         print(f"  [ok]      {'python thrift':20s} {thrift.__file__}")
     except ImportError:
         ok = False
-        print(f"  [MISSING] {'python thrift':20s} run `make setup` (Debian python3-thrift)")
+        print(f"  [MISSING] {'python thrift':20s} run `make setup` (thrift from PyPI, in .venv)")
     for name in ("ip", "tc", "ethtool", "ping"):
         path = shutil.which(name)
         tag = "[ok]     " if path else "[MISSING]"

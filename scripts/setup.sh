@@ -2,12 +2,23 @@
 # Idempotent set-up for `make run` / `make test`: Debian packages the project
 # needs (not the P4 toolchain itself: see README), then a virtualenv with the
 # Python dependencies. Re-running does nothing when all is in place.
+#
+# The venv is isolated from Debian's Python packages (no --system-site-packages):
+# every Python dependency, thrift included, comes from pyproject.toml at the
+# versions tested there, whatever python3-* packages the machine has (Debian's
+# python3-scapy 2.5 would otherwise satisfy `scapy` and shadow the version the
+# project is tested on). BMv2's own Thrift modules (bm_runtime, sswitch_runtime)
+# are not Python packages: core/toolchain.py finds them next to simple_switch_CLI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# python3-venv: the venv and its pip; python3-dev, gcc: C extensions pip builds from
+# source (thrift's fastbinary). python3-thrift, python3-six: not for the venv, but for
+# BMv2's Thrift CLI simple_switch_CLI, a #!/usr/bin/python3 script importing thrift
+# (Debian's needs six), which `make doctor` requires and one runs by hand on a switch.
 APT_PACKAGES=(python3 python3-venv python3-dev python3-thrift python3-six iproute2 iptables nftables ethtool iputils-ping procps gcc prometheus valgrind)
 VENV=.venv
-PYTHON=/usr/bin/python3  # Debian's python3: sees python3-thrift via system site-packages
+PYTHON=/usr/bin/python3  # Debian's python3; the venv sees none of its dist-packages
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
@@ -34,9 +45,15 @@ if ((${#missing[@]})); then
     apt_wait apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# A venv made by an earlier set-up with --system-site-packages is made again, isolated.
+if [[ -f $VENV/pyvenv.cfg ]] && grep -Eiq '^include-system-site-packages *= *true' "$VENV/pyvenv.cfg"; then
+    echo "setup: $VENV sees Debian's Python packages (include-system-site-packages = true): recreating it"
+    rm -rf "$VENV"
+fi
 if [[ ! -x $VENV/bin/python ]]; then
     echo "setup: creating $VENV on $PYTHON"
-    "$PYTHON" -m venv --system-site-packages "$VENV"
+    rm -rf "$VENV"  # what is left of a venv whose python is gone
+    "$PYTHON" -m venv "$VENV"
 fi
 
 stamp=$VENV/.installed
