@@ -81,6 +81,20 @@ def make_veth_pair(a: str, b: str, mtu: int | None = None) -> None:
         sh("ethtool", "-K", dev, *BMV2_PORT_OFFLOADS, check=False)
 
 
+def interface_rx_packets(switch) -> dict[int, int]:
+    """{port: frames the kernel delivered to its interface (rx_packets)} for
+    the ports of `switch` whose interface is in this namespace (none for a
+    switch on another machine). Against the P4 ingress port counter: what
+    BMv2 lost, or still holds, between its packet socket and ingress."""
+    out = {}
+    for number, port in switch.ports.items():
+        try:
+            out[number] = int(Path(f"/sys/class/net/{port.iface}/statistics/rx_packets").read_text())
+        except (OSError, ValueError):
+            continue
+    return out
+
+
 def tail(path: Path, lines: int = 20) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])

@@ -136,6 +136,10 @@ def dashboards() -> list[Dashboard]:
               unit="pps"),
         Panel("Drops /s by reason",
               [Target(f"sum by (reason) (rate({total(m.FABRIC_DROPS)}{SW}[{WINDOW}]))", "{{reason}}")], unit="pps"),
+        Panel("Frames /s lost (or held) in BMv2's input path, before any P4 counter",
+              [Target(f"sum by (switch, port) (rate({total(m.FABRIC_PORT_INTERFACE_RX_PACKETS)}{SW}[{WINDOW}])"
+                      f" - on (switch, port, peer) rate({total(m.FABRIC_PORT_RX_PACKETS)}{SW}[{WINDOW}]))",
+                      "{{switch}} port {{port}}")], unit="pps"),
         Panel("ECN marks /s per switch",
               [Target(f"sum by (switch) (rate({total(m.FABRIC_ECN_MARKED)}{SW}[{WINDOW}]))", "{{switch}}")],
               unit="pps"),

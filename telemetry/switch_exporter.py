@@ -43,6 +43,7 @@ from core.p4info import P4Info
 from core.p4info import EntryError
 from core.switch import CONTROLLER_ELECTION_ID, READER_ELECTION_ID, ElectionId, SwitchConnection, parse_election_id
 from core.bmv2_thrift import Bmv2Thrift
+from core.network import interface_rx_packets
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_P4INFO = REPO / "build" / "main.p4info.txtpb"
@@ -62,12 +63,14 @@ class SwitchReadings:
     egress_qdepth register cells (index = port), or None if not read.
     errors: (source, message) of every read that failed. controller_primary:
     whether the switch's primary P4Runtime client has the controller's election
-    id (None: not known)."""
+    id (None: not known). interface_rx: port -> frames the kernel delivered to
+    its interface (core.network.interface_rx_packets; empty: not on this machine)."""
     switch: str
     counters: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)
     qdepth: Optional[list[int]] = None
     errors: tuple[tuple[str, str], ...] = ()
     controller_primary: Optional[bool] = None
+    interface_rx: dict[int, int] = field(default_factory=dict)
 
     @property
     def up(self) -> bool:
@@ -109,6 +112,8 @@ def samples(topo, readings: Iterable[SwitchReadings], reasons: dict[int, str],
                 cells = r.counters.get(counter)
                 if cells is not None:
                     fam[spec.name].add_metric(labels, float(cells.get(number, (0, 0))[which]))
+            if number in r.interface_rx:
+                fam[m.FABRIC_PORT_INTERFACE_RX_PACKETS.name].add_metric(labels, float(r.interface_rx[number]))
             if r.qdepth is not None and number < len(r.qdepth):
                 fam[m.FABRIC_QUEUE_DEPTH.name].add_metric(labels, float(r.qdepth[number]))
         drops = r.counters.get(DROP_COUNTER)
@@ -177,7 +182,8 @@ class Bmv2Reader:
             except Exception as exc:
                 errors.append(("thrift", str(exc)))
                 self._drop(self._thrift, sw.name)
-        return SwitchReadings(sw.name, counters, qdepth, tuple(errors), controller_primary)
+        return SwitchReadings(sw.name, counters, qdepth, tuple(errors), controller_primary,
+                              interface_rx_packets(sw))
 
     def _connection(self, sw):
         conn = self._p4rt.get(sw.name)

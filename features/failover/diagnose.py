@@ -34,12 +34,12 @@ from __future__ import annotations
 import argparse
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Optional
 
 from concurrent.futures import ThreadPoolExecutor
 
 from core.controller import FabricController
+from core.network import interface_rx_packets
 from core.p4constants import drop_reasons
 from features.failover.data_plane import backup_packets
 
@@ -187,21 +187,9 @@ def snapshot(ctl) -> Snapshot:
     with ThreadPoolExecutor(max_workers=len(switches)) as pool:
         for s, (ing, eg, drops, backups) in zip(switches, pool.map(read, switches)):
             snap.ingress[s], snap.egress[s], snap.drops[s], snap.backups[s] = ing, eg, drops, backups
-            snap.kernel_rx[s] = kernel_rx(ctl.topo.switches[s])
+            snap.kernel_rx[s] = interface_rx_packets(ctl.topo.switches[s])
     return snap
 
-
-def kernel_rx(switch) -> dict[int, int]:
-    """{port: frames the kernel delivered to its interface} for the ports of
-    `switch` whose interface is in this namespace (a switch on another
-    machine has none)."""
-    out = {}
-    for number, port in switch.ports.items():
-        try:
-            out[number] = int(Path(f"/sys/class/net/{port.iface}/statistics/rx_packets").read_text())
-        except (OSError, ValueError):
-            continue
-    return out
 
 
 def run(ctl, interval_s: float = 2.0) -> tuple[list[Finding], float]:
