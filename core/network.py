@@ -56,21 +56,9 @@ def sh(*args: str, check: bool = True, netns: str | None = None, timeout: float 
     return proc
 
 
-# A switch port's interface as BMv2 reads it: checksum offloads off (BMv2
-# does not complete partial checksums), and segmentation and receive
-# offloads off. BMv2 reads a port with libpcap, which sizes the frames of
-# its 2 MB receive ring for the largest packet the interface may deliver:
-# with any of those offloads on, 64 KB, so the ring holds about 30 frames,
-# and a burst overflows it while BMv2's one receive thread is busy, before
-# the pipeline or any counter sees a thing. Measured on the fabric pipeline,
-# a burst of 2000 frames: 35-84 came out with offloads on, 1330-1583 off
-# (the rest beyond the ring and BMv2's 1024-packet input buffer).
-BMV2_PORT_OFFLOADS = ("tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off")
-
-
 def make_veth_pair(a: str, b: str, mtu: int | None = None) -> None:
     """A veth pair in the root namespace, up, IPv6 off (no router solicitations
-    in captures), offloads off (BMV2_PORT_OFFLOADS); a stale pair of the same name is replaced."""
+    in captures), checksum offload off; a stale pair of the same name is replaced."""
     sh("ip", "link", "del", a, check=False)
     sh("ip", "link", "add", a, "type", "veth", "peer", "name", b)
     for dev in (a, b):
@@ -78,7 +66,7 @@ def make_veth_pair(a: str, b: str, mtu: int | None = None) -> None:
         if mtu:
             sh("ip", "link", "set", dev, "mtu", str(mtu))
         sh("ip", "link", "set", dev, "up")
-        sh("ethtool", "-K", dev, *BMV2_PORT_OFFLOADS, check=False)
+        sh("ethtool", "-K", dev, "tx", "off", "rx", "off", check=False)
 
 
 def interface_rx_packets(switch) -> dict[int, int]:
@@ -248,7 +236,6 @@ class Network:
                 ns = node
             else:
                 sh("sysctl", "-qw", f"net.ipv6.conf.{iface}.disable_ipv6=1")
-                sh("ethtool", "-K", iface, *BMV2_PORT_OFFLOADS)
                 sh("ip", "link", "set", iface, "up")
                 ns = None
             if netem and netem_available():
