@@ -19,6 +19,16 @@ ACK:         ... / BTH(RC_ACKNOWLEDGE, psn = the last PSN received in order)
                  [/ AckExtension (SACK, IntHop * hops)]
 NAK:         the same with AETH.syndrome = NAK_PSN_SEQUENCE_ERROR and BTH.psn
              = the PSN the receiver expects (it resends from there: go-back-N).
+Refusal:     ... / BTH(RC_ACKNOWLEDGE, resv7 = the receiver's terms)
+                 / AETH(syndrome = NAK_INVALID_REQUEST): the ends disagree.
+
+Terms (this project's use of the BTH, not InfiniBand's): every data packet
+states its sender's retransmission mode and congestion control in the
+BTH's 7 reserved bits after AckReq (`resv7`), which InfiniBand has senders
+set to zero: TERMS_STATED | mode code << 3 | congestion control code (the
+codes: indices in MODES and CONGESTION_CONTROLS; ANY_CC: a receiver that
+takes any). A receiver that does not agree refuses with a NAK invalid
+request stating its own terms the same way. No byte is added.
 
 Every layer has a struct codec for the agent's hot path (encode_* /
 decode_*), tested to give the same bytes as Scapy (tests/unit/wire/test_rdma.py).
@@ -27,6 +37,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Optional
 
 from scapy.contrib.roce import AETH, BTH, opcode  # noqa: F401  (re-exported)
 from scapy.fields import BitField, ByteField, ConditionalField, FieldLenField, IntField, LongField, PacketListField, \
@@ -53,6 +64,7 @@ RETH_OPCODES = {WRITE_FIRST, WRITE_ONLY}                              # the RETH
 # (001) or NAK (011, bits 4:0 the reason).
 SYNDROME_ACK = 0x1F
 SYNDROME_NAK_PSN_SEQUENCE_ERROR = 0x60
+SYNDROME_NAK_INVALID_REQUEST = 0x61     # here: the receiver refuses the sender's terms
 SYNDROME_KIND_MASK = 0xE0
 SYNDROME_KIND_ACK, SYNDROME_KIND_NAK = 0x00, 0x60
 
@@ -61,6 +73,61 @@ EXT_INT = 0x02
 SACK_BITS = 64
 BTH_BYTES, AETH_BYTES, RETH_BYTES, EXT_BYTES, SACK_BYTES, INT_HOP_BYTES = 12, 4, 16, 4, 12, 16
 ICRC_BYTES = 4          # Scapy's BTH ends every packet with the ICRC (an FCS field)
+
+# The terms in BTH.resv7: a code is the name's index.
+GO_BACK_N = "go-back-n"
+SELECTIVE_REPEAT = "selective-repeat"
+MODES = (GO_BACK_N, SELECTIVE_REPEAT)
+CONGESTION_CONTROLS = ("dcqcn", "timely", "swift", "hpcc")
+TERMS_STATED = 0x40                 # the other six bits mean something
+TERMS_MODE_SHIFT, TERMS_MODE_MASK = 3, 0x3
+TERMS_CC_MASK = 0x7
+ANY_CC = TERMS_CC_MASK              # a receiver's terms: any congestion control
+TERMS_KNOWN_BITS = TERMS_STATED | TERMS_MODE_MASK << TERMS_MODE_SHIFT | TERMS_CC_MASK
+
+
+@dataclass(frozen=True)
+class Terms:
+    """What the two ends of a queue pair must agree on: the retransmission
+    mode and the congestion control (None: any, a receiver's terms only)."""
+    mode: str
+    cc: Optional[str]
+
+    def __str__(self) -> str:
+        return f"{self.mode} with {self.cc or 'any congestion control'}"
+
+
+class MalformedTerms(ValueError):
+    pass
+
+
+def terms_bits(terms: Optional[Terms]) -> int:
+    """BTH.resv7 stating `terms` (None: 0, nothing stated)."""
+    if terms is None:
+        return 0
+    if terms.mode not in MODES:
+        raise ValueError(f"retransmission mode {terms.mode!r} has no code on the wire (known: {', '.join(MODES)})")
+    if terms.cc is not None and terms.cc not in CONGESTION_CONTROLS:
+        raise ValueError(f"congestion control {terms.cc!r} has no code on the wire "
+                         f"(known: {', '.join(CONGESTION_CONTROLS)})")
+    cc = ANY_CC if terms.cc is None else CONGESTION_CONTROLS.index(terms.cc)
+    return TERMS_STATED | MODES.index(terms.mode) << TERMS_MODE_SHIFT | cc
+
+
+def terms_of(bits: int) -> Optional[Terms]:
+    """The terms BTH.resv7 states (None: none stated), or MalformedTerms naming the unknown code."""
+    if not bits & TERMS_STATED:
+        if bits:
+            raise MalformedTerms(f"BTH reserved bits 0x{bits:02x} without the terms flag")
+        return None
+    mode, cc = bits >> TERMS_MODE_SHIFT & TERMS_MODE_MASK, bits & TERMS_CC_MASK
+    if bits & ~TERMS_KNOWN_BITS:
+        raise MalformedTerms(f"BTH terms 0x{bits:02x}: a reserved bit set")
+    if mode >= len(MODES):
+        raise MalformedTerms(f"BTH terms 0x{bits:02x}: unknown retransmission mode code {mode}")
+    if cc >= len(CONGESTION_CONTROLS) and cc != ANY_CC:
+        raise MalformedTerms(f"BTH terms 0x{bits:02x}: unknown congestion control code {cc}")
+    return Terms(MODES[mode], None if cc == ANY_CC else CONGESTION_CONTROLS[cc])
 
 
 class RETH(Packet):
@@ -110,16 +177,23 @@ _SACK = struct.Struct("!IQ")
 _HOP = struct.Struct("!IIII")
 
 
-def encode_bth(op: int, dqpn: int, psn: int, ackreq: bool = False, becn: bool = False) -> bytes:
-    """A BTH as Scapy's (pkey 0xFFFF, no solicited/migreq/pad, version 0)."""
+def encode_bth(op: int, dqpn: int, psn: int, ackreq: bool = False, becn: bool = False,
+               terms: Optional[Terms] = None) -> bytes:
+    """A BTH as Scapy's (pkey 0xFFFF, no solicited/migreq/pad, version 0;
+    resv7 = terms_bits(terms))."""
     return _BTH.pack(op, 0, 0xFFFF, (int(becn) << 30) | (dqpn & 0xFFFFFF),
-                     (int(ackreq) << 31) | (psn & 0xFFFFFF))
+                     (int(ackreq) << 31) | terms_bits(terms) << 24 | (psn & 0xFFFFFF))
 
 
 def decode_bth(b: bytes, at: int = 0) -> tuple[int, int, int, bool]:
     """(opcode, dqpn, psn, ackreq) of the BTH at `at`."""
     op, _flags, _pkey, qp, psn = _BTH.unpack_from(b, at)
     return op, qp & 0xFFFFFF, psn & 0xFFFFFF, bool(psn >> 31)
+
+
+def decode_terms(b: bytes, at: int = 0) -> Optional[Terms]:
+    """The terms the BTH at `at` states (None: none), or MalformedTerms."""
+    return terms_of(b[at + 8] & 0x7F)
 
 
 def encode_aeth(syndrome: int, msn: int) -> bytes:

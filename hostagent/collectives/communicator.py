@@ -18,6 +18,11 @@ in something else (DDP's own process group), the rank still acknowledges
 its peers' pieces and resends its own, so no peer waits on a rank that is
 busy elsewhere. The endpoint is used under one lock.
 
+A rank that does not answer is an error naming it: a connection to or from
+it failed (its retry count exceeded, as soon as the transport gives up, or
+the two ranks run different retransmission modes or congestion controls),
+or, failing that, nothing came from it within `timeout_s`.
+
 In-network all-reduce (algorithm IN_NETWORK): the communicator hands the
 array to the aggregation feature's worker (hostagent/aggregation/allreduce.py,
 docs/protocols/aggregation.md): the switch of the job's parameter server sums
@@ -44,7 +49,7 @@ from wire import aggregation as ah
 from hostagent.collectives import schedule as sc
 from hostagent.rdma.agent import congestion_controls
 from hostagent.rdma.endpoint import Connection, Endpoint, RawLink
-from hostagent.rdma.transport import MODES, TransportParams
+from hostagent.rdma.transport import MODES, Message, TransportParams
 
 CHANNEL_QP_BASE = 0x100          # queue pair of channel c between two ranks: base + c
 MAX_CHANNELS = 64
@@ -135,12 +140,14 @@ class Communicator:
         self.close()
 
     def _progress(self) -> None:
+        errors = 0
         while not self._stop.is_set():
             with self._lock:
                 got = self.endpoint.poll(wait=0)
                 for m in got:
                     self._file(m.peer, m.qp, m.data)
-                if got:
+                if got or len(self.endpoint.errors) > errors:      # (a failed connection wakes the waiters)
+                    errors = len(self.endpoint.errors)
                     self._arrived.notify_all()
             if not got:
                 self.endpoint.link.wait(PROGRESS_WAIT_S)
@@ -245,7 +252,8 @@ class Communicator:
         for c, off, count in self._pieces(sc.Transfer(self.rank, peer, 0, 0, len(x), False)):
             header = PIECE_HEADER.pack(PIECE_MAGIC, seq & 0xFFFF, P2P_STEP, off)
             with self._lock:
-                self._out[(peer, c)].post(header + x[off:off + count].tobytes(), now)
+                self._posted(self._out[(peer, c)].post(header + x[off:off + count].tobytes(), now), peer,
+                             f"send {seq}")
 
     def recv(self, peer: int, count: int, dtype) -> np.ndarray:
         """The next array of `count` elements `peer` sent with send()."""
@@ -287,7 +295,8 @@ class Communicator:
                 data = buf[t.src_start + off:t.src_start + off + count]
                 header = PIECE_HEADER.pack(PIECE_MAGIC, call & 0xFFFF, step_no, t.dst_start + off)
                 with self._lock:
-                    self._out[(t.dst, c)].post(header + data.tobytes(), now)
+                    self._posted(self._out[(t.dst, c)].post(header + data.tobytes(), now), t.dst,
+                                 f"{sched.collective} ({sched.algorithm}) step {step_no}")
         for t, data in local:
             self._apply(buf, t, 0, data)
         deadline = time.monotonic() + self.timeout_s
@@ -315,10 +324,24 @@ class Communicator:
         else:
             dst[:] = data
 
+    def _posted(self, msg: Message, peer: int, what: str) -> None:
+        """A piece posted to `peer`: on a failed connection it failed at once."""
+        if msg.error is not None:
+            raise CollectiveError(f"{what}: the connection with rank {peer} ({self.addresses[peer]}) failed: "
+                                  f"{msg.error}")
+
+    def _check_connections(self, what: str) -> None:
+        """A connection to or from one of the ranks failed: the collective cannot complete."""
+        for e in self.endpoint.errors:
+            peer = self._rank_of.get(e.peer)
+            if peer is not None:
+                raise CollectiveError(f"{what}: the connection with rank {peer} ({e.peer}) failed: {e}")
+
     def _next_piece(self, peer: int, channel: int, deadline: float, what: str, step_no: int) -> bytes:
         box = self._inbox[(peer, channel)]
         with self._arrived:
             while not box:
+                self._check_connections(f"{what} step {step_no}")
                 left = deadline - time.monotonic()
                 if left <= 0 or not self._thread.is_alive():
                     raise CollectiveError(f"{what} step {step_no}: nothing from "

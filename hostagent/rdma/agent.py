@@ -2,8 +2,8 @@
 
     python -m hostagent.rdma send    --iface h1-eth0 --src-ip .. --src-mac .. --gw-mac .. --dst-ip .. --qp 1
                                      [--cc dcqcn|timely|swift|hpcc] [--mode go-back-n|selective-repeat]
-                                     [--message-bytes 65536] [--messages 20 | --duration 10]
-    python -m hostagent.rdma receive --iface h4-eth0 --src-ip .. --src-mac .. --gw-mac .. [--mode ...]
+                                     [--message-bytes 65536] [--messages 20 | --duration 10] [--retry-cnt 7]
+    python -m hostagent.rdma receive --iface h4-eth0 --src-ip .. --src-mac .. --gw-mac .. [--mode ...] [--cc ...]
 
 The sender posts messages on one queue pair and sends them with the chosen
 congestion control; the receiver answers every queue pair that sends to it
@@ -12,6 +12,13 @@ the sender also a time series, <out>.csv, and each message's posting and
 completion time, <out>.messages.csv). Frames that are not the
 transport's, or are malformed, are counted by reason and ignored; a
 sender honours PFC pauses of its class (`--tclass`) as a lossless NIC does.
+
+Exit status 1, with the reason on stderr: the sender's queue pair failed
+(the retry count exceeded, or the receiver refused its mode or congestion
+control), or `--messages N` stopped (--duration ran out, SIGTERM) with
+fewer than N completed; the receiver refused a queue pair (each is reported
+on stderr as it happens; the receiver keeps answering the others). 2: bad
+arguments.
 """
 from __future__ import annotations
 
@@ -79,9 +86,10 @@ def _percentiles(values: list[float]) -> Optional[dict]:
 
 
 def run_sender(a, sock=None) -> dict:
-    params = TransportParams(mode=a.mode, mtu_bytes=a.mtu, ack_every=a.ack_every, rto_s=a.rto_s)
+    params = TransportParams(mode=a.mode, mtu_bytes=a.mtu, ack_every=a.ack_every, rto_s=a.rto_s,
+                             retry_cnt=a.retry_cnt)
     cc = congestion_controls()[a.cc](a)
-    req = Requester(params, cc)
+    req = Requester(params, cc, peer=a.dst_ip, qp=a.qp)
     frames = FrameBuilder(a.src_mac, a.gw_mac, a.src_ip, a.dst_ip, sport=0xC000 | (a.qp & 0x3FFF), dscp=a.dscp)
     sock = sock or open_socket(a.iface)
     sock.setblocking(False)
@@ -117,6 +125,8 @@ def run_sender(a, sock=None) -> dict:
     next_sample = 0.0
     while True:
         now = time.monotonic() - t0
+        if req.error is not None:
+            break
         top_up(now)
         if ((a.messages or (a.poisson_per_s and now >= a.duration)) and req.done) or _stopping \
                 or now >= a.duration + (a.drain_s if not a.messages else 0.0):
@@ -136,7 +146,8 @@ def run_sender(a, sock=None) -> dict:
             if p.qp != a.qp or p.src_ip != a.dst_ip:
                 ignored["another queue pair"] += 1
             elif p.kind == "ack":
-                req.on_ack(Ack(p.psn, p.syndrome, p.msn, p.sack, p.hops), now, hops=hop_info(p.hops, a.mtu))
+                req.on_ack(Ack(p.psn, p.syndrome, p.msn, p.sack, p.hops, p.terms), now,
+                           hops=hop_info(p.hops, a.mtu))
             elif p.kind == "cnp":
                 req.on_cnp(now)
             else:
@@ -153,21 +164,25 @@ def run_sender(a, sock=None) -> dict:
         if pkt is not None:
             reth = (0, 0, a.message_bytes) if pkt.opcode in RETH_OPCODES else None
             try:
-                sock.send(frames.data(a.qp, pkt.psn, pkt.opcode, pkt.payload, ackreq=pkt.ackreq, reth=reth))
+                sock.send(frames.data(a.qp, pkt.psn, pkt.opcode, pkt.payload, ackreq=pkt.ackreq, reth=reth,
+                                      terms=req.terms))
             except OSError:      # refused by the interface: lost, the transport will resend it
                 ignored["tx-error"] += 1
         else:       # paced: until the next send time; held by the window (or idle): until a frame comes
             wait = req.next_send_time() - (time.monotonic() - t0)
             select.select([sock], [], [], min(wait, 0.0005) if wait > 0 else IDLE_WAIT_S)
-    completed = [m for m in req.messages if m.completed_at is not None]
+    completed = [m for m in req.messages if m.completed_at is not None and m.error is None]
     fct_ms = [1000 * (m.completed_at - m.posted_at) for m in completed if m.completed_at is not None]
     elapsed = max((m.completed_at for m in completed if m.completed_at is not None), default=0.0)
     summary = {
         "role": "sender", "started_late_s": round(late_s, 3), "qp": a.qp, "src": a.src_ip, "dst": a.dst_ip, "cc": a.cc, "mode": a.mode,
         "message_bytes": a.message_bytes, "messages_posted": posted, "messages_completed": len(completed),
+        "messages_failed": sum(m.error is not None for m in req.messages),
+        "error": None if req.error is None else str(req.error), "stopped_by_signal": _stopping,
         "completion_ms": _percentiles(fct_ms), "goodput_bytes_per_s": round(len(completed) * a.message_bytes
                                                                             / elapsed, 1) if elapsed else 0.0,
         "sent": req.stats.sent, "retransmitted": req.stats.retransmitted, "timeouts": req.stats.timeouts,
+        "retries": req.retries,
         "acks": req.stats.acks, "naks": req.stats.naks, "stale_acks": req.stats.stale_acks,
         "final_rate_pps": round(cc.rate_pps, 2), "ignored": dict(ignored),
         "rtt_ms": {"min": round(1000 * req.min_rtt, 3) if req.min_rtt is not None else None,
@@ -178,14 +193,28 @@ def run_sender(a, sock=None) -> dict:
     if a.out is not None:
         with open(Path(a.out).with_suffix(".messages.csv"), "w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(("message", "bytes", "posted_s", "completed_s"))
+            w.writerow(("message", "bytes", "posted_s", "completed_s", "error"))
             w.writerows((m.id, m.size, round(m.posted_at, 6),
-                         "" if m.completed_at is None else round(m.completed_at, 6)) for m in req.messages)
+                         "" if m.completed_at is None or m.error is not None else round(m.completed_at, 6),
+                         "" if m.error is None else m.error.cause) for m in req.messages)
     return summary
+
+
+def sender_failure(a, summary: dict) -> Optional[str]:
+    """Why the sender's run failed, for its exit status (None: it did not):
+    its queue pair's error, or --messages N stopped short of N."""
+    done = f"{summary['messages_completed']} of {a.messages or summary['messages_posted']} messages completed"
+    if summary["error"] is not None:
+        return f"{summary['error']}; {done}, {summary['messages_failed']} failed with this error"
+    if a.messages and summary["messages_completed"] < a.messages:
+        why = "stopped by SIGTERM" if summary["stopped_by_signal"] else f"--duration {a.duration:g} s ran out"
+        return f"{why} with {done}"
+    return None
 
 
 def run_receiver(a, sock=None) -> dict:
     params = TransportParams(mode=a.mode, mtu_bytes=a.mtu, ack_every=a.ack_every)
+    errors: list[str] = []
     sock = sock or open_socket(a.iface)
     sock.settimeout(0.0005)
     flows: dict[tuple[str, int], tuple[Responder, FrameBuilder]] = {}
@@ -208,11 +237,16 @@ def run_receiver(a, sock=None) -> dict:
         rsp, back = flows[key]
         if p.hops and len(last_hop_queue) < 1_000_000:
             last_hop_queue.append(p.hops[-1].queue_packets)
-        acks, done, cnp = rsp.on_data(p.psn, p.opcode, p.payload, now, ackreq=p.ackreq, ce=p.ce, hops=p.hops)
+        refused = rsp.error is not None
+        acks, done, cnp = rsp.on_data(p.psn, p.opcode, p.payload, now, ackreq=p.ackreq, ce=p.ce, hops=p.hops,
+                                      terms=p.terms)
+        if rsp.error is not None and not refused:          # it refuses this queue pair from now on
+            errors.append(str(rsp.error))
+            print(f"hostagent.rdma: receive: {rsp.error}", file=sys.stderr, flush=True)
         for m in done:
             delivered_bytes[key] += len(m.data)
         for ack in acks:
-            send(back.ack(p.qp, ack.psn, ack.syndrome, ack.msn, ack.sack, ack.hops))
+            send(back.ack(p.qp, ack.psn, ack.syndrome, ack.msn, ack.sack, ack.hops, ack.terms))
         if cnp:
             send(back.cnp(p.qp))
 
@@ -235,8 +269,9 @@ def run_receiver(a, sock=None) -> dict:
             elif p is not None:
                 key = (p.src_ip, p.qp)
                 if key not in flows:
-                    flows[key] = (Responder(params), FrameBuilder(a.src_mac, a.gw_mac, a.src_ip, p.src_ip,
-                                                                  sport=0xC000 | (p.qp & 0x3FFF), dscp=a.dscp))
+                    flows[key] = (Responder(params, peer=p.src_ip, qp=p.qp, cc=a.cc),
+                                  FrameBuilder(a.src_mac, a.gw_mac, a.src_ip, p.src_ip,
+                                               sport=0xC000 | (p.qp & 0x3FFF), dscp=a.dscp))
                 if rob is None or (key in rob and psn_diff(p.psn, rob[key].next_psn or 0) < 0):
                     take(key, p, now)         # (a retransmission of what the buffer gave up: straight on)
                 else:
@@ -254,9 +289,12 @@ def run_receiver(a, sock=None) -> dict:
                                   "delivered_bytes": delivered_bytes[(src, qp)], "received": rsp.stats.received,
                                   "duplicates": rsp.stats.duplicates, "out_of_order": rsp.stats.out_of_order,
                                   "dropped_out_of_order": rsp.stats.dropped_out_of_order, "acks": rsp.stats.acks,
-                                  "naks": rsp.stats.naks, "cnps": rsp.stats.cnps, "malformed": rsp.stats.malformed}
+                                  "naks": rsp.stats.naks, "cnps": rsp.stats.cnps, "malformed": rsp.stats.malformed,
+                                  "refused": rsp.stats.refused,
+                                  "error": None if rsp.error is None else str(rsp.error)}
                   for (src, qp), (rsp, _) in sorted(flows.items())}
-    summary = {"role": "receiver", "ip": a.src_ip, "mode": a.mode, "ignored": dict(ignored),
+    summary = {"role": "receiver", "ip": a.src_ip, "mode": a.mode, "cc": a.cc, "errors": errors,
+               "ignored": dict(ignored),
                "int_last_hop_queue_packets": _percentiles([float(q) for q in last_hop_queue]), "flows": flow_stats,
                "reorder": rob.summary() if rob is not None else None}
     _write(a, summary)
@@ -291,6 +329,9 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--start-at", type=float, default=0.0, help="wall-clock start time (agents start together)")
         p.add_argument("--out", help="output prefix: <out>.json (and the sender's <out>.csv); default: stdout")
     add_reorder_arguments(sub.choices["receive"])
+    sub.choices["receive"].add_argument("--cc", choices=sorted(congestion_controls()), default=None,
+                                        help="refuse senders running another congestion control (default: any; "
+                                             "the receiver's part serves every one)")
     s = sub.choices["send"]
     s.add_argument("--dst-ip", required=True)
     s.add_argument("--qp", type=int, required=True, help="destination queue pair number")
@@ -303,6 +344,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=1, help="of the Poisson arrivals")
     s.add_argument("--write", action="store_true", help="RDMA WRITE instead of SEND")
     s.add_argument("--rto-s", type=float, default=TransportParams.rto_s)
+    s.add_argument("--retry-cnt", type=int, default=TransportParams.retry_cnt,
+                   help="retries after timeouts without progress before the queue pair fails (verbs' retry_cnt)")
     s.add_argument("--drain-s", type=float, default=1.0, help="after --duration: time to finish what is in flight "
                                                                   "(with --poisson-per-s: what was posted)")
     s.add_argument("--tclass", type=int, default=None, help="honour PFC pauses of this class (a lossless NIC)")
@@ -314,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
     try:
         TransportParams(mode=a.mode, mtu_bytes=a.mtu, ack_every=a.ack_every,
-                        **({"rto_s": a.rto_s} if a.role == "send" else {}))
+                        **({"rto_s": a.rto_s, "retry_cnt": a.retry_cnt} if a.role == "send" else {}))
         if a.role == "send" and a.message_bytes < 1:
             raise ValueError(f"--message-bytes must be >= 1, got {a.message_bytes}")
         if a.role == "send" and (a.poisson_per_s < 0 or (a.poisson_per_s and a.messages)):
@@ -324,5 +367,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hostagent.rdma: {e}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _stop)
-    (run_sender if a.role == "send" else run_receiver)(a)
+    if a.role == "send":
+        failure = sender_failure(a, run_sender(a))
+    else:
+        errors = run_receiver(a)["errors"]
+        failure = f"{len(errors)} queue pair(s) refused (reported above)" if errors else None
+    if failure is not None:
+        print(f"hostagent.rdma: {a.role}: {failure}", file=sys.stderr)
+        return 1
     return 0

@@ -16,6 +16,12 @@ congestion control) and the responders' delayed ACKs, and returns the
 messages delivered since the last call. `Link` is anything that sends and
 receives Ethernet frames: a raw socket on the host's interface
 (`RawLink`), or a test's in-memory hub.
+
+A connection that fails (its retry count exceeded, or the peer refused its
+retransmission mode or congestion control), and a peer's connection this
+endpoint refuses (the same terms are expected of it: this endpoint's mode
+and congestion control), lands in `errors`, once, as the transport's
+QpError naming the peer; the caller decides what that means for it.
 """
 from __future__ import annotations
 
@@ -30,7 +36,7 @@ from hostagent.ecn.roce import open_socket
 from hostagent.rdma.agent import hop_info
 from hostagent.rdma.cc.base import CongestionControl
 from hostagent.rdma.frames import FrameBuilder, Malformed, NotOurs, parse
-from hostagent.rdma.transport import SEND, Ack, Message, Requester, Responder, TransportParams
+from hostagent.rdma.transport import SEND, Ack, Message, QpError, Requester, Responder, TransportParams
 
 QP_MIN, QP_MAX = 1, (1 << 24) - 1
 SOCKET_BUFFER_BYTES = 4 << 20     # a burst of many connections' packets and ACKs
@@ -100,11 +106,13 @@ class Connection:
         self.frames = frames
 
     def post(self, data: bytes, now: float) -> Message:
+        """Queue `data` as one message; on a failed connection it completes at once with the error."""
         return self.requester.post(len(data), now, kind=SEND, data=data)
 
     @property
     def idle(self) -> bool:
-        return self.requester.done
+        """Everything posted is acknowledged, or has failed."""
+        return self.requester.done or self.requester.error is not None
 
 
 class Endpoint:
@@ -125,6 +133,7 @@ class Endpoint:
         self._ip_bytes = bytes(int(x) for x in ip.split("."))
         self.params = params
         self.make_cc = congestion_control
+        self.cc_name = congestion_control().name       # what this endpoint's responders expect of their peers
         self.dscp = dscp
         if clock is None:
             t0 = time.monotonic()
@@ -135,6 +144,7 @@ class Endpoint:
         self._order: deque[Connection] = deque()
         self._responders: dict[tuple[str, int], tuple[Responder, FrameBuilder]] = {}
         self.ignored: defaultdict[str, int] = defaultdict(int)
+        self.errors: list[QpError] = []        # connections failed and peers' connections refused, in order
 
     def connect(self, peer: str, qp: int, sport: int) -> Connection:
         """The connection to `peer` on queue pair `qp` (the peer delivers it
@@ -146,7 +156,7 @@ class Endpoint:
         key = (peer, qp)
         if key in self.connections:
             raise ValueError(f"a connection to {peer} on queue pair {qp} exists already")
-        conn = Connection(peer, qp, sport, Requester(self.params, self.make_cc(), now=self.clock()),
+        conn = Connection(peer, qp, sport, Requester(self.params, self.make_cc(), now=self.clock(), peer=peer, qp=qp),
                           FrameBuilder(self.mac, self.gateway_mac, self.ip, peer, sport=sport, dscp=self.dscp))
         self.connections[key] = conn
         self._order.append(conn)
@@ -154,7 +164,7 @@ class Endpoint:
 
     @property
     def idle(self) -> bool:
-        """Everything posted here has been acknowledged."""
+        """Everything posted here has been acknowledged, or has failed."""
         return all(c.idle for c in self._order)
 
     def poll(self, wait: float = 0.001) -> list[Received]:
@@ -167,16 +177,24 @@ class Endpoint:
             frame = self.link.recv(0)
         now = self.clock()
         next_send = None
+        failed: list[tuple[Connection, QpError]] = []
         for _ in range(len(self._order)):
             conn = self._order[0]
             self._order.rotate(-1)
-            pkt = conn.requester.next_packet(now)
+            req = conn.requester
+            pkt = req.next_packet(now)
             while pkt is not None:
-                self.link.send(conn.frames.data(conn.qp, pkt.psn, pkt.opcode, pkt.payload, ackreq=pkt.ackreq))
-                pkt = conn.requester.next_packet(now)
-            if not conn.requester.done:
-                t = conn.requester.next_send_time()
+                self.link.send(conn.frames.data(conn.qp, pkt.psn, pkt.opcode, pkt.payload, ackreq=pkt.ackreq,
+                                                terms=req.terms))
+                pkt = req.next_packet(now)
+            if req.error is not None:
+                failed.append((conn, req.error))
+            elif not req.done:
+                t = req.next_send_time()
                 next_send = t if next_send is None else min(next_send, t)
+        for conn, error in failed:      # (a failed connection sends nothing more: out of the rotation)
+            self._order.remove(conn)
+            self.errors.append(error)
         for (peer, qp), (rsp, back) in self._responders.items():
             late = rsp.poll(now)
             if late is not None:
@@ -189,7 +207,7 @@ class Endpoint:
         return received
 
     def _send_ack(self, back: FrameBuilder, qp: int, ack: Ack) -> None:
-        self.link.send(back.ack(qp, ack.psn, ack.syndrome, ack.msn, ack.sack, ack.hops))
+        self.link.send(back.ack(qp, ack.psn, ack.syndrome, ack.msn, ack.sack, ack.hops, ack.terms))
 
     def _on_frame(self, frame: bytes, received: list[Received]) -> None:
         if frame[30:34] != self._ip_bytes:       # (a flooding bridge, a capture): not for this host
@@ -207,11 +225,15 @@ class Endpoint:
                 self.ignored["data for another endpoint's queue pair"] += 1
                 return
             if key not in self._responders:
-                self._responders[key] = (Responder(self.params),
+                self._responders[key] = (Responder(self.params, peer=p.src_ip, qp=p.qp, cc=self.cc_name),
                                          FrameBuilder(self.mac, self.gateway_mac, self.ip, p.src_ip,
                                                       sport=0xC000 | (p.qp & 0x3FFF), dscp=self.dscp))
             rsp, back = self._responders[key]
-            acks, done, cnp = rsp.on_data(p.psn, p.opcode, p.payload, now, ackreq=p.ackreq, ce=p.ce, hops=p.hops)
+            refused = rsp.error is not None
+            acks, done, cnp = rsp.on_data(p.psn, p.opcode, p.payload, now, ackreq=p.ackreq, ce=p.ce, hops=p.hops,
+                                          terms=p.terms)
+            if rsp.error is not None and not refused:
+                self.errors.append(rsp.error)
             for ack in acks:
                 self._send_ack(back, p.qp, ack)
             if cnp:
@@ -222,7 +244,7 @@ class Endpoint:
         if conn is None:
             self.ignored[f"{p.kind} for no connection here"] += 1
         elif p.kind == "ack":
-            conn.requester.on_ack(Ack(p.psn, p.syndrome, p.msn, p.sack, p.hops), now,
+            conn.requester.on_ack(Ack(p.psn, p.syndrome, p.msn, p.sack, p.hops, p.terms), now,
                                   hops=hop_info(p.hops, self.params.mtu_bytes))
         else:
             conn.requester.on_cnp(now)

@@ -20,8 +20,8 @@ from wire.ecn import CE, ECT0
 from wire.int_telemetry import INT_UDP_PORT, NPT_UDP_PORT, int_layout, split_stack
 from wire.lossless import dscp_tos
 from wire.rdma import (ACKNOWLEDGE, AETH_BYTES, BTH_BYTES, DATA_OPCODES, ICRC_BYTES, RETH_BYTES, RETH_OPCODES,
-                       HopRecord, MalformedAck, decode_ack_extension, decode_aeth, decode_bth, encode_ack_extension,
-                       encode_aeth, encode_bth)
+                       HopRecord, MalformedAck, MalformedTerms, Terms, decode_ack_extension, decode_aeth, decode_bth,
+                       decode_terms, encode_ack_extension, encode_aeth, encode_bth)
 from wire.roce import CNP, ROCEV2_UDP_PORT
 
 ETH, IP_BYTES, UDP_BYTES = 14, 20, 8
@@ -61,6 +61,7 @@ class Parsed:
     msn: int = 0
     sack: Optional[tuple[int, int]] = None
     hops: tuple[HopRecord, ...] = ()
+    terms: Optional[Terms] = None    # data: the sender's; a refusal: the receiver's
 
 
 class FrameBuilder:
@@ -88,17 +89,19 @@ class FrameBuilder:
         return bytes(h) + transport + ICRC
 
     def data(self, qp: int, psn: int, opcode: int, payload: bytes, ackreq: bool = False,
-             reth: tuple[int, int, int] | None = None) -> bytes:
-        """A data packet; `reth` (va, rkey, length) for a WRITE's first packet."""
-        body = encode_bth(opcode, qp, psn, ackreq=ackreq)
+             reth: tuple[int, int, int] | None = None, terms: Terms | None = None) -> bytes:
+        """A data packet; `reth` (va, rkey, length) for a WRITE's first packet;
+        `terms`: the sender's, stated in the BTH."""
+        body = encode_bth(opcode, qp, psn, ackreq=ackreq, terms=terms)
         if opcode in RETH_OPCODES:
             body += _RETH.pack(*(reth or (0, 0, len(payload))))
         return self._frame(self._tos_data, body + payload)
 
     def ack(self, qp: int, psn: int, syndrome: int, msn: int, sack: tuple[int, int] | None = None,
-            hops: tuple[HopRecord, ...] = ()) -> bytes:
-        return self._frame(self._tos_ctrl, encode_bth(ACKNOWLEDGE, qp, psn) + encode_aeth(syndrome, msn)
-                           + encode_ack_extension(sack, hops))
+            hops: tuple[HopRecord, ...] = (), terms: Terms | None = None) -> bytes:
+        """An ACK or NAK; `terms`: the receiver's, when it refuses the sender's."""
+        return self._frame(self._tos_ctrl, encode_bth(ACKNOWLEDGE, qp, psn, terms=terms)
+                           + encode_aeth(syndrome, msn) + encode_ack_extension(sack, hops))
 
     def cnp(self, qp: int) -> bytes:
         return self._frame(self._tos_ctrl, encode_bth(CNP, qp, 0, becn=True) + b"\x00" * 16)
@@ -157,6 +160,10 @@ def parse(frame: bytes) -> Parsed:
     if dport == INT_UDP_PORT:                   # INT to the host (HPCC): the fabric's stack before the BTH
         bth, hops = _int_hops(frame, end)
     op, qp, psn, ackreq = decode_bth(frame, bth)
+    try:
+        terms = decode_terms(frame, bth)
+    except MalformedTerms as e:
+        raise Malformed(str(e)) from None
     src = _ip(frame, ETH + 12)
     ce = frame[ETH + 1] & 3 == CE
     at = bth + BTH_BYTES
@@ -165,7 +172,8 @@ def parse(frame: bytes) -> Parsed:
             if end - at < RETH_BYTES:
                 raise Malformed(f"opcode 0x{op:02x} needs a RETH, {end - at} bytes after the BTH")
             at += RETH_BYTES
-        return Parsed("data", src, qp, psn, op, ce=ce, ackreq=ackreq, payload=bytes(frame[at:end]), hops=hops)
+        return Parsed("data", src, qp, psn, op, ce=ce, ackreq=ackreq, payload=bytes(frame[at:end]), hops=hops,
+                      terms=terms)
     if op == ACKNOWLEDGE:
         if end - at < AETH_BYTES:
             raise Malformed(f"ACK without its AETH ({end - at} bytes after the BTH)")
@@ -174,7 +182,7 @@ def parse(frame: bytes) -> Parsed:
             sack, hops = decode_ack_extension(frame, at + AETH_BYTES, end)
         except MalformedAck as e:
             raise Malformed(str(e)) from None
-        return Parsed("ack", src, qp, psn, op, syndrome=syndrome, msn=msn, sack=sack, hops=hops)
+        return Parsed("ack", src, qp, psn, op, syndrome=syndrome, msn=msn, sack=sack, hops=hops, terms=terms)
     if op == CNP:
         return Parsed("cnp", src, qp, psn, op)
     raise Malformed(f"opcode 0x{op:02x} is not one this transport uses")

@@ -25,7 +25,18 @@ Retransmission timeout (RFC 6298's srtt + 4 rttvar, at least rto_s): the
 oldest unacknowledged packet sent that long ago (and not already waiting to
 be resent) resends from there (go-back-N: all; selective repeat: what is
 not SACKed), and doubles the timeout up to rto_max until an ACK makes
-progress.
+progress. Retry limit (verbs' retry_cnt): after `retry_cnt` such retries
+without progress, the next timeout puts the queue pair in the error state
+(verbs: IBV_WC_RETRY_EXC_ERR): every message not yet completed completes
+with a QpError naming the peer and the cause, and so does every message
+posted later; nothing more is sent.
+
+Terms: each data packet states the requester's retransmission mode and
+congestion control (wire/rdma.py: Terms, in the BTH). A responder that runs
+another mode, or expects another congestion control, enters the error state
+naming both, and refuses that packet and every later one with a NAK
+invalid request stating its own terms; the requester, refused, enters the
+error state naming both too.
 
 Responder (receiver): accepts the expected PSN, and delivers each message
 whole, in order, exactly once. It coalesces ACKs: one per `ack_every`
@@ -48,15 +59,19 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from hostagent.rdma.cc.base import CongestionControl, Feedback, HopInfo
-from wire.rdma import (DATA_OPCODES, FIRST_OPCODES, LAST_OPCODES, MSN_MOD, PSN_MOD, SACK_BITS,
-                       SEND_FIRST, SEND_LAST, SEND_MIDDLE, SEND_ONLY, SYNDROME_ACK,
-                       SYNDROME_NAK_PSN_SEQUENCE_ERROR, WRITE_FIRST, WRITE_LAST, WRITE_MIDDLE, WRITE_ONLY,
-                       HopRecord)
+from wire.rdma import (DATA_OPCODES, FIRST_OPCODES, GO_BACK_N, LAST_OPCODES, MODES, MSN_MOD, PSN_MOD, SACK_BITS,
+                       SELECTIVE_REPEAT, SEND_FIRST, SEND_LAST, SEND_MIDDLE, SEND_ONLY, SYNDROME_ACK,
+                       SYNDROME_NAK_INVALID_REQUEST, SYNDROME_NAK_PSN_SEQUENCE_ERROR, WRITE_FIRST, WRITE_LAST,
+                       WRITE_MIDDLE, WRITE_ONLY, HopRecord, Terms, terms_bits)
 
-GO_BACK_N = "go-back-n"
-SELECTIVE_REPEAT = "selective-repeat"
-MODES = (GO_BACK_N, SELECTIVE_REPEAT)
+# GO_BACK_N, SELECTIVE_REPEAT, MODES: the retransmission modes, named where the wire codes them
+
 SEND, WRITE = "send", "write"
+MAX_RETRY_CNT = 7                       # verbs: a 3-bit field
+# Why a queue pair entered the error state (QpError.cause)
+RETRY_EXCEEDED = "retry count exceeded"           # verbs: IBV_WC_RETRY_EXC_ERR
+MISMATCHED_ENDS = "mismatched ends"               # the two ends' terms differ
+REFUSED = "refused by the peer"                   # a NAK invalid request stating no terms
 OPCODES = {SEND: (SEND_FIRST, SEND_MIDDLE, SEND_LAST, SEND_ONLY),
            WRITE: (WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_ONLY)}
 
@@ -70,6 +85,7 @@ class TransportParams:
     ack_delay_s: float = 0.002          # ... or this long after the first one not yet acknowledged
     rto_s: float = 0.200                # the least retransmission timeout (above a full queue and a pause)
     rto_max_s: float = 1.0
+    retry_cnt: int = 7                  # retries after timeouts without progress, then the error state (verbs)
     cnp_interval_s: float = 0.020       # responder: at most one CNP per interval (DCQCN's N, scaled)
 
     def __post_init__(self):
@@ -82,6 +98,8 @@ class TransportParams:
             problems.append(f"max_outstanding must be within 1..{PSN_MOD // 2}, got {self.max_outstanding}")
         if self.ack_every < 1:
             problems.append(f"ack_every must be >= 1, got {self.ack_every}")
+        if not 0 <= self.retry_cnt <= MAX_RETRY_CNT:
+            problems.append(f"retry_cnt must be within 0..{MAX_RETRY_CNT} (as verbs'), got {self.retry_cnt}")
         for name in ("ack_delay_s", "rto_s", "rto_max_s", "cnp_interval_s"):
             if not getattr(self, name) > 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
@@ -89,6 +107,15 @@ class TransportParams:
             problems.append(f"rto_max_s ({self.rto_max_s}) must be >= rto_s ({self.rto_s})")
         if problems:
             raise ValueError("invalid transport parameters: " + "; ".join(problems))
+
+
+class QpError(RuntimeError):
+    """A queue pair in the error state (verbs: IBV_QPS_ERR) and why: the
+    status every message it had, or is given later, completes with."""
+
+    def __init__(self, peer: str, qp: int, outgoing: bool, cause: str, detail: str):
+        self.peer, self.qp, self.outgoing, self.cause, self.detail = peer, qp, outgoing, cause, detail
+        super().__init__(f"queue pair {qp} {'to' if outgoing else 'from'} {peer}: {cause}: {detail}")
 
 
 def psn_of(seq: int) -> int:
@@ -116,16 +143,22 @@ class DataPacket:
 @dataclass(frozen=True)
 class Ack:
     """An ACK or NAK as the responder sends it: BTH psn, AETH syndrome and
-    MSN, the extension's SACK (base PSN, bitmap) and echoed INT hops."""
+    MSN, the extension's SACK (base PSN, bitmap) and echoed INT hops; a
+    refusal states the responder's terms."""
     psn: int
     syndrome: int
     msn: int
     sack: Optional[tuple[int, int]] = None
     hops: tuple[HopRecord, ...] = ()
+    terms: Optional[Terms] = None
 
     @property
     def is_nak(self) -> bool:
         return self.syndrome == SYNDROME_NAK_PSN_SEQUENCE_ERROR
+
+    @property
+    def is_refusal(self) -> bool:
+        return self.syndrome == SYNDROME_NAK_INVALID_REQUEST
 
 
 @dataclass
@@ -136,7 +169,8 @@ class Message:
     first_seq: int
     last_seq: int
     posted_at: float
-    completed_at: Optional[float] = None
+    completed_at: Optional[float] = None      # acknowledged, or failed: then `error` says why
+    error: Optional[QpError] = None
 
 
 @dataclass
@@ -150,12 +184,18 @@ class RequesterStats:
 
 
 class Requester:
-    """The sending half of a queue pair, driven by a congestion control."""
+    """The sending half of a queue pair to `peer` (an address, for errors),
+    driven by a congestion control."""
 
-    def __init__(self, params: TransportParams, cc: CongestionControl, now: float = 0.0, initial_psn: int = 0):
+    def __init__(self, params: TransportParams, cc: CongestionControl, now: float = 0.0, initial_psn: int = 0,
+                 peer: str = "the peer", qp: int = 0):
         self.p = params
         self.cc = cc
+        self.peer, self.qp = peer, qp
+        self.terms = Terms(params.mode, cc.name)      # stated on every data packet
+        terms_bits(self.terms)                        # a congestion control the wire cannot name: refused here
         self.initial_psn = initial_psn % PSN_MOD      # agreed with the responder when the QP is set up
+        self.error: Optional[QpError] = None
         self.stats = RequesterStats()
         self.messages: list[Message] = []
         self._payload: dict[int, tuple[int, bytes, bool]] = {}   # seq -> (opcode, payload, ackreq)
@@ -171,6 +211,8 @@ class Requester:
         self._next_send = now
         self._last_progress = now
         self.rto = params.rto_s
+        self.retries = 0              # retries after timeouts since the last progress
+        self._stalled_since = now     # the oldest unacknowledged packet's send time at the first of them
         self.srtt: Optional[float] = None
         self.rttvar = 0.0
         self.min_rtt: Optional[float] = None
@@ -179,7 +221,8 @@ class Requester:
     # -- posting ---------------------------------------------------------------
 
     def post(self, size: int, now: float, kind: str = SEND, data: bytes | None = None) -> Message:
-        """Queue a message of `size` bytes (its bytes `data`, or zeros)."""
+        """Queue a message of `size` bytes (its bytes `data`, or zeros). In
+        the error state it completes at once with the error."""
         if kind not in OPCODES:
             raise ValueError(f"message kind must be {SEND!r} or {WRITE!r}, got {kind!r}")
         if size < 1:
@@ -198,7 +241,25 @@ class Requester:
         msg = Message(len(self.messages), kind, size, start, start + n - 1, now)
         self.messages.append(msg)
         self._msg_by_last[msg.last_seq] = msg
+        if self.error is not None:
+            self._complete_with_error(now)
         return msg
+
+    def fail(self, error: QpError, now: float) -> None:
+        """Enter the error state: every message not yet completed completes
+        with `error`, as will every later one; nothing more is sent."""
+        if self.error is not None:
+            return
+        self.error = error
+        self._resend.clear()
+        self._resend_set.clear()
+        self._complete_with_error(now)
+
+    def _complete_with_error(self, now: float) -> None:
+        for msg in self._msg_by_last.values():
+            msg.completed_at, msg.error = now, self.error
+        self._msg_by_last.clear()
+        self._payload.clear()
 
     @property
     def outstanding(self) -> int:
@@ -222,6 +283,8 @@ class Requester:
 
     def next_packet(self, now: float) -> Optional[DataPacket]:
         """The packet to send now, if the pace and the window allow one."""
+        if self.error is not None:
+            return None
         self.cc.advance(now)
         self._check_timeout(now)
         if now < self._next_send:
@@ -256,12 +319,22 @@ class Requester:
 
     def _check_timeout(self, now: float) -> None:
         """The oldest unacknowledged packet was (re)sent more than `rto` ago,
-        and is not already waiting to be resent."""
+        and is not already waiting to be resent: retry, or after `retry_cnt`
+        retries without progress, fail."""
         if self.una >= self.next_seq or self.una in self._resend_set:
             return
-        if now - self._sent_at.get(self.una, self._last_progress) < self.rto:
+        sent_at = self._sent_at.get(self.una, self._last_progress)
+        if now - sent_at < self.rto:
             return
         self.stats.timeouts += 1
+        if self.retries == 0:
+            self._stalled_since = sent_at
+        if self.retries >= self.p.retry_cnt:
+            self.fail(QpError(self.peer, self.qp, True, RETRY_EXCEEDED,
+                              f"no ACK for {now - self._stalled_since:.1f} s, {self.retries} retries "
+                              f"(retry_cnt {self.p.retry_cnt})"), now)
+            return
+        self.retries += 1
         self.cc.on_timeout(now)
         self._recovered.clear()
         self._queue_resend(range(self.una, self.next_seq))
@@ -279,6 +352,16 @@ class Requester:
     def on_ack(self, ack: Ack, now: float, ecn_echo: bool = False,
                hops: tuple[HopInfo, ...] = ()) -> int:
         """An ACK or NAK; returns how many packets it newly acknowledged."""
+        if self.error is not None:
+            return 0
+        if ack.is_refusal:
+            self.stats.naks += 1
+            if ack.terms is None:
+                self.fail(QpError(self.peer, self.qp, True, REFUSED, "NAK invalid request, no terms stated"), now)
+            else:
+                self.fail(QpError(self.peer, self.qp, True, MISMATCHED_ENDS,
+                                  f"this end sends {self.terms}, {self.peer} receives {ack.terms}"), now)
+            return 0
         named = unwrap((ack.psn - self.initial_psn) % PSN_MOD, self.una)
         if ack.is_nak:
             self.stats.naks += 1
@@ -309,6 +392,7 @@ class Requester:
                     msg.completed_at = now
             self.una = acked_to
             self._last_progress = now
+            self.retries = 0
             if rtt is not None and once:
                 self._rtt_sample(rtt)
             self.rto = self._rto()
@@ -369,6 +453,7 @@ class ResponderStats:
     naks: int = 0
     cnps: int = 0
     malformed: int = 0                # an opcode out of place (a MIDDLE with no FIRST, ...)
+    refused: int = 0                  # data packets refused: terms that differ, or the error state
 
 
 @dataclass
@@ -381,9 +466,16 @@ class Delivered:
 
 @dataclass
 class Responder:
-    """The receiving half of a queue pair; `initial_psn` as agreed with the requester."""
+    """The receiving half of queue pair `qp` from `peer` (an address, for
+    errors); `initial_psn` as agreed with the requester; `cc`: the congestion
+    control the requester must run (None: any; what the responder does, CNPs
+    and INT echoes, serves every one)."""
     params: TransportParams
     initial_psn: int = 0
+    peer: str = "the peer"
+    qp: int = 0
+    cc: Optional[str] = None
+    error: Optional[QpError] = None
     stats: ResponderStats = field(default_factory=ResponderStats)
     expected: int = 0                   # next sequence number in order
     msn: int = 0                        # messages completed
@@ -396,10 +488,23 @@ class Responder:
     _last_cnp: Optional[float] = None
     _hops: tuple = ()
 
+    @property
+    def terms(self) -> Terms:
+        return Terms(self.params.mode, self.cc)
+
     def on_data(self, psn: int, opcode: int, payload: bytes, now: float, ackreq: bool = False, ce: bool = False,
-                hops: tuple[HopRecord, ...] = ()) -> tuple[list[Ack], list[Delivered], bool]:
-        """A data packet: (ACKs/NAKs to send now, messages completed, send a CNP)."""
+                hops: tuple[HopRecord, ...] = (),
+                terms: Optional[Terms] = None) -> tuple[list[Ack], list[Delivered], bool]:
+        """A data packet, with the requester's terms if it states them: (ACKs/NAKs to send now,
+        messages completed, send a CNP)."""
         self.stats.received += 1
+        if self.error is None and terms is not None and not (
+                terms.mode == self.params.mode and (self.cc is None or terms.cc == self.cc)):
+            self.error = QpError(self.peer, self.qp, False, MISMATCHED_ENDS,
+                                 f"{self.peer} sends {terms}, this end receives {self.terms}")
+        if self.error is not None:
+            self.stats.refused += 1
+            return [Ack(psn, SYNDROME_NAK_INVALID_REQUEST, self.msn, terms=self.terms)], [], False
         cnp = False
         if ce and (self._last_cnp is None or now - self._last_cnp >= self.params.cnp_interval_s):
             self._last_cnp = now

@@ -1,14 +1,16 @@
 """wire/rdma.py: the struct codecs give the bytes Scapy's layers give, Scapy
-dissects what they encode, and a malformed ACK extension is refused by
-name."""
+dissects what they encode, and a malformed ACK extension or unknown terms
+are refused by name."""
 import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from wire.rdma import (ACKNOWLEDGE, AETH, BTH, BTH_BYTES, EXT_INT, EXT_SACK, RETH, SYNDROME_ACK,
-                       SYNDROME_NAK_PSN_SEQUENCE_ERROR, WRITE_ONLY, AckExtension, HopRecord, IntHop, MalformedAck,
-                       decode_ack_extension, decode_aeth, decode_bth, encode_ack_extension, encode_aeth, encode_bth)
+from wire.rdma import (ACKNOWLEDGE, AETH, ANY_CC, BTH, BTH_BYTES, CONGESTION_CONTROLS, EXT_INT, EXT_SACK, GO_BACK_N,
+                       ICRC_BYTES, MODES, RETH, SELECTIVE_REPEAT, SEND_ONLY, SYNDROME_ACK, SYNDROME_NAK_INVALID_REQUEST,
+                       SYNDROME_NAK_PSN_SEQUENCE_ERROR, TERMS_STATED, WRITE_ONLY, AckExtension, HopRecord, IntHop,
+                       MalformedAck, MalformedTerms, Terms, decode_ack_extension, decode_aeth, decode_bth, decode_terms,
+                       encode_ack_extension, encode_aeth, encode_bth, terms_bits, terms_of)
 
 HOPS = (HopRecord(1_000_000, 4_000_000_000, 7, 10), HopRecord(2**32 - 1, 5, 0, 100))
 
@@ -66,3 +68,45 @@ def test_reth_follows_a_write():
 def test_malformed_ack_extensions_are_refused_by_name(raw, what):
     with pytest.raises(MalformedAck, match=what):
         decode_ack_extension(raw, 0, len(raw))
+
+
+TERMS = [Terms(mode, cc) for mode in MODES for cc in (*CONGESTION_CONTROLS, None)]
+
+
+@pytest.mark.parametrize("terms", TERMS, ids=str)
+def test_terms_ride_in_the_bths_reserved_bits_as_scapy_encodes_them(terms):
+    ours = encode_bth(SEND_ONLY, 3, 77, ackreq=True, terms=terms)
+    assert ours == bytes(BTH(opcode=SEND_ONLY, dqpn=3, psn=77, ackreq=1, resv7=terms_bits(terms), icrc=0))[:BTH_BYTES]
+    assert decode_bth(ours) == (SEND_ONLY, 3, 77, True), "the other fields are untouched"
+    assert decode_terms(ours) == terms_of(BTH(ours + b"\x00" * ICRC_BYTES).resv7) == terms
+    assert len(ours) == BTH_BYTES, "no byte added"
+
+
+def test_terms_codes_are_indices_and_none_stated_is_zero():
+    assert terms_bits(Terms(SELECTIVE_REPEAT, "hpcc")) == TERMS_STATED | 1 << 3 | 3
+    assert terms_bits(Terms(GO_BACK_N, None)) == TERMS_STATED | ANY_CC
+    assert encode_bth(SEND_ONLY, 3, 77) == encode_bth(SEND_ONLY, 3, 77, terms=None)
+    assert decode_terms(encode_bth(SEND_ONLY, 3, 77)) is None, "a BTH as InfiniBand has it states nothing"
+
+
+@pytest.mark.parametrize("bits,what", [(0x01, "without the terms flag"),
+                                       (TERMS_STATED | 2 << 3, "unknown retransmission mode code 2"),
+                                       (TERMS_STATED | 5, "unknown congestion control code 5"),
+                                       (TERMS_STATED | 0x20, "a reserved bit set")])
+def test_unknown_terms_are_refused_by_name(bits, what):
+    with pytest.raises(MalformedTerms, match=what):
+        terms_of(bits)
+
+
+def test_terms_the_wire_cannot_name_are_refused_by_name():
+    with pytest.raises(ValueError, match="congestion control 'cubic' has no code on the wire"):
+        terms_bits(Terms(GO_BACK_N, "cubic"))
+    with pytest.raises(ValueError, match="retransmission mode 'sack' has no code"):
+        terms_bits(Terms("sack", "dcqcn"))
+
+
+def test_a_refusal_dissects_with_its_syndrome_and_terms():
+    refusal = encode_bth(ACKNOWLEDGE, 3, 8, terms=Terms(GO_BACK_N, None)) + encode_aeth(SYNDROME_NAK_INVALID_REQUEST, 2)
+    pkt = Ether(bytes(Ether() / IP() / UDP(sport=49152, dport=4791) / Raw(refusal + b"\x00" * ICRC_BYTES)))
+    assert pkt[AETH].syndrome == SYNDROME_NAK_INVALID_REQUEST == 0x61, "IBA's NAK code 1: invalid request"
+    assert terms_of(pkt[BTH].resv7) == Terms(GO_BACK_N, None)

@@ -321,3 +321,52 @@ def test_the_command_refuses_an_in_network_run_it_cannot_do(extra, message, caps
             "--src-mac", "02:00:00:00:00:01", "--gw-mac", "02:00:00:00:00:fe"]
     assert main(["sweep", *host, *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_dead_peer_is_named_as_soon_as_the_retry_limit_allows():
+    """Rank 1 never answers: rank 0's connection to it exceeds its retry
+    count (0.02 + 0.04 + 0.08 + 5 x 0.1 s in group()'s transport) long
+    before the 30 s timeout, and the collective fails naming rank 1."""
+    comms = group(2, Hub(loss=1.0), timeout_s=30.0)
+    start = time.monotonic()
+    with pytest.raises(CollectiveError, match=r"all-reduce \(ring\) step 0: the connection with rank 1 \(10.0.2.1\) "
+                                              r"failed: queue pair 256 to 10.0.2.1: retry count exceeded"):
+        comms[0].all_reduce(np.zeros(8, dtype=np.int32))
+    assert 0.6 < time.monotonic() - start < 3.0
+    with pytest.raises(CollectiveError, match=r"the connection with rank 1 \(10.0.2.1\) failed: .* retry count"):
+        comms[0].send(np.zeros(4, dtype=np.int32), 1)         # a later post fails at once
+    for c in comms:
+        c.close(timeout_s=1.0)
+    assert comms[0].endpoint.idle, "a failed connection has nothing left to do"
+
+
+def test_ranks_in_different_modes_fail_at_both_ends_naming_both_modes():
+    hub = Hub()
+    ips = ["10.0.1.1", "10.0.2.1"]
+    comms = []
+    for r, (ip, mode) in enumerate(zip(ips, (SELECTIVE_REPEAT, GO_BACK_N))):
+        params = TransportParams(mode=mode, mtu_bytes=256, rto_s=0.02, rto_max_s=0.1, ack_delay_s=0.001)
+        ep = Endpoint(hub.link(ip), ip, f"02:00:00:00:00:{r + 1:02x}", "02:00:00:00:00:fe", params,
+                      lambda: Dcqcn(DcqcnParams(line_rate_pps=200_000.0)))
+        comms.append(Communicator(ep, ips, r, timeout_s=30.0))
+    errors: list = [None, None]
+
+    def one(c: Communicator) -> None:
+        try:
+            c.all_reduce(np.zeros(100, dtype=np.int32))
+        except CollectiveError as e:
+            errors[c.rank] = str(e)
+    start = time.monotonic()
+    threads = [threading.Thread(target=one, args=(c,)) for c in comms]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert time.monotonic() - start < 3.0, "at once, not after the timeout"
+    # each end refuses the other's connection and is refused on its own: both name both modes
+    for rank, peer in ((0, 1), (1, 0)):
+        assert errors[rank] is not None and f"the connection with rank {peer} ({ips[peer]}) failed" in errors[rank]
+        assert "mismatched ends" in errors[rank] and "selective-repeat" in errors[rank] \
+            and "go-back-n" in errors[rank], errors[rank]
+    for c in comms:
+        c.close(timeout_s=0)

@@ -6,10 +6,12 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
+from hostagent.rdma.agent import congestion_controls
 from hostagent.rdma.frames import FrameBuilder, Malformed, NotOurs, parse
 from wire.ecn import CE, ECT0
-from wire.rdma import (ACKNOWLEDGE, AETH, BTH, RETH, SEND_LAST, SEND_ONLY, SYNDROME_NAK_PSN_SEQUENCE_ERROR, WRITE_ONLY,
-                       AckExtension, HopRecord, IntHop)
+from wire.rdma import (ACKNOWLEDGE, AETH, BTH, CONGESTION_CONTROLS, GO_BACK_N, RETH, SELECTIVE_REPEAT, SEND_LAST,
+                       SEND_ONLY, SYNDROME_NAK_INVALID_REQUEST, SYNDROME_NAK_PSN_SEQUENCE_ERROR, WRITE_ONLY,
+                       AckExtension, HopRecord, IntHop, Terms, terms_bits)
 from wire.roce import CNP, CNPPadding
 
 MACS = ("0a:00:00:00:00:01", "0a:00:00:00:00:02")
@@ -112,3 +114,28 @@ def test_int_delivered_to_the_host_gives_the_hops_first_hop_first():
     assert p.hops == (HopRecord(1000, 50, 3, 10), HopRecord(2_000_000, 60, 9, 100))
     with pytest.raises(NotOurs, match="not around RoCEv2"):
         parse(int_to_host_frame(hops, npt_field=53))
+
+
+def test_terms_on_data_and_on_a_refusal_are_scapys_and_read_back():
+    mine, theirs = Terms(SELECTIVE_REPEAT, "swift"), Terms(GO_BACK_N, None)
+    data = B.data(7, 100, SEND_ONLY, b"x" * 10, terms=mine)
+    assert data == scapy_frame(26 << 2 | ECT0, BTH(opcode=SEND_ONLY, dqpn=7, psn=100, resv7=terms_bits(mine), icrc=0)
+                               / Raw(b"x" * 10))
+    assert parse(data).terms == mine
+    refusal = B.ack(7, 100, SYNDROME_NAK_INVALID_REQUEST, 0, terms=theirs)
+    assert refusal == scapy_frame(26 << 2, BTH(opcode=ACKNOWLEDGE, dqpn=7, psn=100, resv7=terms_bits(theirs), icrc=0)
+                                  / AETH(syndrome=SYNDROME_NAK_INVALID_REQUEST, msn=0))
+    a = parse(refusal)
+    assert (a.kind, a.syndrome, a.terms) == ("ack", SYNDROME_NAK_INVALID_REQUEST, theirs)
+    assert parse(B.data(7, 1, SEND_ONLY, b"z")).terms is None, "a frame that states no terms"
+
+
+def test_unknown_terms_are_malformed():
+    frame = bytearray(B.data(7, 1, SEND_ONLY, b"z"))
+    frame[14 + 20 + 8 + 8] |= 0x40 | 6             # BTH resv7: congestion control code 6
+    with pytest.raises(Malformed, match="unknown congestion control code 6"):
+        parse(bytes(frame))
+
+
+def test_every_congestion_control_of_the_agent_has_a_code_on_the_wire():
+    assert sorted(congestion_controls()) == sorted(CONGESTION_CONTROLS)

@@ -1,7 +1,9 @@
 """The RC transport (hostagent/rdma/transport.py) over a simulated channel
 that loses, duplicates and reorders, in both retransmission modes: every
-message delivered whole, in order, exactly once; and the responder's
-ACK/NAK/SACK rules one packet at a time."""
+message delivered whole, in order, exactly once; the responder's
+ACK/NAK/SACK rules one packet at a time; the retry limit (a peer that never
+answers fails the queue pair, and every message with it); ends whose terms
+differ refused at both ends."""
 import heapq
 import random
 from dataclasses import dataclass, field
@@ -10,10 +12,10 @@ import pytest
 
 from hostagent.ecn.dcqcn import DcqcnParams
 from hostagent.rdma.cc.dcqcn import Dcqcn
-from hostagent.rdma.transport import (GO_BACK_N, MODES, SELECTIVE_REPEAT, Ack, Requester, Responder,
-                                      TransportParams, unwrap)
+from hostagent.rdma.transport import (GO_BACK_N, MISMATCHED_ENDS, MODES, REFUSED, RETRY_EXCEEDED, SELECTIVE_REPEAT,
+                                      Ack, Requester, Responder, TransportParams, unwrap)
 from wire.rdma import (PSN_MOD, SEND_FIRST, SEND_LAST, SEND_MIDDLE, SEND_ONLY, SYNDROME_ACK,
-                       SYNDROME_NAK_PSN_SEQUENCE_ERROR, WRITE_ONLY)
+                       SYNDROME_NAK_INVALID_REQUEST, SYNDROME_NAK_PSN_SEQUENCE_ERROR, WRITE_ONLY, Terms)
 
 
 @dataclass
@@ -58,7 +60,8 @@ def transfer(mode: str, sizes, *, loss=0.0, dup=0.0, jitter=0.0, ack_loss=None, 
         if pkt is not None:
             fwd.send(now, pkt)
         for pkt in fwd.due(now):
-            acks, done, _cnp = rsp.on_data(pkt.psn, pkt.opcode, pkt.payload, now, ackreq=pkt.ackreq)
+            acks, done, _cnp = rsp.on_data(pkt.psn, pkt.opcode, pkt.payload, now, ackreq=pkt.ackreq,
+                                           terms=req.terms)
             delivered += done
             for a in acks:
                 rev.send(now, a)
@@ -190,7 +193,8 @@ def test_acks_outside_the_window_are_ignored():
 
 @pytest.mark.parametrize("kw,field_name", [({"mode": "sack"}, "mode"), ({"mtu_bytes": 0}, "mtu_bytes"),
                                             ({"ack_every": 0}, "ack_every"), ({"rto_s": 0}, "rto_s"),
-                                            ({"rto_max_s": 0.01}, "rto_max_s")])
+                                            ({"rto_max_s": 0.01}, "rto_max_s"), ({"retry_cnt": 8}, "retry_cnt"),
+                                            ({"retry_cnt": -1}, "retry_cnt")])
 def test_bad_parameters_are_named(kw, field_name):
     with pytest.raises(ValueError, match=field_name):
         TransportParams(**kw)
@@ -213,3 +217,116 @@ def test_the_timeout_follows_the_measured_rtt():
     assert req.srtt == pytest.approx(0.1) and req.rto == pytest.approx(0.1 + 4 * 0.05)
     assert req.next_packet(0.25) is None, "packet 1 is not late yet: 0.249 s < rto 0.3 s"
     assert req.next_packet(0.302).retransmission
+
+
+def silent_peer(params: TransportParams, messages: int = 3, size: int = 300, start: float = 0.0,
+                req: Requester | None = None) -> tuple[Requester, float]:
+    """A requester whose peer never answers, driven every ms from `start`
+    until its queue pair fails (or 60 s)."""
+    if req is None:
+        req = Requester(params, Dcqcn(DcqcnParams(line_rate_pps=1000)), peer="10.0.2.1", qp=7)
+    for _ in range(messages):
+        req.post(size, start)
+    now = start
+    while now < start + 60:
+        req.next_packet(now)
+        if req.error is not None:
+            break
+        now = round(now + 0.001, 6)
+    return req, now
+
+
+def test_a_silent_peer_fails_the_queue_pair_after_retry_cnt_retries():
+    p = TransportParams(mtu_bytes=100)          # the defaults: at least 0.2 s, doubling to 1 s; retry_cnt 7
+    req, failed_at = silent_peer(p)
+    assert req.error is not None and req.error.cause == RETRY_EXCEEDED
+    assert req.stats.timeouts == p.retry_cnt + 1, "7 retries, and the 8th timeout is the error (verbs)"
+    assert req.stats.retransmitted == p.retry_cnt * 9, "each retry resent the 9 packets (go-back-N)"
+    assert failed_at == pytest.approx(0.2 + 0.4 + 0.8 + 5 * 1.0, abs=0.03)
+    assert str(req.error) == ("queue pair 7 to 10.0.2.1: retry count exceeded: no ACK for 6.4 s, 7 retries "
+                              "(retry_cnt 7)")
+    assert [(m.completed_at, m.error) for m in req.messages] == [(failed_at, req.error)] * 3, \
+        "every outstanding message completed with the error"
+    assert req.pending_messages == 0 and req.next_packet(failed_at + 5) is None
+    sent = req.stats.sent
+    later = req.post(100, 7.0)
+    assert (later.completed_at, later.error) == (7.0, req.error), "a later post fails at once"
+    assert req.next_packet(7.5) is None and req.stats.sent == sent, "nothing more is sent"
+    assert req.on_ack(Ack(8, SYNDROME_ACK, 3), 7.6) == 0, "an ACK too late changes nothing"
+
+
+@pytest.mark.parametrize("retry_cnt", [0, 2])
+def test_the_retry_count_is_how_many_retries(retry_cnt):
+    p = TransportParams(mtu_bytes=100, rto_s=0.01, rto_max_s=0.04, retry_cnt=retry_cnt)
+    req, failed_at = silent_peer(p, messages=1, size=100)
+    assert req.stats.timeouts == retry_cnt + 1 and req.stats.retransmitted == retry_cnt
+    assert failed_at == pytest.approx([0.01, 0.01 + 0.02 + 0.04][retry_cnt // 2], abs=0.003)
+
+
+def test_progress_resets_the_retry_count():
+    p = TransportParams(mtu_bytes=100, rto_s=0.01, rto_max_s=0.04, retry_cnt=3)
+    req = Requester(p, Dcqcn(DcqcnParams(line_rate_pps=1000)), peer="10.0.2.1", qp=7)
+    req.post(100, 0.0)
+    now = 0.0
+    while req.stats.timeouts < 3:                 # three retries without progress, then the ACK
+        req.next_packet(now)
+        now = round(now + 0.001, 6)
+    assert req.retries == 3 and req.error is None
+    req.on_ack(Ack(0, SYNDROME_ACK, 1), now)
+    assert req.retries == 0 and req.messages[0].error is None and req.messages[0].completed_at == now
+    req, _ = silent_peer(p, messages=1, size=100, start=now, req=req)
+    assert req.error is not None and req.stats.timeouts == 3 + 4, "a fresh count of 3 retries after the progress"
+
+
+def agree(req_params: TransportParams, rsp_cc: str | None = None):
+    """A requester (dcqcn) to 10.0.2.1 posting two messages, the responder
+    at 10.0.2.1 for it, and what the responder answers its first packet."""
+    req = Requester(req_params, Dcqcn(), peer="10.0.2.1", qp=7)
+    rsp = Responder(TransportParams(), peer="10.0.1.1", qp=7, cc=rsp_cc)        # go-back-N
+    msgs = [req.post(100, 0.0) for _ in range(2)]
+    pkt = req.next_packet(0.0)
+    acks, delivered, _ = rsp.on_data(pkt.psn, pkt.opcode, pkt.payload, 0.001, ackreq=True, terms=req.terms)
+    return req, rsp, msgs, acks, delivered
+
+
+def test_mismatched_modes_are_an_error_at_both_ends_naming_both():
+    req, rsp, msgs, acks, delivered = agree(TransportParams(mode=SELECTIVE_REPEAT))
+    assert delivered == [] and len(acks) == 1 and acks[0].is_refusal
+    assert acks[0] == Ack(0, SYNDROME_NAK_INVALID_REQUEST, 0, terms=Terms(GO_BACK_N, None)), "its own terms"
+    assert rsp.error is not None and rsp.error.cause == MISMATCHED_ENDS
+    assert str(rsp.error) == ("queue pair 7 from 10.0.1.1: mismatched ends: 10.0.1.1 sends selective-repeat with "
+                              "dcqcn, this end receives go-back-n with any congestion control")
+    assert req.on_ack(acks[0], 0.002) == 0
+    assert req.error is not None and req.error.cause == MISMATCHED_ENDS
+    assert str(req.error) == ("queue pair 7 to 10.0.2.1: mismatched ends: this end sends selective-repeat with "
+                              "dcqcn, 10.0.2.1 receives go-back-n with any congestion control")
+    assert all(m.error is req.error and m.completed_at == 0.002 for m in msgs)
+    assert req.next_packet(0.003) is None
+    again, delivered, _ = rsp.on_data(1, SEND_ONLY, b"x", 0.004)       # even one that states nothing
+    assert [a.is_refusal for a in again] == [True] and delivered == []
+    assert rsp.stats.refused == 2 and rsp.expected == 0, "nothing accepted"
+
+
+def test_a_congestion_control_the_responder_does_not_expect_is_refused_naming_both():
+    req, rsp, _, acks, _ = agree(TransportParams(), rsp_cc="hpcc")
+    req.on_ack(acks[0], 0.002)
+    assert rsp.error is not None and "10.0.1.1 sends go-back-n with dcqcn, this end receives go-back-n with hpcc" \
+        in str(rsp.error)
+    assert req.error is not None and "this end sends go-back-n with dcqcn, 10.0.2.1 receives go-back-n with hpcc" \
+        in str(req.error)
+
+
+@pytest.mark.parametrize("rsp_cc", [None, "dcqcn"])
+def test_ends_that_agree_go_on(rsp_cc):
+    req, rsp, msgs, acks, delivered = agree(TransportParams(), rsp_cc=rsp_cc)
+    assert [d.data for d in delivered] == [bytes(100)] and rsp.error is None
+    req.on_ack(acks[0], 0.002)
+    assert req.error is None and msgs[0].completed_at == 0.002 and msgs[0].error is None
+
+
+def test_a_refusal_stating_no_terms_fails_the_queue_pair_too():
+    req = Requester(TransportParams(), Dcqcn(), peer="10.0.2.1", qp=7)
+    req.post(100, 0.0)
+    req.next_packet(0.0)
+    req.on_ack(Ack(0, SYNDROME_NAK_INVALID_REQUEST, 0), 0.001)
+    assert req.error is not None and req.error.cause == REFUSED and req.messages[0].error is req.error

@@ -1,0 +1,101 @@
+"""The agents' exit status (python -m hostagent.rdma): the real sender and
+receiver loops joined by a socket pair (frames as datagrams, put where the
+raw socket would be). A sender whose receiver is gone fails within the
+retry limit, not at --duration; --messages N stopped short of N fails,
+saying how many completed; mismatched modes fail at both ends, naming
+both."""
+import csv
+import json
+import re
+import signal
+import socket
+import threading
+import time
+
+import pytest
+
+from hostagent.rdma import agent
+
+TX = ["--iface", "tx0", "--src-ip", "10.0.1.1", "--src-mac", "02:00:00:00:00:01", "--gw-mac", "02:00:00:00:00:02"]
+RX = ["--iface", "rx0", "--src-ip", "10.0.2.1", "--src-mac", "02:00:00:00:00:02", "--gw-mac", "02:00:00:00:00:01"]
+SEND = ["send", *TX, "--dst-ip", "10.0.2.1", "--qp", "3"]
+
+
+@pytest.fixture
+def link(monkeypatch):
+    """The two ends of a socket pair: main() opens "tx0" and "rx0" as them."""
+    ends = dict(zip(("tx0", "rx0"), socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)))
+    monkeypatch.setattr(agent, "open_socket", lambda iface: ends[iface])
+    handler = signal.getsignal(signal.SIGTERM)          # main() installs its own
+    yield ends
+    signal.signal(signal.SIGTERM, handler)
+    for s in ends.values():
+        s.close()
+
+
+def receiver(ends, *args: str) -> threading.Thread:
+    """The receiver's loop in a thread (main() would install a signal handler, which only the main thread may)."""
+    t = threading.Thread(target=agent.run_receiver, args=(agent.parser().parse_args(["receive", *RX, *args]),),
+                         kwargs={"sock": ends["rx0"]})
+    t.start()
+    return t
+
+
+def test_a_sender_whose_receiver_is_gone_fails_within_the_retry_limit(link, tmp_path, capsys):
+    start = time.monotonic()
+    code = agent.main([*SEND, "--messages", "5", "--message-bytes", "2048", "--rto-s", "0.01", "--retry-cnt", "2",
+                       "--duration", "30", "--out", str(tmp_path / "tx")])
+    elapsed = time.monotonic() - start
+    err = capsys.readouterr().err
+    assert code == 1
+    assert re.search(r"hostagent.rdma: send: queue pair 3 to 10.0.2.1: retry count exceeded: no ACK for [0-9.]+ s, "
+                     r"2 retries \(retry_cnt 2\); 0 of 5 messages completed, 5 failed with this error", err), err
+    assert elapsed < 3, f"{elapsed:.1f} s: the retry limit (0.01 + 0.02 + 0.04 s), not --duration"
+    summary = json.loads((tmp_path / "tx.json").read_text())
+    assert (summary["timeouts"], summary["messages_completed"], summary["messages_failed"]) == (3, 0, 5)
+    with open(tmp_path / "tx.messages.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["completed_s"], r["error"]) for r in rows] == [("", "retry count exceeded")] * 5
+
+
+def test_a_healthy_transfer_cut_short_by_duration_fails_saying_how_much_completed(link, tmp_path, capsys):
+    rx = receiver(link, "--duration", "2", "--out", str(tmp_path / "rx"))
+    code = agent.main([*SEND, "--messages", "40", "--message-bytes", "4096", "--line-rate-pps", "200",
+                       "--duration", "0.5", "--out", str(tmp_path / "tx")])       # 160 packets need 0.8 s
+    rx.join()
+    summary = json.loads((tmp_path / "tx.json").read_text())
+    n = summary["messages_completed"]
+    assert code == 1 and 0 < n < 40 and summary["error"] is None and summary["timeouts"] == 0, summary
+    assert f"hostagent.rdma: send: --duration 0.5 s ran out with {n} of 40 messages completed" \
+        in capsys.readouterr().err
+
+
+def test_a_complete_transfer_exits_0(link, tmp_path, capsys):
+    rx = receiver(link, "--duration", "2", "--out", str(tmp_path / "rx"))
+    code = agent.main([*SEND, "--messages", "5", "--message-bytes", "4096", "--line-rate-pps", "2000",
+                       "--duration", "10", "--out", str(tmp_path / "tx")])
+    rx.join()
+    assert code == 0 and "hostagent.rdma" not in capsys.readouterr().err
+    assert json.loads((tmp_path / "tx.json").read_text())["messages_completed"] == 5
+    flow = json.loads((tmp_path / "rx.json").read_text())["flows"]["10.0.1.1/3"]
+    assert flow["delivered_messages"] == 5 and flow["refused"] == 0 and flow["error"] is None
+
+
+def test_mismatched_modes_fail_both_agents_naming_both(link, tmp_path, capsys):
+    a = agent.parser().parse_args([*SEND, "--mode", "selective-repeat", "--messages", "5", "--message-bytes", "2048",
+                                   "--duration", "10", "--out", str(tmp_path / "tx")])
+    sent: dict = {}
+    tx = threading.Thread(target=lambda: sent.update(agent.run_sender(a, sock=link["tx0"])))
+    tx.start()
+    code = agent.main(["receive", *RX, "--duration", "1", "--out", str(tmp_path / "rx")])    # go-back-N
+    tx.join()
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "hostagent.rdma: receive: queue pair 3 from 10.0.1.1: mismatched ends: 10.0.1.1 sends selective-repeat " \
+           "with dcqcn, this end receives go-back-n with any congestion control" in err, err
+    assert "hostagent.rdma: receive: 1 queue pair(s) refused" in err
+    assert agent.sender_failure(a, sent) == (
+        "queue pair 3 to 10.0.2.1: mismatched ends: this end sends selective-repeat with dcqcn, 10.0.2.1 receives "
+        "go-back-n with any congestion control; 0 of 5 messages completed, 5 failed with this error")
+    flow = json.loads((tmp_path / "rx.json").read_text())["flows"]["10.0.1.1/3"]
+    assert flow["delivered_messages"] == 0 and flow["refused"] >= 1
