@@ -64,9 +64,11 @@ class GrowingReader:
         qdepth[3] = 6 if sw.name == "leaf1" else 1
         lossless_counters = {name: {cell(3, 3): (n, 0)} for name in LOSSLESS_COUNTERS}
         lossless_counters[PAUSED_REGISTER] = {cell(3, 3): (250_000 * n, 0)}    # a register: microseconds
+        # the kernel delivered a frame more per read to each port's interface than the pipeline counted
+        interface_rx = {p: 101 * n + p for p in sw.ports}
         return SwitchReadings(sw.name, {"ingress_port_counter": ports, "egress_port_counter": ports,
                                         "drop_counter": drops, "ecn_marked_counter": {3: (n, 0)},
-                                        **lossless_counters}, qdepth)
+                                        **lossless_counters}, qdepth, interface_rx=interface_rx)
 
     def close(self):
         pass
