@@ -268,6 +268,10 @@ control IntEgress(inout headers_t hdr,
         hdr.ethernet.dst_addr = dst_mac;
         hdr.ethernet.ether_type = ETHERTYPE_IPV4;
         hdr.vlan.setInvalid();                      // an ingress clone is parsed again: its tag is back
+#ifndef WITHOUT_LOSSLESS
+        hdr.pfc.setInvalid();                       // ... and a MAC control frame's PFC header (a drop report
+                                                    // of a PFC frame: it would sit between Ethernet and IPv4)
+#endif
         hdr.ipv4.setValid();
         hdr.ipv4.version = 4;
         hdr.ipv4.ihl = 5;

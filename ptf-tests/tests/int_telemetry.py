@@ -701,6 +701,31 @@ class DropReportOfAnAggregationPacketTest(IntTestBase):
         self.assertEqual(raw[36:], bytes(expired[IP])[:64], "the dropped packet from IPv4 on, cut to 64 bytes")
 
 
+class DropReportOfAPfcFrameTest(IntTestBase):
+    """A dropped MAC control frame (here a PFC frame on a port without PFC)
+    is reported as a packet that is not IPv4: the report is Ethernet, IPv4,
+    UDP and the report headers, with nothing between Ethernet and IPv4 (the
+    frame's PFC header, parsed again in the clone, is not emitted), so the
+    next switch forwards it to the collector instead of dropping it as a
+    parser error."""
+    sinks: set[int] = set()
+
+    def runTest(self):
+        from wire.lossless import encode_pfc
+        self.watch(reports=ReportSettings(refresh_ms=0, drop_report_interval_ms=1))
+        time.sleep(0.01)                # past the interval of any earlier report for this reason
+        self.send(HOST_PORT, Ether(encode_pfc(HOST_MAC, {3: 0xFFFF})))
+        report = self.one(COLLECTOR_PORT)
+        self.assertEqual(struct.unpack("!H", report[12:14])[0], 0x0800)
+        self.assertEqual(report[14] >> 4, 4, "IPv4 right after Ethernet")
+        self.assertEqual(Ether(report)[IP].len, len(report) - 14)
+        self.assertEqual(report_flags(report), {"D": 1, "Q": 0, "F": 0, "I": 1})
+        raw = bytes(Ether(report)[UDP].payload)
+        self.assertEqual(raw[8] & 0x0F, 0, "InType none: not an IPv4 packet")
+        self.assertEqual(raw[33], drop_reasons()["PFC_PORT_OFF"])
+        self.assertEqual(len(raw), 36)
+
+
 # -- source-routed probes --------------------------------------------------------
 
 class ProbeFollowsItsPortListTest(IntTestBase):
