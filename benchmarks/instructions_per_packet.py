@@ -76,13 +76,7 @@ def measure(case, pipeline, packets: int) -> float:
         # packets in flight, and keeps them in a pool; allocating one costs
         # about as much as the PHV is large. Fill the pool first, so the count
         # is the steady-state cost of a packet.
-        before = rx_packets(PAIRS[OUT_PORT][1])
-        with RawSender(PAIRS[IN_PORT][1]) as sender:
-            sender.blast(frames(case), WARMUP_PACKETS / WARMUP_PPS, WARMUP_PPS)
-            if case.drop_reason:
-                sender.send(frames()[0])        # a marker behind what is dropped (see below)
-        if case.drop_reason:
-            _wait_for(PAIRS[OUT_PORT][1], before + 1)
+        offer(case, WARMUP_PACKETS / WARMUP_PPS, WARMUP_PPS, every_one=False)
         _wait_drained(PAIRS[OUT_PORT][1])
         dropped_before = dropped(case, pipeline) if case.drop_reason else 0
         duration = packets / SEND_PPS
@@ -95,16 +89,7 @@ def measure(case, pipeline, packets: int) -> float:
         callgrind_control("-d", pid)
         idle = _latest_dump(case)
         callgrind_control("-i", "on", pid)
-        before = rx_packets(PAIRS[OUT_PORT][1])
-        with RawSender(PAIRS[IN_PORT][1]) as sender:
-            sent = sender.blast(frames(case), duration, SEND_PPS)
-            if case.drop_reason:
-                # Nothing of them comes out: one forwarded frame behind them (BMv2's
-                # ingress takes packets in order) says when ingress has had them all.
-                # Its cost, one packet's in `sent`, is counted with them (0.1% at 1000).
-                sender.send(frames()[0])
-        _wait_for(PAIRS[OUT_PORT][1], before + (1 if case.drop_reason else sent))
-        forwarded = rx_packets(PAIRS[OUT_PORT][1]) - before
+        sent, forwarded = offer(case, duration, SEND_PPS)
         callgrind_control("-i", "off", pid)
         callgrind_control("-d", pid)
         counted = forwarded
@@ -131,11 +116,23 @@ def dropped(case, pipeline) -> int:
         return conn.counter(P4Info(pipeline.p4info()).counter_entry("drop_counter", index)).get(index, (0, 0))[0]
 
 
-def _wait_for(iface: str, rx: int, timeout: float = 60) -> None:
-    """Until `iface` has received `rx` packets in all, or `timeout` s passed."""
+def offer(case, duration: float, pps: float, every_one: bool = True, timeout: float = 60) -> tuple[int, int]:
+    """(sent, came out): `case`'s frames at `pps` for `duration` s, then (with
+    `every_one`) until they are out or `timeout` s passed. A drop case's frames never come out:
+    one forwarded frame behind them (BMv2's ingress takes packets in order)
+    says when ingress has had them all; its cost, one packet's in `sent`, is
+    counted with them (0.1% at 1000)."""
+    out = PAIRS[OUT_PORT][1]
+    before = rx_packets(out)
+    with RawSender(PAIRS[IN_PORT][1]) as sender:
+        sent = sender.blast(frames(case), duration, pps)
+        if case.drop_reason:
+            sender.send(frames()[0])
+    expected = 1 if case.drop_reason else sent if every_one else 0
     deadline = time.monotonic() + timeout
-    while rx_packets(iface) < rx and time.monotonic() < deadline:
+    while rx_packets(out) - before < expected and time.monotonic() < deadline:
         time.sleep(0.2)
+    return sent, rx_packets(out) - before
 
 
 def _wait_drained(iface: str, timeout: float = 60) -> None:

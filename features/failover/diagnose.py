@@ -57,7 +57,7 @@ class Snapshot:
     drops: dict[str, Optional[dict[str, int]]] = field(default_factory=dict)      # switch -> reason -> packets
     backups: dict[str, Optional[int]] = field(default_factory=dict)               # switch -> packets to backups
     # switch -> port -> frames the kernel delivered to the port's interface (absent: not readable here)
-    kernel_rx: dict[str, dict[int, int]] = field(default_factory=dict)
+    interface_rx: dict[str, dict[int, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -102,9 +102,9 @@ def diagnose(topo, before: Snapshot, after: Snapshot) -> list[Finding]:
 
     def delivered(s: str, p: int) -> Optional[int]:
         """Frames the kernel delivered to switch s's port p in the interval (None: unknown)."""
-        if p not in after.kernel_rx.get(s, {}) or p not in before.kernel_rx.get(s, {}):
+        if p not in after.interface_rx.get(s, {}) or p not in before.interface_rx.get(s, {}):
             return None
-        return after.kernel_rx[s][p] - before.kernel_rx[s][p]
+        return after.interface_rx[s][p] - before.interface_rx[s][p]
 
     for a, pa, b, pb in switch_links(topo):
         if a in dead or b in dead:
@@ -178,18 +178,18 @@ def snapshot(ctl) -> Snapshot:
             drops = conn.counter(ctl.p4info.counter_entry("drop_counter"))
             return ({p: v[0] for p, v in ing.items()}, {p: v[0] for p, v in eg.items()},
                     {names[i]: v[0] for i, v in drops.items() if i in names},
-                    sum(backup_packets(conn, ctl.p4info).values()))
+                    sum(backup_packets(conn, ctl.p4info).values()),
+                    interface_rx_packets(ctl.topo.switches[s]))      # with the counters: no skew between them
         except Exception:               # any failure to read is the evidence: the switch does not answer
-            return None, None, None, None
+            return None, None, None, None, {}
 
     snap = Snapshot(time.monotonic())
     switches = list(ctl.topo.switches)
     with ThreadPoolExecutor(max_workers=len(switches)) as pool:
-        for s, (ing, eg, drops, backups) in zip(switches, pool.map(read, switches)):
-            snap.ingress[s], snap.egress[s], snap.drops[s], snap.backups[s] = ing, eg, drops, backups
-            snap.kernel_rx[s] = interface_rx_packets(ctl.topo.switches[s])
+        for s, (ing, eg, drops, backups, rx) in zip(switches, pool.map(read, switches)):
+            snap.ingress[s], snap.egress[s], snap.drops[s], snap.backups[s], snap.interface_rx[s] = \
+                ing, eg, drops, backups, rx
     return snap
-
 
 
 def run(ctl, interval_s: float = 2.0) -> tuple[list[Finding], float]:

@@ -137,6 +137,15 @@ class LosslessTest(P4RuntimeTest):
     def count(self, name: str, port: int, tclass: int = LOSSLESS) -> int:
         return self.counter(name, cell(port, tclass))[0]
 
+    def release_held(self, held: int, quanta: int) -> None:
+        """The downstream resumes: the `held` packets leave OUT_PORT in order,
+        and the upstream got refreshes of `quanta`, then one resume."""
+        self.pause(0)
+        self.assertEqual([psn(f) for f in self.sent_out(OUT_PORT, timeout=1.0)], list(range(held)))
+        times = [pfc_times(f)[LOSSLESS] for f in self.pfc_out(IN_PORT, timeout=0.2)]
+        self.assertEqual(set(times[:-1]), {quanta})
+        self.assertEqual(times[-1], 0, "resumed once released")
+
 
 class PauseAndResumeFramesTest(LosslessTest):
     """Crossing XOFF sends one 802.1Qbb pause for the class out of the ingress
@@ -411,11 +420,7 @@ class PauseIsRefreshedWhileHeldTest(LosslessTest):
         time.sleep(1.0)
         self.assertGreaterEqual(self.count("pfc_pause_sent", IN_PORT), 15, "refreshed about every 50 ms for 1 s")
         self.assertEqual(self.count("pfc_resume_sent", IN_PORT), 0, "no resume while held")
-        self.pause(0)
-        self.assertEqual([psn(f) for f in self.sent_out(OUT_PORT, timeout=1.0)], list(range(12)))
-        times = [pfc_times(f)[LOSSLESS] for f in self.pfc_out(IN_PORT, timeout=0.2)]
-        self.assertEqual(set(times[:-1]), {quanta})
-        self.assertEqual(times[-1], 0, "resumed once released")
+        self.release_held(12, quanta)
 
 
 class PauseLastsUntilXonTest(LosslessTest):
@@ -442,11 +447,7 @@ class PauseLastsUntilXonTest(LosslessTest):
         self.assertGreaterEqual(self.count("pfc_pause_sent", IN_PORT) - paused, 15,
                                 "6 in the cell, below XOFF: refreshed about every 50 ms for 1 s")
         self.assertEqual(self.count("pfc_resume_sent", IN_PORT), 0, "above XON: no resume")
-        self.pause(0)
-        self.assertEqual([psn(f) for f in self.sent_out(OUT_PORT, timeout=1.0)], list(range(6)))
-        times = [pfc_times(f)[LOSSLESS] for f in self.pfc_out(IN_PORT, timeout=0.2)]
-        self.assertEqual(set(times[:-1]), {quanta})
-        self.assertEqual(times[-1], 0, "resumed once released")
+        self.release_held(6, quanta)
 
 
 class ClassChangeTest(LosslessTest):

@@ -78,9 +78,9 @@ def test_drops_for_want_of_a_route_point_at_the_switch():
     assert findings[0].name == "leaf2" and "NO_ROUTE" in findings[0].evidence[0]
 
 
-def with_kernel_rx(s: Snapshot) -> Snapshot:
+def with_interface_rx(s: Snapshot) -> Snapshot:
     """The kernel's count of what each switch port's interface received: what its pipeline counted."""
-    s.kernel_rx = {sw: dict(ports) for sw, ports in s.ingress.items()}
+    s.interface_rx = {sw: dict(ports) for sw, ports in s.ingress.items()}
     return s
 
 
@@ -88,9 +88,9 @@ def test_frames_lost_in_bmv2s_input_path_are_the_switchs_not_the_links():
     """The interface received all 1000 frames leaf1 sent, the pipeline
     counted 960: BMv2's input path lost 40 (an incast, a busy CPU), which no
     P4 counter sees. Named as the switch port's input, not as a lossy link."""
-    after = with_kernel_rx(healthy())
+    after = with_interface_rx(healthy())
     after.ingress["spine2"][port("spine2", "leaf1")] -= 40
-    findings = diagnose(LS, with_kernel_rx(healthy(per_link=0)), after)
+    findings = diagnose(LS, with_interface_rx(healthy(per_link=0)), after)
     assert [(f.kind, f.name) for f in findings] == [("input", f"spine2:{port('spine2', 'leaf1')}")]
     evidence = findings[0].evidence[0]
     assert "delivered 1000 frames" in evidence and "counted 960" in evidence and "4.0% lost" in evidence
@@ -98,10 +98,10 @@ def test_frames_lost_in_bmv2s_input_path_are_the_switchs_not_the_links():
 
 
 def test_with_the_kernels_counts_a_lossy_link_is_still_the_link():
-    after = with_kernel_rx(healthy())
+    after = with_interface_rx(healthy())
     p = port("spine2", "leaf1")
     after.ingress["spine2"][p] -= 120
-    after.kernel_rx["spine2"][p] -= 120                                # never reached the interface
-    findings = diagnose(LS, with_kernel_rx(healthy(per_link=0)), after)
+    after.interface_rx["spine2"][p] -= 120                                # never reached the interface
+    findings = diagnose(LS, with_interface_rx(healthy(per_link=0)), after)
     assert [(f.kind, f.name.split("->")[1]) for f in findings] == [("link", f"spine2:{p}")]
     assert "interface received 880" in findings[0].evidence[0]
