@@ -55,6 +55,7 @@ from hostagent.rdma.transport import MODES
 from hostagent.sender import add_host_arguments
 
 DTYPES = {"float32": np.float32, "int32": np.int32, "int64": np.int64, "float64": np.float64}
+ABORT_DELIVERY_S = 2.0     # how long a rank that gave up keeps its transport going, to deliver its abort
 
 
 def rank_input(collective: str, ranks: int, elements: int, dtype, seed: int, rank: int) -> np.ndarray:
@@ -282,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     except CollectiveError as e:
         print(f"hostagent.collectives: rank {a.rank}: {e}; transport: {json.dumps(comm.transport_stats())}",
               file=sys.stderr)
+        comm.close(timeout_s=ABORT_DELIVERY_S)      # the abort out to the other ranks
         return 1
 
 

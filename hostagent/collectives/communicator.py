@@ -21,7 +21,12 @@ busy elsewhere. The endpoint is used under one lock.
 A rank that does not answer is an error naming it: a connection to or from
 it failed (its retry count exceeded, as soon as the transport gives up, or
 the two ranks run different retransmission modes or congestion controls),
-or, failing that, nothing came from it within `timeout_s`.
+or, failing that, nothing came from it within `timeout_s`. A rank that
+gives up tells every other rank at once (an abort message on channel 0, as
+NCCL's abort reaches the whole communicator): a rank waiting on the dead
+one, which has no connection of its own that could fail (in a ring, the
+dead rank's successor), fails as soon as the abort arrives, naming the rank
+that gave up and why, not after its own `timeout_s`.
 
 In-network all-reduce (algorithm IN_NETWORK): the communicator hands the
 array to the aggregation feature's worker (hostagent/aggregation/allreduce.py,
@@ -57,6 +62,8 @@ MAX_JOBS = 4
 JOB_QPS = 0x40                   # queue pairs per job (its channels): job j uses CHANNEL_QP_BASE + JOB_QPS j ...
 PIECE_HEADER = struct.Struct("<HHII")   # magic, call (mod 2^16), step, element offset in the receiver's buffer
 PIECE_MAGIC = 0xC011
+ABORT_MAGIC = 0xAB07             # a rank gave up: the header's other fields 0, then the reason (UTF-8)
+ABORT_REASON_BYTES = 512
 P2P_STEP = 0xFFFFFFFF            # the step field of a point-to-point piece (the call field: its number)
 SPORT_BASE = 0xC000              # RoCEv2 source ports: 0xC000-0xFFFF
 PROGRESS_WAIT_S = 0.0005         # the progress thread's longest wait for a frame (the pacing's grain)
@@ -127,6 +134,8 @@ class Communicator:
         self.records: list[CallRecord] = []
         self._p2p_sent: defaultdict[int, int] = defaultdict(int)
         self._p2p_received: defaultdict[int, int] = defaultdict(int)
+        self._gave_up: dict[int, str] = {}         # rank -> the reason it sent in its abort
+        self._abort_sent = False
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
         self._stop = threading.Event()
@@ -218,7 +227,8 @@ class Communicator:
         try:
             summed = self.aggregation.allreduce(x)
         except AllReduceTimeout as e:
-            raise CollectiveError(f"{sc.ALL_REDUCE} ({IN_NETWORK}) call {call}: {e}") from e
+            with self._lock:
+                raise self._give_up(f"{sc.ALL_REDUCE} ({IN_NETWORK}) call {call}: {e}") from e
         self.records.append(CallRecord(call, collective, IN_NETWORK, self.size, len(x), x.dtype.name,
                                        x.dtype.itemsize, time.monotonic() - start))
         return summed.astype(x.dtype)      # int32: the worker sums in int64; wrap as numpy's int32 sum does
@@ -267,9 +277,10 @@ class Communicator:
             msg = self._next_piece(peer, c, deadline, "receive", seq)
             got = PIECE_HEADER.unpack_from(msg)
             if got != (PIECE_MAGIC, seq & 0xFFFF, P2P_STEP, off) or len(msg) != PIECE_HEADER.size + n * out.itemsize:
-                raise CollectiveError(f"receive {seq} from rank {peer}: got call {got[1]} step {got[2]} offset "
-                                      f"{got[3]}, {len(msg) - PIECE_HEADER.size} bytes; expected a send of "
-                                      f"{count} {out.dtype.name} (do the two ranks pair sends and receives?)")
+                with self._lock:
+                    raise self._give_up(f"receive {seq} from rank {peer}: got call {got[1]} step {got[2]} "
+                                        f"offset {got[3]}, {len(msg) - PIECE_HEADER.size} bytes; expected a send "
+                                        f"of {count} {out.dtype.name} (do the two ranks pair sends and receives?)")
             out[off:off + n] = np.frombuffer(msg, dtype=out.dtype, offset=PIECE_HEADER.size)
         return out
 
@@ -309,11 +320,12 @@ class Communicator:
                 if (magic, got_call, got_step, got_offset) != (PIECE_MAGIC, call & 0xFFFF, step_no,
                                                                 t.dst_start + off) \
                         or len(msg) != PIECE_HEADER.size + count * buf.itemsize:
-                    raise CollectiveError(
-                        f"{sched.collective} call {call} step {step_no}: rank {t.src} channel {c} sent call "
-                        f"{got_call} step {got_step} offset {got_offset}, {len(msg) - PIECE_HEADER.size} bytes; "
-                        f"expected offset {t.dst_start + off}, {count * buf.itemsize} bytes (do all ranks run "
-                        f"the same collectives with the same lengths and dtype?)")
+                    with self._lock:
+                        raise self._give_up(
+                            f"{sched.collective} call {call} step {step_no}: rank {t.src} channel {c} sent call "
+                            f"{got_call} step {got_step} offset {got_offset}, {len(msg) - PIECE_HEADER.size} "
+                            f"bytes; expected offset {t.dst_start + off}, {count * buf.itemsize} bytes (do all "
+                            f"ranks run the same collectives with the same lengths and dtype?)")
                 self._apply(buf, t, off, np.frombuffer(msg, dtype=buf.dtype, offset=PIECE_HEADER.size))
 
     @staticmethod
@@ -325,17 +337,36 @@ class Communicator:
             dst[:] = data
 
     def _posted(self, msg: Message, peer: int, what: str) -> None:
-        """A piece posted to `peer`: on a failed connection it failed at once."""
+        """A piece posted to `peer`: on a failed connection it failed at once.
+        (Called with the lock held.)"""
         if msg.error is not None:
-            raise CollectiveError(f"{what}: the connection with rank {peer} ({self.addresses[peer]}) failed: "
-                                  f"{msg.error}")
+            raise self._give_up(f"{what}: the connection with rank {peer} ({self.addresses[peer]}) failed: "
+                                f"{msg.error}")
 
     def _check_connections(self, what: str) -> None:
-        """A connection to or from one of the ranks failed: the collective cannot complete."""
+        """A connection to or from one of the ranks failed, or a rank gave
+        up: the collective cannot complete. (Called with the lock held.)"""
         for e in self.endpoint.errors:
             peer = self._rank_of.get(e.peer)
             if peer is not None:
-                raise CollectiveError(f"{what}: the connection with rank {peer} ({e.peer}) failed: {e}")
+                raise self._give_up(f"{what}: the connection with rank {peer} ({e.peer}) failed: {e}")
+        for peer, reason in self._gave_up.items():
+            raise CollectiveError(f"{what}: rank {peer} ({self.addresses[peer]}) gave up: {reason}")
+
+    def _give_up(self, reason: str) -> CollectiveError:
+        """The error to raise for `reason`, once every other rank has been
+        sent an abort naming it, so none of them waits out its timeout on
+        this rank. (With the lock held; the progress thread sends the
+        aborts, close() lets them out.)"""
+        if not self._abort_sent:
+            self._abort_sent = True
+            abort = PIECE_HEADER.pack(ABORT_MAGIC, 0, 0, 0) + f"rank {self.rank}: {reason}".encode()[
+                :ABORT_REASON_BYTES]
+            now = time.monotonic()
+            for peer in range(self.size):
+                if peer != self.rank:
+                    self._out[(peer, 0)].post(abort, now)      # (on a failed connection: fails at once)
+        return CollectiveError(reason)
 
     def _next_piece(self, peer: int, channel: int, deadline: float, what: str, step_no: int) -> bytes:
         box = self._inbox[(peer, channel)]
@@ -344,9 +375,9 @@ class Communicator:
                 self._check_connections(f"{what} step {step_no}")
                 left = deadline - time.monotonic()
                 if left <= 0 or not self._thread.is_alive():
-                    raise CollectiveError(f"{what} step {step_no}: nothing from "
-                                          f"rank {peer} ({self.addresses[peer]}) channel {channel} within "
-                                          f"{self.timeout_s} s")
+                    raise self._give_up(f"{what} step {step_no}: nothing from "
+                                        f"rank {peer} ({self.addresses[peer]}) channel {channel} within "
+                                        f"{self.timeout_s} s")
                 self._arrived.wait(min(left, 0.05))
             return box.popleft()
 
@@ -355,6 +386,9 @@ class Communicator:
         channel = qp - self.qp_base
         if peer is None or not 0 <= channel < self.channels:
             self.endpoint.ignored["a message from outside the communicator"] += 1
+            return
+        if len(data) >= PIECE_HEADER.size and PIECE_HEADER.unpack_from(data)[0] == ABORT_MAGIC:
+            self._gave_up.setdefault(peer, data[PIECE_HEADER.size:].decode(errors="replace"))
             return
         self._inbox[(peer, channel)].append(data)
 

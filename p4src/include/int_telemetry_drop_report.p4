@@ -1,6 +1,7 @@
 // Drop reports (Telemetry Report v2.0, D flag, INT-XD style): a packet the
 // ingress drops is cloned to the collector with its drop reason, from the
-// switch where it happened. Rate-limited per drop reason: at most one report
+// switch where it happened (a PFC frame the switch acted on is not a loss,
+// and not reported). Rate-limited per drop reason: at most one report
 // per reason per interval, so a storm of drops cannot flood the collector;
 // the ones held back are counted (int_report_counter, REPORT_DROP_LIMITED).
 // Off (no default action set by the controller): one table miss, on the
@@ -50,8 +51,10 @@ control IntDropReport(inout local_metadata_t meta, in standard_metadata_t std_me
     apply {
         switch (drop_report.apply().action_run) {
             report_drops: {
+                // a PFC frame the switch acted on is consumed, not lost: never reported.
                 // last_us 0: never reported (times are stored as at least 1)
-                if (meta.int_scratch.last_us == 0
+                if (meta.drop_reason == DROP_PFC_FRAME) {
+                } else if (meta.int_scratch.last_us == 0
                         || meta.int_scratch.now_us - meta.int_scratch.last_us >= meta.int_scratch.interval_us) {
                     clone_drop();
                 } else {

@@ -726,6 +726,30 @@ class DropReportOfAPfcFrameTest(IntTestBase):
         self.assertEqual(len(raw), 36)
 
 
+class ConsumedPfcFrameIsNotReportedTest(IntTestBase):
+    """A PFC frame on a port with PFC is acted on and consumed (counted as
+    PFC_FRAME): not a loss, so no drop report leaves, where the same frame
+    on a port without PFC is (DropReportOfAPfcFrameTest)."""
+    sinks: set[int] = set()
+
+    def runTest(self):
+        from features.lossless import LosslessConfig, PfcThresholds, TrafficClass, lossless_state
+        from wire.lossless import encode_pfc
+        self.watch(reports=ReportSettings(refresh_ms=0, drop_report_interval_ms=1))
+        config = LosslessConfig(queues=8, classes=(TrafficClass("collective", 3, 3, (26,), True),),
+                                pfc=PfcThresholds(xoff=24, xon=12, headroom=32))
+        pfc = lossless_state(self.p4info, config, {p: (port_mac(p), 10.0) for p in self.ports})
+        self.state.table_entries = ([e for e in self.state.table_entries if e.table_id not in pfc.managed_tables]
+                                    + pfc.table_entries)
+        self.state.clone_sessions += pfc.clone_sessions
+        self.apply()
+        consumed = self.drops("PFC_FRAME")
+        time.sleep(0.01)                # past the interval of any earlier report
+        self.send(HOST_PORT, Ether(encode_pfc(HOST_MAC, {3: 0})))    # a resume: leaves no port paused
+        tu.verify_no_other_packets(self, timeout=0.5)
+        self.assertEqual(self.drops("PFC_FRAME"), consumed + 1, "acted on and consumed")
+
+
 # -- source-routed probes --------------------------------------------------------
 
 class ProbeFollowsItsPortListTest(IntTestBase):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
+import re
 import threading
 import time
 
@@ -28,8 +29,9 @@ class Hub:
     `loss`, duplicated with `dup`, delayed by up to `jitter` seconds (so
     reordered)."""
 
-    def __init__(self, loss=0.0, dup=0.0, jitter=0.0, seed=1):
+    def __init__(self, loss=0.0, dup=0.0, jitter=0.0, seed=1, dead=()):
         self.loss, self.dup, self.jitter = loss, dup, jitter
+        self.dead = set(dead)               # hosts whose frames, to or from them, are all lost
         self.rng = random.Random(seed)
         self.queues: dict[str, list] = {}
         self.cv = threading.Condition()
@@ -41,10 +43,10 @@ class Hub:
         return HubLink(self, ip)
 
     def send(self, frame: bytes) -> None:
-        dst = ".".join(str(b) for b in frame[30:34])
+        src, dst = (".".join(str(b) for b in frame[i:i + 4]) for i in (26, 30))
         with self.cv:
             self.frames += 1
-            if self.rng.random() < self.loss:
+            if self.rng.random() < self.loss or {src, dst} & self.dead:
                 self.lost += 1
                 return
             copies = 2 if self.rng.random() < self.dup else 1
@@ -338,6 +340,35 @@ def test_a_dead_peer_is_named_as_soon_as_the_retry_limit_allows():
     for c in comms:
         c.close(timeout_s=1.0)
     assert comms[0].endpoint.idle, "a failed connection has nothing left to do"
+
+
+def test_a_dead_rank_fails_every_rank_as_soon_as_one_gives_up():
+    """Rank 2 of 4 is dead. In a ring all-reduce only rank 1 sends to it,
+    so only rank 1's connection exceeds its retry count; ranks 3 and 0 wait
+    on ranks that send nothing. Rank 1's abort reaches them and they fail
+    at once, naming rank 1 and its cause, long before their 30 s timeout."""
+    ips = [f"10.0.{r + 1}.1" for r in range(4)]
+    comms = group(4, Hub(dead={ips[2]}), timeout_s=30.0)
+    errors: dict[int, str] = {}
+
+    def one(c: Communicator) -> None:
+        try:
+            c.all_reduce(np.zeros(64, dtype=np.int32))
+        except CollectiveError as e:
+            errors[c.rank] = str(e)
+    start = time.monotonic()
+    threads = [threading.Thread(target=one, args=(c,)) for c in comms if c.rank != 2]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert time.monotonic() - start < 3.0, "within the retry limit (about 0.64 s here), not the 30 s timeout"
+    assert "the connection with rank 2 (10.0.3.1) failed" in errors[1] and "retry count exceeded" in errors[1]
+    for rank in (0, 3):
+        assert re.search(r"rank 1 \(10.0.2.1\) gave up: rank 1: all-reduce \(ring\) step \d+: the connection with "
+                         r"rank 2 \(10.0.3.1\) failed: .*retry count exceeded", errors[rank]), errors
+    for c in comms:
+        c.close(timeout_s=0)
 
 
 def test_ranks_in_different_modes_fail_at_both_ends_naming_both_modes():
