@@ -108,7 +108,7 @@ experiments: require-toolchain build
 experiment-%: require-toolchain build
 	$(FABRIC) experiment $* $(ARGS)
 
-# Everything generated and committed (aggregation lanes, topologies, dashboards).
+# Everything generated and committed (aggregation lanes, topologies, dashboards, alerting rules).
 generate: setup
 	$(FABRIC) generate
 

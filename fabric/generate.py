@@ -6,6 +6,7 @@ ones; tests/unit/fabric/test_generate.py runs that).
     topologies/fat-tree-k4.yaml, rail-optimized.yaml, dual-plane.yaml
                                            core/generators/
     telemetry/grafana/dashboards/*.json    telemetry/dashboards.py
+    telemetry/alerts.yml                   telemetry/alerts.py (the Prometheus alerting rules)
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from core.generators.dual_plane import dual_plane
 from core.generators.fat_tree import fat_tree
 from core.generators.rail_optimized import rail_optimized
 from features import aggregation_lanes
-from telemetry import dashboards
+from telemetry import alerts, dashboards
 
 REPO = Path(__file__).resolve().parent.parent
 TOPOLOGIES = REPO / "topologies"
@@ -37,6 +38,7 @@ def outputs() -> dict[Path, Callable[[], str]]:
     }
     for d in dashboards.dashboards():
         out[dashboards.OUT_DIR / f"{d.uid}.json"] = functools.partial(dashboards.render, d)
+    out[alerts.OUTPUT] = alerts.render
     return out
 
 

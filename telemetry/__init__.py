@@ -8,4 +8,5 @@ collector.py        `python -m telemetry.collector`: UDP receiver, CSV/JSON outp
 switch_exporter.py  `python -m telemetry.switch_exporter`: port counters, drops, ECN marks, queue depth
 prometheus.py       running a real Prometheus (monitor, tests)
 monitor.py          `python -m telemetry.monitor`: collector + exporter + Prometheus next to a network
+alerts.py           the Prometheus alerting rules, written from metrics.py into alerts.yml (docs/operations.md)
 """

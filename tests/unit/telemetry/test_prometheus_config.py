@@ -82,6 +82,9 @@ def test_grafana_provisioning_and_compose_fit_together():
     assert mounts[dash_path] == "./grafana/dashboards"
     assert mounts["/etc/grafana/provisioning"] == "./grafana/provisioning"
     assert mounts["/etc/prometheus/prometheus.yml"] == "./prometheus.yml"
+    config = yaml.safe_load((MON / "prometheus.yml").read_text())     # its rule files, relative to it
+    for rules in config["rule_files"]:
+        assert mounts[f"/etc/prometheus/{rules}"] == f"./{rules}"
     for host_path in mounts.values():
         assert (MON / host_path).exists(), host_path
     prom_args = compose["services"]["prometheus"]["command"]
@@ -107,6 +110,7 @@ def test_scrape_config_cli(tmp_path, capsys):
                                    "--target", "b=[::1]:3", "--scrape-interval", "1s", "-o", str(out)]) == 0
     cfg = yaml.safe_load(out.read_text())
     assert cfg["global"]["scrape_interval"] == "1s"
+    assert cfg["rule_files"] == [str(prometheus_config.RULE_FILE)]     # written elsewhere: the absolute path
     assert cfg["scrape_configs"] == [{"job_name": "a", "static_configs": [{"targets": ["127.0.0.1:1", "127.0.0.1:2"]}]},
                                      {"job_name": "b", "static_configs": [{"targets": ["[::1]:3"]}]}]
     assert prometheus_config.main(["--target", "nojob"]) == 2
