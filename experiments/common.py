@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import os
 import subprocess
 import sys
 import threading
@@ -13,6 +14,7 @@ from typing import Sequence
 
 from core.bmv2_thrift import Bmv2Thrift
 from features.ecn import QDEPTH_REGISTER
+from hostagent.start import ready_markers
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -33,18 +35,53 @@ def agent_python() -> str:
     return str(venv) if venv.exists() else sys.executable
 
 
-def _agent(module: str, host, role: str, start_at: float, out_dir: Path, extra: Sequence[str],
+class StartGate:
+    """Starts a case's agents together once every one of them is ready
+    (hostagent/start.py): pass it as an agent's `start_at`, then open() it
+    with the agents started. A fixed start a few seconds ahead is not
+    enough on two cores: eleven agents take more than 4 s to import, and
+    the first ones would send into a machine still starting the rest."""
+
+    def __init__(self, directory: Path, lead_s: float = 0.5, timeout_s: float = 60.0):
+        self.path, self.lead_s, self.timeout_s = directory / "start", lead_s, timeout_s
+        for stale in (self.path, *ready_markers(self.path)):
+            stale.unlink(missing_ok=True)
+
+    def args(self) -> list[str]:
+        return ["--start-file", str(self.path)]
+
+    def open(self, procs: Sequence[subprocess.Popen]) -> float:
+        """Wait until each of `procs` is ready, then give them a start time
+        lead_s ahead; return it."""
+        deadline = time.monotonic() + self.timeout_s
+        while (ready := len(ready_markers(self.path))) < len(procs):
+            if any(p.poll() is not None for p in procs):
+                raise RuntimeError(f"an agent exited before the start (exit codes "
+                                   f"{[p.poll() for p in procs]}; {ready} of {len(procs)} ready)")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{ready} of {len(procs)} agents ready after {self.timeout_s:.0f} s")
+            time.sleep(0.02)
+        start_at = time.time() + self.lead_s
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(repr(start_at))
+        os.replace(tmp, self.path)          # the agents never read half a time
+        return start_at
+
+
+def _agent(module: str, host, role: str, start_at: float | StartGate, out_dir: Path, extra: Sequence[str],
            stem: str | None = None) -> subprocess.Popen:
+    start = start_at.args() if isinstance(start_at, StartGate) else ["--start-at", str(start_at)]
     cmd = ["ip", "netns", "exec", host.name, agent_python(), "-m", module, role,
            "--iface", host.iface, "--src-ip", host.ip, "--src-mac", host.mac, "--gw-mac", host.gateway_mac,
-           "--start-at", str(start_at), "--out", str(out_dir / (stem or f"{role}-{host.name}")), *extra]
+           *start, "--out", str(out_dir / (stem or f"{role}-{host.name}")), *extra]
     return subprocess.Popen(cmd, cwd=REPO)
 
 
-def roce_agent(host, role: str, *, start_at: float, out_dir: Path, extra: Sequence[str] = ()) -> subprocess.Popen:
+def roce_agent(host, role: str, *, start_at: float | StartGate, out_dir: Path,
+               extra: Sequence[str] = ()) -> subprocess.Popen:
     """hostagent.ecn.roce `role` ("send" or "receive") in `host`'s namespace,
-    starting at wall-clock `start_at` (agents start together), writing
-    out_dir/<role>-<host>.json and .csv."""
+    starting at wall-clock `start_at`, or when a StartGate opens (agents
+    start together), writing out_dir/<role>-<host>.json and .csv."""
     return _agent("hostagent.ecn.roce", host, role, start_at, out_dir, extra)
 
 

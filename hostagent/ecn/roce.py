@@ -38,6 +38,7 @@ from pathlib import Path
 from hostagent.ecn.dcqcn import DcqcnParams, NotificationPoint, ReactionPoint
 from hostagent.lossless import PauseState, ReceiveBuffer
 from hostagent.sender import add_host_arguments
+from hostagent.start import add_start_arguments, wait_for_start
 from wire.ecn import CE, ECT0, NOT_ECT
 from wire.roce import CNP, OFFSETS, RC_SEND_ONLY, ROCEV2_UDP_PORT, roce_cnp, roce_data
 from hostagent.load_balancing.plb import add_plb_arguments, plb_from_args
@@ -121,8 +122,7 @@ def run_sender(a, progress=None, write: bool = True) -> dict:
     series = []
     ignored: defaultdict[str, int] = defaultdict(int)
     sent = 0
-    if a.start_at:
-        time.sleep(max(0.0, a.start_at - time.time()))
+    wait_for_start(a)
     t0, t0_wall = time.monotonic(), time.time()
     next_send, next_sample, next_progress, end = 0.0, 0.0, 0.0, a.duration
     while True:
@@ -224,8 +224,7 @@ def run_receiver(a, progress=None, write: bool = True) -> dict:
     ignored: defaultdict[str, int] = defaultdict(int)
     # flow -> bin -> [pkts, ce, lost, reorder buffer max occupancy]; with --reorder, lost = declared lost
     bins: dict = defaultdict(lambda: defaultdict(lambda: [0, 0, 0, 0]))
-    if a.start_at:
-        time.sleep(max(0.0, a.start_at - time.time()))
+    wait_for_start(a)
     t0, t0_wall = time.monotonic(), time.time()
     next_progress = 0.0
     stopped, restore_signals = stop_on_signals()
@@ -329,7 +328,7 @@ def main(argv=None) -> int:
         p = sub.add_parser(name)
         add_host_arguments(p)
         p.add_argument("--duration", type=float, default=10.0)
-        p.add_argument("--start-at", type=float, default=0.0, help="wall-clock start time (to start agents together)")
+        add_start_arguments(p)
         p.add_argument("--out", help="output prefix: writes <out>.json and <out>.csv (default: JSON on stdout)")
     s = sub.choices["send"]
     s.add_argument("--dst-ip", required=True)

@@ -65,11 +65,12 @@ def test_storm_spreads_without_the_watchdog_and_is_contained_with_it(tmp_path):
 
 
 def late_pause_losses(row: dict) -> float:
-    """What a PFC case may lose on this emulation: 1% of what was sent.
-    Five BMv2 switches and up to eleven agents on two cores read their input
-    late, so a pause can take effect after the headroom (64 packets) filled
+    """What a flowing case of the deadlock phase may lose on this
+    emulation: 1% of what was sent. Five BMv2 switches in a ring, each
+    link loaded at 1.44x the class's share, read their input late, so a
+    pause can take effect after the headroom (64 packets) filled
     (experiments/lossless.py LATE_PAUSE_HEADROOM; docs/features/lossless.md);
-    a lossy class loses 30-60% in the same runs."""
+    the spreading phase, at rates BMv2 keeps up with, may lose nothing."""
     return 0.01 * int(row["sent"])
 
 
@@ -111,11 +112,12 @@ def test_deadlock_forms_is_prevented_by_a_class_change_and_broken_by_the_watchdo
 
 
 def test_pfc_spreads_up_the_tree_and_stalls_a_victim(tmp_path):
-    """4:1 and 8:1 incast across a leaf-spine on live BMv2: lossless with
-    PFC where the lossy class drops; pauses at every hop up to the hosts;
-    the victim flow, which shares only leaf1's uplinks with the incast,
-    loses most of its rate; DCQCN at 4:1 cuts the pauses and, once it has
-    settled, gives the victim most of its rate back."""
+    """4:1 and 8:1 incast across a leaf-spine on live BMv2 (2.4x r1's
+    link): lossless end to end with PFC, judged by the receiver's sequence
+    numbers, where the lossy class drops; pauses at every hop up to the
+    hosts; the victim flow, which shares only leaf1's uplinks with the
+    incast, loses most of its rate; DCQCN at 4:1 cuts the pauses and, once
+    it has settled, gives the victim most of its rate back."""
     out = tmp_path / "lossless"
     # 10 s a case, as `make experiments`: DCQCN takes seconds to settle, and the steady state starts at 20%
     proc = subprocess.run([sys.executable, "-m", "experiments.lossless", "--phases", "spreading", "--duration", "10",
@@ -123,16 +125,19 @@ def test_pfc_spreads_up_the_tree_and_stalls_a_victim(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {r["case"]: r for r in csv.DictReader(open(out / "spreading" / "summary.csv"))}
     for n in ("4", "8"):
-        lossy, pfc = rows[f"lossy-{n}"], rows[f"pfc-{n}"]
+        lossy = rows[f"lossy-{n}"]
         assert int(lossy["drops"]) > 0.3 * int(lossy["sent"]), lossy
-        assert int(pfc["drops"]) <= late_pause_losses(pfc), pfc
+        for pfc in (rows[f"pfc-{n}"], rows[f"pfc-dcqcn-{n}"]):
+            # a loss BMv2's input path made is named (lost_before_pipeline: the machine did not keep up)
+            assert int(pfc["drops"]) == 0 and int(pfc["victim_drops"]) == 0, pfc
+        pfc = rows[f"pfc-{n}"]
         assert all(int(pfc[f"pauses_hop{i}"]) > 0 for i in (1, 2, 3)), pfc
-        assert float(pfc["victim_pps"]) < 150, "head-of-line blocking: the victim far below its 200 packets/s"
+        assert float(pfc["victim_pps"]) < 75, "head-of-line blocking: the victim far below its 100 packets/s"
     pfc, both = rows["pfc-4"], rows["pfc-dcqcn-4"]
-    assert int(both["cnps_received"]) > 0 and int(both["drops"]) == 0, both
+    assert int(both["cnps_received"]) > 0, both
     assert sum(int(both[f"pauses_hop{i}"]) for i in (1, 2, 3)) < sum(int(pfc[f"pauses_hop{i}"]) for i in (1, 2, 3))
     # judged once DCQCN has settled (the last 40% of the run): a busy machine delays its first cuts by seconds
-    assert float(both["victim_last_40pct_pps"]) > float(pfc["victim_last_40pct_pps"]) + 50, both
+    assert float(both["victim_last_40pct_pps"]) > float(pfc["victim_last_40pct_pps"]) + 25, both
     assert (out / "spreading" / "pfc-8" / "throughput.png").stat().st_size > 10_000
 
 

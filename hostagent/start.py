@@ -1,0 +1,55 @@
+"""Agents that start together.
+
+A launcher starts several agents, each a process of its own, and their
+traffic must begin together. Starting takes time: importing Scapy costs
+about 0.8 s of CPU, so eleven agents need more than 4 s of two cores. With
+a fixed start time a few seconds ahead (`--start-at`), the first agents
+ready send into a machine still busy starting the rest, and a BMv2 switch
+starved of CPU in that moment loses frames before its pipeline, seen by no
+counter (docs/features/lossless.md).
+
+`--start-file F`: the agent, once set up, creates F.<pid>.ready and waits
+for F, which holds the wall-clock start time; the launcher
+(experiments/common.py, StartGate) writes F once every agent is ready.
+`--start-at T` is the plain form: a fixed time.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+POLL_S = 0.01
+READY_TIMEOUT_S = 120.0      # an agent waits this long for the launcher's start time
+
+
+def add_start_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--start-at", type=float, default=0.0, help="wall-clock start time (to start agents together)")
+    p.add_argument("--start-file", help="once ready, create <file>.<pid>.ready and start at the wall-clock "
+                                        "time the launcher writes to this file")
+
+
+def ready_marker(start_file: Path, pid: int) -> Path:
+    return start_file.with_name(f"{start_file.name}.{pid}.ready")
+
+
+def ready_markers(start_file: Path) -> list[Path]:
+    return sorted(start_file.parent.glob(f"{start_file.name}.*.ready"))
+
+
+def wait_for_start(a: argparse.Namespace) -> None:
+    """Return at the start time: --start-at's, or the one the launcher
+    writes to --start-file once every agent said it is ready."""
+    start_at = a.start_at
+    if a.start_file:
+        path = Path(a.start_file)
+        ready_marker(path, os.getpid()).touch()
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not path.exists():
+            if time.monotonic() > deadline:
+                raise SystemExit(f"no start time in {path} after {READY_TIMEOUT_S:.0f} s: the launcher gave up")
+            time.sleep(POLL_S)
+        start_at = float(path.read_text())
+    if start_at:
+        time.sleep(max(0.0, start_at - time.time()))
