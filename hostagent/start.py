@@ -41,9 +41,10 @@ def ready_markers(start_file: Path) -> list[Path]:
 def wait_for_start(a: argparse.Namespace) -> None:
     """Return at the start time: --start-at's, or the one the launcher
     writes to --start-file once every agent said it is ready."""
-    start_at = a.start_at
-    if a.start_file:
-        path = Path(a.start_file)
+    start_at = getattr(a, "start_at", 0.0)
+    start_file = getattr(a, "start_file", None)    # (callers that build their own Namespace may leave both out)
+    if start_file:
+        path = Path(start_file)
         ready_marker(path, os.getpid()).touch()
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not path.exists():
