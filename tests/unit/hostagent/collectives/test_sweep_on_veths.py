@@ -104,12 +104,15 @@ def test_two_jobs_of_training_steps_share_the_hosts(lossy_bridge, tmp_path):
     before the other's processes were up), each on its own queue pairs."""
     addresses = ",".join(ip_of(i) for i in range(len(HOSTS)))
     start_at = time.time() + 12      # six processes starting on two cores: CI once had job 1 up after job 0 ended
+    # Ten steps each, so the jobs overlap even when one job's first step comes late: with three,
+    # a CI run had job 1 send only after job 0 had finished (job 0 saw none of job 1's frames)
+    steps = 10
     procs = []
     for job, workload in ((0, "data-parallel"), (1, "pipeline")):
         for i, ns in enumerate(HOSTS):
             out = tmp_path / f"job{job}-rank{i}"
             cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "hostagent.collectives", "step",
-                   "--workload", workload, "--steps", "3", "--compute-ms", "4", "--model-bytes", "32768",
+                   "--workload", workload, "--steps", str(steps), "--compute-ms", "4", "--model-bytes", "32768",
                    "--activation-bytes", "8192", "--job", str(job), "--rank", str(i), "--addresses", addresses,
                    "--iface", f"{ns}0", "--src-ip", ip_of(i), "--src-mac", mac_of(i), "--gw-mac", GW_MAC,
                    "--line-rate-pps", "20000", "--timeout-s", "30", "--start-at", str(start_at), "--out", str(out)]
@@ -120,8 +123,8 @@ def test_two_jobs_of_training_steps_share_the_hosts(lossy_bridge, tmp_path):
         stdout, stderr = p.communicate(timeout=300)
         assert p.returncode == 0, f"{out.name}: {stdout}\n{stderr}"
         summary = json.loads(out.with_suffix(".json").read_text())
-        assert summary["steps"] == 3 and summary["step_s"]["median"] > 0
+        assert summary["steps"] == steps and summary["step_s"]["median"] > 0
         others_seen[job] += summary["ignored"].get("data for another endpoint's queue pair", 0)
         rows = out.with_suffix(".collectives.csv").read_text().splitlines()
-        assert len(rows) - 1 == (3 * 4 if job == 0 else 0)       # 4 buckets a step; the pipeline has none
+        assert len(rows) - 1 == (steps * 4 if job == 0 else 0)   # 4 buckets a step; the pipeline has none
     assert others_seen[0] > 0 and others_seen[1] > 0, others_seen   # each job's hosts got the other's frames
