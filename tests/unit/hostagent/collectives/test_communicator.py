@@ -342,6 +342,25 @@ def test_a_dead_peer_is_named_as_soon_as_the_retry_limit_allows():
     assert comms[0].endpoint.idle, "a failed connection has nothing left to do"
 
 
+def all_reduce_errors(comms, elements: int) -> tuple[dict[int, str], float]:
+    """An all-reduce of `elements` int32 zeros on each of `comms`, one thread
+    a rank: ({rank: its CollectiveError's text}, seconds until all ended)."""
+    errors: dict[int, str] = {}
+
+    def one(c: Communicator) -> None:
+        try:
+            c.all_reduce(np.zeros(elements, dtype=np.int32))
+        except CollectiveError as e:
+            errors[c.rank] = str(e)
+    start = time.monotonic()
+    threads = [threading.Thread(target=one, args=(c,)) for c in comms]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return errors, time.monotonic() - start
+
+
 def test_a_dead_rank_fails_every_rank_as_soon_as_one_gives_up():
     """Rank 2 of 4 is dead. In a ring all-reduce only rank 1 sends to it,
     so only rank 1's connection exceeds its retry count; ranks 3 and 0 wait
@@ -349,20 +368,8 @@ def test_a_dead_rank_fails_every_rank_as_soon_as_one_gives_up():
     at once, naming rank 1 and its cause, long before their 30 s timeout."""
     ips = [f"10.0.{r + 1}.1" for r in range(4)]
     comms = group(4, Hub(dead={ips[2]}), timeout_s=30.0)
-    errors: dict[int, str] = {}
-
-    def one(c: Communicator) -> None:
-        try:
-            c.all_reduce(np.zeros(64, dtype=np.int32))
-        except CollectiveError as e:
-            errors[c.rank] = str(e)
-    start = time.monotonic()
-    threads = [threading.Thread(target=one, args=(c,)) for c in comms if c.rank != 2]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert time.monotonic() - start < 3.0, "within the retry limit (about 0.64 s here), not the 30 s timeout"
+    errors, seconds = all_reduce_errors([c for c in comms if c.rank != 2], 64)
+    assert seconds < 3.0, "within the retry limit (about 0.64 s here), not the 30 s timeout"
     assert "the connection with rank 2 (10.0.3.1) failed" in errors[1] and "retry count exceeded" in errors[1]
     for rank in (0, 3):
         assert re.search(r"rank 1 \(10.0.2.1\) gave up: rank 1: all-reduce \(ring\) step \d+: the connection with "
@@ -380,23 +387,11 @@ def test_ranks_in_different_modes_fail_at_both_ends_naming_both_modes():
         ep = Endpoint(hub.link(ip), ip, f"02:00:00:00:00:{r + 1:02x}", "02:00:00:00:00:fe", params,
                       lambda: Dcqcn(DcqcnParams(line_rate_pps=200_000.0)))
         comms.append(Communicator(ep, ips, r, timeout_s=30.0))
-    errors: list = [None, None]
-
-    def one(c: Communicator) -> None:
-        try:
-            c.all_reduce(np.zeros(100, dtype=np.int32))
-        except CollectiveError as e:
-            errors[c.rank] = str(e)
-    start = time.monotonic()
-    threads = [threading.Thread(target=one, args=(c,)) for c in comms]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert time.monotonic() - start < 3.0, "at once, not after the timeout"
+    errors, seconds = all_reduce_errors(comms, 100)
+    assert seconds < 3.0, "at once, not after the timeout"
     # each end refuses the other's connection and is refused on its own: both name both modes
     for rank, peer in ((0, 1), (1, 0)):
-        assert errors[rank] is not None and f"the connection with rank {peer} ({ips[peer]}) failed" in errors[rank]
+        assert errors.get(rank) is not None and f"the connection with rank {peer} ({ips[peer]}) failed" in errors[rank]
         assert "mismatched ends" in errors[rank] and "selective-repeat" in errors[rank] \
             and "go-back-n" in errors[rank], errors[rank]
     for c in comms:
