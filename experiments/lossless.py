@@ -738,18 +738,17 @@ def run_isolation_case(name: str, topo, net: Network, ctl: FabricController, arg
     ctl.feature("lossless").apply(LosslessConfig(queues=8, classes=classes,
                                                  pfc=PfcThresholds(xoff=24, xon=12, headroom=32)))
     h1, h2, h3, h4 = (topo.hosts[h] for h in ("h1", "h2", "h3", "h4"))
+    start_at = time.time() + 3.0    # (with a StartGate, two CI runs missed this phase's delay bound: not yet understood)
     case_dir = out / name
     case_dir.mkdir(parents=True, exist_ok=True)
-    gate = StartGate(case_dir)
-    procs = [roce_agent(h, "receive", start_at=gate, out_dir=case_dir,
+    procs = [roce_agent(h, "receive", start_at=start_at, out_dir=case_dir,
                         extra=["--duration", str(args.duration + 1.0)]) for h in (h3, h4)]
     flows = ((h1, h3, COLLECTIVE_RATE, DSCP, TCLASS),
              (h2, h4, STORAGE_RATE, STORAGE_DSCP if separate else DSCP, STORAGE_CLASS if separate else TCLASS))
     for qp, (src, dst, pps, dscp, tclass) in enumerate(flows, start=1):
-        procs.append(roce_agent(src, "send", start_at=gate, out_dir=case_dir, extra=[
+        procs.append(roce_agent(src, "send", start_at=start_at, out_dir=case_dir, extra=[
             "--duration", str(args.duration), "--dst-ip", dst.ip, "--qp", str(qp), "--line-rate-pps", str(pps),
             "--fixed-rate", "--not-ect", "--dscp", str(dscp), "--tclass", str(tclass), "--link-mbps", "100"]))
-    gate.open(procs)
     finish(name, procs, net, args)
     rx = {h.name: json.loads((case_dir / f"receive-{h.name}.json").read_text()) for h in (h3, h4)}
 
