@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Sequence
 
 from core.bmv2_thrift import Bmv2Thrift
+from core.controller import FabricController
+from core.network import interface_rx_packets
 from features.ecn import QDEPTH_REGISTER
 from hostagent.start import ready_markers
 
@@ -85,7 +87,7 @@ def roce_agent(host, role: str, *, start_at: float | StartGate, out_dir: Path,
     return _agent("hostagent.ecn.roce", host, role, start_at, out_dir, extra)
 
 
-def rdma_agent(host, role: str, *, start_at: float, out_dir: Path, extra: Sequence[str] = (),
+def rdma_agent(host, role: str, *, start_at: float | StartGate, out_dir: Path, extra: Sequence[str] = (),
                stem: str | None = None) -> subprocess.Popen:
     """hostagent.rdma (the RC transport) `role` in `host`'s namespace, as
     roce_agent: out_dir/<stem>.json (and the sender's .csv), stem
@@ -140,3 +142,46 @@ def print_table(rows: list[dict], width: int = 13) -> None:
     print("\n" + " ".join(f"{c:>{width}s}" for c in cols))
     for r in rows:
         print(" ".join(f"{r[c]!s:>{width}s}" for c in cols))
+
+
+def input_path_counts(ctl: FabricController, topo) -> dict[str, int]:
+    """{switch: frames its interfaces received (the kernel's count) minus
+    frames its pipeline's ingress counted}. Once traffic has stopped, what
+    grew is what BMv2 lost between its packet socket and ingress: seen by
+    no P4 counter."""
+    out = {}
+    for sw in topo.switches.values():
+        rx = interface_rx_packets(sw)
+        ingress = ctl.counter(sw.name, "ingress_port_counter")
+        out[sw.name] = sum(rx.values()) - sum(ingress.get(p, (0, 0))[0] for p in rx)
+    return out
+
+
+def kernel_drops(topo) -> dict[str, int]:
+    """{where: frames the kernel dropped}: "<switch>" (rx_dropped of its
+    ports' interfaces) and "softnet" (/proc/net/softnet_stat's dropped, a
+    CPU's backlog full, every CPU). Counters that only grow; a case reads
+    them before and after."""
+    out = {}
+    for sw in topo.switches.values():
+        out[sw.name] = 0
+        for port in sw.ports.values():
+            with contextlib.suppress(OSError, ValueError):
+                out[sw.name] += int(Path(f"/sys/class/net/{port.iface}/statistics/rx_dropped").read_text())
+    out["softnet"] = sum(int(line.split()[1], 16) for line in Path("/proc/net/softnet_stat").read_text().splitlines())
+    return out
+
+
+def warn_input_path_loss(case: str, before: dict[str, int], after: dict[str, int],
+                         kernel_before: dict[str, int], kernel_after: dict[str, int]) -> str:
+    """"leaf3:25 spine2:4": frames each switch lost before its pipeline
+    during a case (its interfaces received them, its ingress never
+    counted them), then the kernel's own drops ("kernel:leaf3:2",
+    "kernel:softnet:1"); printed loudly when there are any."""
+    lost = [f"{sw}:{after[sw] - before[sw]}" for sw in after if after[sw] > before[sw]]
+    lost += [f"kernel:{k}:{kernel_after[k] - kernel_before[k]}" for k in kernel_after
+             if kernel_after[k] > kernel_before[k]]
+    if lost:
+        print(f"!!! {case}: frames lost before the pipeline, seen by no P4 counter ({' '.join(lost)}): "
+              f"the machine did not keep up with the offered load", flush=True)
+    return " ".join(lost)

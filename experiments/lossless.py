@@ -77,10 +77,11 @@ from core.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from core.bmv2_thrift import Bmv2Thrift
 from core.build import compile_p4
 from core.controller import FabricController
-from core.network import Network, interface_rx_packets, queue_rate_pps
+from core.network import Network, queue_rate_pps
 from core.p4constants import drop_reasons
 from core.topology import NextHop
-from experiments.common import StartGate, agent_python, print_table, roce_agent, save_figure, write_csv
+from experiments.common import StartGate, agent_python, input_path_counts, kernel_drops, print_table, roce_agent, \
+    save_figure, warn_input_path_loss, write_csv
 from features import load_topology, topology_from_dict
 from features.ecn import EcnProfile
 from features.lossless import OCCUPANCY_REGISTER, SECTION, LosslessConfig, PfcThresholds, TrafficClass, Watchdog, \
@@ -221,49 +222,6 @@ def spreading_topology():
     topo = topology_from_dict(data, "incast-leaf-spine.yaml (rates scaled)")
     topo.features[SECTION] = spreading_section(True)    # the hold queues' rate
     return topo
-
-
-def input_path_counts(ctl: FabricController, topo) -> dict[str, int]:
-    """{switch: frames its interfaces received (the kernel's count) minus
-    frames its pipeline's ingress counted}. Once traffic has stopped, what
-    grew is what BMv2 lost between its packet socket and ingress: seen by
-    no P4 counter."""
-    out = {}
-    for sw in topo.switches.values():
-        rx = interface_rx_packets(sw)
-        ingress = ctl.counter(sw.name, "ingress_port_counter")
-        out[sw.name] = sum(rx.values()) - sum(ingress.get(p, (0, 0))[0] for p in rx)
-    return out
-
-
-def kernel_drops(topo) -> dict[str, int]:
-    """{where: frames the kernel dropped}: "<switch>" (rx_dropped of its
-    ports' interfaces) and "softnet" (/proc/net/softnet_stat's dropped, a
-    CPU's backlog full, every CPU). Counters that only grow; a case reads
-    them before and after."""
-    out = {}
-    for sw in topo.switches.values():
-        out[sw.name] = 0
-        for port in sw.ports.values():
-            with contextlib.suppress(OSError, ValueError):
-                out[sw.name] += int(Path(f"/sys/class/net/{port.iface}/statistics/rx_dropped").read_text())
-    out["softnet"] = sum(int(line.split()[1], 16) for line in Path("/proc/net/softnet_stat").read_text().splitlines())
-    return out
-
-
-def warn_input_path_loss(case: str, before: dict[str, int], after: dict[str, int],
-                         kernel_before: dict[str, int], kernel_after: dict[str, int]) -> str:
-    """"leaf3:25 spine2:4": frames each switch lost before its pipeline
-    during a case (its interfaces received them, its ingress never
-    counted them), then the kernel's own drops ("kernel:leaf3:2",
-    "kernel:softnet:1"); printed loudly when there are any."""
-    lost = [f"{sw}:{after[sw] - before[sw]}" for sw in after if after[sw] > before[sw]]
-    lost += [f"kernel:{k}:{kernel_after[k] - kernel_before[k]}" for k in kernel_after
-             if kernel_after[k] > kernel_before[k]]
-    if lost:
-        print(f"!!! {case}: frames lost before the pipeline, seen by no P4 counter ({' '.join(lost)}): "
-              f"the machine did not keep up with the offered load", flush=True)
-    return " ".join(lost)
 
 
 def pipeline_drops(ctl: FabricController, topo) -> dict[str, int]:

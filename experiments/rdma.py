@@ -82,7 +82,8 @@ from core.controller import FabricController
 from core.impairments import drop_fraction
 from core.network import Network, queue_rate_pps
 from core.p4constants import drop_reasons
-from experiments.common import print_table, rdma_agent, sample_queue, save_figure, write_csv
+from experiments.common import StartGate, input_path_counts, kernel_drops, print_table, rdma_agent, sample_queue, \
+    save_figure, warn_input_path_loss, write_csv
 from features import load_topology, topology_from_dict
 from features.ecn import QDEPTH_REGISTER, EcnProfile
 from features.load_balancing import LbMode
@@ -100,6 +101,12 @@ DCQCN_K = 10                 # leaf3 marks CE at this queue depth (packets) for 
 
 
 LOSSLESS_CLASS, LOSSLESS_DSCP = 3, 26
+# The lossless experiment's settings for five switches on two cores (docs/features/lossless.md): a
+# paused class held at 500 packets/s a port, not the default 2000 (every held packet goes round again,
+# and the rounds compete with arrivals for BMv2's CPU), and a headroom of 64 packets for pauses the
+# switches and agents act on late. With the defaults (2000, 32) DCQCN and TIMELY at 4:1 lost 86-445
+# packets a case to the headroom and stalled on go-back-N timeouts.
+LOSSLESS_HEADROOM, LOSSLESS_HOLD_PPS = 64, 500
 
 
 def with_int_to_host(topo_path: Path):
@@ -114,7 +121,9 @@ def with_int_to_host(topo_path: Path):
     raw["int"] = {"collector": RECEIVER, "drop_report_interval_ms": None, "watchlist": [
         {"protocol": "udp", "dst_ports": 4791, "instructions": HPCC_INSTRUCTIONS, "max_hops": 4, "to_host": True}]}
     raw["lossless"] = {"queues": 8, "classes": [{"name": "rdma", "class": LOSSLESS_CLASS, "dscp": [LOSSLESS_DSCP],
-                                                 "lossless": True}]}
+                                                 "lossless": True}],
+                       "pfc": {"xoff": 24, "xon": 12, "headroom": LOSSLESS_HEADROOM},
+                       "hold_rate_pps": LOSSLESS_HOLD_PPS}
     return topology_from_dict(raw, f"{topo_path.name} + INT to the host + a lossless class")
 
 
@@ -156,6 +165,7 @@ class CaseRun:
     rx: dict                     # the receiver's
     samples: list                # (s since the start, bottleneck queue depth)
     drops: dict = field(default_factory=dict)     # the switches' pipeline drops in the case, by reason
+    lost_before_pipeline: str = ""                # frames BMv2 lost before its pipeline ("leaf3:25 ..."; common.py)
 
 
 def run_flows(name: str, cc: str, flows: list[Flow], pfc: bool, topo, net: Network, ctl: FabricController, args,
@@ -171,16 +181,17 @@ def run_flows(name: str, cc: str, flows: list[Flow], pfc: bool, topo, net: Netwo
                                    else EcnProfile.monitor(), queue=queue)
     case_dir = out / name
     case_dir.mkdir(parents=True, exist_ok=True)
-    start_at = time.time() + 2.0 + 0.4 * len(flows)     # every agent started (its imports take ~0.4 s of CPU)
+    gate = StartGate(case_dir)       # every agent ready before any sends (agents/start.py)
     end_s = max(f.start_s + f.duration_s + f.drain_s for f in flows)
     common = ["--mode", args.mode, "--mtu", str(MTU)]
-    procs = [rdma_agent(receiver, "receive", start_at=start_at, out_dir=case_dir,
+    procs = [rdma_agent(receiver, "receive", start_at=gate, out_dir=case_dir,
                         extra=[*common, "--duration", str(end_s + 3.0)])]
     capacity = queue_rate_pps(topo.switches[BOTTLENECK_SWITCH].ports[port].link.bandwidth_mbps)
     for f in flows:
         h = topo.hosts[f.host]
-        procs.append(rdma_agent(h, "send", start_at=start_at + f.start_s, out_dir=case_dir, stem=f.stem, extra=[
-            *common, "--dst-ip", receiver.ip, "--qp", str(f.qp), "--cc", cc, "--duration", str(f.duration_s),
+        procs.append(rdma_agent(h, "send", start_at=gate, out_dir=case_dir, stem=f.stem, extra=[
+            *common, "--start-after", str(f.start_s), "--dst-ip", receiver.ip, "--qp", str(f.qp), "--cc", cc,
+            "--duration", str(f.duration_s),
             "--drain-s", str(f.drain_s), "--line-rate-pps", str(capacity),
             *(["--dscp", str(LOSSLESS_DSCP), "--tclass", str(LOSSLESS_CLASS), "--link-mbps",
                str(topo.switches[h.switch].ports[h.switch_port].link.bandwidth_mbps)] if pfc else []), *f.extra]))
@@ -188,8 +199,10 @@ def run_flows(name: str, cc: str, flows: list[Flow], pfc: bool, topo, net: Netwo
     stop = threading.Event()
     sw = topo.switches[BOTTLENECK_SWITCH]
     drops_before = switch_drops(ctl, topo)
+    input_before, kernel_before = input_path_counts(ctl, topo), kernel_drops(topo)
     with Bmv2Thrift(sw.thrift_port) as thrift:
         thrift.register_write(QDEPTH_REGISTER, port, 0)
+        start_at = gate.open(procs)
         time.sleep(max(0.0, start_at - time.time()))
         sampler = threading.Thread(target=sample_queue, args=(thrift, port, stop, start_at, samples))
         sampler.start()
@@ -207,12 +220,14 @@ def run_flows(name: str, cc: str, flows: list[Flow], pfc: bool, topo, net: Netwo
         w.writerow(["t_s", "qdepth_pkts"])
         w.writerows((round(t, 4), q) for t, q in samples)
     drops = {k: n - drops_before.get(k, 0) for k, n in switch_drops(ctl, topo).items()}
+    input_lost = warn_input_path_loss(name, input_before, input_path_counts(ctl, topo), kernel_before,
+                                      kernel_drops(topo))
     tx = [json.loads((case_dir / f"{f.stem}.json").read_text()) for f in flows]
     late = {f.stem: t["started_late_s"] for f, t in zip(flows, tx) if t["started_late_s"] > 0.05}
     if late:
         raise RuntimeError(f"{name}: senders started late (s): {late}; the machine is too busy for this case")
     return CaseRun(case_dir, flows, tx, json.loads((case_dir / f"receive-{RECEIVER}.json").read_text()), samples,
-                   {k: n for k, n in drops.items() if n})
+                   {k: n for k, n in drops.items() if n}, input_lost)
 
 
 def switch_drops(ctl: FabricController, topo) -> dict[str, int]:
@@ -263,6 +278,7 @@ def run_case(cc: str, n: int, pfc: bool, topo, net: Network, ctl: FabricControll
         "sent": sum(t["sent"] for t in tx),
         "received": sum(f["received"] for f in rx["flows"].values()),
         "switch_drops": " ".join(f"{k}:{n}" for k, n in sorted(run.drops.items())),
+        "lost_before_pipeline": run.lost_before_pipeline,
     }
     _plot_case(result, run)
     return result
@@ -311,13 +327,14 @@ def run_loss_case(mode: str, loss_pct: float, topo, net: Network, ctl: FabricCon
     case_dir.mkdir(parents=True, exist_ok=True)
     undo = drop_fraction(port.iface, loss_pct / 100) if loss_pct else (lambda: None)
     try:
-        start_at = time.time() + 3.0
+        gate = StartGate(case_dir)
         common = ["--mode", mode, "--mtu", str(MTU)]
-        rx = rdma_agent(receiver, "receive", start_at=start_at, out_dir=case_dir,
+        rx = rdma_agent(receiver, "receive", start_at=gate, out_dir=case_dir,
                         extra=[*common, "--duration", str(args.duration + 3.0)])
-        tx = rdma_agent(sender, "send", start_at=start_at, out_dir=case_dir, extra=[
+        tx = rdma_agent(sender, "send", start_at=gate, out_dir=case_dir, extra=[
             *common, "--dst-ip", receiver.ip, "--qp", "1", "--cc", "dcqcn", "--duration", str(args.duration),
             "--message-bytes", str(MESSAGE_BYTES), "--line-rate-pps", str(capacity)])
+        gate.open([rx, tx])
         tx.wait(timeout=args.duration + 60)
         rx.terminate()
         rx.wait(timeout=15)
@@ -344,13 +361,14 @@ def run_spray_case(mode: str, reorder: bool, topo, net: Network, ctl: FabricCont
     capacity = queue_rate_pps(topo.switches[BOTTLENECK_SWITCH].ports[receiver.switch_port].link.bandwidth_mbps)
     case_dir = out / name
     case_dir.mkdir(parents=True, exist_ok=True)
-    start_at = time.time() + 3.0
+    gate = StartGate(case_dir)
     common = ["--mode", mode, "--mtu", str(MTU)]
-    rx = rdma_agent(receiver, "receive", start_at=start_at, out_dir=case_dir,
+    rx = rdma_agent(receiver, "receive", start_at=gate, out_dir=case_dir,
                     extra=[*common, "--duration", str(args.duration + 3.0), *(["--reorder"] if reorder else [])])
-    tx = rdma_agent(sender, "send", start_at=start_at, out_dir=case_dir, extra=[
+    tx = rdma_agent(sender, "send", start_at=gate, out_dir=case_dir, extra=[
         *common, "--dst-ip", receiver.ip, "--qp", "1", "--cc", "dcqcn", "--duration", str(args.duration),
         "--message-bytes", str(MESSAGE_BYTES), "--line-rate-pps", str(capacity)])
+    gate.open([rx, tx])
     tx.wait(timeout=args.duration + 60)
     rx.terminate()
     rx.wait(timeout=15)
@@ -444,6 +462,8 @@ def run_mix_case(cc: str, pfc: bool, one_packet_s: float, topo, net: Network, ct
         "queue_p50": percentile(steady_q, 0.5), "queue_p99": percentile(steady_q, 0.99),
         "int_queue_p50": int_q.get("p50", ""), "int_queue_p99": int_q.get("p99", ""),
         "retransmitted": sum(t["retransmitted"] for t in run.tx), "timeouts": sum(t["timeouts"] for t in run.tx),
+        "switch_drops": " ".join(f"{k}:{n}" for k, n in sorted(run.drops.items())),
+        "lost_before_pipeline": run.lost_before_pipeline,
     }
     with open(run.dir / "slowdowns.csv", "w", newline="") as fh:
         w = csv.writer(fh)
@@ -548,7 +568,9 @@ def run_converge_case(cc: str, pfc: bool, topo, net: Network, ctl: FabricControl
               "converged_after_max_s": max(times) if times else "",
               "join_after_s": " ".join(str(e["converged_after_s"] or "-") for e in events if e["event"] == "join"),
               "leave_after_s": " ".join(str(e["converged_after_s"] or "-") for e in events if e["event"] == "leave"),
-              "retransmitted": sum(t["retransmitted"] for t in run.tx)}
+              "retransmitted": sum(t["retransmitted"] for t in run.tx),
+              "switch_drops": " ".join(f"{k}:{n}" for k, n in sorted(run.drops.items())),
+              "lost_before_pipeline": run.lost_before_pipeline}
     _plot_converge(result, run, events)
     return result, events
 

@@ -11,7 +11,8 @@ counter (docs/features/lossless.md).
 `--start-file F`: the agent, once set up, creates F.<pid>.ready and waits
 for F, which holds the wall-clock start time; the launcher
 (experiments/common.py, StartGate) writes F once every agent is ready.
-`--start-at T` is the plain form: a fixed time.
+`--start-at T` is the plain form: a fixed time. `--start-after S` delays
+one agent S seconds past the common start (flows that join later).
 """
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ def add_start_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--start-at", type=float, default=0.0, help="wall-clock start time (to start agents together)")
     p.add_argument("--start-file", help="once ready, create <file>.<pid>.ready and start at the wall-clock "
                                         "time the launcher writes to this file")
+    p.add_argument("--start-after", type=float, default=0.0, metavar="S",
+                   help="start S seconds after the start time (a flow that joins later)")
 
 
 def ready_marker(start_file: Path, pid: int) -> Path:
@@ -38,9 +41,11 @@ def ready_markers(start_file: Path) -> list[Path]:
     return sorted(start_file.parent.glob(f"{start_file.name}.*.ready"))
 
 
-def wait_for_start(a: argparse.Namespace) -> None:
+def wait_for_start(a: argparse.Namespace) -> float:
     """Return at the start time: --start-at's, or the one the launcher
-    writes to --start-file once every agent said it is ready."""
+    writes to --start-file once every agent said it is ready (plus
+    --start-after). Return how late the agent was for it (s; 0 on time or
+    with no start time)."""
     start_at = getattr(a, "start_at", 0.0)
     start_file = getattr(a, "start_file", None)    # (callers that build their own Namespace may leave both out)
     if start_file:
@@ -52,5 +57,9 @@ def wait_for_start(a: argparse.Namespace) -> None:
                 raise SystemExit(f"no start time in {path} after {READY_TIMEOUT_S:.0f} s: the launcher gave up")
             time.sleep(POLL_S)
         start_at = float(path.read_text())
-    if start_at:
-        time.sleep(max(0.0, start_at - time.time()))
+    if not start_at:
+        return 0.0
+    start_at += getattr(a, "start_after", 0.0)
+    late_s = time.time() - start_at
+    time.sleep(max(0.0, -late_s))
+    return max(0.0, late_s)

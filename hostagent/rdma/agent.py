@@ -46,6 +46,7 @@ from hostagent.rdma.cc.timely import Timely, TimelyParams
 from hostagent.rdma.frames import FrameBuilder, Malformed, NotOurs, parse
 from hostagent.rdma.transport import MODES, SEND, WRITE, Ack, Requester, Responder, TransportParams
 from hostagent.sender import add_host_arguments
+from hostagent.start import add_start_arguments, wait_for_start
 from wire.rdma import RETH_OPCODES, HopRecord
 
 SAMPLE_S = 0.01
@@ -96,9 +97,7 @@ def run_sender(a, sock=None) -> dict:
     pfc = PauseState(a.link_mbps) if a.tclass is not None else None
     ignored: defaultdict[str, int] = defaultdict(int)
     series = []
-    late_s = max(0.0, time.time() - a.start_at) if a.start_at else 0.0
-    if a.start_at:
-        time.sleep(max(0.0, a.start_at - time.time()))
+    late_s = wait_for_start(a)
     t0 = time.monotonic()
     kind = WRITE if a.write else SEND
     posted = 0
@@ -223,8 +222,7 @@ def run_receiver(a, sock=None) -> dict:
     ignored: defaultdict[str, int] = defaultdict(int)
     rob = (ReorderBank(ReorderParams(gap_timeout_s=a.reorder_timeout, capacity=a.reorder_capacity), start_psn=0)
            if a.reorder else None)
-    if a.start_at:
-        time.sleep(max(0.0, a.start_at - time.time()))
+    wait_for_start(a)
 
     def send(frame: bytes) -> None:
         try:
@@ -326,7 +324,7 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--ack-every", type=int, default=4, help="receiver: an ACK every N packets")
         p.add_argument("--dscp", type=int, default=0, help="DSCP of the packets (the switches' traffic class)")
         p.add_argument("--duration", type=float, default=10.0)
-        p.add_argument("--start-at", type=float, default=0.0, help="wall-clock start time (agents start together)")
+        add_start_arguments(p)
         p.add_argument("--out", help="output prefix: <out>.json (and the sender's <out>.csv); default: stdout")
     add_reorder_arguments(sub.choices["receive"])
     sub.choices["receive"].add_argument("--cc", choices=sorted(congestion_controls()), default=None,
