@@ -4,6 +4,7 @@
     fabric> g1 ping -I g1.eth1 g2.eth1   multi-homed hosts: host.nic -> that NIC's IP
     fabric> pingall                 ping every host pair
     fabric> counters leaf1          port and drop counters of a switch (P4Runtime)
+    fabric> alerts                  the alerts firing now (`make monitor`'s alert receiver)
 """
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ import subprocess
 from core.controller import FabricController
 from core.network import Network, NetworkError, tail
 from core.p4constants import drop_reasons
+from telemetry.alert_receiver import Alert, firing, render
+from telemetry.metrics import ALERT_RECEIVER_PORT
+
+DEFAULT_ALERTS_URL = f"http://127.0.0.1:{ALERT_RECEIVER_PORT}"
 
 
 class FabricCLI(cmd.Cmd):
@@ -169,6 +174,16 @@ class FabricCLI(cmd.Cmd):
         for reason, index in drop_reasons().items():
             if index and drops.get(index, (0, 0))[0]:
                 print(f"dropped {reason}: {drops[index][0]}")
+
+    def do_alerts(self, arg: str):
+        """alerts [URL]: the alerts firing now, from the alert receiver `make
+        monitor` starts (default http://127.0.0.1:9774)."""
+        try:
+            now = firing(arg.strip() or DEFAULT_ALERTS_URL)
+        except OSError as exc:
+            print(exc)
+            return
+        print(render([Alert(**a) for a in now]), end="")
 
     def do_log(self, arg: str):
         """log <switch>: the last lines of a switch's BMv2 log."""

@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 # source (thrift's fastbinary). python3-thrift, python3-six: not for the venv, but for
 # BMv2's Thrift CLI simple_switch_CLI, a #!/usr/bin/python3 script importing thrift
 # (Debian's needs six), which `make doctor` requires and one runs by hand on a switch.
-APT_PACKAGES=(python3 python3-venv python3-dev python3-thrift python3-six iproute2 iptables nftables ethtool iputils-ping procps gcc prometheus valgrind)
+APT_PACKAGES=(python3 python3-venv python3-dev python3-thrift python3-six iproute2 iptables nftables ethtool iputils-ping procps gcc prometheus prometheus-alertmanager valgrind)
 VENV=.venv
 PYTHON=/usr/bin/python3  # Debian's python3; the venv sees none of its dist-packages
 

@@ -1,13 +1,17 @@
 """Monitoring next to a running network, in one command: the INT collector,
-the switch exporter and Prometheus, all on loopback; prints their URLs;
-stops and cleans up all of them on Ctrl-C / SIGTERM (or after --duration).
+the switch exporter, Prometheus with the alerting rules, Alertmanager and
+the project's alert receiver, all on loopback; prints their URLs; stops
+and cleans up all of them on Ctrl-C / SIGTERM (or after --duration).
 
     fabric monitor --topology leaf-spine
 
 Prometheus is Debian's `prometheus` binary with its own config and TSDB
 under --run-dir (default build/monitor); Grafana is not packaged here: see
 telemetry/docker-compose.yml for a Grafana (and Prometheus) in Docker,
-which reads the same dashboards.
+which reads the same dashboards. Alertmanager is Debian's
+`prometheus-alertmanager` (telemetry/alertmanager.py); every alert it
+sends is printed here, logged to --run-dir/alerts.jsonl, and listed by
+the receiver (telemetry/alert_receiver.py; `alerts` in the fabric shell).
 """
 from __future__ import annotations
 
@@ -25,6 +29,8 @@ from telemetry import prometheus_config
 from telemetry import metrics as m
 from telemetry.collector import Collector, progress_line
 from core.netns import NETNS_DIR
+from telemetry.alert_receiver import AlertReceiver
+from telemetry.alertmanager import AlertmanagerMissing, AlertmanagerProcess, write_config
 from telemetry.prometheus import PrometheusError, PrometheusMissing, PrometheusProcess
 from telemetry.switch_exporter import DEFAULT_P4INFO, Bmv2Reader, SwitchExporter
 from core.topology import TopologyError
@@ -55,8 +61,14 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help="port of the switch exporter's /metrics, 0 = any (default: %(default)s)")
     ap.add_argument("--prometheus-port", type=int, default=m.PROMETHEUS_PORT,
                     help="Prometheus web port, 0 = any (default: %(default)s)")
+    ap.add_argument("--alertmanager-port", type=int, default=m.ALERTMANAGER_PORT,
+                    help="Alertmanager web port, 0 = any (default: %(default)s)")
+    ap.add_argument("--alert-receiver-port", type=int, default=m.ALERT_RECEIVER_PORT,
+                    help="port of the alert receiver (the webhook), 0 = any (default: %(default)s)")
     ap.add_argument("--no-prometheus", action="store_true", help="run only the collector and the exporter "
                     "(e.g. with docker-compose's Prometheus)")
+    ap.add_argument("--no-alertmanager", action="store_true", help="no Alertmanager nor receiver: alerts only "
+                    "on Prometheus's /alerts page")
     ap.add_argument("--interval", type=float, default=1.0, help="seconds between switch reads (default: 1)")
     ap.add_argument("--scrape-interval", default="5s", help="Prometheus scrape interval (default: 5s)")
     ap.add_argument("--progress", type=float, default=10.0, help="seconds between status lines, 0 = none")
@@ -69,6 +81,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     collector: Optional[Collector] = None
     exporter: Optional[SwitchExporter] = None
     prom: Optional[PrometheusProcess] = None
+    am: Optional[AlertmanagerProcess] = None
+    receiver: Optional[AlertReceiver] = None
     run_dir = args.run_dir.resolve()
     try:
         topo = load_topology(args.topology)
@@ -90,17 +104,24 @@ def main(argv: Optional[list[str]] = None) -> int:
         exporter = SwitchExporter(topo, Bmv2Reader(args.p4info), interval=args.interval).start(
             port=args.exporter_port)
         assert collector.server is not None and exporter.server is not None  # start() opened them
+        if not args.no_prometheus and not args.no_alertmanager:
+            receiver = AlertReceiver(port=args.alert_receiver_port, log=run_dir / "alerts.jsonl",
+                                     echo=lambda line: print(f"monitor: alert {line}", flush=True)).start()
+            shutil.rmtree(run_dir / "alertmanager-data", ignore_errors=True)
+            am = AlertmanagerProcess(write_config(run_dir / "alertmanager.yml", receiver.webhook_url),
+                                     run_dir / "alertmanager-data", port=args.alertmanager_port,
+                                     log=run_dir / "alertmanager.log").start()
         if not args.no_prometheus:
             config = prometheus_config.write(
                 run_dir / "prometheus.yml",
                 {COLLECTOR_JOB: [collector.server.target], EXPORTER_JOB: [exporter.server.target]},
-                scrape_interval=args.scrape_interval)
+                scrape_interval=args.scrape_interval, alertmanagers=[am.target] if am is not None else [])
             data = run_dir / "prometheus-data"
             shutil.rmtree(data, ignore_errors=True)   # a fresh TSDB per run
             prom = PrometheusProcess(config, data, port=args.prometheus_port, log=run_dir / "prometheus.log").start()
-    except (TopologyError, OSError, PrometheusMissing, PrometheusError) as exc:
+    except (TopologyError, OSError, PrometheusMissing, PrometheusError, AlertmanagerMissing) as exc:
         print(f"monitor: error: {exc}", file=sys.stderr)
-        _cleanup(prom, exporter, collector)
+        _cleanup(prom, am, receiver, exporter, collector)
         return 2
 
     print(f"monitor: topology {topo.name} ({len(topo.switches)} switches)")
@@ -110,6 +131,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     if prom is not None:
         assert prom.proc is not None  # start() launched it
         print(f"monitor: Prometheus    -> {prom.url}  (pid {prom.proc.pid}, config {prom.config}, log {prom.log})")
+    if am is not None and receiver is not None:
+        print(f"monitor: Alertmanager  -> {am.url}  (config {am.config}, log {am.log})")
+        print(f"monitor: alerts        -> {receiver.url}  (firing now; every alert also in {receiver.store.log})")
     print("monitor: Grafana       -> docker compose -f telemetry/docker-compose.yml up grafana "
           f"(http://127.0.0.1:{m.GRAFANA_PORT}; dashboards in telemetry/grafana/dashboards)")
     for path in collector.outputs:
@@ -129,6 +153,10 @@ def main(argv: Optional[list[str]] = None) -> int:
                           file=sys.stderr)
                     code = 1
                     break
+            if am is not None and (am.proc is None or am.proc.poll() is not None):
+                print(f"monitor: Alertmanager exited; its log:\n{am.log_tail()}", file=sys.stderr)
+                code = 1
+                break
             if args.duration is not None and now - start >= args.duration:
                 break
             if args.progress and now - last >= args.progress:
@@ -139,10 +167,13 @@ def main(argv: Optional[list[str]] = None) -> int:
                       + (f"; Prometheus targets: {_targets(prom)}" if prom is not None else ""), flush=True)
                 last, last_packets = now, totals["packets"]
     finally:
-        _cleanup(prom, exporter, collector)
+        _cleanup(prom, am, receiver, exporter, collector)
     for path in collector.outputs:
         print(f"monitor: wrote {path}")
-    print("monitor: stopped collector, exporter" + (" and Prometheus" if prom is not None else ""), flush=True)
+    if receiver is not None and receiver.store.log is not None and receiver.store.log.exists():
+        print(f"monitor: wrote {receiver.store.log}")
+    print("monitor: stopped collector, exporter" + (", Prometheus" if prom is not None else "")
+          + (", Alertmanager and the alert receiver" if am is not None else ""), flush=True)
     return code
 
 
@@ -153,10 +184,11 @@ def _targets(prom: PrometheusProcess) -> str:
         return f"unknown ({exc})"
 
 
-def _cleanup(prom: Optional[PrometheusProcess], exporter: Optional[SwitchExporter],
+def _cleanup(prom: Optional[PrometheusProcess], am: Optional[AlertmanagerProcess],
+             receiver: Optional[AlertReceiver], exporter: Optional[SwitchExporter],
              collector: Optional[Collector]) -> None:
-    for stop in (prom.stop if prom else None, exporter.stop if exporter else None,
-                 collector.stop if collector else None):
+    for stop in (prom.stop if prom else None, am.stop if am else None, receiver.stop if receiver else None,
+                 exporter.stop if exporter else None, collector.stop if collector else None):
         if stop is not None:
             try:
                 stop()

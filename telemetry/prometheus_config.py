@@ -11,8 +11,10 @@ Every config loads the alerting rules, telemetry/alerts.yml
 (telemetry/alerts.py), under `rule_files:`: by a path relative to the config
 when it sits beside the rules (telemetry/prometheus.yml, and docker
 compose's /etc/prometheus), else by the absolute path (`fabric monitor`'s
-build/monitor/prometheus.yml). No Alertmanager is configured: alerts show
-on Prometheus's /alerts page and API.
+build/monitor/prometheus.yml). Firing alerts show on Prometheus's /alerts
+page and API; `--alertmanager HOST:PORT` also sends them to that
+Alertmanager (`fabric monitor` passes the one it starts,
+telemetry/alertmanager.py).
 """
 from __future__ import annotations
 
@@ -44,9 +46,10 @@ class ConfigError(ValueError):
 
 def scrape_config(targets: Mapping[str, Sequence[str]] = DEFAULT_TARGETS, *,
                   scrape_interval: str = DEFAULT_SCRAPE_INTERVAL, scrape_timeout: Optional[str] = None,
-                  rule_files: Sequence[str] = DEFAULT_RULE_FILES) -> dict:
+                  rule_files: Sequence[str] = DEFAULT_RULE_FILES, alertmanagers: Sequence[str] = ()) -> dict:
     """The configuration as data: one job per name, its targets host:port;
-    the rule files Prometheus loads (relative paths: to the config file)."""
+    the rule files Prometheus loads (relative paths: to the config file);
+    the Alertmanagers (host:port) it sends firing alerts to."""
     for value, what in ((scrape_interval, "scrape interval"), (scrape_timeout, "scrape timeout")):
         if value is not None and not DURATION_RE.match(value):
             raise ConfigError(f"{what} {value!r} is not a Prometheus duration (e.g. 5s, 500ms, 1m)")
@@ -65,6 +68,12 @@ def scrape_config(targets: Mapping[str, Sequence[str]] = DEFAULT_TARGETS, *,
     if scrape_timeout is not None:
         glob["scrape_timeout"] = scrape_timeout
     config: dict = {"global": glob}
+    for addr in alertmanagers:
+        match = TARGET_RE.match(addr)
+        if not match or not 0 < int(match.group(2)) < 65536:
+            raise ConfigError(f"alertmanager {addr!r} is not host:port")
+    if alertmanagers:
+        config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": list(alertmanagers)}]}]}
     if rule_files:
         config["rule_files"] = list(rule_files)
     config["scrape_configs"] = jobs
@@ -109,18 +118,20 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--target", action="append", default=[], metavar="JOB=HOST:PORT",
                     help="a job and one of its targets; repeat for more (default: collector and exporter on loopback)")
     ap.add_argument("--scrape-interval", default=DEFAULT_SCRAPE_INTERVAL, help="scrape and evaluation interval (default: %(default)s)")
+    ap.add_argument("--alertmanager", action="append", default=[], metavar="HOST:PORT",
+                    help="an Alertmanager to send firing alerts to; repeat for more (default: none)")
     ap.add_argument("-o", "--output", type=Path, help="file to write (default: standard output)")
     args = ap.parse_args(argv)
     try:
         targets = parse_targets(args.target) if args.target else DEFAULT_TARGETS
-        config = scrape_config(targets, scrape_interval=args.scrape_interval)
+        config = scrape_config(targets, scrape_interval=args.scrape_interval, alertmanagers=args.alertmanager)
     except ConfigError as exc:
         print(f"prometheus_config: error: {exc}", file=sys.stderr)
         return 2
     if args.output is None:
         sys.stdout.write(render(config))
     else:
-        write(args.output, targets, scrape_interval=args.scrape_interval)
+        write(args.output, targets, scrape_interval=args.scrape_interval, alertmanagers=args.alertmanager)
         print(f"prometheus_config: wrote {args.output}")
     return 0
 

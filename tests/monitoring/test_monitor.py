@@ -1,7 +1,9 @@
 """`python -m telemetry.monitor`: one command starts the collector, the
-switch exporter and a real Prometheus on loopback, prints where they are,
-and stops all of them on Ctrl-C. No switch runs here: the exporter must say
-so (fabric_switch_up 0) and keep serving."""
+switch exporter, a real Prometheus with the alerting rules, a real
+Alertmanager (Debian's) and the alert receiver on loopback, prints where
+they are, and stops all of them on Ctrl-C. No switch runs here: the
+exporter must say so (fabric_switch_up 0) and keep serving, and the
+SwitchDown alert must reach the receiver through Alertmanager."""
 import os
 import queue
 import signal
@@ -15,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from telemetry.alert_receiver import firing
+from telemetry.alertmanager import find_alertmanager
 from telemetry.prometheus import PrometheusClient, find_prometheus, free_port
 from telemetry.synthetic import Flow, Hop, flow_report
 
@@ -69,12 +73,13 @@ def field(lines: Lines, label: str) -> str:
 
 def test_monitor_runs_everything_on_loopback_and_cleans_up(tmp_path):
     find_prometheus()   # fails, not skips, without Debian's prometheus
+    find_alertmanager()     # and without its prometheus-alertmanager
     prom_port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "telemetry.monitor", "--topology", "topologies/leaf-spine.yaml", "--p4info",
          str(P4INFO), "--run-dir", str(tmp_path), "--collector-port", "0", "--collector-metrics-port", "0",
          "--exporter-port", "0", "--prometheus-port", str(prom_port), "--scrape-interval", "1s",
-         "--interval", "0.5", "--progress", "2"],
+         "--interval", "0.5", "--progress", "2", "--alertmanager-port", "0", "--alert-receiver-port", "0"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = Lines(proc)
     try:
@@ -93,12 +98,24 @@ def test_monitor_runs_everything_on_loopback_and_cleans_up(tmp_path):
         prom.wait_query('int_report_packets_total{switch="leaf2"} == 1', timeout=30)
         prom.wait_query("count(fabric_switch_up == 0) == 4", timeout=30)       # no switch runs here
         prom.wait_query('fabric_exporter_read_errors_total{source="p4runtime"} > 0', timeout=30)
+        # SwitchDown holds for 30 s, is evaluated every second, and Alertmanager waits 2 s for its group:
+        # one notification per switch (grouped by alertname and switch) within about 35 s of the start
+        alerts_url = field(lines, "alerts").split()[0]
+        assert field(lines, "Alertmanager").startswith("http://127.0.0.1:")
+        for _ in range(4):
+            lines.until("monitor: alert FIRING   SwitchDown", timeout=90)
+        down = [a for a in firing(alerts_url) if a["name"] == "SwitchDown"]
+        assert sorted(a["labels"]["switch"] for a in down) == ["leaf1", "leaf2", "spine1", "spine2"], down
+        assert all(a["annotations"]["summary"] for a in down), down
     finally:
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=60)
     output = "\n".join(lines.rest())
     assert code == 0, output
-    assert "monitor: stopped collector, exporter and Prometheus" in output
+    assert "monitor: stopped collector, exporter, Prometheus, Alertmanager and the alert receiver" in output
+    assert f"monitor: wrote {tmp_path / 'alerts.jsonl'}" in output
+    logged = (tmp_path / "alerts.jsonl").read_text().splitlines()
+    assert sum('"SwitchDown"' in line for line in logged) >= 4, logged
     assert f"monitor: wrote {tmp_path / 'collector' / 'summary.json'}" in output
     with pytest.raises(ProcessLookupError):
         os.kill(prom_pid, 0)
