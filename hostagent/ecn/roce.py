@@ -50,6 +50,7 @@ PACKET_IGNORE_OUTGOING = 23
 O = OFFSETS
 UDP_SPORT = O.udp_dport - 2   # UDP: source port, then destination port
 PROGRESS_S = 0.5              # how often the loops call their progress hook
+PFC_LISTEN_AFTER_S = 0.5      # a lossless sender keeps reading pauses this long after its last packet
 TAG_BYTES = 4                 # an 802.1Q tag (send --pcp)
 STAMP_AT = O.min_len          # the payload's first 8 bytes: when the sender sent it (monotonic ns)
 
@@ -177,6 +178,13 @@ def run_sender(a, progress=None, write: bool = True) -> dict:
             next_send = max(next_send + 1.0 / rp.rate, now - 0.01)  # no catch-up bursts after a stall
         else:
             time.sleep(min(next_send - now, 0.0005))
+    if pfc is not None:      # a NIC hears pauses while idle too: those its last packets caused are counted
+        listen_until = time.monotonic() + PFC_LISTEN_AFTER_S
+        while time.monotonic() < listen_until:
+            try:
+                pfc.on_frame(sock.recv(2048), time.monotonic() - t0)
+            except BlockingIOError:
+                time.sleep(0.001)
     summary = {"role": "sender", "qp": a.qp, "src": a.src_ip, "dst": a.dst_ip, "sent": sent,
                "duration_s": a.duration, "cnps_received": rp.cnps, "final_rate_pps": rp.rate,
                "ignored": dict(ignored), "params": asdict(params), "dcqcn": not a.fixed_rate,
