@@ -27,6 +27,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Protocol
 
 from core.bmv2 import DEFAULT_INTERACTIVE_LOG_LEVEL, check_log_level, switch_command, written_log
 from core.bmv2_thrift import Bmv2Thrift
@@ -90,7 +91,17 @@ def tail(path: Path, lines: int = 20) -> str:
         return "(no log)"
 
 
-def apply_queue_settings(topo: Topology, switch: str, thrift: Bmv2Thrift) -> dict[int, int]:
+class QueueSetter(Protocol):
+    """Where apply_queue_settings writes: Bmv2Thrift, or a recorder of the
+    same calls (fabric/kathara.py writes them as simple_switch_CLI commands)."""
+
+    def set_queue_rate(self, port: int, pps: int) -> None: ...
+    def set_queue_depth(self, port: int, packets: int) -> None: ...
+    def set_priority_queue_rate(self, port: int, priority: int, pps: int) -> None: ...
+    def set_priority_queue_depth(self, port: int, priority: int, packets: int) -> None: ...
+
+
+def apply_queue_settings(topo: Topology, switch: str, thrift: QueueSetter) -> dict[int, int]:
     """One switch's egress queues over Thrift: every queue of a port at its
     link's rate and BMv2's default depth, then the features' per-queue rates
     and depths (so a setting a feature no longer asks for is undone).
@@ -107,6 +118,35 @@ def apply_queue_settings(topo: Topology, switch: str, thrift: Bmv2Thrift) -> dic
             if setting.depth is not None:
                 thrift.set_priority_queue_depth(port, queue, setting.depth)
     return rates
+
+
+def nic_commands(nic: Nic, dev: str) -> list[list[str]]:
+    """What a host's NIC is set up with, run in the host's namespace once
+    its interface `dev` is there: no IPv6, its MAC and address, up, the
+    checksum offloads off (BMv2 does not complete partial checksums: the
+    host computes its own), and a static ARP entry for its gateway (the
+    switch port's MAC). The launcher runs these; a Kathara lab's host
+    startup file holds them (fabric/kathara.py)."""
+    return [["sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1"],
+            ["ip", "link", "set", dev, "address", nic.mac],
+            ["ip", "addr", "add", f"{nic.ip}/{nic.prefix_len}", "dev", dev],
+            ["ip", "link", "set", dev, "up"],
+            ["ethtool", "-K", dev, "tx", "off", "rx", "off"],
+            ["ip", "neigh", "replace", nic.gateway_ip, "lladdr", nic.gateway_mac, "dev", dev, "nud", "permanent"]]
+
+
+def host_routing_commands(topo: Topology, host: str,
+                          dev_of: Callable[[str], str] = lambda dev: dev) -> list[list[str]]:
+    """A one-NIC host: a default route via its gateway. Several NICs:
+    per-NIC tables selected by source address, and per-destination routes
+    in the main table (see Topology.host_routing). `dev_of` renames the
+    launcher's interface names (a Kathara lab's are eth0, eth1, ...)."""
+    routes, rules = topo.host_routing(host)
+    cmds = [["ip", "route", "add", r.prefix, "via", r.via, "dev", dev_of(r.dev),
+             *(["table", str(r.table)] if r.table is not None else [])] for r in routes]
+    cmds += [["ip", "rule", "add", "from", rule.source, "table", str(rule.table), "priority", str(rule.priority)]
+             for rule in rules]
+    return cmds
 
 
 def queue_rate_pps(bandwidth_mbps: float) -> int:
@@ -250,26 +290,12 @@ class Network:
         and a static ARP entry for its gateway (the switch port's MAC)."""
         ns, dev = nic.host, nic.iface
         sh("ip", "link", "set", dev, "netns", ns)
-        sh("sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1", netns=ns)
-        sh("ip", "link", "set", dev, "address", nic.mac, netns=ns)
-        sh("ip", "addr", "add", f"{nic.ip}/{nic.prefix_len}", "dev", dev, netns=ns)
-        sh("ip", "link", "set", dev, "up", netns=ns)
-        # BMv2 does not complete partial checksums: the host computes its own.
-        sh("ethtool", "-K", dev, "tx", "off", "rx", "off", netns=ns)
-        sh("ip", "neigh", "replace", nic.gateway_ip, "lladdr", nic.gateway_mac, "dev", dev,
-           "nud", "permanent", netns=ns)
+        for cmd in nic_commands(nic, dev):
+            sh(*cmd, netns=ns)
 
     def _configure_host_routing(self, host: Host) -> None:
-        """A one-NIC host: a default route via its gateway. Several NICs:
-        per-NIC tables selected by source address, and per-destination routes
-        in the main table (see Topology.host_routing)."""
-        routes, rules = self.topo.host_routing(host.name)
-        for r in routes:
-            table = ["table", str(r.table)] if r.table is not None else []
-            sh("ip", "route", "add", r.prefix, "via", r.via, "dev", r.dev, *table, netns=host.name)
-        for rule in rules:
-            sh("ip", "rule", "add", "from", rule.source, "table", str(rule.table), "priority", str(rule.priority),
-               netns=host.name)
+        for cmd in host_routing_commands(self.topo, host.name):
+            sh(*cmd, netns=host.name)
 
     def restart_switch(self, name: str, timeout: float = 15.0) -> None:
         """Start a switch whose process died again, same ports and addresses
@@ -319,7 +345,7 @@ class Network:
         sees them); then the features' own per-queue rates and depths."""
         applied: dict[str, dict[int, int]] = {}
         for sw in self.topo.switches.values():
-            with Bmv2Thrift(sw.thrift_port, name=sw.name) as thrift:
+            with Bmv2Thrift(sw.thrift_port, sw.thrift_host, name=sw.name) as thrift:
                 applied[sw.name] = apply_queue_settings(self.topo, sw.name, thrift)
         return applied
 

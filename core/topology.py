@@ -34,7 +34,7 @@ IFNAME_MAX = 15  # Linux IFNAMSIZ (16) less the terminating NUL
 LINK_FIELDS = {"a", "b", "bandwidth_mbps", "delay_ms", "loss_pct"}
 NODE_FIELDS = {"name", "role"}
 LABEL_FIELDS = {"plane", "rail"}
-SWITCH_FIELDS = NODE_FIELDS | LABEL_FIELDS
+SWITCH_FIELDS = NODE_FIELDS | LABEL_FIELDS | {"management_ip"}
 HOST_FIELDS = NODE_FIELDS | {"nics"}
 NIC_FIELDS = {"name"} | LABEL_FIELDS
 DEFAULT_NIC = "eth0"  # the one NIC of a host that declares none
@@ -95,10 +95,19 @@ class Switch:
     ports: dict[int, Port] = field(default_factory=dict)
     plane: str | None = None
     rail: int | None = None
+    management_ip: str | None = None     # a switch that runs apart (a Kathara lab): where it listens
 
     @property
     def grpc_addr(self) -> str:
+        """Its P4Runtime server: loopback, port 9559 + device id; on its
+        management address, port 9559, when it has one."""
+        if self.management_ip is not None:
+            return f"{self.management_ip}:{GRPC_PORT_BASE}"
         return f"127.0.0.1:{GRPC_PORT_BASE + self.device_id}"
+
+    @property
+    def thrift_host(self) -> str:
+        return self.management_ip or "127.0.0.1"
 
     @property
     def thrift_port(self) -> int:
@@ -465,7 +474,8 @@ def from_dict(data: Any, source: str = "<topology>", features: Sequence["Feature
         where = f"switches[{i}]"
         sw_name, role = v.node(where, raw, SWITCH_FIELDS, node_names)
         plane, rail = v.labels(where, raw)
-        switches[sw_name] = Switch(sw_name, device_id=len(switches) + 1, role=role, plane=plane, rail=rail)
+        switches[sw_name] = Switch(sw_name, device_id=len(switches) + 1, role=role, plane=plane, rail=rail,
+                                   management_ip=v.management_ip(where, raw))
     _check_planes_everywhere(v, switches)
 
     hosts: dict[str, Host] = {}
@@ -626,6 +636,15 @@ class _Validator:
         if role is not None and not isinstance(role, str):
             self.fail(f"{where}.role", f"expected a string, got {role!r}")
         return name, role
+
+    def management_ip(self, where: str, raw: Any) -> str | None:
+        value = raw.get("management_ip") if isinstance(raw, dict) else None
+        if value is None:
+            return None
+        try:
+            return str(ipaddress.IPv4Address(value))
+        except (ipaddress.AddressValueError, ValueError):
+            self.fail(f"{where}.management_ip", f"{value!r} is not an IPv4 address")
 
     def link_number(self, where: str, key: str, value: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):

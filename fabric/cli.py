@@ -9,6 +9,7 @@
     fabric features [--markdown]                    the feature index
     fabric generate [--check]                       rewrite (or check) every generated file
     fabric probe-plan [topology ...]                INT probe plans of topologies
+    fabric export kathara --topology T DIR          the topology as a Kathara lab (docs/operations.md)
     fabric diagnose | heartbeats ...                commands the features add
 
 Options after a command are that command's own (`fabric run --help`).
@@ -29,7 +30,7 @@ from core.controller import FabricController
 from core.p4info import EntryError
 from core.switch import CONTROLLER_ELECTION_ID, SwitchError
 from core.topology import TopologyError
-from fabric import generate, run
+from fabric import generate, kathara, run
 from features import FEATURES, load_topology
 from telemetry import monitor
 
@@ -66,6 +67,18 @@ def feature_index(markdown: bool) -> str:
     return "\n".join(lines)
 
 
+EXPORTERS: dict[str, Callable[[list[str]], int]] = {"kathara": kathara.main}
+
+
+def export(rest: list[str]) -> int:
+    """fabric export FORMAT ...: the topology written for another emulator."""
+    if not rest or rest[0] not in EXPORTERS:
+        print(f"usage: fabric export {{{','.join(EXPORTERS)}}} --topology T DIR "
+              f"(`fabric export kathara --help`)", file=sys.stderr)
+        return 2
+    return EXPORTERS[rest[0]](rest[1:])
+
+
 def _program(args: argparse.Namespace) -> int:
     topo = load_topology(args.topology)
     with FabricController(topo, election_id=args.election_id) as ctl:
@@ -85,13 +98,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         "run": run.main, "monitor": monitor.main, "build": build.main, "doctor": lambda rest: toolchain.doctor(),
         "bench": benchmarks.forwarding_rate.main, "generate": generate.main,
         "probe-plan": lambda rest: probe_planner.main(rest, FEATURES),
+        "export": export,
     }
     helps = {"run": "build, start a topology on BMv2, program it, ping all pairs, open the shell",
              "monitor": "INT collector, switch exporter and Prometheus next to a running network",
              "build": "compile p4src/main.p4", "doctor": "what toolchain was found, and how to get what is missing",
              "bench": "packets/s of the pipeline, of each feature, and two references",
              "generate": "rewrite every generated file (--check: fail if one is stale)",
-             "probe-plan": "the INT probe plans of topologies"}
+             "probe-plan": "the INT probe plans of topologies",
+             "export": "the topology for another emulator: `export kathara --topology T DIR`"}
     for name in passthrough:
         sub.add_parser(name, help=helps[name], add_help=False).add_argument("rest", nargs=argparse.REMAINDER)
     p = sub.add_parser("program", help="program a running network (idempotent)")

@@ -443,7 +443,7 @@ class LosslessRuntime:
         self.ctl.topo.features[SECTION] = config
         written = self.ctl.program_all()
         for sw in self.ctl.topo.switches.values():       # shares and queue depths follow the section
-            with Bmv2Thrift(sw.thrift_port, name=sw.name) as thrift:
+            with Bmv2Thrift(sw.thrift_port, sw.thrift_host, name=sw.name) as thrift:
                 apply_queue_settings(self.ctl.topo, sw.name, thrift)
         return written
 

@@ -196,8 +196,8 @@ class Bmv2Reader:
     def _thrift_session(self, sw):
         session = self._thrift.get(sw.name)
         if session is None:
-            session = self._thrift[sw.name] = Bmv2Thrift(sw.thrift_port, connect_timeout=self.connect_timeout,
-                                                         name=sw.name)
+            session = self._thrift[sw.name] = Bmv2Thrift(sw.thrift_port, sw.thrift_host,
+                                                         connect_timeout=self.connect_timeout, name=sw.name)
         return session
 
     @staticmethod

@@ -24,7 +24,7 @@ def link_health(topo, timeout_ms: float, thrift_of=None) -> tuple[set, set]:
     does not answer); a switch is dead when it does not answer Thrift.
     `thrift_of(switch)` opens a Bmv2Thrift (default: the switch's port)."""
     # A switch that refuses the connection is dead: no retrying for long.
-    thrift_of = thrift_of or (lambda s: Bmv2Thrift(topo.switches[s].thrift_port, connect_timeout=0.2))
+    thrift_of = thrift_of or (lambda s: Bmv2Thrift(topo.switches[s].thrift_port, topo.switches[s].thrift_host, connect_timeout=0.2))
     heard: dict[str, dict[int, float | None] | None] = {}   # switch -> port -> ms since heard
     for s in topo.switches:
         try:
@@ -58,7 +58,8 @@ class ThriftSessions:
     answer. Use as link_health's thrift_of."""
 
     def __init__(self, topo, connect_timeout: float = 0.2, opener=None):
-        self.opener = opener or (lambda s: Bmv2Thrift(topo.switches[s].thrift_port, connect_timeout=connect_timeout))
+        self.opener = opener or (lambda s: Bmv2Thrift(topo.switches[s].thrift_port, topo.switches[s].thrift_host,
+                                                      connect_timeout=connect_timeout))
         self.open: dict[str, Bmv2Thrift] = {}
 
     def __call__(self, switch: str):

@@ -1,0 +1,238 @@
+"""A topology as a Kathara lab: the same fabric on containers, on one
+machine (Kathara's Docker backend) or on a Kubernetes cluster (Megalos).
+
+    fabric export kathara --topology fat-tree-k4 DIR [--switch-image kathara/p4] [--host-image p4-ai-fabric]
+
+writes DIR/lab.conf, one DIR/<device>.startup per device and DIR/shared/
+(Kathara mounts it at /shared in every device):
+- every switch on `--switch-image` (Kathara's BMv2 image), one interface
+  per port in port order (eth<i> is the switch's i-th port, BMv2 port
+  number as in the topology) and a last one on the management collision
+  domain `mgmt`; its startup runs simple_switch_grpc with the command line
+  the launcher builds (core.bmv2.switch_command: same device id, ports,
+  log level, priority queues), P4Runtime on its management address, then
+  sets its egress queues with simple_switch_CLI as the launcher does over
+  Thrift (core.network.apply_queue_settings, recorded: QueueScript);
+- every host on `--host-image` (the project's image, `make docker-build`:
+  its agents run there), its NICs with the topology's MACs (lab.conf), the
+  launcher's NIC and routing commands (core.network.nic_commands,
+  host_routing_commands);
+- links with a delay or a loss get the launcher's netem at both ends;
+- a `controller` device (the project's image) on `mgmt`, which waits for
+  every switch's P4Runtime server and runs `fabric program` with
+  shared/topology.yaml: the topology with each switch's `management_ip`;
+- shared/main.json and shared/main.p4info.txtpb: the compiled pipeline.
+
+Collision domains are named after the link's ends (`leaf1_spine1`; a
+second link between the same two: `leaf1_spine1_2`). Management addresses:
+MANAGEMENT_NET, switch n at .n, the controller at the last address.
+"""
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import shlex
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import yaml
+
+from core.bmv2 import switch_command
+from core.controller import DEFAULT_PIPELINE
+from core.switch import Pipeline
+from core.feature import priority_queues
+from core.network import apply_queue_settings, host_routing_commands, nic_commands
+from core.topology import GRPC_PORT_BASE, Topology, TopologyError
+from features import load_topology
+
+SWITCH_IMAGE = "kathara/p4"
+HOST_IMAGE = "p4-ai-fabric"          # docker/Dockerfile, `make docker-build`
+CONTROLLER = "controller"
+MANAGEMENT = "mgmt"
+MANAGEMENT_NET = ipaddress.ip_network("172.31.0.0/16")
+SWITCH_LOG_LEVEL = "warn"
+PROJECT_DIR = "/fabric"              # where the project's image keeps it
+
+
+class QueueScript:
+    """A QueueSetter (core/network.py) that writes each call as the
+    simple_switch_CLI command that does the same."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def set_queue_rate(self, port: int, pps: int) -> None:
+        self.lines.append(f"set_queue_rate {pps} {port}")
+
+    def set_queue_depth(self, port: int, packets: int) -> None:
+        self.lines.append(f"set_queue_depth {packets} {port}")
+
+    def set_priority_queue_rate(self, port: int, priority: int, pps: int) -> None:
+        self.lines.append(f"set_queue_rate {pps} {port} {priority}")
+
+    def set_priority_queue_depth(self, port: int, priority: int, packets: int) -> None:
+        self.lines.append(f"set_queue_depth {packets} {port} {priority}")
+
+
+@dataclass
+class Device:
+    name: str
+    image: str
+    interfaces: list[tuple[str, str]] = field(default_factory=list)     # (collision domain, MAC or "")
+    startup: list[str] = field(default_factory=list)
+
+    def iface(self, domain: str) -> str:
+        """eth<i> of the interface on `domain`."""
+        return f"eth{[d for d, _ in self.interfaces].index(domain)}"
+
+
+def collision_domains(topo: Topology) -> list[str]:
+    """One per link, in the topology's link order, named after its ends."""
+    names, seen = [], dict[str, int]()
+    for link in topo.links:
+        base = f"{link.a}_{link.b}"
+        seen[base] = seen.get(base, 0) + 1
+        names.append(base if seen[base] == 1 else f"{base}_{seen[base]}")
+    return names
+
+
+def management_ip(topo: Topology, switch: str) -> str:
+    return str(MANAGEMENT_NET[topo.switches[switch].device_id])
+
+
+def controller_ip() -> str:
+    return str(MANAGEMENT_NET[-2])
+
+
+def devices(topo: Topology, switch_image: str = SWITCH_IMAGE, host_image: str = HOST_IMAGE) -> dict[str, Device]:
+    """Every device of the lab: switches, hosts, the controller."""
+    domain_of = dict(zip((id(link) for link in topo.links), collision_domains(topo)))
+    prefix = MANAGEMENT_NET.prefixlen
+    out: dict[str, Device] = {}
+    for sw in topo.switches.values():
+        dev = out[sw.name] = Device(sw.name, switch_image)
+        ports = [sw.ports[n] for n in sorted(sw.ports)]
+        dev.interfaces = [(domain_of[id(p.link)], p.mac) for p in ports] + [(MANAGEMENT, "")]
+        mgmt, ip = f"eth{len(ports)}", management_ip(topo, sw.name)
+        dev.startup += [f"ip addr add {ip}/{prefix} dev {mgmt}", f"ip link set {mgmt} up"]
+        dev.startup += [shlex.join(["sysctl", "-qw", f"net.ipv6.conf.eth{i}.disable_ipv6=1"])
+                        for i in range(len(ports))]
+        dev.startup += _netem(topo, sw.name, {id(p.link): f"eth{i}" for i, p in enumerate(ports)})
+        cmd = switch_command("simple_switch_grpc", device_id=sw.device_id, thrift_port=sw.thrift_port,
+                             grpc_addr=f"{ip}:{GRPC_PORT_BASE}", ports={p.number: f"eth{i}" for i, p in enumerate(ports)},
+                             log_level=SWITCH_LOG_LEVEL, log_file=Path(f"/var/log/{sw.name}"),
+                             priority_queues=priority_queues(topo, sw.name))
+        dev.startup.append(shlex.join(cmd) + f" > /var/log/{sw.name}.stdout 2>&1 &")
+        script = QueueScript()
+        apply_queue_settings(topo, sw.name, script)    # what the launcher sets over Thrift, recorded
+        dev.startup.append(f"until (exec 3<>/dev/tcp/127.0.0.1/{sw.thrift_port}) 2>/dev/null; do sleep 1; done")
+        dev.startup.append(f"simple_switch_CLI --thrift-port {sw.thrift_port} > /var/log/{sw.name}.queues <<'EOF'\n"
+                           + "\n".join(script.lines) + "\nEOF")
+    for host in topo.hosts.values():
+        dev = out[host.name] = Device(host.name, host_image)
+        links = {topo.link_nic(link, host.name).iface: link for link in topo.links if host.name in (link.a, link.b)}
+        renamed = {}
+        for i, nic in enumerate(host.nics.values()):
+            link = links[nic.iface]
+            dev.interfaces.append((domain_of[id(link)], nic.mac))
+            renamed[nic.iface] = f"eth{i}"
+        for nic in host.nics.values():
+            dev.startup += [shlex.join(c) for c in nic_commands(nic, renamed[nic.iface])]
+        dev.startup += _netem(topo, host.name, {id(links[n]): renamed[n] for n in links})
+        dev.startup += [shlex.join(c) for c in host_routing_commands(topo, host.name, renamed.__getitem__)]
+    ctl = out[CONTROLLER] = Device(CONTROLLER, host_image, [(MANAGEMENT, "")])
+    ctl.startup += [f"ip addr add {controller_ip()}/{prefix} dev eth0", "ip link set eth0 up"]
+    for sw in topo.switches.values():
+        ip = management_ip(topo, sw.name)
+        ctl.startup.append(f"until (exec 3<>/dev/tcp/{ip}/{GRPC_PORT_BASE}) 2>/dev/null; do sleep 1; done   # {sw.name}")
+    ctl.startup += [f"mkdir -p {PROJECT_DIR}/build && cp /shared/main.json /shared/main.p4info.txtpb {PROJECT_DIR}/build/",
+                    f"cd {PROJECT_DIR} && .venv/bin/fabric program --topology /shared/topology.yaml "
+                    "> /shared/controller.log 2>&1 &"]
+    return out
+
+
+def _netem(topo: Topology, node: str, iface_of: dict[int, str]) -> list[str]:
+    """The launcher's netem on `node`'s end of each delayed or lossy link."""
+    out = []
+    for link in topo.links:
+        if node in (link.a, link.b) and (link.delay_ms or link.loss_pct) and id(link) in iface_of:
+            netem = (["delay", f"{link.delay_ms:g}ms"] if link.delay_ms else []) + \
+                    (["loss", f"{link.loss_pct:g}%"] if link.loss_pct else [])
+            out.append(shlex.join(["tc", "qdisc", "add", "dev", iface_of[id(link)], "root", "netem", *netem]))
+    return out
+
+
+def lab_conf(topo: Topology, devs: dict[str, Device]) -> str:
+    text = "".join(c for c in " ".join(topo.description.split()) if c not in "=\"'")    # Kathara splits on =
+    lines = [f'LAB_DESCRIPTION="{topo.name}: {text}"',
+             'LAB_AUTHOR="p4-ai-fabric (fabric export kathara)"', ""]
+    for dev in devs.values():
+        for i, (domain, mac) in enumerate(dev.interfaces):
+            lines.append(f'{dev.name}[{i}]="{domain}{"/" + mac if mac else ""}"')
+        lines.append(f'{dev.name}[image]="{dev.image}"')
+        lines.append("")
+    return "\n".join(lines)
+
+
+def managed_topology(topo: Topology) -> dict:
+    """The topology file's data with each switch's management_ip."""
+    data = yaml.safe_load(Path(topo.source).read_text())
+    entries = []
+    for raw in data["switches"]:
+        entry = {"name": raw} if isinstance(raw, str) else dict(raw)
+        entry["management_ip"] = management_ip(topo, entry["name"])
+        entries.append(entry)
+    data["switches"] = entries
+    return data
+
+
+def export(topo: Topology, out: Path, pipeline: Pipeline = DEFAULT_PIPELINE, *, switch_image: str = SWITCH_IMAGE,
+           host_image: str = HOST_IMAGE) -> list[Path]:
+    """Write the lab to `out` (made; an existing lab.conf there is replaced,
+    nothing else removed); return the files written."""
+    for path in (pipeline.bmv2_json, pipeline.p4info_txt):
+        if not path.exists():
+            raise FileNotFoundError(f"{path} not found: run `make build` first")
+    devs = devices(topo, switch_image, host_image)
+    shared = out / "shared"
+    shared.mkdir(parents=True, exist_ok=True)
+    written = [out / "lab.conf"]
+    written[0].write_text(lab_conf(topo, devs))
+    for dev in devs.values():
+        path = out / f"{dev.name}.startup"
+        path.write_text(f"# {dev.name}: written by `fabric export kathara`\n" + "\n".join(dev.startup) + "\n")
+        written.append(path)
+    for src, name in ((pipeline.bmv2_json, "main.json"), (pipeline.p4info_txt, "main.p4info.txtpb")):
+        shutil.copyfile(src, shared / name)
+        written.append(shared / name)
+    (shared / "topology.yaml").write_text(f"# {topo.source} with each switch's management address "
+                                         "(fabric export kathara)\n" + yaml.safe_dump(managed_topology(topo),
+                                                                                     sort_keys=False))
+    written.append(shared / "topology.yaml")
+    return written
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="fabric export kathara", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--topology", "-t", required=True, help="topology name in topologies/ or a YAML path")
+    ap.add_argument("--switch-image", default=SWITCH_IMAGE, help="image of the switches (default: %(default)s)")
+    ap.add_argument("--host-image", default=HOST_IMAGE, help="image of the hosts and the controller, with the "
+                    "project in /fabric (default: %(default)s, `make docker-build`)")
+    ap.add_argument("out", type=Path, help="directory of the lab (made if missing)")
+    args = ap.parse_args(argv)
+    try:
+        topo = load_topology(args.topology)
+        written = export(topo, args.out, switch_image=args.switch_image, host_image=args.host_image)
+    except (TopologyError, OSError) as exc:
+        print(f"fabric export kathara: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"fabric export kathara: {topo.name}: {len(topo.switches)} switches, {len(topo.hosts)} hosts and the "
+          f"controller in {args.out}/lab.conf ({len(written)} files); start it with `kathara lstart -d {args.out}`")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""`fabric export kathara` (fabric/kathara.py) for every shipped topology,
+read back by Kathara's own parser (the `kathara` package: LabParser loads a
+lab without running it), and each device's startup checked against what
+the project's launcher runs for the same node (core/network.py, core/bmv2.py)."""
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from Kathara.parser.netkit.LabParser import LabParser
+
+from core.bmv2 import switch_command
+from core.feature import priority_queues
+from core.network import apply_queue_settings, host_routing_commands, nic_commands
+from core.switch import Pipeline
+from fabric.kathara import CONTROLLER, MANAGEMENT, QueueScript, export, management_ip
+from features import load_topology
+
+REPO = Path(__file__).resolve().parents[3]
+TOPOLOGIES = sorted(p.stem for p in (REPO / "topologies").glob("*.yaml"))
+
+
+@pytest.fixture
+def pipeline(tmp_path) -> Pipeline:
+    """Stand-ins for the compiled pipeline: the export copies them, nothing reads them here."""
+    json_file, p4info = tmp_path / "main.json", tmp_path / "main.p4info.txtpb"
+    json_file.write_text('{"program": "main.p4"}\n')
+    p4info.write_text("pkg_info { arch: \"v1model\" }\n")
+    return Pipeline(json_file, p4info)
+
+
+def startup(lab_dir: Path, device: str) -> list[str]:
+    return (lab_dir / f"{device}.startup").read_text().splitlines()[1:]
+
+
+@pytest.mark.parametrize("name", TOPOLOGIES)
+def test_every_topology_exports_a_lab_kathara_loads_that_runs_what_the_launcher_runs(tmp_path, pipeline, name):
+    topo = load_topology(name)
+    out = tmp_path / "lab"
+    export(topo, out, pipeline)
+    lab = LabParser.parse(str(out))
+    assert set(lab.machines) == {*topo.switches, *topo.hosts, CONTROLLER}
+
+    def domain(node: str, iface: int) -> str:
+        return lab.machines[node].interfaces[iface].link.name
+
+    # every link: its two ends on one collision domain of their own
+    ends: dict[str, set[str]] = {}
+    for node, machine in lab.machines.items():
+        for i, iface in machine.interfaces.items():
+            ends.setdefault(iface.link.name, set()).add(node)
+    assert ends.pop(MANAGEMENT) == {*topo.switches, CONTROLLER}
+    assert sorted(tuple(sorted(e)) for e in ends.values()) == sorted(tuple(sorted((l.a, l.b))) for l in topo.links)
+
+    for sw in topo.switches.values():
+        machine = lab.machines[sw.name]
+        assert machine.meta["image"] == "kathara/p4"
+        lines = startup(out, sw.name)
+        (cmd_line,) = [line for line in lines if line.startswith("simple_switch_grpc ")]
+        cmd = shlex.split(cmd_line.split(" > ")[0])
+        ports = dict(arg.split("@") for arg in cmd[cmd.index("-i") + 1::2] if "@" in arg)
+        ports = {int(n): iface for n, iface in ports.items()}
+        assert set(ports) == set(sw.ports)
+        for number, iface in ports.items():       # BMv2 port N is the lab interface on port N's link
+            port = sw.ports[number]
+            assert domain(sw.name, int(iface[3:])) == next(d for d, e in ends.items() if e == {sw.name, port.peer}
+                                                           or (port.peer == sw.name and e == {sw.name})), number
+            assert machine.interfaces[int(iface[3:])].mac_address == port.mac
+        assert cmd == switch_command("simple_switch_grpc", device_id=sw.device_id, thrift_port=sw.thrift_port,
+                                     grpc_addr=f"{management_ip(topo, sw.name)}:9559", ports=ports,
+                                     log_level="warn", log_file=Path(f"/var/log/{sw.name}"),
+                                     priority_queues=priority_queues(topo, sw.name))
+        launcher = QueueScript()
+        apply_queue_settings(topo, sw.name, launcher)
+        queue_lines = lines[lines.index(next(x for x in lines if "> /var/log/" in x and ".queues" in x)) + 1:-1]
+        assert queue_lines == launcher.lines and launcher.lines
+
+    for host in topo.hosts.values():
+        machine = lab.machines[host.name]
+        renamed = {nic.iface: f"eth{i}" for i, nic in enumerate(host.nics.values())}
+        assert [machine.interfaces[i].mac_address for i in range(len(host.nics))] == \
+            [nic.mac for nic in host.nics.values()]
+        expected = [shlex.join(c) for nic in host.nics.values() for c in nic_commands(nic, renamed[nic.iface])]
+        expected += [shlex.join(c) for c in host_routing_commands(topo, host.name, renamed.__getitem__)]
+        assert [line for line in startup(out, host.name) if not line.startswith("tc ")] == expected
+
+    managed = load_topology(out / "shared" / "topology.yaml")
+    assert list(managed.switches) == list(topo.switches) and list(managed.hosts) == list(topo.hosts)
+    waits = "\n".join(startup(out, CONTROLLER))
+    for sw in managed.switches.values():
+        assert sw.grpc_addr == f"{management_ip(topo, sw.name)}:9559"
+        assert f"/dev/tcp/{sw.grpc_addr.replace(':', '/')})" in waits
+    assert (out / "shared" / "main.json").read_text() == pipeline.bmv2_json.read_text()
+
+
+def test_a_delayed_link_gets_the_launchers_netem_at_both_ends(tmp_path, pipeline):
+    topo = load_topology("dumbbell")            # s1 - s2: 1 ms
+    export(topo, tmp_path, pipeline)
+    for sw in ("s1", "s2"):
+        assert [line for line in startup(tmp_path, sw) if line.startswith("tc ")] == \
+            [f"tc qdisc add dev eth{2 if sw == 's1' else 0} root netem delay 1ms"]
+
+
+def test_bad_input_is_named_and_nothing_written(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "fabric.kathara", "--topology", "no-such", str(tmp_path / "a")],
+                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "no topology named 'no-such'" in run.stderr, run.stderr
+    assert not (tmp_path / "a").exists()
+    missing = Pipeline(tmp_path / "none.json", tmp_path / "none.txtpb")
+    with pytest.raises(FileNotFoundError, match="make build"):
+        export(load_topology("star"), tmp_path / "b", missing)
+    assert not (tmp_path / "b").exists()
+
+
+def test_management_ip_is_validated_by_the_topology_loader(tmp_path):
+    text = (REPO / "topologies" / "star.yaml").read_text().replace("- {name: s1", "- {name: s1, management_ip: 300.1.2.3")
+    assert "300.1.2.3" in text, "star.yaml's switch entry changed shape"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    with pytest.raises(Exception, match=r"switches\[0\]\.management_ip: '300.1.2.3' is not an IPv4 address"):
+        load_topology(bad)
