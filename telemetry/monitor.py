@@ -106,7 +106,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         assert collector.server is not None and exporter.server is not None  # start() opened them
         if not args.no_prometheus and not args.no_alertmanager:
             receiver = AlertReceiver(port=args.alert_receiver_port, log=run_dir / "alerts.jsonl",
-                                     echo=lambda line: print(f"monitor: alert {line}", flush=True)).start()
+                                     echo=lambda line: say(f"monitor: alert {line}")).start()
             shutil.rmtree(run_dir / "alertmanager-data", ignore_errors=True)
             am = AlertmanagerProcess(write_config(run_dir / "alertmanager.yml", receiver.webhook_url),
                                      run_dir / "alertmanager-data", port=args.alertmanager_port,
@@ -162,9 +162,9 @@ def main(argv: Optional[list[str]] = None) -> int:
             if args.progress and now - last >= args.progress:
                 totals = collector.totals()
                 rate = (totals["packets"] - last_packets) / (now - last)
-                print(f"monitor: {progress_line(now - start, totals, rate)}\n"
-                      f"monitor:          exporter {exporter.status()}"
-                      + (f"; Prometheus targets: {_targets(prom)}" if prom is not None else ""), flush=True)
+                say(f"monitor: {progress_line(now - start, totals, rate)}\n"
+                    f"monitor:          exporter {exporter.status()}"
+                    + (f"; Prometheus targets: {_targets(prom)}" if prom is not None else ""))
                 last, last_packets = now, totals["packets"]
     finally:
         _cleanup(prom, am, receiver, exporter, collector)
@@ -175,6 +175,18 @@ def main(argv: Optional[list[str]] = None) -> int:
     print("monitor: stopped collector, exporter" + (", Prometheus" if prom is not None else "")
           + (", Alertmanager and the alert receiver" if am is not None else ""), flush=True)
     return code
+
+
+_OUTPUT = threading.Lock()
+
+
+def say(text: str) -> None:
+    """Whole lines on stdout, from any thread: the alert receiver's lines
+    come from its handler threads, between the progress lines (print()
+    writes a line's text and its newline apart)."""
+    with _OUTPUT:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
 
 
 def _targets(prom: PrometheusProcess) -> str:
