@@ -10,6 +10,7 @@
     fabric generate [--check]                       rewrite (or check) every generated file
     fabric probe-plan [topology ...]                INT probe plans of topologies
     fabric export kathara --topology T DIR          the topology as a Kathara lab (docs/operations.md)
+    fabric topology dragonfly|slimfly|torus [...]   write a topology beyond Clos (topologies/README.md)
     fabric diagnose | heartbeats ...                commands the features add
 
 Options after a command are that command's own (`fabric run --help`).
@@ -26,6 +27,7 @@ from typing import Callable, Optional
 import benchmarks.forwarding_rate
 import experiments
 from core import build, probe_planner, toolchain
+from core.generators import dragonfly, slim_fly, torus
 from core.controller import FabricController
 from core.p4info import EntryError
 from core.switch import CONTROLLER_ELECTION_ID, SwitchError
@@ -79,6 +81,19 @@ def export(rest: list[str]) -> int:
     return EXPORTERS[rest[0]](rest[1:])
 
 
+GENERATORS: dict[str, Callable[[list[str]], int]] = {"dragonfly": dragonfly.main, "slimfly": slim_fly.main,
+                                                     "torus": torus.main}
+
+
+def topology(rest: list[str]) -> int:
+    """fabric topology KIND ...: write a topology file of that kind."""
+    if not rest or rest[0] not in GENERATORS:
+        print(f"usage: fabric topology {{{','.join(GENERATORS)}}} [...] [-o FILE] "
+              f"(`fabric topology dragonfly --help`)", file=sys.stderr)
+        return 2
+    return GENERATORS[rest[0]](rest[1:])
+
+
 def _program(args: argparse.Namespace) -> int:
     topo = load_topology(args.topology)
     with FabricController(topo, election_id=args.election_id) as ctl:
@@ -99,6 +114,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         "bench": benchmarks.forwarding_rate.main, "generate": generate.main,
         "probe-plan": lambda rest: probe_planner.main(rest, FEATURES),
         "export": export,
+        "topology": topology,
     }
     helps = {"run": "build, start a topology on BMv2, program it, ping all pairs, open the shell",
              "monitor": "INT collector, switch exporter and Prometheus next to a running network",
@@ -106,7 +122,8 @@ def main(argv: Optional[list[str]] = None) -> int:
              "bench": "packets/s of the pipeline, of each feature, and two references",
              "generate": "rewrite every generated file (--check: fail if one is stale)",
              "probe-plan": "the INT probe plans of topologies",
-             "export": "the topology for another emulator: `export kathara --topology T DIR`"}
+             "export": "the topology for another emulator: `export kathara --topology T DIR`",
+             "topology": "write a topology beyond Clos: `topology {dragonfly,slimfly,torus} --help`"}
     for name in passthrough:
         sub.add_parser(name, help=helps[name], add_help=False).add_argument("rest", nargs=argparse.REMAINDER)
     p = sub.add_parser("program", help="program a running network (idempotent)")

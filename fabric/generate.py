@@ -3,7 +3,8 @@ again from its generator (`--check`: write nothing, exit 1 naming the stale
 ones; tests/unit/fabric/test_generate.py runs that).
 
     p4src/include/aggregation_lanes.p4     features/aggregation_lanes.py (the unrolled element lanes)
-    topologies/fat-tree-k4.yaml, rail-optimized.yaml, dual-plane.yaml
+    topologies/fat-tree-k4.yaml, rail-optimized.yaml, dual-plane.yaml,
+    dragonfly*.yaml, slimfly-*.yaml, torus-*.yaml
                                            core/generators/
     telemetry/grafana/dashboards/*.json    telemetry/dashboards.py
     telemetry/alerts.yml                   telemetry/alerts.py (the Prometheus alerting rules)
@@ -15,9 +16,12 @@ import functools
 from pathlib import Path
 from typing import Callable, Optional
 
+from core.generators.dragonfly import dragonfly
 from core.generators.dual_plane import dual_plane
 from core.generators.fat_tree import fat_tree
 from core.generators.rail_optimized import rail_optimized
+from core.generators.slim_fly import slim_fly
+from core.generators.torus import torus
 from features import aggregation_lanes
 from telemetry import alerts, dashboards
 
@@ -35,6 +39,13 @@ def outputs() -> dict[Path, Callable[[], str]]:
         TOPOLOGIES / "fat-tree-k4.yaml": lambda: fat_tree(4),
         TOPOLOGIES / "rail-optimized.yaml": rail_optimized,
         TOPOLOGIES / "dual-plane.yaml": dual_plane,
+        # beyond Clos: a small and a mid-size instance of each (topologies/README.md)
+        TOPOLOGIES / "dragonfly-small.yaml": lambda: dragonfly(p=1, a=2, h=1, name="dragonfly-small"),
+        TOPOLOGIES / "dragonfly.yaml": lambda: dragonfly(p=2, a=4, h=2),
+        TOPOLOGIES / "slimfly-q3.yaml": lambda: slim_fly(3),
+        TOPOLOGIES / "slimfly-q5.yaml": lambda: slim_fly(5, p=1),
+        TOPOLOGIES / "torus-3x3.yaml": lambda: torus((3, 3)),
+        TOPOLOGIES / "torus-4x4.yaml": lambda: torus((4, 4)),
     }
     for d in dashboards.dashboards():
         out[dashboards.OUT_DIR / f"{d.uid}.json"] = functools.partial(dashboards.render, d)

@@ -1,1 +1,1 @@
-"""Topology generators: the shipped topologies/fat-tree-k4.yaml, rail-optimized.yaml and dual-plane.yaml are their output (`fabric generate`)."""
+"""Topology generators: the shipped topologies/fat-tree-k4.yaml, rail-optimized.yaml, dual-plane.yaml and the Dragonfly, Slim Fly and torus instances are their output (`fabric generate`); `fabric topology` writes the ones beyond Clos at any size."""
