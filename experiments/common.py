@@ -67,6 +67,8 @@ class StartGate:
         tmp = self.path.with_name(self.path.name + ".tmp")
         tmp.write_text(repr(start_at))
         os.replace(tmp, self.path)          # the agents never read half a time
+        for marker in ready_markers(self.path):     # read once: not left among the case's results
+            marker.unlink(missing_ok=True)
         return start_at
 
 
