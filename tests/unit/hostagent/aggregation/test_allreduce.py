@@ -179,8 +179,14 @@ def test_a_congested_result_halves_the_window_once_per_window():
     assert out.tolist() == data.tolist()
     assert (stats.congested_results, stats.window_decreases, stats.min_window) == (6, 1, 16.0)
     assert bursts[:2] == [32, 32]
-    assert bursts[2] <= 18                   # halved (and grown by about one)
-    assert all(b - a <= 2 for a, b in zip(bursts[2:], bursts[3:]))   # then additive growth
+    assert bursts[2] <= 18, bursts           # halved (and grown by about one)
+    # then additive growth: no burst more than about one packet above the largest window since. (Bursts
+    # are told apart by 20 ms of silence: a worker stalled that long mid-window, as in a CI run, splits
+    # its window into two smaller bursts, so consecutive bursts are not compared; it never makes one larger.)
+    peak = bursts[2]
+    for b in bursts[3:]:
+        assert b <= peak + 2, bursts
+        peak = max(peak, b)
     assert max(bursts[4:]) > 18
 
 
