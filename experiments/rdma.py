@@ -383,7 +383,9 @@ def run_spray_case(mode: str, reorder: bool, topo, net: Network, ctl: FabricCont
             "goodput_mbps": round(sent["messages_completed"] * MESSAGE_BYTES * 8 / args.duration / 1e6, 3),
             "sent": sent["sent"], "retransmitted": sent["retransmitted"], "naks": sent["naks"],
             "timeouts": sent["timeouts"], "out_of_order_at_transport": flow["out_of_order"],
-            "held_by_reorder_buffer": rob.get("held", "")}
+            "held_by_reorder_buffer": rob.get("held", ""),
+            # gaps the reorder buffer gave up on (its gap timeout), and packets that came after it had
+            "reorder_declared_lost": rob.get("losses_declared", ""), "reorder_late": rob.get("late", "")}
 
 
 MIX_LONG = ("h1", "h5")

@@ -61,8 +61,8 @@ def test_each_congestion_control_holds_an_incast(tmp_path):
 
 def test_retransmission_modes_under_loss_and_under_spraying(tmp_path):
     """Loss: selective repeat keeps more goodput than go-back-N. Spraying
-    (reordering, no loss): go-back-N resends what was only late, the reorder
-    buffer in front of it removes that."""
+    (reordering): go-back-N resends what was only late, the reorder buffer in
+    front of it removes that, resending only for what the fabric lost."""
     out = tmp_path / "rdma"
     proc = subprocess.run([sys.executable, "-m", "experiments.rdma", "--phases", "loss", "spray", "--losses", "0", "5",
                            "--duration", "5", "--out", str(out)], cwd=REPO, capture_output=True, text=True,
@@ -78,7 +78,16 @@ def test_retransmission_modes_under_loss_and_under_spraying(tmp_path):
     spray = {r["case"]: r for r in csv.DictReader(open(out / "spray" / "summary.csv"))}
     gbn, rob = spray["go-back-n"], spray["go-back-n-reorder"]
     assert int(gbn["retransmitted"]) > 0 and int(gbn["out_of_order_at_transport"]) > 0, gbn
-    assert int(rob["retransmitted"]) == 0 and int(rob["held_by_reorder_buffer"]) > 0, rob
+    assert int(rob["held_by_reorder_buffer"]) > 0, rob
+    # The sprayed flow runs at r1's link rate, so a loaded machine's jitter can overflow a BMv2 queue (a CI
+    # run: the buffer gave up on 33 gaps, none of whose packets came later, and go-back-N resent 978 for
+    # them against 3626 without the buffer). The buffer must give up only on real losses (nothing late),
+    # and then the transport resends only for those.
+    assert int(rob["reorder_late"]) == 0, rob
+    if int(rob["reorder_declared_lost"]) == 0:
+        assert int(rob["retransmitted"]) == 0, rob
+    else:
+        assert int(rob["retransmitted"]) < int(gbn["retransmitted"]) / 2, (rob, gbn)
     assert float(rob["goodput_mbps"]) > float(gbn["goodput_mbps"]), (rob, gbn)
 
 
