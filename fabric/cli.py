@@ -69,29 +69,27 @@ def feature_index(markdown: bool) -> str:
     return "\n".join(lines)
 
 
-EXPORTERS: dict[str, Callable[[list[str]], int]] = {"kathara": kathara.main}
+Command = Callable[[list[str]], int]
 
 
-def export(rest: list[str]) -> int:
-    """fabric export FORMAT ...: the topology written for another emulator."""
-    if not rest or rest[0] not in EXPORTERS:
-        print(f"usage: fabric export {{{','.join(EXPORTERS)}}} --topology T DIR "
-              f"(`fabric export kathara --help`)", file=sys.stderr)
-        return 2
-    return EXPORTERS[rest[0]](rest[1:])
+def by_kind(command: str, kinds: dict[str, Command], usage: str) -> Command:
+    """`fabric COMMAND KIND ...`: the rest of the line to KIND's own main;
+    a missing or unknown kind gets the usage (exit 2)."""
+    def main(rest: list[str]) -> int:
+        if not rest or rest[0] not in kinds:
+            first = next(iter(kinds))
+            print(f"usage: fabric {command} {{{','.join(kinds)}}} {usage} (`fabric {command} {first} --help`)",
+                  file=sys.stderr)
+            return 2
+        return kinds[rest[0]](rest[1:])
+    return main
 
 
-GENERATORS: dict[str, Callable[[list[str]], int]] = {"dragonfly": dragonfly.main, "slimfly": slim_fly.main,
-                                                     "torus": torus.main}
-
-
-def topology(rest: list[str]) -> int:
-    """fabric topology KIND ...: write a topology file of that kind."""
-    if not rest or rest[0] not in GENERATORS:
-        print(f"usage: fabric topology {{{','.join(GENERATORS)}}} [...] [-o FILE] "
-              f"(`fabric topology dragonfly --help`)", file=sys.stderr)
-        return 2
-    return GENERATORS[rest[0]](rest[1:])
+# fabric export FORMAT ...: the topology written for another emulator
+export = by_kind("export", {"kathara": kathara.main}, "--topology T DIR")
+# fabric topology KIND ...: write a topology file of that kind
+topology = by_kind("topology", {"dragonfly": dragonfly.main, "slimfly": slim_fly.main, "torus": torus.main},
+                   "[...] [-o FILE]")
 
 
 def _program(args: argparse.Namespace) -> int:

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any, Optional
 
 import yaml
 
-from telemetry.prometheus import PrometheusClient, PrometheusError, free_port
+from telemetry.prometheus import ServerProcess
 
 BINARIES = ("prometheus-alertmanager", "alertmanager")      # Debian's name, upstream's
 GROUP_WAIT, GROUP_INTERVAL, REPEAT_INTERVAL = "2s", "10s", "1h"
@@ -57,77 +56,35 @@ def write_config(path: Path, webhook_url: str, **kw: str) -> Path:
     return path
 
 
-class AlertmanagerProcess(PrometheusClient):
+class AlertmanagerProcess(ServerProcess):
     """prometheus-alertmanager --config.file=CONFIG --storage.path=DATA
     --web.listen-address=HOST:PORT --cluster.listen-address= (no gossip),
     its output in LOG. Use as a context manager, or start()/stop()."""
 
+    name = "alertmanager"
+
     def __init__(self, config_file: Path, data_dir: Path, *, host: str = "127.0.0.1", port: int = 0,
                  log: Optional[Path] = None):
-        self.binary = find_alertmanager()
-        self.config = Path(config_file)
-        self.data_dir = Path(data_dir)
-        self.host = host
-        self.port = port or free_port(host)
-        super().__init__(f"http://{host}:{self.port}")
-        self.log = Path(log) if log is not None else self.data_dir.parent / "alertmanager.log"
-        self.proc: Optional[subprocess.Popen] = None
+        super().__init__(find_alertmanager(), config_file, data_dir, host=host, port=port, log=log)
 
     @property
     def target(self) -> str:
         """host:port, as Prometheus's `alerting:` section names it."""
         return f"{self.host}:{self.port}"
 
-    def start(self, ready_timeout: float = 30.0) -> "AlertmanagerProcess":
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(
-                [self.binary, f"--config.file={self.config}", f"--storage.path={self.data_dir}",
-                 f"--web.listen-address={self.target}", "--cluster.listen-address=", "--log.level=warn"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        try:
-            self._wait(lambda: self._get("/-/ready", raw=True) is not None, ready_timeout, "to be ready")
-        except PrometheusError:
-            self.stop()
-            raise
-        return self
+    def command(self) -> list[str]:
+        return [self.binary, f"--config.file={self.config}", f"--storage.path={self.data_dir}",
+                f"--web.listen-address={self.target}", "--cluster.listen-address=", "--log.level=warn"]
 
-    def stop(self, timeout: float = 10.0) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout)
-        self.proc = None
+    def start(self, ready_timeout: float = 30.0) -> "AlertmanagerProcess":
+        super().start(ready_timeout)
+        return self
 
     def __enter__(self) -> "AlertmanagerProcess":
         return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
 
     def alerts(self) -> list[dict[str, Any]]:
         """The alerts Alertmanager holds (its API v2)."""
         body = self._get("/api/v2/alerts", raw=True)
         data: list[dict[str, Any]] = json.loads(body) if body else []
         return data
-
-    def log_tail(self, lines: int = 15) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-    def _check_alive(self, what: str) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            code = None if self.proc is None else self.proc.returncode
-            raise PrometheusError(f"alertmanager exited ({code}) before {what.strip()}; "
-                                  f"its log ({self.log}):\n{self.log_tail()}")
-
-    def _describe(self) -> str:
-        return f"; its log ({self.log}):\n{self.log_tail()}"

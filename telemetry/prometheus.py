@@ -135,29 +135,34 @@ class PrometheusClient:
         return result
 
 
-class PrometheusProcess(PrometheusClient):
-    """prometheus --config.file=CONFIG --storage.tsdb.path=DATA --web.listen-address=HOST:PORT,
-    its output in LOG. Use as a context manager, or start()/stop()."""
+class ServerProcess(PrometheusClient):
+    """A server of the Prometheus family run for the project (Prometheus,
+    Alertmanager): `command()` on HOST:PORT with CONFIG and DATA, its output
+    in LOG, ready when /-/ready answers. Use as a context manager, or
+    start()/stop()."""
 
-    def __init__(self, config: Path, data_dir: Path, *, host: str = "127.0.0.1", port: int = 0,
+    name = "server"
+
+    def __init__(self, binary: str, config: Path, data_dir: Path, *, host: str = "127.0.0.1", port: int = 0,
                  log: Optional[Path] = None):
-        self.binary = find_prometheus()
+        self.binary = binary
         self.config = Path(config)
         self.data_dir = Path(data_dir)
         self.host = host
         self.port = port or free_port(host)
         super().__init__(f"http://{host}:{self.port}")
-        self.log = Path(log) if log is not None else self.data_dir.parent / "prometheus.log"
+        self.log = Path(log) if log is not None else self.data_dir.parent / f"{self.name}.log"
         self.proc: Optional[subprocess.Popen] = None
 
-    def start(self, ready_timeout: float = 30.0) -> "PrometheusProcess":
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def start(self, ready_timeout: float = 30.0):
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(
-                [self.binary, f"--config.file={self.config}", f"--storage.tsdb.path={self.data_dir}",
-                 f"--web.listen-address={self.host}:{self.port}", "--log.level=warn"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
         try:
             self._wait(lambda: self._get("/-/ready", raw=True) is not None, ready_timeout, "to be ready")
         except PrometheusError:
@@ -177,7 +182,7 @@ class PrometheusProcess(PrometheusClient):
                 self.proc.wait(timeout)
         self.proc = None
 
-    def __enter__(self) -> "PrometheusProcess":
+    def __enter__(self):
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -192,8 +197,30 @@ class PrometheusProcess(PrometheusClient):
     def _check_alive(self, what: str) -> None:
         if self.proc is None or self.proc.poll() is not None:
             code = None if self.proc is None else self.proc.returncode
-            raise PrometheusError(f"prometheus exited ({code}) before {what.strip()}; "
+            raise PrometheusError(f"{self.name} exited ({code}) before {what.strip()}; "
                                   f"its log ({self.log}):\n{self.log_tail()}")
 
     def _describe(self) -> str:
         return f"; its log ({self.log}):\n{self.log_tail()}"
+
+
+class PrometheusProcess(ServerProcess):
+    """prometheus --config.file=CONFIG --storage.tsdb.path=DATA --web.listen-address=HOST:PORT,
+    its output in LOG. Use as a context manager, or start()/stop()."""
+
+    name = "prometheus"
+
+    def __init__(self, config: Path, data_dir: Path, *, host: str = "127.0.0.1", port: int = 0,
+                 log: Optional[Path] = None):
+        super().__init__(find_prometheus(), config, data_dir, host=host, port=port, log=log)
+
+    def command(self) -> list[str]:
+        return [self.binary, f"--config.file={self.config}", f"--storage.tsdb.path={self.data_dir}",
+                f"--web.listen-address={self.host}:{self.port}", "--log.level=warn"]
+
+    def start(self, ready_timeout: float = 30.0) -> "PrometheusProcess":
+        super().start(ready_timeout)
+        return self
+
+    def __enter__(self) -> "PrometheusProcess":
+        return self.start()

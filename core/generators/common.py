@@ -53,6 +53,14 @@ def render(name: str, description: str, comments: Sequence[str], switches: Seque
         "links:", *(f"  - [{a}, {b}]" for a, b in links), ""])
 
 
+def parser(prog: str, doc: str) -> argparse.ArgumentParser:
+    """A generator's parser: its module docstring's first paragraph as the
+    description, the rest as the epilog (--help shows how it builds)."""
+    return argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0],
+                                   epilog="\n\n".join(doc.split("\n\n")[1:]),
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
 def run(prog: str, ap: argparse.ArgumentParser, build: Callable[[argparse.Namespace], str],
         argv: Optional[list[str]]) -> int:
     """A generator's command: parse, build, write to -o or stdout; a bad

@@ -20,10 +20,9 @@ r*h + h ahead. Routers are g<G>r<r>, hosts h<n>, numbered from 1.
 """
 from __future__ import annotations
 
-import argparse
 from typing import Optional
 
-from core.generators.common import GeneratorError, at_least, check_sizes, render, run
+from core.generators.common import GeneratorError, at_least, check_sizes, parser, render, run
 
 
 def global_links(a: int, h: int, g: int) -> list[tuple[tuple[int, int], tuple[int, int]]]:
@@ -76,9 +75,7 @@ def dragonfly(p: int = 2, a: int = 4, h: int = 2, g: Optional[int] = None, name:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="fabric topology dragonfly", description=__doc__.split("\n\n")[0],
-                                 epilog="\n\n".join(__doc__.split("\n\n")[1:]),
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser("fabric topology dragonfly", __doc__)
     ap.add_argument("--p", type=int, default=2, help="hosts a router (default: %(default)s)")
     ap.add_argument("--a", type=int, help="routers a group (default: 2p)")
     ap.add_argument("--h", type=int, help="global links a router (default: p)")

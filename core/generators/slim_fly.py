@@ -23,11 +23,10 @@ for full global bandwidth.
 """
 from __future__ import annotations
 
-import argparse
 import math
 from typing import Optional
 
-from core.generators.common import GeneratorError, at_least, check_sizes, render, run
+from core.generators.common import GeneratorError, at_least, check_sizes, parser, render, run
 
 
 def is_prime(n: int) -> bool:
@@ -94,9 +93,7 @@ def slim_fly(q: int = 5, p: Optional[int] = None, name: Optional[str] = None) ->
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="fabric topology slimfly", description=__doc__.split("\n\n")[0],
-                                 epilog="\n\n".join(__doc__.split("\n\n")[1:]),
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser("fabric topology slimfly", __doc__)
     ap.add_argument("--q", type=int, default=5, help="an odd prime: 2q^2 routers (default: %(default)s)")
     ap.add_argument("--p", type=int, help="hosts a router (default: ceil(k'/2), k' = (3q - d)/2)")
     ap.add_argument("--name", help="the topology's name (default: slimfly-q<q>)")

@@ -11,11 +11,10 @@ router (parallel links), which is a mesh, not a torus. p hosts a router.
 """
 from __future__ import annotations
 
-import argparse
 import itertools
 from typing import Optional, Sequence
 
-from core.generators.common import GeneratorError, at_least, check_sizes, render, run
+from core.generators.common import GeneratorError, at_least, check_sizes, parser, render, run
 
 AXES = "xyz"
 
@@ -64,9 +63,7 @@ def torus(dims: Sequence[int] = (4, 4), p: int = 1, name: Optional[str] = None) 
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="fabric topology torus", description=__doc__.split("\n\n")[0],
-                                 epilog="\n\n".join(__doc__.split("\n\n")[1:]),
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser("fabric topology torus", __doc__)
     ap.add_argument("--dims", type=int, nargs="+", default=[4, 4], help="routers in each dimension, 2 or 3 "
                     "numbers (default: 4 4)")
     ap.add_argument("--p", type=int, default=1, help="hosts a router (default: %(default)s)")
