@@ -24,6 +24,7 @@ from core.network import make_veth_pair, sh
 from core.p4info import P4Info
 from core.switch import Pipeline, SwitchConnection
 from core.sync import SwitchState, reconcile
+from core.tls import Pki
 from core.toolchain import require
 from core.topology import NextHop, Route
 from features import FEATURES
@@ -180,9 +181,11 @@ def rx_packets(iface: str) -> int:
 def running_switch(case: Case, pipeline: Pipeline, wrapper: list[str] | None = None, timeout: float = 20):
     """simple_switch_grpc between the bench veths, logging off (optionally
     under a wrapper such as valgrind), running `case`'s program and entries;
-    stopped on exit."""
+    stopped on exit. P4Runtime runs mutual TLS as everywhere (it is not on
+    the packet path)."""
+    tls = Pki().ensure({"bench-switch": [GRPC_ADDR.rsplit(":", 1)[0]]})["bench-switch"]
     cmd = switch_command(require("simple_switch_grpc"), device_id=DEVICE_ID, thrift_port=THRIFT_PORT,
-                         grpc_addr=GRPC_ADDR, ports={p: sw for p, (sw, _) in PAIRS.items()}, log_level="off")
+                         grpc_addr=GRPC_ADDR, ports={p: sw for p, (sw, _) in PAIRS.items()}, log_level="off", tls=tls)
     switch = subprocess.Popen([*(wrapper or []), *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
         program(case, pipeline, timeout)

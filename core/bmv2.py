@@ -16,6 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
+from core.tls import ServerCredentials
+
 LOG_LEVELS = ("trace", "debug", "info", "warn", "error", "off")
 DEFAULT_EXPERIMENT_LOG_LEVEL = "off"
 DEFAULT_INTERACTIVE_LOG_LEVEL = "info"
@@ -35,7 +37,8 @@ def written_log(log_file: Path) -> Path:
 
 def switch_command(binary: str, *, device_id: int, thrift_port: int, grpc_addr: str,
                    ports: Mapping[int, str], log_level: str, log_file: Path | None = None,
-                   pcap_dir: Path | None = None, priority_queues: int = 1) -> list[str]:
+                   pcap_dir: Path | None = None, priority_queues: int = 1,
+                   tls: ServerCredentials | None = None) -> list[str]:
     """The simple_switch_grpc command line for one switch.
 
     `ports` maps BMv2 port numbers to interface names. The log level is
@@ -45,6 +48,9 @@ def switch_command(binary: str, *, device_id: int, thrift_port: int, grpc_addr: 
     comes later over P4Runtime (`--no-p4`); P4Runtime listens on `grpc_addr`
     (loopback by default everywhere in the project). `priority_queues` > 1
     gives each port that many strict-priority queues (a target option).
+    `tls`: P4Runtime over TLS, with a client certificate from its CA
+    required of every client (core/tls.py); the project's launchers always
+    pass it, None is plain gRPC.
     """
     cmd = [binary, "--device-id", str(device_id), "--thrift-port", str(thrift_port)]
     for number, iface in sorted(ports.items()):
@@ -59,4 +65,6 @@ def switch_command(binary: str, *, device_id: int, thrift_port: int, grpc_addr: 
         if not 1 <= priority_queues <= 8:
             raise ValueError(f"BMv2 priority queues per port must be 1..8, got {priority_queues}")
         cmd += ["--priority-queues", str(priority_queues)]
+    if tls is not None:
+        cmd += tls.bmv2_args()
     return cmd

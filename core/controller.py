@@ -22,7 +22,8 @@ from typing import Any
 
 from core import forwarding
 from core.p4info import EntryError, P4Info
-from core.switch import CONTROLLER_ELECTION_ID, ElectionId, Pipeline, SwitchConnection, SwitchError
+from core.switch import CONTROLLER_CREDENTIALS, CONTROLLER_ELECTION_ID, ElectionId, Pipeline, SwitchConnection, SwitchError
+from core.tls import ClientCredentials
 from core.sync import SwitchState, SyncReport, read_managed, reconcile
 from core.topology import Failures, Topology
 
@@ -41,10 +42,13 @@ class FabricController:
     """election_id: this controller's P4Runtime election id (high, low). Of
     the controllers connected to a switch the highest is primary and alone
     may write; a backup (lower id) takes over when the primary goes
-    (wait_until_primary, then program: it writes only what is missing)."""
+    (wait_until_primary, then program: it writes only what is missing).
+    credentials: the client certificate it presents to every switch (mutual
+    TLS, core/tls.py); None for switches that run plain gRPC."""
 
     def __init__(self, topo: Topology, pipeline: Pipeline = DEFAULT_PIPELINE,
-                 election_id: ElectionId = CONTROLLER_ELECTION_ID):
+                 election_id: ElectionId = CONTROLLER_ELECTION_ID,
+                 credentials: ClientCredentials | None = CONTROLLER_CREDENTIALS):
         for path in (pipeline.bmv2_json, pipeline.p4info_txt):
             if not path.exists():
                 raise FileNotFoundError(f"{path} not found: run `make build` first")
@@ -54,14 +58,17 @@ class FabricController:
         self.routes = topo.routes()
         self.connections: dict[str, SwitchConnection] = {}
         self.election_id = election_id
+        self.credentials = credentials
         self.failed = Failures()              # what routes currently avoid (reroute)
 
     def connect(self, timeout: float = 15.0) -> None:
         for sw in self.topo.switches.values():
             if sw.name not in self.connections:
-                self.connections[sw.name] = SwitchConnection(sw.name, sw.grpc_addr, sw.device_id,
-                                                             election_id=self.election_id,
-                                                             connect_timeout=timeout)
+                self.connections[sw.name] = self._connection(sw, timeout)
+
+    def _connection(self, sw, timeout: float) -> SwitchConnection:
+        return SwitchConnection(sw.name, sw.grpc_addr, sw.device_id, election_id=self.election_id,
+                                connect_timeout=timeout, credentials=self.credentials)
 
     def close(self) -> None:
         for conn in self.connections.values():
@@ -154,8 +161,7 @@ class FabricController:
             if sw.name in self.connections or sw.name in skip:
                 continue
             try:
-                self.connections[sw.name] = SwitchConnection(sw.name, sw.grpc_addr, sw.device_id,
-                                                             election_id=self.election_id, connect_timeout=timeout)
+                self.connections[sw.name] = self._connection(sw, timeout)
             except SwitchError:
                 silent.append(sw.name)
         return silent
@@ -170,8 +176,7 @@ class FabricController:
             except Exception:        # the old stream died with the old process
                 pass
         sw = self.topo.switches[name]
-        conn = self.connections[name] = SwitchConnection(name, sw.grpc_addr, sw.device_id,
-                                                         election_id=self.election_id, connect_timeout=timeout)
+        conn = self.connections[name] = self._connection(sw, timeout)
         pushed = conn.push_pipeline(self.pipeline)
         return SwitchResult(name, pushed, self._sync(name, self.desired_state(name)))
 

@@ -33,6 +33,7 @@ from core.bmv2 import DEFAULT_INTERACTIVE_LOG_LEVEL, check_log_level, switch_com
 from core.bmv2_thrift import Bmv2Thrift
 from core.feature import priority_queues
 from core.impairments import drop_fraction, netem_available, remove_impairment
+from core.tls import Pki
 from core.toolchain import require
 from core.topology import Host, Nic, Switch, Topology
 
@@ -169,8 +170,15 @@ class SwitchProcess:
 
 
 class Network:
+    """pki: every switch's P4Runtime server runs TLS with a certificate
+    from this PKI and requires a client certificate from its CA (core/tls.py;
+    the default, build/pki, is where the controller, exporter and shell look
+    for theirs); None runs plain gRPC. Either way each switch's Thrift port,
+    which BMv2 binds to every address, answers on loopback only (an
+    nftables rule, _guard_thrift)."""
+
     def __init__(self, topo: Topology, run_dir: Path, log_level: str = DEFAULT_INTERACTIVE_LOG_LEVEL,
-                 pcap: bool = False):
+                 pcap: bool = False, pki: Pki | None = Pki()):
         try:
             self.log_level = check_log_level(log_level)  # before anything starts
         except ValueError as exc:
@@ -178,8 +186,9 @@ class Network:
         self.topo = topo
         self.run_dir = Path(run_dir)
         self.pcap = pcap
+        self.pki = pki
         self.switches: dict[str, SwitchProcess] = {}
-        self._made: dict[str, list] = {"netns": [], "veth": [], "pids": [], "nft": []}
+        self._made: dict[str, list] = {"netns": [], "veth": [], "pids": [], "nft": [], "nft_tables": []}
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -199,6 +208,9 @@ class Network:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         cleanup_stale(self.run_dir)
         binary = require("simple_switch_grpc")
+        if self.pki is not None:
+            self.pki.ensure({sw.name: [sw.grpc_addr.rsplit(":", 1)[0]] for sw in self.topo.switches.values()})
+        self._guard_thrift()
         for host in self.topo.hosts.values():
             self._add_host(host)
         for link in self.topo.links:
@@ -222,7 +234,7 @@ class Network:
                 sp.proc.wait()
         self.switches.clear()
         _remove(self._made)
-        self._made = {"netns": [], "veth": [], "pids": [], "nft": []}
+        self._made = {"netns": [], "veth": [], "pids": [], "nft": [], "nft_tables": []}
         state = self.run_dir / STATE_FILE
         if state.exists():
             state.unlink()
@@ -247,6 +259,24 @@ class Network:
     def _record(self, kind: str, value) -> None:
         self._made[kind].append(value)
         (self.run_dir / STATE_FILE).write_text(json.dumps(self._made))
+
+    def _guard_thrift(self) -> None:
+        """Refuse every switch's Thrift port on any interface but loopback:
+        BMv2 has no option for the address it binds (all of them) and no
+        authentication, and Thrift reaches everything (tables, registers,
+        queue rates, the pipeline itself). The hosts' namespaces cannot reach
+        the root namespace's addresses anyway; this keeps the machine's own
+        network out."""
+        ports = sorted(sw.thrift_port for sw in self.topo.switches.values() if sw.thrift_host == "127.0.0.1")
+        if not ports:
+            return
+        table = f"fabric_thrift_{ports[0]}"
+        self._record("nft_tables", ["inet", table])
+        sh("nft", "delete", "table", "inet", table, check=False)     # one a killed run left
+        sh("nft", "add", "table", "inet", table)
+        sh("nft", "add", "chain", "inet", table, "input", "{ type filter hook input priority -10; }")
+        sh("nft", "add", "rule", "inet", table, "input", "iifname", "!=", "lo", "tcp", "dport",
+           "{ " + ", ".join(map(str, ports)) + " }", "drop")
 
     def _add_host(self, host: Host) -> None:
         if host.name in sh("ip", "netns", "list").stdout.split():
@@ -326,7 +356,8 @@ class Network:
         cmd = switch_command(binary, device_id=sw.device_id, thrift_port=sw.thrift_port, grpc_addr=sw.grpc_addr,
                              ports={p.number: p.iface for p in sw.ports.values()},
                              log_level=self.log_level, log_file=log, pcap_dir=pcap_dir,
-                             priority_queues=self.priority_queues(sw.name))
+                             priority_queues=self.priority_queues(sw.name),
+                             tls=self.pki.server_credentials(sw.name) if self.pki else None)
         with open(stdout, "w") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
@@ -404,6 +435,8 @@ def _remove(made: dict) -> None:
                 os.killpg(pid, signal.SIGKILL)
     for iface in made.get("nft", []):
         remove_impairment(iface)
+    for family, table in made.get("nft_tables", []):
+        sh("nft", "delete", "table", family, table, check=False)
     for veth in made.get("veth", []):
         sh("ip", "link", "del", veth, check=False)  # deletes the pair (also when one end is in a netns)
     for ns in made.get("netns", []):

@@ -6,6 +6,11 @@ switch is unreachable, an idempotent pipeline push (a cookie identifies the
 pipeline, so pushing the same one again keeps the switch's state), and
 batched writes whose errors name each failed update.
 
+Security: the channel is mutual TLS by default (the switch's certificate
+checked against the project's CA, this client's presented), plain gRPC when
+`credentials` is None; a switch that accepts the TCP connection but never
+completes the channel is reported as a TLS mismatch, not as absent.
+
 Primacy: of the clients connected to a switch, the one with the highest
 election id is primary and alone may write. The controller's default,
 CONTROLLER_ELECTION_ID, is above what tools use when not told otherwise
@@ -21,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import queue
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -29,12 +35,17 @@ import grpc
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
-from p4runtime_sh.p4runtime import P4RuntimeClient, P4RuntimeException, P4RuntimeWriteException
+from p4runtime_sh.p4runtime import P4RuntimeClient, P4RuntimeException, P4RuntimeWriteException, SSLOptions
+
+from core.tls import ClientCredentials, Pki
 
 UPDATE_TYPE = p4runtime_pb2.Update
 ElectionId = tuple[int, int]
 CONTROLLER_ELECTION_ID: ElectionId = (1000, 0)   # (high, low): above p4runtime-shell's default (1, 0)
 READER_ELECTION_ID: ElectionId = (0, 0)          # read-only clients: a backup below every controller
+# The certificates the project's clients present (core/tls.py; the launcher makes them in build/pki).
+CONTROLLER_CREDENTIALS = Pki().client_credentials("controller")
+MONITOR_CREDENTIALS = Pki().client_credentials("monitor")
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +104,12 @@ class _Client(P4RuntimeClient):
     reporting every later arbitration message to `on_arbitration`."""
 
     def __init__(self, device_id: int, grpc_addr: str, election_id: ElectionId,
-                 on_arbitration: Callable[[p4runtime_pb2.StreamMessageResponse], None]):
+                 on_arbitration: Callable[[p4runtime_pb2.StreamMessageResponse], None],
+                 credentials: ClientCredentials | None):
         self.on_arbitration = on_arbitration
-        super().__init__(device_id, grpc_addr, election_id)
+        ssl = SSLOptions(True) if credentials is None else \
+            SSLOptions(False, str(credentials.ca), str(credentials.cert), str(credentials.key))
+        super().__init__(device_id, grpc_addr, election_id, ssl_options=ssl)
 
     def handshake(self):
         # (set_up_stream calls this; nothing arrives before the request below.)
@@ -117,26 +131,44 @@ class SwitchConnection:
 
     def __init__(self, name: str, grpc_addr: str, device_id: int,
                  election_id: ElectionId = CONTROLLER_ELECTION_ID, connect_timeout: float = 10.0,
-                 reader: bool = False):
+                 reader: bool = False, credentials: ClientCredentials | None = CONTROLLER_CREDENTIALS):
         self.name = name
         self.grpc_addr = grpc_addr
         self.device_id = device_id
-        channel = grpc.insecure_channel(grpc_addr)
-        try:
-            grpc.channel_ready_future(channel).result(timeout=connect_timeout)
-        except grpc.FutureTimeoutError:
-            raise SwitchError(f"{name}: no P4Runtime server at {grpc_addr} after {connect_timeout:.0f}s") from None
-        finally:
-            channel.close()
+        self.credentials = credentials
+        self._wait_for_channel(connect_timeout)
         self.election_id = election_id
         self.reader = reader
         self._primary = False
         self._handshaking = True          # the first answer is not news
         self.primary_election_id: ElectionId | None = None   # the switch's primary, as last announced
         self.demotions = 0                # times this connection lost primacy
-        self._client: _Client | None = _Client(device_id, grpc_addr, election_id, self._arbitration)
+        self._client: _Client | None = _Client(device_id, grpc_addr, election_id, self._arbitration, credentials)
         self._primary = self.client.primary
         self._handshaking = False
+
+    def _wait_for_channel(self, timeout: float) -> None:
+        if self.credentials is None:
+            channel = grpc.insecure_channel(self.grpc_addr)
+        else:
+            ca, cert, key = self.credentials.read()
+            channel = grpc.secure_channel(self.grpc_addr, grpc.ssl_channel_credentials(ca, key, cert))
+        try:
+            grpc.channel_ready_future(channel).result(timeout=timeout)
+        except grpc.FutureTimeoutError:
+            host, port = self.grpc_addr.rsplit(":", 1)
+            try:
+                socket.create_connection((host, int(port)), timeout=1).close()
+            except OSError:
+                raise SwitchError(f"{self.name}: no P4Runtime server at {self.grpc_addr} after {timeout:.0f}s") from None
+            if self.credentials is None:
+                raise SwitchError(f"{self.name}: {self.grpc_addr} accepts connections but no plain-gRPC channel came "
+                                  f"up in {timeout:.0f}s: the switch runs TLS (drop --no-tls) or is still starting") from None
+            raise SwitchError(f"{self.name}: {self.grpc_addr} accepts connections but the TLS channel did not come up in "
+                              f"{timeout:.0f}s: the switch runs without TLS (use --no-tls), or its certificate is not "
+                              f"from the CA in {self.credentials.ca}, or it refused {self.credentials.cert}") from None
+        finally:
+            channel.close()
 
     @property
     def client(self) -> _Client:

@@ -30,7 +30,8 @@ from core import build, probe_planner, toolchain
 from core.generators import dragonfly, slim_fly, torus
 from core.controller import FabricController
 from core.p4info import EntryError
-from core.switch import CONTROLLER_ELECTION_ID, SwitchError
+from core.switch import CONTROLLER_CREDENTIALS, CONTROLLER_ELECTION_ID, SwitchError
+from core.tls import PkiError
 from core.topology import TopologyError
 from fabric import generate, kathara, run
 from features import FEATURES, load_topology
@@ -94,7 +95,8 @@ topology = by_kind("topology", {"dragonfly": dragonfly.main, "slimfly": slim_fly
 
 def _program(args: argparse.Namespace) -> int:
     topo = load_topology(args.topology)
-    with FabricController(topo, election_id=args.election_id) as ctl:
+    with FabricController(topo, election_id=args.election_id,
+                          credentials=None if args.no_tls else CONTROLLER_CREDENTIALS) as ctl:
         for r in ctl.program(dry_run=args.dry_run):
             pushed = "pipeline pushed, " if r.pipeline_pushed else ""
             print(f"{r.name:10s} {pushed}{r.report}")
@@ -129,6 +131,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--dry-run", action="store_true", help="compute and show the writes, change nothing")
     p.add_argument("--election-id", type=run.election_id_arg, default=CONTROLLER_ELECTION_ID,
                    help="the controller's P4Runtime election id HIGH,LOW (default %s,%s)" % CONTROLLER_ELECTION_ID)
+    p.add_argument("--no-tls", action="store_true", help="plain gRPC (a network started with --no-tls); by default "
+                   "the controller presents build/pki/clients/controller.pem")
     p = sub.add_parser("experiment", help="run one experiment", add_help=False)
     p.add_argument("name", metavar="NAME", help=f"one of: {', '.join(experiment_names())}")
     p.add_argument("rest", nargs=argparse.REMAINDER)
@@ -172,7 +176,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             return 0
         command = feature_commands[args.command]
         return command.run(args, load_topology(args.topology))
-    except (TopologyError, EntryError, SwitchError, FileNotFoundError) as exc:
+    except (TopologyError, EntryError, SwitchError, FileNotFoundError, PkiError) as exc:
         print(f"fabric {args.command}: {exc}", file=sys.stderr)
         return 2
 

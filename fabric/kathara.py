@@ -21,7 +21,13 @@ writes DIR/lab.conf, one DIR/<device>.startup per device and DIR/shared/
 - a `controller` device (the project's image) on `mgmt`, which waits for
   every switch's P4Runtime server and runs `fabric program` with
   shared/topology.yaml: the topology with each switch's `management_ip`;
-- shared/main.json and shared/main.p4info.txtpb: the compiled pipeline.
+- shared/main.json and shared/main.p4info.txtpb: the compiled pipeline;
+- mutual TLS on P4Runtime as the launcher runs it (core/tls.py): the lab's
+  own CA in DIR/pki (made once, reused by a later export; it is no device's
+  directory, so its key never enters a container), each switch's
+  certificate for its management address in DIR/<switch>/etc/p4-ai-fabric/pki
+  (Kathara copies a device's directory into its root), the controller's in
+  DIR/controller/fabric/build/pki, where `fabric program` looks for it.
 
 Collision domains are named after the link's ends (`leaf1_spine1`; a
 second link between the same two: `leaf1_spine1_2`). Management addresses:
@@ -45,6 +51,7 @@ from core.controller import DEFAULT_PIPELINE
 from core.switch import Pipeline
 from core.feature import priority_queues
 from core.network import apply_queue_settings, host_routing_commands, nic_commands
+from core.tls import Pki, ServerCredentials
 from core.topology import GRPC_PORT_BASE, Topology, TopologyError
 from features import load_topology
 
@@ -55,6 +62,8 @@ MANAGEMENT = "mgmt"
 MANAGEMENT_NET = ipaddress.ip_network("172.31.0.0/16")
 SWITCH_LOG_LEVEL = "warn"
 PROJECT_DIR = "/fabric"              # where the project's image keeps it
+SWITCH_PKI = "/etc/p4-ai-fabric/pki"  # a switch's CA and own certificate, in its container
+LAB_PKI = "pki"                      # DIR/pki: the lab's CA and every certificate it signed
 
 
 class QueueScript:
@@ -124,7 +133,7 @@ def devices(topo: Topology, switch_image: str = SWITCH_IMAGE, host_image: str = 
         cmd = switch_command("simple_switch_grpc", device_id=sw.device_id, thrift_port=sw.thrift_port,
                              grpc_addr=f"{ip}:{GRPC_PORT_BASE}", ports={p.number: f"eth{i}" for i, p in enumerate(ports)},
                              log_level=SWITCH_LOG_LEVEL, log_file=Path(f"/var/log/{sw.name}"),
-                             priority_queues=priority_queues(topo, sw.name))
+                             priority_queues=priority_queues(topo, sw.name), tls=switch_tls(sw.name))
         dev.startup.append(shlex.join(cmd) + f" > /var/log/{sw.name}.stdout 2>&1 &")
         script = QueueScript()
         apply_queue_settings(topo, sw.name, script)    # what the launcher sets over Thrift, recorded
@@ -152,6 +161,32 @@ def devices(topo: Topology, switch_image: str = SWITCH_IMAGE, host_image: str = 
                     f"cd {PROJECT_DIR} && .venv/bin/fabric program --topology /shared/topology.yaml "
                     "> /shared/controller.log 2>&1 &"]
     return out
+
+
+def switch_tls(switch: str) -> ServerCredentials:
+    """Where a switch's container holds its TLS files."""
+    return ServerCredentials(Path(SWITCH_PKI, "ca.pem"), Path(SWITCH_PKI, f"{switch}.pem"), Path(SWITCH_PKI, f"{switch}.key"))
+
+
+def write_pki(topo: Topology, out: Path) -> list[Path]:
+    """The lab's CA (DIR/pki), each switch's certificate for its management
+    address and the controller's, copied where their devices read them."""
+    pki = Pki(out / LAB_PKI, ca_name=f"p4-ai-fabric lab {topo.name} CA")
+    made = pki.ensure({sw.name: [management_ip(topo, sw.name)] for sw in topo.switches.values()})
+    copies: list[tuple[Path, Path]] = []
+    for name, creds in made.items():
+        inside = switch_tls(name)
+        copies += [(src, out / name / dst.relative_to("/"))
+                   for src, dst in ((creds.ca, inside.ca), (creds.cert, inside.cert), (creds.key, inside.key))]
+    controller = pki.client_credentials("controller")
+    inside_ctl = Pki(out / CONTROLLER / Path(PROJECT_DIR).relative_to("/") / "build" / "pki").client_credentials()
+    copies += zip((controller.ca, controller.cert, controller.key), (inside_ctl.ca, inside_ctl.cert, inside_ctl.key))
+    for src, dst in copies:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+        if dst.suffix == ".key":
+            dst.chmod(0o600)
+    return [dst for _, dst in copies]
 
 
 def _netem(topo: Topology, node: str, iface_of: dict[int, str]) -> list[str]:
@@ -212,6 +247,7 @@ def export(topo: Topology, out: Path, pipeline: Pipeline = DEFAULT_PIPELINE, *, 
                                          "(fabric export kathara)\n" + yaml.safe_dump(managed_topology(topo),
                                                                                      sort_keys=False))
     written.append(shared / "topology.yaml")
+    written += write_pki(topo, out)
     return written
 
 

@@ -22,7 +22,8 @@ from fabric.shell import FabricCLI
 from core.controller import FabricController
 from core.network import Network, NetworkError, queue_rate_pps
 from core.p4info import EntryError
-from core.switch import CONTROLLER_ELECTION_ID, SwitchError, parse_election_id
+from core.switch import CONTROLLER_CREDENTIALS, CONTROLLER_ELECTION_ID, SwitchError, parse_election_id
+from core.tls import Pki, PkiError
 from core.toolchain import ToolchainMissing
 from core.feature import in_background
 from core.supervisor import Supervisor
@@ -127,8 +128,11 @@ def run(args) -> int:
     pipeline = compile_p4()
     run_dir = Path(args.run_dir)
     step(f"starting {topo.name}: {len(topo.switches)} BMv2 switches, {len(topo.hosts)} hosts (logs in {run_dir})")
-    with Network(topo, run_dir, log_level=args.log_level, pcap=args.pcap) as net, \
-            FabricController(topo, pipeline, election_id=args.election_id) as ctl:
+    tls = "plain gRPC (--no-tls)" if args.no_tls else f"mutual TLS, certificates in {Pki().dir}"
+    step(f"P4Runtime: {tls}")
+    with Network(topo, run_dir, log_level=args.log_level, pcap=args.pcap, pki=None if args.no_tls else Pki()) as net, \
+            FabricController(topo, pipeline, election_id=args.election_id,
+                             credentials=None if args.no_tls else CONTROLLER_CREDENTIALS) as ctl:
         step("connecting P4Runtime, pushing the pipeline, writing routes and ECMP groups")
         try:
             ctl.connect()
@@ -197,12 +201,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--election-id", type=election_id_arg, default=CONTROLLER_ELECTION_ID,
                     help="the controller's P4Runtime election id HIGH,LOW (default %s,%s; the highest "
                          "connected client is primary and alone may write)" % CONTROLLER_ELECTION_ID)
+    ap.add_argument("--no-tls", action="store_true", help="P4Runtime over plain gRPC (default: mutual TLS with the "
+                    "project's certificates in build/pki, made at start)")
     args = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
     try:
         return run(args)
     except (TopologyError, CompileError, ToolchainMissing, EntryError, SwitchError, NetworkError,
-            FileNotFoundError) as exc:
+            FileNotFoundError, PkiError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

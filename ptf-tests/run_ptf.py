@@ -22,12 +22,14 @@ from core.bmv2 import DEFAULT_INTERACTIVE_LOG_LEVEL, LOG_LEVELS, switch_command,
 from core.build import compile_p4
 from core.network import make_veth_pair, sh, tail
 from core.switch import SwitchConnection, SwitchError
+from core.tls import Pki
 from core.toolchain import require
 
 PORTS = [1, 2, 3, 4]
 GRPC_ADDR = "127.0.0.1:9459"    # apart from the launcher's 9560+ / 9091+, below the ephemeral range
 THRIFT_PORT = 9089
 DEVICE_ID = 1
+SWITCH_NAME = "ptf-switch"
 PRIORITY_QUEUES = 8             # the lossless tests' classes; every other test uses queue 0
 
 
@@ -53,15 +55,17 @@ def main() -> int:
     switch_bin = require("simple_switch_grpc")
     make_veths()
     log, stdout = written_log(out / "switch"), out / "switch.stdout"
+    # Mutual TLS as on every switch the project starts; the tests connect with the controller's certificate.
+    tls = Pki().ensure({SWITCH_NAME: [GRPC_ADDR.rsplit(":", 1)[0]]})[SWITCH_NAME]
     cmd = switch_command(switch_bin, device_id=DEVICE_ID, thrift_port=THRIFT_PORT, grpc_addr=GRPC_ADDR,
                          ports={p: f"ptfsw{p}" for p in PORTS}, log_level=args.log_level, log_file=out / "switch",
-                         priority_queues=PRIORITY_QUEUES)
+                         priority_queues=PRIORITY_QUEUES, tls=tls)
     with open(stdout, "w") as out_file:
         switch = subprocess.Popen(cmd, stdout=out_file, stderr=subprocess.STDOUT, start_new_session=True)
     rc = 1
     try:
         try:
-            SwitchConnection("ptf-switch", GRPC_ADDR, DEVICE_ID, connect_timeout=20).close()
+            SwitchConnection(SWITCH_NAME, GRPC_ADDR, DEVICE_ID, connect_timeout=20).close()
         except SwitchError:
             if switch.poll() is not None:
                 print(f"FAIL: simple_switch_grpc exited at start (code {switch.returncode})\n"

@@ -33,6 +33,7 @@ from telemetry.alert_receiver import AlertReceiver
 from telemetry.alertmanager import AlertmanagerMissing, AlertmanagerProcess, write_config
 from telemetry.prometheus import PrometheusError, PrometheusMissing, PrometheusProcess
 from telemetry.switch_exporter import DEFAULT_P4INFO, Bmv2Reader, SwitchExporter
+from core.switch import MONITOR_CREDENTIALS
 from core.topology import TopologyError
 from features import load_topology
 
@@ -69,6 +70,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                     "(e.g. with docker-compose's Prometheus)")
     ap.add_argument("--no-alertmanager", action="store_true", help="no Alertmanager nor receiver: alerts only "
                     "on Prometheus's /alerts page")
+    ap.add_argument("--no-tls", action="store_true", help="read switches over plain gRPC (a network started with "
+                    "--no-tls); by default the exporter presents build/pki/clients/monitor.pem")
     ap.add_argument("--interval", type=float, default=1.0, help="seconds between switch reads (default: 1)")
     ap.add_argument("--scrape-interval", default="5s", help="Prometheus scrape interval (default: 5s)")
     ap.add_argument("--progress", type=float, default=10.0, help="seconds between status lines, 0 = none")
@@ -101,7 +104,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         collector = Collector(bind=bind, port=port, netns=netns,
                               metrics_port=args.collector_metrics_port, out_dir=run_dir / "collector",
                               node_names=names).start()
-        exporter = SwitchExporter(topo, Bmv2Reader(args.p4info), interval=args.interval).start(
+        reader = Bmv2Reader(args.p4info, credentials=None if args.no_tls else MONITOR_CREDENTIALS)
+        exporter = SwitchExporter(topo, reader, interval=args.interval).start(
             port=args.exporter_port)
         assert collector.server is not None and exporter.server is not None  # start() opened them
         if not args.no_prometheus and not args.no_alertmanager:

@@ -41,7 +41,9 @@ from core.topology import TopologyError
 from features import load_topology
 from core.p4info import P4Info
 from core.p4info import EntryError
-from core.switch import CONTROLLER_ELECTION_ID, READER_ELECTION_ID, ElectionId, SwitchConnection, parse_election_id
+from core.switch import (CONTROLLER_ELECTION_ID, MONITOR_CREDENTIALS, READER_ELECTION_ID, ElectionId, SwitchConnection,
+                         parse_election_id)
+from core.tls import ClientCredentials
 from core.bmv2_thrift import Bmv2Thrift
 from core.network import interface_rx_packets
 
@@ -141,13 +143,15 @@ class Bmv2Reader:
 
     def __init__(self, p4info_path: Path = DEFAULT_P4INFO, *, election_id: ElectionId = READER_ELECTION_ID,
                  controller_election_id: ElectionId = CONTROLLER_ELECTION_ID,
-                 connect_timeout: float = 2.0, read_qdepth: bool = True):
+                 connect_timeout: float = 2.0, read_qdepth: bool = True,
+                 credentials: ClientCredentials | None = MONITOR_CREDENTIALS):
         if not Path(p4info_path).exists():
             raise FileNotFoundError(f"{p4info_path} not found: run `make build` first, or pass --p4info")
         self.p4info = P4Info.from_file(p4info_path)
         self.election_id = election_id
         self.controller_election_id = controller_election_id
         self.connect_timeout = connect_timeout
+        self.credentials = credentials        # the exporter's own client certificate (mutual TLS); None: plain gRPC
         self.read_qdepth = read_qdepth
         self._p4rt: dict[str, object] = {}
         self._thrift: dict[str, object] = {}
@@ -190,7 +194,8 @@ class Bmv2Reader:
         if conn is None:
             conn = self._p4rt[sw.name] = SwitchConnection(sw.name, sw.grpc_addr, sw.device_id,
                                                           election_id=self.election_id, reader=True,
-                                                          connect_timeout=self.connect_timeout)
+                                                          connect_timeout=self.connect_timeout,
+                                                          credentials=self.credentials)
         return conn
 
     def _thrift_session(self, sw):
@@ -313,12 +318,15 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help="the controller's election id: fabric_controller_primary is 1 where the switch's "
                          "primary has it (default %s,%s)" % CONTROLLER_ELECTION_ID)
     ap.add_argument("--no-qdepth", action="store_true", help="do not read egress_qdepth over Thrift")
+    ap.add_argument("--no-tls", action="store_true", help="plain gRPC (switches started with --no-tls); by default "
+                    "the exporter presents build/pki/clients/monitor.pem")
     ap.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C)")
     args = ap.parse_args(argv)
     try:
         topo = load_topology(args.topology)
         reader = Bmv2Reader(args.p4info, election_id=args.election_id,
-                            controller_election_id=args.controller_election_id, read_qdepth=not args.no_qdepth)
+                            controller_election_id=args.controller_election_id, read_qdepth=not args.no_qdepth,
+                            credentials=None if args.no_tls else MONITOR_CREDENTIALS)
         exporter = SwitchExporter(topo, reader, interval=args.interval).start(args.bind, args.port)
         assert exporter.server is not None  # start() opened it
     except (TopologyError, OSError) as exc:

@@ -1,7 +1,7 @@
 """The controller stays primary on a live switch, and says so when it is not.
 
-p4runtime-shell, run as a user would with its defaults (election id 1,0),
-reads a switch the controller programs: the controller is still primary and
+p4runtime-shell, run as a user would with its defaults (election id 1,0)
+and the operator's certificate (mutual TLS, core/tls.py), reads a switch the controller programs: the controller is still primary and
 still writes. A client with a higher election id demotes it: the controller
 logs it at once, names the new primary, refuses writes with an error that
 says why, the exporter's reading shows it (fabric_controller_primary 0),
@@ -18,15 +18,19 @@ from core.build import compile_p4
 from core.controller import FabricController
 from core.network import Network
 from core.switch import CONTROLLER_ELECTION_ID, SwitchConnection, SwitchError, update
+from core.tls import Pki
 from features import load_topology
 from telemetry.switch_exporter import Bmv2Reader
 from test_int_live import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
+OPERATOR = tuple(str(p) for p in (lambda c: (c.ca, c.cert, c.key))(Pki().client_credentials("operator")))
 
 SHELL_READ = """
 import p4runtime_sh.shell as sh
-sh.setup(device_id={device_id}, grpc_addr={addr!r}, verbose=False)   # every other setting its default
+from p4runtime_sh.p4runtime import SSLOptions
+# every setting its default but the operator's certificate (docs/operations.md)
+sh.setup(device_id={device_id}, grpc_addr={addr!r}, verbose=False, ssl_options=SSLOptions(False, *{creds!r}))
 print(len(list(sh.TableEntry("FabricIngress.forwarding.ipv4_lpm").read())))
 sh.teardown()
 """
@@ -48,7 +52,7 @@ def test_p4runtime_shell_with_its_defaults_reads_without_demoting_the_controller
     sw = net.topo.switches["s1"]
     with FabricController(net.topo) as ctl:
         ctl.program()
-        shell = subprocess.run([sys.executable, "-c", SHELL_READ.format(device_id=sw.device_id, addr=sw.grpc_addr)],
+        shell = subprocess.run([sys.executable, "-c", SHELL_READ.format(device_id=sw.device_id, addr=sw.grpc_addr, creds=OPERATOR)],
                                capture_output=True, text=True, timeout=60)
         assert shell.returncode == 0, shell.stderr
         assert int(shell.stdout.split()[-1]) > 0, "p4runtime-shell read the routes"

@@ -16,7 +16,10 @@ from core.bmv2 import switch_command
 from core.feature import priority_queues
 from core.network import apply_queue_settings, host_routing_commands, nic_commands
 from core.switch import Pipeline
-from fabric.kathara import CONTROLLER, MANAGEMENT, QueueScript, export, management_ip
+from cryptography import x509
+
+from core.tls import subject_alt_names
+from fabric.kathara import CONTROLLER, MANAGEMENT, QueueScript, export, management_ip, switch_tls
 from features import load_topology
 
 REPO = Path(__file__).resolve().parents[3]
@@ -72,7 +75,7 @@ def test_every_topology_exports_a_lab_kathara_loads_that_runs_what_the_launcher_
         assert cmd == switch_command("simple_switch_grpc", device_id=sw.device_id, thrift_port=sw.thrift_port,
                                      grpc_addr=f"{management_ip(topo, sw.name)}:9559", ports=ports,
                                      log_level="warn", log_file=Path(f"/var/log/{sw.name}"),
-                                     priority_queues=priority_queues(topo, sw.name))
+                                     priority_queues=priority_queues(topo, sw.name), tls=switch_tls(sw.name))
         launcher = QueueScript()
         apply_queue_settings(topo, sw.name, launcher)
         queue_lines = lines[lines.index(next(x for x in lines if "> /var/log/" in x and ".queues" in x)) + 1:-1]
@@ -94,6 +97,27 @@ def test_every_topology_exports_a_lab_kathara_loads_that_runs_what_the_launcher_
         assert sw.grpc_addr == f"{management_ip(topo, sw.name)}:9559"
         assert f"/dev/tcp/{sw.grpc_addr.replace(':', '/')})" in waits
     assert (out / "shared" / "main.json").read_text() == pipeline.bmv2_json.read_text()
+    check_lab_pki(topo, out)
+
+
+def check_lab_pki(topo, out: Path) -> None:
+    """Each switch holds the lab CA and its own certificate, for its name and
+    management address, signed by that CA; the controller holds the CA and a
+    client certificate from it where `fabric program` looks; no device
+    directory holds the CA's key."""
+    ca = x509.load_pem_x509_certificate((out / "pki" / "ca.pem").read_bytes())
+    for sw in topo.switches.values():
+        inside = switch_tls(sw.name)
+        files = [out / sw.name / p.relative_to("/") for p in (inside.ca, inside.cert, inside.key)]
+        assert files[0].read_bytes() == (out / "pki" / "ca.pem").read_bytes()
+        cert = x509.load_pem_x509_certificate(files[1].read_bytes())
+        cert.verify_directly_issued_by(ca)
+        assert subject_alt_names(cert) == {sw.name, management_ip(topo, sw.name)}
+        assert files[2].exists()
+    home = out / CONTROLLER / "fabric" / "build" / "pki"
+    x509.load_pem_x509_certificate((home / "clients" / "controller.pem").read_bytes()).verify_directly_issued_by(ca)
+    assert (home / "ca.pem").exists() and (home / "clients" / "controller.key").exists()
+    assert [p for p in out.rglob("ca.key")] == [out / "pki" / "ca.key"]
 
 
 def test_a_delayed_link_gets_the_launchers_netem_at_both_ends(tmp_path, pipeline):
