@@ -121,12 +121,14 @@ features: setup
 # packet dropped for each of four reasons), an
 # aggregated element's cost by block size, and packets/s, with
 # build/bench/{instructions_per_packet.csv,aggregation_cost.csv,summary.csv,forwarding_rate.png};
-# then the RDMA transport's sender rate per congestion control (build/bench/rdma_agent/).
+# then the RDMA transport's sender rate per congestion control (build/bench/rdma_agent/), and what
+# mutual TLS costs P4Runtime at start-up and per write (build/bench/p4runtime_tls.csv).
 bench: require-toolchain build
 	$(PY) -m benchmarks.instructions_per_packet --packets 1000 --readme docs/benchmark.md
 	$(PY) -m benchmarks.aggregation_cost --packets 1000 --readme docs/benchmark.md
 	$(FABRIC) bench --readme docs/benchmark.md $(ARGS)
 	$(PY) -m benchmarks.rdma_agent
+	$(PY) -m benchmarks.p4runtime_tls
 
 # Instructions per aggregation packet and per element at each block size,
 # against plain UDP of the same size (callgrind, ~8 min).
