@@ -22,7 +22,7 @@ from core.feature import Feature
 from core.forwarding import forwarding_state
 from core.network import make_veth_pair, sh
 from core.p4info import P4Info
-from core.switch import Pipeline, SwitchConnection
+from core.switch import CONTROLLER_CREDENTIALS, Pipeline, SwitchConnection
 from core.sync import SwitchState, reconcile
 from core.tls import Pki
 from core.toolchain import require
@@ -178,17 +178,20 @@ def rx_packets(iface: str) -> int:
 
 
 @contextmanager
-def running_switch(case: Case, pipeline: Pipeline, wrapper: list[str] | None = None, timeout: float = 20):
+def running_switch(case: Case, pipeline: Pipeline, wrapper: list[str] | None = None, timeout: float = 20,
+                   tls: bool = True):
     """simple_switch_grpc between the bench veths, logging off (optionally
     under a wrapper such as valgrind), running `case`'s program and entries;
     stopped on exit. P4Runtime runs mutual TLS as everywhere (it is not on
-    the packet path)."""
-    tls = Pki().ensure({"bench-switch": [GRPC_ADDR.rsplit(":", 1)[0]]})["bench-switch"]
+    the packet path); `tls=False` for plain gRPC (under valgrind, BMv2's TLS
+    handshake and arbitration answer outlast the client's 2 s wait)."""
+    creds = Pki().ensure({"bench-switch": [GRPC_ADDR.rsplit(":", 1)[0]]})["bench-switch"] if tls else None
     cmd = switch_command(require("simple_switch_grpc"), device_id=DEVICE_ID, thrift_port=THRIFT_PORT,
-                         grpc_addr=GRPC_ADDR, ports={p: sw for p, (sw, _) in PAIRS.items()}, log_level="off", tls=tls)
+                         grpc_addr=GRPC_ADDR, ports={p: sw for p, (sw, _) in PAIRS.items()}, log_level="off",
+                         tls=creds)
     switch = subprocess.Popen([*(wrapper or []), *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
-        program(case, pipeline, timeout)
+        program(case, pipeline, timeout, tls)
         yield switch
         if switch.poll() is not None:
             raise RuntimeError(f"simple_switch_grpc died while measuring {case.name}")
@@ -200,8 +203,14 @@ def running_switch(case: Case, pipeline: Pipeline, wrapper: list[str] | None = N
             switch.kill()
 
 
-def program(case: Case, pipeline: Pipeline, timeout: float = 20) -> None:
-    with SwitchConnection(case.name, GRPC_ADDR, DEVICE_ID, connect_timeout=timeout) as conn:
+def connect(case: Case, timeout: float = 20, tls: bool = True) -> SwitchConnection:
+    """A P4Runtime connection to the bench's switch (started by running_switch with the same `tls`)."""
+    return SwitchConnection(case.name, GRPC_ADDR, DEVICE_ID, connect_timeout=timeout,
+                            credentials=CONTROLLER_CREDENTIALS if tls else None)
+
+
+def program(case: Case, pipeline: Pipeline, timeout: float = 20, tls: bool = True) -> None:
+    with connect(case, timeout, tls) as conn:
         conn.push_pipeline(pipeline, force=True)
         if case.state:
             reconcile(conn, case.state(P4Info(pipeline.p4info())))

@@ -39,12 +39,11 @@ from pathlib import Path
 from typing import Any
 
 
-from benchmarks.cases import DEVICE_ID, GRPC_ADDR, IN_PORT, MAIN, OUT_PORT, PAIRS, REPO, Case, cases, compile_case, \
-    frames, make_veths, remove_veths, running_switch, rx_packets, select
+from benchmarks.cases import IN_PORT, MAIN, OUT_PORT, PAIRS, REPO, Case, cases, compile_case, \
+    connect, frames, make_veths, remove_veths, running_switch, rx_packets, select
 from benchmarks.forwarding_rate import update_readme
 from core.p4constants import drop_reasons
 from core.p4info import P4Info
-from core.switch import SwitchConnection
 from core.toolchain import require
 from hostagent.sender import RawSender
 
@@ -70,7 +69,7 @@ def measure(case, pipeline, packets: int) -> float:
     for old in [out_prefix, *OUT_DIR.glob(f"{out_prefix.name}.*")]:
         old.unlink(missing_ok=True)
     wrapper = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out_prefix}"]
-    with running_switch(case, pipeline, wrapper, timeout=180) as switch:
+    with running_switch(case, pipeline, wrapper, timeout=180, tls=False) as switch:
         pid = str(switch.pid)
         # Warm-up: BMv2 allocates packet header vectors on demand, as many as
         # packets in flight, and keeps them in a pool; allocating one costs
@@ -112,7 +111,7 @@ def measure(case, pipeline, packets: int) -> float:
 def dropped(case, pipeline) -> int:
     """Packets the switch counted as dropped for `case`'s reason (P4Runtime, drop_counter)."""
     index = drop_reasons()[case.drop_reason]
-    with SwitchConnection(case.name, GRPC_ADDR, DEVICE_ID) as conn:
+    with connect(case, tls=False) as conn:
         return conn.counter(P4Info(pipeline.p4info()).counter_entry("drop_counter", index)).get(index, (0, 0))[0]
 
 
