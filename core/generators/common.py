@@ -6,11 +6,31 @@ import argparse
 import json
 import sys
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 MAX_HOSTS = 254      # core/topology.py: 10.<nic>.<host>.0/24
 MAX_PORTS = 99       # core/topology.py: ports per switch ("<switch>-eth<NN>")
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A generated topology before it becomes a file: switches (name, role),
+    hosts, links (host-switch and switch-switch, by name). Unbounded by the
+    file format's limits, so costs can be counted at any size."""
+    switches: list[tuple[str, str]]
+    hosts: list[str]
+    links: list[tuple[str, str]]
+
+    def switch_links(self) -> list[tuple[str, str]]:
+        names = {s for s, _ in self.switches}
+        return [(a, b) for a, b in self.links if a in names and b in names]
+
+    def ports(self) -> int:
+        """Switch ports in use: every link end on a switch."""
+        names = {s for s, _ in self.switches}
+        return sum((a in names) + (b in names) for a, b in self.links)
 
 
 class GeneratorError(ValueError):

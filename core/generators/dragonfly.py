@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from core.generators.common import GeneratorError, at_least, check_sizes, parser, render, run
+from core.generators.common import GeneratorError, Graph, at_least, check_sizes, parser, render, run
 
 
 def global_links(a: int, h: int, g: int) -> list[tuple[tuple[int, int], tuple[int, int]]]:
@@ -39,7 +39,8 @@ def global_links(a: int, h: int, g: int) -> list[tuple[tuple[int, int], tuple[in
     return out
 
 
-def dragonfly(p: int = 2, a: int = 4, h: int = 2, g: Optional[int] = None, name: str = "dragonfly") -> str:
+def dragonfly_graph(p: int = 2, a: int = 4, h: int = 2, g: Optional[int] = None) -> Graph:
+    """The Dragonfly's routers, hosts and links (parameters checked, no size limit)."""
     for param, value in (("p", p), ("a", a), ("h", h)):
         at_least(param, value, 1)
     g = a * h + 1 if g is None else g
@@ -62,6 +63,13 @@ def dragonfly(p: int = 2, a: int = 4, h: int = 2, g: Optional[int] = None, name:
     for G in range(g):
         links += [(router[G][r], router[G][s]) for r in range(a) for s in range(r + 1, a)]
     links += [(router[G][r], router[T][s]) for (G, r), (T, s) in global_links(a, h, g)]
+    return Graph(switches, hosts, links)
+
+
+def dragonfly(p: int = 2, a: int = 4, h: int = 2, g: Optional[int] = None, name: str = "dragonfly") -> str:
+    graph = dragonfly_graph(p, a, h, g)
+    g = a * h + 1 if g is None else g
+    switches, hosts, links = graph.switches, graph.hosts, graph.links
     check_sizes(switches, hosts, links, "p")
     per_pair = a * h // (g - 1)
     return render(
