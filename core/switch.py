@@ -37,7 +37,7 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
 from p4runtime_sh.p4runtime import P4RuntimeClient, P4RuntimeException, P4RuntimeWriteException, SSLOptions
 
-from core.tls import ClientCredentials, Pki
+from core.tls import ClientCredentials, Pki, PkiError
 
 UPDATE_TYPE = p4runtime_pb2.Update
 ElectionId = tuple[int, int]
@@ -151,15 +151,16 @@ class SwitchConnection:
         if self.credentials is None:
             channel = grpc.insecure_channel(self.grpc_addr)
         else:
-            ca, cert, key = self.credentials.read()
+            try:
+                ca, cert, key = self.credentials.read()
+            except PkiError as exc:
+                absent = "" if self._listening() else f"no P4Runtime server at {self.grpc_addr}, and "
+                raise SwitchError(f"{self.name}: {absent}{exc}") from None
             channel = grpc.secure_channel(self.grpc_addr, grpc.ssl_channel_credentials(ca, key, cert))
         try:
             grpc.channel_ready_future(channel).result(timeout=timeout)
         except grpc.FutureTimeoutError:
-            host, port = self.grpc_addr.rsplit(":", 1)
-            try:
-                socket.create_connection((host, int(port)), timeout=1).close()
-            except OSError:
+            if not self._listening():
                 raise SwitchError(f"{self.name}: no P4Runtime server at {self.grpc_addr} after {timeout:.0f}s") from None
             if self.credentials is None:
                 raise SwitchError(f"{self.name}: {self.grpc_addr} accepts connections but no plain-gRPC channel came "
@@ -169,6 +170,15 @@ class SwitchConnection:
                               f"from the CA in {self.credentials.ca}, or it refused {self.credentials.cert}") from None
         finally:
             channel.close()
+
+    def _listening(self) -> bool:
+        """Whether something accepts TCP connections at the P4Runtime address."""
+        host, port = self.grpc_addr.rsplit(":", 1)
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+        except OSError:
+            return False
+        return True
 
     @property
     def client(self) -> _Client:

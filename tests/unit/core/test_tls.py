@@ -130,3 +130,14 @@ def test_its_certificates_do_mutual_tls_and_another_cas_do_not(tmp_path):
     assert refused and "certificate" in refused.lower(), refused
     wrong_name = handshake(*contexts(pki, pki.client("controller")), "10.0.0.1")
     assert wrong_name and "mismatch" in wrong_name, wrong_name       # the client checks the switch's address
+
+
+def test_a_client_without_its_certificates_says_so_and_whether_a_server_is_there(tmp_path):
+    from core.switch import SwitchConnection, SwitchError
+    missing = Pki(tmp_path / "none").client_credentials("controller")
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        addr = f"127.0.0.1:{listener.getsockname()[1]}"
+        with pytest.raises(SwitchError, match=r"^s1: TLS client credentials missing: .*ca\.pem"):
+            SwitchConnection("s1", addr, 1, credentials=missing, connect_timeout=1)
+    with pytest.raises(SwitchError, match=rf"^s1: no P4Runtime server at {addr}, and TLS client credentials missing"):
+        SwitchConnection("s1", addr, 1, credentials=missing, connect_timeout=1)
