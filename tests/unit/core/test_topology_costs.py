@@ -73,11 +73,17 @@ def test_at_equal_hosts_takes_each_familys_smallest_instance_that_is_big_enough(
                                                                       "torus 2D", "torus 3D"}
 
 
-def test_the_experiment_writes_its_tables_and_figure(tmp_path, capsys):
-    assert topologies.main(["--max-hosts", "300", "--targets", "50", "250", "--out", str(tmp_path)]) == 0
+def test_the_experiment_writes_its_tables_and_figures(tmp_path, capsys):
+    assert topologies.main(["--max-hosts", "300", "--targets", "50", "250", "--dragonfly-p", "1", "2",
+                            "--uniform-max-hosts", "60", "--out", str(tmp_path)]) == 0
     rows = list(csv.DictReader(open(tmp_path / "costs_at_equal_hosts.csv")))
     assert {r["target"] for r in rows} == {"50", "250"}
     assert (tmp_path / "costs.png").stat().st_size > 10_000
+    assert (tmp_path / "throughput.png").stat().st_size > 10_000
+    rows = list(csv.DictReader(open(tmp_path / "throughput.csv")))
+    assert {(r["params"], r["pattern"], r["routing"]) for r in rows if r["family"] == "dragonfly"} == {
+        (f"p={p} a={2 * p} h={p} g={2 * p * p + 1}", pattern, routing)
+        for p in (1, 2) for pattern in ("uniform", "group shift") for routing in ("minimal", "valiant", "mix")}
     assert str(tmp_path / "costs.csv") in capsys.readouterr().out
     with pytest.raises(SystemExit):
         topologies.main(["--max-hosts", "300", "--targets", "500", "--out", str(tmp_path)])
