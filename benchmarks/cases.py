@@ -31,6 +31,7 @@ from features import FEATURES
 from wire.ecn import ECT0
 
 GRPC_ADDR, THRIFT_PORT, DEVICE_ID = "127.0.0.1:9458", 9088, 1  # apart from the launcher and PTF
+SWITCH_NAME = "bench-switch"          # its TLS certificate's name
 PAIRS = {1: ("benchsw1", "benchdp1"), 2: ("benchsw2", "benchdp2")}  # port: (switch side, traffic side)
 IN_PORT, OUT_PORT = 1, 2
 SWITCH_MAC, HOST_MAC = "0a:00:00:00:01:01", "0a:00:01:00:00:01"
@@ -178,29 +179,36 @@ def rx_packets(iface: str) -> int:
 
 
 @contextmanager
-def running_switch(case: Case, pipeline: Pipeline, wrapper: list[str] | None = None, timeout: float = 20,
-                   tls: bool = True):
-    """simple_switch_grpc between the bench veths, logging off (optionally
-    under a wrapper such as valgrind), running `case`'s program and entries;
-    stopped on exit. P4Runtime runs mutual TLS as everywhere (it is not on
-    the packet path); `tls=False` for plain gRPC (under valgrind, BMv2's TLS
-    handshake and arbitration answer outlast the client's 2 s wait)."""
-    creds = Pki().ensure({"bench-switch": [GRPC_ADDR.rsplit(":", 1)[0]]})["bench-switch"] if tls else None
+def switch_process(ports: dict[int, str], wrapper: list[str] | None = None, tls: bool = True):
+    """simple_switch_grpc at the bench's addresses on `ports`, logging off
+    (optionally under a wrapper such as valgrind), no pipeline; stopped on exit.
+    P4Runtime runs mutual TLS as everywhere (it is not on the packet path);
+    `tls=False` for plain gRPC (under valgrind, BMv2's TLS handshake and
+    arbitration answer outlast the client's 2 s wait)."""
+    creds = Pki().ensure({SWITCH_NAME: [GRPC_ADDR.rsplit(":", 1)[0]]})[SWITCH_NAME] if tls else None
     cmd = switch_command(require("simple_switch_grpc"), device_id=DEVICE_ID, thrift_port=THRIFT_PORT,
-                         grpc_addr=GRPC_ADDR, ports={p: sw for p, (sw, _) in PAIRS.items()}, log_level="off",
-                         tls=creds)
+                         grpc_addr=GRPC_ADDR, ports=ports, log_level="off", tls=creds)
     switch = subprocess.Popen([*(wrapper or []), *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
-        program(case, pipeline, timeout, tls)
         yield switch
-        if switch.poll() is not None:
-            raise RuntimeError(f"simple_switch_grpc died while measuring {case.name}")
     finally:
         switch.terminate()
         try:
             switch.wait(timeout=60)
         except subprocess.TimeoutExpired:
             switch.kill()
+            switch.wait()
+
+
+@contextmanager
+def running_switch(case: Case, pipeline: Pipeline, wrapper: list[str] | None = None, timeout: float = 20,
+                   tls: bool = True):
+    """switch_process between the bench veths, running `case`'s program and entries."""
+    with switch_process({p: sw for p, (sw, _) in PAIRS.items()}, wrapper, tls) as switch:
+        program(case, pipeline, timeout, tls)
+        yield switch
+        if switch.poll() is not None:
+            raise RuntimeError(f"simple_switch_grpc died while measuring {case.name}")
 
 
 def connect(case: Case, timeout: float = 20, tls: bool = True) -> SwitchConnection:

@@ -22,43 +22,20 @@ from __future__ import annotations
 import argparse
 import csv
 import statistics
-import subprocess
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from p4.v1 import p4runtime_pb2
 
-from core.bmv2 import switch_command
+from benchmarks.cases import DEVICE_ID, GRPC_ADDR, SWITCH_NAME, switch_process
 from core.build import compile_p4
 from core.p4info import P4Info
 from core.switch import CONTROLLER_CREDENTIALS, Pipeline, SwitchConnection, update
-from core.tls import Pki
-from core.toolchain import require
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "build" / "bench"
-GRPC_ADDR, THRIFT_PORT, DEVICE_ID, NAME = "127.0.0.1:9457", 9087, 1, "tls-bench"
 MODES = ("plain", "tls")
 MEASURES = ("start", "connect", "push", "write", "batch")
-
-
-@contextmanager
-def switch(mode: str) -> Iterator[subprocess.Popen]:
-    tls = Pki().ensure({NAME: ["127.0.0.1"]})[NAME] if mode == "tls" else None
-    cmd = switch_command(require("simple_switch_grpc"), device_id=DEVICE_ID, thrift_port=THRIFT_PORT,
-                         grpc_addr=GRPC_ADDR, ports={}, log_level="off", tls=tls)
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    try:
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def routes(p4info: P4Info, count: int, offset: int = 0) -> list[p4runtime_pb2.TableEntry]:
@@ -71,11 +48,11 @@ def one_round(mode: str, pipeline: Pipeline, p4info: P4Info, writes: int, batch:
     creds = CONTROLLER_CREDENTIALS if mode == "tls" else None
     out: dict[str, float] = {}
     t0 = time.perf_counter()
-    with switch(mode):
-        with SwitchConnection(NAME, GRPC_ADDR, DEVICE_ID, connect_timeout=30, credentials=creds) as conn:
+    with switch_process({}, tls=mode == "tls"):
+        with SwitchConnection(SWITCH_NAME, GRPC_ADDR, DEVICE_ID, connect_timeout=30, credentials=creds) as conn:
             out["start"] = time.perf_counter() - t0
             t = time.perf_counter()
-            SwitchConnection(NAME, GRPC_ADDR, DEVICE_ID, connect_timeout=10, credentials=creds,
+            SwitchConnection(SWITCH_NAME, GRPC_ADDR, DEVICE_ID, connect_timeout=10, credentials=creds,
                              election_id=(1, 0)).close()
             out["connect"] = time.perf_counter() - t
             t = time.perf_counter()

@@ -27,10 +27,15 @@ class Graph:
         names = {s for s, _ in self.switches}
         return [(a, b) for a, b in self.links if a in names and b in names]
 
-    def ports(self) -> int:
-        """Switch ports in use: every link end on a switch."""
+    def ports_by_switch(self) -> dict[str, int]:
+        """Switch -> ports in use: every link end on it, host links included."""
         names = {s for s, _ in self.switches}
-        return sum((a in names) + (b in names) for a, b in self.links)
+        out = dict.fromkeys(names, 0)
+        for a, b in self.links:
+            for end in (a, b):
+                if end in names:
+                    out[end] += 1
+        return out
 
 
 class GeneratorError(ValueError):

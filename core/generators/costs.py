@@ -110,12 +110,7 @@ def hop_stats(graph: Graph, transitive: bool = False) -> tuple[int, float]:
 
 def cost(family: str, params: str, graph: Graph) -> Cost:
     """A torus is vertex-transitive: its hops are counted from one router."""
-    names = {s for s, _ in graph.switches}
-    ports: dict[str, int] = {}
-    for a, b in graph.links:
-        for end in (a, b):
-            if end in names:
-                ports[end] = ports.get(end, 0) + 1
+    ports = graph.ports_by_switch()
     diameter, mean = hop_stats(graph, transitive=family.startswith("torus"))
     return Cost(family, params, len(graph.hosts), len(graph.switches), len(graph.switch_links()),
                 sum(ports.values()), max(ports.values()), diameter, mean)

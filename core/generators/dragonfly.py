@@ -68,8 +68,8 @@ def dragonfly_graph(p: int = 2, a: int = 4, h: int = 2, g: Optional[int] = None)
 
 def dragonfly(p: int = 2, a: int = 4, h: int = 2, g: Optional[int] = None, name: str = "dragonfly") -> str:
     graph = dragonfly_graph(p, a, h, g)
-    g = a * h + 1 if g is None else g
     switches, hosts, links = graph.switches, graph.hosts, graph.links
+    g = len(switches) // a
     check_sizes(switches, hosts, links, "p")
     per_pair = a * h // (g - 1)
     return render(

@@ -88,8 +88,8 @@ def slim_fly(q: int = 5, p: Optional[int] = None, name: Optional[str] = None) ->
     graph = slim_fly_graph(q, p)
     d = 1 if q % 4 == 1 else -1
     radix = network_radix(q)
-    p = math.ceil(radix / 2) if p is None else p
     switches, hosts = graph.switches, graph.hosts
+    p = len(hosts) // len(switches)
     check_sizes(switches, hosts, graph.links, "p")
     xs, xps = generator_sets(q)
     return render(
