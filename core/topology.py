@@ -34,7 +34,7 @@ IFNAME_MAX = 15  # Linux IFNAMSIZ (16) less the terminating NUL
 LINK_FIELDS = {"a", "b", "bandwidth_mbps", "delay_ms", "loss_pct"}
 NODE_FIELDS = {"name", "role"}
 LABEL_FIELDS = {"plane", "rail"}
-SWITCH_FIELDS = NODE_FIELDS | LABEL_FIELDS | {"management_ip"}
+SWITCH_FIELDS = NODE_FIELDS | LABEL_FIELDS | {"management_ip", "group"}
 HOST_FIELDS = NODE_FIELDS | {"nics"}
 NIC_FIELDS = {"name"} | LABEL_FIELDS
 DEFAULT_NIC = "eth0"  # the one NIC of a host that declares none
@@ -96,6 +96,7 @@ class Switch:
     plane: str | None = None
     rail: int | None = None
     management_ip: str | None = None     # a switch that runs apart (a Kathara lab): where it listens
+    group: int | None = None             # its Dragonfly group (non-minimal routing's intermediates)
 
     @property
     def grpc_addr(self) -> str:
@@ -475,7 +476,7 @@ def from_dict(data: Any, source: str = "<topology>", features: Sequence["Feature
         sw_name, role = v.node(where, raw, SWITCH_FIELDS, node_names)
         plane, rail = v.labels(where, raw)
         switches[sw_name] = Switch(sw_name, device_id=len(switches) + 1, role=role, plane=plane, rail=rail,
-                                   management_ip=v.management_ip(where, raw))
+                                   management_ip=v.management_ip(where, raw), group=v.group(where, raw))
     _check_planes_everywhere(v, switches)
 
     hosts: dict[str, Host] = {}
@@ -703,6 +704,13 @@ class _Validator:
                 return node, nic
         self.fail(where, f"unknown node {end!r}")
         raise AssertionError("unreachable")
+
+    def group(self, where: str, raw: Any) -> int | None:
+        """A switch's optional Dragonfly group, an integer >= 1."""
+        group = raw.get("group") if isinstance(raw, dict) else None
+        if group is not None and (isinstance(group, bool) or not isinstance(group, int) or group < 1):
+            self.fail(f"{where}.group", f"expected a group number (an integer >= 1), got {group!r}")
+        return group
 
     def labels(self, where: str, raw: Any) -> tuple[str | None, int | None]:
         """The optional plane and rail of a switch or NIC mapping."""

@@ -1,6 +1,6 @@
 // The fabric switch: a v1model pipeline composed of one control per concern.
 // Features (ECN marking, INT, load balancing, aggregation, failover,
-// lossless classes) plug in as controls
+// lossless classes, non-minimal routing) plug in as controls
 // applied below; each lives in its own include/ file.
 #include <core.p4>
 #define V1MODEL_VERSION 20200408   // typed register and counter indexes
@@ -27,6 +27,9 @@
 #ifndef WITHOUT_LOSSLESS
 #include "include/lossless.p4"
 #endif
+#ifndef WITHOUT_NONMINIMAL_ROUTING
+#include "include/nonminimal_routing.p4"
+#endif
 
 control FabricIngress(inout headers_t hdr,
                       inout local_metadata_t meta,
@@ -46,6 +49,9 @@ control FabricIngress(inout headers_t hdr,
     Lossless() lossless;
     PfcReceive() pfc_receive;
     PcpRemark() pcp_remark;
+#endif
+#ifndef WITHOUT_NONMINIMAL_ROUTING
+    NonminimalRouting() nonminimal_routing;
 #endif
 
     // A packet that cannot be forwarded gets a drop reason (defines.p4) and
@@ -75,6 +81,9 @@ control FabricIngress(inout headers_t hdr,
                 } else
 #endif
                 {
+#ifndef WITHOUT_NONMINIMAL_ROUTING
+                    nonminimal_routing.apply(hdr, meta, std_meta);   // Valiant, UGAL: maybe toward an intermediate
+#endif
 #ifndef WITHOUT_INT_TELEMETRY
                     int_source.apply(hdr, meta, std_meta);
 #endif

@@ -65,15 +65,22 @@ def check_sizes(switches: Sequence[tuple[str, str]], hosts: Sequence[str], links
 
 
 def render(name: str, description: str, comments: Sequence[str], switches: Sequence[tuple[str, str]],
-           hosts: Sequence[str], links: Sequence[tuple[str, str]], bandwidth_mbps: float = 100) -> str:
+           hosts: Sequence[str], links: Sequence[tuple[str, str]], bandwidth_mbps: float = 100,
+           groups: Optional[dict[str, int]] = None) -> str:
     """A topology file: `comments` (how it was built) on top, then the
-    fields, every switch with its role, hosts as workers."""
+    fields, every switch with its role (and its group, when `groups` gives
+    one), hosts as workers."""
+    groups = groups or {}
+
+    def switch(s: str, role: str) -> str:
+        return f"  - {{name: {s}, role: {role}" + (f", group: {groups[s]}}}" if s in groups else "}")
+
     return "\n".join([
         *(f"# {line}".rstrip() for line in comments),
         f"name: {name}",
         f"description: {json.dumps(description)}",    # a JSON string is a YAML one
         "defaults:", f"  link: {{bandwidth_mbps: {bandwidth_mbps:g}}}",
-        "switches:", *(f"  - {{name: {s}, role: {role}}}" for s, role in switches),
+        "switches:", *(switch(s, role) for s, role in switches),
         "hosts:", *(f"  - {{name: {h}, role: worker}}" for h in hosts),
         "links:", *(f"  - [{a}, {b}]" for a, b in links), ""])
 

@@ -16,7 +16,12 @@ order, router 0's h ports first, are offsets k = 0 .. a*h - 1; offset k
 goes to group (G + 1 + k mod (g - 1)) mod g, copy k div (g - 1), and lands
 on the port of that group whose offset leads back to G with the same copy.
 So router r of every group reaches the same relative groups, r*h + 1 ..
-r*h + h ahead. Routers are g<G>r<r>, hosts h<n>, numbered from 1.
+r*h + h ahead. Routers are g<G>r<r>, hosts h<n>, numbered from 1; each
+router's `group:` is its group's number.
+
+The file routes by UGAL-L through the groups (`nonminimal_routing: {mode:
+ugal}`, docs/features/nonminimal_routing.md), as a Dragonfly needs: minimal
+routing collapses under adversarial traffic.
 """
 from __future__ import annotations
 
@@ -79,7 +84,8 @@ def dragonfly(p: int = 2, a: int = 4, h: int = 2, g: Optional[int] = None, name:
          f"Groups g1..g{g}: a full mesh of routers g<G>r1..g<G>r{a} (local links).",
          f"Global links, consecutive arrangement: router r of group G links to groups G + (r-1)*{h} + 1 .. "
          f"G + r*{h} (mod {g}),", f"{per_pair} link(s) between every two groups (core/generators/dragonfly.py)."],
-        switches, hosts, links)
+        switches, hosts, links, groups={s: int(s[1:s.index("r")]) for s, _ in switches}
+    ) + "nonminimal_routing: {mode: ugal}      # UGAL-L through the groups (docs/features/nonminimal_routing.md)\n"
 
 
 def main(argv: Optional[list[str]] = None) -> int:

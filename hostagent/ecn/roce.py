@@ -11,6 +11,8 @@ Options for load balancing: `send --plb` repaths (new UDP source port) on
 persistent congestion (hostagent/load_balancing/plb.py); `receive --reorder` delivers each
 flow in PSN order through a reorder buffer and reports reordering
 (hostagent/load_balancing/reorder.py).
+The receiver holds UDP port 4791 (a socket it never reads), so the host's
+kernel does not answer every packet with an ICMP port unreachable.
 The sender stamps each packet's first 8 payload bytes with its monotonic
 clock (ns; every namespace of the machine shares it), and the receiver
 reports each flow's one-way delay percentiles from them. Options for a
@@ -65,6 +67,21 @@ def open_socket(iface: str) -> socket.socket:
     return sock
 
 
+def hold_roce_port() -> socket.socket | None:
+    """A UDP socket on the RoCEv2 port that is never read (its buffer the
+    smallest): the host's kernel then drops what reaches it instead of
+    answering every packet with an ICMP port unreachable, as a host whose
+    RDMA NIC consumes the port sends none. None if the port is taken."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)
+        sock.bind(("0.0.0.0", ROCEV2_UDP_PORT))
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
 def classify(frame: bytes) -> str:
     """'data', 'cnp', or why the frame is not ours: 'short', 'not-ipv4', 'ip-options',
     'not-rocev2', 'unknown-opcode'."""
@@ -106,8 +123,21 @@ def run_sender(a, progress=None, write: bool = True) -> dict:
     progress(now, sent, rp, plb), if given, is called every PROGRESS_S; True stops."""
     params = DcqcnParams(**{f.name: getattr(a, f.name) for f in fields(DcqcnParams) if getattr(a, f.name, None) is not None})
     pcp = getattr(a, "pcp", None)
-    frame = bytearray(bytes(roce_data(a.src_mac, a.gw_mac, a.src_ip, a.dst_ip, a.qp, payload=a.payload,
-                                      ecn=NOT_ECT if a.not_ect else ECT0, dscp=getattr(a, "dscp", 0), pcp=pcp)))
+    dsts = [a.dst_ip] if isinstance(a.dst_ip, str) else list(a.dst_ip)
+    sports = getattr(a, "sports", 1) or 1
+    if sports < 1 or sports > 0x4000:
+        raise ValueError(f"--sports must be within 1..{0x4000}, got {sports}")
+    if getattr(a, "plb", False) and len(dsts) * sports > 1:
+        raise ValueError("--plb repaths one flow: give one --dst-ip and --sports 1")
+    # One frame per (source port, destination): packets go round the list,
+    # to each destination in turn, so each gets its share evenly, spread over
+    # `sports` 5-tuples (the flows a network's hashes see); each destination
+    # has its own PSNs.
+    frames = [bytearray(bytes(roce_data(a.src_mac, a.gw_mac, a.src_ip, dst, a.qp, payload=a.payload,
+                                        ecn=NOT_ECT if a.not_ect else ECT0, dscp=getattr(a, "dscp", 0), pcp=pcp,
+                                        sport=0xC000 | ((a.qp + k) & 0x3FFF))))
+              for k in range(sports) for dst in dsts]
+    frame = frames[0]
     tag = TAG_BYTES if pcp is not None else 0      # the fields below sit that much further in a tagged frame
     tclass = getattr(a, "tclass", None)
     if tclass is None and pcp is not None:
@@ -123,6 +153,8 @@ def run_sender(a, progress=None, write: bool = True) -> dict:
     series = []
     ignored: defaultdict[str, int] = defaultdict(int)
     sent = 0
+    sent_to = [0] * len(dsts)                       # packets per destination: its next PSN
+    listening = not a.fixed_rate or pfc is not None or plb is not None   # else nothing to read: sleep until due
     wait_for_start(a)
     t0, t0_wall = time.monotonic(), time.time()
     next_send, next_sample, next_progress, end = 0.0, 0.0, 0.0, a.duration
@@ -163,12 +195,15 @@ def run_sender(a, progress=None, write: bool = True) -> dict:
             next_send = max(next_send, now)              # paused: nothing goes out, and no burst after
             time.sleep(0.0002)
         elif now >= next_send:
-            frame[psn_at:psn_at + 3] = (sent & 0xFFFFFF).to_bytes(3, "big")
+            frame = frames[sent % len(frames)]
+            d = sent % len(dsts)
+            frame[psn_at:psn_at + 3] = (sent_to[d] & 0xFFFFFF).to_bytes(3, "big")
             if stamp:
                 frame[stamp_at:stamp_at + 8] = time.monotonic_ns().to_bytes(8, "big")
             try:
                 sock.send(frame)
                 sent += 1
+                sent_to[d] += 1
                 if not a.fixed_rate:
                     rp.on_sent(len(frame), now)
                 if plb is not None:
@@ -176,8 +211,11 @@ def run_sender(a, progress=None, write: bool = True) -> dict:
             except OSError:
                 ignored["tx-error"] += 1
             next_send = max(next_send + 1.0 / rp.rate, now - 0.01)  # no catch-up bursts after a stall
+        elif listening:
+            time.sleep(min(next_send - now, 0.0005))       # CNPs and pauses are read between packets
         else:
-            time.sleep(min(next_send - now, 0.0005))
+            due = min(next_send, next_sample, next_progress if progress is not None else end)
+            time.sleep(max(0.0, due - now))
     if pfc is not None:      # a NIC hears pauses while idle too: those its last packets caused are counted
         listen_until = time.monotonic() + PFC_LISTEN_AFTER_S
         while time.monotonic() < listen_until:
@@ -186,6 +224,7 @@ def run_sender(a, progress=None, write: bool = True) -> dict:
             except BlockingIOError:
                 time.sleep(0.001)
     summary = {"role": "sender", "qp": a.qp, "src": a.src_ip, "dst": a.dst_ip, "sent": sent,
+               "sent_to": dict(zip(dsts, sent_to)), "sports": sports,
                "duration_s": a.duration, "cnps_received": rp.cnps, "final_rate_pps": rp.rate,
                "ignored": dict(ignored), "params": asdict(params), "dcqcn": not a.fixed_rate,
                "t0_wall": t0_wall, "plb": plb.summary() if plb is not None else None,
@@ -220,6 +259,7 @@ def run_receiver(a, progress=None, write: bool = True) -> dict:
     rob = (ReorderBank(ReorderParams(gap_timeout_s=a.reorder_timeout, capacity=a.reorder_capacity), start_psn=0)
            if getattr(a, "reorder", False) else None)
     sock = open_socket(a.iface)
+    held = hold_roce_port()
     sock.settimeout(0.05 if rob is None else min(0.05, a.reorder_timeout / 4))  # timeouts fire on time
     slow = None
     if getattr(a, "drain_pps", None):      # a slow receiver: pauses its uplink as its buffer fills
@@ -300,6 +340,8 @@ def run_receiver(a, progress=None, write: bool = True) -> dict:
                 sock.send(cnp)
                 f["cnps_sent"] += 1
     restore_signals()
+    if held is not None:
+        held.close()
     for key, f in flows.items():
         f["lost"] = f["max_psn"] + 1 - f["packets"]  # PSN gaps (no reordering on a single path)
         f["delay_ms"] = delay_percentiles(delays.get(key, []))
@@ -339,7 +381,12 @@ def main(argv=None) -> int:
         add_start_arguments(p)
         p.add_argument("--out", help="output prefix: writes <out>.json and <out>.csv (default: JSON on stdout)")
     s = sub.choices["send"]
-    s.add_argument("--dst-ip", required=True)
+    s.add_argument("--dst-ip", required=True, nargs="+",
+                   help="destination(s): with several, packets go to each in turn, in the order given "
+                        "(each has its own PSNs)")
+    s.add_argument("--sports", type=int, default=1,
+                   help="spread the packets over this many UDP source ports in turn: as many flows to the "
+                        "network's hashes, one to the receiver (default 1)")
     s.add_argument("--qp", type=int, required=True, help="destination queue pair number: identifies the flow")
     s.add_argument("--payload", type=int, default=1000, help="payload bytes per packet")
     s.add_argument("--fixed-rate", action="store_true", help="no DCQCN: send at line rate, ignore CNPs")

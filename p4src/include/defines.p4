@@ -7,7 +7,7 @@
 
 // Compiling a feature out: -DWITHOUT_ECN, -DWITHOUT_INT_TELEMETRY,
 // -DWITHOUT_LOAD_BALANCING, -DWITHOUT_AGGREGATION, -DWITHOUT_FAILOVER,
-// -DWITHOUT_LOSSLESS remove
+// -DWITHOUT_LOSSLESS, -DWITHOUT_NONMINIMAL_ROUTING remove
 // its headers, metadata, parser states and controls. Only the benchmarks use
 // them (benchmarks/cases.py: what each feature costs a packet while it is
 // off); the fabric ships, and is tested, with every feature in.
@@ -21,6 +21,7 @@ typedef bit<8>  drop_reason_t;
 const bit<16> ETHERTYPE_IPV4 = 0x0800;
 const bit<16> ETHERTYPE_VLAN = 0x8100;           // IEEE 802.1Q
 const bit<16> ETHERTYPE_SOURCE_ROUTE = 0x88B5;   // IEEE "local experimental": INT probe port lists
+const bit<16> ETHERTYPE_VALIANT = 0x88B6;        // IEEE "local experimental 2": a Valiant tag (nonminimal_routing.p4)
 const bit<16> HEARTBEAT_UDP_PORT = 6200;         // a source-routed packet to this port is a heartbeat (failover.p4)
 const bit<16> HEARTBEAT_ORIGIN_PORT_BASE = 0xC000;  // a heartbeat from source port base + e comes from edge switch e
 #define FAILOVER_ORIGIN_BITS 6
@@ -34,6 +35,8 @@ const bit<8>  IP_PROTO_UDP = 17;
 const bit<32> PORT_COUNT = 512;            // one counter cell per 9-bit port number
 const bit<32> IPV4_LPM_TABLE_SIZE = 4096;
 const bit<32> NEXT_HOP_TABLE_SIZE = 4096;  // (ECMP group, slot) entries
+const bit<32> VALIANT_SOURCE_TABLE_SIZE = 4096;   // (host port, destination) entries
+const bit<32> VALIANT_ROUTE_TABLE_SIZE = 4096;    // (intermediate, slot) entries
 #define ECMP_SLOT_BITS 4                   // an ECMP group has 2^ECMP_SLOT_BITS = 16 slots
 typedef bit<ECMP_SLOT_BITS> ecmp_slot_t;
 const bit<32> ECMP_SLOTS = 1 << ECMP_SLOT_BITS;
@@ -71,6 +74,12 @@ const drop_reason_t DROP_PFC_MALFORMED = 15;     // a MAC control frame that is 
 const drop_reason_t DROP_AGG_NOT_PARENT = 16;    // an aggregation result that did not come from this switch's parent in the job's tree
 const drop_reason_t DROP_AGG_BLOCK_SIZE = 17;    // a contribution whose block size is not the one its job declared
 const bit<32> DROP_REASON_COUNT = 18;
+
+// nonminimal_packets (nonminimal_routing.p4): what a switch did with a packet
+const bit<32> NONMINIMAL_PUSHED = 0;             // a Valiant tag pushed: sent non-minimally
+const bit<32> NONMINIMAL_MINIMAL = 1;            // UGAL kept it minimal
+const bit<32> NONMINIMAL_REACHED = 2;            // a tag removed at its intermediate
+const bit<32> NONMINIMAL_COUNTS = 3;
 
 // meta.egress_work: what a packet asks of egress, one bit per feature, set
 // in ingress (0 for every other packet: one condition skips egress work).

@@ -54,6 +54,14 @@ header source_route_rest_t {
     varbit<SOURCE_ROUTE_REST_BITS> ports;
 }
 
+// A Valiant tag (nonminimal_routing.p4): the intermediate a packet goes to
+// first, a Dragonfly group or a switch, numbered by the controller. Its
+// source router pushes it; the first switch of the intermediate removes it.
+header valiant_t {
+    bit<16> target;
+    bit<16> ether_type;
+}
+
 header ipv4_t {
     bit<4>      version;
     bit<4>      ihl;
@@ -116,6 +124,9 @@ struct headers_t {
     vlan_t              vlan;
 #ifndef WITHOUT_LOSSLESS
     pfc_t               pfc;
+#endif
+#ifndef WITHOUT_NONMINIMAL_ROUTING
+    valiant_t           valiant;
 #endif
     source_route_t      source_route;
     source_route_port_t source_route_port;
@@ -326,6 +337,21 @@ header ecn_scratch_t {           // ecn.p4: the port's marking profile
     bit<2>   pad;                // BMv2: whole bytes
 }
 
+header nonminimal_scratch_t {    // nonminimal_routing.p4
+    bit<32>  flow_hash;          // the 5-tuple's hash times this switch's seed
+    bit<16>  target;             // the intermediate: drawn at the source, the tag's in transit
+    bit<8>   min_hops;           // UGAL: hops of the minimal path, and of the one through the target
+    bit<8>   nonmin_hops;
+    bit<32>  threshold;          // packets: what the non-minimal product must beat the minimal one by
+    bit<48>  stale_us;           // a port's recorded depth older than this counts as 0
+    port_t   nonmin_port;
+    qdepth_t min_depth;
+    qdepth_t nonmin_depth;
+    bit<48>  min_time;
+    bit<48>  nonmin_time;
+    bit<1>   pad;                // BMv2: whole bytes
+}
+
 // INT state that crosses from ingress to egress and the checksum update.
 struct int_meta_t {
     bool    l4_checksum;      // INT bytes inserted or removed: recompute the TCP/UDP checksum
@@ -373,6 +399,9 @@ struct local_metadata_t {
 #endif
 #ifndef WITHOUT_ECN
     ecn_scratch_t      ecn;
+#endif
+#ifndef WITHOUT_NONMINIMAL_ROUTING
+    nonminimal_scratch_t nonmin;
 #endif
 #ifndef WITHOUT_LOSSLESS
     // A lossless packet's state between ingress and egress (PFC_CARRY_*),

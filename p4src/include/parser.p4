@@ -28,6 +28,9 @@ parser FabricParser(packet_in packet,
             ETHERTYPE_IPV4: parse_ipv4;
             ETHERTYPE_VLAN: parse_vlan;
             ETHERTYPE_SOURCE_ROUTE: parse_source_route;
+#ifndef WITHOUT_NONMINIMAL_ROUTING
+            ETHERTYPE_VALIANT: parse_valiant;
+#endif
 #ifndef WITHOUT_LOSSLESS
             ETHERTYPE_MAC_CONTROL: parse_mac_control;
 #endif
@@ -43,6 +46,17 @@ parser FabricParser(packet_in packet,
             default: accept;
         }
     }
+#ifndef WITHOUT_NONMINIMAL_ROUTING
+
+    // A Valiant tag (IPv4 inside, or ingress drops it as not IPv4).
+    state parse_valiant {
+        packet.extract(hdr.valiant);
+        transition select(hdr.valiant.ether_type) {
+            ETHERTYPE_IPV4: parse_ipv4;
+            default: accept;
+        }
+    }
+#endif
 #ifndef WITHOUT_LOSSLESS
 
     // MAC control: only PFC, whole (padded to the minimum frame); anything
@@ -266,6 +280,9 @@ control FabricDeparser(packet_out packet, in headers_t hdr) {
         packet.emit(hdr.vlan);
 #ifndef WITHOUT_LOSSLESS
         packet.emit(hdr.pfc);
+#endif
+#ifndef WITHOUT_NONMINIMAL_ROUTING
+        packet.emit(hdr.valiant);
 #endif
         packet.emit(hdr.source_route);
         packet.emit(hdr.source_route_port);

@@ -70,8 +70,8 @@ def test_fat_tree_reaches_all_pairs_and_uses_every_core():
 
 @pytest.mark.parametrize("name", ["dragonfly-small", "torus-3x3", "slimfly-q3"])
 def test_beyond_clos_small_instances_reach_all_pairs(name):
-    """The small Dragonfly, torus and Slim Fly (topologies/README.md) on
-    BMv2, minimal routing: every host pair answers. (The mid-size ones,
+    """The small Dragonfly (UGAL-L, its file's routing), torus and Slim Fly
+    (minimal) (topologies/README.md) on BMv2: every host pair answers. (The mid-size ones,
     36-50 routers, are checked by hand: docs in topologies/README.md.)"""
     topo = load_topology(name)
     pairs = len(topo.hosts) * (len(topo.hosts) - 1)

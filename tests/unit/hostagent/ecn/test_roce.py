@@ -187,3 +187,31 @@ def test_sender_with_pcp_tags_its_frames_and_honours_that_priority(monkeypatch):
         assert int.from_bytes(bytes(pkt[BTH].payload)[:8], "big") > 0, "the stamp, behind the tag"
     assert run(pause_class=3) == [], "paused: priority 3 is the PCP"
     assert len(run(pause_class=4)) >= 10
+
+
+def test_sender_goes_round_destinations_then_source_ports(monkeypatch):
+    """--dst-ip A B C --sports 2: A, B, C on the first source port, then on
+    the second, and again; each destination's PSNs count from 0 on their own."""
+    sock = FakeSocket()
+    monkeypatch.setattr(roce, "open_socket", lambda iface: sock)
+    dsts = ["10.0.2.1", "10.0.3.1", "10.0.4.1"]
+    a = roce.argparse.Namespace(iface="x", src_ip="10.0.1.1", src_mac=MACS[0], gw_mac=MACS[1], dst_ip=dsts,
+                                sports=2, qp=7, payload=16, not_ect=False, fixed_rate=True, sample_s=0.01,
+                                duration=5.0, start_at=0.0, out=None, line_rate_pps=5000.0, packets=12)
+    s = roce.run_sender(a, write=False)
+    assert s["sent"] == 12 and s["sent_to"] == dict.fromkeys(dsts, 4)
+    O = OFFSETS
+    seen = [(socket.inet_ntoa(f[O.ip_src + 4:O.ip_src + 8]), int.from_bytes(f[SPORT:SPORT + 2], "big"),
+             int.from_bytes(f[O.bth_psn:O.bth_psn + 3], "big")) for f in sock.sent]
+    base = 0xC000 | 7
+    assert seen == [(d, base + k, 2 * r + k) for r in range(2) for k in range(2) for d in dsts]
+
+
+def test_sender_refuses_plb_over_several_flows(monkeypatch):
+    monkeypatch.setattr(roce, "open_socket", lambda iface: FakeSocket())
+    a = roce.argparse.Namespace(iface="x", src_ip="10.0.1.1", src_mac=MACS[0], gw_mac=MACS[1],
+                                dst_ip=["10.0.2.1", "10.0.3.1"], sports=1, plb=True, qp=7, payload=16,
+                                not_ect=False, fixed_rate=True, sample_s=0.01, duration=5.0, start_at=0.0, out=None,
+                                line_rate_pps=5000.0, packets=2)
+    with pytest.raises(ValueError, match="--plb repaths one flow"):
+        roce.run_sender(a, write=False)

@@ -1,0 +1,184 @@
+"""The non-minimal routing control-plane module (features/nonminimal_routing.py):
+the section's validation naming the field, the intermediates, and the
+entries each switch gets on the shipped Dragonfly, Slim Fly and torus: every
+intermediate reachable from every switch by next hops that each come one hop
+nearer, its own intermediate's tag removed, a source entry for every host
+port and remote destination."""
+from collections import defaultdict
+
+import pytest
+import yaml
+
+from core.feature import REPO
+from core.forwarding import ECMP_SLOTS
+from core.p4info import EntryError
+from core.topology import TopologyError
+from features import nonminimal_routing as nm
+from features import topology_from_dict
+
+
+def shipped(name: str, section=None):
+    data = yaml.safe_load((REPO / "topologies" / f"{name}.yaml").read_text())
+    if section is not None:
+        data[nm.SECTION] = section
+    return topology_from_dict(data, f"{name}.yaml")
+
+
+def entries(p4info, state, table: str) -> list[tuple[dict, str, dict]]:
+    """(match, action, params) of `state`'s entries in `table`, as plain values."""
+    t = p4info.table(table)
+    fields = {f.id: f.name for f in t.match_fields}
+    out = []
+    for e in state.table_entries:
+        if e.table_id != t.preamble.id or e.is_default_action:
+            continue
+        match = {}
+        for m in e.match:
+            if m.HasField("exact"):
+                match[fields[m.field_id]] = int.from_bytes(m.exact.value, "big")
+            else:
+                match[fields[m.field_id]] = (int.from_bytes(m.lpm.value, "big"), m.lpm.prefix_len)
+        action = p4info.by_id(e.action.action.action_id)
+        names = {p.id: p.name for p in action.params}
+        params = {names[p.param_id]: int.from_bytes(p.value, "big") for p in e.action.action.params}
+        out.append((match, action.preamble.name.split(".")[-1], params))
+    return out
+
+
+def gate(p4info, state) -> str:
+    t = p4info.table(nm.GATE_TABLE).preamble.id
+    e = next(e for e in state.table_entries if e.table_id == t and e.is_default_action)
+    return p4info.by_id(e.action.action.action_id).preamble.name.split(".")[-1]
+
+
+@pytest.mark.parametrize("section, field, what", [
+    ({"mode": "adaptive"}, "mode", "expected one of minimal, valiant, ugal"),
+    ({"mode": "valiant", "intermediate": "router"}, "intermediate", "expected group or switch"),
+    ({"mode": "ugal", "threshold": -1}, "threshold", "expected an integer 0.."),
+    ({"mode": "ugal", "stale_us": 0}, "stale_us", "expected an integer 1.."),
+    ({"mode": "valiant", "threshold": 2}, "threshold", "a parameter of mode ugal, not of valiant"),
+    ({"mode": "valiant", "hops": 2}, "hops", "unknown field"),
+])
+def test_bad_sections_are_named(section, field, what):
+    with pytest.raises(TopologyError, match=rf"nonminimal_routing\.{field}: {what}"):
+        shipped("dragonfly-small", section)
+
+
+def test_groups_need_a_group_on_every_switch():
+    with pytest.raises(TopologyError, match="group needs a group on every switch; x1y1 has none"):
+        shipped("torus-3x3", {"mode": "valiant", "intermediate": "group"})
+
+
+def test_a_switch_group_must_be_a_positive_integer():
+    data = yaml.safe_load((REPO / "topologies" / "dragonfly-small.yaml").read_text())
+    data["switches"][0]["group"] = 0
+    with pytest.raises(TopologyError, match=r"switches\[0\]\.group: expected a group number"):
+        topology_from_dict(data, "t.yaml")
+
+
+def test_intermediates_default_to_groups_where_every_switch_has_one():
+    assert shipped("dragonfly-small", {"mode": "valiant"}).features[nm.SECTION].intermediate == "group"
+    assert shipped("torus-3x3", {"mode": "valiant"}).features[nm.SECTION].intermediate == "switch"
+    topo = shipped("dragonfly-small", {"mode": "valiant"})
+    assert nm.intermediates(topo, topo.features[nm.SECTION]) == [
+        frozenset({"g1r1", "g1r2"}), frozenset({"g2r1", "g2r2"}), frozenset({"g3r1", "g3r2"})]
+
+
+def test_the_shipped_dragonflies_route_by_ugal():
+    for name in ("dragonfly-small", "dragonfly"):
+        assert shipped(name).features[nm.SECTION] == nm.NonminimalRouting("ugal", "group")
+
+
+def test_minimal_writes_no_entry_and_gates_the_feature_off(p4info):
+    topo = shipped("dragonfly-small", {"mode": "minimal"})
+    state = nm.switch_state(p4info, topo, "g1r1")
+    assert gate(p4info, state) == "NoAction"
+    assert all(not entries(p4info, state, t) for t in (nm.SOURCE_TABLE, nm.ROUTE_TABLE, nm.CANDIDATE_TABLE))
+    assert {p4info.table(t).preamble.id for t in nm.TABLES} <= state.managed_tables
+
+
+@pytest.mark.parametrize("name, mode", [("dragonfly-small", "valiant"), ("dragonfly", "ugal"),
+                                        ("slimfly-q3", "ugal"), ("torus-4x4", "valiant")])
+def test_every_switch_routes_every_intermediate_one_hop_nearer(p4info, name, mode):
+    topo = shipped(name, {"mode": mode})
+    config = topo.features[nm.SECTION]
+    targets = nm.intermediates(topo, config)
+    hops = topo.hops_between_switches()
+    diameter = max(d for row in hops.values() for d in row.values())
+    for switch, sw in topo.switches.items():
+        state = nm.switch_state(p4info, topo, switch)
+        assert gate(p4info, state) == f"{mode}_on"
+        mine = next(t for t, members in enumerate(targets) if switch in members)
+        routes = defaultdict(dict)
+        for match, action, params in entries(p4info, state, nm.ROUTE_TABLE):
+            routes[match["hdr.valiant.target"]][match["meta.ecmp_slot"]] = (action, params)
+        assert sorted(routes) == list(range(len(targets)))
+        for t, slots in routes.items():
+            assert sorted(slots) == list(range(ECMP_SLOTS))
+            if t == mine:
+                assert {a for a, _ in slots.values()} == {"at_intermediate"}
+                continue
+            near = min(hops[switch][m] for m in targets[t])
+            for action, params in slots.values():
+                peer = sw.ports[params["port"]].peer
+                assert action == "to_intermediate"
+                assert min(hops[peer][m] for m in targets[t]) == near - 1, (switch, t, peer)
+        candidates = entries(p4info, state, nm.CANDIDATE_TABLE)
+        if mode == "ugal":
+            assert len(candidates) == (len(targets) - 1) * ECMP_SLOTS
+            for match, _, params in candidates:
+                action, route = routes[match["meta.nonmin.target"]][match["meta.ecmp_slot"]]
+                near = min(hops[switch][m] for m in targets[match["meta.nonmin.target"]])
+                assert params == {"port": route["port"], "hops": near + diameter}
+        else:
+            assert candidates == []
+        host_ports = {p.number for p in sw.ports.values() if p.peer in topo.hosts}
+        remote = [nic for nic in topo.nics if nic.switch not in targets[mine]]
+        sources = entries(p4info, state, nm.SOURCE_TABLE)
+        assert len(sources) == len(host_ports) * len(remote)
+        for match, action, params in sources:
+            assert match["std_meta.ingress_port"] in host_ports and action == mode
+            assert params["targets"] == len(targets)
+
+
+def test_ugal_carries_the_minimal_hops_and_the_sections_parameters(p4info):
+    topo = shipped("dragonfly-small", {"mode": "ugal", "threshold": 3, "stale_us": 5000})
+    hops = topo.hops_between_switches()
+    by_subnet = {nic.subnet: nic.switch for nic in topo.nics}
+    for match, _, params in entries(p4info, nm.switch_state(p4info, topo, "g1r1"), nm.SOURCE_TABLE):
+        value, plen = match["hdr.ipv4.dst_addr"]
+        subnet = f"{value >> 24}.{value >> 16 & 255}.{value >> 8 & 255}.{value & 255}/{plen}"
+        assert params == {"targets": 3, "min_hops": hops["g1r1"][by_subnet[subnet]], "threshold": 3,
+                          "stale_us": 5000}
+
+
+def test_bench_states_turn_each_mode_on(p4info):
+    states = nm.bench_states(p4info, 2)
+    assert set(states) == {"valiant", "ugal"}
+    for mode, state in states.items():
+        assert gate(p4info, state) == f"{mode}_on"
+        assert {m["meta.ecmp_slot"] for m, a, p in entries(p4info, state, nm.ROUTE_TABLE)
+                if a == "to_intermediate" and p["port"] == 2} == set(range(ECMP_SLOTS))
+
+
+class FakeController:
+    def __init__(self, topo):
+        self.topo, self.programmed = topo, []
+
+    def program_switch(self, name):
+        self.programmed.append(name)
+        return name
+
+
+def test_runtime_changes_validate_first_and_reprogram_every_switch():
+    topo = shipped("dragonfly-small", {"mode": "valiant"})
+    handle = nm.NonminimalRoutingRuntime(FakeController(topo))
+    with pytest.raises(EntryError, match="threshold: a parameter of mode ugal"):
+        handle.configure({"mode": "minimal", "threshold": 1})
+    assert topo.features[nm.SECTION].mode == "valiant"
+    assert handle.ctl.programmed == []
+    handle.set_mode("ugal")
+    assert topo.features[nm.SECTION] == nm.NonminimalRouting("ugal", "group")
+    assert sorted(handle.ctl.programmed) == sorted(topo.switches)
+    with pytest.raises(EntryError, match="mode: expected one of"):
+        handle.set_mode("adaptive")
