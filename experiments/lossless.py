@@ -43,7 +43,11 @@ class 3 to the host two switches clockwise, with PFC alone, with a class
 change at s1 (Tagger's rule for a ring's dateline), with the watchdog; and
 topologies/bounce-leaf-spine.yaml with two flows bounced at a leaf (routes
 pinned as two one-way link failures leave them), with PFC alone and with
-Tagger's bounce rule ({switch: all, from: up, to: up}).
+Tagger's bounce rule ({switch: all, from: up, to: up}); and row y1 of
+topologies/torus-4x4.yaml (switch links at 10 Mbit/s, as the ring's), each
+host sending two switches along x over the wrap-around, with PFC alone and
+with a class change at the dateline (x1y1, for what came over the
+wrap-around from x4y1).
 
 Phase isolation: topologies/dumbbell.yaml, a collective flow h1 -> h3
 (300 packets/s) and bulk storage h2 -> h4 (800 packets/s) across the 833
@@ -456,6 +460,7 @@ class DeadlockCase:
     class_changes: tuple[dict, ...] = ()
     watchdog: bool = False
     pinned: tuple[tuple[str, str, str], ...] = ()
+    switch_link_mbps: float | None = None      # every switch-to-switch link at this rate (the file's otherwise)
 
 
 RING_FLOWS = tuple((f"h{i}", f"h{(i + 1) % 5 + 1}") for i in range(1, 6))   # two switches clockwise
@@ -465,6 +470,11 @@ BOUNCE_FLOWS = (("h1", "h4"), ("h2", "h3"), ("h3", "h4"), ("h4", "h3"))
 BOUNCE_ROUTES = (("leaf1", "h4", "spine1"), ("spine1", "h4", "leaf2"), ("leaf2", "h4", "spine2"),
                  ("leaf1", "h3", "spine2"), ("spine2", "h3", "leaf3"), ("leaf3", "h3", "spine1"))
 BOUNCE_RULE = {"switch": "all", "from": "up", "to": "up", "class": "collective", "becomes": "collective-2"}
+# torus-4x4's row y1 (x1y1 .. x4y1 and the wrap-around x4y1 -> x1y1), each host sending two switches along x:
+# both ways round are as short, so the routes are pinned to +x, which makes the row a ring of lossless queues.
+TORUS_FLOWS = (("h1", "h9"), ("h5", "h13"), ("h9", "h1"), ("h13", "h5"))
+TORUS_ROUTES = (("x1y1", "h9", "x2y1"), ("x2y1", "h13", "x3y1"), ("x3y1", "h1", "x4y1"), ("x4y1", "h5", "x1y1"))
+TORUS_DATELINE = {"switch": "x1y1", "from": "x4y1", "to": "x2y1", "class": "collective", "becomes": "collective-2"}
 DEADLOCK_CASES = (
     DeadlockCase("deadlock", "ring.yaml", RING_FLOWS, "on ring, each host sending two switches clockwise"),
     DeadlockCase("class-change", "ring.yaml", RING_FLOWS, "on ring, a class change at s1 (the dateline)",
@@ -476,6 +486,12 @@ DEADLOCK_CASES = (
     DeadlockCase("bounce-tagger", "bounce-leaf-spine.yaml", BOUNCE_FLOWS,
                  "on a leaf-spine, two bounced flows, Tagger's bounce rule", class_changes=(BOUNCE_RULE,),
                  pinned=BOUNCE_ROUTES),
+    DeadlockCase("torus", "torus-4x4.yaml", TORUS_FLOWS,
+                 "on torus-4x4's row y1, each host sending two switches along x, over the wrap-around",
+                 pinned=TORUS_ROUTES, switch_link_mbps=10),
+    DeadlockCase("torus-dateline", "torus-4x4.yaml", TORUS_FLOWS,
+                 "the same, a class change at x1y1 for what crossed the wrap-around (the dateline)",
+                 class_changes=(TORUS_DATELINE,), pinned=TORUS_ROUTES, switch_link_mbps=10),
 )
 
 
@@ -529,7 +545,12 @@ def run_deadlock_case(case: DeadlockCase, args, out: Path) -> dict:
     cycle's other two links). Measured: what arrives over time, and what is
     still in the switches after the senders stopped."""
     name = case.name
-    topo = load_topology(REPO / "topologies" / case.topology)
+    raw = yaml.safe_load((REPO / "topologies" / case.topology).read_text())
+    if case.switch_link_mbps is not None:
+        switches = {s if isinstance(s, str) else s["name"] for s in raw["switches"]}
+        raw["links"] = [{"a": link[0], "b": link[1], "bandwidth_mbps": case.switch_link_mbps}
+                        if isinstance(link, list) and set(link) <= switches else link for link in raw["links"]]
+    topo = topology_from_dict(raw, case.topology)
     topo.features[SECTION] = deadlock_section(case, topo)
     flows = [(topo.hosts[a], topo.hosts[b]) for a, b in case.flows]
     receivers = [topo.hosts[h] for h in dict.fromkeys(b for _a, b in case.flows)]   # one agent each

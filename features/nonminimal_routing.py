@@ -4,14 +4,21 @@ UGAL-L routing on low-diameter topologies (Dragonfly, Slim Fly, torus).
 In a topology file (validated with the rest of it, before anything starts):
 
     nonminimal_routing:
-      mode: ugal               # valiant | ugal | minimal (the section's absence: minimal)
+      mode: ugal               # valiant | ugal | dimension_order | minimal (the section's absence: minimal)
       intermediate: group      # group (a Dragonfly's: every switch has `group:`) | switch
       threshold: 0             # UGAL: packets the non-minimal product must beat the minimal one by
       stale_us: 2000           # UGAL: a port's recorded queue older than this counts as empty
 
+dimension_order (a torus, its switches named x<i>y<j>[z<k>] as the torus
+generator names them) routes x first: the source router tags every packet
+for the switch in the destination's x and its own y (and z), and the tag's
+shortest paths move in x only; from there minimal routing moves in y only
+(on a 3D torus, in y and z).
+
 The intermediates are numbered 0..n-1 (groups in ascending order, or
 switches in file order). Per switch the controller writes:
-- `nonminimal_routing`: the mode and the switch's seed (its ECMP seed);
+- `nonminimal_routing`: the mode; `valiant_transit`: the switch's seed (its
+  ECMP seed), for the slot of a tagged packet from another switch;
 - `valiant_source`: (host port, destination) for every destination outside
   the switch's own intermediate: draw an intermediate (and with UGAL, the
   minimal path's hop count and the threshold);
@@ -24,8 +31,9 @@ switches in file order). Per switch the controller writes:
 """
 from __future__ import annotations
 
+import re
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from core.feature import CounterMetric, Fail, FeatureSpec, Pieces, check_mapping
@@ -35,14 +43,16 @@ from core.sync import SwitchState
 from core.topology import NextHop, Topology
 
 SECTION = "nonminimal_routing"
-MODES = ("minimal", "valiant", "ugal")
+MODES = ("minimal", "valiant", "ugal", "dimension_order")
+TORUS_SWITCH = re.compile(r"^x(\d+)y(\d+)(?:z(\d+))?$")
 INTERMEDIATES = ("group", "switch")
 FIELDS = {"mode", "intermediate", "threshold", "stale_us"}
 GATE_TABLE = "nonminimal_routing"
+TRANSIT_TABLE = "valiant_transit"
 SOURCE_TABLE = "valiant_source"
 ROUTE_TABLE = "valiant_route"
 CANDIDATE_TABLE = "valiant_candidate"
-TABLES = (GATE_TABLE, SOURCE_TABLE, ROUTE_TABLE, CANDIDATE_TABLE)
+TABLES = (GATE_TABLE, TRANSIT_TABLE, SOURCE_TABLE, ROUTE_TABLE, CANDIDATE_TABLE)
 COUNTER = "nonminimal_packets"
 COUNTS = {"pushed": 0, "minimal": 1, "reached": 2}     # defines.p4: NONMINIMAL_*
 ECMP_SLOTS = 16
@@ -76,6 +86,13 @@ def parse_section(raw: Any, topo: Topology, fail: Fail) -> NonminimalRouting:
     intermediate = raw.get("intermediate", "group" if groups else "switch")
     if intermediate not in INTERMEDIATES:
         fail(f"{SECTION}.intermediate", f"expected group or switch, got {intermediate!r}")
+    if mode == "dimension_order":
+        if "intermediate" in raw and intermediate != "switch":
+            fail(f"{SECTION}.intermediate", "dimension_order goes through switches (intermediate: switch)")
+        intermediate = "switch"
+        odd = next((n for n in topo.switches if not TORUS_SWITCH.match(n)), None)
+        if odd is not None:
+            fail(f"{SECTION}.mode", f"dimension_order needs a torus' switch names x<i>y<j>[z<k>]; {odd} is not one")
     if intermediate == "group" and groups is None:
         missing = next(n for n, sw in topo.switches.items() if sw.group is None)
         fail(f"{SECTION}.intermediate", f"group needs a group on every switch; {missing} has none")
@@ -124,6 +141,7 @@ def routing_state(p4info: P4Info, topo: Topology, switch: str, config: Nonminima
     state = SwitchState(managed_tables={p4info.table(t).preamble.id for t in TABLES})
     if config.mode == "minimal":
         state.table_entries.append(p4info.default_entry(GATE_TABLE, "NoAction"))
+        state.table_entries.append(p4info.default_entry(TRANSIT_TABLE, "NoAction"))
         return state
     sw = topo.switches[switch]
     targets = intermediates(topo, config)
@@ -133,8 +151,9 @@ def routing_state(p4info: P4Info, topo: Topology, switch: str, config: Nonminima
     hops = topo.hops_between_switches()
     diameter = max(d for row in hops.values() for d in row.values())
     seed = ecmp_seed(sw.device_id)
-    gate = "ugal_on" if config.mode == "ugal" else "valiant_on"
-    state.table_entries.append(p4info.default_entry(GATE_TABLE, gate, {"seed": seed}))
+    gate = "ugal_on" if config.mode == "ugal" else "valiant_on"       # dimension_order: a given target
+    state.table_entries.append(p4info.default_entry(GATE_TABLE, gate))
+    state.table_entries.append(p4info.default_entry(TRANSIT_TABLE, "transit", {"seed": seed}))
     for t, members in enumerate(targets):
         if t == mine:
             for slot in range(ECMP_SLOTS):
@@ -154,16 +173,28 @@ def routing_state(p4info: P4Info, topo: Topology, switch: str, config: Nonminima
     for nic in topo.nics:
         if nic.switch in targets[mine] or nic.switch not in hops[switch]:
             continue
-        if config.mode == "ugal":
+        if config.mode == "dimension_order":
+            corner = _corner(switch, nic.switch)
+            if corner in (switch, nic.switch):
+                continue                # one dimension to correct: the minimal route is dimension-ordered
+            action, params = "via", {"target": next(i for i, m in enumerate(targets) if corner in m), "seed": seed}
+        elif config.mode == "ugal":
             action, params = "ugal", {"targets": len(targets), "min_hops": hops[switch][nic.switch],
-                                      "threshold": config.threshold, "stale_us": config.stale_us}
+                                      "threshold": config.threshold, "stale_us": config.stale_us, "seed": seed}
         else:
-            action, params = "valiant", {"targets": len(targets)}
+            action, params = "valiant", {"targets": len(targets), "seed": seed}
         for port in host_ports:
             state.table_entries.append(p4info.table_entry(
                 SOURCE_TABLE, {"std_meta.ingress_port": port, "hdr.ipv4.dst_addr": nic.subnet},
                 action=action, params=params))
     return state
+
+
+def _corner(switch: str, destination: str) -> str:
+    """The torus switch with `destination`'s x and `switch`'s other coordinates."""
+    here, there = TORUS_SWITCH.match(switch), TORUS_SWITCH.match(destination)
+    assert here is not None and there is not None       # parse_section checked every name
+    return f"x{there.group(1)}y{here.group(2)}" + (f"z{here.group(3)}" if here.group(3) else "")
 
 
 def switch_state(p4info: P4Info, topo: Topology, switch: str, *,
@@ -176,13 +207,16 @@ def bench_states(p4info: P4Info, port: int) -> dict[str, SwitchState]:
     """Each mode for all traffic leaving `port`: from any of ports 0-7, every
     packet to any destination draws intermediate 0 of one, which is out of
     `port` (Valiant: every packet tagged and routed by the tag; UGAL: every
-    packet compared, and with empty queues kept minimal)."""
+    packet compared, and with empty queues kept minimal); and "transit":
+    Valiant on, the packets untagged and not from a host (what a switch on
+    the way pays for minimally routed traffic)."""
     out = {}
     for mode in ("valiant", "ugal"):
         state = SwitchState(managed_tables={p4info.table(t).preamble.id for t in TABLES})
-        state.table_entries.append(p4info.default_entry(GATE_TABLE, f"{mode}_on", {"seed": 0x5A5B}))
-        params = {"targets": 1} if mode == "valiant" else {"targets": 1, "min_hops": 2, "threshold": 0,
-                                                           "stale_us": DEFAULT_STALE_US}
+        state.table_entries.append(p4info.default_entry(GATE_TABLE, f"{mode}_on"))
+        state.table_entries.append(p4info.default_entry(TRANSIT_TABLE, "transit", {"seed": 0x5A5B}))
+        params = {"targets": 1, "seed": 0x5A5B} if mode == "valiant" else {
+            "targets": 1, "min_hops": 2, "threshold": 0, "stale_us": DEFAULT_STALE_US, "seed": 0x5A5B}
         for ingress in range(8):
             if ingress != port:
                 state.table_entries.append(p4info.table_entry(
@@ -197,6 +231,10 @@ def bench_states(p4info: P4Info, port: int) -> dict[str, SwitchState]:
                     CANDIDATE_TABLE, {"meta.nonmin.target": 0, "meta.ecmp_slot": slot}, action="candidate",
                     params={"port": port, "hops": 4}))
         out[mode] = state
+    transit = SwitchState(managed_tables={p4info.table(t).preamble.id for t in TABLES})
+    transit.table_entries += [p4info.default_entry(GATE_TABLE, "valiant_on"),
+                              p4info.default_entry(TRANSIT_TABLE, "transit", {"seed": 0x5A5B})]
+    out["transit"] = transit        # on, but no packet here is at its source or tagged: a switch on the way
     return out
 
 
@@ -219,13 +257,15 @@ class NonminimalRoutingRuntime:
         return self.apply(config)
 
     def set_mode(self, mode: str) -> dict:
-        """Switch between minimal, valiant and ugal, keeping the rest."""
-        if mode not in MODES:
-            raise EntryError(f"mode: expected one of {', '.join(MODES)}, got {mode!r}")
+        """Switch between minimal, valiant, ugal and dimension_order, keeping
+        the intermediates (between valiant and ugal) and UGAL's parameters."""
         config = self.config
-        if mode != "minimal" and config.intermediate == "group" and _groups(self.ctl.topo) is None:
-            config = replace(config, intermediate="switch")
-        return self.apply(replace(config, mode=mode))
+        section: dict = {"mode": mode}
+        if mode in ("valiant", "ugal") and config.mode in ("valiant", "ugal"):
+            section["intermediate"] = config.intermediate
+        if mode == "ugal":
+            section.update(threshold=config.threshold, stale_us=config.stale_us)
+        return self.configure(section)
 
     def apply(self, config: NonminimalRouting) -> dict:
         self.ctl.topo.features[SECTION] = config
@@ -247,7 +287,8 @@ def _counts(cells) -> dict[str, float]:
 
 FEATURE = FeatureSpec(
     name="nonminimal_routing", section=SECTION,
-    summary="Valiant and UGAL-L routing through an intermediate group or switch (Dragonfly, Slim Fly, torus)",
+    summary="Valiant and UGAL-L routing through an intermediate group or switch (Dragonfly, Slim Fly, torus); "
+            "dimension-order routing on a torus",
     pieces=Pieces.of("nonminimal_routing", host=False),
     parse_section=parse_section, switch_state=switch_state, bench_states=bench_states,
     bench_what="every packet from ports 0-7 through intermediate 0, out of the bench port",

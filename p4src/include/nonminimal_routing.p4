@@ -13,6 +13,11 @@
 // slot from the flow's hash and the switch's seed) until the first switch of
 // the intermediate removes the tag; from there it is routed as any packet.
 //
+// Dimension-order routing (a torus): the source router gives the tag a
+// fixed target instead of a drawn one, the switch that shares the
+// destination's x and its own other coordinates: the shortest paths to it
+// move in x only, and from there to the destination in y (and z) only.
+//
 // UGAL-L (Kim et al.): the source router takes the minimal path unless the
 // minimal port's queue times the minimal path's hops exceeds the
 // non-minimal port's queue times its hops by more than a threshold. A
@@ -25,6 +30,10 @@
 // the route toward the intermediate replaces that route's port and MACs
 // (TTL was decremented once). Off: one keyless table miss, plus the tag's
 // and the scratch header's instances that BMv2 resets for every packet.
+// On, an untagged packet that is not at its source router costs a table
+// miss more; the flow's hash is computed only for a packet that is or may
+// be tagged (the switch's seed comes with the source entry, or from
+// valiant_transit).
 #ifndef NONMINIMAL_ROUTING_P4
 #define NONMINIMAL_ROUTING_P4
 
@@ -48,12 +57,10 @@ control NonminimalRouting(inout headers_t hdr,
         meta.nonmin.flow_hash = meta.nonmin.flow_hash * (seed | 1);   // not linear in the hash: see forwarding.p4
     }
 
-    action valiant_on(bit<32> seed) {
-        flow_hash(seed);
+    action valiant_on() {
     }
 
-    action ugal_on(bit<32> seed) {
-        flow_hash(seed);
+    action ugal_on() {
         meta.egress_work = meta.egress_work | EGRESS_LB_LOAD;   // every packet records its port's queue
     }
 
@@ -83,9 +90,21 @@ control NonminimalRouting(inout headers_t hdr,
         hash(meta.ecmp_slot, HashAlgorithm.crc16, 32w0, meta.nonmin, ECMP_SLOTS);
     }
 
-    action transit_slot() {
+    // A tagged packet from another switch: its slot toward the tag's target.
+    action transit(bit<32> seed) {
+        flow_hash(seed);
         meta.nonmin.target = hdr.valiant.target;
         slot();
+    }
+
+    table valiant_transit {
+        key = { }
+        actions = {
+            transit;
+            NoAction;
+        }
+        default_action = NoAction();
+        size = 1;
     }
 
     // The intermediate, one of `targets` (0..targets-1), for the flow; its slot.
@@ -94,12 +113,23 @@ control NonminimalRouting(inout headers_t hdr,
         slot();
     }
 
-    action valiant(bit<16> targets) {
+    action valiant(bit<16> targets, bit<32> seed) {
+        flow_hash(seed);
         draw(targets);
         push_tag();
     }
 
-    action ugal(bit<16> targets, bit<8> min_hops, bit<32> threshold, bit<48> stale_us) {
+    // Dimension-order routing on a torus: the intermediate is given, the
+    // switch in the destination's column and this switch's row (x first).
+    action via(bit<16> target, bit<32> seed) {
+        flow_hash(seed);
+        meta.nonmin.target = target;
+        slot();
+        push_tag();
+    }
+
+    action ugal(bit<16> targets, bit<8> min_hops, bit<32> threshold, bit<48> stale_us, bit<32> seed) {
+        flow_hash(seed);
         draw(targets);
         meta.nonmin.min_hops = min_hops;
         meta.nonmin.threshold = threshold;
@@ -114,6 +144,7 @@ control NonminimalRouting(inout headers_t hdr,
         }
         actions = {
             valiant;
+            via;
             ugal;
             @defaultonly NoAction;
         }
@@ -201,7 +232,7 @@ control NonminimalRouting(inout headers_t hdr,
 #endif
                     }
                 } else {
-                    transit_slot();
+                    valiant_transit.apply();
                 }
                 if (hdr.valiant.isValid()) {
                     valiant_route.apply();

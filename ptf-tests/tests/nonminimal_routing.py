@@ -50,22 +50,23 @@ def tagged(target: int, dst: str, sport: int, src: str = "10.0.4.1") -> bytes:
 
 class NonminimalTestBase(P4RuntimeTest):
     section: dict = {"mode": "valiant"}
+    topology, switch = "dragonfly-small", SWITCH
 
     def setUp(self):
         super().setUp()
         self.dataplane.set_qlen(10_000)
-        data = yaml.safe_load((REPO / "topologies" / "dragonfly-small.yaml").read_text())
+        data = yaml.safe_load((REPO / "topologies" / f"{self.topology}.yaml").read_text())
         data[SECTION] = self.section
         self.topo = topology_from_dict(data)
-        forwarding = forwarding_state(self.p4info, self.topo.routes()[SWITCH],
-                                      seed=ecmp_seed(self.topo.switches[SWITCH].device_id))
+        forwarding = forwarding_state(self.p4info, self.topo.routes()[self.switch],
+                                      seed=ecmp_seed(self.topo.switches[self.switch].device_id))
         self.forwarding = list(forwarding.table_entries)
         self.set_section(self.section)
 
     def set_section(self, section: dict) -> None:
         def fail(field: str, what: str):
             raise AssertionError(f"{field}: {what}")
-        self.with_feature(routing_state(self.p4info, self.topo, SWITCH, parse_section(section, self.topo, fail)))
+        self.with_feature(routing_state(self.p4info, self.topo, self.switch, parse_section(section, self.topo, fail)))
 
     def count(self, what: str) -> int:
         return self.counter(COUNTER, COUNTS[what])[0]
@@ -195,6 +196,25 @@ class ModeChangesAtRuntimeTest(NonminimalTestBase):
         self.set_section({"mode": "minimal"})
         self.assertEqual(self.tags(43200), Counter({None: 24}))
         self.assertEqual(self.count("pushed"), 24)
+
+
+class DimensionOrderTest(NonminimalTestBase):
+    """Router x1y1 of torus-3x3 (port 1 h1, port 2 x2y1, port 3 x1y2, port 4
+    x1y3 over the wrap-around). To h5 on x2y2 and h6 on x2y3, minimal
+    routing has two shortest paths (x first or y first); dimension order
+    takes x first: every flow tagged for x2y1 (intermediate 3), out of port
+    2. To h4 on x2y1 and h2 on x1y2, one dimension to correct: untagged,
+    the minimal route."""
+    topology, switch = "torus-3x3", "x1y1"
+    section = {"mode": "dimension_order"}
+
+    def runTest(self):
+        flows = {"10.0.5.1": 45000, "10.0.6.1": 45100, "10.0.4.1": 45200, "10.0.2.1": 45300}
+        self.send(HOST_PORT, [from_host(dst, base + i) for dst, base in flows.items() for i in range(8)])
+        got = {s: [(p, t) for p, t, _ in f] for s, f in self.collect().items()}
+        expected = {45000: (2, 3), 45100: (2, 3), 45200: (2, None), 45300: (3, None)}
+        self.assertEqual(got, {base + i: [expected[base]] for base in expected for i in range(8)})
+        self.assertEqual(self.count("pushed"), 16)
 
 
 class MalformedTagTest(NonminimalTestBase):

@@ -84,7 +84,10 @@ def test_deadlock_forms_is_prevented_by_a_class_change_and_broken_by_the_watchdo
     watchdog: it finds storms, drops, and the ring keeps delivering. On a
     leaf-spine, two flows bounced at a leaf deadlock the same way; Tagger's
     bounce rule ({switch: all, from: up, to: up}) moves every bounced
-    packet to class 4 and nothing deadlocks, though pauses still fly."""
+    packet to class 4 and nothing deadlocks, though pauses still fly. On a
+    torus' row, flows two switches along x over the wrap-around deadlock;
+    a class change at the dateline (x1y1, for what came over the wrap-around)
+    prevents it."""
     out = tmp_path / "lossless"
     # 10 s a case, as `make experiments`. A deadlocked case is one where nothing arrived in the
     # run's last second and packets were still in the switches 2 s after the senders stopped.
@@ -96,10 +99,10 @@ def test_deadlock_forms_is_prevented_by_a_class_change_and_broken_by_the_watchdo
                            str(duration), "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {r["case"]: r for r in csv.DictReader(open(out / "deadlock" / "summary.csv"))}
-    for stuck in (rows["deadlock"], rows["bounce"]):
+    for stuck in (rows["deadlock"], rows["bounce"], rows["torus"]):
         assert float(stuck["last_arrival_s"]) <= duration - 1 and int(stuck["in_switches_2s_later"]) > 0, stuck
         assert int(stuck["storms_detected"]) == 0 and int(stuck["pauses_sent"]) > 0, stuck
-    for flowing in (rows["class-change"], rows["bounce-tagger"]):
+    for flowing in (rows["class-change"], rows["bounce-tagger"], rows["torus-dateline"]):
         assert float(flowing["last_40pct_pps"]) > 300 and int(flowing["in_switches_2s_later"]) == 0, flowing
         assert int(flowing["changed_class"]) > 0, flowing
         assert int(flowing["sent"]) - int(flowing["received"]) <= late_pause_losses(flowing), flowing

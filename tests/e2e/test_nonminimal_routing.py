@@ -1,7 +1,8 @@
 """Non-minimal routing on live BMv2 networks: with Valiant on, every host
 pair of a Dragonfly (intermediates: its groups) and of a torus
-(intermediates: its switches) answers, every tag pushed is removed on the
-way, and the routing switched back to minimal at runtime still reaches them;
+(intermediates: its switches) answers, and so with dimension-order routing
+on the torus; every tag pushed is removed on the way, and the routing
+switched back to minimal at runtime still reaches them;
 the experiment, shortened, has the paper's shape on the Dragonfly (under the
 group shift Valiant and UGAL-L accept more than minimal; under uniform
 traffic Valiant's longer paths cost delay that UGAL-L does not pay)."""
@@ -22,11 +23,12 @@ from features.nonminimal_routing import SECTION
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("name", ["dragonfly-small", "torus-3x3"])
-def test_valiant_reaches_every_pair_and_removes_every_tag(name, tmp_path):
+@pytest.mark.parametrize("name, mode", [("dragonfly-small", "valiant"), ("torus-3x3", "valiant"),
+                                        ("torus-3x3", "dimension_order")])
+def test_every_pair_answers_and_every_tag_is_removed(name, mode, tmp_path):
     raw = yaml.safe_load((REPO / "topologies" / f"{name}.yaml").read_text())
-    raw[SECTION] = {"mode": "valiant"}
-    topo = topology_from_dict(raw, f"{name} + valiant")
+    raw[SECTION] = {"mode": mode}
+    topo = topology_from_dict(raw, f"{name} + {mode}")
     compile_p4()
     with Network(topo, tmp_path / "net", log_level="warn") as net, FabricController(topo) as ctl:
         ctl.program()

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from core.feature import REPO
-from core.forwarding import ECMP_SLOTS
+from core.forwarding import ECMP_SLOTS, ecmp_seed
 from core.p4info import EntryError
 from core.topology import TopologyError
 from features import nonminimal_routing as nm
@@ -149,12 +149,13 @@ def test_ugal_carries_the_minimal_hops_and_the_sections_parameters(p4info):
         value, plen = match["hdr.ipv4.dst_addr"]
         subnet = f"{value >> 24}.{value >> 16 & 255}.{value >> 8 & 255}.{value & 255}/{plen}"
         assert params == {"targets": 3, "min_hops": hops["g1r1"][by_subnet[subnet]], "threshold": 3,
-                          "stale_us": 5000}
+                          "stale_us": 5000, "seed": ecmp_seed(topo.switches["g1r1"].device_id)}
 
 
 def test_bench_states_turn_each_mode_on(p4info):
     states = nm.bench_states(p4info, 2)
-    assert set(states) == {"valiant", "ugal"}
+    assert set(states) == {"valiant", "ugal", "transit"}
+    assert gate(p4info, states.pop("transit")) == "valiant_on"
     for mode, state in states.items():
         assert gate(p4info, state) == f"{mode}_on"
         assert {m["meta.ecmp_slot"] for m, a, p in entries(p4info, state, nm.ROUTE_TABLE)
@@ -182,3 +183,61 @@ def test_runtime_changes_validate_first_and_reprogram_every_switch():
     assert sorted(handle.ctl.programmed) == sorted(topo.switches)
     with pytest.raises(EntryError, match="mode: expected one of"):
         handle.set_mode("adaptive")
+
+
+def test_dimension_order_needs_a_torus_and_its_switches():
+    with pytest.raises(TopologyError, match="dimension_order needs a torus' switch names"):
+        shipped("dragonfly-small", {"mode": "dimension_order"})
+    with pytest.raises(TopologyError, match="dimension_order goes through switches"):
+        shipped("torus-3x3", {"mode": "dimension_order", "intermediate": "group"})
+
+
+@pytest.mark.parametrize("name", ["torus-3x3", "torus-4x4"])
+def test_dimension_order_moves_in_x_then_in_y(p4info, name):
+    """Every packet between every two hosts, followed through the entries:
+    from its source router the tag's next hops change x only, until the
+    switch in the destination's x; from there the minimal routes change y only."""
+    topo = shipped(name, {"mode": "dimension_order"})
+    targets = nm.intermediates(topo, topo.features[nm.SECTION])
+    states = {s: nm.switch_state(p4info, topo, s) for s in topo.switches}
+    coords = {s: (int(nm.TORUS_SWITCH.match(s).group(1)), int(nm.TORUS_SWITCH.match(s).group(2)))
+              for s in topo.switches}
+    route_ports = {s: {(m["hdr.valiant.target"], m["meta.ecmp_slot"]): (a, p.get("port"))
+                       for m, a, p in entries(p4info, states[s], nm.ROUTE_TABLE)} for s in topo.switches}
+    minimal = {s: {r.prefix: r.next_hops for r in routes} for s, routes in topo.routes().items()}
+    for src in topo.switches:
+        sources = {}
+        for m, action, params in entries(p4info, states[src], nm.SOURCE_TABLE):
+            assert action == "via"
+            value, plen = m["hdr.ipv4.dst_addr"]
+            sources[f"{value >> 24}.{value >> 16 & 255}.{value >> 8 & 255}.{value & 255}/{plen}"] = params["target"]
+        for nic in topo.nics:
+            dst = nic.switch
+            if dst == src:
+                continue
+            corner = next(iter(targets[sources[nic.subnet]])) if nic.subnet in sources else src
+            if nic.subnet in sources:
+                assert coords[corner] == (coords[dst][0], coords[src][1])
+                frontier = {src}
+                while frontier != {corner}:       # every slot's next hop: x changes, y does not
+                    step = set()
+                    for here in frontier - {corner}:
+                        for slot in range(ECMP_SLOTS):
+                            action, port = route_ports[here][sources[nic.subnet], slot]
+                            assert action == "to_intermediate"
+                            peer = topo.switches[here].ports[port].peer
+                            assert coords[peer][1] == coords[here][1] and coords[peer][0] != coords[here][0]
+                            step.add(peer)
+                    frontier = step | (frontier & {corner})
+            else:
+                assert coords[dst][0] == coords[src][0] or coords[dst][1] == coords[src][1]
+            frontier = {corner}
+            while frontier != {dst}:              # then minimal: one coordinate changes
+                step = set()
+                for here in frontier - {dst}:
+                    for hop in minimal[here][nic.subnet]:
+                        peer = topo.switches[here].ports[hop.port].peer
+                        if nic.subnet in sources:
+                            assert coords[peer][0] == coords[here][0], (src, dst, here, peer)
+                        step.add(peer)
+                frontier = step | (frontier & {dst})
