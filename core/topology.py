@@ -18,7 +18,7 @@ import re
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, NoReturn, Optional, Sequence
 
 import yaml
 
@@ -303,22 +303,33 @@ class Topology:
         return [p for p in self.switches[name].ports.values()
                 if p.peer in self.switches and (failed is None or not failed.cuts(name, p))]
 
+    def hops_from(self, sources: Iterable[str], failed: "Failures | None" = None) -> dict[str, int]:
+        """Each switch's hop count from the nearest of `sources` (BFS); a
+        switch missing from the result is not reachable from them."""
+        dist = dict.fromkeys(sources, 0)
+        queue = deque(dist)
+        while queue:
+            cur = queue.popleft()
+            for port in self.switch_neighbours(cur, failed):
+                if port.peer not in dist:
+                    dist[port.peer] = dist[cur] + 1
+                    queue.append(port.peer)
+        return dist
+
     def hops_between_switches(self, failed: "Failures | None" = None) -> dict[str, dict[str, int]]:
         """All-pairs shortest hop count between switches (BFS per switch);
         a switch missing from dist[a] is not reachable from a (another plane,
         or cut off by `failed`)."""
-        dist: dict[str, dict[str, int]] = {}
-        for src in self.switches:
-            d = {src: 0}
-            queue = deque([src])
-            while queue:
-                cur = queue.popleft()
-                for port in self.switch_neighbours(cur, failed):
-                    if port.peer not in d:
-                        d[port.peer] = d[cur] + 1
-                        queue.append(port.peer)
-            dist[src] = d
-        return dist
+        return {src: self.hops_from([src], failed) for src in self.switches}
+
+    def next_hops_nearer(self, switch: str, dist: dict[str, int], failed: "Failures | None" = None
+                         ) -> tuple[NextHop, ...]:
+        """The next hops of `switch` to neighbours one hop nearer than it by
+        `dist` (hop counts to a target): every equal-cost way toward it."""
+        here = dist[switch]
+        return tuple(NextHop(p.number, p.mac, self.switches[p.peer].ports[p.peer_port].mac, p.peer)
+                     for p in self.switch_neighbours(switch, failed)
+                     if p.peer_port is not None and dist.get(p.peer) == here - 1)
 
     def tiers(self) -> dict[str, int]:
         """Each switch's tier: its hop count from the nearest switch a host
@@ -326,15 +337,7 @@ class Topology:
         cores 2). A packet that arrives from a higher tier and leaves to a
         higher tier turned back up: a bounce, off the up-down routes."""
         edge = {nic.switch for nic in self.nics}
-        tier = {name: 0 for name in self.switches if name in edge}
-        queue = deque(tier)
-        while queue:
-            cur = queue.popleft()
-            for port in self.switch_neighbours(cur):
-                if port.peer not in tier:
-                    tier[port.peer] = tier[cur] + 1
-                    queue.append(port.peer)
-        return tier
+        return self.hops_from([name for name in self.switches if name in edge])
 
     def routes(self, failed: "Failures | None" = None) -> dict[str, list[Route]]:
         """Per switch, one route per NIC subnet it can reach, with every
@@ -351,11 +354,7 @@ class Topology:
                     port = sw.ports[nic.switch_port]
                     hops: tuple[NextHop, ...] = (NextHop(port.number, port.mac, nic.mac, nic.label),)
                 elif nic.switch in dist[sw_name]:
-                    target = dist[sw_name][nic.switch]
-                    hops = tuple(
-                        NextHop(p.number, p.mac, self.switches[p.peer].ports[p.peer_port].mac, p.peer)
-                        for p in self.switch_neighbours(sw_name, failed)
-                        if p.peer_port is not None and dist[p.peer].get(nic.switch) == target - 1)
+                    hops = self.next_hops_nearer(sw_name, dist[nic.switch], failed)
                 else:
                     continue
                 routes.append(Route(nic.subnet, hops, nic.host, nic.name))

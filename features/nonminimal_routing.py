@@ -32,15 +32,15 @@ switches in file order). Per switch the controller writes:
 from __future__ import annotations
 
 import re
-from collections import deque
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from core.feature import CounterMetric, Fail, FeatureSpec, Pieces, check_mapping
-from core.forwarding import assign_slots, ecmp_seed
+from core.forwarding import ECMP_SLOTS, assign_slots, ecmp_seed
+from core.p4constants import constants
 from core.p4info import EntryError, P4Info
 from core.sync import SwitchState
-from core.topology import NextHop, Topology
+from core.topology import Topology
 
 SECTION = "nonminimal_routing"
 MODES = ("minimal", "valiant", "ugal", "dimension_order")
@@ -54,8 +54,8 @@ ROUTE_TABLE = "valiant_route"
 CANDIDATE_TABLE = "valiant_candidate"
 TABLES = (GATE_TABLE, TRANSIT_TABLE, SOURCE_TABLE, ROUTE_TABLE, CANDIDATE_TABLE)
 COUNTER = "nonminimal_packets"
-COUNTS = {"pushed": 0, "minimal": 1, "reached": 2}     # defines.p4: NONMINIMAL_*
-ECMP_SLOTS = 16
+COUNTS = {what: constants()[f"NONMINIMAL_{key}"]     # defines.p4: the counter's cells
+          for what, key in (("pushed", "PUSHED"), ("minimal", "MINIMAL"), ("reached", "REACHED"))}
 DEFAULT_STALE_US = 2000
 MAX_TARGETS = 1 << 16
 
@@ -115,27 +115,6 @@ def intermediates(topo: Topology, config: NonminimalRouting) -> list[frozenset[s
     return [frozenset({name}) for name in topo.switches]
 
 
-def _distances_to(topo: Topology, members: frozenset[str]) -> dict[str, int]:
-    """Each switch's hop count to the nearest of `members`."""
-    dist = {m: 0 for m in members}
-    queue = deque(members)
-    while queue:
-        cur = queue.popleft()
-        for port in topo.switch_neighbours(cur):
-            if port.peer not in dist:
-                dist[port.peer] = dist[cur] + 1
-                queue.append(port.peer)
-    return dist
-
-
-def _next_hops(topo: Topology, switch: str, dist: dict[str, int]) -> list[NextHop]:
-    """The ports of `switch` one hop nearer by `dist`."""
-    here = dist[switch]
-    return [NextHop(p.number, p.mac, topo.switches[p.peer].ports[p.peer_port].mac, p.peer)
-            for p in topo.switch_neighbours(switch)
-            if p.peer_port is not None and dist.get(p.peer) == here - 1]
-
-
 def routing_state(p4info: P4Info, topo: Topology, switch: str, config: NonminimalRouting) -> SwitchState:
     """The entries of `switch` for `config` (none in mode minimal)."""
     state = SwitchState(managed_tables={p4info.table(t).preamble.id for t in TABLES})
@@ -160,8 +139,8 @@ def routing_state(p4info: P4Info, topo: Topology, switch: str, config: Nonminima
                 state.table_entries.append(p4info.table_entry(
                     ROUTE_TABLE, {"hdr.valiant.target": t, "meta.ecmp_slot": slot}, action="at_intermediate"))
             continue
-        dist = _distances_to(topo, members)
-        for slot, hop in enumerate(assign_slots(_next_hops(topo, switch, dist))):
+        dist = topo.hops_from(members)
+        for slot, hop in enumerate(assign_slots(topo.next_hops_nearer(switch, dist))):
             state.table_entries.append(p4info.table_entry(
                 ROUTE_TABLE, {"hdr.valiant.target": t, "meta.ecmp_slot": slot}, action="to_intermediate",
                 params={"port": hop.port, "src_mac": hop.src_mac, "dst_mac": hop.dst_mac}))
