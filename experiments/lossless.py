@@ -47,7 +47,11 @@ Tagger's bounce rule ({switch: all, from: up, to: up}); and row y1 of
 topologies/torus-4x4.yaml (switch links at 10 Mbit/s, as the ring's), each
 host sending two switches along x over the wrap-around, with PFC alone and
 with a class change at the dateline (x1y1, for what came over the
-wrap-around from x4y1).
+wrap-around from x4y1); and topologies/dragonfly-small.yaml (switch links
+at 10 Mbit/s), each group sending to the group after next through the next
+(Valiant paths through the intermediate group G+1, pinned), with PFC
+alone and with a class per global hop ({switch: all, from: global, to:
+any}, one rule a class).
 
 Phase isolation: topologies/dumbbell.yaml, a collective flow h1 -> h3
 (300 packets/s) and bulk storage h2 -> h4 (800 packets/s) across the 833
@@ -443,6 +447,7 @@ def run_storm_case(name: str, topo, net: Network, ctl: FabricController, args, o
 
 
 BOUNCED_CLASS, BOUNCED_DSCP = 4, 34
+THIRD_CLASS, THIRD_DSCP = 5, 40     # collective-3: a Dragonfly's packets after their second global hop
 DEADLOCK_RATE = 300.0       # packets/s of each flow: two or three flows on each link of the cycle,
                             # whose class gets half its 833 packets/s (1.44x or more)
 
@@ -461,6 +466,8 @@ class DeadlockCase:
     watchdog: bool = False
     pinned: tuple[tuple[str, str, str], ...] = ()
     switch_link_mbps: float | None = None      # every switch-to-switch link at this rate (the file's otherwise)
+    classes: int = 2                            # lossless classes: collective, collective-2[, collective-3]
+    share: float = 0.5                          # each class's cap, a fraction of its link
 
 
 RING_FLOWS = tuple((f"h{i}", f"h{(i + 1) % 5 + 1}") for i in range(1, 6))   # two switches clockwise
@@ -475,6 +482,29 @@ BOUNCE_RULE = {"switch": "all", "from": "up", "to": "up", "class": "collective",
 TORUS_FLOWS = (("h1", "h9"), ("h5", "h13"), ("h9", "h1"), ("h13", "h5"))
 TORUS_ROUTES = (("x1y1", "h9", "x2y1"), ("x2y1", "h13", "x3y1"), ("x3y1", "h1", "x4y1"), ("x4y1", "h5", "x1y1"))
 TORUS_DATELINE = {"switch": "x1y1", "from": "x4y1", "to": "x2y1", "class": "collective", "becomes": "collective-2"}
+# dragonfly-small (g1..g3, two routers each, one global link a router): every host sends to a host of the group
+# after next through the next group, Valiant's path through the intermediate group G+1 (which Valiant draws for a
+# third of the flows), pinned where a shortest path is not unique:
+#   h1 -> h5: g1r1, g2r2, g2r1, g3r2, g3r1      h2 -> h6: g1r2, g1r1, g2r2, g2r1, g3r2
+#   h3 -> h1: g2r1, g3r2, g3r1, g1r2, g1r1      h4 -> h2: g2r2, g2r1, g3r2, g3r1, g1r2
+#   h5 -> h3: g3r1, g1r2, g1r1, g2r2, g2r1      h6 -> h4: g3r2, g3r1, g1r2, g1r1, g2r2
+# The cycle g1r1 g2r2 g2r1 g3r2 g3r1 g1r2 closes through the global links; with a class per global hop, two
+# flows still share each class's queue on it (congested, pausing), in no cycle.
+DRAGONFLY_FLOWS = (("h1", "h5"), ("h2", "h6"), ("h3", "h1"), ("h4", "h2"), ("h5", "h3"), ("h6", "h4"))
+DRAGONFLY_PATHS = ("h1 g1r1 g2r2 g2r1 g3r2 g3r1 h5", "h2 g1r2 g1r1 g2r2 g2r1 g3r2 h6",
+                   "h3 g2r1 g3r2 g3r1 g1r2 g1r1 h1", "h4 g2r2 g2r1 g3r2 g3r1 g1r2 h2",
+                   "h5 g3r1 g1r2 g1r1 g2r2 g2r1 h3", "h6 g3r2 g3r1 g1r2 g1r1 g2r2 h4")
+DRAGONFLY_ROUTES = tuple((hops[i], hops[-1], hops[i + 1]) for hops in (path.split() for path in DRAGONFLY_PATHS)
+                         for i in range(1, len(hops) - 2))
+GLOBAL_HOP = {"switch": "all", "from": "global", "to": "any", "class": "collective", "becomes": "collective-2"}
+SECOND_GLOBAL_HOP = {**GLOBAL_HOP, "class": "collective-2", "becomes": "collective-3"}
+
+
+def dragonfly_case(name: str, what: str, class_changes: tuple[dict, ...] = ()) -> DeadlockCase:
+    return DeadlockCase(name, "dragonfly-small.yaml", DRAGONFLY_FLOWS, what, class_changes, pinned=DRAGONFLY_ROUTES,
+                        switch_link_mbps=10, classes=3, share=0.3)
+
+
 DEADLOCK_CASES = (
     DeadlockCase("deadlock", "ring.yaml", RING_FLOWS, "on ring, each host sending two switches clockwise"),
     DeadlockCase("class-change", "ring.yaml", RING_FLOWS, "on ring, a class change at s1 (the dateline)",
@@ -492,6 +522,10 @@ DEADLOCK_CASES = (
     DeadlockCase("torus-dateline", "torus-4x4.yaml", TORUS_FLOWS,
                  "the same, a class change at x1y1 for what crossed the wrap-around (the dateline)",
                  class_changes=(TORUS_DATELINE,), pinned=TORUS_ROUTES, switch_link_mbps=10),
+    dragonfly_case("dragonfly", "on dragonfly-small, every host sending through the next group to the one after "
+                                "(Valiant paths)"),
+    dragonfly_case("dragonfly-global-hop", "the same, the next class after each global hop (3, 4, 5)",
+                   (GLOBAL_HOP, SECOND_GLOBAL_HOP)),
 )
 
 
@@ -505,11 +539,14 @@ def deadlock_section(case: DeadlockCase, topo) -> LosslessConfig:
     cycle of class-3 queues is left. Each class gets half of every link
     (`share`), in every case: BMv2 rate-limits each queue on its own, and
     without a cap two classes would leave a port at twice its link's rate,
-    which would end the congestion rather than the cycle."""
+    which would end the congestion rather than the cycle. On the Dragonfly
+    three classes, each capped at 0.3 of the link: a link carries two flows
+    in two classes there, each then above its cap."""
+    classes = [("collective", TCLASS, DSCP), ("collective-2", BOUNCED_CLASS, BOUNCED_DSCP),
+               ("collective-3", THIRD_CLASS, THIRD_DSCP)][:case.classes]
     raw = {"queues": 8,
-           "classes": [{"name": "collective", "class": TCLASS, "dscp": [DSCP], "lossless": True, "share": 0.5},
-                       {"name": "collective-2", "class": BOUNCED_CLASS, "dscp": [BOUNCED_DSCP], "lossless": True,
-                        "share": 0.5}],
+           "classes": [{"name": name, "class": c, "dscp": [dscp], "lossless": True, "share": case.share}
+                       for name, c, dscp in classes],
            "pfc": {"xoff": 24, "xon": 12, "headroom": LATE_PAUSE_HEADROOM}, "hold_rate_pps": 500,
            "class_changes": list(case.class_changes)}
     if case.watchdog:
@@ -562,7 +599,9 @@ def run_deadlock_case(case: DeadlockCase, args, out: Path) -> dict:
     with fabric(topo, f"lossless-{name}", args) as (net, ctl):
         pin_routes(ctl, topo, case.pinned)
 
-        def total(counter: str, classes=(TCLASS, BOUNCED_CLASS), switches=None) -> int:
+        lossless_classes = (TCLASS, BOUNCED_CLASS, THIRD_CLASS)[:case.classes]
+
+        def total(counter: str, classes=lossless_classes, switches=None) -> int:
             return sum(ctl.counter(sw, counter, cell(p, c)).get(cell(p, c), (0, 0))[0]
                        for sw, ports in fabric_ports.items() if switches is None or sw in switches
                        for p in ports for c in classes)
@@ -572,7 +611,7 @@ def run_deadlock_case(case: DeadlockCase, args, out: Path) -> dict:
             for sw in topo.switches.values():
                 with Bmv2Thrift(sw.thrift_port) as thrift:
                     n += sum(thrift.register_read(OCCUPANCY_REGISTER, cell(p, c))
-                             for p in sw.ports for c in (TCLASS, BOUNCED_CLASS))
+                             for p in sw.ports for c in lossless_classes)
             return n
 
         gate = StartGate(case_dir)
@@ -598,8 +637,8 @@ def run_deadlock_case(case: DeadlockCase, args, out: Path) -> dict:
             "watchdog_dropped": total("pfc_storm_dropped"),
             "headroom_drops": sum(ctl.counter(sw, "drop_counter", headroom).get(headroom, (0, 0))[0]
                                   for sw in topo.switches),
-            # class 4 sent to a switch by the switches that change classes
-            "changed_class": total("class_packets", (BOUNCED_CLASS,), changing) if changing else 0,
+            # classes 4 and 5 sent to a switch by the switches that change classes
+            "changed_class": total("class_packets", lossless_classes[1:], changing) if changing else 0,
             "pipeline_drops": " ".join(f"{key}:{n}" for key, n in pipeline_drops(ctl, topo).items()),
         }
     sent = sum(json.loads((case_dir / f"send-{src.name}.json").read_text())["sent"] for src, _ in flows)

@@ -33,9 +33,13 @@ the packets of a lossless class that `switch` receives from neighbour
 `from` and sends to neighbour `to` into the lossless class `becomes` (its
 queue there, its DSCP downstream), so that lossless queues cannot wait on
 each other in a cycle (docs/features/lossless.md, deadlock). `from: up,
-to: up` names every neighbour in a higher tier, and `switch: all` every
-switch: `{switch: all, from: up, to: up, ...}` is Tagger's rule for a Clos,
-a bounce (down, then up again) moves a packet to the next class.
+to: up` names every neighbour in a higher tier, `from: global` every
+neighbour switch in another group (a Dragonfly's global links), `to: any`
+every neighbour, and `switch: all` every switch: `{switch: all, from: up,
+to: up, ...}` is Tagger's rule for a Clos, a bounce (down, then up again)
+moves a packet to the next class; `{switch: all, from: global, to: any,
+...}`, one rule a class, moves a packet to the next class after each global
+hop of a Dragonfly.
 """
 from __future__ import annotations
 
@@ -68,6 +72,9 @@ HOLD_QUEUE_DEPTH = 1024          # packets a port can hold while paused (all its
 FIELDS = {"queues", "classes", "pfc", "watchdog", "hold_rate_pps", "class_changes"}
 CHANGE_FIELDS = {"switch", "from", "to", "class", "becomes"}
 UP = "up"                        # class_changes: any neighbour in a higher tier (core.topology.Topology.tiers)
+GLOBAL = "global"                # class_changes `from`: any neighbour switch in another group (a Dragonfly's global link)
+ANY = "any"                      # class_changes `to`: any neighbour
+FROM_KEYWORDS, TO_KEYWORDS = (UP, GLOBAL), (UP, ANY)
 CLASS_FIELDS = {"name", "class", "queue", "dscp", "pcp", "lossless", "share"}
 PFC_FIELDS = {"xoff", "xon", "headroom", "pause_quanta"}
 WATCHDOG_FIELDS = {"detect_ms", "restore_ms", "action"}
@@ -264,20 +271,31 @@ def parse_section(raw: Any, topo, fail: Fail) -> LosslessConfig:
                                        f"got {item.get(key)!r}")
         if item["class"] == item["becomes"]:
             fail(f"{where}.becomes", f"the class it changes from ({item['class']!r}): a change needs another class")
+        keywords = {"from": FROM_KEYWORDS, "to": TO_KEYWORDS}
         for key in ("from", "to"):
-            if name == "all" and item.get(key) != UP:
-                fail(f"{where}.{key}", f"with switch: all, expected {UP!r} (a neighbour in a higher tier), "
+            if name == "all" and item.get(key) not in keywords[key]:
+                fail(f"{where}.{key}", f"with switch: all, expected {' or '.join(map(repr, keywords[key]))}, "
                                        f"got {item.get(key)!r}")
+        if item.get("from") == GLOBAL and any(sw.group is None for sw in topo.switches.values()):
+            missing = next(s for s, sw in topo.switches.items() if sw.group is None)
+            fail(f"{where}.from", f"{GLOBAL!r} needs a group on every switch; {missing} has none")
         for sw in (topo.switches if name == "all" else [name]):
             peers = {p.peer for p in topo.switches[sw].ports.values()}
             upper = sorted(p for p in peers if p in tiers and tiers[p] > tiers.get(sw, 0))
+            other_groups = sorted(p for p in peers if p in topo.switches
+                                  and topo.switches[p].group != topo.switches[sw].group)
 
             def ends(key: str) -> list[str]:
                 if item.get(key) == UP:
                     return upper
+                if key == "from" and item.get(key) == GLOBAL:
+                    return other_groups
+                if key == "to" and item.get(key) == ANY:
+                    return sorted(peers)
                 if item.get(key) not in peers:
                     fail(f"{where}.{key}", f"{sw} has no link to {item.get(key)!r} "
-                                           f"(neighbours: {', '.join(sorted(peers))}, or {UP!r})")
+                                           f"(neighbours: {', '.join(sorted(peers))}, "
+                                           f"or {' or '.join(map(repr, keywords[key]))})")
                 return [item[key]]
 
             for src in ends("from"):

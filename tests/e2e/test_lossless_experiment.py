@@ -64,6 +64,10 @@ def test_storm_spreads_without_the_watchdog_and_is_contained_with_it(tmp_path):
     assert int(slow["lost"]) == 0 and float(slow["h2_h4_pps"]) < 200, slow
 
 
+CASES = ("deadlock", "watchdog", "bounce", "bounce-tagger", "torus", "torus-dateline", "dragonfly",
+         "dragonfly-global-hop")
+
+
 def late_pause_losses(row: dict) -> float:
     """What a flowing case of the deadlock phase may lose on this
     emulation: 1% of what was sent. Five BMv2 switches in a ring, each
@@ -87,7 +91,10 @@ def test_deadlock_forms_is_prevented_by_a_class_change_and_broken_by_the_watchdo
     packet to class 4 and nothing deadlocks, though pauses still fly. On a
     torus' row, flows two switches along x over the wrap-around deadlock;
     a class change at the dateline (x1y1, for what came over the wrap-around)
-    prevents it."""
+    prevents it. On a Dragonfly, Valiant paths (through the next group to
+    the one after) deadlock the same way over the global links; the next
+    class after each global hop prevents it. (The ring's own dateline case,
+    the same mechanism as the torus', runs in `make experiments`.)"""
     out = tmp_path / "lossless"
     # 10 s a case, as `make experiments`. A deadlocked case is one where nothing arrived in the
     # run's last second and packets were still in the switches 2 s after the senders stopped.
@@ -96,17 +103,19 @@ def test_deadlock_forms_is_prevented_by_a_class_change_and_broken_by_the_watchdo
     # the pause lapsed; PauseLastsUntilXonTest in ptf-tests/tests/lossless.py is that case.)
     duration = 10
     proc = subprocess.run([sys.executable, "-m", "experiments.lossless", "--phases", "deadlock", "--duration",
-                           str(duration), "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=1200)
+                           str(duration), "--out", str(out), "--deadlock-cases", *CASES],
+                          cwd=REPO, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {r["case"]: r for r in csv.DictReader(open(out / "deadlock" / "summary.csv"))}
-    for stuck in (rows["deadlock"], rows["bounce"], rows["torus"]):
+    for stuck in (rows["deadlock"], rows["bounce"], rows["torus"], rows["dragonfly"]):
         assert float(stuck["last_arrival_s"]) <= duration - 1 and int(stuck["in_switches_2s_later"]) > 0, stuck
         assert int(stuck["storms_detected"]) == 0 and int(stuck["pauses_sent"]) > 0, stuck
-    for flowing in (rows["class-change"], rows["bounce-tagger"], rows["torus-dateline"]):
+    for flowing in (rows["bounce-tagger"], rows["torus-dateline"], rows["dragonfly-global-hop"]):
         assert float(flowing["last_40pct_pps"]) > 300 and int(flowing["in_switches_2s_later"]) == 0, flowing
         assert int(flowing["changed_class"]) > 0, flowing
         assert int(flowing["sent"]) - int(flowing["received"]) <= late_pause_losses(flowing), flowing
-    assert int(rows["bounce-tagger"]["pauses_sent"]) > 0, "congested, but no cycle left"
+    for congested in (rows["bounce-tagger"], rows["dragonfly-global-hop"]):
+        assert int(congested["pauses_sent"]) > 0, ("congested, but no cycle left", congested)
     watchdog = rows["watchdog"]
     assert int(watchdog["storms_detected"]) > 0 and int(watchdog["watchdog_dropped"]) > 0, watchdog
     assert float(watchdog["last_40pct_pps"]) > 0, watchdog

@@ -1,10 +1,15 @@
 """The lossless control-plane module (features/lossless.py): the section
 validated with field-named errors, the entries and queue settings it gives
 a switch, and runtime changes refused whole when invalid."""
+from pathlib import Path
+
 import pytest
+import yaml
 
 from core.topology import TopologyError
 from features import lossless, topology_from_dict
+
+REPO = Path(__file__).resolve().parents[3]
 
 BASE = {
     "name": "t", "defaults": {"link": {"bandwidth_mbps": 100}},
@@ -180,3 +185,30 @@ def test_switch_all_needs_up_neighbours():
     with pytest.raises(TopologyError) as err:
         ring_with({**DATELINE, "switch": "all"})
     assert "lossless.class_changes[0].from" in str(err.value) and "'up'" in str(err.value)
+
+
+def test_a_class_a_global_hop_on_a_dragonfly():
+    """`{switch: all, from: global, to: any}`, one rule a class: every
+    switch moves what arrives over a global link (from a switch of another
+    group) to the next class, whichever neighbour it leaves to; what
+    arrives over a local link keeps its class."""
+    raw = yaml.safe_load((REPO / "topologies" / "dragonfly-small.yaml").read_text())
+    three = {"classes": [*TWO_LOSSLESS["classes"],
+                         {"name": "collective-3", "class": 5, "dscp": [40], "lossless": True}],
+             "class_changes": [{"switch": "all", "from": "global", "to": "any", "class": "collective",
+                                "becomes": "collective-2"},
+                               {"switch": "all", "from": "global", "to": "any", "class": "collective-2",
+                                "becomes": "collective-3"}]}
+    t = topology_from_dict({**raw, "lossless": three}, "df.yaml")
+    changes = t.features["lossless"].class_changes
+    # g1r1: global link to g2r2, local to g1r2, host h1
+    assert {(c.src, c.dst, c.tclass, c.becomes) for c in changes if c.switch == "g1r1"} == {
+        ("g2r2", "g1r2", "collective", "collective-2"), ("g2r2", "h1", "collective", "collective-2"),
+        ("g2r2", "g1r2", "collective-2", "collective-3"), ("g2r2", "h1", "collective-2", "collective-3")}
+    assert len(changes) == 6 * 2 * 2, "six switches, one global link each, two neighbours beyond it, two rules"
+    with pytest.raises(TopologyError) as err:
+        ring_with({**DATELINE, "switch": "all", "from": "global", "to": "any"})
+    assert "lossless.class_changes[0].from" in str(err.value) and "needs a group on every switch" in str(err.value)
+    with pytest.raises(TopologyError) as err:
+        ring_with({**DATELINE, "to": "global"})
+    assert "lossless.class_changes[0].to" in str(err.value) and "'any'" in str(err.value)

@@ -1,0 +1,144 @@
+"""How long a collective takes on a topology, in the flow model of
+core/generators/flow_model.py: what the topology and its routing cost a
+collective, before any packet runs.
+
+A collective is a sequence of rounds; in each round every rank sends the
+same number of bytes. A round's traffic, every rank injecting one unit (its
+link's capacity), routed by ECMP over shortest paths, loads the busiest
+directed switch-to-switch link with L units; the round then takes max(1, L)
+times what it takes at a host link's rate (a host's own link carries one
+unit each way). Summed over the rounds, in units of S / (a host link's
+rate), S the bytes each rank holds:
+
+- ring all-reduce (reduce-scatter, then all-gather: 2(n - 1) rounds, each
+  rank sending S/n to the next): 2(n - 1)/n x max(1, L);
+- halving-doubling (Rabenseifner's all-reduce: recursive halving
+  reduce-scatter, then recursive doubling all-gather; in round k each rank
+  exchanges S/2^(k+1) with rank i XOR 2^k): 2 x sum over k of
+  S/2^(k+1) x max(1, L_k), for n a power of two;
+- all-to-all (S/n from every rank to every other, at once): (n - 1)/n x
+  max(1, L).
+
+The ideal is each with L <= 1, what a non-blocking network gives. Where the
+ranks sit matters: rank i is the i-th host of an order (`order`), the
+topology's own host order, a seeded random one, or on a torus a ring of
+neighbours (`torus_neighbour_order`). Left out: latency (a round's and a
+hop's: the ring's 2(n - 1) rounds pay most), compute, rounds overlapping.
+"""
+from __future__ import annotations
+
+import math
+import random
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Sequence
+
+from core.generators.common import Graph
+from core.generators.flow_model import FlowModel, switch_demand
+
+COLLECTIVES = ("ring", "halving-doubling", "all-to-all")
+ORDERS = ("host order", "neighbours", "random")
+RANDOM_SEED = 1
+TORUS_ROUTER = re.compile(r"^x(\d+)y(\d+)(?:z(\d+))?$")
+
+
+@dataclass(frozen=True)
+class CollectiveTime:
+    collective: str
+    time: float                    # S / a host link's rate
+    ideal: float                   # the same on a non-blocking network
+    max_link_load: float           # the busiest link's load, the worst round's
+
+    @property
+    def slowdown(self) -> float:
+        return self.time / self.ideal
+
+
+def busiest_link(model: FlowModel, pairs: Sequence[tuple[str, str]], units: float = 1.0) -> float:
+    """The busiest switch-to-switch link's load when each (source host,
+    destination host) pair carries `units`, routed by ECMP."""
+    loads: dict[tuple[str, str], float] = defaultdict(float)
+    model.route(switch_demand(model, {pair: units for pair in pairs}), loads)
+    return max(loads.values(), default=0.0)
+
+
+def ring_allreduce(model: FlowModel, ranks: Sequence[str]) -> CollectiveTime:
+    n = len(ranks)
+    load = busiest_link(model, [(ranks[i], ranks[(i + 1) % n]) for i in range(n)])
+    ideal = 2 * (n - 1) / n
+    return CollectiveTime("ring", ideal * max(1.0, load), ideal, load)
+
+
+def halving_doubling(model: FlowModel, ranks: Sequence[str]) -> CollectiveTime:
+    n = len(ranks)
+    if n < 2 or n & (n - 1):
+        raise ValueError(f"halving-doubling needs a power of two ranks, got {n}")
+    time = ideal = worst = 0.0
+    for k in range(int(math.log2(n))):
+        load = busiest_link(model, [(ranks[i], ranks[i ^ (1 << k)]) for i in range(n)])
+        share = 1.0 / (1 << (k + 1))
+        time += 2 * share * max(1.0, load)          # its reduce-scatter round and its all-gather round
+        ideal += 2 * share
+        worst = max(worst, load)
+    return CollectiveTime("halving-doubling", time, ideal, worst)
+
+
+def all_to_all(model: FlowModel, ranks: Sequence[str]) -> CollectiveTime:
+    n = len(ranks)
+    load = busiest_link(model, [(a, b) for a in ranks for b in ranks if a != b], 1.0 / (n - 1))
+    ideal = (n - 1) / n
+    return CollectiveTime("all-to-all", ideal * max(1.0, load), ideal, load)
+
+
+def torus_neighbour_order(graph: Graph) -> list[str]:
+    """A torus' hosts (one a router) along a snake through its routers:
+    the last coordinate runs up and down, each turn one step in the one
+    before. Consecutive hosts are neighbours; the last and the first are
+    too when the first dimension is even (a ring of neighbours), two hops
+    apart otherwise."""
+    coords: dict[tuple[int, ...], str] = {}
+    for name, _ in graph.switches:
+        m = TORUS_ROUTER.match(name)
+        if not m:
+            raise ValueError(f"{name!r} is not a torus router name (x<i>y<j>[z<k>])")
+        coords[tuple(int(g) for g in m.groups() if g is not None)] = name
+    host_of: dict[str, str] = {}
+    for a, b in graph.links:
+        if a in graph.hosts:
+            if b in host_of:
+                raise ValueError(f"{b} has more than one host: the neighbour order needs one a router")
+            host_of[b] = a
+    dims = [max(c[i] for c in coords) for i in range(len(next(iter(coords))))]
+
+    def snake(d: Sequence[int]) -> list[tuple[int, ...]]:
+        if not d:
+            return [()]
+        rest = snake(d[1:])
+        return [(i,) + r for i in range(1, d[0] + 1) for r in (rest if i % 2 else rest[::-1])]
+
+    return [host_of[coords[c]] for c in snake(dims)]
+
+
+def order(graph: Graph, how: str, n: int) -> list[str]:
+    """n ranks' hosts: the first n of the graph's host order, of the
+    neighbour order (a torus), or the first n in host order shuffled."""
+    if how == "host order":
+        hosts = list(graph.hosts)
+    elif how == "neighbours":
+        hosts = torus_neighbour_order(graph)
+    elif how == "random":
+        hosts = list(graph.hosts[:n])
+        random.Random(RANDOM_SEED).shuffle(hosts)
+    else:
+        raise ValueError(f"order: expected one of {', '.join(ORDERS)}, got {how!r}")
+    if len(hosts) < n:
+        raise ValueError(f"{n} ranks, {len(hosts)} hosts")
+    return hosts[:n]
+
+
+def collective_times(graph: Graph, ranks: Sequence[str], collectives: Sequence[str] = COLLECTIVES
+                     ) -> list[CollectiveTime]:
+    model = FlowModel(graph)
+    run = {"ring": ring_allreduce, "halving-doubling": halving_doubling, "all-to-all": all_to_all}
+    return [run[c](model, ranks) for c in collectives]
