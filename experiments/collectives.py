@@ -3,7 +3,7 @@
 the all-reduce's bus bandwidth, for each load-balancing mode and all-reduce
 algorithm (docs/collectives.md).
 
-    fabric experiment collectives [--phases lb transport allreduce placement jobs failure]
+    fabric experiment collectives [--phases lb transport allreduce placement jobs failure torus]
                                   [--modes ecmp path-aware flowlet spray adaptive]
                                   [--algorithms ring halving-doubling tree in-network]
                                   [--placements rail-aware host-major] [--protections none controller "data plane"]
@@ -67,7 +67,15 @@ PLACEMENT_LINE_RATE_PPS; ranks ordered rail by rail (rail-aware) or server
 by server (host-major, hostagent/collectives/placement.py): step time and
 the packets through the spines.
 
-CSV (and for lb a PNG) under --out/<phase>; prints a table and where files went.
+Phase torus: a ring all-reduce of 16 ranks (the placement phase's model,
+rate and connections) on torus-4x4, its ranks along a ring of neighbours
+(core/generators/collective_model.py: every ring hop one link) or in a
+random order, against the same ring on fat-tree-k4 in host order and in
+a random order: step time, bus bandwidth, and the switches a packet
+crossed (every switch's received packets over those received from hosts),
+next to the flow model's busiest link and hops for the same order.
+
+CSV (and for lb and torus a PNG) under --out/<phase>; prints a table and where files went.
 """
 from __future__ import annotations
 
@@ -88,6 +96,9 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 
 from core.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
+from core.generators.collective_model import order as rank_order, ring_allreduce
+from core.generators.common import Graph
+from core.generators.flow_model import FlowModel
 from core.build import compile_p4
 from core.controller import FabricController
 from core.network import Network
@@ -105,7 +116,7 @@ from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, IN_NETWORK
 from hostagent.collectives.placement import PLACEMENTS, Rank, ranks, ring_hops_across_rails
 from hostagent.rdma.transport import GO_BACK_N, MODES as TRANSPORTS
 
-PHASES = ("lb", "transport", "allreduce", "topologies", "jobs", "placement", "failure")
+PHASES = ("lb", "transport", "allreduce", "topologies", "jobs", "placement", "failure", "torus")
 MODES = ("ecmp", "path-aware", "flowlet", "spray", "adaptive")
 RANKS = ("h1", "h2", "h3", "h4")
 ECN_K = 10                   # jobs phase with ECN: step marking above this many packets queued (of 64)
@@ -125,6 +136,9 @@ TOPOLOGY_RANKS = {"fat-tree-k4": ("h1", "h5", "h9", "h13"),                  # o
 TOPOLOGY_MODES = ("ecmp", "path-aware", "flowlet", "spray")
 TOPOLOGY_ALGORITHMS = (sc.RING, sc.HALVING_DOUBLING)
 PROTECTIONS = ("none", "controller", "data plane")
+# Phase torus: (topology, rank order) cases, 16 ranks each
+TORUS_CASES = (("torus-4x4", "neighbours"), ("torus-4x4", "random"), ("fat-tree-k4", "host order"),
+               ("fat-tree-k4", "random"))
 HEARTBEAT_MS, FAILOVER_TIMEOUT_MS = 20, 100     # as experiments/failover_timeline.py
 FAILED_LINK = ("leaf1", "spine1")
 # Phase allreduce: ranks by count on each topology, the aggregation job's server, the cases
@@ -372,6 +386,61 @@ def run_placement_case(placement: str, topo, ctl: FabricController, args, out: P
             **result}
 
 
+def topology_graph(topo) -> Graph:
+    """The flow model's view of a topology: its switches, hosts and links."""
+    return Graph([(sw.name, sw.role) for sw in topo.switches.values()], list(topo.hosts),
+                 [(nic.host, nic.switch) for nic in topo.nics]
+                 + [(sw.name, p.peer) for sw in topo.switches.values() for p in sw.ports.values()
+                    if p.peer in topo.switches and sw.name < p.peer])
+
+
+def switch_crossings(ctl: FabricController, topo) -> tuple[int, int]:
+    """(packets every switch received, those received from hosts) so far."""
+    total = from_hosts = 0
+    for sw in topo.switches.values():
+        host_ports = {p.number for p in sw.ports.values() if p.peer in topo.hosts}
+        for port, (pkts, _) in ctl.counter(sw.name, "ingress_port_counter").items():
+            total += pkts
+            from_hosts += pkts if port in host_ports else 0
+    return total, from_hosts
+
+
+def run_torus_case(name: str, how: str, topo, ctl: FabricController, args, out: Path) -> dict:
+    """16 ranks in `how` order running data-parallel steps, ring all-reduce;
+    the switches a packet crossed, and the flow model's view of the ring."""
+    graph = topology_graph(topo)
+    hosts = rank_order(graph, how, len(topo.hosts))
+    model = ring_allreduce(FlowModel(graph), hosts)
+    job = [Rank.of(topo.hosts[h].primary) for h in hosts]
+    extra = ["--algorithm", sc.RING, "--channels", "1", "--line-rate-pps", str(PLACEMENT_LINE_RATE_PPS),
+             "--model-bytes", str(PLACEMENT_MODEL_BYTES), "--timeout-s", str(PLACEMENT_TIMEOUT_S)]
+    case = f"{name}-{how.replace(' ', '-')}"
+    before = switch_crossings(ctl, topo)
+    procs = launch(case, job, extra, args, out, time.time() + START_DELAY_S + 0.1 * len(job))
+    result = collect(case, procs, out)
+    after = switch_crossings(ctl, topo)
+    total, from_hosts = (a - b for a, b in zip(after, before))
+    return {"case": result.pop("case"), "topology": name, "order": how, **result,
+            "switches_per_packet": round(total / (from_hosts or 1), 2),
+            "model_mean_links": round(model.mean_hops, 2), "model_max_link_load": round(model.max_link_load, 2),
+            "ring": " ".join(hosts)}
+
+
+def _plot_torus(results: list[dict], out: Path) -> Path:
+    import matplotlib.pyplot as plt
+    labels = [f"{r['topology']}\n{r['order']}" for r in results]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    ax1.bar(range(len(results)), [r["step_ms_median"] or 0 for r in results])
+    ax1.set_title("data-parallel step, ring all-reduce (ms, median)")
+    ax2.bar(range(len(results)), [r["switches_per_packet"] for r in results])
+    ax2.set_title("switches a packet crossed (mean)")
+    for ax in (ax1, ax2):
+        ax.set_xticks(range(len(results)))
+        ax.set_xticklabels(labels, fontsize=8)
+    fig.suptitle("16 ranks: a ring laid on torus-4x4's neighbours against fat-tree-k4")
+    return save_figure(fig, out / "torus.png")
+
+
 def failure_topology(protection: str):
     """The leaf-spine without INT or aggregation; failover in the leaves for
     `data plane`."""
@@ -567,6 +636,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--allreduce-ranks", nargs="*", type=int, default=[2, 4, 8],
                     help="allreduce phase: rank counts (leaf-spine 2, 4, 8; fat-tree-k4 8)")
     ap.add_argument("--placements", nargs="*", default=list(PLACEMENTS), choices=PLACEMENTS)
+    ap.add_argument("--torus-topologies", nargs="*", default=list(dict.fromkeys(n for n, _ in TORUS_CASES)),
+                    choices=list(dict.fromkeys(n for n, _ in TORUS_CASES)), help="phase torus: the topologies run")
     ap.add_argument("--protections", nargs="*", default=list(PROTECTIONS), choices=PROTECTIONS,
                     help="failure phase")
     ap.add_argument("--fail-after", type=float, default=2.0,
@@ -662,6 +733,19 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(run_placement_case(placement, topo, ctl, args, out))
         written.append(write_csv(out / "summary.csv", results))
         print_table(results)
+    if "torus" in args.phases:
+        out = Path(args.out) / "torus"
+        out.mkdir(parents=True, exist_ok=True)
+        results = []
+        for name in args.torus_topologies:
+            topo = topology_from_dict(topology_raw(name, ("int", "aggregation", "nonminimal_routing")), name)
+            with fabric(topo, args) as ctl:
+                for how in (h for n, h in TORUS_CASES if n == name):
+                    print(f"==> torus: {args.steps} data-parallel steps (ring) on the 16 hosts of {name}, "
+                          f"ranks in {how}", flush=True)
+                    results.append(run_torus_case(name, how, topo, ctl, args, out))
+        written += [write_csv(out / "summary.csv", results), _plot_torus(results, out)]
+        print_table([{k: v for k, v in r.items() if k != "ring"} for r in results])
     if "failure" in args.phases:
         out = Path(args.out) / "failure"
         out.mkdir(parents=True, exist_ok=True)

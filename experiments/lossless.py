@@ -48,7 +48,7 @@ topologies/torus-4x4.yaml (switch links at 10 Mbit/s, as the ring's), each
 host sending two switches along x over the wrap-around, with PFC alone and
 with a class change at the dateline (x1y1, for what came over the
 wrap-around from x4y1); and topologies/dragonfly-small.yaml (switch links
-at 10 Mbit/s), each group sending to the group after next through the next
+at 5 Mbit/s, flows at 150 packets/s), each group sending to the group after next through the next
 (Valiant paths through the intermediate group G+1, pinned), with PFC
 alone and with a class per global hop ({switch: all, from: global, to:
 any}, one rule a class).
@@ -468,6 +468,7 @@ class DeadlockCase:
     switch_link_mbps: float | None = None      # every switch-to-switch link at this rate (the file's otherwise)
     classes: int = 2                            # lossless classes: collective, collective-2[, collective-3]
     share: float = 0.5                          # each class's cap, a fraction of its link
+    rate_pps: float = DEADLOCK_RATE             # each flow's
 
 
 RING_FLOWS = tuple((f"h{i}", f"h{(i + 1) % 5 + 1}") for i in range(1, 6))   # two switches clockwise
@@ -496,13 +497,14 @@ DRAGONFLY_PATHS = ("h1 g1r1 g2r2 g2r1 g3r2 g3r1 h5", "h2 g1r2 g1r1 g2r2 g2r1 g3r
                    "h5 g3r1 g1r2 g1r1 g2r2 g2r1 h3", "h6 g3r2 g3r1 g1r2 g1r1 g2r2 h4")
 DRAGONFLY_ROUTES = tuple((hops[i], hops[-1], hops[i + 1]) for hops in (path.split() for path in DRAGONFLY_PATHS)
                          for i in range(1, len(hops) - 2))
+DRAGONFLY_RATE = 150.0      # packets/s of each flow: two or three flows on a class's queue, capped at 124 (2.4x or more)
 GLOBAL_HOP = {"switch": "all", "from": "global", "to": "any", "class": "collective", "becomes": "collective-2"}
 SECOND_GLOBAL_HOP = {**GLOBAL_HOP, "class": "collective-2", "becomes": "collective-3"}
 
 
 def dragonfly_case(name: str, what: str, class_changes: tuple[dict, ...] = ()) -> DeadlockCase:
     return DeadlockCase(name, "dragonfly-small.yaml", DRAGONFLY_FLOWS, what, class_changes, pinned=DRAGONFLY_ROUTES,
-                        switch_link_mbps=10, classes=3, share=0.3)
+                        switch_link_mbps=5, classes=3, share=0.3, rate_pps=DRAGONFLY_RATE)
 
 
 DEADLOCK_CASES = (
@@ -621,7 +623,7 @@ def run_deadlock_case(case: DeadlockCase, args, out: Path) -> dict:
         for qp, (src, dst) in enumerate(flows, start=1):
             procs.append(roce_agent(src, "send", start_at=gate, out_dir=case_dir, extra=[
                 "--duration", str(args.duration), "--dst-ip", dst.ip, "--qp", str(qp),
-                "--line-rate-pps", str(DEADLOCK_RATE), "--fixed-rate", "--not-ect", "--dscp", str(DSCP),
+                "--line-rate-pps", str(case.rate_pps), "--fixed-rate", "--not-ect", "--dscp", str(DSCP),
                 "--tclass", str(TCLASS), "--link-mbps", str(topo.switches[src.switch].ports[src.switch_port]
                                                              .link.bandwidth_mbps)]))
         gate.open(procs)

@@ -2,9 +2,9 @@
 """Topologies beyond Clos against a fat tree: what each costs per host,
 how far apart its hosts are, and what routing can carry on them.
 
-    fabric experiment topologies [--phases costs throughput] [--max-hosts 11000]
+    fabric experiment topologies [--phases costs throughput collectives] [--max-hosts 11000]
                                  [--targets 200 1000 3000 9000] [--dragonfly-p 1 2 3 4]
-                                 [--uniform-max-hosts 600] [--out DIR]
+                                 [--uniform-max-hosts 600] [--ranks 128 1024] [--out DIR]
 
 Phase costs: the comparison of the Dragonfly (Kim et al., ISCA 2008) and Slim Fly
 (Besta and Hoefler, SC 2014) papers, counted on the generators' own graphs
@@ -25,8 +25,18 @@ traffic and the adversarial group shift, and every other family's
 instances of at most 600 hosts under uniform traffic. Writes
 DIR/throughput.csv and DIR/throughput.png.
 
-No network runs in either phase: these are properties of the graphs and
-of the routings.
+Phase collectives: how long one collective takes on each topology at equal
+rank count (core/generators/collective_model.py): a ring all-reduce,
+halving-doubling and an all-to-all, each round's traffic routed minimally
+(ECMP) in the flow model, the time against what a non-blocking network
+gives, for --ranks ranks (powers of two) on each family's smallest instance
+with that many hosts (tori of exactly that many routers). Ranks in the
+topology's host order and in a random order; on the tori also along a ring
+of neighbours. Writes DIR/collectives.csv and DIR/collectives.png.
+
+No network runs in any phase: these are properties of the graphs and of
+the routings. (The ring on a torus against a fat tree live on BMv2: phase
+torus of `fabric experiment collectives`.)
 """
 from __future__ import annotations
 
@@ -38,16 +48,18 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from core.generators.collective_model import COLLECTIVES, collective_times, equal_rank_instances, order  # noqa: E402
 from core.generators.costs import FAMILIES, Cost, at_equal_hosts, instances, cost  # noqa: E402
 from core.generators.dragonfly import dragonfly_graph  # noqa: E402
 from core.generators.flow_model import group_shift, throughput, uniform  # noqa: E402
 from experiments.common import print_table, save_figure, write_csv  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-PHASES = ("costs", "throughput")
+PHASES = ("costs", "throughput", "collectives")
 DRAGONFLY_P = (1, 2, 3, 4)          # throughput: balanced Dragonflies of 6 .. 1056 hosts
 UNIFORM_MAX_HOSTS = 600             # throughput: other families' instances under uniform traffic, up to this size
 DEFAULT_TARGETS = (200, 1000, 3000, 9000)   # every family has an instance at each, up to 11000 hosts
+DEFAULT_RANKS = (128, 1024)         # collectives: ranks (powers of two; 3D tori from 64)
 
 
 def plot(costs: list[Cost], path: Path) -> Path:
@@ -130,6 +142,46 @@ def plot_throughput(rows: list[dict], path: Path) -> Path:
     return save_figure(fig, path)
 
 
+def collectives_phase(args) -> list[Path]:
+    cases = [(n, family, params, graph, how) for n in args.ranks for family, params, graph in equal_rank_instances(n)
+             for how in (("host order", "neighbours", "random") if family.startswith("torus")
+                         else ("host order", "random"))]
+    rows = []
+    for i, (n, family, params, graph, how) in enumerate(cases, 1):
+        print(f"[collectives {i}/{len(cases)}] {n} ranks on {family} {params}, {how}", flush=True)
+        for t in collective_times(graph, order(graph, how, n)):
+            rows.append({"ranks": n, "family": family, "params": params, "hosts": len(graph.hosts), "order": how,
+                         "collective": t.collective, "time": round(t.time, 4), "ideal": round(t.ideal, 4),
+                         "slowdown": round(t.slowdown, 3), "max_link_load": round(t.max_link_load, 3),
+                         "mean_hops": round(t.mean_hops, 3)})
+    print_table([{k: r[k] for k in ("ranks", "family", "params", "order", "collective", "slowdown", "mean_hops")}
+                 for r in rows], width=12)
+    return [write_csv(args.out / "collectives.csv", rows), plot_collectives(rows, args.out / "collectives.png")]
+
+
+def plot_collectives(rows: list[dict], path: Path) -> Path:
+    sizes = list(dict.fromkeys(r["ranks"] for r in rows))
+    fig, axes = plt.subplots(len(sizes), 1, figsize=(14, 4.5 * len(sizes)), squeeze=False)
+    width = 0.8 / len(COLLECTIVES)
+    for ax, n in zip(axes[:, 0], sizes):
+        mine = [r for r in rows if r["ranks"] == n]
+        groups = list(dict.fromkeys((r["family"], r["params"], r["order"]) for r in mine))
+        for j, collective in enumerate(COLLECTIVES):
+            by = {(r["family"], r["params"], r["order"]): r["slowdown"] for r in mine if r["collective"] == collective}
+            ax.bar([g + (j - (len(COLLECTIVES) - 1) / 2) * width for g in range(len(groups))],
+                   [by.get(g, 0) for g in groups], width, label=collective)
+        ax.set_xticks(range(len(groups)))
+        ax.set_xticklabels([f"{f}\n{p}\n{o}" for f, p, o in groups], fontsize=7)
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_ylabel("time / non-blocking")
+        ax.set_title(f"{n} ranks")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0, 0].legend()
+    fig.suptitle("A collective's time against a non-blocking network's, minimal routing in the flow model "
+                 "(core/generators/collective_model.py)")
+    return save_figure(fig, path)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="fabric experiment topologies", description=__doc__.split("\n\n")[0])
     ap.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES), help="what to run (default: all)")
@@ -141,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="throughput: the balanced Dragonflies' p (default: %(default)s)")
     ap.add_argument("--uniform-max-hosts", type=int, default=UNIFORM_MAX_HOSTS,
                     help="throughput: the other families' instances up to this size (default: %(default)s)")
+    ap.add_argument("--ranks", type=int, nargs="+", default=list(DEFAULT_RANKS),
+                    help="collectives: ranks, each a power of two of at least 16 (default: %(default)s)")
     ap.add_argument("--out", type=Path, default=REPO / "experiments" / "results" / "topologies")
     args = ap.parse_args(argv)
     if any(p < 1 for p in args.dragonfly_p):
@@ -150,12 +204,17 @@ def main(argv: list[str] | None = None) -> int:
     too_big = [t for t in args.targets if t > args.max_hosts or t < 1]
     if too_big:
         ap.error(f"--targets must be in 1..--max-hosts ({args.max_hosts}), got {too_big}")
+    odd = [n for n in args.ranks if n < 16 or n & (n - 1)]
+    if odd:
+        ap.error(f"--ranks must be powers of two of at least 16 (halving-doubling pairs ranks), got {odd}")
     args.out.mkdir(parents=True, exist_ok=True)
     outputs: list[Path] = []
     if "costs" in args.phases:
         outputs += costs_phase(args)
     if "throughput" in args.phases:
         outputs += throughput_phase(args)
+    if "collectives" in args.phases:
+        outputs += collectives_phase(args)
     print("outputs: " + ", ".join(str(p) for p in outputs))
     return 0
 

@@ -35,7 +35,11 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from core.generators.common import Graph
+from core.generators.dragonfly import dragonfly_graph
+from core.generators.fat_tree import fat_tree_graph
 from core.generators.flow_model import FlowModel, switch_demand
+from core.generators.slim_fly import is_prime, slim_fly_graph
+from core.generators.torus import torus_graph
 
 COLLECTIVES = ("ring", "halving-doubling", "all-to-all")
 ORDERS = ("host order", "neighbours", "random")
@@ -49,46 +53,50 @@ class CollectiveTime:
     time: float                    # S / a host link's rate
     ideal: float                   # the same on a non-blocking network
     max_link_load: float           # the busiest link's load, the worst round's
+    mean_hops: float               # switch-to-switch links a byte crosses, the mean over the collective's bytes
 
     @property
     def slowdown(self) -> float:
         return self.time / self.ideal
 
 
-def busiest_link(model: FlowModel, pairs: Sequence[tuple[str, str]], units: float = 1.0) -> float:
-    """The busiest switch-to-switch link's load when each (source host,
-    destination host) pair carries `units`, routed by ECMP."""
+def round_cost(model: FlowModel, pairs: Sequence[tuple[str, str]], units: float = 1.0) -> tuple[float, float]:
+    """(busiest switch-to-switch link's load, mean switch-to-switch hops)
+    when each (source host, destination host) pair carries `units`,
+    routed by ECMP over shortest paths."""
     loads: dict[tuple[str, str], float] = defaultdict(float)
     model.route(switch_demand(model, {pair: units for pair in pairs}), loads)
-    return max(loads.values(), default=0.0)
+    hops = [model.distances(model.host_switch[b])[model.host_switch[a]] for a, b in pairs]
+    return max(loads.values(), default=0.0), sum(hops) / len(hops)
 
 
 def ring_allreduce(model: FlowModel, ranks: Sequence[str]) -> CollectiveTime:
     n = len(ranks)
-    load = busiest_link(model, [(ranks[i], ranks[(i + 1) % n]) for i in range(n)])
+    load, hops = round_cost(model, [(ranks[i], ranks[(i + 1) % n]) for i in range(n)])
     ideal = 2 * (n - 1) / n
-    return CollectiveTime("ring", ideal * max(1.0, load), ideal, load)
+    return CollectiveTime("ring", ideal * max(1.0, load), ideal, load, hops)
 
 
 def halving_doubling(model: FlowModel, ranks: Sequence[str]) -> CollectiveTime:
     n = len(ranks)
     if n < 2 or n & (n - 1):
         raise ValueError(f"halving-doubling needs a power of two ranks, got {n}")
-    time = ideal = worst = 0.0
+    time = ideal = worst = byte_hops = 0.0
     for k in range(int(math.log2(n))):
-        load = busiest_link(model, [(ranks[i], ranks[i ^ (1 << k)]) for i in range(n)])
+        load, hops = round_cost(model, [(ranks[i], ranks[i ^ (1 << k)]) for i in range(n)])
         share = 1.0 / (1 << (k + 1))
         time += 2 * share * max(1.0, load)          # its reduce-scatter round and its all-gather round
         ideal += 2 * share
+        byte_hops += 2 * share * hops
         worst = max(worst, load)
-    return CollectiveTime("halving-doubling", time, ideal, worst)
+    return CollectiveTime("halving-doubling", time, ideal, worst, byte_hops / ideal)
 
 
 def all_to_all(model: FlowModel, ranks: Sequence[str]) -> CollectiveTime:
     n = len(ranks)
-    load = busiest_link(model, [(a, b) for a in ranks for b in ranks if a != b], 1.0 / (n - 1))
+    load, hops = round_cost(model, [(a, b) for a in ranks for b in ranks if a != b], 1.0 / (n - 1))
     ideal = (n - 1) / n
-    return CollectiveTime("all-to-all", ideal * max(1.0, load), ideal, load)
+    return CollectiveTime("all-to-all", ideal * max(1.0, load), ideal, load, hops)
 
 
 def torus_neighbour_order(graph: Graph) -> list[str]:
@@ -142,3 +150,42 @@ def collective_times(graph: Graph, ranks: Sequence[str], collectives: Sequence[s
     model = FlowModel(graph)
     run = {"ring": ring_allreduce, "halving-doubling": halving_doubling, "all-to-all": all_to_all}
     return [run[c](model, ranks) for c in collectives]
+
+
+def torus_dims(n: int, d: int) -> tuple[int, ...]:
+    """A d-dimensional torus of n routers (n a power of two), sides powers
+    of two as equal as they go, each at least 4."""
+    bits = n.bit_length() - 1
+    if n != 1 << bits or bits < 2 * d:
+        raise ValueError(f"a {d}D torus of {n} routers: needs a power of two of at least {4 ** d}")
+    return tuple(1 << (bits // d + (1 if i >= d - bits % d else 0)) for i in range(d))
+
+
+def equal_rank_instances(n: int) -> list[tuple[str, str, Graph]]:
+    """(family, parameters, graph) for n ranks: each family's smallest
+    instance with at least n hosts (the fat tree's even k, the balanced
+    Dragonfly's p, the Slim Fly's prime q with the paper's p), and the 2D
+    and 3D tori of exactly n routers, one host each, when n allows."""
+    k = 4
+    while k ** 3 // 4 < n:
+        k += 2
+    out = [("fat tree", f"k={k}", fat_tree_graph(k))]
+    p = 1
+    while p * 2 * p * (2 * p * p + 1) < n:
+        p += 1
+    out.append(("dragonfly", f"p={p} a={2 * p} h={p} g={2 * p * p + 1}", dragonfly_graph(p, 2 * p, p)))
+    q = 3
+    while True:
+        if is_prime(q):
+            graph = slim_fly_graph(q)
+            if len(graph.hosts) >= n:
+                break
+        q += 2
+    out.append(("slim fly", f"q={q} p={len(graph.hosts) // (2 * q * q)}", graph))
+    for d in (2, 3):
+        try:
+            dims = torus_dims(n, d)
+        except ValueError:
+            continue
+        out.append((f"torus {d}D", "x".join(map(str, dims)), torus_graph(dims)))
+    return out

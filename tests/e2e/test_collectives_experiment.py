@@ -2,7 +2,8 @@
 leaf-spine under three load-balancing modes and two all-reduce algorithms
 (the ring, and the switch's); the ring against the switch's all-reduce at
 one switch and over a tree; spraying with each retransmission mode; rail
-placement; two jobs, with and without ECN; a link failing mid-step."""
+placement; two jobs, with and without ECN; a link failing mid-step; a
+ring laid on a torus' neighbours."""
 import csv
 import subprocess
 import sys
@@ -73,6 +74,21 @@ def test_rail_aware_placement_keeps_the_ring_off_the_spines(tmp_path):
     assert (int(aware["ring_hops_across_rails"]), int(naive["ring_hops_across_rails"])) == (4, 16)
     assert int(aware["ranks"]) == int(naive["ranks"]) == 16
     assert int(aware["spine_packets"]) * 2 < int(naive["spine_packets"])      # a quarter of the hops cross
+
+
+def test_a_ring_laid_on_the_torus_neighbours_crosses_two_switches_a_packet(tmp_path):
+    """16 ranks on torus-4x4, ring all-reduce: along a ring of neighbours
+    every packet (and ACK) crosses exactly two switches, as the flow model
+    says (one link a ring hop, no link above its share); in a random order
+    more. (The fat tree's cases run in `make experiments`.)"""
+    out = experiment(tmp_path, "--phases", "torus", "--torus-topologies", "torus-4x4", "--steps", "2")
+    rows = {r["order"]: r for r in csv.DictReader(open(out / "torus" / "summary.csv"))}
+    mapped, shuffled = rows["neighbours"], rows["random"]
+    assert int(mapped["steps"]) == int(shuffled["steps"]) == 2 and int(mapped["ranks"]) == 16
+    assert float(mapped["switches_per_packet"]) == 2.0 and float(mapped["model_mean_links"]) == 1.0
+    assert float(mapped["model_max_link_load"]) == 1.0
+    assert float(shuffled["switches_per_packet"]) > 2.5 and float(shuffled["model_mean_links"]) > 1.5
+    assert (out / "torus" / "torus.png").stat().st_size > 10_000
 
 
 def test_two_jobs_share_the_fabric(tmp_path):

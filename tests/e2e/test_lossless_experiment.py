@@ -96,12 +96,13 @@ def test_deadlock_forms_is_prevented_by_a_class_change_and_broken_by_the_watchdo
     class after each global hop prevents it. (The ring's own dateline case,
     the same mechanism as the torus', runs in `make experiments`.)"""
     out = tmp_path / "lossless"
-    # 10 s a case, as `make experiments`. A deadlocked case is one where nothing arrived in the
-    # run's last second and packets were still in the switches 2 s after the senders stopped.
-    # (Two CI runs saw arrivals late in a deadlocked ring, 7.25-9.15 s: not a late deadlock but
-    # one that unwound, a cell drained below XOFF, not XON, stopped refreshing its pause, and
-    # the pause lapsed; PauseLastsUntilXonTest in ptf-tests/tests/lossless.py is that case.)
-    duration = 10
+    # 7 s a case (10 in `make experiments`). A deadlocked case is one where nothing arrived in the
+    # run's last second and packets were still in the switches 2 s after the senders stopped. The
+    # deadlocks formed within 0.5 s in the runs on record but one: the ring's, once at 3.0 s (arrivals
+    # until then; 2026-11-27). (Two CI runs saw arrivals late in a deadlocked ring, 7.25-9.15 s: not a
+    # late deadlock but one that unwound, a cell drained below XOFF, not XON, stopped refreshing its
+    # pause, and the pause lapsed; PauseLastsUntilXonTest in ptf-tests/tests/lossless.py is that case.)
+    duration = 7
     proc = subprocess.run([sys.executable, "-m", "experiments.lossless", "--phases", "deadlock", "--duration",
                            str(duration), "--out", str(out), "--deadlock-cases", *CASES],
                           cwd=REPO, capture_output=True, text=True, timeout=1200)
@@ -110,8 +111,12 @@ def test_deadlock_forms_is_prevented_by_a_class_change_and_broken_by_the_watchdo
     for stuck in (rows["deadlock"], rows["bounce"], rows["torus"], rows["dragonfly"]):
         assert float(stuck["last_arrival_s"]) <= duration - 1 and int(stuck["in_switches_2s_later"]) > 0, stuck
         assert int(stuck["storms_detected"]) == 0 and int(stuck["pauses_sent"]) > 0, stuck
-    for flowing in (rows["bounce-tagger"], rows["torus-dateline"], rows["dragonfly-global-hop"]):
-        assert float(flowing["last_40pct_pps"]) > 300 and int(flowing["in_switches_2s_later"]) == 0, flowing
+    # steady state: the ring's and the torus' 460-760 packets/s; the Dragonfly's class caps allow 372
+    # (two flows on each 124 packets/s queue), 392-396 measured
+    steady = {"bounce-tagger": 300, "torus-dateline": 300, "dragonfly-global-hop": 200}
+    for flowing in (rows[case] for case in steady):
+        assert float(flowing["last_40pct_pps"]) > steady[flowing["case"]], flowing
+        assert int(flowing["in_switches_2s_later"]) == 0, flowing
         assert int(flowing["changed_class"]) > 0, flowing
         assert int(flowing["sent"]) - int(flowing["received"]) <= late_pause_losses(flowing), flowing
     for congested in (rows["bounce-tagger"], rows["dragonfly-global-hop"]):
