@@ -48,9 +48,10 @@ topologies/torus-4x4.yaml (switch links at 10 Mbit/s, as the ring's), each
 host sending two switches along x over the wrap-around, with PFC alone and
 with a class change at the dateline (x1y1, for what came over the
 wrap-around from x4y1); and topologies/dragonfly-small.yaml (switch links
-at 5 Mbit/s, flows at 150 packets/s), each group sending to the group after next through the next
-(Valiant paths through the intermediate group G+1, pinned), with PFC
-alone and with a class per global hop ({switch: all, from: global, to:
+at 5 Mbit/s, flows at 150 packets/s) under Valiant routing, every host
+sending to the group after next through the next (each flow one whose
+5-tuple draws the intermediate group G+1), with PFC alone and with a class
+per global hop ({switch: all, from: global, to:
 any}, one rule a class).
 
 Phase isolation: topologies/dumbbell.yaml, a collective flow h1 -> h3
@@ -92,6 +93,10 @@ from experiments.common import StartGate, agent_python, input_path_counts, kerne
     save_figure, warn_input_path_loss, write_csv
 from features import load_topology, topology_from_dict
 from features.ecn import EcnProfile
+from features.nonminimal_routing import SECTION as NONMINIMAL, NonminimalRouting
+from hostagent.collectives.paths import IP_PROTO_UDP, flow_hash
+from hostagent.ecn.roce import flow_sport
+from wire.roce import ROCEV2_UDP_PORT
 from features.lossless import OCCUPANCY_REGISTER, SECTION, LosslessConfig, PfcThresholds, TrafficClass, Watchdog, \
     cell, parse_section
 
@@ -469,6 +474,7 @@ class DeadlockCase:
     classes: int = 2                            # lossless classes: collective, collective-2[, collective-3]
     share: float = 0.5                          # each class's cap, a fraction of its link
     rate_pps: float = DEADLOCK_RATE             # each flow's
+    valiant_via: tuple[int, ...] = ()           # Valiant on, through groups: each flow's intermediate group
 
 
 RING_FLOWS = tuple((f"h{i}", f"h{(i + 1) % 5 + 1}") for i in range(1, 6))   # two switches clockwise
@@ -483,28 +489,28 @@ BOUNCE_RULE = {"switch": "all", "from": "up", "to": "up", "class": "collective",
 TORUS_FLOWS = (("h1", "h9"), ("h5", "h13"), ("h9", "h1"), ("h13", "h5"))
 TORUS_ROUTES = (("x1y1", "h9", "x2y1"), ("x2y1", "h13", "x3y1"), ("x3y1", "h1", "x4y1"), ("x4y1", "h5", "x1y1"))
 TORUS_DATELINE = {"switch": "x1y1", "from": "x4y1", "to": "x2y1", "class": "collective", "becomes": "collective-2"}
-# dragonfly-small (g1..g3, two routers each, one global link a router): every host sends to a host of the group
-# after next through the next group, Valiant's path through the intermediate group G+1 (which Valiant draws for a
-# third of the flows), pinned where a shortest path is not unique:
+# dragonfly-small (g1..g3, two routers each, one global link a router), Valiant routing through groups: every
+# host sends to a host of the group after next through the next group. The pipeline draws each flow's
+# intermediate from its 5-tuple; each flow's queue pair (so its UDP source port) is the first whose draw is the
+# group G+1 (valiant_qps): one of a third of the flows. The tag takes a flow to the intermediate's nearest router,
+# minimal routing on from there, pinned where two shortest paths tie:
 #   h1 -> h5: g1r1, g2r2, g2r1, g3r2, g3r1      h2 -> h6: g1r2, g1r1, g2r2, g2r1, g3r2
 #   h3 -> h1: g2r1, g3r2, g3r1, g1r2, g1r1      h4 -> h2: g2r2, g2r1, g3r2, g3r1, g1r2
 #   h5 -> h3: g3r1, g1r2, g1r1, g2r2, g2r1      h6 -> h4: g3r2, g3r1, g1r2, g1r1, g2r2
 # The cycle g1r1 g2r2 g2r1 g3r2 g3r1 g1r2 closes through the global links; with a class per global hop, two
 # flows still share each class's queue on it (congested, pausing), in no cycle.
 DRAGONFLY_FLOWS = (("h1", "h5"), ("h2", "h6"), ("h3", "h1"), ("h4", "h2"), ("h5", "h3"), ("h6", "h4"))
-DRAGONFLY_PATHS = ("h1 g1r1 g2r2 g2r1 g3r2 g3r1 h5", "h2 g1r2 g1r1 g2r2 g2r1 g3r2 h6",
-                   "h3 g2r1 g3r2 g3r1 g1r2 g1r1 h1", "h4 g2r2 g2r1 g3r2 g3r1 g1r2 h2",
-                   "h5 g3r1 g1r2 g1r1 g2r2 g2r1 h3", "h6 g3r2 g3r1 g1r2 g1r1 g2r2 h4")
-DRAGONFLY_ROUTES = tuple((hops[i], hops[-1], hops[i + 1]) for hops in (path.split() for path in DRAGONFLY_PATHS)
-                         for i in range(1, len(hops) - 2))
+DRAGONFLY_VIA = (2, 2, 3, 3, 1, 1)
+DRAGONFLY_TIES = (("g2r2", "h5", "g2r1"), ("g3r2", "h1", "g3r1"), ("g1r2", "h3", "g1r1"))
 DRAGONFLY_RATE = 150.0      # packets/s of each flow: two or three flows on a class's queue, capped at 124 (2.4x or more)
 GLOBAL_HOP = {"switch": "all", "from": "global", "to": "any", "class": "collective", "becomes": "collective-2"}
 SECOND_GLOBAL_HOP = {**GLOBAL_HOP, "class": "collective-2", "becomes": "collective-3"}
 
 
 def dragonfly_case(name: str, what: str, class_changes: tuple[dict, ...] = ()) -> DeadlockCase:
-    return DeadlockCase(name, "dragonfly-small.yaml", DRAGONFLY_FLOWS, what, class_changes, pinned=DRAGONFLY_ROUTES,
-                        switch_link_mbps=5, classes=3, share=0.3, rate_pps=DRAGONFLY_RATE)
+    return DeadlockCase(name, "dragonfly-small.yaml", DRAGONFLY_FLOWS, what, class_changes, pinned=DRAGONFLY_TIES,
+                        switch_link_mbps=5, classes=3, share=0.3, rate_pps=DRAGONFLY_RATE,
+                        valiant_via=DRAGONFLY_VIA)
 
 
 DEADLOCK_CASES = (
@@ -571,6 +577,20 @@ def pin_routes(ctl: FabricController, topo, pinned) -> None:
         ctl.program_switch(switch)
 
 
+def valiant_qps(topo, flows, via: tuple[int, ...]) -> list[int]:
+    """A queue pair per flow, distinct, whose 5-tuple draws intermediate
+    group via[i] at the source router (nonminimal_routing.p4's draw: crc16
+    of the flow key modulo the number of groups, groups in order)."""
+    groups = sorted({sw.group for sw in topo.switches.values()})
+    qps: list[int] = []
+    for (src, dst), group in zip(flows, via):
+        qp = next(q for q in range(max(qps, default=0) + 1, 1 << 14)
+                  if groups[flow_hash(src.ip, dst.ip, IP_PROTO_UDP, flow_sport(q), ROCEV2_UDP_PORT)
+                            % len(groups)] == group)
+        qps.append(qp)
+    return qps
+
+
 def run_deadlock_case(case: DeadlockCase, args, out: Path) -> dict:
     """Each flow at 300 packets/s in class 3, senders honouring PFC. On the
     ring (h_i -> h_(i+2)) each ring link carries two flows (one's first hop,
@@ -592,6 +612,10 @@ def run_deadlock_case(case: DeadlockCase, args, out: Path) -> dict:
     topo = topology_from_dict(raw, case.topology)
     topo.features[SECTION] = deadlock_section(case, topo)
     flows = [(topo.hosts[a], topo.hosts[b]) for a, b in case.flows]
+    qps = list(range(1, len(flows) + 1))
+    if case.valiant_via:
+        topo.features[NONMINIMAL] = NonminimalRouting(mode="valiant", intermediate="group")
+        qps = valiant_qps(topo, flows, case.valiant_via)
     receivers = [topo.hosts[h] for h in dict.fromkeys(b for _a, b in case.flows)]   # one agent each
     fabric_ports = {sw.name: [p.number for p in sw.ports.values() if p.peer in topo.switches]
                     for sw in topo.switches.values()}
@@ -620,7 +644,7 @@ def run_deadlock_case(case: DeadlockCase, args, out: Path) -> dict:
         # The receivers listen 3 s past the senders: what the switches held drains (up to the 2 s below)
         procs = [roce_agent(dst, "receive", start_at=gate, out_dir=case_dir,
                             extra=["--duration", str(args.duration + 3.0)]) for dst in receivers]
-        for qp, (src, dst) in enumerate(flows, start=1):
+        for qp, (src, dst) in zip(qps, flows):
             procs.append(roce_agent(src, "send", start_at=gate, out_dir=case_dir, extra=[
                 "--duration", str(args.duration), "--dst-ip", dst.ip, "--qp", str(qp),
                 "--line-rate-pps", str(case.rate_pps), "--fixed-rate", "--not-ect", "--dscp", str(DSCP),
@@ -642,6 +666,9 @@ def run_deadlock_case(case: DeadlockCase, args, out: Path) -> dict:
             # classes 4 and 5 sent to a switch by the switches that change classes
             "changed_class": total("class_packets", lossless_classes[1:], changing) if changing else 0,
             "pipeline_drops": " ".join(f"{key}:{n}" for key, n in pipeline_drops(ctl, topo).items()),
+            # Valiant tags pushed at the sources and removed at the intermediates
+            **({f"valiant_{what}": sum(c[what] for c in ctl.feature(NONMINIMAL).packets().values())
+                for what in ("pushed", "reached")} if case.valiant_via else {}),
         }
     sent = sum(json.loads((case_dir / f"send-{src.name}.json").read_text())["sent"] for src, _ in flows)
     bins: dict = {}

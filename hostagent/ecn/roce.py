@@ -118,6 +118,11 @@ def delay_percentiles(delays_ns: list[int]) -> dict | None:
 
 # --------------------------------------------------------------------------
 
+def flow_sport(qp: int, k: int = 0) -> int:
+    """The UDP source port of queue pair `qp`'s k-th 5-tuple (RoCEv2's range, 0xC000 up)."""
+    return 0xC000 | ((qp + k) & 0x3FFF)
+
+
 def run_sender(a, progress=None, write: bool = True) -> dict:
     """Send until a.duration (or a.packets, when set) with DCQCN, and PLB with a.plb.
     progress(now, sent, rp, plb), if given, is called every PROGRESS_S; True stops."""
@@ -135,7 +140,7 @@ def run_sender(a, progress=None, write: bool = True) -> dict:
     # has its own PSNs.
     frames = [bytearray(bytes(roce_data(a.src_mac, a.gw_mac, a.src_ip, dst, a.qp, payload=a.payload,
                                         ecn=NOT_ECT if a.not_ect else ECT0, dscp=getattr(a, "dscp", 0), pcp=pcp,
-                                        sport=0xC000 | ((a.qp + k) & 0x3FFF))))
+                                        sport=flow_sport(a.qp, k))))
               for k in range(sports) for dst in dsts]
     frame = frames[0]
     tag = TAG_BYTES if pcp is not None else 0      # the fields below sit that much further in a tagged frame

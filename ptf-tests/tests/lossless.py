@@ -36,6 +36,7 @@ IN_PORT, OUT_PORT, OTHER_PORT = 1, 2, 3
 LINK_MBPS = 10.0                    # quantum 51.2 us; hold queue at the link's 833 packets/s
 LOSSLESS, BULK, CHANGED = 3, 1, 4   # classes (and their queues)
 LOSSLESS_DSCP, BULK_DSCP, CHANGED_DSCP = 26, 10, 34
+THIRD, THIRD_DSCP = 5, 40           # a third lossless class: a Dragonfly's after its second global hop
 UNLIMITED_PPS = 10_000_000
 PORTS = {p: (port_mac(p), LINK_MBPS) for p in (1, 2, 3, 4)}
 PEER_MAC = "0a:00:00:00:02:99"      # the device behind OUT_PORT that pauses the switch
@@ -477,6 +478,24 @@ class ClassChangeTest(LosslessTest):
         self.assertEqual({dscp(f) for f in out}, {CHANGED_DSCP})
         self.send(OTHER_PORT, [data(20)])               # no change from another port: leaves in class 3
         self.assertEqual([dscp(f) for f in self.sent_out(OUT_PORT, timeout=0.5)], [LOSSLESS_DSCP])
+
+
+class ClassPerGlobalHopTest(LosslessTest):
+    """Class changes keyed by class, as a Dragonfly's class per global hop
+    installs them ({switch: all, from: global, to: any}, one rule a class):
+    on the same ports class 3 leaves in class 4 and class 4 in class 5, one
+    change a hop (a class-3 packet leaves in 4, not 5)."""
+
+    def runTest(self):
+        cfg = config()
+        cfg = replace(cfg, classes=cfg.classes + (TrafficClass("collective-3", THIRD, THIRD, (THIRD_DSCP,), True),))
+        self.program(cfg, changes={(IN_PORT, OUT_PORT, "collective"): "collective-2",
+                                   (IN_PORT, OUT_PORT, "collective-2"): "collective-3"})
+        self.send(IN_PORT, [data(i) for i in range(3)] + [data(10 + i, CHANGED_DSCP) for i in range(3)])
+        out = {psn(f): dscp(f) for f in self.sent_out(OUT_PORT, timeout=1.0)}
+        self.assertEqual(out, {**{i: CHANGED_DSCP for i in range(3)}, **{10 + i: THIRD_DSCP for i in range(3)}})
+        self.assertEqual(self.count("class_packets", OUT_PORT, CHANGED), 3)
+        self.assertEqual(self.count("class_packets", OUT_PORT, THIRD), 3)
 
 
 class PerClassEcnTest(LosslessTest):

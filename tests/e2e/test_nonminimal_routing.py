@@ -23,11 +23,14 @@ from features.nonminimal_routing import SECTION
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("name, modes", [("dragonfly-small", ("valiant",)),
+@pytest.mark.parametrize("name, modes", [("dragonfly-small", ("ugal", "valiant")),
                                          ("torus-3x3", ("valiant", "dimension_order"))])
 def test_every_pair_answers_and_every_tag_is_removed(name, modes, tmp_path):
     """Each mode in turn (the first from the file's section, the next set at
-    runtime), then minimal."""
+    runtime), then minimal: every host pair answers, every tag pushed is
+    removed. (UGAL-L, dragonfly-small's own routing, pushes tags only under
+    load: pings leave the queues empty. These are the small Dragonfly's and
+    torus' all-pairs checks; test_make_run.py runs the Slim Fly's.)"""
     raw = yaml.safe_load((REPO / "topologies" / f"{name}.yaml").read_text())
     raw[SECTION] = {"mode": modes[0]}
     topo = topology_from_dict(raw, f"{name} + {modes[0]}")
@@ -47,7 +50,7 @@ def test_every_pair_answers_and_every_tag_is_removed(name, modes, tmp_path):
             replies = net.ping_nics(count=2, timeout_s=3)
             assert all(replies.values()), (mode, [pair for pair, ok in replies.items() if not ok])
             pushed, reached = (a - b for a, b in zip(totals(), before))
-            assert pushed > 0 and reached == pushed, (mode, pushed, reached)
+            assert reached == pushed and (pushed > 0 or mode == "ugal"), (mode, pushed, reached)
         handle.set_mode("minimal")
         before = totals()
         replies = net.ping_nics(count=1, timeout_s=3)
