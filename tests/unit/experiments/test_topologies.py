@@ -1,6 +1,6 @@
-"""`fabric experiment topologies` end to end at small sizes: each phase
-writes its CSV and PNG, and bad parameters are refused naming them (no
-network: the phases are properties of graphs)."""
+"""`fabric experiment topologies`, phase collectives, end to end at 16
+ranks: its CSV and PNG, and bad rank counts refused naming the option.
+(The costs and throughput phases: tests/unit/core/test_topology_costs.py.)"""
 import csv
 
 import pytest
@@ -28,15 +28,3 @@ def test_ranks_must_be_powers_of_two_of_at_least_16(tmp_path, ranks, capsys):
         topologies.main(["--phases", "collectives", "--ranks", ranks, "--out", str(tmp_path)])
     assert "--ranks must be powers of two of at least 16" in capsys.readouterr().err
 
-
-def test_the_costs_and_throughput_phases_write_their_files(tmp_path):
-    assert topologies.main(["--phases", "costs", "throughput", "--max-hosts", "130", "--targets", "100",
-                            "--dragonfly-p", "1", "2", "--uniform-max-hosts", "30", "--out", str(tmp_path)]) == 0
-    equal = list(csv.DictReader(open(tmp_path / "costs_at_equal_hosts.csv")))
-    assert {r["family"] for r in equal} == {"fat tree", "torus 2D", "torus 3D"}, \
-        "no Dragonfly (72, then 342 hosts) or Slim Fly (54, then 200) has 100 to 130 hosts"
-    assert all(int(r["hosts"]) >= 100 for r in equal)
-    rows = list(csv.DictReader(open(tmp_path / "throughput.csv")))
-    assert {(r["family"], r["pattern"]) for r in rows} >= {("dragonfly", "uniform"), ("dragonfly", "group shift")}
-    for name in ("costs.png", "throughput.png"):
-        assert (tmp_path / name).stat().st_size > 10_000, name
