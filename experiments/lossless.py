@@ -93,7 +93,7 @@ from experiments.common import StartGate, agent_python, input_path_counts, kerne
     save_figure, warn_input_path_loss, write_csv
 from features import load_topology, topology_from_dict
 from features.ecn import EcnProfile
-from features.nonminimal_routing import SECTION as NONMINIMAL, NonminimalRouting
+from features.nonminimal_routing import SECTION as NONMINIMAL, NonminimalRouting, intermediates
 from hostagent.collectives.paths import IP_PROTO_UDP, flow_hash
 from hostagent.ecn.roce import flow_sport
 from wire.roce import ROCEV2_UDP_PORT
@@ -580,13 +580,14 @@ def pin_routes(ctl: FabricController, topo, pinned) -> None:
 def valiant_qps(topo, flows, via: tuple[int, ...]) -> list[int]:
     """A queue pair per flow, distinct, whose 5-tuple draws intermediate
     group via[i] at the source router (nonminimal_routing.p4's draw: crc16
-    of the flow key modulo the number of groups, groups in order)."""
-    groups = sorted({sw.group for sw in topo.switches.values()})
+    of the flow key modulo the number of intermediates, in the control
+    module's target order)."""
+    targets = intermediates(topo, topo.features[NONMINIMAL])
     qps: list[int] = []
     for (src, dst), group in zip(flows, via):
         qp = next(q for q in range(max(qps, default=0) + 1, 1 << 14)
-                  if groups[flow_hash(src.ip, dst.ip, IP_PROTO_UDP, flow_sport(q), ROCEV2_UDP_PORT)
-                            % len(groups)] == group)
+                  if {topo.switches[s].group for s in targets[flow_hash(
+                      src.ip, dst.ip, IP_PROTO_UDP, flow_sport(q), ROCEV2_UDP_PORT) % len(targets)]} == {group})
         qps.append(qp)
     return qps
 

@@ -31,12 +31,12 @@ switches in file order). Per switch the controller writes:
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from core.feature import CounterMetric, Fail, FeatureSpec, Pieces, check_mapping
 from core.forwarding import ECMP_SLOTS, assign_slots, ecmp_seed
+from core.generators.torus import ROUTER_NAME as TORUS_SWITCH
 from core.p4constants import constants
 from core.p4info import EntryError, P4Info
 from core.sync import SwitchState
@@ -44,7 +44,6 @@ from core.topology import Topology
 
 SECTION = "nonminimal_routing"
 MODES = ("minimal", "valiant", "ugal", "dimension_order")
-TORUS_SWITCH = re.compile(r"^x(\d+)y(\d+)(?:z(\d+))?$")
 INTERMEDIATES = ("group", "switch")
 FIELDS = {"mode", "intermediate", "threshold", "stale_us"}
 GATE_TABLE = "nonminimal_routing"

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import math
 import random
-import re
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Sequence
@@ -39,12 +38,11 @@ from core.generators.dragonfly import dragonfly_graph
 from core.generators.fat_tree import fat_tree_graph
 from core.generators.flow_model import FlowModel, switch_demand
 from core.generators.slim_fly import is_prime, slim_fly_graph
-from core.generators.torus import torus_graph
+from core.generators.torus import router_point, torus_graph
 
 COLLECTIVES = ("ring", "halving-doubling", "all-to-all")
 ORDERS = ("host order", "neighbours", "random")
 RANDOM_SEED = 1
-TORUS_ROUTER = re.compile(r"^x(\d+)y(\d+)(?:z(\d+))?$")
 
 
 @dataclass(frozen=True)
@@ -107,23 +105,23 @@ def torus_neighbour_order(graph: Graph) -> list[str]:
     apart otherwise."""
     coords: dict[tuple[int, ...], str] = {}
     for name, _ in graph.switches:
-        m = TORUS_ROUTER.match(name)
-        if not m:
+        point = router_point(name)
+        if point is None:
             raise ValueError(f"{name!r} is not a torus router name (x<i>y<j>[z<k>])")
-        coords[tuple(int(g) for g in m.groups() if g is not None)] = name
+        coords[point] = name
     host_of: dict[str, str] = {}
     for a, b in graph.links:
         if a in graph.hosts:
             if b in host_of:
                 raise ValueError(f"{b} has more than one host: the neighbour order needs one a router")
             host_of[b] = a
-    dims = [max(c[i] for c in coords) for i in range(len(next(iter(coords))))]
+    dims = [max(c[i] for c in coords) + 1 for i in range(len(next(iter(coords))))]
 
     def snake(d: Sequence[int]) -> list[tuple[int, ...]]:
         if not d:
             return [()]
         rest = snake(d[1:])
-        return [(i,) + r for i in range(1, d[0] + 1) for r in (rest if i % 2 else rest[::-1])]
+        return [(i,) + r for i in range(d[0]) for r in (rest[::-1] if i % 2 else rest)]
 
     return [host_of[coords[c]] for c in snake(dims)]
 

@@ -12,6 +12,7 @@ router (parallel links), which is a mesh, not a torus. p hosts a router.
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Optional, Sequence
 
 from core.generators.common import Graph, GeneratorError, at_least, check_sizes, parser, render, run
@@ -19,8 +20,17 @@ from core.generators.common import Graph, GeneratorError, at_least, check_sizes,
 AXES = "xyz"
 
 
+ROUTER_NAME = re.compile(r"^x(\d+)y(\d+)(?:z(\d+))?$")     # router_name's names, 2D or 3D
+
+
 def router_name(point: Sequence[int]) -> str:
     return "".join(f"{axis}{c + 1}" for axis, c in zip(AXES, point))
+
+
+def router_point(name: str) -> Optional[tuple[int, ...]]:
+    """router_name's inverse: the router's point (from 0), or None for a name of another form."""
+    m = ROUTER_NAME.match(name)
+    return None if m is None else tuple(int(g) - 1 for g in m.groups() if g is not None)
 
 
 def torus_links(dims: Sequence[int]) -> list[tuple[str, str]]:
