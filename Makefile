@@ -28,7 +28,7 @@ HAVE_NATIVE := $(shell for t in p4c-bm2-ss simple_switch_grpc; do \
 	done; echo yes)
 HAVE_DOCKER ?= $(eval HAVE_DOCKER := $(shell $(DOCKER) info >/dev/null 2>&1 && echo yes))$(HAVE_DOCKER)
 
-.PHONY: help setup doctor build run test typecheck unit monitoring ptf e2e bench bench-constructs bench-aggregation experiments monitor fixtures clean generate features \
+.PHONY: help setup doctor build run train test typecheck unit monitoring ptf e2e bench bench-constructs bench-aggregation experiments monitor fixtures clean generate features \
         docker-build docker-run docker-test test-docker require-toolchain
 
 help:
@@ -99,6 +99,11 @@ fixtures: build
 # switch exporter and Prometheus on 127.0.0.1; prints the URLs, Ctrl-C stops them.
 monitor: setup build
 	$(FABRIC) monitor --topology $(TOPO) $(ARGS)
+
+# PyTorch DDP across the fabric with every technique composed (docs/train.md);
+# `make train ARGS="--topology leaf-spine --fail spine1@step5"`, `ARGS=--ablate`.
+train: require-toolchain build
+	$(FABRIC) train $(ARGS)
 
 # Every experiment by name (the modules of experiments/ but common.py):
 # `make experiments` runs them all, `make experiment-NAME ARGS=...` one.

@@ -5,6 +5,7 @@
     fabric monitor --topology T                     INT collector, switch exporter, Prometheus
     fabric doctor | build                           the toolchain found; compile p4src/main.p4
     fabric bench [...]                              packets/s of the pipeline and each feature
+    fabric train [--topology fat-tree-k4] [...]     PyTorch DDP across the fabric, techniques composed (--ablate)
     fabric experiment NAME [...] | experiments      one experiment (CSV + PNG), or all
     fabric features [--markdown]                    the feature index
     fabric generate [--check]                       rewrite (or check) every generated file
@@ -26,6 +27,7 @@ from typing import Callable, Optional
 
 import benchmarks.forwarding_rate
 import experiments
+import experiments.train
 from core import build, probe_planner, toolchain
 from core.generators import dragonfly, slim_fly, torus
 from core.controller import FabricController
@@ -115,6 +117,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         "probe-plan": lambda rest: probe_planner.main(rest, FEATURES),
         "export": export,
         "topology": topology,
+        "train": experiments.train.main,
     }
     helps = {"run": "build, start a topology on BMv2, program it, ping all pairs, open the shell",
              "monitor": "INT collector, switch exporter and Prometheus next to a running network",
@@ -123,7 +126,8 @@ def main(argv: Optional[list[str]] = None) -> int:
              "generate": "rewrite every generated file (--check: fail if one is stale)",
              "probe-plan": "the INT probe plans of topologies",
              "export": "the topology for another emulator: `export kathara --topology T DIR`",
-             "topology": "write a topology beyond Clos: `topology {dragonfly,slimfly,torus} --help`"}
+             "topology": "write a topology beyond Clos: `topology {dragonfly,slimfly,torus} --help`",
+             "train": "PyTorch DDP across the fabric with the techniques composed; --ablate prices each"}
     for name in passthrough:
         sub.add_parser(name, help=helps[name], add_help=False).add_argument("rest", nargs=argparse.REMAINDER)
     p = sub.add_parser("program", help="program a running network (idempotent)")

@@ -41,6 +41,14 @@ batch's mean loss and the run equals the single-process one (`--reference`)
 up to float32 rounding (in-network: up to the switch's int32 quantisation,
 docs/protocols/aggregation.md). It writes PREFIX.csv (epoch, train loss, test loss,
 test accuracy, seconds) and PREFIX.json.
+
+`--steps N` stops after N global batches (an epoch that stops early is not
+evaluated), and `--steps-out FILE` writes one JSON line per step as it
+ends: the step's wall-clock start and end, its phases (forward, backward
+with each bucket's all-reduce inside it, optimizer), the rank's loss on its
+part of the batch (`--reference`: the batch's loss), and the transport's
+packets resent and timeouts so far. `fabric train` (experiments/train.py)
+reads these lines while the ranks run.
 """
 # (No `from __future__ import annotations`: DDP checks the hook's annotations as objects.)
 import argparse
@@ -49,8 +57,9 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -60,8 +69,13 @@ from torch import nn
 from hostagent.aggregation.allreduce import seq_base_at
 from wire import aggregation as ah
 from hostagent.collectives import schedule as sc
-from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, IN_NETWORK, Communicator, open_communicator
+from core.topology import TopologyError
+from features import load_topology
+from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, IN_NETWORK, CollectiveError, Communicator, \
+    default_sport, open_communicator
+from hostagent.collectives.paths import PathModel, path_aware_sports
 from hostagent.rdma.agent import congestion_controls
+from hostagent.rdma.transport import MODES
 from hostagent.sender import add_host_arguments
 
 BATCH = 64
@@ -71,11 +85,18 @@ HIDDEN = 32
 
 @dataclass
 class FabricHook:
-    """The hook's state: the communicator and the all-reduce algorithm."""
+    """The hook's state: the communicator and the all-reduce algorithm; each
+    bucket's all-reduce as (wall-clock start, end, bytes) since the last
+    take_buckets()."""
     comm: Communicator
     algorithm: str = sc.RING
     buckets: int = 0
     seconds: float = 0.0
+    recent: list[tuple[float, float, int]] = field(default_factory=list)
+
+    def take_buckets(self) -> list[tuple[float, float, int]]:
+        taken, self.recent = self.recent, []
+        return taken
 
 
 def fabric_allreduce_hook(state: FabricHook, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -83,11 +104,12 @@ def fabric_allreduce_hook(state: FabricHook, bucket: dist.GradBucket) -> torch.f
     done by the fabric. Runs synchronously: the future is complete when
     returned."""
     tensor = bucket.buffer()
-    start = time.monotonic()
+    start, wall = time.monotonic(), time.time()
     summed = state.comm.all_reduce(tensor.detach().cpu().numpy(), state.algorithm)
     tensor.copy_(torch.from_numpy(summed)).div_(state.comm.size)
     state.buckets += 1
     state.seconds += time.monotonic() - start
+    state.recent.append((wall, time.time(), tensor.numel() * tensor.element_size()))
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     fut.set_result(tensor)
     return fut
@@ -104,28 +126,65 @@ def digits() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
             torch.tensor(x_test, dtype=torch.float32), torch.tensor(y_test))
 
 
-def model(seed: int) -> nn.Module:
+def model(seed: int, hidden: int = HIDDEN) -> nn.Module:
     torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(64, HIDDEN), nn.Tanh(), nn.Linear(HIDDEN, 10))
+    return nn.Sequential(nn.Linear(64, hidden), nn.Tanh(), nn.Linear(hidden, 10))
 
 
-def train(net: nn.Module, rank: int, ranks: int, epochs: int, seed: int, log=print) -> list[dict]:
-    """SGD on this rank's part of every global batch; returns per-epoch rows."""
+@dataclass
+class StepRecord:
+    """One global batch as one rank ran it (times: wall clock, seconds)."""
+    step: int
+    epoch: int
+    start: float
+    forward_s: float
+    backward_s: float
+    optimizer_s: float
+    end: float
+    loss: float                   # this rank's mean loss on its part of the batch
+    buckets: list[tuple[float, float, int]]     # each all-reduce inside the backward: start, end, bytes
+    retransmitted: int = 0        # the transport's packets resent so far
+    timeouts: int = 0
+
+    def line(self) -> str:
+        return json.dumps(asdict(self))
+
+
+def train(net: nn.Module, rank: int, ranks: int, epochs: int, seed: int, log=print, *, steps: int | None = None,
+          on_step: Callable[[StepRecord], None] | None = None,
+          hook: FabricHook | None = None) -> list[dict]:
+    """SGD on this rank's part of every global batch; returns per-epoch
+    rows (an epoch cut short by `steps` is not evaluated). on_step gets each
+    step's record as it ends."""
     x_train, y_train, x_test, y_test = digits()
     if BATCH % ranks:
         raise ValueError(f"the global batch ({BATCH}) must be a multiple of the ranks ({ranks})")
     part = BATCH // ranks
     opt = torch.optim.SGD(net.parameters(), lr=LEARNING_RATE)
     loss_fn = nn.CrossEntropyLoss()
-    rows = []
+    rows: list[dict] = []
     start = time.monotonic()
+    step = 0
     for epoch in range(epochs):
         order = torch.tensor(np.random.default_rng([seed, epoch]).permutation(len(x_train)))
         for b in range(len(order) // BATCH):
+            if steps is not None and step >= steps:
+                return rows
             rows_of_rank = order[b * BATCH + rank * part:b * BATCH + (rank + 1) * part]
+            t0 = time.time()
             opt.zero_grad()
-            loss_fn(net(x_train[rows_of_rank]), y_train[rows_of_rank]).backward()
+            loss = loss_fn(net(x_train[rows_of_rank]), y_train[rows_of_rank])
+            t1 = time.time()
+            loss.backward()
+            t2 = time.time()
             opt.step()
+            t3 = time.time()
+            if on_step is not None:
+                stats = hook.comm.transport_stats() if hook is not None else {}
+                on_step(StepRecord(step, epoch, t0, t1 - t0, t2 - t1, t3 - t2, t3, loss.item(),
+                                   hook.take_buckets() if hook is not None else [],
+                                   stats.get("retransmitted", 0), stats.get("timeouts", 0)))
+            step += 1
         with torch.no_grad():
             train_loss = loss_fn(net(x_train), y_train).item()
             test_out = net(x_test)
@@ -138,13 +197,32 @@ def train(net: nn.Module, rank: int, ranks: int, epochs: int, seed: int, log=pri
     return rows
 
 
+def steps_per_epoch() -> int:
+    """Global batches in an epoch (the training split's rows // BATCH)."""
+    return len(digits()[0]) // BATCH
+
+
+def step_writer(path: Path | None) -> Callable[[StepRecord], None] | None:
+    """on_step for train(): each record as a JSON line, flushed (a reader
+    follows the file while the run goes on)."""
+    if path is None:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    f = open(path, "w")
+
+    def write_step(record: StepRecord) -> None:
+        f.write(record.line() + "\n")
+        f.flush()
+    return write_step
+
+
 def write(out: Path | None, rows: list[dict], summary: dict) -> None:
     if out is None:
         print(json.dumps(summary, indent=2))
         return
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.with_suffix(".csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w = csv.DictWriter(f, fieldnames=["epoch", "train_loss", "test_loss", "test_accuracy", "seconds"])
         w.writeheader()
         w.writerows(rows)
     out.with_suffix(".json").write_text(json.dumps(summary, indent=2))
@@ -164,8 +242,19 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--aggregation-block-elements", type=int, default=ah.DEFAULT_BLOCK_ELEMENTS,
                     help=f"{IN_NETWORK}: the job's block_elements (default {ah.DEFAULT_BLOCK_ELEMENTS})")
     ap.add_argument("--cc", choices=sorted(congestion_controls()), default="dcqcn")
+    ap.add_argument("--mode", choices=MODES, default=MODES[0], help="the transport's retransmission mode")
     ap.add_argument("--line-rate-pps", type=float, default=1000.0)
+    ap.add_argument("--channels", type=int, default=1, help="connections per peer pair (distinct source ports)")
+    ap.add_argument("--paths", metavar="TOPOLOGY", help="path-aware source ports for the channels "
+                    "(hostagent/collectives/paths.py; the topology file the fabric runs)")
+    ap.add_argument("--dscp", type=int, default=0, help="DSCP of the collective's packets (its traffic class)")
+    ap.add_argument("--timeout-s", type=float, default=60.0, help="a rank silent this long is an error")
     ap.add_argument("--epochs", type=int, default=5)
+    ap.add_argument("--steps", type=int, help="stop after this many global batches (default: every epoch's)")
+    ap.add_argument("--steps-out", type=Path, help="one JSON line per step, as it ends (StepRecord)")
+    ap.add_argument("--hidden", type=int, default=HIDDEN, help="the MLP's hidden units (default %(default)s)")
+    ap.add_argument("--bucket-cap-kb", type=float, default=None,
+                    help="DDP's gradient bucket size (default DDP's: one bucket for this model)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", help="output prefix (PREFIX.csv, PREFIX.json); default: stdout")
     group = ap.add_argument_group("the host (not with --reference)")
@@ -178,8 +267,13 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
     out = Path(a.out) if a.out else None
+    if a.steps is not None:
+        if a.steps < 1:
+            print(f"hostagent.collectives.ddp: --steps must be at least 1, got {a.steps}", file=sys.stderr)
+            return 2
+        a.epochs = -(-a.steps // steps_per_epoch())
     if a.reference:
-        rows = train(model(a.seed), 0, 1, a.epochs, a.seed)
+        rows = train(model(a.seed, a.hidden), 0, 1, a.epochs, a.seed, steps=a.steps, on_step=step_writer(a.steps_out))
         write(out, rows, {"ranks": 1, "epochs": rows})
         return 0
     missing = [f"--{n.replace('_', '-')}" for n in ("rank", "addresses", "iface", "src_ip", "src_mac", "gw_mac")
@@ -203,16 +297,28 @@ def main(argv: list[str] | None = None) -> int:
             dist.broadcast_object_list(agreed, src=0)
             aggregation = (a.aggregation_job, a.aggregation_server, agreed[0], a.aggregation_block_elements)
         try:
+            sport_of = default_sport
+            if a.paths:
+                sport_of = path_aware_sports(PathModel(load_topology(a.paths)), addresses, a.channels)
             comm = open_communicator(a.rank, addresses, a.iface, a.src_ip, a.src_mac, a.gw_mac, cc=a.cc,
-                                     line_rate_pps=a.line_rate_pps, aggregation=aggregation)
-        except ValueError as e:
+                                     mode=a.mode, line_rate_pps=a.line_rate_pps, channels=a.channels,
+                                     timeout_s=a.timeout_s, dscp=a.dscp, sport_of=sport_of,
+                                     aggregation=aggregation)
+        except (ValueError, TopologyError) as e:
             print(f"hostagent.collectives.ddp: {e}", file=sys.stderr)
             return 2
-        net = nn.parallel.DistributedDataParallel(model(a.seed))
+        bucket = {} if a.bucket_cap_kb is None else {"bucket_cap_mb": a.bucket_cap_kb / 1024}
+        net = nn.parallel.DistributedDataParallel(model(a.seed, a.hidden), **bucket)
         hook = FabricHook(comm, a.algorithm)
         net.register_comm_hook(hook, fabric_allreduce_hook)
-        rows = train(net, a.rank, len(addresses), a.epochs, a.seed,
-                     log=(print if a.rank == 0 else (lambda *_: None)))
+        try:
+            rows = train(net, a.rank, len(addresses), a.epochs, a.seed,
+                         log=(print if a.rank == 0 else (lambda *_: None)), steps=a.steps,
+                         on_step=step_writer(a.steps_out), hook=hook)
+        except CollectiveError as e:
+            print(f"hostagent.collectives.ddp: rank {a.rank}: {e}", file=sys.stderr)
+            comm.close()
+            return 1
         comm.close()
     finally:
         dist.destroy_process_group()

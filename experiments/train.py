@@ -1,0 +1,544 @@
+"""`fabric train`: PyTorch DDP across the fabric with the techniques composed,
+a failure mid-run, and each technique priced by switching it off.
+
+    fabric train [--topology fat-tree-k4] [--ranks 16] [--steps 40]
+                 [--algorithm ring] [--traffic-class lossless] [--cc hpcc]
+                 [--paths path-aware] [--no-failover] [--fail spine1@step5]
+                 [--ablate] [--out build/experiments/train]
+
+One DDP process per rank, in the ranks' namespaces, trains an MLP on
+scikit-learn's digits (hostagent/collectives/ddp.py); its gradients are
+all-reduced through the fabric by the collective library over the RoCEv2
+transport. The composition (docs/train.md):
+
+| option | composed (default) | plain counterpart (`--ablate`) |
+|---|---|---|
+| `--algorithm` | ring | - (ring, halving-doubling, tree) |
+| `--traffic-class` | lossless: DSCP 26 in class 3, PFC between switches | lossy |
+| `--cc` | hpcc (INT to the receiving host, echoed in ACKs) | dcqcn (no INT) |
+| `--paths` | path-aware source ports, 2 channels a peer pair | ecmp (1 channel) |
+| `--spray` | off | - (spraying with selective repeat, when asked) |
+| failover | on: heartbeats, slots moved in the data plane, the controller rerouting | off |
+
+A line per step (time, the global batch's loss against the single-process
+reference's, packets resent, PFC pauses the switches sent, drops), then a
+summary; the loss curve must equal the reference's (float32 rounding:
+LOSS_TOLERANCE), or the run exits 1. `--fail TARGET@stepK` fails TARGET as
+step K starts: a switch (`spine1`: its process killed), a link
+(`leaf1-spine1`: both ends set down) or a black hole
+(`blackhole:leaf1-spine1`: every frame dropped both ways, the ports up).
+`--ablate` runs the composition, then each technique in turn switched off,
+same seed and steps, and prints one table (CSV and PNG too).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import statistics
+import subprocess
+import threading
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Iterator
+
+import yaml
+
+from core.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
+from core.build import compile_p4
+from core.controller import FabricController
+from core.impairments import blackhole
+from core.network import Network
+from core.p4constants import drop_reasons
+from core.topology import Topology, TopologyError
+from experiments.common import REPO, agent_python, kill_switch, print_table, save_figure, write_csv
+from features import topology_from_dict
+from hostagent.collectives import schedule as sc
+from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, IN_NETWORK
+from hostagent.rdma.agent import congestion_controls
+from hostagent.rdma.transport import SELECTIVE_REPEAT
+
+OUT = REPO / "build" / "experiments" / "train"
+ALGORITHMS = [a for a in ALL_REDUCE_ALGORITHMS if a != IN_NETWORK]
+TRAFFIC_CLASSES = ("lossless", "lossy")
+PATHS = ("path-aware", "ecmp", "spray")
+LOSS_TOLERANCE = 1e-4          # |loss - reference| per step: float32 rounding of the gradients' sum order
+HIDDEN = 64                    # the MLP's hidden units: 4810 parameters, 19 KB of gradient a step
+MTU = 1024
+
+# Time constants scaled to BMv2 on two cores (docs/train.md's table).
+LINE_RATE_PPS = {"leaf-spine": 1000.0, "fat-tree-k4": 400.0}   # each connection's top rate (1 KB packets)
+DEFAULT_LINE_RATE_PPS = 400.0
+HEARTBEAT_MS, FAILOVER_TIMEOUT_MS = 50, 500     # failover: heartbeats on every switch link, dead after 500 ms
+RANK_TIMEOUT_S = 60.0           # a rank silent this long is an error (a failure without failover)
+START_TIMEOUT_S = 240.0         # 16 ranks import torch on two cores
+LOSSLESS_CLASS, LOSSLESS_DSCP = 3, 26
+LOSSLESS_SECTION = {"queues": 8, "classes": [{"name": "collective", "class": LOSSLESS_CLASS,
+                                              "dscp": [LOSSLESS_DSCP], "lossless": True}],
+                    "pfc": {"xoff": 24, "xon": 12, "headroom": 64}, "hold_rate_pps": 500}
+HPCC_INSTRUCTIONS = ["node_id", "l1_ports", "queue", "tx_bytes", "tx_time", "link_rate"]
+
+
+@dataclass(frozen=True)
+class Composition:
+    """What the training job's traffic gets from the fabric."""
+    algorithm: str = sc.RING
+    traffic_class: str = "lossless"
+    cc: str = "hpcc"
+    paths: str = "path-aware"
+    failover: bool = True
+
+    @property
+    def label(self) -> str:
+        return (f"{self.algorithm}, {self.traffic_class}, {self.cc}, {self.paths}, "
+                f"failover {'on' if self.failover else 'off'}")
+
+
+# The techniques --ablate switches off, one at a time: (name, the composition without it), when it is on.
+def ablations(c: Composition) -> list[tuple[str, Composition]]:
+    out = [("composed", c)]
+    if c.traffic_class == "lossless":
+        out.append(("lossy class (no PFC)", replace(c, traffic_class="lossy")))
+    if c.cc != "dcqcn":
+        out.append((f"dcqcn instead of {c.cc}", replace(c, cc="dcqcn")))
+    if c.paths != "ecmp":
+        out.append((f"ecmp instead of {c.paths}", replace(c, paths="ecmp")))
+    if c.failover:
+        out.append(("no failover", replace(c, failover=False)))
+    if c.algorithm != sc.RING:
+        out.append((f"ring instead of {c.algorithm}", replace(c, algorithm=sc.RING)))
+    return out
+
+
+@dataclass(frozen=True)
+class Failure:
+    """`--fail`: what fails, as which step starts."""
+    kind: str          # switch | link | blackhole
+    target: str        # a switch, or "a-b"
+    step: int          # 1-based, as the step lines count
+
+    @classmethod
+    def parse(cls, text: str, topo: Topology, steps: int) -> "Failure":
+        what, sep, at = text.partition("@step")
+        if not sep or not at.isdigit():
+            raise ValueError(f"--fail {text!r}: expected TARGET@stepK (spine1@step5, leaf1-spine1@step5, "
+                             f"blackhole:leaf1-spine1@step5)")
+        step = int(at)
+        if not 2 <= step <= steps:
+            raise ValueError(f"--fail {text!r}: the step must be within 2..{steps} (--steps {steps})")
+        kind, _, target = what.rpartition(":")
+        if kind not in ("", "blackhole"):
+            raise ValueError(f"--fail {text!r}: the only kind is blackhole:, got {kind!r}")
+        if target in topo.switches and not kind:
+            return cls("switch", target, step)
+        a, _, b = target.partition("-")
+        if a in topo.switches and b in topo.switches and any(p.peer == b for p in topo.switches[a].ports.values()):
+            return cls(kind or "link", target, step)
+        raise ValueError(f"--fail {text!r}: {target!r} is neither a switch of {topo.name} nor a link between "
+                         f"two of its switches ({', '.join(sorted(topo.switches))})")
+
+    def inject(self, net: Network, ctl: FabricController, lock: threading.Lock) -> Callable[[], None]:
+        """Fail it now; return the undo."""
+        if self.kind == "switch":
+            with lock:
+                return kill_switch(net, ctl, self.target)
+        a, b = self.target.split("-")
+        ifaces = [p.iface for x, y in ((a, b), (b, a)) for p in net.topo.switches[x].ports.values() if p.peer == y]
+        if self.kind == "blackhole":
+            undos = [blackhole(i) for i in ifaces]
+        else:
+            for i in ifaces:
+                subprocess.run(["ip", "link", "set", i, "down"], check=True)
+            undos = [link_up(i) for i in ifaces]
+
+        def undo() -> None:
+            for u in undos:
+                u()
+        return undo
+
+
+def link_up(iface: str) -> Callable[[], None]:
+    def up() -> None:
+        subprocess.run(["ip", "link", "set", iface, "up"], check=True)
+    return up
+
+
+def composed_topology(name: str, c: Composition, ranks: list[str]) -> tuple[Topology, dict]:
+    """topologies/<name>.yaml with the sections the composition asks for (and
+    no others: no aggregation, INT only for HPCC), and the file's text as a dict."""
+    path = topology_path(name)
+    raw = yaml.safe_load(path.read_text())
+    for section in ("int", "aggregation", "ecn", "load_balancing", "failover", "lossless", "nonminimal_routing"):
+        raw.pop(section, None)
+    if c.cc == "hpcc":
+        # no drop reports: no collector listens on the ranks (their kernels would answer with ICMP)
+        raw["int"] = {"collector": ranks[-1], "drop_report_interval_ms": None, "watchlist": [
+            {"protocol": "udp", "dst_ports": 4791, "instructions": HPCC_INSTRUCTIONS, "max_hops": 5,
+             "to_host": True}]}
+    if c.traffic_class == "lossless":
+        raw["lossless"] = LOSSLESS_SECTION
+    if c.paths == "spray":
+        raw["load_balancing"] = [{"switch": "all", "mode": "spray"}]
+    if c.failover:
+        raw["failover"] = {"heartbeat_ms": HEARTBEAT_MS, "timeout_ms": FAILOVER_TIMEOUT_MS}
+    return topology_from_dict(raw, f"{path.stem} for training ({c.label})"), raw
+
+
+@dataclass
+class StepLine:
+    """One step as the job saw it: every rank's record joined."""
+    step: int
+    ms: float                  # the slowest rank's end of this step minus its end of the previous one
+    loss: float                # the global batch's mean loss (the ranks' means, averaged)
+    reference_loss: float
+    resent: int                # packets the ranks resent during the step
+    pauses: int                # PFC pause frames the switches sent (read after the step: approximate)
+    drops: int                 # packets the switches dropped, any reason (read after the step)
+    allreduce_ms: float        # the slowest rank's all-reduce time inside the step
+    compute_ms: float          # the median rank's forward + backward (without the all-reduce) + optimizer
+    failure: str = ""
+
+
+def read_records(path: Path) -> list[dict]:
+    """The whole lines of a rank's step file so far."""
+    if not path.exists():
+        return []
+    text = path.read_text()
+    return [json.loads(line) for line in text.splitlines()[:text.count("\n")] if line.strip()]
+
+
+def counter_by_index(ctl: FabricController, counter: str, lock: threading.Lock) -> Counter[int]:
+    """A P4 counter's packets by index, summed over every switch that answers."""
+    total: Counter[int] = Counter()
+    entry = ctl.p4info.counter_entry(counter)
+    with lock:
+        for conn in list(ctl.connections.values()):     # (a killed switch's connection is gone)
+            with contextlib.suppress(Exception):        # a switch that fails meanwhile does not answer
+                total.update({i: p for i, (p, _) in conn.counter(entry).items()})
+    return total
+
+
+def counter_total(ctl: FabricController, counter: str, lock: threading.Lock) -> int:
+    return sum(counter_by_index(ctl, counter, lock).values())
+
+
+def rank_command(rank: int, hosts: list, c: Composition, steps: int, line_rate_pps: float, topo_file: Path,
+                 out: Path) -> list[str]:
+    h = hosts[rank]
+    cmd = ["ip", "netns", "exec", h.host, agent_python(), "-m", "hostagent.collectives.ddp",
+           "--rank", str(rank), "--addresses", ",".join(x.ip for x in hosts), "--iface", h.iface,
+           "--src-ip", h.ip, "--src-mac", h.mac, "--gw-mac", h.gateway_mac,
+           "--algorithm", c.algorithm, "--cc", c.cc, "--line-rate-pps", str(line_rate_pps),
+           "--steps", str(steps), "--hidden", str(HIDDEN), "--timeout-s", str(RANK_TIMEOUT_S),
+           "--steps-out", str(out / f"rank{rank}.jsonl"), "--out", str(out / f"rank{rank}")]
+    if c.traffic_class == "lossless":
+        cmd += ["--dscp", str(LOSSLESS_DSCP)]
+    if c.paths == "path-aware":
+        cmd += ["--channels", "2", "--paths", str(topo_file)]
+    if c.paths == "spray":
+        cmd += ["--mode", SELECTIVE_REPEAT]
+    return cmd
+
+
+def reference_losses(steps: int, out: Path) -> list[float]:
+    """The single-process run of the same seed and global batch: each step's loss."""
+    subprocess.run([agent_python(), "-m", "hostagent.collectives.ddp", "--reference", "--steps", str(steps),
+                    "--hidden", str(HIDDEN), "--steps-out", str(out / "reference.jsonl"),
+                    "--out", str(out / "reference")], cwd=REPO, env=rank_env(), check=True,
+                   capture_output=True, text=True, timeout=300)
+    return [r["loss"] for r in read_records(out / "reference.jsonl")]
+
+
+def rank_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+
+
+@dataclass
+class RunResult:
+    case: str
+    composition: Composition
+    lines: list[StepLine]
+    steps: int
+    failure: Failure | None
+    errors: list[str]
+    ideal_ms: float
+    records: list[list[dict]]           # per rank, per step
+    drop_reasons: dict[str, int] = field(default_factory=dict)     # the switches' drops by reason, whole run
+
+    @property
+    def completed(self) -> int:
+        return len(self.lines)
+
+    @property
+    def loss_error(self) -> float:
+        return max((abs(x.loss - x.reference_loss) for x in self.lines), default=math.inf)
+
+    def summary(self) -> dict:
+        ms = sorted(x.ms for x in self.lines)
+        row = {"case": self.case, **{k: v for k, v in asdict(self.composition).items()},
+               "steps": self.steps, "completed": self.completed,
+               "step_ms_p50": round(percentile(ms, 0.5), 1) if ms else "",
+               "step_ms_p99": round(percentile(ms, 0.99), 1) if ms else "",
+               "ideal_ms": round(self.ideal_ms, 1),
+               "efficiency": round(self.ideal_ms / percentile(ms, 0.5), 3) if ms else "",
+               "resent": sum(x.resent for x in self.lines), "pauses": sum(x.pauses for x in self.lines),
+               "drops": sum(x.drops for x in self.lines),
+               "drop_reasons": " ".join(f"{k}:{v}" for k, v in self.drop_reasons.items()),
+               "max_loss_error": f"{self.loss_error:.2e}" if self.lines else "",
+               "final_loss": round(self.lines[-1].loss, 6) if self.lines else ""}
+        if self.failure is not None:
+            row.update(failure=f"{self.failure.kind} {self.failure.target} at step {self.failure.step}",
+                       **self.absorbed())
+        row["errors"] = "; ".join(self.errors)
+        return row
+
+    def absorbed(self) -> dict:
+        """The step that absorbed the failure (the slowest from the failed
+        step on) and what it cost against the median step before."""
+        assert self.failure is not None
+        before = [x.ms for x in self.lines if x.step < self.failure.step - 1]
+        after = [x for x in self.lines if x.step >= self.failure.step - 1]
+        if not after or not before:
+            return {"absorbed_by_step": "", "absorbed_cost_ms": ""}
+        worst = max(after, key=lambda x: x.ms)
+        return {"absorbed_by_step": worst.step + 1, "absorbed_cost_ms": round(worst.ms - statistics.median(before), 1),
+                "step_ms_after_p50": round(statistics.median(x.ms for x in after if x is not worst), 1)
+                if len(after) > 1 else ""}
+
+
+def percentile(values: list[float], p: float) -> float:
+    v = sorted(values)
+    return v[min(len(v) - 1, int(p * len(v)))] if v else 0.0
+
+
+def ideal_step_ms(c: Composition, ranks: int, compute_ms: float, line_rate_pps: float) -> float:
+    """Compute, plus the all-reduce's bytes at the bottleneck's rate: the busiest
+    rank's elements of the gradient (float32) at one connection's top rate
+    (each rank's host link carries its connections at line_rate_pps x MTU)."""
+    params = 64 * HIDDEN + HIDDEN + HIDDEN * 10 + 10
+    sent = max(sc.schedule(sc.ALL_REDUCE, c.algorithm, ranks, params).elements_sent(r) for r in range(ranks))
+    packets = math.ceil(4 * sent / MTU)
+    return compute_ms + 1000 * packets / line_rate_pps
+
+
+def join_step(step: int, records: list[list[dict]], reference: list[float], previous_end: float | None) -> StepLine:
+    rows = [r[step] for r in records]
+    end = max(r["end"] for r in rows)
+    start = previous_end if previous_end is not None else max(r["start"] for r in rows)
+    allreduce = [sum(b[1] - b[0] for b in r["buckets"]) for r in rows]
+    compute = [r["forward_s"] + r["backward_s"] + r["optimizer_s"] - a for r, a in zip(rows, allreduce)]
+    before = [r[step - 1]["retransmitted"] if step else 0 for r in records]
+    return StepLine(step=step, ms=1000 * (end - start), loss=statistics.fmean(r["loss"] for r in rows),
+                    reference_loss=reference[step], resent=sum(r["retransmitted"] for r in rows) - sum(before),
+                    pauses=0, drops=0, allreduce_ms=1000 * max(allreduce), compute_ms=1000 * statistics.median(compute))
+
+
+def step_text(x: StepLine, steps: int) -> str:
+    mark = f"   <- {x.failure}" if x.failure else ""
+    ok = "=" if abs(x.loss - x.reference_loss) <= LOSS_TOLERANCE else "!="
+    return (f"step {x.step + 1:>3}/{steps}  {x.ms:8.1f} ms  loss {x.loss:.6f} {ok} reference {x.reference_loss:.6f}"
+            f"  all-reduce {x.allreduce_ms:7.1f} ms  resent {x.resent:4d}  pauses {x.pauses:4d}  drops {x.drops:3d}{mark}")
+
+
+@contextlib.contextmanager
+def fabric(topo: Topology, run_dir: Path, log_level: str, say) -> Iterator[tuple[Network, FabricController,
+                                                                                  threading.Lock]]:
+    """The topology on BMv2, programmed, queue rates set, each feature's
+    background work (failover: heartbeats, rerouting) running."""
+    with Network(topo, run_dir, log_level=log_level) as net, FabricController(topo) as ctl:
+        ctl.program()
+        net.apply_queue_rates()
+        lock = threading.Lock()
+        with contextlib.ExitStack() as running:
+            for feature in topo.known_features:
+                for background in feature.background(topo, ctl, lock, say):
+                    running.enter_context(background)
+            yield net, ctl, lock
+
+
+def run_case(case: str, c: Composition, args, reference: list[float], fail_text: str | None, out: Path,
+             say=print) -> RunResult:
+    hosts_all = yaml.safe_load(topology_path(args.topology).read_text())["hosts"]
+    rank_names = [h["name"] for h in hosts_all][:args.ranks]
+    topo, raw = composed_topology(args.topology, c, rank_names)
+    failure = Failure.parse(fail_text, topo, args.steps) if fail_text else None
+    out.mkdir(parents=True, exist_ok=True)
+    topo_file = out / "topology.yaml"          # what the ranks' path model reads
+    topo_file.write_text(yaml.safe_dump(raw, sort_keys=False))
+    line_rate = args.line_rate_pps or LINE_RATE_PPS.get(Path(args.topology).stem, DEFAULT_LINE_RATE_PPS)
+    hosts = [topo.hosts[n].primary for n in rank_names]
+    for stale in out.glob("rank*.jsonl"):
+        stale.unlink()
+    say(f"==> {case}: {len(hosts)} ranks on {topo.name}, {args.steps} steps ({c.label})")
+    lines: list[StepLine] = []
+    errors: list[str] = []
+    undo: Callable[[], None] | None = None
+    dropped: Counter[int] = Counter()
+    with fabric(topo, out / "run", args.log_level, say) as (net, ctl, lock):
+        procs = [subprocess.Popen(rank_command(r, hosts, c, args.steps, line_rate, topo_file, out), cwd=REPO,
+                                  env=rank_env(), stdout=open(out / f"rank{r}.log", "w"), stderr=subprocess.STDOUT)
+                 for r in range(len(hosts))]
+        try:
+            pauses0 = counter_total(ctl, "pfc_pause_sent", lock) if c.traffic_class == "lossless" else 0
+            reasons0 = counter_by_index(ctl, "drop_counter", lock)
+            drops0 = sum(reasons0.values())
+            records: list[list[dict]] = [[] for _ in hosts]
+            deadline = time.monotonic() + START_TIMEOUT_S
+            previous_end = None
+            while len(lines) < args.steps:
+                exited = [(r, p.returncode) for r, p in enumerate(procs) if p.poll() is not None]
+                records = [read_records(out / f"rank{r}.jsonl") for r in range(len(hosts))]
+                if failure is not None and undo is None and max(len(r) for r in records) >= failure.step - 1:
+                    undo = failure.inject(net, ctl, lock)
+                    say(f"!!! {failure.kind} {failure.target} failed as step {failure.step} started")
+                done = min(len(r) for r in records)
+                while len(lines) < done:
+                    x = join_step(len(lines), records, reference, previous_end)
+                    previous_end = max(r[x.step]["end"] for r in records)
+                    pauses = counter_total(ctl, "pfc_pause_sent", lock) if c.traffic_class == "lossless" else 0
+                    drops = counter_total(ctl, "drop_counter", lock)
+                    x.pauses, x.drops, pauses0, drops0 = pauses - pauses0, max(0, drops - drops0), pauses, drops
+                    if failure is not None and x.step == failure.step - 1:
+                        x.failure = f"{failure.kind} {failure.target} failed"
+                    lines.append(x)
+                    say(step_text(x, args.steps))
+                    deadline = time.monotonic() + RANK_TIMEOUT_S + 30
+                if any(code != 0 for _, code in exited) or (len(exited) == len(procs) and len(lines) < args.steps):
+                    for p in procs:
+                        with contextlib.suppress(subprocess.TimeoutExpired):
+                            p.wait(timeout=RANK_TIMEOUT_S + 10)
+                    break
+                if time.monotonic() > deadline:
+                    errors.append(f"no step ended for {RANK_TIMEOUT_S + 30:.0f} s")
+                    break
+                time.sleep(0.05)
+            dropped = counter_by_index(ctl, "drop_counter", lock) - reasons0
+            for p in procs:             # the ranks write their summaries after the last step
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(timeout=30)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.terminate()
+            for p in procs:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(timeout=10)
+            if undo is not None:
+                with contextlib.suppress(Exception):
+                    undo()
+        for r, p in enumerate(procs):
+            if p.returncode not in (0, None) and not errors:
+                tail = (out / f"rank{r}.log").read_text().strip().splitlines()
+                errors.append(f"rank {r} exited {p.returncode}: {tail[-1] if tail else ''}")
+    compute = statistics.median(x.compute_ms for x in lines) if lines else 0.0
+    names = {v: k for k, v in drop_reasons().items()}
+    return RunResult(case, c, lines, args.steps, failure, errors,
+                     ideal_step_ms(c, len(hosts), compute, line_rate), records,
+                     {names.get(i, str(i)): n for i, n in sorted(dropped.items())})
+
+
+def topology_path(name: str) -> Path:
+    return Path(name) if name.endswith(".yaml") else REPO / "topologies" / f"{name}.yaml"
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="fabric train", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--topology", "-t", default="fat-tree-k4", help="a topology in topologies/ or a YAML path "
+                    "(default %(default)s; leaf-spine for a quick run)")
+    ap.add_argument("--ranks", type=int, help="ranks, on the first hosts (default: every host)")
+    ap.add_argument("--steps", type=int, default=40, help="global batches of 64 digits (default %(default)s)")
+    ap.add_argument("--algorithm", choices=ALGORITHMS, default=sc.RING)
+    ap.add_argument("--traffic-class", choices=TRAFFIC_CLASSES, default="lossless")
+    ap.add_argument("--cc", choices=sorted(congestion_controls()), default="hpcc")
+    ap.add_argument("--paths", choices=PATHS, default="path-aware")
+    ap.add_argument("--no-failover", action="store_true", help="no heartbeats, no data-plane or controller failover")
+    ap.add_argument("--fail", metavar="TARGET@stepK", help="fail a switch, a link (a-b: both ends down) or "
+                    "blackhole:a-b as step K starts")
+    ap.add_argument("--ablate", action="store_true", help="the composition, then each technique off in turn")
+    ap.add_argument("--line-rate-pps", type=float, help="each connection's top rate (default: per topology, "
+                    "docs/train.md)")
+    ap.add_argument("--out", type=Path, default=OUT, help="results directory (default %(default)s)")
+    ap.add_argument("--log-level", choices=LOG_LEVELS, default=DEFAULT_EXPERIMENT_LOG_LEVEL)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        path = topology_path(args.topology)
+        if not path.exists():
+            raise ValueError(f"--topology {args.topology}: no such topology ({path})")
+        hosts = yaml.safe_load(path.read_text())["hosts"]
+        args.ranks = args.ranks or len(hosts)
+        if not 2 <= args.ranks <= len(hosts) or 64 % args.ranks:
+            raise ValueError(f"--ranks {args.ranks}: must divide the global batch of 64, 2..{len(hosts)} "
+                             f"(the topology's hosts)")
+        if args.steps < 2:
+            raise ValueError(f"--steps {args.steps}: at least 2")
+        composition = Composition(args.algorithm, args.traffic_class, args.cc, args.paths, not args.no_failover)
+        if args.fail:       # checked before anything starts
+            Failure.parse(args.fail, composed_topology(args.topology, composition,
+                                                       [h["name"] for h in hosts])[0], args.steps)
+    except (ValueError, TopologyError) as e:
+        print(f"fabric train: {e}")
+        return 2
+    compile_p4()
+    args.out.mkdir(parents=True, exist_ok=True)
+    reference = reference_losses(args.steps, args.out)
+    cases = ablations(composition) if args.ablate else [("composed", composition)]
+    results = []
+    for case, c in cases:
+        result = run_case(case, c, args, reference, args.fail, args.out / case.replace(" ", "-"))
+        results.append(result)
+        print_summary(result)
+    rows = [r.summary() for r in results]
+    written = [write_csv(args.out / ("ablation.csv" if args.ablate else "summary.csv"), rows)]
+    write_csv(args.out / "steps.csv", [{"case": r.case, **asdict(x)} for r in results for x in r.lines])
+    written.append(args.out / "steps.csv")
+    if args.ablate:
+        print_table([{k: row[k] for k in ("case", "completed", "step_ms_p50", "step_ms_p99", "efficiency",
+                                           "resent", "pauses", "drops")} for row in rows], width=11)
+        written.append(plot_ablation(rows, args.out / "ablation.png"))
+    (args.out / "summary.json").write_text(json.dumps(rows, indent=2))
+    written.append(args.out / "summary.json")
+    print(f"\nresults: {', '.join(map(str, written))}; per case <case>/ (each rank's step lines and log)")
+    ok = all(r.completed == r.steps and r.loss_error <= LOSS_TOLERANCE for r in results)
+    return 0 if ok else 1
+
+
+def print_summary(r: RunResult) -> None:
+    s = r.summary()
+    print(f"\n{r.case}: {s['completed']}/{s['steps']} steps, step {s['step_ms_p50']} ms (p50) "
+          f"{s['step_ms_p99']} ms (p99), ideal {s['ideal_ms']} ms (efficiency {s['efficiency']}), "
+          f"resent {s['resent']}, pauses {s['pauses']}, drops {s['drops']}")
+    if r.failure is not None:
+        print(f"  failure: {s['failure']}: absorbed by step {s['absorbed_by_step'] or '-'}"
+              f", which cost {s['absorbed_cost_ms']} ms more than the median step before")
+    if r.lines:
+        verdict = "equals" if r.loss_error <= LOSS_TOLERANCE else "DIFFERS FROM"
+        print(f"  loss curve {verdict} the single-process reference (largest difference {r.loss_error:.2e}, "
+              f"tolerance {LOSS_TOLERANCE:g})")
+    for e in r.errors:
+        print(f"  error: {e}")
+
+
+def plot_ablation(rows: list[dict], path: Path) -> Path:
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(9, 4))
+    names = [r["case"] for r in rows]
+    p50 = [r["step_ms_p50"] or 0 for r in rows]
+    p99 = [r["step_ms_p99"] or 0 for r in rows]
+    xs = range(len(rows))
+    ax.bar([x - 0.2 for x in xs], p50, 0.4, label="p50")
+    ax.bar([x + 0.2 for x in xs], p99, 0.4, label="p99")
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels(names, rotation=20, ha="right")
+    ax.set_ylabel("step time (ms)")
+    ax.legend()
+    ax.set_title("fabric train --ablate: each technique switched off in turn")
+    return save_figure(fig, path)
