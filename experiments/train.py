@@ -61,6 +61,7 @@ from hostagent.collectives import schedule as sc
 from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, IN_NETWORK
 from hostagent.rdma.agent import congestion_controls
 from hostagent.rdma.transport import SELECTIVE_REPEAT
+from telemetry.chrome_trace import FabricEvent, trace_events, write_heatmap, write_trace
 
 OUT = REPO / "build" / "experiments" / "train"
 ALGORITHMS = [a for a in ALL_REDUCE_ALGORITHMS if a != IN_NETWORK]
@@ -378,7 +379,12 @@ def run_case(case: str, c: Composition, args, reference: list[float], fail_text:
     errors: list[str] = []
     undo: Callable[[], None] | None = None
     dropped: Counter[int] = Counter()
-    with fabric(topo, out / "run", args.log_level, say) as (net, ctl, lock):
+    events: list[FabricEvent] = []
+
+    def said(text: str) -> None:          # a feature's news (failover: "[reroute] ...") is on the timeline too
+        events.append(FabricEvent(time.time(), text.strip()))
+        say(text)
+    with fabric(topo, out / "run", args.log_level, said) as (net, ctl, lock):
         procs = [subprocess.Popen(rank_command(r, hosts, c, args.steps, line_rate, topo_file, out), cwd=REPO,
                                   env=rank_env(), stdout=open(out / f"rank{r}.log", "w"), stderr=subprocess.STDOUT)
                  for r in range(len(hosts))]
@@ -394,6 +400,7 @@ def run_case(case: str, c: Composition, args, reference: list[float], fail_text:
                 records = [read_records(out / f"rank{r}.jsonl") for r in range(len(hosts))]
                 if failure is not None and undo is None and max(len(r) for r in records) >= failure.step - 1:
                     undo = failure.inject(net, ctl, lock)
+                    events.append(FabricEvent(time.time(), f"{failure.kind} {failure.target} failed"))
                     say(f"!!! {failure.kind} {failure.target} failed as step {failure.step} started")
                 done = min(len(r) for r in records)
                 while len(lines) < done:
@@ -435,10 +442,23 @@ def run_case(case: str, c: Composition, args, reference: list[float], fail_text:
                 tail = (out / f"rank{r}.log").read_text().strip().splitlines()
                 errors.append(f"rank {r} exited {p.returncode}: {tail[-1] if tail else ''}")
     compute = statistics.median(x.compute_ms for x in lines) if lines else 0.0
+    if lines:
+        write_timeline(out, records, [h.host for h in hosts], events, lines, f"{case}: {c.label}")
     names = {v: k for k, v in drop_reasons().items()}
     return RunResult(case, c, lines, args.steps, failure, errors,
                      ideal_step_ms(c, len(hosts), compute, line_rate), records,
                      {names.get(i, str(i)): n for i, n in sorted(dropped.items())})
+
+
+def write_timeline(out: Path, records: list[list[dict]], hosts: list[str], events: list[FabricEvent],
+                   lines: list[StepLine], title: str) -> None:
+    """out/trace.json (Chrome trace format: open in ui.perfetto.dev) and
+    out/heatmap.png (per rank and step, the rank's step time)."""
+    ends = [max(r[x.step]["end"] for r in records) for x in lines]
+    counters = [{"at": at, "pauses": x.pauses, "drops": x.drops, "resent": x.resent} for at, x in zip(ends, lines)]
+    steps = len(lines)
+    write_trace(out / "trace.json", trace_events([r[:steps] for r in records], hosts, events, counters))
+    write_heatmap(out / "heatmap.png", [r[:steps] for r in records], hosts, title)
 
 
 def topology_path(name: str) -> Path:
@@ -506,7 +526,8 @@ def main(argv: list[str] | None = None) -> int:
         written.append(plot_ablation(rows, args.out / "ablation.png"))
     (args.out / "summary.json").write_text(json.dumps(rows, indent=2))
     written.append(args.out / "summary.json")
-    print(f"\nresults: {', '.join(map(str, written))}; per case <case>/ (each rank's step lines and log)")
+    print(f"\nresults: {', '.join(map(str, written))}; per case <case>/: trace.json (the ranks' timeline, "
+          f"Chrome trace format: open it in ui.perfetto.dev), heatmap.png, each rank's step lines and log")
     ok = all(r.completed == r.steps and r.loss_error <= LOSS_TOLERANCE for r in results)
     return 0 if ok else 1
 

@@ -1,0 +1,75 @@
+"""fabric train's parts that need no network: the composition's topology,
+the ablation's cases, --fail's parsing and errors, joining the ranks' step
+records into step lines, the ideal step."""
+from __future__ import annotations
+
+import pytest
+
+from experiments import train
+from experiments.train import Composition, Failure
+
+
+def test_the_composition_writes_its_sections_and_nothing_else():
+    topo, raw = train.composed_topology("leaf-spine", Composition(), ["h1", "h2", "h3", "h4"])
+    assert {"int", "lossless", "failover"} <= set(raw) and "aggregation" not in raw and "load_balancing" not in raw
+    assert raw["int"]["watchlist"][0]["to_host"] is True           # HPCC's INT goes to the receiving host
+    assert raw["lossless"]["classes"][0]["dscp"] == [train.LOSSLESS_DSCP]
+    plain = Composition(traffic_class="lossy", cc="dcqcn", paths="spray", failover=False)
+    _, raw = train.composed_topology("leaf-spine", plain, ["h1", "h2"])
+    assert raw["load_balancing"] == [{"switch": "all", "mode": "spray"}]
+    assert not {"int", "lossless", "failover", "aggregation"} & set(raw)
+    assert topo.features["failover"] is not None
+
+
+def test_ablation_switches_off_one_technique_a_case():
+    cases = train.ablations(Composition())
+    assert [name for name, _ in cases] == ["composed", "lossy class (no PFC)", "dcqcn instead of hpcc",
+                                           "ecmp instead of path-aware", "no failover"]
+    for (_, c), changed in zip(cases[1:], ("traffic_class", "cc", "paths", "failover")):
+        differs = [f for f in ("algorithm", "traffic_class", "cc", "paths", "failover")
+                   if getattr(c, f) != getattr(Composition(), f)]
+        assert differs == [changed]
+    assert [n for n, _ in train.ablations(Composition("tree", "lossy", "dcqcn", "ecmp", False))] == \
+        ["composed", "ring instead of tree"]
+
+
+def test_failures_parse_against_the_topology():
+    topo, _ = train.composed_topology("leaf-spine", Composition(), ["h1", "h2", "h3", "h4"])
+    assert Failure.parse("spine1@step5", topo, 12) == Failure("switch", "spine1", 5)
+    assert Failure.parse("leaf1-spine2@step2", topo, 12) == Failure("link", "leaf1-spine2", 2)
+    assert Failure.parse("blackhole:leaf2-spine1@step12", topo, 12) == Failure("blackhole", "leaf2-spine1", 12)
+    for text, error in (("spine1", "expected TARGET@stepK"), ("spine1@step1", "within 2..12"),
+                        ("spine1@step13", "within 2..12"), ("spine9@step3", "neither a switch"),
+                        ("leaf1-leaf2@step3", "neither a switch"), ("h1-leaf1@step3", "neither a switch"),
+                        ("cut:leaf1-spine1@step3", "the only kind is blackhole"),
+                        ("blackhole:spine1@step3", "neither a switch")):
+        with pytest.raises(ValueError, match=error):
+            Failure.parse(text, topo, 12)
+
+
+def record(step: int, start: float, end: float, loss: float, resent: int, allreduce_s: float) -> dict:
+    return {"step": step, "epoch": 0, "start": start, "forward_s": 0.001, "backward_s": 0.002 + allreduce_s,
+            "optimizer_s": 0.001, "end": end, "loss": loss, "buckets": [[start + 0.002, start + 0.002 + allreduce_s,
+                                                                         100]],
+            "retransmitted": resent, "timeouts": 0}
+
+
+def test_a_step_line_joins_every_ranks_record():
+    records = [[record(0, 10.0, 10.1, 2.0, 0, 0.05), record(1, 10.1, 10.3, 1.0, 4, 0.1)],
+               [record(0, 10.02, 10.12, 3.0, 1, 0.06), record(1, 10.12, 10.25, 2.0, 1, 0.12)]]
+    first = train.join_step(0, records, [2.5, 1.5], None)
+    assert first.ms == pytest.approx(100.0)                 # the slowest rank's end - the last start
+    assert first.loss == 2.5 and first.resent == 1
+    second = train.join_step(1, records, [2.5, 1.5], previous_end=10.12)
+    assert second.ms == pytest.approx(180.0)                # the slowest end of step 2 - that of step 1
+    assert second.loss == 1.5 and second.resent == 4        # 4 more on rank 0, none more on rank 1
+    assert second.allreduce_ms == pytest.approx(120.0)
+    assert second.compute_ms == pytest.approx(4.0)
+
+
+def test_ideal_step_counts_the_busiest_ranks_bytes_at_the_connection_rate():
+    assert 64 * train.HIDDEN + train.HIDDEN + train.HIDDEN * 10 + 10 == 4810       # the MLP's parameters
+    # ring on 4 ranks: each sends 2 (n-1)/n of 4810 float32 (28,860 bytes): 29 packets of 1 KB at 1000/s
+    ring = train.ideal_step_ms(Composition(), 4, compute_ms=2.0, line_rate_pps=1000.0)
+    assert ring == pytest.approx(2.0 + 29.0, abs=1.0)
+    assert train.ideal_step_ms(Composition(algorithm="tree"), 4, 2.0, 1000.0) > ring
