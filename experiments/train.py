@@ -42,6 +42,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator
@@ -52,19 +53,26 @@ from core.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from core.build import compile_p4
 from core.controller import FabricController
 from core.impairments import blackhole
-from core.network import Network
+from core.network import Network, NetworkError
 from core.p4constants import drop_reasons
 from core.topology import Topology, TopologyError
 from experiments.common import REPO, agent_python, kill_switch, print_table, save_figure, write_csv
 from features import topology_from_dict
+from hostagent.aggregation.runs import start_server, stop_server
 from hostagent.collectives import schedule as sc
 from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, IN_NETWORK
 from hostagent.rdma.agent import congestion_controls
 from hostagent.rdma.transport import SELECTIVE_REPEAT
+from core.switch import MONITOR_CREDENTIALS
+from telemetry import prometheus_config
 from telemetry.chrome_trace import FabricEvent, trace_events, write_heatmap, write_trace
+from telemetry.prometheus import PrometheusClient, PrometheusError, PrometheusMissing, PrometheusProcess
+from telemetry.switch_exporter import DEFAULT_P4INFO, Bmv2Reader, SwitchExporter
 
 OUT = REPO / "build" / "experiments" / "train"
-ALGORITHMS = [a for a in ALL_REDUCE_ALGORITHMS if a != IN_NETWORK]
+ALGORITHMS = ALL_REDUCE_ALGORITHMS
+AGGREGATION_JOB, AGGREGATION_TREES, AGGREGATION_SLOTS = 1, 2, 32
+PARAMETER_SERVER = "ps"        # in-network: the job's parameter server, a host added beside the ranks
 TRAFFIC_CLASSES = ("lossless", "lossy")
 PATHS = ("path-aware", "ecmp", "spray")
 LOSS_TOLERANCE = 1e-4          # |loss - reference| per step: float32 rounding of the gradients' sum order
@@ -77,6 +85,8 @@ DEFAULT_LINE_RATE_PPS = 400.0
 HEARTBEAT_MS, FAILOVER_TIMEOUT_MS = 50, 500     # failover: heartbeats on every switch link, dead after 500 ms
 RANK_TIMEOUT_S = 60.0           # a rank silent this long is an error (a failure without failover)
 START_TIMEOUT_S = 240.0         # 16 ranks import torch on two cores
+EXPORT_INTERVAL_S, SCRAPE = 0.5, "1s"    # the switch exporter's reads, Prometheus's scrapes
+SLOW_STEP = 2.0                 # a step this many times the median is explained from Prometheus
 LOSSLESS_CLASS, LOSSLESS_DSCP = 3, 26
 LOSSLESS_SECTION = {"queues": 8, "classes": [{"name": "collective", "class": LOSSLESS_CLASS,
                                               "dscp": [LOSSLESS_DSCP], "lossless": True}],
@@ -186,6 +196,13 @@ def composed_topology(name: str, c: Composition, ranks: list[str]) -> tuple[Topo
         raw["load_balancing"] = [{"switch": "all", "mode": "spray"}]
     if c.failover:
         raw["failover"] = {"heartbeat_ms": HEARTBEAT_MS, "timeout_ms": FAILOVER_TIMEOUT_MS}
+    if c.algorithm == IN_NETWORK:
+        # the ranks sum over trees of switches; the parameter server (the fallback) on the last rank's switch
+        last = next(link for link in raw["links"] if ranks[-1] in link[:2])
+        raw["hosts"].append({"name": PARAMETER_SERVER, "role": "server"})
+        raw["links"].append([PARAMETER_SERVER, last[1] if last[0] == ranks[-1] else last[0]])
+        raw["aggregation"] = {"jobs": [{"job": AGGREGATION_JOB, "workers": list(ranks), "server": PARAMETER_SERVER,
+                                        "slots": AGGREGATION_SLOTS, "trees": AGGREGATION_TREES}]}
     return topology_from_dict(raw, f"{path.stem} for training ({c.label})"), raw
 
 
@@ -213,13 +230,21 @@ def read_records(path: Path) -> list[dict]:
 
 
 def counter_by_index(ctl: FabricController, counter: str, lock: threading.Lock) -> Counter[int]:
-    """A P4 counter's packets by index, summed over every switch that answers."""
-    total: Counter[int] = Counter()
+    """A P4 counter's packets by index, summed over every switch that
+    answers, read from all of them at once."""
     entry = ctl.p4info.counter_entry(counter)
+
+    def read(conn) -> dict[int, int]:
+        try:
+            return {i: p for i, (p, _) in conn.counter(entry).items()}
+        except Exception:           # a switch that fails meanwhile does not answer
+            return {}
     with lock:
-        for conn in list(ctl.connections.values()):     # (a killed switch's connection is gone)
-            with contextlib.suppress(Exception):        # a switch that fails meanwhile does not answer
-                total.update({i: p for i, (p, _) in conn.counter(entry).items()})
+        conns = list(ctl.connections.values())          # (a killed switch's connection is gone)
+    total: Counter[int] = Counter()
+    with ThreadPoolExecutor(max_workers=min(16, len(conns) or 1)) as pool:
+        for got in pool.map(read, conns):
+            total.update(got)
     return total
 
 
@@ -227,8 +252,8 @@ def counter_total(ctl: FabricController, counter: str, lock: threading.Lock) -> 
     return sum(counter_by_index(ctl, counter, lock).values())
 
 
-def rank_command(rank: int, hosts: list, c: Composition, steps: int, line_rate_pps: float, topo_file: Path,
-                 out: Path) -> list[str]:
+def rank_command(rank: int, hosts: list, c: Composition, steps: int, line_rate_pps: float, topo: Topology,
+                 topo_file: Path, out: Path) -> list[str]:
     h = hosts[rank]
     cmd = ["ip", "netns", "exec", h.host, agent_python(), "-m", "hostagent.collectives.ddp",
            "--rank", str(rank), "--addresses", ",".join(x.ip for x in hosts), "--iface", h.iface,
@@ -236,6 +261,9 @@ def rank_command(rank: int, hosts: list, c: Composition, steps: int, line_rate_p
            "--algorithm", c.algorithm, "--cc", c.cc, "--line-rate-pps", str(line_rate_pps),
            "--steps", str(steps), "--hidden", str(HIDDEN), "--timeout-s", str(RANK_TIMEOUT_S),
            "--steps-out", str(out / f"rank{rank}.jsonl"), "--out", str(out / f"rank{rank}")]
+    if c.algorithm == IN_NETWORK:
+        server = topo.hosts[PARAMETER_SERVER].primary
+        cmd += ["--aggregation-job", str(AGGREGATION_JOB), "--aggregation-server", server.ip]
     if c.traffic_class == "lossless":
         cmd += ["--dscp", str(LOSSLESS_DSCP)]
     if c.paths == "path-aware":
@@ -269,6 +297,7 @@ class RunResult:
     ideal_ms: float
     records: list[list[dict]]           # per rank, per step
     drop_reasons: dict[str, int] = field(default_factory=dict)     # the switches' drops by reason, whole run
+    explained: list[str] = field(default_factory=list)             # the slow steps, from Prometheus
 
     @property
     def completed(self) -> int:
@@ -321,9 +350,20 @@ def ideal_step_ms(c: Composition, ranks: int, compute_ms: float, line_rate_pps: 
     rank's elements of the gradient (float32) at one connection's top rate
     (each rank's host link carries its connections at line_rate_pps x MTU)."""
     params = 64 * HIDDEN + HIDDEN + HIDDEN * 10 + 10
-    sent = max(sc.schedule(sc.ALL_REDUCE, c.algorithm, ranks, params).elements_sent(r) for r in range(ranks))
+    if c.algorithm == IN_NETWORK:        # each rank sends its gradient once (int32); the switches send the sum
+        sent = params
+    else:
+        sent = max(sc.schedule(sc.ALL_REDUCE, c.algorithm, ranks, params).elements_sent(r) for r in range(ranks))
     packets = math.ceil(4 * sent / MTU)
     return compute_ms + 1000 * packets / line_rate_pps
+
+
+def previous_end_of(step: int, records: list[list[dict]]) -> float:
+    """When the step could start: the slowest rank's end of the one before
+    (the first step: the last rank's start)."""
+    if step == 0:
+        return max(r[0]["start"] for r in records)
+    return max(r[step - 1]["end"] for r in records)
 
 
 def join_step(step: int, records: list[list[dict]], reference: list[float], previous_end: float | None) -> StepLine:
@@ -384,8 +424,11 @@ def run_case(case: str, c: Composition, args, reference: list[float], fail_text:
     def said(text: str) -> None:          # a feature's news (failover: "[reroute] ...") is on the timeline too
         events.append(FabricEvent(time.time(), text.strip()))
         say(text)
-    with fabric(topo, out / "run", args.log_level, said) as (net, ctl, lock):
-        procs = [subprocess.Popen(rank_command(r, hosts, c, args.steps, line_rate, topo_file, out), cwd=REPO,
+    explained: list[str] = []
+    with fabric(topo, out / "run", args.log_level, said) as (net, ctl, lock), \
+            monitoring(topo, out / "monitor", args.monitor) as prom, \
+            parameter_server(topo, out, c.algorithm == IN_NETWORK):
+        procs = [subprocess.Popen(rank_command(r, hosts, c, args.steps, line_rate, topo, topo_file, out), cwd=REPO,
                                   env=rank_env(), stdout=open(out / f"rank{r}.log", "w"), stderr=subprocess.STDOUT)
                  for r in range(len(hosts))]
         try:
@@ -424,6 +467,11 @@ def run_case(case: str, c: Composition, args, reference: list[float], fail_text:
                     break
                 time.sleep(0.05)
             dropped = counter_by_index(ctl, "drop_counter", lock) - reasons0
+            if prom is not None and (slow := slow_steps(lines)):
+                time.sleep(2 * EXPORT_INTERVAL_S + 1)         # the last readings scraped
+                for x in slow:
+                    start = previous_end_of(x.step, records)
+                    explained.append(explain(prom, x, start, max(r[x.step]["end"] for r in records), events))
             for p in procs:             # the ranks write their summaries after the last step
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     p.wait(timeout=30)
@@ -447,7 +495,80 @@ def run_case(case: str, c: Composition, args, reference: list[float], fail_text:
     names = {v: k for k, v in drop_reasons().items()}
     return RunResult(case, c, lines, args.steps, failure, errors,
                      ideal_step_ms(c, len(hosts), compute, line_rate), records,
-                     {names.get(i, str(i)): n for i, n in sorted(dropped.items())})
+                     {names.get(i, str(i)): n for i, n in sorted(dropped.items())}, explained)
+
+
+@contextlib.contextmanager
+def monitoring(topo: Topology, run_dir: Path, on: bool) -> Iterator[PrometheusProcess | None]:
+    """The switch exporter and Prometheus (Debian's) on loopback, scraping
+    every second, beside the network (docs/telemetry.md); None when off."""
+    if not on:
+        yield None
+        return
+    exporter = SwitchExporter(topo, Bmv2Reader(DEFAULT_P4INFO, credentials=MONITOR_CREDENTIALS),
+                              interval=EXPORT_INTERVAL_S).start(port=0)
+    prom = None
+    try:
+        assert exporter.server is not None
+        config = prometheus_config.write(run_dir / "prometheus.yml", {"switch-exporter": [exporter.server.target]},
+                                         scrape_interval=SCRAPE)
+        prom = PrometheusProcess(config, run_dir / "prometheus-data", log=run_dir / "prometheus.log").start()
+        prom.wait_targets_up({"switch-exporter"}, timeout=60)
+        yield prom
+    finally:
+        if prom is not None:
+            prom.stop()
+        exporter.stop()
+
+
+@contextlib.contextmanager
+def parameter_server(topo: Topology, out: Path, on: bool) -> Iterator[None]:
+    """In-network: the aggregation job's parameter server (what the switches
+    do not sum, it does) while the job runs."""
+    if not on:
+        yield
+        return
+    proc = start_server(topo, AGGREGATION_JOB, out)
+    try:
+        yield
+    finally:
+        stop_server(proc, out, AGGREGATION_JOB)
+
+
+def slow_steps(lines: list[StepLine]) -> list[StepLine]:
+    """The (up to three) slowest steps over SLOW_STEP x the median, slowest first."""
+    if len(lines) < 3:
+        return []
+    median = statistics.median(x.ms for x in lines)
+    return sorted((x for x in lines if x.ms > SLOW_STEP * median), key=lambda x: -x.ms)[:3]
+
+
+def explain(prom: PrometheusClient, x: StepLine, start: float, end: float, events: list[FabricEvent]) -> str:
+    """What Prometheus recorded around a step [start, end] (padded by the
+    exporter's and the scrapes' lag): drops by reason, pauses, the deepest
+    queue, switches that stopped answering; and the fabric's events then."""
+    window = math.ceil(end - start) + 3
+    at = end + 2
+    parts = []
+    try:
+        drops = prom.query(f"sum by (reason) (increase(fabric_drops[{window}s])) > 0", at)
+        parts.append("drops " + (", ".join(f"{r['metric'].get('reason')} {float(r['value'][1]):.0f}" for r in drops)
+                                 or "none"))
+        pauses = prom.query(f"sum(increase(fabric_pfc_pause_sent[{window}s]))", at)
+        if pauses:
+            parts.append(f"PFC pauses {float(pauses[0]['value'][1]):.0f}")
+        queue = prom.query(f"topk(1, max_over_time(fabric_queue_depth_packets[{window}s]) > 0)", at)
+        if queue:
+            m = queue[0]["metric"]
+            parts.append(f"deepest queue {float(queue[0]['value'][1]):.0f} packets ({m.get('switch')} port {m.get('port')})")
+        down = prom.query(f"min by (switch) (min_over_time(fabric_switch_up[{window}s])) == 0", at)
+        if down:
+            parts.append("not answering: " + ", ".join(r["metric"]["switch"] for r in down))
+    except PrometheusError as e:
+        parts.append(f"Prometheus: {e}")
+    news = [e.name for e in events if start - 1 <= e.at <= end + 1]
+    return (f"slow step {x.step + 1} ({x.ms:.0f} ms): Prometheus over [{window} s to its end + 2 s]: "
+            + "; ".join(parts) + ("; the fabric: " + " | ".join(news) if news else ""))
 
 
 def write_timeline(out: Path, records: list[list[dict]], hosts: list[str], events: list[FabricEvent],
@@ -482,6 +603,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--ablate", action="store_true", help="the composition, then each technique off in turn")
     ap.add_argument("--line-rate-pps", type=float, help="each connection's top rate (default: per topology, "
                     "docs/train.md)")
+    ap.add_argument("--no-monitor", dest="monitor", action="store_false",
+                    help="no switch exporter nor Prometheus (no slow step explained)")
     ap.add_argument("--out", type=Path, default=OUT, help="results directory (default %(default)s)")
     ap.add_argument("--log-level", choices=LOG_LEVELS, default=DEFAULT_EXPERIMENT_LOG_LEVEL)
     return ap
@@ -513,7 +636,11 @@ def main(argv: list[str] | None = None) -> int:
     cases = ablations(composition) if args.ablate else [("composed", composition)]
     results = []
     for case, c in cases:
-        result = run_case(case, c, args, reference, args.fail, args.out / case.replace(" ", "-"))
+        try:
+            result = run_case(case, c, args, reference, args.fail, args.out / case.replace(" ", "-"))
+        except (NetworkError, PrometheusError, PrometheusMissing) as e:
+            print(f"fabric train: {case}: {e}")
+            return 2
         results.append(result)
         print_summary(result)
     rows = [r.summary() for r in results]
@@ -544,6 +671,8 @@ def print_summary(r: RunResult) -> None:
         verdict = "equals" if r.loss_error <= LOSS_TOLERANCE else "DIFFERS FROM"
         print(f"  loss curve {verdict} the single-process reference (largest difference {r.loss_error:.2e}, "
               f"tolerance {LOSS_TOLERANCE:g})")
+    for line in r.explained:
+        print(f"  {line}")
     for e in r.errors:
         print(f"  error: {e}")
 

@@ -106,9 +106,10 @@ class PrometheusClient:
             raise PrometheusError(f"{exc}\ntargets: {states}") from None
         return last
 
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        """Instant query: the result vector (a scalar comes back as one sample)."""
-        data = self._get("/api/v1/query", {"query": expr})
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        """Instant query (now, or at Unix time `at`): the result vector (a
+        scalar comes back as one sample)."""
+        data = self._get("/api/v1/query", {"query": expr, **({"time": f"{at:.3f}"} if at is not None else {})})
         if data is None:
             raise PrometheusError(f"no answer from {self.url} for {expr!r}")
         if data["resultType"] == "scalar":

@@ -122,14 +122,14 @@ def test_in_network_sweep_equals_numpy_on_three_ranks(tmp_path):
             stop_server(server, tmp_path, job.job)
 
 
-@pytest.mark.parametrize("algorithm", ["ring", "in-network"])
+@pytest.mark.parametrize("algorithm", ["in-network"])
 def test_ddp_through_the_fabric_equals_the_single_process_run(tmp_path, algorithm):
-    """PyTorch DDP on h1 and h3 (different leaves): gradients all-reduced by
-    the hook over the RC transport through BMv2 (ring), or summed at leaf2
+    """PyTorch DDP on h1 and h3 (different leaves): gradients summed at leaf2
     by the aggregation feature (in-network: aggregation job 1 made of h1 and
     h3, its server h4); torch.distributed's gloo set-up over TCP through the
-    fabric too; the loss curve equals the reference's (in-network: within
-    the quantisation, far below the tolerance)."""
+    fabric too; the loss curve equals the reference's (within the
+    quantisation, far below the tolerance). DDP over the RC transport (ring)
+    is fabric train's test (test_train.py)."""
     compile_p4()
     raw = yaml.safe_load((REPO / "topologies" / "leaf-spine.yaml").read_text())
     raw["aggregation"] = {"jobs": [{"job": 1, "workers": ["h1", "h3"], "server": "h4", "slots": 32}]}
