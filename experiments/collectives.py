@@ -3,7 +3,7 @@
 the all-reduce's bus bandwidth, for each load-balancing mode and all-reduce
 algorithm (docs/collectives.md).
 
-    fabric experiment collectives [--phases lb transport allreduce placement jobs failure torus]
+    fabric experiment collectives [--phases lb transport allreduce placement jobs failure torus least-loaded]
                                   [--modes ecmp path-aware flowlet spray adaptive]
                                   [--algorithms ring halving-doubling tree in-network]
                                   [--placements rail-aware host-major] [--protections none controller "data plane"]
@@ -75,7 +75,20 @@ a random order: step time, bus bandwidth, and the switches a packet
 crossed (every switch's received packets over those received from hosts),
 next to the flow model's busiest link and hops for the same order.
 
-CSV (and for lb and torus a PNG) under --out/<phase>; prints a table and where files went.
+Phase least-loaded (Alibaba HPN's channel choice): two ranks, h1 on leaf1
+and h3 on leaf2, of leaf-spine with its spine links at LL_SPINE_MBPS
+(BMv2 queues of 833 packets/s) and every port marking CE above ECN_K
+packets; two channels a pair on the two spines (path-aware ports), each
+at LL_LINE_RATE_PPS; data-parallel steps (a 256 KB model in one bucket:
+32 pieces of 4 KB a ring step). Cases: no competing flow, then a fixed-
+rate RoCEv2 flow of LL_COMPETING_PPS each way between h2 and h4 whose
+source port hashes onto spine1 (hostagent.ecn.roce send); each with
+--channel-choice fixed and least-loaded. Per case: step and all-reduce
+time, bus bandwidth, the share of the ranks' bytes on the channels
+crossing spine1, retransmissions (and those of spine1's channels), and
+the packets each spine carried.
+
+CSV (and for lb, torus and least-loaded a PNG) under --out/<phase>; prints a table and where files went.
 """
 from __future__ import annotations
 
@@ -102,7 +115,7 @@ from core.generators.flow_model import FlowModel
 from core.build import compile_p4
 from core.controller import FabricController
 from core.network import Network
-from experiments.common import agent_python, print_table, save_figure, write_csv
+from experiments.common import agent_python, print_table, roce_agent, save_figure, write_csv
 from experiments.failover_timeline import fail_link
 from features import topology_from_dict
 from features.failover.heartbeat import running_heartbeats
@@ -112,11 +125,13 @@ from features.aggregation import Job
 from features.load_balancing import LbMode
 from hostagent.aggregation.runs import start_server, stop_server
 from hostagent.collectives import schedule as sc
-from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, IN_NETWORK
+from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, CHANNEL_CHOICES, IN_NETWORK
+from hostagent.collectives.paths import PathModel
+from hostagent.ecn.roce import flow_sport
 from hostagent.collectives.placement import PLACEMENTS, Rank, ranks, ring_hops_across_rails
 from hostagent.rdma.transport import GO_BACK_N, MODES as TRANSPORTS
 
-PHASES = ("lb", "transport", "allreduce", "topologies", "jobs", "placement", "failure", "torus")
+PHASES = ("lb", "transport", "allreduce", "topologies", "jobs", "placement", "failure", "torus", "least-loaded")
 MODES = ("ecmp", "path-aware", "flowlet", "spray", "adaptive")
 RANKS = ("h1", "h2", "h3", "h4")
 ECN_K = 10                   # jobs phase with ECN: step marking above this many packets queued (of 64)
@@ -148,6 +163,16 @@ ALLREDUCE_RANKS: dict[str, dict[int, tuple[str, ...]]] = {"leaf-spine": {2: ("h1
 ALLREDUCE_SERVER = {"leaf-spine": "ps", "fat-tree-k4": "h2"}
 ALLREDUCE_CASES = ((sc.RING, 0), (sc.HALVING_DOUBLING, 0), (IN_NETWORK, 0), (IN_NETWORK, 1))   # (algorithm, trees)
 ALLREDUCE_SLOTS = 64         # the job's slots on every aggregating switch (at least the worker's window)
+# Phase least-loaded: two ranks across the spines, two channels on the two spines, a competing flow on spine1
+LL_RANKS = ("h1", "h3")
+LL_COMPETING = (("h2", "h4"), ("h4", "h2"))     # the competing flow, one each way, hashed onto LOADED_SPINE
+LOADED_SPINE = "spine1"
+LL_SPINE_MBPS = 10.0         # leaf-spine links: BMv2 queues of 833 packets/s, so a flow BMv2 forwards on two
+                             # cores fills part of one (at 100 Mbit/s the CPU, shared by both paths, runs out first)
+LL_LINE_RATE_PPS = 800.0     # each channel's top rate: just below a spine link's, the unloaded path loses nothing
+LL_COMPETING_PPS = 500.0     # the competing flow's fixed rate: leaves spine1's links 333 packets/s
+LL_MODEL_BYTES = 256 * 1024
+LL_BUCKETS = 1               # one bucket: a ring step moves 128 KB a direction, 32 least-loaded pieces
 STALL_TIMEOUT_S = 20.0       # failure phase: a rank waiting this long for a peer gives up (the step stalled;
                              # shorter, a rank gave up on a peer still starting, with heartbeats running)
 
@@ -624,6 +649,135 @@ def _plot(results: list[dict], out: Path) -> Path:
     return save_figure(fig, out / "step_time.png")
 
 
+# -- phase least-loaded ----------------------------------------------------------
+
+def least_loaded_topology(out: Path):
+    """leaf-spine without INT or aggregation, its leaf-spine links at
+    LL_SPINE_MBPS, written to out/topology.yaml (the ranks' path model reads it)."""
+    raw = topology_raw("leaf-spine", ("int", "aggregation"))
+    raw["description"] = f"leaf-spine, spine links at {LL_SPINE_MBPS:g} Mbit/s"
+    raw["links"] = [{"a": a, "b": b, "bandwidth_mbps": LL_SPINE_MBPS} if {a, b} & set(SPINES) else [a, b]
+                    for a, b in raw["links"]]
+    return written_topology(raw, out / "topology.yaml")
+
+
+def spine_of(model: PathModel, src_ip: str, dst_ip: str, sport: int) -> str:
+    """The spine a flow from `sport` crosses."""
+    return next(sw for sw, _ in model.path(src_ip, dst_ip, sport).hops if sw in SPINES)
+
+
+def channel_spines(model: PathModel, addresses: list[str], channels: int) -> list[list[str]]:
+    """For each rank of a two-rank job, the spine each of its channels to
+    the other rank crosses, with the path-aware ports `--paths` chooses."""
+    return [[spine_of(model, addresses[r], addresses[1 - r], port)
+             for port in model.choose_ports(addresses[r], addresses[1 - r], channels)] for r in range(2)]
+
+
+def competing_qp(model: PathModel, src_ip: str, dst_ip: str, spine: str = LOADED_SPINE, first: int = 1) -> int:
+    """The lowest queue pair (from `first`) whose RoCEv2 flow (source port
+    hostagent.ecn.roce.flow_sport(qp)) hashes onto `spine`."""
+    for qp in range(first, first + 512):
+        if spine_of(model, src_ip, dst_ip, flow_sport(qp)) == spine:
+            return qp
+    raise ValueError(f"no queue pair among {first}..{first + 511} puts {src_ip} -> {dst_ip} on {spine}")
+
+
+def loaded_share(channel_bytes: list[list[int]], spines: list[list[str]], spine: str = LOADED_SPINE) -> float:
+    """The share of the ranks' bytes sent on channels crossing `spine`
+    (channel_bytes and spines per rank, per channel)."""
+    total = sum(sum(b) for b in channel_bytes)
+    on = sum(b for rank_bytes, rank_spines in zip(channel_bytes, spines)
+             for b, sw in zip(rank_bytes, rank_spines) if sw == spine)
+    return round(on / total, 3) if total else 0.0
+
+
+def run_least_loaded_case(load: bool, choice: str, topo, topo_file: Path, spines: list[list[str]],
+                          ctl: FabricController, args, out: Path) -> dict:
+    """Data-parallel steps of LL_RANKS with `choice`: step and all-reduce
+    times, the share of bytes on spine1's channels, retransmissions, spine packets."""
+    job = [Rank.of(topo.hosts[h].primary) for h in LL_RANKS]
+    case = f"{'loaded' if load else 'unloaded'}-{choice}"
+    extra = ["--algorithm", sc.RING, "--channels", "2", "--channel-choice", choice, "--paths", str(topo_file),
+             "--line-rate-pps", str(LL_LINE_RATE_PPS), "--model-bytes", str(LL_MODEL_BYTES),
+             "--buckets", str(LL_BUCKETS)]
+    before = spine_packets(ctl)
+    result = collect(case, launch(case, job, extra, args, out, time.time() + START_DELAY_S), out)
+    after = spine_packets(ctl)
+    summaries = [json.loads((out / case / f"rank{r}.json").read_text()) for r in range(len(job))]
+    allreduce_s = [float(line.split(",")[5]) for r in range(len(job))
+                   for line in (out / case / f"rank{r}.collectives.csv").read_text().splitlines()[1:]]
+    loaded_channels = [[c for c, sw in enumerate(rank_spines) if sw == LOADED_SPINE] for rank_spines in spines]
+    return {"case": result.pop("case"), "competing_flow": f"{LL_COMPETING_PPS:g} pps each way on {LOADED_SPINE}"
+            if load else "none", "channel_choice": choice, "steps": result["steps"],
+            "step_ms_median": result["step_ms_median"], "step_ms_max": result["step_ms_max"],
+            "allreduce_ms_median": round(1000 * statistics.median(allreduce_s), 1) if allreduce_s else "",
+            "busbw_MBps_median": result["busbw_MBps_median"],
+            "spine1_channel_share": loaded_share([s["channel_bytes"] for s in summaries], spines),
+            **{f"spine1_channel_share_rank{r}": loaded_share([s["channel_bytes"]], [spines[r]])
+               for r, s in enumerate(summaries)},
+            "retransmitted": result["retransmitted"],
+            "spine1_channel_retransmitted": sum(s["channel_retransmitted"][c] for s, cs in
+                                                zip(summaries, loaded_channels) for c in cs),
+            "spine1_packets": after["spine1"] - before["spine1"], "spine2_packets": after["spine2"] - before["spine2"]}
+
+
+def least_loaded_phase(args) -> tuple[Path, list[dict]]:
+    """Phase least-loaded (module docstring): fixed against least-loaded
+    channels, without and with a competing flow on spine1."""
+    out = Path(args.out) / "least-loaded"
+    out.mkdir(parents=True, exist_ok=True)
+    topo, topo_file = least_loaded_topology(out)
+    model = PathModel(topo)
+    spines = channel_spines(model, [topo.hosts[h].ip for h in LL_RANKS], 2)
+    results = []
+    with fabric(topo, args) as ctl:
+        for sw in topo.switches.values():
+            for port in sw.ports:
+                ctl.feature("ecn").set_profile(sw.name, port, EcnProfile.step(ECN_K))
+        for load in (False, True):
+            competing = []
+            try:
+                if load:
+                    for src, dst in LL_COMPETING:
+                        qp = competing_qp(model, topo.hosts[src].ip, topo.hosts[dst].ip)
+                        competing.append(roce_agent(topo.hosts[src], "send", start_at=time.time(), out_dir=out,
+                                                    extra=["--dst-ip", topo.hosts[dst].ip, "--qp", str(qp),
+                                                           "--duration", "600", "--fixed-rate", "--line-rate-pps",
+                                                           str(LL_COMPETING_PPS)]))
+                    time.sleep(2.0)                     # its queue on spine1 builds first
+                for choice in CHANNEL_CHOICES:
+                    print(f"==> least-loaded: {args.steps} data-parallel steps (ring) on {', '.join(LL_RANKS)}, "
+                          f"2 channels ({' and '.join(spines[0])} from {LL_RANKS[0]}), --channel-choice {choice}, "
+                          f"{'a competing flow on ' + LOADED_SPINE if load else 'no competing flow'}", flush=True)
+                    results.append(run_least_loaded_case(load, choice, topo, topo_file, spines, ctl, args, out))
+            finally:
+                for proc in competing:
+                    proc.terminate()
+                    proc.wait(timeout=10)
+    return out, results
+
+
+def _plot_least_loaded(results: list[dict], out: Path) -> Path:
+    import matplotlib.pyplot as plt
+    labels = [f"{r['channel_choice']}\n{'competing flow' if r['competing_flow'] != 'none' else 'no competing flow'}"
+              for r in results]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    xs = range(len(results))
+    ax1.bar([x - 0.2 for x in xs], [r["step_ms_median"] for r in results], 0.4, label="step")
+    ax1.bar([x + 0.2 for x in xs], [r["allreduce_ms_median"] or 0 for r in results], 0.4, label="all-reduce")
+    ax1.set_title("median time (ms)")
+    ax1.legend()
+    ax2.bar(xs, [r["spine1_channel_share"] for r in results], color="C2")
+    ax2.axhline(0.5, color="grey", linestyle=":")
+    ax2.set_ylim(0, 1)
+    ax2.set_title(f"share of bytes on the channels through {LOADED_SPINE}")
+    for ax in (ax1, ax2):
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels(labels, fontsize=8)
+    fig.suptitle("Two ranks across the spines: fixed split against least-loaded channels")
+    return save_figure(fig, out / "least_loaded.png")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--phases", nargs="*", default=list(PHASES), choices=PHASES)
@@ -756,6 +910,10 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
             results.append(run_failure_case(protection, args, out))
         written.append(write_csv(out / "summary.csv", results))
+        print_table(results)
+    if "least-loaded" in args.phases:
+        out, results = least_loaded_phase(args)
+        written += [write_csv(out / "summary.csv", results), _plot_least_loaded(results, out)]
         print_table(results)
     print(f"\nresults: {', '.join(map(str, written))}, and per case <phase>/<case>/ (each rank's CSV/JSON)")
     return 0

@@ -5,7 +5,8 @@ same command on every host, each with its --rank):
         --iface h1-eth0 --src-ip 10.0.1.1 --src-mac .. --gw-mac .. \\
         [--collective all-reduce] [--algorithm ring] [--dtype float32] \\
         [--min-bytes 1024] [--max-bytes 262144] [--iterations 3] [--channels 1] \\
-        [--paths TOPOLOGY] [--cc dcqcn] [--mode go-back-n] [--line-rate-pps 1000] [--out PREFIX] \
+        [--channel-choice fixed|least-loaded] [--paths TOPOLOGY] [--cc dcqcn] [--mode go-back-n] \\
+        [--line-rate-pps 1000] [--out PREFIX] \\
         [--aggregation-job J --aggregation-server IP]
 
 `sweep` runs the collective at sizes from --min-bytes to --max-bytes
@@ -25,6 +26,15 @@ each step's time; PREFIX.csv has one row per step, PREFIX.collectives.csv
 one per collective (time, algorithm and bus bandwidth), PREFIX.json the
 summary. Several jobs can share hosts: each runs its own command with its
 own --job (queue pairs 0x100 + 0x40 x job).
+
+`--channel-choice` (every rank the same): `fixed` cuts a transfer into
+--channels equal pieces, piece c on channel c; `least-loaded` (Alibaba
+HPN) cuts it into pieces of one ACK's worth of packets (4 x --mtu bytes
+with the 12-byte header) and posts each on the peer's connection with the
+fewest bytes outstanding (posted, not yet acknowledged), at most 4 pieces'
+worth outstanding a connection: a channel on a congested path carries less
+(docs/collectives.md). The summaries count each channel's bytes
+(channel_bytes) and retransmissions (channel_retransmitted).
 
 `--algorithm in-network` all-reduces through the switch (the aggregation
 feature): the ranks are the workers of the topology's aggregation job
@@ -46,8 +56,9 @@ from features import load_topology
 from hostagent.aggregation.allreduce import seq_base_at
 from wire import aggregation as ah
 from hostagent.collectives import schedule as sc
-from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, IN_NETWORK, IN_NETWORK_DTYPES, MAX_JOBS, CallRecord, \
-    CollectiveError, Communicator, default_sport, nccl_tests_table, open_communicator
+from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, CHANNEL_CHOICES, FIXED, IN_NETWORK, \
+    IN_NETWORK_DTYPES, MAX_JOBS, CallRecord, CollectiveError, Communicator, default_sport, nccl_tests_table, \
+    open_communicator
 from hostagent.collectives.paths import PathModel, path_aware_sports
 from hostagent.collectives.workload import DataParallel, MixtureOfExperts, Pipeline, StepResult, run_steps
 from hostagent.rdma.agent import congestion_controls
@@ -129,6 +140,10 @@ def add_group_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rank", type=int, required=True)
     p.add_argument("--addresses", required=True, help="every rank's IPv4 address, in rank order, comma-separated")
     p.add_argument("--channels", type=int, default=1, help="connections per peer pair (distinct source ports)")
+    p.add_argument("--channel-choice", choices=CHANNEL_CHOICES, default=FIXED,
+                   help="fixed: a transfer in --channels equal pieces, piece c on channel c; least-loaded (HPN): "
+                        "pieces of 4 packets, each on the connection with the fewest bytes outstanding (every "
+                        "rank the same)")
     p.add_argument("--paths", metavar="TOPOLOGY", help="path-aware: choose the channels' source ports so that a "
                                                        "peer pair's channels take disjoint paths in this topology "
                                                        "(the file the fabric runs; ECMP mode)")
@@ -247,7 +262,8 @@ def communicator(a: argparse.Namespace) -> Communicator:
         aggregation = (a.aggregation_job, a.aggregation_server, seq_base_at(a.start_at), a.aggregation_block_elements)
     return open_communicator(a.rank, addresses, a.iface, a.src_ip, a.src_mac, a.gw_mac, cc=a.cc, mode=a.mode,
                              line_rate_pps=a.line_rate_pps, mtu=a.mtu, channels=a.channels, timeout_s=a.timeout_s,
-                             dscp=a.dscp, job=a.job, sport_of=sport_of, aggregation=aggregation)
+                             dscp=a.dscp, job=a.job, sport_of=sport_of, aggregation=aggregation,
+                             channel_choice=a.channel_choice)
 
 
 def main(argv: list[str] | None = None) -> int:

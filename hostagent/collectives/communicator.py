@@ -42,7 +42,7 @@ import struct
 import threading
 import time
 from collections import defaultdict, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import argparse
@@ -70,6 +70,39 @@ PROGRESS_WAIT_S = 0.0005         # the progress thread's longest wait for a fram
 IN_NETWORK = "in-network"        # all-reduce summed by the switch (the aggregation feature)
 ALL_REDUCE_ALGORITHMS = [*sc.algorithms_of(sc.ALL_REDUCE), IN_NETWORK]
 IN_NETWORK_DTYPES = ("float32", "int32")
+FIXED, LEAST_LOADED = "fixed", "least-loaded"
+CHANNEL_CHOICES = (FIXED, LEAST_LOADED)      # how a transfer's pieces go on a peer's channels
+LEAST_LOADED_WINDOW_PIECES = 4   # least-loaded: a connection takes a piece while it has fewer bytes than this
+                                 # many pieces outstanding (more commits data to a channel before its ACKs
+                                 # say how fast it goes; fewer caps a channel at this much per round trip)
+
+
+def choose_channel(outstanding: Sequence[int | None]) -> int | None:
+    """HPN's choice: the channel with the fewest bytes outstanding (the
+    lowest-numbered of equals); None marks a failed connection, never
+    chosen. None if every one failed."""
+    best, best_load = None, 0
+    for c, load in enumerate(outstanding):
+        if load is not None and (best is None or load < best_load):
+            best, best_load = c, load
+    return best
+
+
+def piece_cuts(count: int, per_piece: int) -> list[tuple[int, int]]:
+    """(offset, elements) of least-loaded's pieces of a transfer of `count`
+    elements: `per_piece` each, the last one shorter."""
+    return [(off, min(per_piece, count - off)) for off in range(0, count, per_piece)]
+
+
+def _behind(tag: tuple[int, int], call: int, step: int) -> bool:
+    """Whether a piece of (call, step) comes before `tag` (call mod 2^16,
+    step) in the order a rank sends: a collective's earlier call or step, or
+    an earlier send (point-to-point pieces and collectives' are not
+    ordered against each other by number)."""
+    if (step == P2P_STEP) != (tag[1] == P2P_STEP):
+        return False
+    behind = (tag[0] - call) % 0x10000
+    return 0 < behind < 0x8000 or (behind == 0 and step < tag[1])
 
 
 def default_sport(rank: int, peer: int, channel: int) -> int:
@@ -100,10 +133,20 @@ class CallRecord:
         return sc.bandwidths(self.collective, self.ranks, self.elements, self.itemsize, self.seconds)
 
 
+@dataclass
+class _Want:
+    """least-loaded: the pieces of one transfer (or receive) a rank waits
+    for from `peer`: offset -> elements, still missing; those arrived."""
+    peer: int
+    pending: dict[int, int]
+    got: list[tuple[int, bytes]] = field(default_factory=list)
+
+
 class Communicator:
     def __init__(self, endpoint: Endpoint, addresses: Sequence[str], rank: int, channels: int = 1,
                  sport_of: Callable[[int, int, int], int] = default_sport, timeout_s: float = 60.0,
-                 qp_base: int = CHANNEL_QP_BASE, aggregation: AggregationWorker | None = None):
+                 qp_base: int = CHANNEL_QP_BASE, aggregation: AggregationWorker | None = None,
+                 channel_choice: str = FIXED):
         if len(set(addresses)) != len(addresses):
             raise ValueError(f"addresses must be distinct, got {list(addresses)}")
         if not 0 <= rank < len(addresses):
@@ -112,6 +155,8 @@ class Communicator:
             raise ValueError(f"rank {rank}'s address is {addresses[rank]}, but the endpoint's is {endpoint.ip}")
         if not 1 <= channels <= MAX_CHANNELS:
             raise ValueError(f"channels must be within 1..{MAX_CHANNELS}, got {channels}")
+        if channel_choice not in CHANNEL_CHOICES:
+            raise ValueError(f"channel_choice must be one of {', '.join(CHANNEL_CHOICES)}, got {channel_choice!r}")
         if aggregation is not None and aggregation.n_workers != len(addresses):
             raise ValueError(f"the aggregation job has {aggregation.n_workers} workers, the communicator "
                              f"{len(addresses)} ranks: the ranks must be the job's workers")
@@ -121,6 +166,12 @@ class Communicator:
         self.rank = rank
         self.size = len(addresses)
         self.channels = channels
+        self.channel_choice = channel_choice
+        # least-loaded: a piece's bytes on the wire (header and elements), one ACK's worth of packets
+        self.piece_bytes = endpoint.params.ack_every * endpoint.params.mtu_bytes
+        self.window_bytes = LEAST_LOADED_WINDOW_PIECES * self.piece_bytes
+        self.channel_bytes = [0] * channels          # bytes posted on each channel (all peers), headers included
+        self._queued: dict[int, deque[bytes]] = {}   # least-loaded: pieces to each peer not yet posted, in order
         self.timeout_s = timeout_s
         self.qp_base = qp_base
         self._rank_of = {ip: r for r, ip in enumerate(self.addresses)}
@@ -155,6 +206,8 @@ class Communicator:
                 got = self.endpoint.poll(wait=0)
                 for m in got:
                     self._file(m.peer, m.qp, m.data)
+                if self._queued:
+                    self._pump()
                 if got or len(self.endpoint.errors) > errors:      # (a failed connection wakes the waiters)
                     errors = len(self.endpoint.errors)
                     self._arrived.notify_all()
@@ -166,10 +219,14 @@ class Communicator:
         frames ignored by reason."""
         conns = self.endpoint.connections.values()
         agg = self.aggregation.stats if self.aggregation is not None else None
+        channel_resent = [sum(self._out[(p, c)].requester.stats.retransmitted for p in range(self.size)
+                              if p != self.rank) for c in range(self.channels)]
         stats: dict = {"retransmitted": sum(c.requester.stats.retransmitted for c in conns)
                        + (agg.retransmissions if agg else 0),
                        "timeouts": sum(c.requester.stats.timeouts for c in conns),
-                       "ignored": dict(self.endpoint.ignored)}
+                       "ignored": dict(self.endpoint.ignored),
+                       "channel_choice": self.channel_choice,
+                       "channel_bytes": list(self.channel_bytes), "channel_retransmitted": channel_resent}
         if agg is not None:        # the in-network all-reduces' packets
             stats["in_network"] = {"packets_sent": agg.packets_sent, "retransmissions": agg.retransmissions,
                                    "fallback_blocks": agg.fallback_blocks, "overflow_blocks": agg.overflow_blocks}
@@ -240,7 +297,7 @@ class Communicator:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             with self._lock:
-                if self.endpoint.idle:
+                if self.endpoint.idle and not self._queued:
                     break
             time.sleep(0.005)
         self._stop.set()
@@ -258,12 +315,15 @@ class Communicator:
         self._check_peer(peer)
         seq = self._p2p_sent[peer]
         self._p2p_sent[peer] += 1
+        if self.channel_choice == LEAST_LOADED:
+            self._enqueue(peer, [PIECE_HEADER.pack(PIECE_MAGIC, seq & 0xFFFF, P2P_STEP, off) + x[off:off + n].tobytes()
+                                 for off, n in piece_cuts(len(x), self._per_piece(x.itemsize))], f"send {seq}")
+            return
         now = time.monotonic()
         for c, off, count in self._pieces(sc.Transfer(self.rank, peer, 0, 0, len(x), False)):
             header = PIECE_HEADER.pack(PIECE_MAGIC, seq & 0xFFFF, P2P_STEP, off)
             with self._lock:
-                self._posted(self._out[(peer, c)].post(header + x[off:off + count].tobytes(), now), peer,
-                             f"send {seq}")
+                self._post_on(peer, c, header + x[off:off + count].tobytes(), now, f"send {seq}")
 
     def recv(self, peer: int, count: int, dtype) -> np.ndarray:
         """The next array of `count` elements `peer` sent with send()."""
@@ -272,6 +332,15 @@ class Communicator:
         seq = self._p2p_received[peer]
         self._p2p_received[peer] += 1
         deadline = time.monotonic() + self.timeout_s
+        if self.channel_choice == LEAST_LOADED:
+            want = _Want(peer, dict(piece_cuts(count, self._per_piece(out.itemsize))))
+            self._collect([want], 0, (seq & 0xFFFF, P2P_STEP), out.itemsize, deadline, f"receive step {seq}",
+                          f"expected a send of {count} {out.dtype.name} (do the two ranks pair sends and receives?)",
+                          f"receive {seq} from rank {peer}")
+            for off, msg in want.got:
+                piece = np.frombuffer(msg, dtype=out.dtype, offset=PIECE_HEADER.size)
+                out[off:off + len(piece)] = piece
+            return out
         t = sc.Transfer(peer, self.rank, 0, 0, count, False)
         for c, off, n in self._pieces(t):
             msg = self._next_piece(peer, c, deadline, "receive", seq)
@@ -295,10 +364,17 @@ class Communicator:
         cut = sc.bounds(t.count, self.channels)
         return [(c, cut[c], cut[c + 1] - cut[c]) for c in range(self.channels) if cut[c + 1] > cut[c]]
 
+    def _per_piece(self, itemsize: int) -> int:
+        """least-loaded: elements in a piece (a header and these fill piece_bytes)."""
+        return max(1, (self.piece_bytes - PIECE_HEADER.size) // itemsize)
+
     def _step(self, sched: sc.Schedule, call: int, step_no: int, buf: np.ndarray) -> None:
         sends, recvs = sched.transfers_of(self.rank, step_no)
         now = time.monotonic()
         local = [(t, buf[t.src_start:t.src_start + t.count].copy()) for t in sends if t.dst == self.rank]
+        if self.channel_choice == LEAST_LOADED:
+            self._step_least_loaded(sched, call, step_no, buf, sends, recvs, local)
+            return
         for t in sends:
             if t.dst == self.rank:
                 continue
@@ -306,8 +382,8 @@ class Communicator:
                 data = buf[t.src_start + off:t.src_start + off + count]
                 header = PIECE_HEADER.pack(PIECE_MAGIC, call & 0xFFFF, step_no, t.dst_start + off)
                 with self._lock:
-                    self._posted(self._out[(t.dst, c)].post(header + data.tobytes(), now), t.dst,
-                                 f"{sched.collective} ({sched.algorithm}) step {step_no}")
+                    self._post_on(t.dst, c, header + data.tobytes(), now,
+                                  f"{sched.collective} ({sched.algorithm}) step {step_no}")
         for t, data in local:
             self._apply(buf, t, 0, data)
         deadline = time.monotonic() + self.timeout_s
@@ -328,6 +404,129 @@ class Communicator:
                             f"ranks run the same collectives with the same lengths and dtype?)")
                 self._apply(buf, t, off, np.frombuffer(msg, dtype=buf.dtype, offset=PIECE_HEADER.size))
 
+    def _step_least_loaded(self, sched: sc.Schedule, call: int, step_no: int, buf: np.ndarray,
+                           sends: list[sc.Transfer], recvs: list[sc.Transfer],
+                           local: list[tuple[sc.Transfer, np.ndarray]]) -> None:
+        """One step with least-loaded channels: every transfer's pieces queued
+        for its peer (the progress thread posts them on the least-loaded
+        connections), then each received transfer applied, in the schedule's
+        order, once all of its pieces are in, whatever channels they came by."""
+        what = f"{sched.collective} ({sched.algorithm}) step {step_no}"
+        per = self._per_piece(buf.itemsize)
+        for t in sends:
+            if t.dst != self.rank:
+                self._enqueue(t.dst, [PIECE_HEADER.pack(PIECE_MAGIC, call & 0xFFFF, step_no, t.dst_start + off)
+                                      + buf[t.src_start + off:t.src_start + off + n].tobytes()
+                                      for off, n in piece_cuts(t.count, per)], what)
+        for t, data in local:
+            self._apply(buf, t, 0, data)
+        remote = [t for t in recvs if t.src != self.rank]
+        wants = [_Want(t.src, {t.dst_start + off: n for off, n in piece_cuts(t.count, per)}) for t in remote]
+        deadline = time.monotonic() + self.timeout_s
+        for i, t in enumerate(remote):
+            self._collect(wants, i, (call & 0xFFFF, step_no), buf.itemsize, deadline, what,
+                          f"(do all ranks run the same collectives with the same lengths, dtype and channel "
+                          f"choice?)", f"{sched.collective} call {call} step {step_no}")
+            for off, msg in wants[i].got:
+                self._apply(buf, t, off - t.dst_start, np.frombuffer(msg, dtype=buf.dtype, offset=PIECE_HEADER.size))
+
+    def _enqueue(self, peer: int, pieces: list[bytes], what: str) -> None:
+        """least-loaded: `pieces` for `peer`, after those queued before; the
+        ones a connection has room for go at once. A failed connection to the
+        peer fails this at once (as a post on it would)."""
+        with self._lock:
+            for c in range(self.channels):
+                error = self._out[(peer, c)].requester.error
+                if error is not None:
+                    raise self._give_up(f"{what}: the connection with rank {peer} ({self.addresses[peer]}) "
+                                        f"failed: {error}")
+            if pieces:
+                self._queued.setdefault(peer, deque()).extend(pieces)
+                self._pump()
+
+    def _pump(self) -> None:
+        """least-loaded: post queued pieces, each on its peer's connection
+        with the fewest bytes outstanding, while that one has fewer than
+        window_bytes outstanding. (Called with the lock held.)"""
+        now = time.monotonic()
+        for peer in list(self._queued):
+            queue = self._queued[peer]
+            conns = [self._out[(peer, c)] for c in range(self.channels)]
+            while queue:
+                loads = [None if conn.requester.error is not None else conn.outstanding_bytes for conn in conns]
+                c = choose_channel(loads)
+                load = None if c is None else loads[c]
+                if c is None or load is None or load >= self.window_bytes:     # (a failed peer: the waiters name it)
+                    break
+                piece = queue.popleft()
+                conns[c].post(piece, now)
+                self.channel_bytes[c] += len(piece)
+            if not queue:
+                del self._queued[peer]
+
+    def _collect(self, wants: list["_Want"], i: int, tag: tuple[int, int], itemsize: int, deadline: float,
+                 what: str, hint: str, where: str) -> None:
+        """least-loaded: wait until every piece of wants[i] has arrived, from
+        any of its peer's channels; a piece of the same (call, step) `tag`
+        for another of `wants` (the same peer, another transfer) is kept for
+        it. A piece no want expects, one of an earlier call or step, or
+        every channel from the peer offering only pieces of other calls or
+        steps while some are missing (each channel delivers in order, and
+        the peer queued all of this step's pieces before any later one), is
+        a mismatch. `what` starts a timeout's or a failed connection's
+        error, `where` and `hint` a mismatch's."""
+        want = wants[i]
+        with self._arrived:
+            while want.pending:
+                if self._take(want.peer, wants, tag, itemsize, hint, where):
+                    continue
+                self._check_connections(what)
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._thread.is_alive():
+                    raise self._give_up(f"{what}: nothing from rank {want.peer} ({self.addresses[want.peer]}) "
+                                        f"on any of its {self.channels} channels within {self.timeout_s} s")
+                self._arrived.wait(min(left, 0.05))
+
+    def _take(self, peer: int, wants: list["_Want"], tag: tuple[int, int], itemsize: int, hint: str,
+              where: str) -> bool:
+        """Move the pieces of `tag` at the heads of `peer`'s inboxes to the
+        wants expecting them; whether any moved. (With the lock held.)"""
+        took, others = False, []
+        for c in range(self.channels):
+            box = self._inbox[(peer, c)]
+            while box:
+                magic, got_call, got_step, off = PIECE_HEADER.unpack_from(box[0])
+                if (magic, got_call, got_step) != (PIECE_MAGIC, *tag):
+                    other = (c, got_call, got_step, off, len(box[0]) - PIECE_HEADER.size)
+                    if magic != PIECE_MAGIC or _behind(tag, got_call, got_step):     # never legitimately next
+                        raise self._mismatch(peer, wants, hint, where, other, itemsize)
+                    others.append(other)
+                    break
+                msg = box.popleft()
+                took = True
+                nbytes = len(msg) - PIECE_HEADER.size
+                target = next((w for w in wants if w.peer == peer and nbytes % itemsize == 0
+                               and w.pending.get(off) == nbytes // itemsize), None)
+                if target is None:
+                    raise self._mismatch(peer, wants, hint, where, (c, got_call, got_step, off, nbytes), itemsize)
+                del target.pending[off]
+                target.got.append((off, msg))
+        if not took and len(others) == self.channels and any(w.pending for w in wants if w.peer == peer):
+            raise self._mismatch(peer, wants, hint, where, others[0], itemsize)
+        return took
+
+    def _mismatch(self, peer: int, wants: list["_Want"], hint: str, where: str,
+                  got: tuple[int, int, int, int, int], itemsize: int) -> CollectiveError:
+        """The error for a piece from `peer` that no want expects: what came, what was expected."""
+        c, got_call, got_step, off, nbytes = got
+        missing = [(o, n) for w in wants if w.peer == peer for o, n in sorted(w.pending.items())]
+        first = "expected nothing more"
+        if missing:
+            first = f"expected offset {missing[0][0]}, {missing[0][1] * itemsize} bytes" + (
+                f" (or another of the {len(missing)} pieces missing)" if len(missing) > 1 else "")
+        return self._give_up(f"{where}: rank {peer} channel {c} sent call {got_call} step {got_step} offset {off}, "
+                             f"{nbytes} bytes; {first}; {hint}")
+
     @staticmethod
     def _apply(buf: np.ndarray, t: sc.Transfer, off: int, data: np.ndarray) -> None:
         dst = buf[t.dst_start + off:t.dst_start + off + len(data)]
@@ -335,6 +534,11 @@ class Communicator:
             dst += data
         else:
             dst[:] = data
+
+    def _post_on(self, peer: int, channel: int, piece: bytes, now: float, what: str) -> None:
+        """fixed: `piece` posted to `peer` on `channel`, counted. (With the lock held.)"""
+        self.channel_bytes[channel] += len(piece)
+        self._posted(self._out[(peer, channel)].post(piece, now), peer, what)
 
     def _posted(self, msg: Message, peer: int, what: str) -> None:
         """A piece posted to `peer`: on a failed connection it failed at once.
@@ -358,6 +562,7 @@ class Communicator:
         sent an abort naming it, so none of them waits out its timeout on
         this rank. (With the lock held; the progress thread sends the
         aborts, close() lets them out.)"""
+        self._queued.clear()            # least-loaded: nothing more of this rank's pieces goes out
         if not self._abort_sent:
             self._abort_sent = True
             abort = PIECE_HEADER.pack(ABORT_MAGIC, 0, 0, 0) + f"rank {self.rank}: {reason}".encode()[
@@ -409,12 +614,14 @@ def open_communicator(rank: int, addresses: Sequence[str], iface: str, src_ip: s
                       cc: str = "dcqcn", mode: str = MODES[0], line_rate_pps: float = 1000.0, mtu: int = 1024,
                       channels: int = 1, timeout_s: float = 60.0, dscp: int = 0, job: int = 0,
                       sport_of: Callable[[int, int, int], int] = default_sport,
-                      aggregation: tuple[int, str, int, int] | None = None) -> Communicator:
+                      aggregation: tuple[int, str, int, int] | None = None,
+                      channel_choice: str = FIXED) -> Communicator:
     """A communicator on the host's interface (raw socket), as the fabric's
     hosts use: `job`'s queue pairs only, so jobs share hosts. aggregation:
     (aggregation job, its parameter server's address, first sequence number,
     the same on every rank, the job's block_elements) for the in-network
-    all-reduce."""
+    all-reduce. channel_choice: one of CHANNEL_CHOICES, the same on every
+    rank."""
     if not 0 <= job < MAX_JOBS:
         raise ValueError(f"job must be within 0..{MAX_JOBS - 1}, got {job}")
     if channels > JOB_QPS:
@@ -432,7 +639,8 @@ def open_communicator(rank: int, addresses: Sequence[str], iface: str, src_ip: s
                                    seq_base=seq_base, block_elements=block_elements)
     try:
         return Communicator(endpoint, list(addresses), rank, channels=channels, sport_of=sport_of,
-                            timeout_s=timeout_s, qp_base=qp_base, aggregation=worker)
+                            timeout_s=timeout_s, qp_base=qp_base, aggregation=worker,
+                            channel_choice=channel_choice)
     except ValueError:
         if worker is not None:
             worker.close()

@@ -110,6 +110,12 @@ class Connection:
         return self.requester.post(len(data), now, kind=SEND, data=data)
 
     @property
+    def outstanding_bytes(self) -> int:
+        """Bytes posted on this connection and not yet acknowledged (queued
+        behind the pace and the window, or in flight; the requester's count)."""
+        return self.requester.unacked_bytes
+
+    @property
     def idle(self) -> bool:
         """Everything posted is acknowledged, or has failed."""
         return self.requester.done or self.requester.error is not None

@@ -202,6 +202,7 @@ class Requester:
         self.next_seq = 0             # next new packet
         self.una = 0                  # oldest not acknowledged
         self.posted_seq = 0           # packets posted so far
+        self._unacked_bytes = 0       # payload bytes posted and not yet acknowledged (queued or in flight)
         self._resend: deque[int] = deque()
         self._resend_set: set[int] = set()
         self._sacked: set[int] = set()
@@ -238,6 +239,7 @@ class Requester:
             op = only if n == 1 else first if i == 0 else last if i == n - 1 else middle
             self._payload[start + i] = (op, chunk, i == n - 1)
         self.posted_seq += n
+        self._unacked_bytes += size
         msg = Message(len(self.messages), kind, size, start, start + n - 1, now)
         self.messages.append(msg)
         self._msg_by_last[msg.last_seq] = msg
@@ -260,10 +262,19 @@ class Requester:
             msg.completed_at, msg.error = now, self.error
         self._msg_by_last.clear()
         self._payload.clear()
+        self._unacked_bytes = 0
 
     @property
     def outstanding(self) -> int:
         return self.next_seq - self.una
+
+    @property
+    def unacked_bytes(self) -> int:
+        """Payload bytes posted and not yet acknowledged: still queued
+        (waiting for the pace or the window) or sent and unacknowledged (0 in
+        the error state). What HPN's sender counts per connection to choose
+        the least-loaded one."""
+        return self._unacked_bytes
 
     @property
     def pending_messages(self) -> int:
@@ -382,7 +393,9 @@ class Requester:
             if newest in self._sent_at:
                 rtt = now - self._sent_at[newest]
             for s in range(self.una, acked_to):
-                self._payload.pop(s, None)
+                entry = self._payload.pop(s, None)
+                if entry is not None:
+                    self._unacked_bytes -= len(entry[1])
                 self._sent_at.pop(s, None)
                 self._retransmitted.discard(s)
                 self._sacked.discard(s)

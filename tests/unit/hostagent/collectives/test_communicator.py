@@ -90,14 +90,15 @@ class HubLink:
 
 
 def group(n: int, hub: Hub, mode=GO_BACK_N, channels=1, timeout_s=30.0,
-          line_rate_pps=200_000.0) -> list[Communicator]:
+          line_rate_pps=200_000.0, channel_choice="fixed") -> list[Communicator]:
     ips = [f"10.0.{r + 1}.1" for r in range(n)]
     params = TransportParams(mode=mode, mtu_bytes=256, rto_s=0.02, rto_max_s=0.1, ack_delay_s=0.001)
     comms = []
     for r, ip in enumerate(ips):
         ep = Endpoint(hub.link(ip), ip, f"02:00:00:00:00:{r + 1:02x}", "02:00:00:00:00:fe", params,
                       lambda: Dcqcn(DcqcnParams(line_rate_pps=line_rate_pps)))
-        comms.append(Communicator(ep, ips, r, channels=channels, timeout_s=timeout_s))
+        comms.append(Communicator(ep, ips, r, channels=channels, timeout_s=timeout_s,
+                                  channel_choice=channel_choice))
     return comms
 
 

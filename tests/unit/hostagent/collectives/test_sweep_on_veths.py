@@ -63,7 +63,8 @@ def lossy_bridge():
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
-def sweep(tmp: Path, collective: str, algorithm: str, dtype: str) -> list[tuple[subprocess.Popen, Path]]:
+def sweep(tmp: Path, collective: str, algorithm: str, dtype: str,
+          choice: str = "fixed") -> list[tuple[subprocess.Popen, Path]]:
     addresses = ",".join(ip_of(i) for i in range(len(HOSTS)))
     procs = []
     for i, ns in enumerate(HOSTS):
@@ -72,22 +73,25 @@ def sweep(tmp: Path, collective: str, algorithm: str, dtype: str) -> list[tuple[
                "--rank", str(i), "--addresses", addresses, "--iface", f"{ns}0", "--src-ip", ip_of(i),
                "--src-mac", mac_of(i), "--gw-mac", GW_MAC, "--collective", collective, "--algorithm", algorithm,
                "--dtype", dtype, "--min-bytes", "1024", "--max-bytes", "32768", "--iterations", "2",
-               "--channels", "2", "--line-rate-pps", "20000", "--timeout-s", "30", "--out", str(out)]
+               "--channels", "2", "--channel-choice", choice, "--line-rate-pps", "20000", "--timeout-s", "30",
+               "--out", str(out)]
         procs.append((subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), out))
     return procs
 
 
-@pytest.mark.parametrize("collective,algorithm,dtype", [("all-reduce", "halving-doubling", "float32"),
-                                                        ("all-reduce", "tree", "int32"),
-                                                        ("all-to-all", "pairwise", "int64")])
-def test_sweep_on_a_lossy_bridge(lossy_bridge, tmp_path, collective, algorithm, dtype):
-    procs = sweep(tmp_path, collective, algorithm, dtype)
+@pytest.mark.parametrize("collective,algorithm,dtype,choice", [("all-reduce", "halving-doubling", "float32", "fixed"),
+                                                               ("all-reduce", "tree", "int32", "fixed"),
+                                                               ("all-to-all", "pairwise", "int64", "fixed"),
+                                                               ("all-reduce", "ring", "float32", "least-loaded")])
+def test_sweep_on_a_lossy_bridge(lossy_bridge, tmp_path, collective, algorithm, dtype, choice):
+    procs = sweep(tmp_path, collective, algorithm, dtype, choice)
     for rank, (p, out) in enumerate(procs):
         stdout, stderr = p.communicate(timeout=300)
         assert p.returncode == 0, f"rank {rank}: {stdout}\n{stderr}"
         summary = json.loads(out.with_suffix(".json").read_text())
-        assert summary["wrong_results"] == 0
+        assert summary["wrong_results"] == 0 and summary["channel_choice"] == choice
+        assert all(b > 0 for b in summary["channel_bytes"])                     # both channels carried pieces
         assert 16384 < summary["table"][-1]["size_bytes"] <= 32768     # (all-to-all: a multiple of the ranks)
         assert len(stdout.strip().splitlines()) == len(summary["table"])         # one table line per size
     # the bridge flooded: some rank ignored frames between two others (not every rank: in halving-doubling
