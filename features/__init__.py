@@ -16,11 +16,12 @@ from typing import Any
 
 from core import topology
 from core.feature import Feature, check_features
-from features import aggregation, ecn, failover, int_telemetry, load_balancing, lossless, nonminimal_routing
+from features import aggregation, central_routing, ecn, failover, int_telemetry, load_balancing, lossless, \
+    nonminimal_routing
 
 FEATURES: tuple[Feature, ...] = check_features((ecn.FEATURE, int_telemetry.FEATURE, load_balancing.FEATURE,
                                                 aggregation.FEATURE, failover.FEATURE, lossless.FEATURE,
-                                                nonminimal_routing.FEATURE))
+                                                nonminimal_routing.FEATURE, central_routing.FEATURE))
 
 
 def by_name(name: str) -> Feature:

@@ -7,7 +7,7 @@
 
 // Compiling a feature out: -DWITHOUT_ECN, -DWITHOUT_INT_TELEMETRY,
 // -DWITHOUT_LOAD_BALANCING, -DWITHOUT_AGGREGATION, -DWITHOUT_FAILOVER,
-// -DWITHOUT_LOSSLESS, -DWITHOUT_NONMINIMAL_ROUTING remove
+// -DWITHOUT_LOSSLESS, -DWITHOUT_NONMINIMAL_ROUTING, -DWITHOUT_CENTRAL_ROUTING remove
 // its headers, metadata, parser states and controls. Only the benchmarks use
 // them (benchmarks/cases.py: what each feature costs a packet while it is
 // off); the fabric ships, and is tested, with every feature in.
@@ -37,6 +37,7 @@ const bit<32> IPV4_LPM_TABLE_SIZE = 4096;
 const bit<32> NEXT_HOP_TABLE_SIZE = 4096;  // (ECMP group, slot) entries
 const bit<32> VALIANT_SOURCE_TABLE_SIZE = 4096;   // (host port, destination) entries
 const bit<32> VALIANT_ROUTE_TABLE_SIZE = 4096;    // (intermediate, slot) entries
+const bit<32> CENTRAL_ROUTE_TABLE_SIZE = 4096;    // central_routing.p4: flows with an assigned path, per switch
 #define ECMP_SLOT_BITS 4                   // an ECMP group has 2^ECMP_SLOT_BITS = 16 slots
 typedef bit<ECMP_SLOT_BITS> ecmp_slot_t;
 const bit<32> ECMP_SLOTS = 1 << ECMP_SLOT_BITS;

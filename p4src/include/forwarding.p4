@@ -1,6 +1,7 @@
 // IPv4 forwarding: LPM route -> next hop (egress port and MAC rewrite) or
 // ECMP group -> one of its slots (by 5-tuple hash, or by the group's load
-// balancing mode: load_balancing.p4), TTL decrement.
+// balancing mode: load_balancing.p4), TTL decrement; a flow the central
+// controller assigned a path leaves by that path's port (central_routing.p4).
 //
 // ipv4_lpm maps a destination prefix either straight to a next hop (route)
 // or to an ECMP group (set_next_id). A group has ECMP_SLOTS slots, entries
@@ -35,6 +36,9 @@
 #ifndef WITHOUT_FAILOVER
 #include "failover.p4"
 #endif
+#ifndef WITHOUT_CENTRAL_ROUTING
+#include "central_routing.p4"
+#endif
 
 control Forwarding(inout headers_t hdr,
                    inout local_metadata_t meta,
@@ -44,6 +48,9 @@ control Forwarding(inout headers_t hdr,
 #endif
 #ifndef WITHOUT_FAILOVER
     Failover() failover;
+#endif
+#ifndef WITHOUT_CENTRAL_ROUTING
+    CentralRouting() central_routing;
 #endif
     direct_counter(CounterType.packets) next_hop_packets;   // per (group, slot): what each member got
 
@@ -134,6 +141,9 @@ control Forwarding(inout headers_t hdr,
                 } else {
 #ifndef WITHOUT_FAILOVER
                     failover.apply(hdr, meta, std_meta);     // a dead member's port: its backup
+#endif
+#ifndef WITHOUT_CENTRAL_ROUTING
+                    central_routing.apply(hdr, meta, std_meta);   // a flow with an assigned path: its port
 #endif
                 }
                 release_flow_key();
