@@ -3,7 +3,7 @@ a failure mid-run, and each technique priced by switching it off.
 
     fabric train [--topology fat-tree-k4] [--ranks 16] [--steps 40]
                  [--algorithm ring] [--traffic-class lossless] [--cc hpcc]
-                 [--paths path-aware] [--no-failover] [--fail spine1@step5]
+                 [--paths path-aware] [--channel-choice least-loaded] [--no-failover] [--fail spine1@step5]
                  [--ablate] [--out build/experiments/train]
 
 One DDP process per rank, in the ranks' namespaces, trains an MLP on
@@ -25,8 +25,9 @@ reference's, packets resent, PFC pauses the switches sent, drops), then a
 summary; the loss curve must equal the reference's (float32 rounding:
 LOSS_TOLERANCE), or the run exits 1. `--fail TARGET@stepK` fails TARGET as
 step K starts: a switch (`spine1`: its process killed), a link
-(`leaf1-spine1`: both ends set down) or a black hole
-(`blackhole:leaf1-spine1`: every frame dropped both ways, the ports up).
+(`leaf1-spine1`: every frame dropped both ways, the ports up) or a
+black-holing switch (`blackhole:spine1`: alive, answering the controller,
+forwarding nothing).
 `--ablate` runs the composition, then each technique in turn switched off,
 same seed and steps, and prints one table (CSV and PNG too).
 """
@@ -54,13 +55,15 @@ from core.build import compile_p4
 from core.controller import FabricController
 from core.impairments import blackhole
 from core.network import Network, NetworkError
+from core.p4info import EntryError
 from core.p4constants import drop_reasons
 from core.topology import Topology, TopologyError
 from experiments.common import REPO, agent_python, kill_switch, print_table, save_figure, write_csv
 from features import topology_from_dict
 from hostagent.aggregation.runs import start_server, stop_server
 from hostagent.collectives import schedule as sc
-from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, IN_NETWORK
+from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, CHANNEL_CHOICES, FIXED, IN_NETWORK, LEAST_LOADED, \
+    default_sport
 from hostagent.rdma.agent import congestion_controls
 from hostagent.rdma.transport import SELECTIVE_REPEAT
 from core.switch import MONITOR_CREDENTIALS
@@ -74,7 +77,8 @@ ALGORITHMS = ALL_REDUCE_ALGORITHMS
 AGGREGATION_JOB, AGGREGATION_TREES, AGGREGATION_SLOTS = 1, 2, 32
 PARAMETER_SERVER = "ps"        # in-network: the job's parameter server, a host added beside the ranks
 TRAFFIC_CLASSES = ("lossless", "lossy")
-PATHS = ("path-aware", "ecmp", "spray")
+PATHS = ("path-aware", "central", "ecmp", "spray")
+CHANNELS = 2                   # connections per peer pair with path-aware ports or central routing
 LOSS_TOLERANCE = 1e-4          # |loss - reference| per step: float32 rounding of the gradients' sum order
 HIDDEN = 64                    # the MLP's hidden units: 4810 parameters, 19 KB of gradient a step
 MTU = 1024
@@ -83,6 +87,9 @@ MTU = 1024
 LINE_RATE_PPS = {"leaf-spine": 1000.0, "fat-tree-k4": 400.0}   # each connection's top rate (1 KB packets)
 DEFAULT_LINE_RATE_PPS = 400.0
 HEARTBEAT_MS, FAILOVER_TIMEOUT_MS = 50, 500     # failover: heartbeats on every switch link, dead after 500 ms
+RANK_NICE = 10                  # the ranks yield the CPU to the switches and heartbeats (their silicon and
+                                # line cards in a real fabric): 16 ranks importing PyTorch on two cores
+                                # otherwise delay heartbeats past the failover timeout
 RANK_TIMEOUT_S = 60.0           # a rank silent this long is an error (a failure without failover)
 START_TIMEOUT_S = 240.0         # 16 ranks import torch on two cores
 EXPORT_INTERVAL_S, SCRAPE = 0.5, "1s"    # the switch exporter's reads, Prometheus's scrapes
@@ -101,11 +108,17 @@ class Composition:
     traffic_class: str = "lossless"
     cc: str = "hpcc"
     paths: str = "path-aware"
+    channel_choice: str = LEAST_LOADED
     failover: bool = True
 
     @property
+    def channels(self) -> int:
+        return CHANNELS if self.paths in ("path-aware", "central") and self.algorithm != IN_NETWORK else 1
+
+    @property
     def label(self) -> str:
-        return (f"{self.algorithm}, {self.traffic_class}, {self.cc}, {self.paths}, "
+        split = f" ({self.channels} channels, {self.channel_choice})" if self.channels > 1 else ""
+        return (f"{self.algorithm}, {self.traffic_class}, {self.cc}, {self.paths}{split}, "
                 f"failover {'on' if self.failover else 'off'}")
 
 
@@ -118,6 +131,8 @@ def ablations(c: Composition) -> list[tuple[str, Composition]]:
         out.append((f"dcqcn instead of {c.cc}", replace(c, cc="dcqcn")))
     if c.paths != "ecmp":
         out.append((f"ecmp instead of {c.paths}", replace(c, paths="ecmp")))
+    if c.channels > 1 and c.channel_choice != FIXED:
+        out.append((f"fixed split instead of {c.channel_choice}", replace(c, channel_choice=FIXED)))
     if c.failover:
         out.append(("no failover", replace(c, failover=False)))
     if c.algorithm != sc.RING:
@@ -127,8 +142,11 @@ def ablations(c: Composition) -> list[tuple[str, Composition]]:
 
 @dataclass(frozen=True)
 class Failure:
-    """`--fail`: what fails, as which step starts."""
-    kind: str          # switch | link | blackhole
+    """`--fail`: what fails, as which step starts. A link fails as both its
+    directions dropping every frame, its ports up: BMv2 cannot lose a port
+    (a veth set down blocks the switch's one receive thread in libpcap:
+    it forwards nothing on any port, even once the veth is up again)."""
+    kind: str          # switch (killed) | blackhole (a switch alive that forwards nothing) | link
     target: str        # a switch, or "a-b"
     step: int          # 1-based, as the step lines count
 
@@ -137,45 +155,48 @@ class Failure:
         what, sep, at = text.partition("@step")
         if not sep or not at.isdigit():
             raise ValueError(f"--fail {text!r}: expected TARGET@stepK (spine1@step5, leaf1-spine1@step5, "
-                             f"blackhole:leaf1-spine1@step5)")
+                             f"blackhole:spine1@step5)")
         step = int(at)
         if not 2 <= step <= steps:
             raise ValueError(f"--fail {text!r}: the step must be within 2..{steps} (--steps {steps})")
         kind, _, target = what.rpartition(":")
         if kind not in ("", "blackhole"):
             raise ValueError(f"--fail {text!r}: the only kind is blackhole:, got {kind!r}")
-        if target in topo.switches and not kind:
-            return cls("switch", target, step)
+        if target in topo.switches:
+            return cls(kind or "switch", target, step)
         a, _, b = target.partition("-")
-        if a in topo.switches and b in topo.switches and any(p.peer == b for p in topo.switches[a].ports.values()):
-            return cls(kind or "link", target, step)
+        if not kind and a in topo.switches and b in topo.switches and \
+                any(p.peer == b for p in topo.switches[a].ports.values()):
+            return cls("link", target, step)
         raise ValueError(f"--fail {text!r}: {target!r} is neither a switch of {topo.name} nor a link between "
                          f"two of its switches ({', '.join(sorted(topo.switches))})")
+
+    def ifaces(self, topo: Topology) -> list[str]:
+        """The interfaces whose frames are dropped: both ends of the link, or of every link of the switch."""
+        if self.kind == "link":
+            a, b = self.target.split("-")
+            return [p.iface for x, y in ((a, b), (b, a)) for p in topo.switches[x].ports.values() if p.peer == y]
+        sw = topo.switches[self.target]
+        return [p.iface for p in sw.ports.values()] + \
+            [q.iface for p in sw.ports.values() if p.peer in topo.switches
+             for q in topo.switches[p.peer].ports.values() if q.peer == sw.name]
 
     def inject(self, net: Network, ctl: FabricController, lock: threading.Lock) -> Callable[[], None]:
         """Fail it now; return the undo."""
         if self.kind == "switch":
             with lock:
                 return kill_switch(net, ctl, self.target)
-        a, b = self.target.split("-")
-        ifaces = [p.iface for x, y in ((a, b), (b, a)) for p in net.topo.switches[x].ports.values() if p.peer == y]
-        if self.kind == "blackhole":
-            undos = [blackhole(i) for i in ifaces]
-        else:
-            for i in ifaces:
-                subprocess.run(["ip", "link", "set", i, "down"], check=True)
-            undos = [link_up(i) for i in ifaces]
+        undos = [blackhole(i) for i in self.ifaces(net.topo)]
 
         def undo() -> None:
             for u in undos:
                 u()
         return undo
 
-
-def link_up(iface: str) -> Callable[[], None]:
-    def up() -> None:
-        subprocess.run(["ip", "link", "set", iface, "up"], check=True)
-    return up
+    @property
+    def text(self) -> str:
+        return {"switch": f"switch {self.target} killed", "link": f"link {self.target} cut",
+                "blackhole": f"switch {self.target} black-holing"}[self.kind]
 
 
 def composed_topology(name: str, c: Composition, ranks: list[str]) -> tuple[Topology, dict]:
@@ -255,7 +276,8 @@ def counter_total(ctl: FabricController, counter: str, lock: threading.Lock) -> 
 def rank_command(rank: int, hosts: list, c: Composition, steps: int, line_rate_pps: float, topo: Topology,
                  topo_file: Path, out: Path) -> list[str]:
     h = hosts[rank]
-    cmd = ["ip", "netns", "exec", h.host, agent_python(), "-m", "hostagent.collectives.ddp",
+    cmd = ["ip", "netns", "exec", h.host, "nice", "-n", str(RANK_NICE), agent_python(),
+           "-m", "hostagent.collectives.ddp",
            "--rank", str(rank), "--addresses", ",".join(x.ip for x in hosts), "--iface", h.iface,
            "--src-ip", h.ip, "--src-mac", h.mac, "--gw-mac", h.gateway_mac,
            "--algorithm", c.algorithm, "--cc", c.cc, "--line-rate-pps", str(line_rate_pps),
@@ -266,8 +288,10 @@ def rank_command(rank: int, hosts: list, c: Composition, steps: int, line_rate_p
         cmd += ["--aggregation-job", str(AGGREGATION_JOB), "--aggregation-server", server.ip]
     if c.traffic_class == "lossless":
         cmd += ["--dscp", str(LOSSLESS_DSCP)]
+    if c.channels > 1:
+        cmd += ["--channels", str(c.channels), "--channel-choice", c.channel_choice]
     if c.paths == "path-aware":
-        cmd += ["--channels", "2", "--paths", str(topo_file)]
+        cmd += ["--paths", str(topo_file)]
     if c.paths == "spray":
         cmd += ["--mode", SELECTIVE_REPEAT]
     return cmd
@@ -321,7 +345,7 @@ class RunResult:
                "max_loss_error": f"{self.loss_error:.2e}" if self.lines else "",
                "final_loss": round(self.lines[-1].loss, 6) if self.lines else ""}
         if self.failure is not None:
-            row.update(failure=f"{self.failure.kind} {self.failure.target} at step {self.failure.step}",
+            row.update(failure=f"{self.failure.text} at step {self.failure.step}",
                        **self.absorbed())
         row["errors"] = "; ".join(self.errors)
         return row
@@ -421,13 +445,19 @@ def run_case(case: str, c: Composition, args, reference: list[float], fail_text:
     dropped: Counter[int] = Counter()
     events: list[FabricEvent] = []
 
+    listeners: list[Callable[[str], None]] = []
+
     def said(text: str) -> None:          # a feature's news (failover: "[reroute] ...") is on the timeline too
         events.append(FabricEvent(time.time(), text.strip()))
         say(text)
+        for listen in listeners:
+            listen(text)
     explained: list[str] = []
     with fabric(topo, out / "run", args.log_level, said) as (net, ctl, lock), \
             monitoring(topo, out / "monitor", args.monitor) as prom, \
-            parameter_server(topo, out, c.algorithm == IN_NETWORK):
+            parameter_server(topo, out, c.algorithm == IN_NETWORK), \
+            central_routes(ctl, lock, c, [h.ip for h in hosts], said) as on_news:
+        listeners.append(on_news)
         procs = [subprocess.Popen(rank_command(r, hosts, c, args.steps, line_rate, topo, topo_file, out), cwd=REPO,
                                   env=rank_env(), stdout=open(out / f"rank{r}.log", "w"), stderr=subprocess.STDOUT)
                  for r in range(len(hosts))]
@@ -443,8 +473,8 @@ def run_case(case: str, c: Composition, args, reference: list[float], fail_text:
                 records = [read_records(out / f"rank{r}.jsonl") for r in range(len(hosts))]
                 if failure is not None and undo is None and max(len(r) for r in records) >= failure.step - 1:
                     undo = failure.inject(net, ctl, lock)
-                    events.append(FabricEvent(time.time(), f"{failure.kind} {failure.target} failed"))
-                    say(f"!!! {failure.kind} {failure.target} failed as step {failure.step} started")
+                    events.append(FabricEvent(time.time(), failure.text))
+                    say(f"!!! {failure.text} as step {failure.step} started")
                 done = min(len(r) for r in records)
                 while len(lines) < done:
                     x = join_step(len(lines), records, reference, previous_end)
@@ -453,7 +483,7 @@ def run_case(case: str, c: Composition, args, reference: list[float], fail_text:
                     drops = counter_total(ctl, "drop_counter", lock)
                     x.pauses, x.drops, pauses0, drops0 = pauses - pauses0, max(0, drops - drops0), pauses, drops
                     if failure is not None and x.step == failure.step - 1:
-                        x.failure = f"{failure.kind} {failure.target} failed"
+                        x.failure = failure.text
                     lines.append(x)
                     say(step_text(x, args.steps))
                     deadline = time.monotonic() + RANK_TIMEOUT_S + 30
@@ -519,6 +549,61 @@ def monitoring(topo: Topology, run_dir: Path, on: bool) -> Iterator[PrometheusPr
         if prom is not None:
             prom.stop()
         exporter.stop()
+
+
+def job_flows(c: Composition, addresses: list[str]) -> list[dict]:
+    """The job's traffic matrix as central routing takes it: per ordered rank
+    pair and channel, the flow (source port as the communicator picks it)
+    and the bytes one all-reduce of the gradient sends on it."""
+    params = 64 * HIDDEN + HIDDEN + HIDDEN * 10 + 10
+    sched = sc.schedule(sc.ALL_REDUCE, c.algorithm, len(addresses), params)
+    pair_bytes: Counter[tuple[int, int]] = Counter()
+    for step in sched.steps:
+        for t in step:
+            if t.src != t.dst:
+                pair_bytes[(t.src, t.dst)] += 4 * t.count
+    return [{"src": addresses[a], "dst": addresses[b], "sport": default_sport(a, b, ch),
+             "bytes": max(1, n // c.channels)}
+            for (a, b), n in sorted(pair_bytes.items()) for ch in range(c.channels)]
+
+
+@contextlib.contextmanager
+def central_routes(ctl: FabricController, lock: threading.Lock, c: Composition, addresses: list[str],
+                   say) -> Iterator[Callable[[str], None]]:
+    """Central routing: the job's flows pinned on the switches before it
+    starts; yields what to call with the fabric's news, which recomputes the
+    paths (in a thread of its own) when the controller has rerouted around
+    a failure."""
+    if c.paths != "central" or c.algorithm == IN_NETWORK:
+        yield lambda news: None
+        return
+    cr = ctl.feature("central_routing")
+    with lock:
+        assignment = cr.route(job_flows(c, addresses))
+    say(f"central routing: {len(assignment.flows)} flows pinned, the busiest link carries "
+        f"{assignment.max_load} B a step")
+    wake, stop = threading.Event(), threading.Event()
+
+    def recompute() -> None:
+        while not stop.is_set():
+            if wake.wait(0.2):
+                wake.clear()
+                try:
+                    with lock:
+                        a = cr.recompute()
+                    say(f"central routing: recomputed around what the controller avoids, the busiest link "
+                        f"carries {a.max_load} B a step")
+                except EntryError as e:         # some flow has no path left: ECMP (rerouted) carries them all
+                    with lock:
+                        cr.clear()
+                    say(f"central routing: {e}; every flow left to ECMP")
+    thread = threading.Thread(target=recompute, name="central-routing", daemon=True)
+    thread.start()
+    try:
+        yield lambda news: wake.set() if news.lstrip().startswith("[reroute]") else None
+    finally:
+        stop.set()
+        thread.join(timeout=5)
 
 
 @contextlib.contextmanager
@@ -597,9 +682,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--traffic-class", choices=TRAFFIC_CLASSES, default="lossless")
     ap.add_argument("--cc", choices=sorted(congestion_controls()), default="hpcc")
     ap.add_argument("--paths", choices=PATHS, default="path-aware")
+    ap.add_argument("--channel-choice", choices=CHANNEL_CHOICES, default=LEAST_LOADED,
+                    help=f"with {CHANNELS} channels (path-aware, central): each piece on the channel with the fewest "
+                         "bytes outstanding, or a fixed even split (default %(default)s)")
     ap.add_argument("--no-failover", action="store_true", help="no heartbeats, no data-plane or controller failover")
-    ap.add_argument("--fail", metavar="TARGET@stepK", help="fail a switch, a link (a-b: both ends down) or "
-                    "blackhole:a-b as step K starts")
+    ap.add_argument("--fail", metavar="TARGET@stepK", help="as step K starts, kill a switch (spine1), cut a link "
+                    "(leaf1-spine1) or make a switch black-hole (blackhole:spine1)")
     ap.add_argument("--ablate", action="store_true", help="the composition, then each technique off in turn")
     ap.add_argument("--line-rate-pps", type=float, help="each connection's top rate (default: per topology, "
                     "docs/train.md)")
@@ -623,7 +711,8 @@ def main(argv: list[str] | None = None) -> int:
                              f"(the topology's hosts)")
         if args.steps < 2:
             raise ValueError(f"--steps {args.steps}: at least 2")
-        composition = Composition(args.algorithm, args.traffic_class, args.cc, args.paths, not args.no_failover)
+        composition = Composition(args.algorithm, args.traffic_class, args.cc, args.paths, args.channel_choice,
+                                  not args.no_failover)
         if args.fail:       # checked before anything starts
             Failure.parse(args.fail, composed_topology(args.topology, composition,
                                                        [h["name"] for h in hosts])[0], args.steps)

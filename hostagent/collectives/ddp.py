@@ -71,8 +71,8 @@ from wire import aggregation as ah
 from hostagent.collectives import schedule as sc
 from core.topology import TopologyError
 from features import load_topology
-from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, IN_NETWORK, CollectiveError, Communicator, \
-    default_sport, open_communicator
+from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, CHANNEL_CHOICES, FIXED, IN_NETWORK, \
+    CollectiveError, Communicator, default_sport, open_communicator
 from hostagent.collectives.paths import PathModel, path_aware_sports
 from hostagent.rdma.agent import congestion_controls
 from hostagent.rdma.transport import MODES
@@ -245,6 +245,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--mode", choices=MODES, default=MODES[0], help="the transport's retransmission mode")
     ap.add_argument("--line-rate-pps", type=float, default=1000.0)
     ap.add_argument("--channels", type=int, default=1, help="connections per peer pair (distinct source ports)")
+    ap.add_argument("--channel-choice", choices=CHANNEL_CHOICES, default=FIXED,
+                    help="fixed: a transfer cut evenly over the channels; least-loaded: each piece on the channel "
+                         "with the fewest bytes outstanding (docs/collectives.md)")
     ap.add_argument("--paths", metavar="TOPOLOGY", help="path-aware source ports for the channels "
                     "(hostagent/collectives/paths.py; the topology file the fabric runs)")
     ap.add_argument("--dscp", type=int, default=0, help="DSCP of the collective's packets (its traffic class)")
@@ -303,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
             comm = open_communicator(a.rank, addresses, a.iface, a.src_ip, a.src_mac, a.gw_mac, cc=a.cc,
                                      mode=a.mode, line_rate_pps=a.line_rate_pps, channels=a.channels,
                                      timeout_s=a.timeout_s, dscp=a.dscp, sport_of=sport_of,
-                                     aggregation=aggregation)
+                                     aggregation=aggregation, channel_choice=a.channel_choice)
         except (ValueError, TopologyError) as e:
             print(f"hostagent.collectives.ddp: {e}", file=sys.stderr)
             return 2

@@ -24,27 +24,47 @@ def test_the_composition_writes_its_sections_and_nothing_else():
 def test_ablation_switches_off_one_technique_a_case():
     cases = train.ablations(Composition())
     assert [name for name, _ in cases] == ["composed", "lossy class (no PFC)", "dcqcn instead of hpcc",
-                                           "ecmp instead of path-aware", "no failover"]
-    for (_, c), changed in zip(cases[1:], ("traffic_class", "cc", "paths", "failover")):
-        differs = [f for f in ("algorithm", "traffic_class", "cc", "paths", "failover")
-                   if getattr(c, f) != getattr(Composition(), f)]
-        assert differs == [changed]
-    assert [n for n, _ in train.ablations(Composition("tree", "lossy", "dcqcn", "ecmp", False))] == \
+                                           "ecmp instead of path-aware", "fixed split instead of least-loaded",
+                                           "no failover"]
+    fields = ("algorithm", "traffic_class", "cc", "paths", "channel_choice", "failover")
+    for (_, c), changed in zip(cases[1:], ("traffic_class", "cc", "paths", "channel_choice", "failover")):
+        assert [f for f in fields if getattr(c, f) != getattr(Composition(), f)] == [changed]
+    assert Composition().channels == 2 and Composition(paths="ecmp").channels == 1
+    assert Composition(algorithm="in-network").channels == 1       # its packets are not the RC transport's
+    assert [n for n, _ in train.ablations(Composition("tree", "lossy", "dcqcn", "ecmp", "least-loaded", False))] == \
         ["composed", "ring instead of tree"]
+
+
+def test_central_routing_gets_the_jobs_flows_one_per_pair_and_channel():
+    addresses = ["10.0.1.1", "10.0.1.2", "10.0.2.1", "10.0.2.2"]
+    flows = train.job_flows(Composition(paths="central"), addresses)
+    # ring: each rank sends to the next, on 2 channels, 2 (n-1)/n of the gradient's 4810 float32 in all
+    assert len(flows) == 4 * 2
+    assert {(f["src"], f["dst"]) for f in flows} == {(addresses[r], addresses[(r + 1) % 4]) for r in range(4)}
+    assert len({(f["src"], f["dst"], f["sport"]) for f in flows}) == 8
+    per_rank = sum(f["bytes"] for f in flows if f["src"] == addresses[0])
+    assert abs(per_rank - 4 * 2 * 3 * 4810 // 4) <= 8
 
 
 def test_failures_parse_against_the_topology():
     topo, _ = train.composed_topology("leaf-spine", Composition(), ["h1", "h2", "h3", "h4"])
     assert Failure.parse("spine1@step5", topo, 12) == Failure("switch", "spine1", 5)
     assert Failure.parse("leaf1-spine2@step2", topo, 12) == Failure("link", "leaf1-spine2", 2)
-    assert Failure.parse("blackhole:leaf2-spine1@step12", topo, 12) == Failure("blackhole", "leaf2-spine1", 12)
+    assert Failure.parse("blackhole:spine1@step12", topo, 12) == Failure("blackhole", "spine1", 12)
     for text, error in (("spine1", "expected TARGET@stepK"), ("spine1@step1", "within 2..12"),
                         ("spine1@step13", "within 2..12"), ("spine9@step3", "neither a switch"),
                         ("leaf1-leaf2@step3", "neither a switch"), ("h1-leaf1@step3", "neither a switch"),
                         ("cut:leaf1-spine1@step3", "the only kind is blackhole"),
-                        ("blackhole:spine1@step3", "neither a switch")):
+                        ("blackhole:leaf1-spine1@step3", "neither a switch")):
         with pytest.raises(ValueError, match=error):
             Failure.parse(text, topo, 12)
+
+
+def test_a_link_drops_both_ways_and_a_black_hole_every_link_of_the_switch():
+    topo, _ = train.composed_topology("leaf-spine", Composition(), ["h1", "h2", "h3", "h4"])
+    assert sorted(Failure("link", "leaf1-spine1", 3).ifaces(topo)) == ["leaf1-eth3", "spine1-eth1"]
+    assert sorted(Failure("blackhole", "spine1", 3).ifaces(topo)) == \
+        ["leaf1-eth3", "leaf2-eth3", "spine1-eth1", "spine1-eth2"]
 
 
 def record(step: int, start: float, end: float, loss: float, resent: int, allreduce_s: float) -> dict:
