@@ -14,6 +14,14 @@ Topology.host_routing.
 
 Every object made is recorded in <run_dir>/network-state.json before it is
 made, so a run killed with SIGKILL is cleaned up by the next one.
+
+A host has no resolver: its default route leads into the fabric, which has
+no route to the machine's DNS server, so a name lookup in a host (gloo
+names its peers' addresses when torch.distributed starts) waited out the
+resolver's timeout, 5 s a try, and its queries were NO_ROUTE drops at the
+first switch. `ip netns exec` reads /etc/netns/HOST/ over /etc: the launcher
+writes a resolv.conf there naming the namespace's own loopback, where
+nothing answers, so a lookup fails at once (and removes it with the host).
 """
 from __future__ import annotations
 
@@ -40,6 +48,8 @@ from core.topology import Host, Nic, Switch, Topology
 QUEUE_RATE_PACKET_BYTES = 1500  # link bandwidth -> BMv2 queue rate (pps) assumes MTU-sized packets
 BMV2_QUEUE_DEPTH = 64              # packets: simple_switch's default depth of every egress queue
 STATE_FILE = "network-state.json"
+NETNS_ETC = Path("/etc/netns")    # ip netns exec: /etc/netns/HOST/FILE is the host's /etc/FILE
+NO_RESOLVER = "# written by core/network.py: no resolver in the fabric\nnameserver 127.0.0.1\noptions timeout:1 attempts:1\n"
 
 
 class NetworkError(RuntimeError):
@@ -188,7 +198,7 @@ class Network:
         self.pcap = pcap
         self.pki = pki
         self.switches: dict[str, SwitchProcess] = {}
-        self._made: dict[str, list] = {"netns": [], "veth": [], "pids": [], "nft": [], "nft_tables": []}
+        self._made: dict[str, list] = {"netns": [], "netns_etc": [], "veth": [], "pids": [], "nft": [], "nft_tables": []}
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -234,7 +244,7 @@ class Network:
                 sp.proc.wait()
         self.switches.clear()
         _remove(self._made)
-        self._made = {"netns": [], "veth": [], "pids": [], "nft": [], "nft_tables": []}
+        self._made = {"netns": [], "netns_etc": [], "veth": [], "pids": [], "nft": [], "nft_tables": []}
         state = self.run_dir / STATE_FILE
         if state.exists():
             state.unlink()
@@ -285,6 +295,11 @@ class Network:
         self._record("netns", host.name)
         sh("ip", "netns", "add", host.name)
         sh("ip", "link", "set", "lo", "up", netns=host.name)
+        etc = NETNS_ETC / host.name
+        if not etc.exists():                # (a user's own /etc/netns/HOST is left alone)
+            self._record("netns_etc", str(etc))
+            etc.mkdir(parents=True)
+            (etc / "resolv.conf").write_text(NO_RESOLVER)
         sh("sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1",
            netns=host.name)
 
@@ -441,6 +456,10 @@ def _remove(made: dict) -> None:
         sh("ip", "link", "del", veth, check=False)  # deletes the pair (also when one end is in a netns)
     for ns in made.get("netns", []):
         sh("ip", "netns", "del", ns, check=False)
+    for etc in made.get("netns_etc", []):
+        with contextlib.suppress(OSError):
+            (Path(etc) / "resolv.conf").unlink(missing_ok=True)
+            Path(etc).rmdir()
 
 
 def _running(pid: int) -> bool:

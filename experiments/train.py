@@ -38,6 +38,7 @@ import contextlib
 import json
 import math
 import os
+import signal
 import statistics
 import subprocess
 import threading
@@ -86,13 +87,17 @@ MTU = 1024
 # Time constants scaled to BMv2 on two cores (docs/train.md's table).
 LINE_RATE_PPS = {"leaf-spine": 1000.0, "fat-tree-k4": 400.0}   # each connection's top rate (1 KB packets)
 DEFAULT_LINE_RATE_PPS = 400.0
-HEARTBEAT_MS, FAILOVER_TIMEOUT_MS = 50, 500     # failover: heartbeats on every switch link, dead after 500 ms
+# failover: (heartbeat period, a port silent this long is dead), ms. Heartbeats go on every link and on a
+# path to every edge switch: on fat-tree-k4 at 50 ms they alone kept BMv2 at 1.8 cores of two, idle.
+FAILOVER_MS = {"leaf-spine": (50, 500), "fat-tree-k4": (500, 2000)}
+DEFAULT_FAILOVER_MS = (500, 2000)
 RANK_NICE = 10                  # the ranks yield the CPU to the switches and heartbeats (their silicon and
                                 # line cards in a real fabric): 16 ranks importing PyTorch on two cores
                                 # otherwise delay heartbeats past the failover timeout
 RANK_TIMEOUT_S = 60.0           # a rank silent this long is an error (a failure without failover)
 START_TIMEOUT_S = 240.0         # 16 ranks import torch on two cores
-EXPORT_INTERVAL_S, SCRAPE = 0.5, "1s"    # the switch exporter's reads, Prometheus's scrapes
+EXPORT_INTERVAL_S, SCRAPE = 0.5, "1s"    # the switch exporter's reads (2 s above 6 switches), Prometheus's scrapes
+LARGE_EXPORT_INTERVAL_S = 2.0   # fat-tree-k4: reading 20 switches every 0.5 s kept this process at a whole core
 SLOW_STEP = 2.0                 # a step this many times the median is explained from Prometheus
 LOSSLESS_CLASS, LOSSLESS_DSCP = 3, 26
 LOSSLESS_SECTION = {"queues": 8, "classes": [{"name": "collective", "class": LOSSLESS_CLASS,
@@ -122,22 +127,24 @@ class Composition:
                 f"failover {'on' if self.failover else 'off'}")
 
 
-# The techniques --ablate switches off, one at a time: (name, the composition without it), when it is on.
-def ablations(c: Composition) -> list[tuple[str, Composition]]:
-    out = [("composed", c)]
-    if c.traffic_class == "lossless":
-        out.append(("lossy class (no PFC)", replace(c, traffic_class="lossy")))
-    if c.cc != "dcqcn":
-        out.append((f"dcqcn instead of {c.cc}", replace(c, cc="dcqcn")))
-    if c.paths != "ecmp":
-        out.append((f"ecmp instead of {c.paths}", replace(c, paths="ecmp")))
-    if c.channels > 1 and c.channel_choice != FIXED:
-        out.append((f"fixed split instead of {c.channel_choice}", replace(c, channel_choice=FIXED)))
-    if c.failover:
-        out.append(("no failover", replace(c, failover=False)))
-    if c.algorithm != sc.RING:
-        out.append((f"ring instead of {c.algorithm}", replace(c, algorithm=sc.RING)))
-    return out
+TECHNIQUES = ("traffic-class", "cc", "paths", "channel-choice", "failover", "algorithm")
+
+
+def ablations(c: Composition, only: tuple[str, ...] = TECHNIQUES) -> list[tuple[str, Composition]]:
+    """The cases of --ablate: the composition, then each technique of `only`
+    it has on switched to its plain counterpart, one at a time."""
+    unknown = sorted(set(only) - set(TECHNIQUES))
+    if unknown:
+        raise ValueError(f"--ablate {','.join(only)}: no technique {unknown[0]!r} (techniques: {', '.join(TECHNIQUES)})")
+    plain = {"traffic-class": ("lossy class (no PFC)", c.traffic_class == "lossless", replace(c, traffic_class="lossy")),
+             "cc": (f"dcqcn instead of {c.cc}", c.cc != "dcqcn", replace(c, cc="dcqcn")),
+             "paths": (f"ecmp instead of {c.paths}", c.paths != "ecmp", replace(c, paths="ecmp")),
+             "channel-choice": (f"fixed split instead of {c.channel_choice}",
+                                c.channels > 1 and c.channel_choice != FIXED, replace(c, channel_choice=FIXED)),
+             "failover": ("no failover", c.failover, replace(c, failover=False)),
+             "algorithm": (f"ring instead of {c.algorithm}", c.algorithm != sc.RING, replace(c, algorithm=sc.RING))}
+    return [("composed", c)] + [(name, off) for t in TECHNIQUES if t in only
+                                for name, on, off in [plain[t]] if on]
 
 
 @dataclass(frozen=True)
@@ -181,17 +188,14 @@ class Failure:
             [q.iface for p in sw.ports.values() if p.peer in topo.switches
              for q in topo.switches[p.peer].ports.values() if q.peer == sw.name]
 
-    def inject(self, net: Network, ctl: FabricController, lock: threading.Lock) -> Callable[[], None]:
-        """Fail it now; return the undo."""
+    def inject(self, net: Network, ctl: FabricController, lock: threading.Lock) -> None:
+        """Fail it now, for the rest of the case (the network goes with the case)."""
         if self.kind == "switch":
             with lock:
-                return kill_switch(net, ctl, self.target)
-        undos = [blackhole(i) for i in self.ifaces(net.topo)]
-
-        def undo() -> None:
-            for u in undos:
-                u()
-        return undo
+                kill_switch(net, ctl, self.target)
+            return
+        for iface in self.ifaces(net.topo):
+            blackhole(iface)
 
     @property
     def text(self) -> str:
@@ -216,7 +220,8 @@ def composed_topology(name: str, c: Composition, ranks: list[str]) -> tuple[Topo
     if c.paths == "spray":
         raw["load_balancing"] = [{"switch": "all", "mode": "spray"}]
     if c.failover:
-        raw["failover"] = {"heartbeat_ms": HEARTBEAT_MS, "timeout_ms": FAILOVER_TIMEOUT_MS}
+        heartbeat_ms, timeout_ms = FAILOVER_MS.get(path.stem, DEFAULT_FAILOVER_MS)
+        raw["failover"] = {"heartbeat_ms": heartbeat_ms, "timeout_ms": timeout_ms}
     if c.algorithm == IN_NETWORK:
         # the ranks sum over trees of switches; the parameter server (the fallback) on the last rank's switch
         last = next(link for link in raw["links"] if ranks[-1] in link[:2])
@@ -297,13 +302,27 @@ def rank_command(rank: int, hosts: list, c: Composition, steps: int, line_rate_p
     return cmd
 
 
-def reference_losses(steps: int, out: Path) -> list[float]:
-    """The single-process run of the same seed and global batch: each step's loss."""
-    subprocess.run([agent_python(), "-m", "hostagent.collectives.ddp", "--reference", "--steps", str(steps),
-                    "--hidden", str(HIDDEN), "--steps-out", str(out / "reference.jsonl"),
-                    "--out", str(out / "reference")], cwd=REPO, env=rank_env(), check=True,
-                   capture_output=True, text=True, timeout=300)
-    return [r["loss"] for r in read_records(out / "reference.jsonl")]
+class Reference:
+    """The single-process run of the same seed and global batch, started at
+    once and read when the first case needs it (it runs while the fabric
+    comes up): each step's loss."""
+
+    def __init__(self, steps: int, out: Path):
+        self.path = out / "reference.jsonl"
+        self.proc = subprocess.Popen([agent_python(), "-m", "hostagent.collectives.ddp", "--reference", "--steps",
+                                      str(steps), "--hidden", str(HIDDEN), "--steps-out", str(self.path),
+                                      "--out", str(out / "reference")], cwd=REPO, env=rank_env(),
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self._losses: list[float] | None = None
+
+    @property
+    def losses(self) -> list[float]:
+        if self._losses is None:
+            output, _ = self.proc.communicate(timeout=300)
+            if self.proc.returncode != 0:
+                raise RuntimeError(f"the single-process reference run failed ({self.proc.returncode}): {output[-2000:]}")
+            self._losses = [r["loss"] for r in read_records(self.path)]
+        return self._losses
 
 
 def rank_env() -> dict[str, str]:
@@ -402,6 +421,67 @@ def join_step(step: int, records: list[list[dict]], reference: list[float], prev
                     pauses=0, drops=0, allreduce_ms=1000 * max(allreduce), compute_ms=1000 * statistics.median(compute))
 
 
+class FabricCounters:
+    """What the switches counted while the job ran: PFC pauses sent and
+    packets dropped, as differences between readings."""
+
+    def __init__(self, ctl: FabricController, lock: threading.Lock, pfc: bool):
+        self.ctl, self.lock, self.pfc = ctl, lock, pfc
+        self.first_drops = counter_by_index(ctl, "drop_counter", lock)
+        self.pauses, self.drops = self._pauses(), sum(self.first_drops.values())
+
+    def _pauses(self) -> int:
+        return counter_total(self.ctl, "pfc_pause_sent", self.lock) if self.pfc else 0
+
+    def since_last(self) -> tuple[int, int]:
+        """(pauses, drops) since the last call."""
+        pauses, drops = self._pauses(), counter_total(self.ctl, "drop_counter", self.lock)
+        delta = (pauses - self.pauses, max(0, drops - self.drops))    # (a killed switch's counts are gone)
+        self.pauses, self.drops = pauses, drops
+        return delta
+
+    def drops_by_reason(self) -> dict[str, int]:
+        """Drops since the start, by reason."""
+        names = {v: k for k, v in drop_reasons().items()}
+        grown = counter_by_index(self.ctl, "drop_counter", self.lock) - self.first_drops
+        return {names.get(i, str(i)): n for i, n in sorted(grown.items())}
+
+
+def follow_steps(procs: list[subprocess.Popen], out: Path, steps: int, reference: list[float],
+                 counters: FabricCounters, step_started: Callable[[int], None], say,
+                 failure: Failure | None = None) -> tuple[list[StepLine], list[list[dict]], list[str]]:
+    """Follow the ranks' step files until every rank has ended every step, a
+    rank exits, or no step ends for RANK_TIMEOUT_S + 30 s; print each step's
+    line as the last rank ends it. Returns the lines, the records, and why
+    it stopped short (if it did)."""
+    lines: list[StepLine] = []
+    records: list[list[dict]] = [[] for _ in procs]
+    deadline = time.monotonic() + START_TIMEOUT_S
+    previous_end = None
+    while len(lines) < steps:
+        exited = [p.returncode for p in procs if p.poll() is not None]    # before reading: no line missed
+        records = [read_records(out / f"rank{r}.jsonl") for r in range(len(procs))]
+        step_started(max(len(r) for r in records) + 1)
+        while len(lines) < min(len(r) for r in records):
+            x = join_step(len(lines), records, reference, previous_end)
+            previous_end = max(r[x.step]["end"] for r in records)
+            x.pauses, x.drops = counters.since_last()
+            if failure is not None and x.step == failure.step - 1:
+                x.failure = failure.text
+            lines.append(x)
+            say(step_text(x, steps))
+            deadline = time.monotonic() + RANK_TIMEOUT_S + 30
+        if any(code != 0 for code in exited) or (len(exited) == len(procs) and len(lines) < steps):
+            for p in procs:         # the others fail too, naming the rank (an abort), or time out
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(timeout=RANK_TIMEOUT_S + 10)
+            return lines, records, []
+        if time.monotonic() > deadline:
+            return lines, records, [f"no step ended for {RANK_TIMEOUT_S + 30:.0f} s"]
+        time.sleep(0.05)
+    return lines, records, []
+
+
 def step_text(x: StepLine, steps: int) -> str:
     mark = f"   <- {x.failure}" if x.failure else ""
     ok = "=" if abs(x.loss - x.reference_loss) <= LOSS_TOLERANCE else "!="
@@ -425,7 +505,7 @@ def fabric(topo: Topology, run_dir: Path, log_level: str, say) -> Iterator[tuple
             yield net, ctl, lock
 
 
-def run_case(case: str, c: Composition, args, reference: list[float], fail_text: str | None, out: Path,
+def run_case(case: str, c: Composition, args, reference: Reference, fail_text: str | None, out: Path,
              say=print) -> RunResult:
     hosts_all = yaml.safe_load(topology_path(args.topology).read_text())["hosts"]
     rank_names = [h["name"] for h in hosts_all][:args.ranks]
@@ -441,8 +521,9 @@ def run_case(case: str, c: Composition, args, reference: list[float], fail_text:
     say(f"==> {case}: {len(hosts)} ranks on {topo.name}, {args.steps} steps ({c.label})")
     lines: list[StepLine] = []
     errors: list[str] = []
-    undo: Callable[[], None] | None = None
-    dropped: Counter[int] = Counter()
+    injected = False
+    dropped: dict[str, int] = {}
+    records: list[list[dict]] = []
     events: list[FabricEvent] = []
 
     listeners: list[Callable[[str], None]] = []
@@ -462,43 +543,21 @@ def run_case(case: str, c: Composition, args, reference: list[float], fail_text:
                                   env=rank_env(), stdout=open(out / f"rank{r}.log", "w"), stderr=subprocess.STDOUT)
                  for r in range(len(hosts))]
         try:
-            pauses0 = counter_total(ctl, "pfc_pause_sent", lock) if c.traffic_class == "lossless" else 0
-            reasons0 = counter_by_index(ctl, "drop_counter", lock)
-            drops0 = sum(reasons0.values())
-            records: list[list[dict]] = [[] for _ in hosts]
-            deadline = time.monotonic() + START_TIMEOUT_S
-            previous_end = None
-            while len(lines) < args.steps:
-                exited = [(r, p.returncode) for r, p in enumerate(procs) if p.poll() is not None]
-                records = [read_records(out / f"rank{r}.jsonl") for r in range(len(hosts))]
-                if failure is not None and undo is None and max(len(r) for r in records) >= failure.step - 1:
-                    undo = failure.inject(net, ctl, lock)
+            counters = FabricCounters(ctl, lock, pfc=c.traffic_class == "lossless")
+
+            def step_started(k: int) -> None:           # the failure, as step k starts
+                nonlocal injected
+                if failure is not None and not injected and k >= failure.step:
+                    failure.inject(net, ctl, lock)
+                    injected = True
                     events.append(FabricEvent(time.time(), failure.text))
                     say(f"!!! {failure.text} as step {failure.step} started")
-                done = min(len(r) for r in records)
-                while len(lines) < done:
-                    x = join_step(len(lines), records, reference, previous_end)
-                    previous_end = max(r[x.step]["end"] for r in records)
-                    pauses = counter_total(ctl, "pfc_pause_sent", lock) if c.traffic_class == "lossless" else 0
-                    drops = counter_total(ctl, "drop_counter", lock)
-                    x.pauses, x.drops, pauses0, drops0 = pauses - pauses0, max(0, drops - drops0), pauses, drops
-                    if failure is not None and x.step == failure.step - 1:
-                        x.failure = failure.text
-                    lines.append(x)
-                    say(step_text(x, args.steps))
-                    deadline = time.monotonic() + RANK_TIMEOUT_S + 30
-                if any(code != 0 for _, code in exited) or (len(exited) == len(procs) and len(lines) < args.steps):
-                    for p in procs:
-                        with contextlib.suppress(subprocess.TimeoutExpired):
-                            p.wait(timeout=RANK_TIMEOUT_S + 10)
-                    break
-                if time.monotonic() > deadline:
-                    errors.append(f"no step ended for {RANK_TIMEOUT_S + 30:.0f} s")
-                    break
-                time.sleep(0.05)
-            dropped = counter_by_index(ctl, "drop_counter", lock) - reasons0
+            lines, records, stalled = follow_steps(procs, out, args.steps, reference.losses, counters, step_started,
+                                                   say, failure)
+            errors += stalled
+            dropped = counters.drops_by_reason()
             if prom is not None and (slow := slow_steps(lines)):
-                time.sleep(2 * EXPORT_INTERVAL_S + 1)         # the last readings scraped
+                time.sleep(2 * export_interval(topo) + 1)         # the last readings scraped
                 for x in slow:
                     start = previous_end_of(x.step, records)
                     explained.append(explain(prom, x, start, max(r[x.step]["end"] for r in records), events))
@@ -512,9 +571,6 @@ def run_case(case: str, c: Composition, args, reference: list[float], fail_text:
             for p in procs:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     p.wait(timeout=10)
-            if undo is not None:
-                with contextlib.suppress(Exception):
-                    undo()
         for r, p in enumerate(procs):
             if p.returncode not in (0, None) and not errors:
                 tail = (out / f"rank{r}.log").read_text().strip().splitlines()
@@ -522,10 +578,12 @@ def run_case(case: str, c: Composition, args, reference: list[float], fail_text:
     compute = statistics.median(x.compute_ms for x in lines) if lines else 0.0
     if lines:
         write_timeline(out, records, [h.host for h in hosts], events, lines, f"{case}: {c.label}")
-    names = {v: k for k, v in drop_reasons().items()}
     return RunResult(case, c, lines, args.steps, failure, errors,
-                     ideal_step_ms(c, len(hosts), compute, line_rate), records,
-                     {names.get(i, str(i)): n for i, n in sorted(dropped.items())}, explained)
+                     ideal_step_ms(c, len(hosts), compute, line_rate), records, dropped, explained)
+
+
+def export_interval(topo: Topology) -> float:
+    return EXPORT_INTERVAL_S if len(topo.switches) <= 6 else LARGE_EXPORT_INTERVAL_S
 
 
 @contextlib.contextmanager
@@ -535,8 +593,9 @@ def monitoring(topo: Topology, run_dir: Path, on: bool) -> Iterator[PrometheusPr
     if not on:
         yield None
         return
+    interval = export_interval(topo)
     exporter = SwitchExporter(topo, Bmv2Reader(DEFAULT_P4INFO, credentials=MONITOR_CREDENTIALS),
-                              interval=EXPORT_INTERVAL_S).start(port=0)
+                              interval=interval).start(port=0)
     prom = None
     try:
         assert exporter.server is not None
@@ -632,8 +691,8 @@ def explain(prom: PrometheusClient, x: StepLine, start: float, end: float, event
     """What Prometheus recorded around a step [start, end] (padded by the
     exporter's and the scrapes' lag): drops by reason, pauses, the deepest
     queue, switches that stopped answering; and the fabric's events then."""
-    window = math.ceil(end - start) + 3
-    at = end + 2
+    window = math.ceil(end - start) + 5
+    at = end + 4
     parts = []
     try:
         drops = prom.query(f"sum by (reason) (increase(fabric_drops[{window}s])) > 0", at)
@@ -652,7 +711,7 @@ def explain(prom: PrometheusClient, x: StepLine, start: float, end: float, event
     except PrometheusError as e:
         parts.append(f"Prometheus: {e}")
     news = [e.name for e in events if start - 1 <= e.at <= end + 1]
-    return (f"slow step {x.step + 1} ({x.ms:.0f} ms): Prometheus over [{window} s to its end + 2 s]: "
+    return (f"slow step {x.step + 1} ({x.ms:.0f} ms): Prometheus over [{window} s to its end + 4 s]: "
             + "; ".join(parts) + ("; the fabric: " + " | ".join(news) if news else ""))
 
 
@@ -688,7 +747,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--no-failover", action="store_true", help="no heartbeats, no data-plane or controller failover")
     ap.add_argument("--fail", metavar="TARGET@stepK", help="as step K starts, kill a switch (spine1), cut a link "
                     "(leaf1-spine1) or make a switch black-hole (blackhole:spine1)")
-    ap.add_argument("--ablate", action="store_true", help="the composition, then each technique off in turn")
+    ap.add_argument("--ablate", nargs="?", const=",".join(TECHNIQUES), metavar="TECHNIQUES",
+                    help="the composition, then each technique off in turn (or those named, comma-separated: "
+                         f"{', '.join(TECHNIQUES)})")
     ap.add_argument("--line-rate-pps", type=float, help="each connection's top rate (default: per topology, "
                     "docs/train.md)")
     ap.add_argument("--no-monitor", dest="monitor", action="store_false",
@@ -698,8 +759,15 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def stop_on_sigterm(signum, frame) -> None:
+    """SIGTERM ends the run as Ctrl-C does: every network, process and rule torn down on the way out."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop_on_sigterm)
     try:
         path = topology_path(args.topology)
         if not path.exists():
@@ -713,6 +781,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--steps {args.steps}: at least 2")
         composition = Composition(args.algorithm, args.traffic_class, args.cc, args.paths, args.channel_choice,
                                   not args.no_failover)
+        cases = ablations(composition, tuple(t.strip() for t in args.ablate.split(","))) if args.ablate \
+            else [("composed", composition)]
         if args.fail:       # checked before anything starts
             Failure.parse(args.fail, composed_topology(args.topology, composition,
                                                        [h["name"] for h in hosts])[0], args.steps)
@@ -721,8 +791,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     compile_p4()
     args.out.mkdir(parents=True, exist_ok=True)
-    reference = reference_losses(args.steps, args.out)
-    cases = ablations(composition) if args.ablate else [("composed", composition)]
+    reference = Reference(args.steps, args.out)
     results = []
     for case, c in cases:
         try:

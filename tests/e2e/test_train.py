@@ -1,35 +1,53 @@
-"""`fabric train` on a live leaf-spine: PyTorch DDP on four ranks, their
-gradients all-reduced through BMv2 with the techniques composed (ring,
-lossless class with PFC, HPCC on INT, path-aware channels, failover), a
-spine killed as step 5 starts: every step completes, and the loss curve
-equals the single-process reference's."""
+"""`fabric train` on a live leaf-spine, as a short ablation: PyTorch DDP on
+four ranks, their gradients all-reduced through BMv2 with the techniques
+composed (ring, lossless class with PFC, HPCC on INT, path-aware channels
+with the least-loaded choice, failover, monitoring), then the same with the
+fixed split; a spine killed as step 4 starts in both. Every step of both
+completes, the loss curve equals the single-process reference's, the
+failure is absorbed by a step from step 4 on, and the run leaves its table,
+CSV, PNG and a Chrome trace per case."""
 from __future__ import annotations
 
+import csv
 import json
-import sys
 import subprocess
+import sys
 from pathlib import Path
 
 from core.build import compile_p4
 
 REPO = Path(__file__).resolve().parents[2]
-STEPS = 12
+STEPS = 10
 
 
-def test_training_survives_a_spine_killed_mid_run_and_equals_the_reference(tmp_path):
+def test_a_short_ablation_survives_a_spine_killed_mid_run_and_equals_the_reference(tmp_path):
     compile_p4()
     run = subprocess.run([sys.executable, "-m", "fabric.cli", "train", "--topology", "leaf-spine", "--steps",
-                          str(STEPS), "--fail", "spine1@step5", "--out", str(tmp_path)], cwd=REPO,
-                         capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    [summary] = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["completed"] == STEPS and summary["errors"] == ""
-    assert float(summary["max_loss_error"]) <= 1e-4
-    assert summary["failure"] == "switch spine1 at step 5"
-    assert summary["absorbed_by_step"] >= 5                  # a step from the failure on took the hit
-    assert "!!! switch spine1 failed as step 5 started" in run.stdout
+                          str(STEPS), "--fail", "spine1@step4", "--ablate", "channel-choice", "--out", str(tmp_path)],
+                         cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-2000:]
+    rows = json.loads((tmp_path / "summary.json").read_text())
+    assert [r["case"] for r in rows] == ["composed", "fixed split instead of least-loaded"]
+    for r in rows:
+        assert r["completed"] == STEPS and r["errors"] == "", r
+        assert float(r["max_loss_error"]) <= 1e-4
+        assert r["failure"] == "switch spine1 killed at step 4"
+        assert r["absorbed_by_step"] >= 4                     # a step from the failure on took the hit
+    assert rows[0]["channel_choice"] == "least-loaded" and rows[1]["channel_choice"] == "fixed"
+    assert run.stdout.count("!!! switch spine1 killed as step 4 started") == 2
     lines = [line for line in run.stdout.splitlines() if line.startswith("step ")]
-    assert len(lines) == STEPS and all("= reference" in line for line in lines)
-    # the composition really ran: the ranks' packets carried the lossless class's DSCP, HPCC got INT
+    assert len(lines) == 2 * STEPS and all("= reference" in line for line in lines)
+    # the ablation's table, CSV and PNG
+    out = run.stdout.splitlines()
+    header = next(i for i, line in enumerate(out) if "step_ms_p50" in line and "efficiency" in line)
+    assert [line.split()[0] for line in out[header + 1:header + 3]] == ["composed", "fixed"]
+    with open(tmp_path / "ablation.csv") as f:
+        assert [r["case"] for r in csv.DictReader(f)] == [r["case"] for r in rows]
+    assert (tmp_path / "ablation.png").read_bytes()[:4] == b"\x89PNG"
+    # the composition really ran: its sections, and every rank's timeline with the failure on it
     topo = (tmp_path / "composed" / "topology.yaml").read_text()
     assert "lossless:" in topo and "to_host: true" in topo and "failover:" in topo
+    trace = json.loads((tmp_path / "composed" / "trace.json").read_text())["traceEvents"]
+    assert {e["pid"] for e in trace if e["name"] == "backward"} == {0, 1, 2, 3}
+    assert sum(1 for e in trace if e["name"] == "backward") == 4 * STEPS
+    assert any(e["name"] == "switch spine1 killed" and e["ph"] == "i" for e in trace)

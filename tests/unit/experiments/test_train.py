@@ -33,6 +33,11 @@ def test_ablation_switches_off_one_technique_a_case():
     assert Composition(algorithm="in-network").channels == 1       # its packets are not the RC transport's
     assert [n for n, _ in train.ablations(Composition("tree", "lossy", "dcqcn", "ecmp", "least-loaded", False))] == \
         ["composed", "ring instead of tree"]
+    # --ablate channel-choice,failover: only those
+    assert [n for n, _ in train.ablations(Composition(), ("failover", "channel-choice"))] == \
+        ["composed", "fixed split instead of least-loaded", "no failover"]
+    with pytest.raises(ValueError, match="no technique 'pfc'"):
+        train.ablations(Composition(), ("pfc",))
 
 
 def test_central_routing_gets_the_jobs_flows_one_per_pair_and_channel():
