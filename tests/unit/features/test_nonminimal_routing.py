@@ -15,40 +15,16 @@ from core.p4info import EntryError
 from core.topology import TopologyError
 from features import nonminimal_routing as nm
 from features import topology_from_dict
+from tests.unit.features import switch_state
+from tests.unit.features.switch_state import entries
 
 
 def shipped(name: str, section=None):
-    data = yaml.safe_load((REPO / "topologies" / f"{name}.yaml").read_text())
-    if section is not None:
-        data[nm.SECTION] = section
-    return topology_from_dict(data, f"{name}.yaml")
-
-
-def entries(p4info, state, table: str) -> list[tuple[dict, str, dict]]:
-    """(match, action, params) of `state`'s entries in `table`, as plain values."""
-    t = p4info.table(table)
-    fields = {f.id: f.name for f in t.match_fields}
-    out = []
-    for e in state.table_entries:
-        if e.table_id != t.preamble.id or e.is_default_action:
-            continue
-        match = {}
-        for m in e.match:
-            if m.HasField("exact"):
-                match[fields[m.field_id]] = int.from_bytes(m.exact.value, "big")
-            else:
-                match[fields[m.field_id]] = (int.from_bytes(m.lpm.value, "big"), m.lpm.prefix_len)
-        action = p4info.by_id(e.action.action.action_id)
-        names = {p.id: p.name for p in action.params}
-        params = {names[p.param_id]: int.from_bytes(p.value, "big") for p in e.action.action.params}
-        out.append((match, action.preamble.name.split(".")[-1], params))
-    return out
+    return switch_state.shipped(name, nm.SECTION, section)
 
 
 def gate(p4info, state) -> str:
-    t = p4info.table(nm.GATE_TABLE).preamble.id
-    e = next(e for e in state.table_entries if e.table_id == t and e.is_default_action)
-    return p4info.by_id(e.action.action.action_id).preamble.name.split(".")[-1]
+    return switch_state.default_action(p4info, state, nm.GATE_TABLE)
 
 
 @pytest.mark.parametrize("section, field, what", [
