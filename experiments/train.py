@@ -68,6 +68,7 @@ from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, CHANNEL_CH
 from hostagent.rdma.agent import congestion_controls
 from hostagent.rdma.transport import SELECTIVE_REPEAT
 from core.switch import MONITOR_CREDENTIALS
+from telemetry import metrics as m
 from telemetry import prometheus_config
 from telemetry.chrome_trace import FabricEvent, trace_events, write_heatmap, write_trace
 from telemetry.prometheus import PrometheusClient, PrometheusError, PrometheusMissing, PrometheusProcess
@@ -341,6 +342,7 @@ class RunResult:
     records: list[list[dict]]           # per rank, per step
     drop_reasons: dict[str, int] = field(default_factory=dict)     # the switches' drops by reason, whole run
     explained: list[str] = field(default_factory=list)             # the slow steps, from Prometheus
+    paused_s: float | None = None       # seconds the switches' ports were paused (Prometheus), all (port, class)
 
     @property
     def completed(self) -> int:
@@ -359,6 +361,7 @@ class RunResult:
                "ideal_ms": round(self.ideal_ms, 1),
                "efficiency": round(self.ideal_ms / percentile(ms, 0.5), 3) if ms else "",
                "resent": sum(x.resent for x in self.lines), "pauses": sum(x.pauses for x in self.lines),
+               "paused_s": "" if self.paused_s is None else round(self.paused_s, 3),
                "drops": sum(x.drops for x in self.lines),
                "drop_reasons": " ".join(f"{k}:{v}" for k, v in self.drop_reasons.items()),
                "max_loss_error": f"{self.loss_error:.2e}" if self.lines else "",
@@ -522,6 +525,7 @@ def run_case(case: str, c: Composition, args, reference: Reference, fail_text: s
     lines: list[StepLine] = []
     errors: list[str] = []
     injected = False
+    paused_s: float | None = None
     dropped: dict[str, int] = {}
     records: list[list[dict]] = []
     events: list[FabricEvent] = []
@@ -556,9 +560,10 @@ def run_case(case: str, c: Composition, args, reference: Reference, fail_text: s
                                                    say, failure)
             errors += stalled
             dropped = counters.drops_by_reason()
-            if prom is not None and (slow := slow_steps(lines)):
+            if prom is not None and lines:
                 time.sleep(2 * export_interval(topo) + 1)         # the last readings scraped
-                for x in slow:
+                paused_s = paused_seconds(prom, previous_end_of(0, records), previous_end_of(len(lines), records))
+                for x in slow_steps(lines):
                     start = previous_end_of(x.step, records)
                     explained.append(explain(prom, x, start, max(r[x.step]["end"] for r in records), events))
             for p in procs:             # the ranks write their summaries after the last step
@@ -579,7 +584,7 @@ def run_case(case: str, c: Composition, args, reference: Reference, fail_text: s
     if lines:
         write_timeline(out, records, [h.host for h in hosts], events, lines, f"{case}: {c.label}")
     return RunResult(case, c, lines, args.steps, failure, errors,
-                     ideal_step_ms(c, len(hosts), compute, line_rate), records, dropped, explained)
+                     ideal_step_ms(c, len(hosts), compute, line_rate), records, dropped, explained, paused_s)
 
 
 def export_interval(topo: Topology) -> float:
@@ -679,6 +684,26 @@ def parameter_server(topo: Topology, out: Path, on: bool) -> Iterator[None]:
         stop_server(proc, out, AGGREGATION_JOB)
 
 
+# What Prometheus stores of the switch exporter's metrics (a counter's samples end in _total).
+DROPS = m.FABRIC_DROPS.exposed()[0]
+PAUSES_SENT = m.FEATURE_METRICS["fabric_pfc_pause_sent"].exposed()[0]
+PAUSED_SECONDS = m.FEATURE_METRICS["fabric_pfc_paused_seconds"].exposed()[0]
+QUEUE_DEPTH = m.FABRIC_QUEUE_DEPTH.exposed()[0]
+SWITCH_UP = m.FABRIC_SWITCH_UP.exposed()[0]
+
+
+def paused_seconds(prom: PrometheusClient, start: float, end: float) -> float | None:
+    """Seconds of pause the switches' ports were held in over [start, end]
+    (every port and class summed: the lossless feature's pfc_paused_us, as
+    the exporter publishes it), from Prometheus; None if it cannot tell."""
+    window = math.ceil(end - start) + 5
+    try:
+        got = prom.query(f"sum(increase({PAUSED_SECONDS}[{window}s]))", end + 4)
+    except PrometheusError:
+        return None
+    return float(got[0]["value"][1]) if got else 0.0
+
+
 def slow_steps(lines: list[StepLine]) -> list[StepLine]:
     """The (up to three) slowest steps over SLOW_STEP x the median, slowest first."""
     if len(lines) < 3:
@@ -695,17 +720,17 @@ def explain(prom: PrometheusClient, x: StepLine, start: float, end: float, event
     at = end + 4
     parts = []
     try:
-        drops = prom.query(f"sum by (reason) (increase(fabric_drops[{window}s])) > 0", at)
+        drops = prom.query(f"sum by (reason) (increase({DROPS}[{window}s])) > 0", at)
         parts.append("drops " + (", ".join(f"{r['metric'].get('reason')} {float(r['value'][1]):.0f}" for r in drops)
                                  or "none"))
-        pauses = prom.query(f"sum(increase(fabric_pfc_pause_sent[{window}s]))", at)
+        pauses = prom.query(f"sum(increase({PAUSES_SENT}[{window}s]))", at)
         if pauses:
             parts.append(f"PFC pauses {float(pauses[0]['value'][1]):.0f}")
-        queue = prom.query(f"topk(1, max_over_time(fabric_queue_depth_packets[{window}s]) > 0)", at)
+        queue = prom.query(f"topk(1, max_over_time({QUEUE_DEPTH}[{window}s]) > 0)", at)
         if queue:
             m = queue[0]["metric"]
             parts.append(f"deepest queue {float(queue[0]['value'][1]):.0f} packets ({m.get('switch')} port {m.get('port')})")
-        down = prom.query(f"min by (switch) (min_over_time(fabric_switch_up[{window}s])) == 0", at)
+        down = prom.query(f"min by (switch) (min_over_time({SWITCH_UP}[{window}s])) == 0", at)
         if down:
             parts.append("not answering: " + ", ".join(r["metric"]["switch"] for r in down))
     except PrometheusError as e:
@@ -807,7 +832,7 @@ def main(argv: list[str] | None = None) -> int:
     written.append(args.out / "steps.csv")
     if args.ablate:
         print_table([{k: row[k] for k in ("case", "completed", "step_ms_p50", "step_ms_p99", "efficiency",
-                                           "resent", "pauses", "drops")} for row in rows], width=11)
+                                           "resent", "pauses", "paused_s", "drops")} for row in rows], width=11)
         written.append(plot_ablation(rows, args.out / "ablation.png"))
     (args.out / "summary.json").write_text(json.dumps(rows, indent=2))
     written.append(args.out / "summary.json")
@@ -821,7 +846,8 @@ def print_summary(r: RunResult) -> None:
     s = r.summary()
     print(f"\n{r.case}: {s['completed']}/{s['steps']} steps, step {s['step_ms_p50']} ms (p50) "
           f"{s['step_ms_p99']} ms (p99), ideal {s['ideal_ms']} ms (efficiency {s['efficiency']}), "
-          f"resent {s['resent']}, pauses {s['pauses']}, drops {s['drops']}")
+          f"resent {s['resent']} packets, {s['pauses']} pauses sent ({s['paused_s'] or 0} s paused), "
+          f"drops {s['drops']}")
     if r.failure is not None:
         print(f"  failure: {s['failure']}: absorbed by step {s['absorbed_by_step'] or '-'}"
               f", which cost {s['absorbed_cost_ms']} ms more than the median step before")

@@ -6,7 +6,9 @@ Each rank is a process (pid = rank, named "rank R (host)") with two tracks
 (threads): `compute` (forward, backward, optimizer: complete events, phase
 "X") and `all-reduce` (each gradient bucket's all-reduce, inside its
 backward: DDP's hook runs synchronously). Packets a rank resent during a
-step are an instant event on its all-reduce track. Fabric-wide events (a
+step are an instant event on its all-reduce track; with several channels
+a peer pair (paths), a counter "bytes by channel" per step shows where the
+rank's bytes went (the least-loaded choice moving them off a slow path). Fabric-wide events (a
 failure, a reroute) are global instants (phase "i", scope "g") of a process
 `fabric`, whose counter events (phase "C") carry the PFC pauses and drops
 the switches counted per step. Timestamps are microseconds from the run's
@@ -59,6 +61,7 @@ def trace_events(records: Sequence[Sequence[dict]], hosts: Sequence[str],
         for tid, name in ((COMPUTE_TID, "compute"), (ALLREDUCE_TID, "all-reduce")):
             events.append({"name": "thread_name", "ph": "M", "pid": rank, "tid": tid, "args": {"name": name}})
         resent_before = 0
+        sent_before: list[int] = []
         for r in steps:
             phases = (("forward", r["start"], r["forward_s"]),
                       ("backward", r["start"] + r["forward_s"], r["backward_s"]),
@@ -70,6 +73,13 @@ def trace_events(records: Sequence[Sequence[dict]], hosts: Sequence[str],
                 events.append({"name": f"all-reduce bucket {i}", "cat": "communication", "ph": "X", "pid": rank,
                                "tid": ALLREDUCE_TID, "ts": _us(start, t0), "dur": round((end - start) * 1e6, 1),
                                "args": {"step": r["step"] + 1, "bytes": nbytes}})
+            channels = r.get("channel_bytes") or []
+            if len(channels) > 1:       # where the rank's bytes went: a path's channel losing its share shows
+                events.append({"name": "bytes by channel", "cat": "paths", "ph": "C", "pid": rank, "tid": 0,
+                               "ts": _us(r["end"], t0),
+                               "args": {f"channel {c}": n - (sent_before[c] if c < len(sent_before) else 0)
+                                        for c, n in enumerate(channels)}})
+            sent_before = channels
             resent = r["retransmitted"] - resent_before
             resent_before = r["retransmitted"]
             if resent > 0:

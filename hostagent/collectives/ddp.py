@@ -145,6 +145,7 @@ class StepRecord:
     buckets: list[tuple[float, float, int]]     # each all-reduce inside the backward: start, end, bytes
     retransmitted: int = 0        # the transport's packets resent so far
     timeouts: int = 0
+    channel_bytes: list[int] = field(default_factory=list)     # bytes sent on each channel so far (all peers)
 
     def line(self) -> str:
         return json.dumps(asdict(self))
@@ -183,7 +184,8 @@ def train(net: nn.Module, rank: int, ranks: int, epochs: int, seed: int, log=pri
                 stats = hook.comm.transport_stats() if hook is not None else {}
                 on_step(StepRecord(step, epoch, t0, t1 - t0, t2 - t1, t3 - t2, t3, loss.item(),
                                    hook.take_buckets() if hook is not None else [],
-                                   stats.get("retransmitted", 0), stats.get("timeouts", 0)))
+                                   stats.get("retransmitted", 0), stats.get("timeouts", 0),
+                                   list(stats.get("channel_bytes", []))))
             step += 1
         with torch.no_grad():
             train_loss = loss_fn(net(x_train), y_train).item()

@@ -80,6 +80,17 @@ def test_buckets_sit_inside_their_backward_and_resends_are_marked():
     assert resent["pid"] == 1 and resent["args"] == {"step": 3, "packets": 5}
 
 
+def test_with_channels_each_step_shows_where_the_ranks_bytes_went():
+    recs = records(ranks=1, steps=3)
+    for s, sent in zip(recs[0], ([100, 100], [250, 150], [250, 400])):     # so far, per channel
+        s["channel_bytes"] = sent
+    counters = [e for e in trace_events(recs, ["h1"])["traceEvents"] if e["name"] == "bytes by channel"]
+    assert [e["args"] for e in counters] == [{"channel 0": 100, "channel 1": 100},
+                                             {"channel 0": 150, "channel 1": 50},
+                                             {"channel 0": 0, "channel 1": 250}]     # moved off channel 0
+    assert all(e["ph"] == "C" and e["pid"] == 0 for e in counters)
+
+
 def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="3 ranks' records but 2 hosts"):
         trace_events(records(), ["h1", "h2"])
