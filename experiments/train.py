@@ -97,7 +97,7 @@ RANK_NICE = 10                  # the ranks yield the CPU to the switches and he
                                 # otherwise delay heartbeats past the failover timeout
 RANK_TIMEOUT_S = 60.0           # a rank silent this long is an error (a failure without failover)
 START_TIMEOUT_S = 240.0         # 16 ranks import torch on two cores
-EXPORT_INTERVAL_S, SCRAPE = 0.5, "1s"    # the switch exporter's reads (2 s above 6 switches), Prometheus's scrapes
+EXPORT_INTERVAL_S, SCRAPE = 1.0, "1s"    # the switch exporter's reads (2 s above 6 switches), Prometheus's scrapes
 LARGE_EXPORT_INTERVAL_S = 2.0   # fat-tree-k4: reading 20 switches every 0.5 s kept this process at a whole core
 SLOW_STEP = 2.0                 # a step this many times the median is explained from Prometheus
 LOSSLESS_CLASS, LOSSLESS_DSCP = 3, 26
@@ -539,14 +539,16 @@ def run_case(case: str, c: Composition, args, reference: Reference, fail_text: s
             listen(text)
     explained: list[str] = []
     with fabric(topo, out / "run", args.log_level, said) as (net, ctl, lock), \
-            monitoring(topo, out / "monitor", args.monitor) as prom, \
             parameter_server(topo, out, c.algorithm == IN_NETWORK), \
-            central_routes(ctl, lock, c, [h.ip for h in hosts], said) as on_news:
+            central_routes(ctl, lock, c, [h.ip for h in hosts], said) as on_news, \
+            contextlib.ExitStack() as monitor:
         listeners.append(on_news)
         procs = [subprocess.Popen(rank_command(r, hosts, c, args.steps, line_rate, topo, topo_file, out), cwd=REPO,
                                   env=rank_env(), stdout=open(out / f"rank{r}.log", "w"), stderr=subprocess.STDOUT)
                  for r in range(len(hosts))]
         try:
+            # monitoring starts while the ranks import PyTorch; it stops (below) before the network does
+            prom = monitor.enter_context(monitoring(topo, out / "monitor", args.monitor))
             counters = FabricCounters(ctl, lock, pfc=c.traffic_class == "lossless")
 
             def step_started(k: int) -> None:           # the failure, as step k starts
