@@ -338,10 +338,12 @@ def bound_of(topo: Topology, flows: Sequence[Flow], failed: Optional[Failures] =
 SportOf = Callable[[int, int], int]
 
 
-def default_sport(rank: int, peer: int) -> int:
-    """A RoCEv2 source port per (rank, peer): hostagent's Communicator's
-    default for channel 0 (hostagent/collectives/communicator.py)."""
-    return SPORT_BASE + (rank * 131 + peer * 31) % 0x4000
+def default_sport(rank: int, peer: int, channel: int = 0) -> int:
+    """The RoCEv2 source port of a rank's channel to a peer, spread over
+    RoCEv2's range: the collective library's default (its Communicator
+    takes it from here), so the flows central routing pins are the ones the
+    ranks send; a path-aware caller gives its own."""
+    return SPORT_BASE + (rank * 131 + peer * 31 + channel * 7919) % 0x4000
 
 
 def _check_ranks(addresses: Sequence[str], model_bytes: int) -> None:

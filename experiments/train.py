@@ -82,7 +82,8 @@ TRAFFIC_CLASSES = ("lossless", "lossy")
 PATHS = ("path-aware", "central", "ecmp", "spray")
 CHANNELS = 2                   # connections per peer pair with path-aware ports or central routing
 LOSS_TOLERANCE = 1e-4          # |loss - reference| per step: float32 rounding of the gradients' sum order
-HIDDEN = 64                    # the MLP's hidden units: 4810 parameters, 19 KB of gradient a step
+HIDDEN = 64                    # the MLP's hidden units (ddp.py's model: 64 inputs, 10 classes)
+PARAMETERS = 64 * HIDDEN + HIDDEN + HIDDEN * 10 + 10     # 4810: 19 KB of float32 gradient a step
 MTU = 1024
 
 # Time constants scaled to BMv2 on two cores (docs/train.md's table).
@@ -250,10 +251,26 @@ class StepLine:
 
 def read_records(path: Path) -> list[dict]:
     """The whole lines of a rank's step file so far."""
-    if not path.exists():
-        return []
-    text = path.read_text()
-    return [json.loads(line) for line in text.splitlines()[:text.count("\n")] if line.strip()]
+    return StepFile(path).read()
+
+
+class StepFile:
+    """A rank's step file as it grows: each read() parses only the whole
+    lines written since the last (16 ranks polled 20 times a second)."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset = path, 0
+        self.records: list[dict] = []
+
+    def read(self) -> list[dict]:
+        if self.path.exists():
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+            whole = chunk[:chunk.rfind(b"\n") + 1]          # a line being written waits for its newline
+            self.offset += len(whole)
+            self.records += [json.loads(line) for line in whole.splitlines() if line.strip()]
+        return self.records
 
 
 def counter_by_index(ctl: FabricController, counter: str, lock: threading.Lock) -> Counter[int]:
@@ -395,11 +412,10 @@ def ideal_step_ms(c: Composition, ranks: int, compute_ms: float, line_rate_pps: 
     """Compute, plus the all-reduce's bytes at the bottleneck's rate: the busiest
     rank's elements of the gradient (float32) at one connection's top rate
     (each rank's host link carries its connections at line_rate_pps x MTU)."""
-    params = 64 * HIDDEN + HIDDEN + HIDDEN * 10 + 10
     if c.algorithm == IN_NETWORK:        # each rank sends its gradient once (int32); the switches send the sum
-        sent = params
+        sent = PARAMETERS
     else:
-        sent = max(sc.schedule(sc.ALL_REDUCE, c.algorithm, ranks, params).elements_sent(r) for r in range(ranks))
+        sent = max(sc.schedule(sc.ALL_REDUCE, c.algorithm, ranks, PARAMETERS).elements_sent(r) for r in range(ranks))
     packets = math.ceil(4 * sent / MTU)
     return compute_ms + 1000 * packets / line_rate_pps
 
@@ -458,12 +474,13 @@ def follow_steps(procs: list[subprocess.Popen], out: Path, steps: int, reference
     line as the last rank ends it. Returns the lines, the records, and why
     it stopped short (if it did)."""
     lines: list[StepLine] = []
+    files = [StepFile(out / f"rank{r}.jsonl") for r in range(len(procs))]
     records: list[list[dict]] = [[] for _ in procs]
     deadline = time.monotonic() + START_TIMEOUT_S
     previous_end = None
     while len(lines) < steps:
         exited = [p.returncode for p in procs if p.poll() is not None]    # before reading: no line missed
-        records = [read_records(out / f"rank{r}.jsonl") for r in range(len(procs))]
+        records = [f.read() for f in files]
         step_started(max(len(r) for r in records) + 1)
         while len(lines) < min(len(r) for r in records):
             x = join_step(len(lines), records, reference, previous_end)
@@ -508,12 +525,9 @@ def fabric(topo: Topology, run_dir: Path, log_level: str, say) -> Iterator[tuple
             yield net, ctl, lock
 
 
-def run_case(case: str, c: Composition, args, reference: Reference, fail_text: str | None, out: Path,
-             say=print) -> RunResult:
-    hosts_all = yaml.safe_load(topology_path(args.topology).read_text())["hosts"]
-    rank_names = [h["name"] for h in hosts_all][:args.ranks]
+def run_case(case: str, c: Composition, args, reference: Reference, rank_names: list[str], failure: Failure | None,
+             out: Path, say=print) -> RunResult:
     topo, raw = composed_topology(args.topology, c, rank_names)
-    failure = Failure.parse(fail_text, topo, args.steps) if fail_text else None
     out.mkdir(parents=True, exist_ok=True)
     topo_file = out / "topology.yaml"          # what the ranks' path model reads
     topo_file.write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -621,8 +635,7 @@ def job_flows(c: Composition, addresses: list[str]) -> list[dict]:
     """The job's traffic matrix as central routing takes it: per ordered rank
     pair and channel, the flow (source port as the communicator picks it)
     and the bytes one all-reduce of the gradient sends on it."""
-    params = 64 * HIDDEN + HIDDEN + HIDDEN * 10 + 10
-    sched = sc.schedule(sc.ALL_REDUCE, c.algorithm, len(addresses), params)
+    sched = sc.schedule(sc.ALL_REDUCE, c.algorithm, len(addresses), PARAMETERS)
     pair_bytes: Counter[tuple[int, int]] = Counter()
     for step in sched.steps:
         for t in step:
@@ -801,6 +814,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--topology {args.topology}: no such topology ({path})")
         hosts = yaml.safe_load(path.read_text())["hosts"]
         args.ranks = args.ranks or len(hosts)
+        rank_names = [h["name"] for h in hosts][:args.ranks]
         if not 2 <= args.ranks <= len(hosts) or 64 % args.ranks:
             raise ValueError(f"--ranks {args.ranks}: must divide the global batch of 64, 2..{len(hosts)} "
                              f"(the topology's hosts)")
@@ -810,9 +824,9 @@ def main(argv: list[str] | None = None) -> int:
                                   not args.no_failover)
         cases = ablations(composition, tuple(t.strip() for t in args.ablate.split(","))) if args.ablate \
             else [("composed", composition)]
-        if args.fail:       # checked before anything starts
-            Failure.parse(args.fail, composed_topology(args.topology, composition,
-                                                       [h["name"] for h in hosts])[0], args.steps)
+        # checked before anything starts (a case's sections add no switch nor link)
+        failure = Failure.parse(args.fail, composed_topology(args.topology, composition, rank_names)[0],
+                                args.steps) if args.fail else None
     except (ValueError, TopologyError) as e:
         print(f"fabric train: {e}")
         return 2
@@ -822,7 +836,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for case, c in cases:
         try:
-            result = run_case(case, c, args, reference, args.fail, args.out / case.replace(" ", "-"))
+            result = run_case(case, c, args, reference, rank_names, failure, args.out / case.replace(" ", "-"))
         except (NetworkError, PrometheusError, PrometheusMissing) as e:
             print(f"fabric train: {case}: {e}")
             return 2

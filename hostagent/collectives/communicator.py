@@ -49,6 +49,7 @@ import argparse
 
 import numpy as np
 
+from core.path_assignment import default_sport
 from hostagent.aggregation.allreduce import AggregationWorker, AllReduceTimeout
 from wire import aggregation as ah
 from hostagent.collectives import schedule as sc
@@ -65,7 +66,6 @@ PIECE_MAGIC = 0xC011
 ABORT_MAGIC = 0xAB07             # a rank gave up: the header's other fields 0, then the reason (UTF-8)
 ABORT_REASON_BYTES = 512
 P2P_STEP = 0xFFFFFFFF            # the step field of a point-to-point piece (the call field: its number)
-SPORT_BASE = 0xC000              # RoCEv2 source ports: 0xC000-0xFFFF
 PROGRESS_WAIT_S = 0.0005         # the progress thread's longest wait for a frame (the pacing's grain)
 IN_NETWORK = "in-network"        # all-reduce summed by the switch (the aggregation feature)
 ALL_REDUCE_ALGORITHMS = [*sc.algorithms_of(sc.ALL_REDUCE), IN_NETWORK]
@@ -103,12 +103,6 @@ def _behind(tag: tuple[int, int], call: int, step: int) -> bool:
         return False
     behind = (tag[0] - call) % 0x10000
     return 0 < behind < 0x8000 or (behind == 0 and step < tag[1])
-
-
-def default_sport(rank: int, peer: int, channel: int) -> int:
-    """A source port per (rank, peer, channel), spread over RoCEv2's range;
-    a path-aware caller gives its own."""
-    return SPORT_BASE + (rank * 131 + peer * 31 + channel * 7919) % 0x4000
 
 
 class CollectiveError(RuntimeError):
