@@ -226,13 +226,13 @@ def spreading_section(lossless: bool) -> LosslessConfig:
     return replace(config, hold_rate_pps=SPREADING_HOLD_PPS, pfc=replace(config.pfc, headroom=LATE_PAUSE_HEADROOM))
 
 
-def spreading_topology():
-    """topologies/incast-leaf-spine.yaml with every link at SPREADING_RATE_SCALE of its rate."""
+def spreading_topology(scale: float = SPREADING_RATE_SCALE):
+    """topologies/incast-leaf-spine.yaml with every link at `scale` of its rate."""
     data = yaml.safe_load((REPO / "topologies" / "incast-leaf-spine.yaml").read_text())
     for link in [data["defaults"]["link"], *(l for l in data["links"] if isinstance(l, dict))]:
         if "bandwidth_mbps" in link:
-            link["bandwidth_mbps"] *= SPREADING_RATE_SCALE
-    topo = topology_from_dict(data, "incast-leaf-spine.yaml (rates scaled)")
+            link["bandwidth_mbps"] *= scale
+    topo = topology_from_dict(data, "incast-leaf-spine.yaml" + ("" if scale == 1 else f" (rates x{scale:g})"))
     topo.features[SECTION] = spreading_section(True)    # the hold queues' rate
     return topo
 
@@ -301,7 +301,7 @@ def run_spreading_case(name: str, topo, net: Network, ctl: FabricController, arg
                         extra=["--duration", str(args.duration + 1.0)]) for h in (receiver, victim_rx)]
     for qp, h in enumerate(senders, start=1):
         procs.append(roce_agent(h, "send", start_at=gate, out_dir=case_dir,
-                                extra=sender_args(h, receiver, qp, SPREADING_LOAD / len(senders))))
+                                extra=sender_args(h, receiver, qp, args.spreading_load / len(senders))))
     procs.append(roce_agent(victim, "send", start_at=gate, out_dir=case_dir,
                             extra=sender_args(victim, victim_rx, 99, VICTIM_RATE)))
     start_at = gate.open(procs)
@@ -879,6 +879,49 @@ def _plot_summary(results: list[dict], out: Path) -> Path:
     return save_figure(fig, out / "summary.png")
 
 
+def runs(out: Path, n: int) -> Iterator[tuple[int, Path]]:
+    """(run number from 1, the directory its cases write to): `out` itself
+    for a single run, out/run-NN for each of several."""
+    for run in range(1, n + 1):
+        yield run, out if n == 1 else out / f"run-{run:02d}"
+
+
+def run_label(run: int, n: int) -> str:
+    return "" if n == 1 else f"run {run}/{n} "
+
+
+def spreading_oversubscription(topo, args) -> float:
+    r1 = topo.hosts["r1"]
+    return args.spreading_load / queue_rate_pps(topo.switches[r1.switch].ports[r1.switch_port].link.bandwidth_mbps)
+
+
+def end_to_end(phase: str, results: list[dict]) -> dict:
+    """What the lossless cases of a phase lost, judged where it shows, at
+    the receivers (their sequence numbers: `drops`, `victim_drops`), not by
+    the switches' counters; each loss with what the run named of it (the
+    headroom, BMv2's input path or the kernel, a pipeline drop). The
+    verdict line is loud (!!!) when a lossless packet is missing."""
+    lossless = [r for r in results if not r["case"].startswith("lossy")]
+    missing = [(r, r["drops"] + r.get("victim_drops", 0)) for r in lossless]
+    lossy_cases = [(r, n) for r, n in missing if n]
+    sent = sum(r["sent"] for r in lossless)
+    n_runs = len({r["run"] for r in results})
+    where = "; ".join(
+        f"run {r['run']} {r['case']}: {n} missing (headroom {r['headroom_drops']}"
+        f"{', before the pipeline ' + r['lost_before_pipeline'] if r['lost_before_pipeline'] else ''}"
+        f"{', pipeline ' + r['pipeline_drops'] if r.get('pipeline_drops') else ''})" for r, n in lossy_cases)
+    cases = f"{len(lossless)} lossless cases in {n_runs} run{'s' if n_runs > 1 else ''}"
+    verdict = (f"!!! end to end, {phase}: {len(lossy_cases)} of {cases} missed packets at the receivers: {where}"
+               if lossy_cases else
+               f"==> end to end, {phase}: {cases}, {sent:,} packets sent in the incast, every lossless packet "
+               f"received (the receivers' sequence numbers)")
+    return {"phase": phase, "runs": n_runs, "lossless_cases": len(lossless), "cases_with_loss": len(lossy_cases),
+            "incast_sent": sent, "missing": sum(n for _r, n in missing),
+            "lost_before_pipeline": sum(int(x.rsplit(":", 1)[1]) for r in lossless
+                                        for x in r["lost_before_pipeline"].split()),
+            "headroom_drops": sum(r["headroom_drops"] for r in lossless), "verdict": verdict}
+
+
 @contextlib.contextmanager
 def fabric(topo, name: str, args) -> Iterator[tuple[Network, FabricController]]:
     """`topo` started on BMv2 (build/experiments/<name>), programmed, its queue rates applied."""
@@ -903,33 +946,54 @@ def main(argv: list[str] | None = None) -> int:
                     help="incast cases")
     ap.add_argument("--deadlock-cases", nargs="*", default=[c.name for c in DEADLOCK_CASES],
                     choices=[c.name for c in DEADLOCK_CASES], help="deadlock cases")
+    ap.add_argument("--spreading-cases", nargs="*", default=list(SPREADING_CASES), choices=SPREADING_CASES,
+                    help="spreading cases")
+    ap.add_argument("--spreading-scale", type=float, default=SPREADING_RATE_SCALE,
+                    help="spreading: every link of topologies/incast-leaf-spine.yaml at this fraction of its rate")
+    ap.add_argument("--spreading-load", type=float, default=SPREADING_LOAD,
+                    help="spreading: packets/s of all incast senders together")
+    ap.add_argument("--runs", type=int, default=1,
+                    help="incast and spreading: run their cases this many times in a row on one network, "
+                         "each lossless case judged at the receivers")
     args = ap.parse_args(argv)
+    if args.runs < 1:
+        ap.error(f"--runs must be at least 1, got {args.runs}")
+    if args.spreading_scale <= 0 or args.spreading_load <= 0:
+        ap.error("--spreading-scale and --spreading-load must be positive")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     compile_p4()
-    written = []
+    written: list[Path] = []
+    verdicts: list[dict] = []
     if "incast" in args.phases:
         topo = load_topology(REPO / "topologies" / "incast.yaml")
         topo.features[SECTION] = section(True)          # the switches start with its queues
         results = []
         with fabric(topo, "lossless", args) as (net, ctl):
-            for case in (c for c in CASES if c.name in args.cases):
-                print(f"==> {case.name}: {args.duration:g}s of 4:1 incast in class {TCLASS} "
-                      f"({'lossless' if case.lossless else 'lossy'}{', DCQCN' if case.dcqcn else ''})", flush=True)
-                results.append(run_case(case, topo, net, ctl, args, out))
-        written += [write_csv(out / "summary.csv", results), _plot_summary(results, out)]
+            for run, run_out in runs(out, args.runs):
+                for case in (c for c in CASES if c.name in args.cases):
+                    print(f"==> {run_label(run, args.runs)}{case.name}: {args.duration:g}s of 4:1 incast in class "
+                          f"{TCLASS} ({'lossless' if case.lossless else 'lossy'}{', DCQCN' if case.dcqcn else ''})",
+                          flush=True)
+                    results.append({"run": run, **run_case(case, topo, net, ctl, args, run_out)})
+        written += [write_csv(out / "summary.csv", results), _plot_summary(results[-len(args.cases):], out)]
         print_table(results, width=15)
+        verdicts.append(end_to_end("incast", results))
     if "spreading" in args.phases:
-        topo = spreading_topology()
+        topo = spreading_topology(args.spreading_scale)
         spreading_out = out / "spreading"
         spreading_out.mkdir(exist_ok=True)
         results = []
         with fabric(topo, "lossless-spreading", args) as (net, ctl):
-            for name in SPREADING_CASES:
-                print(f"==> {name}: {args.duration:g}s of incast into r1 on leaf3, victim v1 -> v2", flush=True)
-                results.append(run_spreading_case(name, topo, net, ctl, args, spreading_out))
+            for run, run_out in runs(spreading_out, args.runs):
+                for name in args.spreading_cases:
+                    print(f"==> {run_label(run, args.runs)}{name}: {args.duration:g}s of incast into r1 on leaf3 "
+                          f"({args.spreading_load:g} packets/s, {spreading_oversubscription(topo, args):.2f}x its "
+                          f"link), victim v1 -> v2", flush=True)
+                    results.append({"run": run, **run_spreading_case(name, topo, net, ctl, args, run_out)})
         written.append(write_csv(spreading_out / "summary.csv", results))
         print_table(results, width=15)
+        verdicts.append(end_to_end("spreading", results))
     if "storm" in args.phases:
         topo = dumbbell_without_delay()
         topo.features[SECTION] = section(True)
@@ -970,7 +1034,12 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(run_isolation_case(name, topo, net, ctl, args, isolation_out))
         written.append(write_csv(isolation_out / "summary.csv", results))
         print_table(results, width=15)
-    print(f"\nresults: {', '.join(map(str, written))}, and per case <case>/throughput.png + the agents' CSV/JSON")
+    if verdicts:
+        written.append(write_csv(out / "end_to_end.csv", verdicts))
+        for v in verdicts:
+            print(v["verdict"], flush=True)
+    print(f"\nresults: {', '.join(map(str, written))}, and per case <case>/throughput.png + the agents' CSV/JSON"
+          + (" (run-NN/<case>/ with --runs)" if args.runs > 1 else ""))
     return 0
 
 

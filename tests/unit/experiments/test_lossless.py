@@ -1,0 +1,62 @@
+"""The lossless experiment's own arithmetic, without a network: where
+repeated runs write, and the end-to-end verdict (what the receivers missed,
+not what the switches counted)."""
+from pathlib import Path
+
+import pytest
+
+from experiments.lossless import SPREADING_RATE_SCALE, end_to_end, main, runs, spreading_oversubscription, \
+    spreading_topology
+
+
+def row(run: int, case: str, sent: int, drops: int = 0, victim_drops: int = 0, headroom: int = 0,
+        before: str = "", pipeline: str = "") -> dict:
+    return {"run": run, "case": case, "sent": sent, "drops": drops, "victim_drops": victim_drops,
+            "headroom_drops": headroom, "lost_before_pipeline": before, "pipeline_drops": pipeline}
+
+
+def test_a_single_run_writes_where_it_always_did_several_each_in_their_own_directory(tmp_path):
+    assert list(runs(tmp_path, 1)) == [(1, tmp_path)]
+    assert list(runs(tmp_path, 3)) == [(1, tmp_path / "run-01"), (2, tmp_path / "run-02"), (3, tmp_path / "run-03")]
+
+
+def test_every_lossless_packet_received_is_said_once_lossy_cases_left_out():
+    results = [row(1, "lossy-8", 8000, drops=3770), row(1, "pfc-8", 3564), row(2, "lossy-8", 8000, drops=3700),
+               row(2, "pfc-8", 3500)]
+    v = end_to_end("spreading", results)
+    assert v["lossless_cases"] == 2 and v["runs"] == 2 and v["cases_with_loss"] == 0 and v["missing"] == 0
+    assert v["incast_sent"] == 7064
+    assert v["verdict"].startswith("==> end to end, spreading: 2 lossless cases in 2 runs, 7,064 packets sent")
+
+
+def test_a_missing_lossless_packet_is_loud_and_named_with_what_the_run_saw_of_it():
+    results = [row(1, "pfc-4", 3958), row(2, "pfc-4", 3900, drops=14, before="leaf3:12 kernel:softnet:1"),
+               row(3, "pfc-dcqcn-8", 3779, victim_drops=2, headroom=2)]
+    v = end_to_end("spreading", results)
+    assert v["cases_with_loss"] == 2 and v["missing"] == 16
+    assert v["lost_before_pipeline"] == 13 and v["headroom_drops"] == 2
+    assert v["verdict"].startswith("!!! end to end, spreading: 2 of 3 lossless cases in 3 runs missed packets")
+    assert "run 2 pfc-4: 14 missing (headroom 0, before the pipeline leaf3:12 kernel:softnet:1)" in v["verdict"]
+    assert "run 3 pfc-dcqcn-8: 2 missing (headroom 2)" in v["verdict"]
+
+
+def test_the_incast_phase_rows_have_no_victim_and_no_pipeline_column():
+    v = end_to_end("incast", [{"run": 1, "case": "pfc", "sent": 100, "drops": 1, "headroom_drops": 0,
+                               "lost_before_pipeline": ""}])
+    assert v["missing"] == 1 and "run 1 pfc: 1 missing (headroom 0)" in v["verdict"]
+
+
+def test_the_spreading_topology_at_its_files_rates_and_scaled():
+    class Args:
+        spreading_load = 1800.0
+    full, half = spreading_topology(1.0), spreading_topology(SPREADING_RATE_SCALE)
+    assert spreading_oversubscription(full, Args) == pytest.approx(1800 / 833, rel=0.01)
+    assert spreading_oversubscription(half, Args) == pytest.approx(2 * 1800 / 833, rel=0.01)
+
+
+@pytest.mark.parametrize("argv, message", [(["--runs", "0"], "--runs must be at least 1"),
+                                           (["--spreading-scale", "0"], "must be positive")])
+def test_bad_arguments_are_refused_by_name_before_anything_starts(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert message in capsys.readouterr().err
