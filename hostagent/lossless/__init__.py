@@ -24,16 +24,21 @@ from wire.lossless import CLASSES, MAX_PAUSE_QUANTA, decode_pfc, encode_pfc, pau
 
 
 class PauseState:
-    """When each class may send again, from the PFC frames the NIC received.
-    `now` is any monotonic clock in seconds (the caller's)."""
+    """When each class may send again, from the PFC frames the NIC received,
+    and how long each class has been paused. `now` is any monotonic clock in
+    seconds (the caller's), never going back."""
 
     def __init__(self, link_mbps: float):
+        if not link_mbps > 0:
+            raise ValueError(f"the link's rate must be > 0 Mbit/s, got {link_mbps}")
         self.link_mbps = link_mbps
         self.until = [0.0] * CLASSES
         self.frames = 0           # PFC frames received
         self.pauses = [0] * CLASSES
         self.resumes = [0] * CLASSES
         self.malformed = 0        # MAC control frames that are not whole PFC frames
+        self._since: list[float | None] = [None] * CLASSES    # when the class's current pause began
+        self._ended_s = [0.0] * CLASSES                          # seconds of the class's pauses that are over
 
     def on_frame(self, frame: bytes, now: float) -> bool:
         """Take a received frame: True if it was PFC (acted on); non-PFC
@@ -46,15 +51,28 @@ class PauseState:
             return True
         self.frames += 1
         for c, quanta in times.items():
+            since = self._since[c]
+            if since is not None and (self.until[c] <= now or not quanta):    # over: ran out, or resumed now
+                self._ended_s[c] += min(self.until[c], now) - since
+                self._since[c] = None
             self.until[c] = now + pause_us(quanta, self.link_mbps) / 1e6     # 0: resume now
             if quanta:
                 self.pauses[c] += 1
+                if self._since[c] is None:
+                    self._since[c] = now
             else:
                 self.resumes[c] += 1
         return True
 
     def paused(self, tclass: int, now: float) -> bool:
         return self.until[tclass] > now
+
+    def paused_s(self, tclass: int, now: float) -> float:
+        """Seconds class `tclass` has been paused until `now` (pauses that
+        overlap, a refresh before the last ran out, counted once; a resume
+        ends a pause early)."""
+        since = self._since[tclass]
+        return self._ended_s[tclass] + (max(0.0, min(self.until[tclass], now) - since) if since is not None else 0.0)
 
     def summary(self) -> dict:
         return {"pfc_frames": self.frames, "pauses": self.pauses, "resumes": self.resumes,

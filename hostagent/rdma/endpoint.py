@@ -22,6 +22,30 @@ retransmission mode or congestion control), and a peer's connection this
 endpoint refuses (the same terms are expected of it: this endpoint's mode
 and congestion control), lands in `errors`, once, as the transport's
 QpError naming the peer; the caller decides what that means for it.
+
+PFC (a lossless class, docs/rdma.md): every frame read goes first to a
+PauseState (hostagent/lossless), which takes the PFC frames (counted there,
+never as ignored; broken MAC control frames counted as malformed). With a
+traffic class `tclass` (the lossless class the endpoint's DSCP maps to at
+the switches) and the host link's rate `link_mbps` (a pause's quanta are
+512 bit times of it), the endpoint honours pauses of that class as a RoCE
+NIC does: while the class is paused nothing of it leaves the host. The
+requesters keep their packets (none is taken, so none is lost or counted
+sent) and the responders' ACKs, NAKs and CNPs are held in order and go out
+first when the pause ends: they carry the same DSCP, so the switch counts
+them in the paused class's buffer, and an ACK sent into a pause would use
+the headroom the pause keeps for packets already on the wire (a headroom
+drop of an ACK is a loss like any other). Holding them delays the peers'
+ACKs by the pause; their timeouts (rto_s 200 ms at least, doubling) allow
+a retry or two for a pause refreshed past them, and any ACK after the pause
+resets their retry count. The paused time does not count toward this
+endpoint's own retransmission timeouts (Requester.paused): a pause, however
+long and however often refreshed, costs its connections no retry, so a
+paused-but-alive peer is never given up on (the single-flow agent,
+hostagent/rdma/agent.py, likewise checks no timeout while paused). poll()
+waits no longer than the pause's end, and a resume (time 0) restarts the
+class at once. Without a class (None) no pause is honoured: the frames are
+only counted.
 """
 from __future__ import annotations
 
@@ -33,10 +57,12 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Protocol
 
 from hostagent.ecn.roce import open_socket
+from hostagent.lossless import PauseState
 from hostagent.rdma.agent import hop_info
 from hostagent.rdma.cc.base import CongestionControl
 from hostagent.rdma.frames import FrameBuilder, Malformed, NotOurs, parse
 from hostagent.rdma.transport import SEND, Ack, Message, QpError, Requester, Responder, TransportParams
+from wire.lossless import CLASSES
 
 QP_MIN, QP_MAX = 1, (1 << 24) - 1
 SOCKET_BUFFER_BYTES = 4 << 20     # a burst of many connections' packets and ACKs
@@ -121,19 +147,37 @@ class Connection:
         return self.requester.done or self.requester.error is not None
 
 
+@dataclass(frozen=True)
+class PauseStats:
+    """What PFC did to an endpoint so far."""
+    tclass: Optional[int]     # the class it honours (None: none)
+    pfc_frames: int           # PFC frames received (any class)
+    pauses: int               # pauses of its class received (time > 0; refreshes included)
+    resumes: int              # resumes of its class received (time 0)
+    paused_s: float           # seconds its class was paused (nothing of it sent)
+    malformed: int            # MAC control frames that were not whole PFC frames
+    held_frames: int          # ACKs, NAKs and CNPs held by a pause (sent when it ended)
+
+
 class Endpoint:
     """This host's connections (requesters) and its peers' connections to it
     (responders), over one link."""
 
     def __init__(self, link: Link, ip: str, mac: str, gateway_mac: str, params: TransportParams,
                  congestion_control: Callable[[], CongestionControl], dscp: int = 0,
-                 clock: Optional[Callable[[], float]] = None, accept_qps: Optional[range] = None):
+                 clock: Optional[Callable[[], float]] = None, accept_qps: Optional[range] = None,
+                 tclass: Optional[int] = None, link_mbps: float = 100.0):
         """accept_qps: the queue pairs this endpoint answers data on (None:
         all); another endpoint on the same host (another job) has others.
         clock: seconds, by default since this endpoint was made (the
         congestion controls start their timers at 0: on time.monotonic(),
         the machine's uptime, DCQCN's first call ran every 20 ms timer
-        period since boot, tens of seconds of a collective's first step)."""
+        period since boot, tens of seconds of a collective's first step).
+        tclass: the lossless class whose PFC pauses it honours (the class
+        `dscp` maps to; None: it honours none); link_mbps: the host link's
+        rate, the length of a pause quantum."""
+        if tclass is not None and not 0 <= tclass < CLASSES:
+            raise ValueError(f"traffic class must be within 0..{CLASSES - 1}, got {tclass}")
         self.link = link
         self.ip, self.mac, self.gateway_mac = ip, mac, gateway_mac
         self._ip_bytes = bytes(int(x) for x in ip.split("."))
@@ -151,6 +195,11 @@ class Endpoint:
         self._responders: dict[tuple[str, int], tuple[Responder, FrameBuilder]] = {}
         self.ignored: defaultdict[str, int] = defaultdict(int)
         self.errors: list[QpError] = []        # connections failed and peers' connections refused, in order
+        self.tclass = tclass
+        self.pfc = PauseState(link_mbps)       # every PFC frame received, honoured for `tclass`
+        self._held: deque[bytes] = deque()     # ACKs, NAKs, CNPs waiting for the pause to end
+        self.held_frames = 0
+        self._paused_credited = 0.0            # paused seconds the requesters have been told of
 
     def connect(self, peer: str, qp: int, sport: int) -> Connection:
         """The connection to `peer` on queue pair `qp` (the peer delivers it
@@ -173,30 +222,58 @@ class Endpoint:
         """Everything posted here has been acknowledged, or has failed."""
         return all(c.idle for c in self._order)
 
+    def paused(self, now: Optional[float] = None) -> bool:
+        """Its class is paused (PFC) now: nothing of it is sent."""
+        return self.tclass is not None and self.pfc.paused(self.tclass, self.clock() if now is None else now)
+
+    def pause_stats(self) -> PauseStats:
+        c = self.tclass
+        return PauseStats(c, self.pfc.frames, self.pfc.pauses[c] if c is not None else 0,
+                          self.pfc.resumes[c] if c is not None else 0,
+                          self.pfc.paused_s(c, self.clock()) if c is not None else 0.0, self.pfc.malformed,
+                          self.held_frames)
+
+    def _pause_check(self, now: float) -> bool:
+        """Whether its class is paused now; the paused time since the last
+        check is told to every requester (their timeouts do not count it)."""
+        if self.tclass is None:
+            return False
+        paused_s = self.pfc.paused_s(self.tclass, now)
+        if paused_s > self._paused_credited:
+            for conn in self._order:
+                conn.requester.paused(paused_s - self._paused_credited)
+            self._paused_credited = paused_s
+        return self.pfc.paused(self.tclass, now)
+
     def poll(self, wait: float = 0.001) -> list[Received]:
         """One round: frames in, packets out. Waits for a frame at most
-        `wait` seconds when there is nothing to send before then."""
+        `wait` seconds when there is nothing to send before then (while
+        paused: before the pause ends)."""
         received: list[Received] = []
         frame = self.link.recv(0)
         while frame is not None:
             self._on_frame(frame, received)
             frame = self.link.recv(0)
         now = self.clock()
+        paused = self._pause_check(now)
+        if not paused:
+            self._send_held()
         next_send = None
         failed: list[tuple[Connection, QpError]] = []
         for _ in range(len(self._order)):
             conn = self._order[0]
             self._order.rotate(-1)
             req = conn.requester
-            pkt = req.next_packet(now)
-            while pkt is not None:
-                self.link.send(conn.frames.data(conn.qp, pkt.psn, pkt.opcode, pkt.payload, ackreq=pkt.ackreq,
-                                                terms=req.terms))
+            if not paused:              # (paused: the requester keeps its packets, and checks no timeout)
                 pkt = req.next_packet(now)
+                while pkt is not None:
+                    self.link.send(conn.frames.data(conn.qp, pkt.psn, pkt.opcode, pkt.payload, ackreq=pkt.ackreq,
+                                                    terms=req.terms))
+                    pkt = req.next_packet(now)
             if req.error is not None:
                 failed.append((conn, req.error))
             elif not req.done:
-                t = req.next_send_time()
+                t = self.pfc.until[self.tclass] if paused and self.tclass is not None else req.next_send_time()
                 next_send = t if next_send is None else min(next_send, t)
         for conn, error in failed:      # (a failed connection sends nothing more: out of the rotation)
             self._order.remove(conn)
@@ -205,6 +282,9 @@ class Endpoint:
             late = rsp.poll(now)
             if late is not None:
                 self._send_ack(back, qp, late)
+        if paused and self._held and self.tclass is not None:       # held frames go when the pause ends
+            end = self.pfc.until[self.tclass]
+            next_send = end if next_send is None else min(next_send, end)
         if not received and wait > 0:
             pause = wait if next_send is None else min(wait, max(0.0, next_send - self.clock()))
             frame = self.link.recv(pause) if pause > 0 else None
@@ -212,10 +292,27 @@ class Endpoint:
                 self._on_frame(frame, received)
         return received
 
+    def _send_held(self) -> None:
+        """What a pause held, in order, before anything else of the class."""
+        while self._held:
+            self.link.send(self._held.popleft())
+
+    def _send_control(self, frame: bytes) -> None:
+        """An ACK, NAK or CNP: sent now (after what a pause held), or held
+        while the class is paused."""
+        if self.paused():
+            self._held.append(frame)
+            self.held_frames += 1
+        else:
+            self._send_held()
+            self.link.send(frame)
+
     def _send_ack(self, back: FrameBuilder, qp: int, ack: Ack) -> None:
-        self.link.send(back.ack(qp, ack.psn, ack.syndrome, ack.msn, ack.sack, ack.hops, ack.terms))
+        self._send_control(back.ack(qp, ack.psn, ack.syndrome, ack.msn, ack.sack, ack.hops, ack.terms))
 
     def _on_frame(self, frame: bytes, received: list[Received]) -> None:
+        if self.pfc.on_frame(frame, self.clock()):     # PFC (or a broken MAC control frame): the NIC's
+            return
         if frame[30:34] != self._ip_bytes:       # (a flooding bridge, a capture): not for this host
             self.ignored["not addressed to this host"] += 1
             return
@@ -243,7 +340,7 @@ class Endpoint:
             for ack in acks:
                 self._send_ack(back, p.qp, ack)
             if cnp:
-                self.link.send(back.cnp(p.qp))
+                self._send_control(back.cnp(p.qp))
             received.extend(Received(p.src_ip, p.qp, m.data, m.at) for m in done)
             return
         conn = self.connections.get(key)

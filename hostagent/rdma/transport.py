@@ -29,7 +29,10 @@ progress. Retry limit (verbs' retry_cnt): after `retry_cnt` such retries
 without progress, the next timeout puts the queue pair in the error state
 (verbs: IBV_WC_RETRY_EXC_ERR): every message not yet completed completes
 with a QpError naming the peer and the cause, and so does every message
-posted later; nothing more is sent.
+posted later; nothing more is sent. Time the host's link was paused (PFC,
+told by `paused()`: the requester's packets held, its ACKs perhaps held in
+a paused switch too) does not count toward the timeout: a pause, however
+long and however often refreshed, costs no retry.
 
 Terms: each data packet states the requester's retransmission mode and
 congestion control (wire/rdma.py: Terms, in the BTH). A responder that runs
@@ -211,6 +214,9 @@ class Requester:
         self._retransmitted: set[int] = set()
         self._next_send = now
         self._last_progress = now
+        self.paused_s = 0.0           # seconds the link was paused (PFC): not counted toward the timeout
+        self._paused_at_send: dict[int, float] = {}     # seq -> paused_s when it was last sent
+        self._paused_at_progress = 0.0                  # paused_s at the last progress
         self.rto = params.rto_s
         self.retries = 0              # retries after timeouts since the last progress
         self._stalled_since = now     # the oldest unacknowledged packet's send time at the first of them
@@ -320,6 +326,7 @@ class Requester:
             self._retransmitted.add(seq)
         self.stats.sent += 1
         self._sent_at[seq] = now
+        self._paused_at_send[seq] = self.paused_s
         self.cc.on_send(now, len(payload))
         rate = max(self.cc.rate_pps, 1e-3)
         self._next_send = max(self._next_send + 1.0 / rate, now - 0.01)   # no catch-up burst after a stall
@@ -328,14 +335,26 @@ class Requester:
     def next_send_time(self) -> float:
         return self._next_send
 
+    def paused(self, seconds: float) -> None:
+        """The host's link was paused (PFC) for `seconds` more: the caller
+        held this requester's packets meanwhile. That time does not count
+        toward the retransmission timeout of what was sent before it (RTT
+        samples still measure real time)."""
+        if seconds < 0:
+            raise ValueError(f"paused seconds must be >= 0, got {seconds}")
+        self.paused_s += seconds
+
     def _check_timeout(self, now: float) -> None:
         """The oldest unacknowledged packet was (re)sent more than `rto` ago,
         and is not already waiting to be resent: retry, or after `retry_cnt`
         retries without progress, fail."""
         if self.una >= self.next_seq or self.una in self._resend_set:
             return
-        sent_at = self._sent_at.get(self.una, self._last_progress)
-        if now - sent_at < self.rto:
+        if self.una in self._sent_at:
+            sent_at, paused_then = self._sent_at[self.una], self._paused_at_send[self.una]
+        else:
+            sent_at, paused_then = self._last_progress, self._paused_at_progress
+        if now - sent_at - (self.paused_s - paused_then) < self.rto:     # the time paused since is not counted
             return
         self.stats.timeouts += 1
         if self.retries == 0:
@@ -351,6 +370,7 @@ class Requester:
         self._queue_resend(range(self.una, self.next_seq))
         self.rto = min(self.rto * 2, self.p.rto_max_s)
         self._last_progress = now
+        self._paused_at_progress = self.paused_s
 
     def _queue_resend(self, seqs) -> None:
         for s in seqs:
@@ -397,6 +417,7 @@ class Requester:
                 if entry is not None:
                     self._unacked_bytes -= len(entry[1])
                 self._sent_at.pop(s, None)
+                self._paused_at_send.pop(s, None)
                 self._retransmitted.discard(s)
                 self._sacked.discard(s)
                 self._recovered.discard(s)
@@ -405,6 +426,7 @@ class Requester:
                     msg.completed_at = now
             self.una = acked_to
             self._last_progress = now
+            self._paused_at_progress = self.paused_s
             self.retries = 0
             if rtt is not None and once:
                 self._rtt_sample(rtt)

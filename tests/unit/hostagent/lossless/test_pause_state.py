@@ -26,6 +26,21 @@ def test_time_zero_resumes_and_a_new_pause_extends():
     assert s.summary()["resumes"][1] == 1 and s.summary()["pauses"][5] == 2
 
 
+def test_seconds_paused_count_overlapping_refreshes_once_and_stop_at_a_resume():
+    s = PauseState(link_mbps=100)                      # 0xFFFF quanta: 0.33554 s
+    full = 0xFFFF * 512 / 100e6
+    s.on_frame(encode_pfc(SRC, {3: 0xFFFF}), now=1.0)
+    assert s.paused_s(3, 1.1) == pytest.approx(0.1) and s.paused_s(2, 1.1) == 0.0
+    s.on_frame(encode_pfc(SRC, {3: 0xFFFF}), now=1.2)  # refreshed before it ran out: one pause, longer
+    assert s.paused_s(3, 1.3) == pytest.approx(0.3)
+    assert s.paused_s(3, 5.0) == pytest.approx(0.2 + full), "it ran out by itself"
+    s.on_frame(encode_pfc(SRC, {3: 0xFFFF}), now=6.0)  # a new pause after the last ran out
+    s.on_frame(encode_pfc(SRC, {3: 0}), now=6.05)      # ... resumed early
+    assert s.paused_s(3, 7.0) == pytest.approx(0.2 + full + 0.05)
+    s.on_frame(encode_pfc(SRC, {3: 0}), now=8.0)       # a resume while not paused adds nothing
+    assert s.paused_s(3, 9.0) == pytest.approx(0.2 + full + 0.05)
+
+
 def test_other_frames_are_left_alone_and_broken_ones_counted():
     s = PauseState(link_mbps=100)
     assert not s.on_frame(b"\x00" * 60, now=0.0)

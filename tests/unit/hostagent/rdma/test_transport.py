@@ -278,6 +278,28 @@ def test_progress_resets_the_retry_count():
     assert req.error is not None and req.stats.timeouts == 3 + 4, "a fresh count of 3 retries after the progress"
 
 
+def test_paused_time_does_not_count_toward_the_timeout_and_rtt_samples_stay_real():
+    p = TransportParams(mtu_bytes=100, rto_s=0.01, rto_max_s=0.04, retry_cnt=0)
+    req = Requester(p, Dcqcn(DcqcnParams(line_rate_pps=1000)), peer="10.0.2.1", qp=7)
+    req.post(100, 0.0)
+    assert req.next_packet(0.0) is not None
+    req.paused(0.5)                               # the link paused half a second, its ACK perhaps held too
+    assert req.next_packet(0.509) is None and req.stats.timeouts == 0, "0.509 s, of which 0.009 s unpaused"
+    req.on_ack(Ack(0, SYNDROME_ACK, 1), 0.505)
+    assert req.error is None and req.messages[0].completed_at == 0.505
+    assert req.min_rtt == pytest.approx(0.505), "the RTT sample is the real time, pause included"
+    assert req.rto == p.rto_max_s, "(that sample took the timeout to its top)"
+    req.post(100, 0.6)
+    assert req.next_packet(0.6) is not None
+    req.paused(0.2)
+    req.next_packet(0.839)
+    assert req.error is None, "a pause after the send: not counted either"
+    req.next_packet(0.841)
+    assert req.error is not None and req.error.cause == RETRY_EXCEEDED, "0.041 s unpaused without an ACK: fails"
+    with pytest.raises(ValueError, match="paused seconds"):
+        req.paused(-1.0)
+
+
 def agree(req_params: TransportParams, rsp_cc: str | None = None):
     """A requester (dcqcn) to 10.0.2.1 posting two messages, the responder
     at 10.0.2.1 for it, and what the responder answers its first packet."""
