@@ -14,15 +14,16 @@ transport. The composition (docs/train.md):
 | option | composed (default) | plain counterpart (`--ablate`) |
 |---|---|---|
 | `--algorithm` | ring | - (ring, halving-doubling, tree) |
-| `--traffic-class` | lossless: DSCP 26 in class 3, PFC between switches | lossy |
+| `--traffic-class` | lossless: DSCP 26 in class 3, PFC between switches and to the ranks' NICs | lossy |
 | `--cc` | hpcc (INT to the receiving host, echoed in ACKs) | dcqcn (no INT) |
 | `--paths` | path-aware source ports, 2 channels a peer pair | ecmp (1 channel) |
 | `--spray` | off | - (spraying with selective repeat, when asked) |
 | failover | on: heartbeats, slots moved in the data plane, the controller rerouting | off |
 
 A line per step (time, the global batch's loss against the single-process
-reference's, packets resent, PFC pauses the switches sent, drops), then a
-summary; the loss curve must equal the reference's (float32 rounding:
+reference's, packets resent, PFC pauses the switches sent and those the
+ranks' NICs received and honoured, with the seconds they were paused,
+drops), then a summary; the loss curve must equal the reference's (float32 rounding:
 LOSS_TOLERANCE), or the run exits 1. `--fail TARGET@stepK` fails TARGET as
 step K starts: a switch (`spine1`: its process killed), a link
 (`leaf1-spine1`: every frame dropped both ways, the ports up) or a
@@ -58,7 +59,7 @@ from core.impairments import blackhole
 from core.network import Network, NetworkError
 from core.p4info import EntryError
 from core.p4constants import drop_reasons
-from core.topology import Topology, TopologyError
+from core.topology import Nic, Topology, TopologyError
 from experiments.common import REPO, agent_python, kill_switch, print_table, save_figure, write_csv
 from features import topology_from_dict
 from hostagent.aggregation.runs import start_server, stop_server
@@ -247,6 +248,8 @@ class StepLine:
     allreduce_ms: float        # the slowest rank's all-reduce time inside the step
     compute_ms: float          # the median rank's forward + backward (without the all-reduce) + optimizer
     failure: str = ""
+    pauses_received: int = 0   # PFC pauses of their class the ranks' NICs received during the step, all ranks
+    ranks_paused_s: float = 0.0    # seconds the ranks' NICs were paused during the step, all ranks summed
 
 
 def read_records(path: Path) -> list[dict]:
@@ -296,6 +299,11 @@ def counter_total(ctl: FabricController, counter: str, lock: threading.Lock) -> 
     return sum(counter_by_index(ctl, counter, lock).values())
 
 
+def host_link_mbps(topo: Topology, nic: Nic) -> float:
+    """The rate of the link between a host's NIC and its switch."""
+    return topo.switches[nic.switch].ports[nic.switch_port].link.bandwidth_mbps
+
+
 def rank_command(rank: int, hosts: list, c: Composition, steps: int, line_rate_pps: float, topo: Topology,
                  topo_file: Path, out: Path) -> list[str]:
     h = hosts[rank]
@@ -309,8 +317,9 @@ def rank_command(rank: int, hosts: list, c: Composition, steps: int, line_rate_p
     if c.algorithm == IN_NETWORK:
         server = topo.hosts[PARAMETER_SERVER].primary
         cmd += ["--aggregation-job", str(AGGREGATION_JOB), "--aggregation-server", server.ip]
-    if c.traffic_class == "lossless":
-        cmd += ["--dscp", str(LOSSLESS_DSCP)]
+    if c.traffic_class == "lossless":       # the rank's NIC honours the pauses of its class, as a RoCE NIC does
+        cmd += ["--dscp", str(LOSSLESS_DSCP), "--tclass", str(LOSSLESS_CLASS),
+                "--link-mbps", f"{host_link_mbps(topo, h):g}"]
     if c.channels > 1:
         cmd += ["--channels", str(c.channels), "--channel-choice", c.channel_choice]
     if c.paths == "path-aware":
@@ -379,6 +388,8 @@ class RunResult:
                "efficiency": round(self.ideal_ms / percentile(ms, 0.5), 3) if ms else "",
                "resent": sum(x.resent for x in self.lines), "pauses": sum(x.pauses for x in self.lines),
                "paused_s": "" if self.paused_s is None else round(self.paused_s, 3),
+               "pauses_received": sum(x.pauses_received for x in self.lines),
+               "ranks_paused_s": round(sum(x.ranks_paused_s for x in self.lines), 3),
                "drops": sum(x.drops for x in self.lines),
                "drop_reasons": " ".join(f"{k}:{v}" for k, v in self.drop_reasons.items()),
                "max_loss_error": f"{self.loss_error:.2e}" if self.lines else "",
@@ -434,10 +445,13 @@ def join_step(step: int, records: list[list[dict]], reference: list[float], prev
     start = previous_end if previous_end is not None else max(r["start"] for r in rows)
     allreduce = [sum(b[1] - b[0] for b in r["buckets"]) for r in rows]
     compute = [r["forward_s"] + r["backward_s"] + r["optimizer_s"] - a for r, a in zip(rows, allreduce)]
-    before = [r[step - 1]["retransmitted"] if step else 0 for r in records]
+    def during(key: str) -> float:
+        """The ranks' count of `key` (so far, in each record) grown during the step, all ranks."""
+        return sum(r[step].get(key, 0) - (r[step - 1].get(key, 0) if step else 0) for r in records)
     return StepLine(step=step, ms=1000 * (end - start), loss=statistics.fmean(r["loss"] for r in rows),
-                    reference_loss=reference[step], resent=sum(r["retransmitted"] for r in rows) - sum(before),
-                    pauses=0, drops=0, allreduce_ms=1000 * max(allreduce), compute_ms=1000 * statistics.median(compute))
+                    reference_loss=reference[step], resent=int(during("retransmitted")),
+                    pauses=0, drops=0, allreduce_ms=1000 * max(allreduce), compute_ms=1000 * statistics.median(compute),
+                    pauses_received=int(during("pauses_received")), ranks_paused_s=during("paused_s"))
 
 
 class FabricCounters:
@@ -506,7 +520,8 @@ def step_text(x: StepLine, steps: int) -> str:
     mark = f"   <- {x.failure}" if x.failure else ""
     ok = "=" if abs(x.loss - x.reference_loss) <= LOSS_TOLERANCE else "!="
     return (f"step {x.step + 1:>3}/{steps}  {x.ms:8.1f} ms  loss {x.loss:.6f} {ok} reference {x.reference_loss:.6f}"
-            f"  all-reduce {x.allreduce_ms:7.1f} ms  resent {x.resent:4d}  pauses {x.pauses:4d}  drops {x.drops:3d}{mark}")
+            f"  all-reduce {x.allreduce_ms:7.1f} ms  resent {x.resent:4d}  pauses {x.pauses:4d} sent"
+            f" {x.pauses_received:4d} at ranks ({1000 * x.ranks_paused_s:6.1f} ms paused)  drops {x.drops:3d}{mark}")
 
 
 @contextlib.contextmanager
@@ -760,7 +775,8 @@ def write_timeline(out: Path, records: list[list[dict]], hosts: list[str], event
     """out/trace.json (Chrome trace format: open in ui.perfetto.dev) and
     out/heatmap.png (per rank and step, the rank's step time)."""
     ends = [max(r[x.step]["end"] for r in records) for x in lines]
-    counters = [{"at": at, "pauses": x.pauses, "drops": x.drops, "resent": x.resent} for at, x in zip(ends, lines)]
+    counters = [{"at": at, "pauses": x.pauses, "pauses received by ranks": x.pauses_received, "drops": x.drops,
+                 "resent": x.resent} for at, x in zip(ends, lines)]
     steps = len(lines)
     write_trace(out / "trace.json", trace_events([r[:steps] for r in records], hosts, events, counters))
     write_heatmap(out / "heatmap.png", [r[:steps] for r in records], hosts, title)
@@ -847,8 +863,10 @@ def main(argv: list[str] | None = None) -> int:
     write_csv(args.out / "steps.csv", [{"case": r.case, **asdict(x)} for r in results for x in r.lines])
     written.append(args.out / "steps.csv")
     if args.ablate:
-        print_table([{k: row[k] for k in ("case", "completed", "step_ms_p50", "step_ms_p99", "efficiency",
-                                           "resent", "pauses", "paused_s", "drops")} for row in rows], width=11)
+        print_table([{**{k: row[k] for k in ("case", "completed", "step_ms_p50", "step_ms_p99", "efficiency",
+                                             "resent", "pauses", "paused_s")},
+                      "nic_pauses": row["pauses_received"], "nic_paused_s": row["ranks_paused_s"],
+                      "drops": row["drops"]} for row in rows], width=12)
         written.append(plot_ablation(rows, args.out / "ablation.png"))
     (args.out / "summary.json").write_text(json.dumps(rows, indent=2))
     written.append(args.out / "summary.json")
@@ -863,6 +881,7 @@ def print_summary(r: RunResult) -> None:
     print(f"\n{r.case}: {s['completed']}/{s['steps']} steps, step {s['step_ms_p50']} ms (p50) "
           f"{s['step_ms_p99']} ms (p99), ideal {s['ideal_ms']} ms (efficiency {s['efficiency']}), "
           f"resent {s['resent']} packets, {s['pauses']} pauses sent ({s['paused_s'] or 0} s paused), "
+          f"{s['pauses_received']} received by the ranks' NICs ({s['ranks_paused_s']} s paused, ranks summed), "
           f"drops {s['drops']}")
     if r.failure is not None:
         print(f"  failure: {s['failure']}: absorbed by step {s['absorbed_by_step'] or '-'}"

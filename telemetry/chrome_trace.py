@@ -8,7 +8,10 @@ Each rank is a process (pid = rank, named "rank R (host)") with two tracks
 backward: DDP's hook runs synchronously). Packets a rank resent during a
 step are an instant event on its all-reduce track; with several channels
 a peer pair (paths), a counter "bytes by channel" per step shows where the
-rank's bytes went (the least-loaded choice moving them off a slow path). Fabric-wide events (a
+rank's bytes went (the least-loaded choice moving them off a slow path);
+a rank whose NIC received PFC pauses of its class has a counter "PFC at
+the NIC" per step: the pauses it received and the milliseconds it was
+paused during the step (its sending stopped: why its all-reduce waited). Fabric-wide events (a
 failure, a reroute) are global instants (phase "i", scope "g") of a process
 `fabric`, whose counter events (phase "C") carry the PFC pauses and drops
 the switches counted per step. Timestamps are microseconds from the run's
@@ -16,7 +19,8 @@ first step; events are sorted by time, so each track's are monotonic.
 
 The input is the step records hostagent/collectives/ddp.py writes (one JSON
 line per step: start, forward_s, backward_s, optimizer_s, end, buckets as
-[start, end, bytes], retransmitted so far).
+[start, end, bytes], retransmitted so far, and pauses_received and
+paused_s so far when the rank's NIC honours PFC).
 """
 from __future__ import annotations
 
@@ -62,6 +66,8 @@ def trace_events(records: Sequence[Sequence[dict]], hosts: Sequence[str],
             events.append({"name": "thread_name", "ph": "M", "pid": rank, "tid": tid, "args": {"name": name}})
         resent_before = 0
         sent_before: list[int] = []
+        paused = any(r.get("pauses_received", 0) or r.get("paused_s", 0.0) for r in steps)
+        pauses_before, paused_s_before = 0, 0.0
         for r in steps:
             phases = (("forward", r["start"], r["forward_s"]),
                       ("backward", r["start"] + r["forward_s"], r["backward_s"]),
@@ -80,6 +86,12 @@ def trace_events(records: Sequence[Sequence[dict]], hosts: Sequence[str],
                                "args": {f"channel {c}": n - (sent_before[c] if c < len(sent_before) else 0)
                                         for c, n in enumerate(channels)}})
             sent_before = channels
+            if paused:                  # (every step, zeros too: the counter falls back between pauses)
+                events.append({"name": "PFC at the NIC", "cat": "pfc", "ph": "C", "pid": rank, "tid": 0,
+                               "ts": _us(r["end"], t0),
+                               "args": {"pauses received": r.get("pauses_received", 0) - pauses_before,
+                                        "ms paused": round(1000 * (r.get("paused_s", 0.0) - paused_s_before), 3)}})
+                pauses_before, paused_s_before = r.get("pauses_received", 0), r.get("paused_s", 0.0)
             resent = r["retransmitted"] - resent_before
             resent_before = r["retransmitted"]
             if resent > 0:

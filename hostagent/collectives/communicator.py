@@ -210,15 +210,20 @@ class Communicator:
 
     def transport_stats(self) -> dict:
         """What the transport did for this rank: packets resent, timeouts,
-        frames ignored by reason."""
+        frames ignored by reason, PFC pauses of its class received and the
+        seconds it was paused (the endpoint honouring them: docs/rdma.md)."""
         conns = self.endpoint.connections.values()
         agg = self.aggregation.stats if self.aggregation is not None else None
         channel_resent = [sum(self._out[(p, c)].requester.stats.retransmitted for p in range(self.size)
                               if p != self.rank) for c in range(self.channels)]
+        pfc = self.endpoint.pause_stats()
         stats: dict = {"retransmitted": sum(c.requester.stats.retransmitted for c in conns)
                        + (agg.retransmissions if agg else 0),
                        "timeouts": sum(c.requester.stats.timeouts for c in conns),
                        "ignored": dict(self.endpoint.ignored),
+                       "tclass": pfc.tclass, "pfc_frames": pfc.pfc_frames, "pauses_received": pfc.pauses,
+                       "resumes_received": pfc.resumes, "paused_s": round(pfc.paused_s, 6),
+                       "held_frames": pfc.held_frames, "pfc_malformed": pfc.malformed,
                        "channel_choice": self.channel_choice,
                        "channel_bytes": list(self.channel_bytes), "channel_retransmitted": channel_resent}
         if agg is not None:        # the in-network all-reduces' packets
@@ -609,13 +614,16 @@ def open_communicator(rank: int, addresses: Sequence[str], iface: str, src_ip: s
                       channels: int = 1, timeout_s: float = 60.0, dscp: int = 0, job: int = 0,
                       sport_of: Callable[[int, int, int], int] = default_sport,
                       aggregation: tuple[int, str, int, int] | None = None,
-                      channel_choice: str = FIXED) -> Communicator:
+                      channel_choice: str = FIXED, tclass: int | None = None,
+                      link_mbps: float = 100.0) -> Communicator:
     """A communicator on the host's interface (raw socket), as the fabric's
     hosts use: `job`'s queue pairs only, so jobs share hosts. aggregation:
     (aggregation job, its parameter server's address, first sequence number,
     the same on every rank, the job's block_elements) for the in-network
     all-reduce. channel_choice: one of CHANNEL_CHOICES, the same on every
-    rank."""
+    rank. tclass: the lossless class `dscp` maps to, whose PFC pauses the
+    rank's NIC honours (None: none), link_mbps the host link's rate (the
+    pause quantum)."""
     if not 0 <= job < MAX_JOBS:
         raise ValueError(f"job must be within 0..{MAX_JOBS - 1}, got {job}")
     if channels > JOB_QPS:
@@ -625,7 +633,7 @@ def open_communicator(rank: int, addresses: Sequence[str], iface: str, src_ip: s
     options = argparse.Namespace(line_rate_pps=line_rate_pps, mtu=mtu)
     qp_base = CHANNEL_QP_BASE + JOB_QPS * job
     endpoint = Endpoint(RawLink(iface), src_ip, src_mac, gw_mac, params, lambda: make_cc(options), dscp=dscp,
-                        accept_qps=range(qp_base, qp_base + JOB_QPS))
+                        accept_qps=range(qp_base, qp_base + JOB_QPS), tclass=tclass, link_mbps=link_mbps)
     worker = None
     if aggregation is not None:
         agg_job, server_ip, seq_base, block_elements = aggregation

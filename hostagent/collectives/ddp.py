@@ -47,8 +47,14 @@ evaluated), and `--steps-out FILE` writes one JSON line per step as it
 ends: the step's wall-clock start and end, its phases (forward, backward
 with each bucket's all-reduce inside it, optimizer), the rank's loss on its
 part of the batch (`--reference`: the batch's loss), and the transport's
-packets resent and timeouts so far. `fabric train` (experiments/train.py)
+packets resent and timeouts so far, and the PFC pauses its NIC received
+and the seconds it was paused so far. `fabric train` (experiments/train.py)
 reads these lines while the ranks run.
+
+In a lossless class give `--dscp` (the class's DSCP), `--tclass` (the
+class it maps to at the switches) and `--link-mbps` (the host link's rate):
+the rank's NIC then honours the switches' PFC pauses of that class
+(hostagent/rdma/endpoint.py), as a RoCE NIC does.
 """
 # (No `from __future__ import annotations`: DDP checks the hook's annotations as objects.)
 import argparse
@@ -146,6 +152,8 @@ class StepRecord:
     retransmitted: int = 0        # the transport's packets resent so far
     timeouts: int = 0
     channel_bytes: list[int] = field(default_factory=list)     # bytes sent on each channel so far (all peers)
+    pauses_received: int = 0      # PFC pauses of the rank's class its NIC received so far
+    paused_s: float = 0.0         # seconds the rank's NIC was paused so far
 
     def line(self) -> str:
         return json.dumps(asdict(self))
@@ -185,7 +193,8 @@ def train(net: nn.Module, rank: int, ranks: int, epochs: int, seed: int, log=pri
                 on_step(StepRecord(step, epoch, t0, t1 - t0, t2 - t1, t3 - t2, t3, loss.item(),
                                    hook.take_buckets() if hook is not None else [],
                                    stats.get("retransmitted", 0), stats.get("timeouts", 0),
-                                   list(stats.get("channel_bytes", []))))
+                                   list(stats.get("channel_bytes", [])), stats.get("pauses_received", 0),
+                                   stats.get("paused_s", 0.0)))
             step += 1
         with torch.no_grad():
             train_loss = loss_fn(net(x_train), y_train).item()
@@ -253,6 +262,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--paths", metavar="TOPOLOGY", help="path-aware source ports for the channels "
                     "(hostagent/collectives/paths.py; the topology file the fabric runs)")
     ap.add_argument("--dscp", type=int, default=0, help="DSCP of the collective's packets (its traffic class)")
+    ap.add_argument("--tclass", type=int, default=None,
+                    help="honour the switches' PFC pauses of this class (the lossless class --dscp maps to); "
+                         "default: honour none")
+    ap.add_argument("--link-mbps", type=float, default=100.0,
+                    help="the host link's rate, Mbit/s: the length of a pause quantum (default %(default)s)")
     ap.add_argument("--timeout-s", type=float, default=60.0, help="a rank silent this long is an error")
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--steps", type=int, help="stop after this many global batches (default: every epoch's)")
@@ -308,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
             comm = open_communicator(a.rank, addresses, a.iface, a.src_ip, a.src_mac, a.gw_mac, cc=a.cc,
                                      mode=a.mode, line_rate_pps=a.line_rate_pps, channels=a.channels,
                                      timeout_s=a.timeout_s, dscp=a.dscp, sport_of=sport_of,
-                                     aggregation=aggregation, channel_choice=a.channel_choice)
+                                     aggregation=aggregation, channel_choice=a.channel_choice, tclass=a.tclass,
+                                     link_mbps=a.link_mbps)
         except (ValueError, TopologyError) as e:
             print(f"hostagent.collectives.ddp: {e}", file=sys.stderr)
             return 2
@@ -327,9 +342,11 @@ def main(argv: list[str] | None = None) -> int:
         comm.close()
     finally:
         dist.destroy_process_group()
+    stats = comm.transport_stats()
     write(out, rows, {"rank": a.rank, "ranks": len(addresses), "algorithm": a.algorithm, "cc": a.cc,
                       "buckets_all_reduced": hook.buckets, "all_reduce_seconds": round(hook.seconds, 3),
-                      "retransmitted": comm.transport_stats()["retransmitted"],
+                      "retransmitted": stats["retransmitted"], "tclass": a.tclass,
+                      "pauses_received": stats["pauses_received"], "paused_s": stats["paused_s"],
                       "epochs": rows})
     return 0
 

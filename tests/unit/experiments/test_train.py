@@ -3,6 +3,9 @@ the ablation's cases, --fail's parsing and errors, joining the ranks' step
 records into step lines, the ideal step."""
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 
 from experiments import train
@@ -90,6 +93,38 @@ def test_a_step_line_joins_every_ranks_record():
     assert second.loss == 1.5 and second.resent == 4        # 4 more on rank 0, none more on rank 1
     assert second.allreduce_ms == pytest.approx(120.0)
     assert second.compute_ms == pytest.approx(4.0)
+
+
+def test_a_step_line_counts_the_pauses_the_ranks_nics_received_during_it():
+    records = [[record(0, 10.0, 10.1, 2.0, 0, 0.05), record(1, 10.1, 10.3, 1.0, 0, 0.1)],
+               [record(0, 10.02, 10.12, 3.0, 0, 0.06), record(1, 10.12, 10.25, 2.0, 0, 0.12)]]
+    for rank, so_far in enumerate((((2, 0.1), (5, 0.4)), ((0, 0.0), (1, 0.05)))):
+        for r, (pauses, paused_s) in zip(records[rank], so_far):
+            r["pauses_received"], r["paused_s"] = pauses, paused_s
+    first = train.join_step(0, records, [2.5, 1.5], None)
+    assert (first.pauses_received, first.ranks_paused_s) == (2, pytest.approx(0.1))
+    second = train.join_step(1, records, [2.5, 1.5], previous_end=10.12)
+    assert (second.pauses_received, second.ranks_paused_s) == (3 + 1, pytest.approx(0.3 + 0.05))
+    text = train.step_text(second, 2)
+    assert "pauses    0 sent    4 at ranks ( 350.0 ms paused)" in text
+    old = [[{k: v for k, v in r.items() if k not in ("pauses_received", "paused_s")} for r in rank]
+           for rank in records]             # records of a rank whose NIC honours no PFC: none
+    assert train.join_step(1, old, [2.5, 1.5], 10.12).pauses_received == 0
+
+
+def test_a_lossless_rank_honours_its_class_at_its_links_rate():
+    c = Composition()
+    topo, _ = train.composed_topology("leaf-spine", c, ["h1", "h2", "h3", "h4"])
+    hosts = [topo.hosts[n].primary for n in ("h1", "h2", "h3", "h4")]
+    cmd = train.rank_command(1, hosts, c, 4, 1000.0, topo, Path("topology.yaml"), Path("out"))
+    mbps = topo.switches[hosts[1].switch].ports[hosts[1].switch_port].link.bandwidth_mbps
+    at = cmd.index("--dscp")
+    assert cmd[at:at + 6] == ["--dscp", str(train.LOSSLESS_DSCP), "--tclass", str(train.LOSSLESS_CLASS),
+                              "--link-mbps", f"{mbps:g}"]
+    assert train.LOSSLESS_SECTION["classes"][0]["class"] == train.LOSSLESS_CLASS
+    lossy = replace(c, traffic_class="lossy")
+    cmd = train.rank_command(1, hosts, lossy, 4, 1000.0, topo, Path("topology.yaml"), Path("out"))
+    assert not {"--dscp", "--tclass", "--link-mbps"} & set(cmd)
 
 
 def test_ideal_step_counts_the_busiest_ranks_bytes_at_the_connection_rate():

@@ -91,6 +91,22 @@ def test_with_channels_each_step_shows_where_the_ranks_bytes_went():
     assert all(e["ph"] == "C" and e["pid"] == 0 for e in counters)
 
 
+def test_a_rank_whose_nic_was_paused_has_a_counter_of_its_pauses_per_step():
+    recs = records(ranks=2, steps=3)
+    for s, (pauses, paused_s) in zip(recs[1], ((0, 0.0), (3, 0.25), (3, 0.25))):    # so far
+        s["pauses_received"], s["paused_s"] = pauses, paused_s
+    for s in recs[0]:
+        s["pauses_received"], s["paused_s"] = 0, 0.0
+    counters = [e for e in trace_events(recs, ["h1", "h2"])["traceEvents"] if e["name"] == "PFC at the NIC"]
+    assert all(e["ph"] == "C" and e["pid"] == 1 for e in counters), "only the rank that was paused"
+    assert [e["args"] for e in counters] == [{"pauses received": 0, "ms paused": 0.0},
+                                             {"pauses received": 3, "ms paused": 250.0},
+                                             {"pauses received": 0, "ms paused": 0.0}]     # during each step
+    ends = [e["ts"] + e["dur"] for e in trace_events(recs, ["h1", "h2"])["traceEvents"]
+            if e["name"] == "optimizer" and e["pid"] == 1]
+    assert [e["ts"] for e in counters] == pytest.approx(ends, abs=0.2), "at each step's end"
+
+
 def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="3 ranks' records but 2 hosts"):
         trace_events(records(), ["h1", "h2"])

@@ -1,7 +1,8 @@
 """PyTorch DDP with the fabric hook, two ranks on a veth pair between two
 namespaces (the gradient all-reduce over the RC transport on raw sockets,
 torch.distributed's gloo set-up over TCP on the same veths): the loss curve
-equals the single-process run's within float32 rounding."""
+equals the single-process run's within float32 rounding. Each step's record
+carries what the transport counted so far, the PFC pauses too."""
 from __future__ import annotations
 
 import json
@@ -55,7 +56,8 @@ def test_ddp_through_the_hook_equals_the_single_process_run(veth_pair, tmp_path)
         cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "hostagent.collectives.ddp", "--rank", str(r),
                "--addresses", ",".join(IPS), "--iface", f"{ns}0", "--src-ip", IPS[r], "--src-mac", MACS[r],
                "--gw-mac", MACS[1 - r], "--line-rate-pps", "20000", "--algorithm", "tree", "--epochs",
-               str(EPOCHS), "--master-port", "29517", "--out", str(tmp_path / f"rank{r}")]
+               str(EPOCHS), "--master-port", "29517", "--out", str(tmp_path / f"rank{r}"),
+               "--tclass", "3", "--link-mbps", "100", "--steps-out", str(tmp_path / f"rank{r}.jsonl")]
         procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True))
     for r, p in enumerate(procs):
@@ -65,7 +67,37 @@ def test_ddp_through_the_hook_equals_the_single_process_run(veth_pair, tmp_path)
     for r in range(2):
         summary = json.loads((tmp_path / f"rank{r}.json").read_text())
         assert summary["buckets_all_reduced"] >= EPOCHS * (1347 // 64)    # every step went through the hook
+        assert (summary["tclass"], summary["pauses_received"], summary["paused_s"]) == (3, 0, 0.0), \
+            "a NIC honouring class 3, and nothing on a veth pair pauses it"
+        steps = [json.loads(line) for line in (tmp_path / f"rank{r}.jsonl").read_text().splitlines()]
+        assert len(steps) == EPOCHS * (1347 // 64) and all(x["pauses_received"] == 0 for x in steps)
         for mine, theirs in zip(summary["epochs"], ref):
             assert np.isclose(mine["train_loss"], theirs["train_loss"], rtol=0, atol=1e-4), (r, mine, theirs)
             assert np.isclose(mine["test_accuracy"], theirs["test_accuracy"], rtol=0, atol=1 / 450 + 1e-9)
     assert ref[-1]["test_accuracy"] > 0.9                                 # it learned
+
+
+class CountingComm:
+    """What train() asks of a communicator: its transport's counts so far,
+    growing by one pause (0.1 s paused) and one resent packet each step."""
+    size = 1
+
+    def __init__(self):
+        self.steps = 0
+
+    def transport_stats(self) -> dict:
+        self.steps += 1
+        return {"retransmitted": self.steps, "timeouts": 0, "channel_bytes": [100 * self.steps],
+                "pauses_received": self.steps, "paused_s": round(0.1 * self.steps, 6)}
+
+
+def test_each_step_record_carries_the_pauses_received_and_seconds_paused_so_far(tmp_path):
+    from hostagent.collectives import ddp
+    path = tmp_path / "rank0.jsonl"
+    ddp.train(ddp.model(1), 0, 1, 1, 1, log=lambda *_: None, steps=3, on_step=ddp.step_writer(path),
+              hook=ddp.FabricHook(CountingComm()))
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(r["step"], r["retransmitted"], r["pauses_received"], r["paused_s"]) for r in lines] == \
+        [(0, 1, 1, 0.1), (1, 2, 2, 0.2), (2, 3, 3, 0.3)]
+    assert ddp.StepRecord(0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, []).pauses_received == 0, \
+        "a rank whose NIC honours no PFC records none"
