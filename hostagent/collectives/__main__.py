@@ -152,6 +152,11 @@ def add_group_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mtu", type=int, default=1024, help="payload bytes per packet")
     p.add_argument("--line-rate-pps", type=float, default=1000.0, help="each connection's top rate, packets/s")
     p.add_argument("--dscp", type=int, default=0, help="DSCP of the packets (the switches' traffic class)")
+    p.add_argument("--tclass", type=int, default=None,
+                   help="honour the switches' PFC pauses of this class (the lossless class --dscp maps to); "
+                        "default: honour none")
+    p.add_argument("--link-mbps", type=float, default=100.0,
+                   help="the host link's rate, Mbit/s: the length of a pause quantum (default %(default)s)")
     p.add_argument("--timeout-s", type=float, default=60.0, help="a step waiting longer for a peer fails")
     p.add_argument("--start-at", type=float, default=0.0, help="wall-clock start time (ranks start together)")
     p.add_argument("--job", type=int, default=0, help=f"the job (0..{MAX_JOBS - 1}): its own queue pairs, so jobs share hosts")
@@ -263,7 +268,7 @@ def communicator(a: argparse.Namespace) -> Communicator:
     return open_communicator(a.rank, addresses, a.iface, a.src_ip, a.src_mac, a.gw_mac, cc=a.cc, mode=a.mode,
                              line_rate_pps=a.line_rate_pps, mtu=a.mtu, channels=a.channels, timeout_s=a.timeout_s,
                              dscp=a.dscp, job=a.job, sport_of=sport_of, aggregation=aggregation,
-                             channel_choice=a.channel_choice)
+                             channel_choice=a.channel_choice, tclass=a.tclass, link_mbps=a.link_mbps)
 
 
 def main(argv: list[str] | None = None) -> int:

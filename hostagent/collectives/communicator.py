@@ -632,8 +632,13 @@ def open_communicator(rank: int, addresses: Sequence[str], iface: str, src_ip: s
     make_cc = congestion_controls()[cc]
     options = argparse.Namespace(line_rate_pps=line_rate_pps, mtu=mtu)
     qp_base = CHANNEL_QP_BASE + JOB_QPS * job
-    endpoint = Endpoint(RawLink(iface), src_ip, src_mac, gw_mac, params, lambda: make_cc(options), dscp=dscp,
-                        accept_qps=range(qp_base, qp_base + JOB_QPS), tclass=tclass, link_mbps=link_mbps)
+    link = RawLink(iface)
+    try:
+        endpoint = Endpoint(link, src_ip, src_mac, gw_mac, params, lambda: make_cc(options), dscp=dscp,
+                            accept_qps=range(qp_base, qp_base + JOB_QPS), tclass=tclass, link_mbps=link_mbps)
+    except ValueError:          # (a class or link rate it cannot honour)
+        link.close()
+        raise
     worker = None
     if aggregation is not None:
         agg_job, server_ip, seq_base, block_elements = aggregation

@@ -20,6 +20,7 @@ from hostagent.rdma.cc.dcqcn import Dcqcn
 from hostagent.ecn.dcqcn import DcqcnParams
 from hostagent.rdma.endpoint import Endpoint
 from hostagent.rdma.transport import GO_BACK_N, SELECTIVE_REPEAT, TransportParams
+from wire.lossless import encode_pfc
 
 from tests.unit.hostagent.collectives.test_schedule import expected
 
@@ -90,13 +91,13 @@ class HubLink:
 
 
 def group(n: int, hub: Hub, mode=GO_BACK_N, channels=1, timeout_s=30.0,
-          line_rate_pps=200_000.0, channel_choice="fixed") -> list[Communicator]:
+          line_rate_pps=200_000.0, channel_choice="fixed", tclass: int | None = None) -> list[Communicator]:
     ips = [f"10.0.{r + 1}.1" for r in range(n)]
     params = TransportParams(mode=mode, mtu_bytes=256, rto_s=0.02, rto_max_s=0.1, ack_delay_s=0.001)
     comms = []
     for r, ip in enumerate(ips):
         ep = Endpoint(hub.link(ip), ip, f"02:00:00:00:00:{r + 1:02x}", "02:00:00:00:00:fe", params,
-                      lambda: Dcqcn(DcqcnParams(line_rate_pps=line_rate_pps)))
+                      lambda: Dcqcn(DcqcnParams(line_rate_pps=line_rate_pps)), tclass=tclass, link_mbps=100.0)
         comms.append(Communicator(ep, ips, r, channels=channels, timeout_s=timeout_s,
                                   channel_choice=channel_choice))
     return comms
@@ -149,6 +150,32 @@ def test_all_reduce_with_loss_duplication_and_reordering(mode, algorithm):
     assert hub.lost > 0
     resent = sum(c.requester.stats.retransmitted for comm in comms for c in comm.endpoint.connections.values())
     assert resent > 0
+
+
+def test_a_paused_rank_holds_the_all_reduce_for_the_pause_and_counts_it():
+    """Rank 1's uplink paused in its class (3) for 100 ms, as its switch
+    would, just before a ring all-reduce: the call lasts at least the pause,
+    the result is numpy's, and rank 1's transport counts the pause."""
+    n, pause_quanta = 3, 19532                             # 19532 x 5.12 us at 100 Mbit/s: 100.0 ms
+    hub = Hub()
+    comms = group(n, hub, tclass=3)
+    xs = [np.arange(300, dtype=np.int32) * (r + 1) for r in range(n)]
+    with hub.cv:                                           # a PFC frame from rank 1's switch, on its wire now
+        heapq.heappush(hub.queues["10.0.2.1"], (time.monotonic(), next(hub.seq),
+                                               encode_pfc("02:00:00:00:00:fe", {3: pause_quanta})))
+        hub.cv.notify_all()
+    deadline = time.monotonic() + 1.0
+    while not comms[1].endpoint.pfc.frames and time.monotonic() < deadline:
+        time.sleep(0.001)
+    out = run_all(comms, lambda c: c.all_reduce(xs[c.rank]))
+    for got, want in zip(out, expected(sc.ALL_REDUCE, xs)):
+        assert np.array_equal(got, want)
+    assert min(c.records[-1].seconds for c in comms) >= 0.06, "nobody finished while rank 1 could not send"
+    stats = [c.transport_stats() for c in comms]
+    assert (stats[1]["tclass"], stats[1]["pauses_received"], stats[1]["resumes_received"]) == (3, 1, 0)
+    assert stats[1]["paused_s"] == pytest.approx(0.100, abs=1e-4)
+    assert stats[0]["pauses_received"] == stats[2]["pauses_received"] == 0
+    assert all("not addressed to this host" not in s["ignored"] for s in stats)
 
 
 def test_a_sequence_of_collectives_and_the_nccl_tests_table():
@@ -319,6 +346,18 @@ class JobLink:
     (["--algorithm", "in-network", "--collective", "broadcast"], "in-network is an all-reduce algorithm"),
 ])
 def test_the_command_refuses_an_in_network_run_it_cannot_do(extra, message, capsys):
+    from hostagent.collectives.__main__ import main
+    host = ["--rank", "0", "--addresses", "10.0.1.1,10.0.2.1", "--iface", "lo", "--src-ip", "10.0.1.1",
+            "--src-mac", "02:00:00:00:00:01", "--gw-mac", "02:00:00:00:00:fe"]
+    assert main(["sweep", *host, *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--tclass", "8"], "traffic class must be within 0..7, got 8"),
+    (["--tclass", "3", "--link-mbps", "0"], "the link's rate must be > 0 Mbit/s, got 0.0"),
+])
+def test_the_command_refuses_a_class_it_cannot_honour(extra, message, capsys):
     from hostagent.collectives.__main__ import main
     host = ["--rank", "0", "--addresses", "10.0.1.1,10.0.2.1", "--iface", "lo", "--src-ip", "10.0.1.1",
             "--src-mac", "02:00:00:00:00:01", "--gw-mac", "02:00:00:00:00:fe"]
