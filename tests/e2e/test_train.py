@@ -4,7 +4,8 @@ composed (ring, lossless class with PFC, HPCC on INT, path-aware channels
 with the least-loaded choice, failover, monitoring), then the same with the
 fixed split; a spine killed as step 4 starts in both. Every step of both
 completes, the loss curve equals the single-process reference's, the
-failure is absorbed by a step from step 4 on, and the run leaves its table,
+failure is absorbed by a step from step 4 on, every rank's NIC honours the
+lossless class's pauses (and counts them), and the run leaves its table,
 CSV, PNG and a Chrome trace per case."""
 from __future__ import annotations
 
@@ -47,6 +48,11 @@ def test_a_short_ablation_survives_a_spine_killed_mid_run_and_equals_the_referen
     # the composition really ran: its sections, and every rank's timeline with the failure on it
     topo = (tmp_path / "composed" / "topology.yaml").read_text()
     assert "lossless:" in topo and "to_host: true" in topo and "failover:" in topo
+    for r in range(4):          # every rank's NIC honoured the lossless class's pauses, and counted them
+        summary = json.loads((tmp_path / "composed" / f"rank{r}.json").read_text())
+        assert summary["tclass"] == 3 and {"pauses_received", "paused_s"} <= set(summary), summary
+        steps = [json.loads(line) for line in (tmp_path / "composed" / f"rank{r}.jsonl").read_text().splitlines()]
+        assert all("pauses_received" in x and "paused_s" in x for x in steps)
     trace = json.loads((tmp_path / "composed" / "trace.json").read_text())["traceEvents"]
     assert {e["pid"] for e in trace if e["name"] == "backward"} == {0, 1, 2, 3}
     assert sum(1 for e in trace if e["name"] == "backward") == 4 * STEPS
