@@ -133,7 +133,7 @@ def test_deadlock_forms_is_prevented_by_a_class_change_and_broken_by_the_watchdo
 
 
 def test_pfc_spreads_up_the_tree_and_stalls_a_victim(tmp_path):
-    """4:1 and 8:1 incast across a leaf-spine on live BMv2 (2.4x r1's
+    """4:1 and 8:1 incast across a leaf-spine on live BMv2 (1.92x r1's
     link): lossless end to end with PFC, judged by the receiver's sequence
     numbers, where the lossy class drops; pauses at every hop up to the
     hosts; the victim flow, which shares only leaf1's uplinks with the
@@ -167,6 +167,12 @@ def test_pfc_spreads_up_the_tree_and_stalls_a_victim(tmp_path):
     # 2026-11-26 and 27, lossless, pauses cut 163 -> 91), so it is judged better, not by how much
     assert float(both["victim_last_40pct_pps"]) > float(pfc["victim_last_40pct_pps"]), both
     assert (out / "spreading" / "pfc-8" / "throughput.png").stat().st_size > 10_000
+    # the phase's end-to-end verdict: the receivers' count of what every lossless case missed, said once
+    (verdict,) = csv.DictReader(open(out / "end_to_end.csv"))
+    assert verdict["phase"] == "spreading" and int(verdict["lossless_cases"]) == 4, verdict
+    assert int(verdict["missing"]) == sum(int(rows[c]["drops"]) + int(rows[c]["victim_drops"])
+                                          for c in ("pfc-4", "pfc-dcqcn-4", "pfc-8", "pfc-dcqcn-8")), verdict
+    assert verdict["verdict"] in proc.stdout
 
 
 def test_separate_classes_isolate_the_collective_from_storage(tmp_path):
