@@ -9,8 +9,8 @@
 #include "headers.p4"
 
 #define IPV4_CHECKSUM_FIELDS(h) \
-    { h.version, h.ihl, h.dscp, h.ecn, h.total_len, h.identification, \
-      h.flags, h.frag_offset, h.ttl, h.protocol, h.src_addr, h.dst_addr }
+    { h.version_ihl, h.dscp, h.ecn, h.total_len, h.id_flags_frag, \
+      h.ttl, h.protocol, h.src_addr, h.dst_addr }
 
 control VerifyIpv4Checksum(inout headers_t hdr, inout local_metadata_t meta) {
     apply {
@@ -32,11 +32,11 @@ control ComputeIpv4Checksum(inout headers_t hdr, inout local_metadata_t meta) {
         update_checksum(hdr.ipv4.isValid(), IPV4_CHECKSUM_FIELDS(hdr.ipv4),
                         hdr.ipv4.hdr_checksum, HashAlgorithm.csum16);
 #ifndef WITHOUT_INT_TELEMETRY
-        update_checksum_with_payload(meta.telemetry.l4_checksum && hdr.udp.isValid() && hdr.udp.checksum != 0,
+        update_checksum_with_payload(meta.telemetry.l4_checksum == 1 && hdr.udp.isValid() && hdr.udp.checksum != 0,
             { hdr.ipv4.src_addr, hdr.ipv4.dst_addr, 8w0, hdr.ipv4.protocol, hdr.udp.length,
               hdr.udp.src_port, hdr.udp.dst_port, hdr.udp.length, INT_CHECKSUM_HEADERS(hdr) },
             hdr.udp.checksum, HashAlgorithm.csum16);
-        update_checksum_with_payload(meta.telemetry.l4_checksum && hdr.tcp.isValid(),
+        update_checksum_with_payload(meta.telemetry.l4_checksum == 1 && hdr.tcp.isValid(),
             { hdr.ipv4.src_addr, hdr.ipv4.dst_addr, 8w0, hdr.ipv4.protocol, meta.int_scratch.l4_length,
               hdr.tcp.src_port, hdr.tcp.dst_port, hdr.tcp.seq_no, hdr.tcp.ack_no, hdr.tcp.data_offset,
               hdr.tcp.reserved, hdr.tcp.flags, hdr.tcp.window, hdr.tcp.urgent_ptr, hdr.tcp_options,

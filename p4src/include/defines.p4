@@ -22,6 +22,14 @@ const bit<16> ETHERTYPE_IPV4 = 0x0800;
 const bit<16> ETHERTYPE_VLAN = 0x8100;           // IEEE 802.1Q
 const bit<16> ETHERTYPE_SOURCE_ROUTE = 0x88B5;   // IEEE "local experimental": INT probe port lists
 const bit<16> ETHERTYPE_VALIANT = 0x88B6;        // IEEE "local experimental 2": a Valiant tag (nonminimal_routing.p4)
+
+// ipv4_t's merged fields (headers.p4): version 4 with a 20-byte header; the
+// fragment offset and the DF flag in identification ++ flags ++ offset.
+const bit<8>  IPV4_VERSION_IHL = 0x45;
+const bit<32> IPV4_FRAG_OFFSET_MASK = 0x1FFF;
+const bit<32> IPV4_FLAG_DF = 0x4000;
+#define IPV4_IHL(ip) ((ip).version_ihl[3:0])
+
 const bit<16> HEARTBEAT_UDP_PORT = 6200;         // a source-routed packet to this port is a heartbeat (failover.p4)
 const bit<16> HEARTBEAT_ORIGIN_PORT_BASE = 0xC000;  // a heartbeat from source port base + e comes from edge switch e
 #define FAILOVER_ORIGIN_BITS 6

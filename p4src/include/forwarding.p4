@@ -98,6 +98,12 @@ control Forwarding(inout headers_t hdr,
         meta.next_id = next_id;
     }
 
+    // A route miss is dropped: the default action itself names the reason
+    // (a branch on NoAction would run a table of its own for the assignment).
+    action no_route() {
+        meta.drop_reason = DROP_NO_ROUTE;
+    }
+
     table ipv4_lpm {
         key = {
             hdr.ipv4.dst_addr: lpm;
@@ -105,9 +111,9 @@ control Forwarding(inout headers_t hdr,
         actions = {
             route;
             set_next_id;
-            @defaultonly NoAction;
+            @defaultonly no_route;
         }
-        default_action = NoAction();
+        default_action = no_route();
         size = IPV4_LPM_TABLE_SIZE;
     }
 
@@ -147,9 +153,6 @@ control Forwarding(inout headers_t hdr,
 #endif
                 }
                 release_flow_key();
-            }
-            NoAction: {
-                meta.drop_reason = DROP_NO_ROUTE;
             }
         }
     }

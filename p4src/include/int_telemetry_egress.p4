@@ -211,7 +211,7 @@ control IntEgress(inout headers_t hdr,
         hdr.int_shim.len = hdr.int_shim.len + (bit<8>) hdr.int_md.hop_ml;
         hdr.ipv4.total_len = hdr.ipv4.total_len + hop_bytes;
         hdr.udp.length = hdr.udp.length + hop_bytes;    // no effect on TCP packets (udp invalid)
-        meta.telemetry.l4_checksum = true;
+        meta.telemetry.l4_checksum = 1;
     }
 
     // ---- sink: keep what the report needs, clone, strip -------------------
@@ -239,7 +239,7 @@ control IntEgress(inout headers_t hdr,
                              ++ hdr.int_md.ds_id ++ hdr.int_md.ds_instruction ++ hdr.int_md.ds_flags;
         hdr.saved_int_stack = hdr.int_stack;            // invalid for an empty stack: then so is the copy
         // IPv4 header + L4 header + shim + MD header + stack
-        hdr.int_saved.inner_bytes = ((bit<16>) hdr.ipv4.ihl << 2) + 8 + 4 + ((bit<16>) hdr.int_shim.len << 2);
+        hdr.int_saved.inner_bytes = ((bit<16>) IPV4_IHL(hdr.ipv4) << 2) + 8 + 4 + ((bit<16>) hdr.int_shim.len << 2);
         hdr.int_saved.intermediate = 0;
         hdr.int_saved.congested = 0;
         meta.egress_work = EGRESS_INT;     // what the clone keeps: INT's work only (the others' is done: main.p4)
@@ -253,7 +253,7 @@ control IntEgress(inout headers_t hdr,
         hdr.int_shim.setInvalid();
         hdr.int_md.setInvalid();
         hdr.int_stack.setInvalid();
-        meta.telemetry.l4_checksum = true;
+        meta.telemetry.l4_checksum = 1;
     }
 
     // ---- the report around a clone: outer Ethernet/IPv4 (the packet's own
@@ -273,14 +273,11 @@ control IntEgress(inout headers_t hdr,
                                                     // of a PFC frame: it would sit between Ethernet and IPv4)
 #endif
         hdr.ipv4.setValid();
-        hdr.ipv4.version = 4;
-        hdr.ipv4.ihl = 5;
+        hdr.ipv4.version_ihl = IPV4_VERSION_IHL;
         hdr.ipv4.dscp = 0;
         hdr.ipv4.ecn = 0;
         hdr.ipv4.total_len = ip_bytes;
-        hdr.ipv4.identification = 0;
-        hdr.ipv4.flags = 2;                         // DF (Telemetry Report v2.0)
-        hdr.ipv4.frag_offset = 0;
+        hdr.ipv4.id_flags_frag = IPV4_FLAG_DF;      // identification 0, DF (Telemetry Report v2.0), offset 0
         hdr.ipv4.ttl = 64;
         hdr.ipv4.protocol = IP_PROTO_UDP;
         hdr.ipv4.src_addr = src_addr;
@@ -563,7 +560,7 @@ control IntEgress(inout headers_t hdr,
                         }
                     }
                 }
-                meta.int_scratch.l4_length = hdr.ipv4.total_len - ((bit<16>) hdr.ipv4.ihl << 2);
+                meta.int_scratch.l4_length = hdr.ipv4.total_len - ((bit<16>) IPV4_IHL(hdr.ipv4) << 2);
             }
             build_report: {
                 store_report_seq_no();

@@ -73,7 +73,7 @@ control IntSource(inout headers_t hdr,
         hdr.int_md.ds_instruction = meta.int_scratch.domain_instructions;
         hdr.int_md.ds_flags = meta.int_scratch.domain_flags;
         hdr.ipv4.total_len = hdr.ipv4.total_len + INT_SHIM_AND_HEADER_BYTES;
-        meta.telemetry.l4_checksum = true;
+        meta.telemetry.l4_checksum = 1;
     }
 
     // INT on at this switch: the controller sets int_switch's default action

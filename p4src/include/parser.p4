@@ -112,11 +112,11 @@ parser FabricParser(packet_in packet,
     // arithmetic on the good path. Only a first fragment carries the L4 header.
     state parse_ipv4 {
         packet.extract(hdr.ipv4);
-        transition select(hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.frag_offset, hdr.ipv4.protocol) {
-            (4, 5, 0, IP_PROTO_TCP): parse_tcp;
-            (4, 5, 0, IP_PROTO_UDP): parse_udp;
-            (4, 5, _, _): accept;
-            (4, _, _, _): reject_ipv4_options;
+        transition select(hdr.ipv4.version_ihl, hdr.ipv4.id_flags_frag, hdr.ipv4.protocol) {
+            (IPV4_VERSION_IHL, 0 &&& IPV4_FRAG_OFFSET_MASK, IP_PROTO_TCP): parse_tcp;
+            (IPV4_VERSION_IHL, 0 &&& IPV4_FRAG_OFFSET_MASK, IP_PROTO_UDP): parse_udp;
+            (IPV4_VERSION_IHL, _, _): accept;
+            (0x40 &&& 0xF0, _, _): reject_ipv4_options;      // version 4, IHL not 5
             default: reject_ipv4_version;
         }
     }
