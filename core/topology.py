@@ -267,6 +267,10 @@ class Topology:
             raise KeyError(f"{host} has no NIC {nic!r} (NICs: {', '.join(self.hosts[host].nics)})")
         return self.hosts[host].nics[nic]
 
+    def access_link(self, nic: "Nic | Host") -> LinkSpec:
+        """The link between a NIC (a host: its first) and its switch."""
+        return self.switches[nic.switch].ports[nic.switch_port].link
+
     def link_nic(self, link: LinkSpec, node: str) -> Nic:
         """The NIC of host `node` that `link` plugs in."""
         host = self.hosts[node]

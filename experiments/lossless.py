@@ -171,8 +171,7 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
                  "--line-rate-pps", str(args.sender_rate), "--dscp", str(DSCP)]
         extra += [] if case.dcqcn else ["--fixed-rate", "--not-ect"]
         if case.lossless:      # a lossless NIC: honours pauses of its class, timed on its link
-            link = topo.switches[SWITCH].ports[h.switch_port].link
-            extra += ["--tclass", str(TCLASS), "--link-mbps", str(link.bandwidth_mbps)]
+            extra += ["--tclass", str(TCLASS), "--link-mbps", str(topo.access_link(h).bandwidth_mbps)]
         procs.append(agent(h, "send", extra))
     gate.open(procs)
     finish(case.name, procs, net, args)
@@ -293,8 +292,7 @@ def run_spreading_case(name: str, topo, net: Network, ctl: FabricController, arg
                  "--line-rate-pps", str(rate), "--dscp", str(DSCP)]
         extra += [] if dcqcn else ["--fixed-rate", "--not-ect"]
         if lossless:
-            extra += ["--tclass", str(TCLASS), "--link-mbps", str(topo.switches[host.switch].ports[host.switch_port]
-                                                                  .link.bandwidth_mbps)]
+            extra += ["--tclass", str(TCLASS), "--link-mbps", str(topo.access_link(host).bandwidth_mbps)]
         return extra
 
     procs = [roce_agent(h, "receive", start_at=gate, out_dir=case_dir,
@@ -322,7 +320,7 @@ def run_spreading_case(name: str, topo, net: Network, ctl: FabricController, arg
     warm = 0.2 * args.duration
     bins = _read_bins(case_dir / f"receive-{receiver.name}.csv")
     vbins = _read_bins(case_dir / f"receive-{victim_rx.name}.csv")
-    capacity = queue_rate_pps(topo.switches["leaf3"].ports[receiver.switch_port].link.bandwidth_mbps)
+    capacity = queue_rate_pps(topo.access_link(receiver).bandwidth_mbps)
     steady = sum(v for (t, _f), v in bins.items() if warm <= t < args.duration)
 
     def victim_rate(start: float) -> float:
@@ -891,8 +889,8 @@ def run_label(run: int, n: int) -> str:
 
 
 def spreading_oversubscription(topo, args) -> float:
-    r1 = topo.hosts["r1"]
-    return args.spreading_load / queue_rate_pps(topo.switches[r1.switch].ports[r1.switch_port].link.bandwidth_mbps)
+    """The incast's packets/s over what r1's link carries."""
+    return args.spreading_load / queue_rate_pps(topo.access_link(topo.hosts["r1"]).bandwidth_mbps)
 
 
 def end_to_end(phase: str, results: list[dict]) -> dict:

@@ -194,7 +194,7 @@ def run_flows(name: str, cc: str, flows: list[Flow], pfc: bool, topo, net: Netwo
             "--duration", str(f.duration_s),
             "--drain-s", str(f.drain_s), "--line-rate-pps", str(capacity),
             *(["--dscp", str(LOSSLESS_DSCP), "--tclass", str(LOSSLESS_CLASS), "--link-mbps",
-               str(topo.switches[h.switch].ports[h.switch_port].link.bandwidth_mbps)] if pfc else []), *f.extra]))
+               str(topo.access_link(h).bandwidth_mbps)] if pfc else []), *f.extra]))
     samples: list = []
     stop = threading.Event()
     sw = topo.switches[BOTTLENECK_SWITCH]

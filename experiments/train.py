@@ -59,7 +59,7 @@ from core.impairments import blackhole
 from core.network import Network, NetworkError
 from core.p4info import EntryError
 from core.p4constants import drop_reasons
-from core.topology import Nic, Topology, TopologyError
+from core.topology import Topology, TopologyError
 from experiments.common import REPO, agent_python, kill_switch, print_table, save_figure, write_csv
 from features import topology_from_dict
 from hostagent.aggregation.runs import start_server, stop_server
@@ -299,11 +299,6 @@ def counter_total(ctl: FabricController, counter: str, lock: threading.Lock) -> 
     return sum(counter_by_index(ctl, counter, lock).values())
 
 
-def host_link_mbps(topo: Topology, nic: Nic) -> float:
-    """The rate of the link between a host's NIC and its switch."""
-    return topo.switches[nic.switch].ports[nic.switch_port].link.bandwidth_mbps
-
-
 def rank_command(rank: int, hosts: list, c: Composition, steps: int, line_rate_pps: float, topo: Topology,
                  topo_file: Path, out: Path) -> list[str]:
     h = hosts[rank]
@@ -319,7 +314,7 @@ def rank_command(rank: int, hosts: list, c: Composition, steps: int, line_rate_p
         cmd += ["--aggregation-job", str(AGGREGATION_JOB), "--aggregation-server", server.ip]
     if c.traffic_class == "lossless":       # the rank's NIC honours the pauses of its class, as a RoCE NIC does
         cmd += ["--dscp", str(LOSSLESS_DSCP), "--tclass", str(LOSSLESS_CLASS),
-                "--link-mbps", f"{host_link_mbps(topo, h):g}"]
+                "--link-mbps", f"{topo.access_link(h).bandwidth_mbps:g}"]
     if c.channels > 1:
         cmd += ["--channels", str(c.channels), "--channel-choice", c.channel_choice]
     if c.paths == "path-aware":
