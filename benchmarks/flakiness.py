@@ -33,6 +33,13 @@ PYTEST_RESULT = re.compile(r"^(PASSED|FAILED|ERROR) (\S+::\S+)", re.M)   # -rA's
 
 
 def _busy() -> None:
+    """A busy program of its own: its own session, so that the kernel's
+    autogroup scheduling (Linux's default on desktops and most distributions'
+    kernels) weighs it as one more program on the machine. A process forked
+    from this one and left in its session would share one scheduling group
+    with pytest and every host agent the tests start (the switches run in
+    sessions of their own), and take its CPU from them alone."""
+    os.setsid()
     while True:
         pass
 

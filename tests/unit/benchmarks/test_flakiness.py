@@ -24,3 +24,23 @@ def test_pytest_outcomes_reads_the_short_summary():
 
 def test_no_summary_no_outcomes():
     assert pytest_outcomes("no tests ran in 0.01s") == {}
+
+
+def test_busy_process_is_a_program_of_its_own():
+    """--busy's processes lead sessions of their own (one autogroup each),
+    as unrelated programs would, instead of sharing the test's."""
+    import multiprocessing
+    import os
+    import time
+
+    from benchmarks.flakiness import _busy
+    hog = multiprocessing.Process(target=_busy, daemon=True)
+    hog.start()
+    try:
+        deadline = time.monotonic() + 5
+        while os.getsid(hog.pid) != hog.pid and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert os.getsid(hog.pid) == hog.pid != os.getsid(0)
+    finally:
+        hog.terminate()
+        hog.join()
