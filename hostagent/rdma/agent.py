@@ -28,6 +28,8 @@ import json
 import random
 import select
 import signal
+import socket
+import struct
 import sys
 import time
 from collections import defaultdict
@@ -86,6 +88,33 @@ def _percentiles(values: list[float]) -> Optional[dict]:
             "max": round(v[-1], 3)}
 
 
+SO_TIMESTAMPNS = 35           # Linux (asm-generic/socket.h); Python's socket module does not name it
+TIMESPEC = struct.Struct("@qq")
+
+
+def stamp_arrivals(sock) -> bool:
+    """Ask the kernel to timestamp every frame `sock` receives (True if it
+    will): an ACK's RTT then ends when the host received it, not when the
+    agent, maybe descheduled on a busy machine, read it."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except (AttributeError, OSError):    # not a kernel socket (the unit tests' links)
+        return False
+    return True
+
+
+def recv_stamped(sock) -> tuple[bytes, Optional[float]]:
+    """A frame and when the kernel received it, on time.monotonic()'s clock
+    (None if it gave no timestamp)."""
+    frame, ancillary, _flags, _addr = sock.recvmsg(4096, socket.CMSG_SPACE(TIMESPEC.size))
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= TIMESPEC.size:
+            sec, nsec = TIMESPEC.unpack_from(data)
+            age = max(0.0, time.time() - (sec + nsec * 1e-9))    # the stamp is the wall clock's
+            return frame, time.monotonic() - age
+    return frame, None
+
+
 def run_sender(a, sock=None) -> dict:
     params = TransportParams(mode=a.mode, mtu_bytes=a.mtu, ack_every=a.ack_every, rto_s=a.rto_s,
                              retry_cnt=a.retry_cnt)
@@ -94,6 +123,7 @@ def run_sender(a, sock=None) -> dict:
     frames = FrameBuilder(a.src_mac, a.gw_mac, a.src_ip, a.dst_ip, sport=0xC000 | (a.qp & 0x3FFF), dscp=a.dscp)
     sock = sock or open_socket(a.iface)
     sock.setblocking(False)
+    stamped = stamp_arrivals(sock)
     pfc = PauseState(a.link_mbps) if a.tclass is not None else None
     ignored: defaultdict[str, int] = defaultdict(int)
     series = []
@@ -132,7 +162,7 @@ def run_sender(a, sock=None) -> dict:
             break
         while True:
             try:
-                rx = sock.recv(4096)
+                rx, received = recv_stamped(sock) if stamped else (sock.recv(4096), None)
             except BlockingIOError:
                 break
             if pfc is not None and pfc.on_frame(rx, now):
@@ -146,7 +176,7 @@ def run_sender(a, sock=None) -> dict:
                 ignored["another queue pair"] += 1
             elif p.kind == "ack":
                 req.on_ack(Ack(p.psn, p.syndrome, p.msn, p.sack, p.hops, p.terms), now,
-                           hops=hop_info(p.hops, a.mtu))
+                           hops=hop_info(p.hops, a.mtu), arrived=None if received is None else received - t0)
             elif p.kind == "cnp":
                 req.on_cnp(now)
             else:

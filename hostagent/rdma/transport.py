@@ -11,7 +11,8 @@ congestion control's window, capped by `max_outstanding`, IRN's BDP cap)
 at the congestion control's rate. ACKs are cumulative (BTH PSN = the last
 PSN received in order, AETH MSN = messages completed). The packet an ACK
 names gives the congestion control an RTT sample from its latest
-transmission (as a NIC timestamps a completion); the timeout's estimator
+transmission to the ACK's arrival (the kernel's receive timestamp when the
+agent has one, as a NIC timestamps a completion); the timeout's estimator
 takes only packets sent once (Karn), where the sample is unambiguous.
 
   go-back-N (RoCE):   a NAK (PSN sequence error) names the PSN the responder
@@ -381,8 +382,11 @@ class Requester:
     # -- feedback --------------------------------------------------------------
 
     def on_ack(self, ack: Ack, now: float, ecn_echo: bool = False,
-               hops: tuple[HopInfo, ...] = ()) -> int:
-        """An ACK or NAK; returns how many packets it newly acknowledged."""
+               hops: tuple[HopInfo, ...] = (), arrived: Optional[float] = None) -> int:
+        """An ACK or NAK; returns how many packets it newly acknowledged.
+        `arrived`: when the host received it (the kernel's timestamp, as a
+        NIC's), if known and earlier than `now`: the RTT sample ends there,
+        so the time the agent took to read it is not counted as the fabric's."""
         if self.error is not None:
             return 0
         if ack.is_refusal:
@@ -411,7 +415,8 @@ class Requester:
         if newly > 0:
             once = newest not in self._retransmitted
             if newest in self._sent_at:
-                rtt = now - self._sent_at[newest]
+                sent_at = self._sent_at[newest]
+                rtt = (arrived if arrived is not None and sent_at < arrived <= now else now) - sent_at
             for s in range(self.una, acked_to):
                 entry = self._payload.pop(s, None)
                 if entry is not None:

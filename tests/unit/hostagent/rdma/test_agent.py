@@ -99,3 +99,23 @@ def test_mismatched_modes_fail_both_agents_naming_both(link, tmp_path, capsys):
         "go-back-n with any congestion control; 0 of 5 messages completed, 5 failed with this error")
     flow = json.loads((tmp_path / "rx.json").read_text())["flows"]["10.0.1.1/3"]
     assert flow["delivered_messages"] == 0 and flow["refused"] >= 1
+
+
+def test_frames_carry_the_kernels_receive_time():
+    """recv_stamped: when the kernel received the frame (monotonic clock),
+    not when it was read."""
+    import socket
+    import time
+
+    from hostagent.rdma.agent import recv_stamped, stamp_arrivals
+    tx, rx = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    with tx, rx:
+        assert stamp_arrivals(rx)
+        sent = time.monotonic()
+        tx.send(b"frame")
+        time.sleep(0.2)
+        frame, received = recv_stamped(rx)
+        read = time.monotonic()
+    assert frame == b"frame" and received is not None
+    assert sent - 0.01 <= received < read - 0.15
+    assert not stamp_arrivals(object()), "a test link that is not a socket: no timestamps"

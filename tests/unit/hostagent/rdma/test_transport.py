@@ -219,6 +219,23 @@ def test_the_timeout_follows_the_measured_rtt():
     assert req.next_packet(0.302).retransmission
 
 
+def test_an_rtt_sample_ends_when_the_ack_arrived_not_when_it_was_read():
+    """The kernel's receive timestamp ends the sample: an ACK that waited
+    80 ms for a descheduled agent is not 80 ms of the fabric's delay. A
+    timestamp outside (sent, now] is not believed."""
+    p = TransportParams(mtu_bytes=100, rto_s=0.01, rto_max_s=1.0)
+    req = Requester(p, Dcqcn(DcqcnParams(line_rate_pps=1000)))
+    req.post(300, 0.0)
+    for t in (0.0, 0.001, 0.002):
+        req.next_packet(t)
+    req.on_ack(Ack(0, SYNDROME_ACK, 0), 0.1, arrived=0.02)           # read 80 ms after it came
+    assert req.srtt == pytest.approx(0.02)
+    req.on_ack(Ack(1, SYNDROME_ACK, 0), 0.2, arrived=0.0005)         # before packet 1 left: not believed
+    assert req.min_rtt == pytest.approx(0.02) and req.srtt == pytest.approx(0.875 * 0.02 + 0.125 * 0.199)
+    req.on_ack(Ack(2, SYNDROME_ACK, 0), 0.3, arrived=0.5)            # after it was read: not believed
+    assert req.srtt == pytest.approx(0.875 * (0.875 * 0.02 + 0.125 * 0.199) + 0.125 * 0.298)
+
+
 def silent_peer(params: TransportParams, messages: int = 3, size: int = 300, start: float = 0.0,
                 req: Requester | None = None) -> tuple[Requester, float]:
     """A requester whose peer never answers, driven every ms from `start`
