@@ -189,6 +189,7 @@ def run_sender(a, sock=None) -> dict:
         if pfc is not None and pfc.paused(a.tclass, now):
             time.sleep(0.0002)
             continue
+        now = time.monotonic() - t0     # the send time an RTT sample starts from: not before the frames read above
         pkt = req.next_packet(now) if now < a.duration or a.messages or a.poisson_per_s else None
         if pkt is not None:
             reth = (0, 0, a.message_bytes) if pkt.opcode in RETH_OPCODES else None
