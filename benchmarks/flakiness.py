@@ -44,6 +44,12 @@ def _busy() -> None:
         pass
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time a process has used (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")   # utime, stime
+
+
 def run_ptf(tests: list[str]) -> tuple[dict[str, bool], str]:
     proc = subprocess.run([sys.executable, "ptf-tests/run_ptf.py", *tests], cwd=REPO,
                           capture_output=True, text=True)
@@ -90,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.busy else []
     for h in hogs:
         h.start()
+    started = time.monotonic()
     failures: dict[str, Counter[str]] = {s: Counter() for s in args.suites}
     seen: dict[str, set[str]] = {s: set() for s in args.suites}
     try:
@@ -109,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
                       f"in {time.monotonic() - t0:.0f} s{(': failed ' + ', '.join(failed)) if failed else ''}{log}",
                       flush=True)
     finally:
+        if hogs:    # how loaded the machine was: what the busy processes got of it
+            used = sum(cpu_seconds(h.pid) for h in hogs if h.pid is not None)
+            print(f"busy processes: {len(hogs)}, {used / (time.monotonic() - started):.2f} CPUs of "
+                  f"{os.cpu_count()} on average", flush=True)
         for h in hogs:
             h.terminate()
     any_failed = False

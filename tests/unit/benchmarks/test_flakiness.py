@@ -44,3 +44,18 @@ def test_busy_process_is_a_program_of_its_own():
     finally:
         hog.terminate()
         hog.join()
+
+
+def test_cpu_seconds_counts_a_busy_process():
+    import multiprocessing
+    import time
+
+    from benchmarks.flakiness import _busy, cpu_seconds
+    hog = multiprocessing.Process(target=_busy, daemon=True)
+    hog.start()
+    try:
+        time.sleep(0.5)
+        assert 0.05 < cpu_seconds(hog.pid) <= 0.6
+    finally:
+        hog.terminate()
+        hog.join()
