@@ -30,6 +30,7 @@ import csv
 import json
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
@@ -65,6 +66,34 @@ def open_socket(iface: str) -> socket.socket:
     except OSError:
         pass
     return sock
+
+
+SO_TIMESTAMPNS = 35           # Linux (asm-generic/socket.h); Python's socket module does not name it
+TIMESPEC = struct.Struct("@qq")
+STAMP_CMSG_BYTES = socket.CMSG_SPACE(TIMESPEC.size)
+
+
+def stamp_arrivals(sock) -> bool:
+    """Ask the kernel to timestamp every frame `sock` receives (True if it
+    will): an ACK's RTT then ends when the host received it, not when the
+    agent, maybe descheduled on a busy machine, read it."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except (AttributeError, OSError):    # not a kernel socket (the unit tests' links)
+        return False
+    return True
+
+
+def recv_stamped(sock) -> tuple[bytes, float | None]:
+    """A frame and when the kernel received it, on time.monotonic()'s clock
+    (None if it gave no timestamp)."""
+    frame, ancillary, _flags, _addr = sock.recvmsg(4096, STAMP_CMSG_BYTES)
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= TIMESPEC.size:
+            sec, nsec = TIMESPEC.unpack_from(data)
+            age = max(0.0, time.time() - (sec + nsec * 1e-9))    # the stamp is the wall clock's
+            return frame, time.monotonic() - age
+    return frame, None
 
 
 def hold_roce_port() -> socket.socket | None:

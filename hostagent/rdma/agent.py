@@ -28,8 +28,6 @@ import json
 import random
 import select
 import signal
-import socket
-import struct
 import sys
 import time
 from collections import defaultdict
@@ -37,7 +35,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from hostagent.ecn.dcqcn import DcqcnParams
-from hostagent.ecn.roce import open_socket
+from hostagent.ecn.roce import open_socket, recv_stamped, stamp_arrivals
 from hostagent.load_balancing.reorder import ReorderBank, ReorderParams, add_reorder_arguments, psn_diff
 from hostagent.lossless import PauseState
 from hostagent.rdma.cc.base import CongestionControl, HopInfo
@@ -86,33 +84,6 @@ def _percentiles(values: list[float]) -> Optional[dict]:
     v = sorted(values)
     return {"p50": round(v[len(v) // 2], 3), "p99": round(v[min(len(v) - 1, int(0.99 * len(v)))], 3),
             "max": round(v[-1], 3)}
-
-
-SO_TIMESTAMPNS = 35           # Linux (asm-generic/socket.h); Python's socket module does not name it
-TIMESPEC = struct.Struct("@qq")
-
-
-def stamp_arrivals(sock) -> bool:
-    """Ask the kernel to timestamp every frame `sock` receives (True if it
-    will): an ACK's RTT then ends when the host received it, not when the
-    agent, maybe descheduled on a busy machine, read it."""
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-    except (AttributeError, OSError):    # not a kernel socket (the unit tests' links)
-        return False
-    return True
-
-
-def recv_stamped(sock) -> tuple[bytes, Optional[float]]:
-    """A frame and when the kernel received it, on time.monotonic()'s clock
-    (None if it gave no timestamp)."""
-    frame, ancillary, _flags, _addr = sock.recvmsg(4096, socket.CMSG_SPACE(TIMESPEC.size))
-    for level, kind, data in ancillary:
-        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= TIMESPEC.size:
-            sec, nsec = TIMESPEC.unpack_from(data)
-            age = max(0.0, time.time() - (sec + nsec * 1e-9))    # the stamp is the wall clock's
-            return frame, time.monotonic() - age
-    return frame, None
 
 
 def run_sender(a, sock=None) -> dict:

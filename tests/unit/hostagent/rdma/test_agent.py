@@ -107,7 +107,7 @@ def test_frames_carry_the_kernels_receive_time():
     import socket
     import time
 
-    from hostagent.rdma.agent import recv_stamped, stamp_arrivals
+    from hostagent.ecn.roce import recv_stamped, stamp_arrivals
     tx, rx = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     with tx, rx:
         assert stamp_arrivals(rx)
