@@ -36,10 +36,9 @@
 // port: the queue incast builds). So the sink keeps its own measurements
 // and the IPv4/L4 fields it rewrites, the shim, the MD header and the stack
 // in int_saved: a header that is valid but never emitted, so the clone
-// inherits it and the data packet leaves without it. Then it clones and
-// strips; the clone rebuilds the packet as received. (A header, not
-// metadata: BMv2 resets every metadata field of every packet, and only the
-// validity of a header.)
+// inherits it and the data packet leaves without it. Then it clones and strips; the clone rebuilds the
+// packet as received. (Headers, not metadata: BMv2 resets every metadata
+// field of every packet, and only validity of headers.)
 #ifndef INT_EGRESS_P4
 #define INT_EGRESS_P4
 
