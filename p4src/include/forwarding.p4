@@ -82,9 +82,8 @@ control Forwarding(inout headers_t hdr,
         FLOW_KEY(hdr, meta)
     }
 
-    // headers.p4: a validated scratch header counts in the packet length.
-    // The flow key stays for the controls after forwarding (headers.p4).
-    action release_ecmp() {
+    action release_flow_key() {       // headers.p4: a validated scratch header counts in the packet length
+        meta.flow.setInvalid();
         meta.ecmp.setInvalid();
     }
 
@@ -153,7 +152,7 @@ control Forwarding(inout headers_t hdr,
                     central_routing.apply(hdr, meta, std_meta);   // a flow with an assigned path: its port
 #endif
                 }
-                release_ecmp();
+                release_flow_key();
             }
         }
     }

@@ -187,14 +187,6 @@ struct headers_t {
 // parser copied them into two metadata fields for every packet before,
 // which a dropped packet paid for too (docs/benchmark.md, "What a dropped
 // packet costs").
-//
-// In ingress the key is filled once: by forwarding for a group's packet
-// (ECMP), else by the first control after it that needs one (non-minimal
-// routing, INT's watchlist: `if (!meta.flow.isValid())`). IntSource
-// releases it, because INT's egress reads the packet length (its tx bytes);
-// where INT is off at the switch (or for an aggregation packet, which INT
-// skips) it may reach egress valid, where then nothing reads the length.
-// INT's egress fills its own (released in ingress).
 header flow_key_t {
     ipv4_addr_t src_addr;
     ipv4_addr_t dst_addr;

@@ -97,18 +97,14 @@ control IntSource(inout headers_t hdr,
         FLOW_KEY(hdr, meta)
     }
 
-    // headers.p4: a validated scratch header counts in the packet length,
-    // which egress reads for INT's tx bytes.
-    action release_flow_key() {
+    action release_flow_key() {       // headers.p4: a validated scratch header counts in the packet length
         meta.flow.setInvalid();
     }
 
     apply {
         switch (int_switch.apply().action_run) {
             enable_int: {
-                if (!meta.flow.isValid()) {              // the watchlist's L4 ports; forwarding or
-                    flow_key();                          // non-minimal routing may have filled it
-                }
+                flow_key();                              // the watchlist's L4 ports
                 switch (int_watchlist.apply().action_run) {
                     int_source: {
                         // TCP and UDP only: the shim follows the L4 header.
