@@ -54,7 +54,7 @@ control CentralRouting(inout headers_t hdr,
             hdr.ipv4.src_addr: exact;
             hdr.ipv4.dst_addr: exact;
             hdr.ipv4.protocol: exact;
-            meta.l4_src_port:  exact;
+            meta.flow.l4_src_port: exact @name("meta.l4_src_port");   // forwarding filled meta.flow
         }
         actions = {
             pinned;

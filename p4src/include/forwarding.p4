@@ -82,8 +82,9 @@ control Forwarding(inout headers_t hdr,
         FLOW_KEY(hdr, meta)
     }
 
-    action release_flow_key() {       // headers.p4: a validated scratch header counts in the packet length
-        meta.flow.setInvalid();
+    // headers.p4: a validated scratch header counts in the packet length.
+    // The flow key stays for the controls after forwarding (headers.p4).
+    action release_ecmp() {
         meta.ecmp.setInvalid();
     }
 
@@ -152,7 +153,7 @@ control Forwarding(inout headers_t hdr,
                     central_routing.apply(hdr, meta, std_meta);   // a flow with an assigned path: its port
 #endif
                 }
-                release_flow_key();
+                release_ecmp();
             }
         }
     }

@@ -116,7 +116,7 @@ header agg_t {
 // Deparsed in this order (parser.p4). A data packet is ethernet, ipv4, one
 // L4 header, INT (shim, MD header, this hop, the stack it arrived with). A
 // telemetry report reuses ethernet/ipv4 as its outer headers, then its own
-// UDP and report headers, then the reported packet: a copy of its IPv4
+// UDP and report headers (report), then the reported packet: a copy of its IPv4
 // header (inner_ipv4), and its own L4 header, TCP options and INT headers,
 // restored as received (one header instance each, not a copy of each).
 struct headers_t {
@@ -141,8 +141,7 @@ struct headers_t {
 #endif
 #ifndef WITHOUT_INT_TELEMETRY
     // Telemetry report (report clones only)
-    udp_t               report_udp;
-    report_t            report;
+    report_t            report;             // UDP and the report's headers
     report_int_md_t     report_int_md;
     report_drop_md_t    report_drop_md;
     ipv4_t              inner_ipv4;
@@ -159,7 +158,6 @@ struct headers_t {
     // clone, which inherits valid headers (BMv2 copies them into E2E clones)
     // while the data packet leaves without them.
     int_report_saved_t  int_saved;
-    int_stack_t         saved_int_stack;
 #endif
 }
 
@@ -178,9 +176,25 @@ struct headers_t {
 // validated in ingress or the parser is invalidated again when its feature
 // is done with it (which subtracts it).
 
-// The 5-tuple, for hashing. A hash over a header reads its fields in place;
-// a hash over a list { ... } costs a metadata temporary per element. A
-// control fills it with FLOW_KEY in an action of its own, before the hash.
+// The 5-tuple, for hashing and for the tables keyed on a flow (central_route,
+// int_watchlist). A hash over a header reads its fields in place; a hash
+// over a list { ... } costs a metadata temporary per element. A control
+// fills it with FLOW_KEY in an action of its own, before the hash.
+//
+// The L4 ports come from the TCP or UDP header here, only for a packet that
+// needs a flow key, and stay 0 for other protocols (setValid zeroed them;
+// one ?: per assignment: p4c gives a nested ?: metadata temporaries). The
+// parser copied them into two metadata fields for every packet before,
+// which a dropped packet paid for too (docs/benchmark.md, "What a dropped
+// packet costs").
+//
+// In ingress the key is filled once: by forwarding for a group's packet
+// (ECMP), else by the first control after it that needs one (non-minimal
+// routing, INT's watchlist: `if (!meta.flow.isValid())`). IntSource
+// releases it, because INT's egress reads the packet length (its tx bytes);
+// where INT is off at the switch (or for an aggregation packet, which INT
+// skips) it may reach egress valid, where then nothing reads the length.
+// INT's egress fills its own (released in ingress).
 header flow_key_t {
     ipv4_addr_t src_addr;
     ipv4_addr_t dst_addr;
@@ -194,8 +208,10 @@ header flow_key_t {
     meta.flow.src_addr = hdr.ipv4.src_addr; \
     meta.flow.dst_addr = hdr.ipv4.dst_addr; \
     meta.flow.protocol = hdr.ipv4.protocol; \
-    meta.flow.l4_src_port = meta.l4_src_port; \
-    meta.flow.l4_dst_port = meta.l4_dst_port;
+    meta.flow.l4_src_port = (hdr.tcp.isValid() ? hdr.tcp.src_port : meta.flow.l4_src_port); \
+    meta.flow.l4_dst_port = (hdr.tcp.isValid() ? hdr.tcp.dst_port : meta.flow.l4_dst_port); \
+    meta.flow.l4_src_port = (hdr.udp.isValid() ? hdr.udp.src_port : meta.flow.l4_src_port); \
+    meta.flow.l4_dst_port = (hdr.udp.isValid() ? hdr.udp.dst_port : meta.flow.l4_dst_port);
 
 header parse_scratch_t {        // parser.p4: the length of a variable-length header,
     bit<32> length;              // and the INT metadata words the bitmaps ask for and the
@@ -370,9 +386,6 @@ struct int_report_meta_t {
 }
 
 struct local_metadata_t {
-    // L4 ports of TCP/UDP packets, 0 otherwise: part of the ECMP 5-tuple.
-    bit<16>       l4_src_port;
-    bit<16>       l4_dst_port;
     next_id_t     next_id;
     ecmp_slot_t   ecmp_slot;     // slot of the flow in its ECMP group (5-tuple hash, switch seed)
     drop_reason_t drop_reason;

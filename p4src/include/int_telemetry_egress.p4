@@ -34,12 +34,12 @@
 // of egress, from the headers as egress left them, and only the egress pass
 // of the data packet knows its queue (occupancy, hop latency at the sink
 // port: the queue incast builds). So the sink keeps its own measurements
-// and the IPv4/L4 fields it rewrites, the shim and the MD header in
-// int_saved, and copies the stack into saved_int_stack: headers that are
-// valid but never emitted, so the clone inherits them and the data packet
-// leaves without them. Then it clones and strips; the clone rebuilds the
-// packet as received. (Headers, not metadata: BMv2 resets every metadata
-// field of every packet, and only validity of headers.)
+// and the IPv4/L4 fields it rewrites, the shim, the MD header and the stack
+// in int_saved: a header that is valid but never emitted, so the clone
+// inherits it and the data packet leaves without it. Then it clones and
+// strips; the clone rebuilds the packet as received. (A header, not
+// metadata: BMv2 resets every metadata field of every packet, and only the
+// validity of a header.)
 #ifndef INT_EGRESS_P4
 #define INT_EGRESS_P4
 
@@ -237,7 +237,7 @@ control IntEgress(inout headers_t hdr,
         hdr.int_saved.int_md = hdr.int_md.ver ++ hdr.int_md.d ++ hdr.int_md.e ++ hdr.int_md.m ++ hdr.int_md.rsvd
                              ++ hdr.int_md.hop_ml ++ hdr.int_md.remaining_hop_cnt ++ hdr.int_md.instruction_bitmap
                              ++ hdr.int_md.ds_id ++ hdr.int_md.ds_instruction ++ hdr.int_md.ds_flags;
-        hdr.saved_int_stack = hdr.int_stack;            // invalid for an empty stack: then so is the copy
+        hdr.int_saved.has_stack = 0;            // save_stack: the packet had one
         // IPv4 header + L4 header + shim + MD header + stack
         hdr.int_saved.inner_bytes = ((bit<16>) IPV4_IHL(hdr.ipv4) << 2) + 8 + 4 + ((bit<16>) hdr.int_shim.len << 2);
         hdr.int_saved.intermediate = 0;
@@ -282,14 +282,13 @@ control IntEgress(inout headers_t hdr,
         hdr.ipv4.protocol = IP_PROTO_UDP;
         hdr.ipv4.src_addr = src_addr;
         hdr.ipv4.dst_addr = collector_addr;
-        hdr.report_udp.setValid();
-        hdr.report_udp.src_port = REPORT_UDP_PORT;
-        hdr.report_udp.dst_port = collector_port;
-        hdr.report_udp.length = ip_bytes - 20;
-        hdr.report_udp.checksum = 0;
+        hdr.report.setValid();
+        hdr.report.udp_src_port = REPORT_UDP_PORT;
+        hdr.report.udp_dst_port = collector_port;
+        hdr.report.udp_length = ip_bytes - 20;
+        hdr.report.udp_checksum = 0;
         report_seq_no.read(meta.int_scratch.seq_no, 0);
         meta.int_scratch.next_seq_no = (meta.int_scratch.seq_no + 1) & 0x3FFFFF;
-        hdr.report.setValid();
         hdr.report.ver = REPORT_VERSION;
         hdr.report.hw_id = 0;
         hdr.report.seq_no = meta.int_scratch.seq_no[21:0];
@@ -333,8 +332,6 @@ control IntEgress(inout headers_t hdr,
         hdr.int_md.ds_id = hdr.int_saved.int_md[47:32];
         hdr.int_md.ds_instruction = hdr.int_saved.int_md[31:16];
         hdr.int_md.ds_flags = hdr.int_saved.int_md[15:0];
-        hdr.int_stack = hdr.saved_int_stack;
-        hdr.saved_int_stack.setInvalid();
         // A congestion report's packet had this hop pushed: not part of what it received.
         hdr.int_hop16.setInvalid();
         hdr.int_hop8.setInvalid();
@@ -366,7 +363,19 @@ control IntEgress(inout headers_t hdr,
         hdr.report_int_md.tx_bytes = hdr.int_saved.tx_bytes;
         hdr.report_int_md.tx_time = hdr.int_saved.egress_ts[31:0];
         hdr.report_int_md.link_rate_mbps = hdr.int_saved.link_rate_mbps;
-        hdr.int_saved.setInvalid();
+    }
+
+    // The stack the packet arrived with (apply: when it had one). Copying
+    // the varbit of an invalid (empty) stack crashes BMv2 (SIGFPE): a packet
+    // whose source is this switch has none.
+    action save_stack() {
+        hdr.int_saved.has_stack = 1;
+        hdr.int_saved.int_stack = hdr.int_stack.words;
+    }
+
+    action restore_stack() {
+        hdr.int_stack.setValid();
+        hdr.int_stack.words = hdr.int_saved.int_stack;
     }
 
     action store_report_seq_no() {
@@ -458,6 +467,9 @@ control IntEgress(inout headers_t hdr,
                         }
                         if (meta.int_scratch.due == 1 || meta.int_scratch.congested == 1) {
                             save_for_report();
+                            if (hdr.int_stack.isValid()) {
+                                save_stack();
+                            }
                             if (hdr.tcp.isValid()) {
                                 hdr.int_saved.l4_checksum = hdr.tcp.checksum;
                                 hdr.int_saved.inner_bytes = hdr.int_saved.inner_bytes
@@ -491,6 +503,9 @@ control IntEgress(inout headers_t hdr,
                             if (meta.int_scratch.last_us == 0
                                 || meta.int_scratch.now_us - meta.int_scratch.last_us >= meta.int_scratch.queue_interval_us) {
                                 save_for_report();
+                                if (hdr.int_stack.isValid()) {
+                                    save_stack();
+                                }
                                 if (hdr.tcp.isValid()) {
                                     hdr.int_saved.l4_checksum = hdr.tcp.checksum;
                                     hdr.int_saved.inner_bytes = hdr.int_saved.inner_bytes
@@ -563,6 +578,10 @@ control IntEgress(inout headers_t hdr,
                 meta.int_scratch.l4_length = hdr.ipv4.total_len - ((bit<16>) IPV4_IHL(hdr.ipv4) << 2);
             }
             build_report: {
+                if (hdr.int_saved.has_stack == 1) {
+                    restore_stack();
+                }
+                hdr.int_saved.setInvalid();
                 store_report_seq_no();
                 truncate_report();
             }
@@ -575,7 +594,7 @@ control IntEgress(inout headers_t hdr,
                 } else {
                     hdr.report.in_type = 0;
                     hdr.ipv4.total_len = REPORT_HEADERS_BYTES - 14 + DROP_REPORT_MD_BYTES;
-                    hdr.udp.length = hdr.ipv4.total_len - 20;
+                    hdr.report.udp_length = hdr.ipv4.total_len - 20;
                     truncate((bit<32>) (REPORT_HEADERS_BYTES + DROP_REPORT_MD_BYTES));
                 }
             }

@@ -62,11 +62,15 @@ header int_hop2_t  { bit<64>  words; }
 header int_hop1_t  { bit<32>  words; }
 
 // Never emitted (headers.p4): the reporting switch's measurements and the
-// IPv4/L4 fields it rewrote, as received, for an INT report clone.
+// IPv4/L4 fields it rewrote, as received, for an INT report clone; the INT
+// headers it received too (fields here, not headers of their own: BMv2
+// marks every header instance invalid for every packet).
 header int_report_saved_t {
     bit<1>  congested;
     bit<1>  intermediate;
     bit<6>  ipv4_dscp;
+    bit<1>  has_stack;         // the packet had a stack (not the first hop's): int_stack below
+    bit<7>  pad;               // BMv2: whole bytes
     bit<16> ingress_port;
     bit<16> egress_port;
     bit<32> hop_latency;
@@ -81,15 +85,22 @@ header int_report_saved_t {
     bit<16> udp_length;
     bit<16> l4_checksum;
     bit<16> inner_bytes;       // the reported packet: IPv4 + L4 + INT bytes
-    bit<32> int_shim;          // its INT shim and MD header, field after field (not headers of
-    bit<96> int_md;            // their own: BMv2 resets each header instance of every packet)
+    bit<32> int_shim;          // its INT shim and MD header, field after field,
+    bit<96> int_md;
+    varbit<INT_STACK_BITS> int_stack;   // and its stack
 }
 
-// Telemetry Report v2.0: the group header, one individual report header and
-// its INT main contents, as one header (each header instance costs BMv2
-// work on every packet, reports or not); wire/int_telemetry.py has them as
-// the spec's three layers. The reporting switch's metadata follows.
+// A telemetry report after its outer IPv4 header: the UDP header to the
+// collector, then Telemetry Report v2.0's group header, one individual report
+// header and its INT main contents, as one header (BMv2 marks every header
+// instance invalid for every packet, reports or not); wire/int_telemetry.py
+// has the report as the spec's three layers. The reporting switch's metadata
+// follows.
 header report_t {
+    bit<16> udp_src_port;   // UDP
+    bit<16> udp_dst_port;
+    bit<16> udp_length;
+    bit<16> udp_checksum;
     bit<4>  ver;            // group header
     bit<6>  hw_id;
     bit<22> seq_no;

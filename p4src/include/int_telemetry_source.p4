@@ -44,8 +44,8 @@ control IntSource(inout headers_t hdr,
             hdr.ipv4.src_addr:       ternary;
             hdr.ipv4.dst_addr:       ternary;
             hdr.ipv4.protocol:       ternary;
-            meta.l4_src_port:        range;
-            meta.l4_dst_port:        range;
+            meta.flow.l4_src_port:   range @name("meta.l4_src_port");
+            meta.flow.l4_dst_port:   range @name("meta.l4_dst_port");
         }
         actions = {
             int_source;
@@ -93,9 +93,22 @@ control IntSource(inout headers_t hdr,
         size = 1;
     }
 
+    action flow_key() {
+        FLOW_KEY(hdr, meta)
+    }
+
+    // headers.p4: a validated scratch header counts in the packet length,
+    // which egress reads for INT's tx bytes.
+    action release_flow_key() {
+        meta.flow.setInvalid();
+    }
+
     apply {
         switch (int_switch.apply().action_run) {
             enable_int: {
+                if (!meta.flow.isValid()) {              // the watchlist's L4 ports; forwarding or
+                    flow_key();                          // non-minimal routing may have filled it
+                }
                 switch (int_watchlist.apply().action_run) {
                     int_source: {
                         // TCP and UDP only: the shim follows the L4 header.
@@ -114,6 +127,7 @@ control IntSource(inout headers_t hdr,
                         meta.int_scratch.setInvalid();   // headers.p4: out of the packet length
                     }
                 }
+                release_flow_key();
             }
         }
     }

@@ -50,9 +50,12 @@ control NonminimalRouting(inout headers_t hdr,
     // NONMINIMAL_*: tags pushed, packets UGAL kept minimal, tags removed at the intermediate
     counter<bit<32>>(NONMINIMAL_COUNTS, CounterType.packets) nonminimal_packets;
 
-    action flow_hash(bit<32> seed) {
-        meta.nonmin.setValid();
+    action flow_key() {
         FLOW_KEY(hdr, meta)
+    }
+
+    action flow_hash(bit<32> seed) {       // apply filled meta.flow
+        meta.nonmin.setValid();
         hash(meta.nonmin.flow_hash, HashAlgorithm.crc32, 32w0, meta.flow, 32w0xFFFFFFFF);
         meta.nonmin.flow_hash = meta.nonmin.flow_hash * (seed | 1);   // not linear in the hash: see forwarding.p4
     }
@@ -203,6 +206,9 @@ control NonminimalRouting(inout headers_t hdr,
         switch (nonminimal_routing.apply().action_run) {
             valiant_on:
             ugal_on: {
+                if (!meta.flow.isValid()) {      // forwarding filled it for a group's packet
+                    flow_key();
+                }
                 if (!hdr.valiant.isValid()) {
                     switch (valiant_source.apply().action_run) {
 #ifndef WITHOUT_LOAD_BALANCING
@@ -238,7 +244,6 @@ control NonminimalRouting(inout headers_t hdr,
                     valiant_route.apply();
                 }
                 meta.nonmin.setInvalid();        // headers.p4: out of the packet length
-                meta.flow.setInvalid();
             }
         }
     }

@@ -135,8 +135,6 @@ parser FabricParser(packet_in packet,
 
     state parse_tcp {
         packet.extract(hdr.tcp);
-        meta.l4_src_port = hdr.tcp.src_port;
-        meta.l4_dst_port = hdr.tcp.dst_port;
         transition select(hdr.tcp.data_offset, hdr.ipv4.dscp) {
 #ifndef WITHOUT_INT_TELEMETRY
             (5, INT_DSCP): parse_int_shim;
@@ -182,8 +180,6 @@ parser FabricParser(packet_in packet,
 
     state parse_udp {
         packet.extract(hdr.udp);
-        meta.l4_src_port = hdr.udp.src_port;
-        meta.l4_dst_port = hdr.udp.dst_port;
         transition select(hdr.udp.dst_port) {
 #ifndef WITHOUT_INT_TELEMETRY
             INT_UDP_PORT: parse_int_shim;
@@ -289,8 +285,8 @@ control FabricDeparser(packet_out packet, in headers_t hdr) {
         packet.emit(hdr.source_route_rest);
         packet.emit(hdr.ipv4);
 #ifndef WITHOUT_INT_TELEMETRY
-        packet.emit(hdr.report_udp);        // a telemetry report: ipv4 is its outer header,
-        packet.emit(hdr.report);            // the reported packet starts at inner_ipv4
+        packet.emit(hdr.report);            // a telemetry report: ipv4 is its outer header, this its UDP and
+                                            // report headers; the reported packet starts at inner_ipv4
         packet.emit(hdr.report_int_md);
         packet.emit(hdr.report_drop_md);
         packet.emit(hdr.inner_ipv4);

@@ -674,10 +674,12 @@ class DropReportsCarryTheReasonTest(IntTestBase):
         self.assertEqual(self.counter("drop_reports_limited", drop_reasons()["TTL_EXPIRED"])[0], 5)
         arp = Ether(dst="ff:ff:ff:ff:ff:ff", src=HOST_MAC, type=0x0806) / Raw(b"\x00" * 28)
         self.send(HOST_PORT, arp)
-        raw = bytes(Ether(self.one(COLLECTOR_PORT))[UDP].payload)
+        report = Ether(self.one(COLLECTOR_PORT))
+        raw = bytes(report[UDP].payload)
         self.assertEqual(raw[8] & 0x0F, 0, "InType none: not an IPv4 packet")
         self.assertEqual(raw[33], drop_reasons()["NOT_IPV4"])
         self.assertEqual(len(raw), 36)
+        self.assertEqual((report[IP].len, report[UDP].len), (20 + 8 + 36, 8 + 36), "lengths without an inner packet")
 
 
 class DropReportOfAnAggregationPacketTest(IntTestBase):
@@ -724,6 +726,7 @@ class DropReportOfAPfcFrameTest(IntTestBase):
         self.assertEqual(raw[8] & 0x0F, 0, "InType none: not an IPv4 packet")
         self.assertEqual(raw[33], drop_reasons()["PFC_PORT_OFF"])
         self.assertEqual(len(raw), 36)
+        self.assertEqual(Ether(report)[UDP].len, 8 + 36)
 
 
 class ConsumedPfcFrameIsNotReportedTest(IntTestBase):
