@@ -489,6 +489,48 @@ class SinkOnTcpRestoresDscpAndChecksumTest(IntTestBase):
         self.assertEqual(inner.tos >> 2, 0x17)
 
 
+class SinkOnUdpReportsWithAndWithoutAStackTest(IntTestBase):
+    """Reports of packets that arrive with a stack (from the fabric) in turn
+    with reports of UDP packets whose source and sink is this switch (no
+    stack): each UDP packet leaves as it came, each report's inner packet
+    ends where its stack does, and the sequence numbers count up by one.
+    (Copying an absent stack into a report once crashed BMv2: the sink
+    saves a stack only when the packet has one.)"""
+    sinks: set[int] = {HOST_PORT, DST_PORT}
+
+    def runTest(self):
+        names = ["node_id", "queue"]
+        self.watch(WatchRule(instructions=Instructions.of(names), max_hops=4))
+        seqs = []
+        for i in range(4):
+            with self.subTest(packet=i, stack=True):
+                original = udp_packet(payload=b"from the fabric %d" % i)
+                sent = self.int_packet(names, [spec_hop(2, 5 + i), spec_hop(1, 3)], remaining=6,
+                                       payload_pkt=original)
+                self.send(FABRIC_PORT, Ether(sent))
+                self.one(DST_PORT)
+                inner = self.report_inner(self.one(COLLECTOR_PORT), seqs)
+                self.assertEqual(inner, sent[14:14 + 20 + 8 + 4 + 12 + 16], "IPv4 .. the two hops of the stack")
+            with self.subTest(packet=i, stack=False):
+                pkt = udp_packet(payload=b"source and sink %d" % i, sport=50000 + i)
+                self.send(HOST_PORT, pkt)
+                self.assertEqual(self.one(DST_PORT), routed(pkt, DST_PORT), "the packet leaves as it came")
+                inner = self.report_inner(self.one(COLLECTOR_PORT), seqs)
+                self.assertEqual(len(inner), 20 + 8 + 4 + 12, "IPv4, UDP, shim, INT-MD header: no stack")
+                ip = IP(inner[:20])
+                self.assertEqual((ip.src, ip.dst, ip.len), (pkt[IP].src, pkt[IP].dst, len(pkt) - 14 + 16))
+                self.assertEqual(inner[28 + 1], 3, "shim Length: the INT-MD header only")
+        self.assertEqual([(s - seqs[0]) % (1 << 22) for s in seqs], list(range(8)))
+
+    def report_inner(self, frame: bytes, seqs: list[int]) -> bytes:
+        """The inner packet of a report (its sequence number appended to `seqs`)."""
+        raw = bytes(Ether(frame)[UDP].payload)
+        seqs.append(struct.unpack("!I", raw[:4])[0] & 0x3FFFFF)
+        self.assertEqual(Ether(frame)[UDP].len, len(frame) - 34)
+        self.assertEqual(raw[9], (8 + 40 + len(raw[60:])) // 4, "RepLength")
+        return raw[60:]
+
+
 class DiscardBitDropsAfterReportingTest(IntTestBase):
     sinks: set[int] = {DST_PORT}
 
