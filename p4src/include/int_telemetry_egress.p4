@@ -237,7 +237,7 @@ control IntEgress(inout headers_t hdr,
         hdr.int_saved.int_md = hdr.int_md.ver ++ hdr.int_md.d ++ hdr.int_md.e ++ hdr.int_md.m ++ hdr.int_md.rsvd
                              ++ hdr.int_md.hop_ml ++ hdr.int_md.remaining_hop_cnt ++ hdr.int_md.instruction_bitmap
                              ++ hdr.int_md.ds_id ++ hdr.int_md.ds_instruction ++ hdr.int_md.ds_flags;
-        hdr.int_saved.has_stack = 0;            // save_stack: the packet had one
+        hdr.int_saved.has_stack = 0;            // save_stack sets it when the packet has a stack
         // IPv4 header + L4 header + shim + MD header + stack
         hdr.int_saved.inner_bytes = ((bit<16>) IPV4_IHL(hdr.ipv4) << 2) + 8 + 4 + ((bit<16>) hdr.int_shim.len << 2);
         hdr.int_saved.intermediate = 0;
