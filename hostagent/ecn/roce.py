@@ -84,10 +84,10 @@ def stamp_arrivals(sock) -> bool:
     return True
 
 
-def recv_stamped(sock) -> tuple[bytes, float | None]:
-    """A frame and when the kernel received it, on time.monotonic()'s clock
-    (None if it gave no timestamp)."""
-    frame, ancillary, _flags, _addr = sock.recvmsg(4096, STAMP_CMSG_BYTES)
+def recv_stamped(sock, size: int = 4096) -> tuple[bytes, float | None]:
+    """A frame (at most `size` bytes) and when the kernel received it, on
+    time.monotonic()'s clock (None if it gave no timestamp)."""
+    frame, ancillary, _flags, _addr = sock.recvmsg(size, STAMP_CMSG_BYTES)
     for level, kind, data in ancillary:
         if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= TIMESPEC.size:
             sec, nsec = TIMESPEC.unpack_from(data)

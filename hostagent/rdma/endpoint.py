@@ -15,7 +15,12 @@ transport, sends what the requesters may send now (paced by each one's
 congestion control) and the responders' delayed ACKs, and returns the
 messages delivered since the last call. `Link` is anything that sends and
 receives Ethernet frames: a raw socket on the host's interface
-(`RawLink`), or a test's in-memory hub.
+(`RawLink`), or a test's in-memory hub. A link that knows when the host
+received a frame (RawLink: the kernel's receive timestamp, SO_TIMESTAMPNS)
+says how long ago (`age()`), and an ACK's RTT sample ends there, as a NIC
+timestamps a completion: the time the progress thread took to read the ACK
+(descheduled on a busy machine) is not taken for the fabric's queueing, as
+in the single-flow agent (docs/rdma.md).
 
 A connection that fails (its retry count exceeded, or the peer refused its
 retransmission mode or congestion control), and a peer's connection this
@@ -56,7 +61,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import Callable, Optional, Protocol
 
-from hostagent.ecn.roce import open_socket
+from hostagent.ecn.roce import open_socket, recv_stamped, stamp_arrivals
 from hostagent.lossless import PauseState
 from hostagent.rdma.agent import hop_info
 from hostagent.rdma.cc.base import CongestionControl
@@ -66,6 +71,7 @@ from wire.lossless import CLASSES
 
 QP_MIN, QP_MAX = 1, (1 << 24) - 1
 SOCKET_BUFFER_BYTES = 4 << 20     # a burst of many connections' packets and ACKs
+RECV_BYTES = 65536                # more than any frame the interface takes
 
 
 class Link(Protocol):
@@ -79,6 +85,11 @@ class Link(Protocol):
         """Return when a frame may be there, or after `timeout` seconds."""
         ...
 
+    def age(self) -> Optional[float]:
+        """Seconds since the host received the frame recv() last returned,
+        or None if the link cannot tell."""
+        ...
+
 
 class RawLink:
     """The host's interface, as the agent uses it (hostagent/ecn/roce.py)."""
@@ -89,6 +100,8 @@ class RawLink:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)
         self.sock.setblocking(False)
         self.tx_errors = 0
+        self.stamped = stamp_arrivals(self.sock)
+        self._arrived: Optional[float] = None     # the last frame's kernel timestamp, on time.monotonic()'s clock
 
     def send(self, frame: bytes) -> None:
         try:
@@ -98,14 +111,23 @@ class RawLink:
 
     def recv(self, timeout: float) -> Optional[bytes]:
         try:
-            return self.sock.recv(65536)
+            return self._read()
         except BlockingIOError:
             if timeout > 0 and select.select([self.sock], [], [], timeout)[0]:
                 try:
-                    return self.sock.recv(65536)
+                    return self._read()
                 except (BlockingIOError, socket.timeout):
                     return None
             return None
+
+    def _read(self) -> bytes:
+        if not self.stamped:
+            return self.sock.recv(RECV_BYTES)
+        frame, self._arrived = recv_stamped(self.sock, RECV_BYTES)
+        return frame
+
+    def age(self) -> Optional[float]:
+        return None if self._arrived is None else max(0.0, time.monotonic() - self._arrived)
 
     def wait(self, timeout: float) -> None:
         select.select([self.sock], [], [], timeout)
@@ -347,8 +369,10 @@ class Endpoint:
         if conn is None:
             self.ignored[f"{p.kind} for no connection here"] += 1
         elif p.kind == "ack":
+            age = self.link.age()
             conn.requester.on_ack(Ack(p.psn, p.syndrome, p.msn, p.sack, p.hops, p.terms), now,
-                                  hops=hop_info(p.hops, self.params.mtu_bytes))
+                                  hops=hop_info(p.hops, self.params.mtu_bytes),
+                                  arrived=None if age is None else now - age)
         else:
             conn.requester.on_cnp(now)
 

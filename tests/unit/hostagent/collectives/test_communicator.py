@@ -89,6 +89,9 @@ class HubLink:
     def wait(self, timeout: float) -> None:
         self.hub.wait(self.ip, timeout)
 
+    def age(self) -> None:      # (no kernel timestamps on the hub)
+        return None
+
 
 def group(n: int, hub: Hub, mode=GO_BACK_N, channels=1, timeout_s=30.0,
           line_rate_pps=200_000.0, channel_choice="fixed", tclass: int | None = None) -> list[Communicator]:
@@ -335,6 +338,9 @@ class JobLink:
     def wait(self, timeout: float) -> None:
         if not JobLink.queues[(id(self.hub), self.ip)][self.job]:
             self.hub.wait(self.ip, timeout)
+
+    def age(self) -> None:
+        return None
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -35,7 +35,9 @@ class Clock:
 class FakeLink:
     """One end of a wire: what it sends lands in the other end's inbox (or,
     while `hold` is set, in `held`: a switch queue holding it); every
-    frame sent, and every wait poll() asked for, recorded."""
+    frame sent, and every wait poll() asked for, recorded. `stamp_age`: how
+    long ago the host received each frame, as a RawLink's kernel timestamp
+    tells (None: unknown)."""
 
     def __init__(self):
         self.inbox: deque[bytes] = deque()
@@ -44,6 +46,7 @@ class FakeLink:
         self.other: FakeLink | None = None
         self.hold = False
         self.held: list[bytes] = []
+        self.stamp_age: float | None = None
 
     def send(self, frame: bytes) -> None:
         self.sent.append(frame)
@@ -65,6 +68,9 @@ class FakeLink:
 
     def wait(self, timeout: float) -> None:
         self.waits.append(timeout)
+
+    def age(self) -> float | None:
+        return self.stamp_age
 
     def kinds(self) -> list[str]:
         return [parse(f).kind for f in self.sent]
