@@ -50,8 +50,10 @@ class FabricCLI(cmd.Cmd):
         return line
 
     def get_names(self) -> list[str]:
-        """cmd's command list (help, completion), with the features' commands."""
-        return super().get_names() + [f"do_{name}" for name in self.feature_commands]
+        """cmd's command list (help, completion), with the features' commands
+        and their help; without EOF (Ctrl-D leaves, but it is no command)."""
+        return ([n for n in super().get_names() if n != "do_EOF"]
+                + [f"{kind}_{name}" for name in self.feature_commands for kind in ("do", "help")])
 
     def __getattr__(self, attr: str):
         """do_<name> / help_<name> of a command a feature adds (core/feature.py)."""
