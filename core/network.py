@@ -228,7 +228,8 @@ class Network:
         for host in self.topo.hosts.values():
             self._configure_host_routing(host)
         for sw in self.topo.switches.values():
-            self._start_switch(binary, sw)
+            written_log(self.run_dir / sw.name).unlink(missing_ok=True)   # BMv2 appends: this run's log only
+            self._start_switch(binary, sw)                                # (a restart appends to it)
         self.check_alive()
 
     def stop(self) -> None:
