@@ -19,9 +19,11 @@ Options after a command are that command's own (`fabric run --help`).
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 import pkgutil
 import sys
+import textwrap
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -44,6 +46,19 @@ REPO = Path(__file__).resolve().parent.parent
 
 def experiment_names() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(experiments.__path__) if m.name != "common")
+
+
+def experiment_index() -> str:
+    """Each experiment with the first sentence of its module's docstring
+    (read from the source: importing them all would load PyTorch)."""
+    lines = ["usage: fabric experiment NAME [options]   (`fabric experiment NAME --help`: its options)", "",
+             "experiments:"]
+    for name in experiment_names():
+        doc = ast.get_docstring(ast.parse((REPO / "experiments" / f"{name}.py").read_text())) or ""
+        paragraph = " ".join(doc.split("\n\n")[0].split())
+        sentence = paragraph.split(". ")[0].rstrip(".")
+        lines.append(f"  {name:<20} {textwrap.shorten(sentence, 100, placeholder=' ...')}")
+    return "\n".join(lines)
 
 
 def run_experiment(name: str, argv: list[str]) -> int:
@@ -157,6 +172,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         return passthrough[argv[0]](argv[1:]) or 0
     if len(argv) >= 2 and argv[0] == "experiment" and not argv[1].startswith("-"):
         return run_experiment(argv[1], argv[2:])
+    if argv and argv[0] == "experiment":          # no name (or --help): what there is to run
+        print(experiment_index())
+        return 0 if argv[1:2] in (["-h"], ["--help"]) else 2
     args, extra = ap.parse_known_args(argv)
     rest = list(getattr(args, "rest", []) or []) + extra
     try:

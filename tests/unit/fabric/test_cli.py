@@ -32,6 +32,15 @@ def test_unknown_experiment_is_named(capsys):
     assert "no experiment 'nope'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, code", [(["experiment"], 2), (["experiment", "--help"], 0), (["experiment", "-h"], 0)])
+def test_experiment_without_a_name_lists_every_experiment(argv, code, capsys):
+    assert cli.main(argv) == code
+    out = capsys.readouterr().out
+    listed = re.findall(r"^  (\w+) +\S", out, re.M)
+    assert listed == cli.experiment_names()
+    assert "ECN + DCQCN" in out and "fabric experiment NAME --help" in out
+
+
 def test_features_command_prints_every_feature(capsys):
     assert cli.main(["features"]) == 0
     out = capsys.readouterr().out
