@@ -58,7 +58,6 @@ same directory. Times are BMv2's on this machine: compare within a run.
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import subprocess
 import sys
@@ -82,7 +81,7 @@ from features import load_topology, topology_from_dict
 from features.aggregation import Job, switch_events
 from hostagent.aggregation.runs import (PY, RING_PORT, impaired, run_ina, run_jobs, run_ring,
                                          start_server, stop_server)
-from experiments.common import save_figure, traffic_agent, write_csv
+from experiments.common import experiment_parser, save_figure, traffic_agent, write_csv
 
 RACK_PHASES = ("goodput", "window", "loss", "jobs", "training")
 TREE_PHASES = ("levels", "tree_loss", "tree_ecn")
@@ -533,7 +532,7 @@ def tree_ecn(args, out: Path) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = experiment_parser("aggregation", __doc__)
     ap.add_argument("--phases", default=",".join(PHASES), help=f"comma-separated, of {', '.join(PHASES)}")
     ap.add_argument("--elements", type=int, default=1 << 18, help="float32 elements per all-reduce")
     ap.add_argument("--repeat", type=int, default=1, help="goodput: all-reduces per run")
@@ -543,7 +542,8 @@ def main(argv=None) -> int:
     ap.add_argument("--epochs", type=int, default=30)
     ap.add_argument("--tree-elements", type=int, default=1 << 18, help="levels, tree_loss: float32 elements")
     ap.add_argument("--tree-topologies", default="leaf-spine,fat-tree-k4", help="levels: of leaf-spine, fat-tree-k4")
-    ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "aggregation"))
+    ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "aggregation"),
+                    help="results directory (default %(default)s)")
     ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS)
     args = ap.parse_args(argv)
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]

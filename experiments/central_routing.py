@@ -31,7 +31,6 @@ unless --no-docs, a copy to docs/results/ (the PNG in docs/results/img/).
 """
 from __future__ import annotations
 
-import argparse
 import shutil
 import time
 from pathlib import Path
@@ -40,7 +39,7 @@ from typing import Sequence
 from core.path_assignment import Flow, bound_of, halving_doubling_flows, link_loads, max_load, \
     ring_all_reduce_flows, route_flows
 from core.topology import Failures, Topology
-from experiments.common import print_table, save_figure, write_csv
+from experiments.common import experiment_parser, print_table, save_figure, write_csv
 from features import load_topology
 from hostagent.collectives.communicator import default_sport
 from hostagent.collectives.paths import PathModel, path_aware_sports
@@ -129,12 +128,12 @@ def plot(rows: list[dict], path: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = experiment_parser("central_routing", __doc__)
     ap.add_argument("--topologies", nargs="+", default=list(TOPOLOGIES), help="names in topologies/ or paths")
     ap.add_argument("--collectives", nargs="+", choices=sorted(COLLECTIVES), default=list(COLLECTIVES))
     ap.add_argument("--channels", nargs="+", type=int, default=[1, 2], help="flows per peer pair")
     ap.add_argument("--model-mb", type=int, default=1000, help="the all-reduced model, MB (default 1000)")
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--out", type=Path, default=OUT, help="results directory (default %(default)s)")
     ap.add_argument("--no-docs", action="store_true", help="no copy to docs/results")
     args = ap.parse_args(argv)
     if any(c < 1 for c in args.channels):

@@ -92,7 +92,6 @@ CSV (and for lb, torus and least-loaded a PNG) under --out/<phase>; prints a tab
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -115,7 +114,7 @@ from core.generators.flow_model import FlowModel
 from core.build import compile_p4
 from core.controller import FabricController
 from core.network import Network
-from experiments.common import agent_python, print_table, roce_agent, save_figure, write_csv
+from experiments.common import agent_python, experiment_parser, print_table, roce_agent, save_figure, write_csv
 from experiments.failover_timeline import fail_link
 from features import topology_from_dict
 from features.failover.heartbeat import running_heartbeats
@@ -779,7 +778,7 @@ def _plot_least_loaded(results: list[dict], out: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = experiment_parser("collectives", __doc__)
     ap.add_argument("--phases", nargs="*", default=list(PHASES), choices=PHASES)
     ap.add_argument("--modes", nargs="*", default=list(MODES), choices=MODES)
     ap.add_argument("--algorithms", nargs="*", default=ALL_REDUCE_ALGORITHMS, choices=ALL_REDUCE_ALGORITHMS)
@@ -798,7 +797,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="failure phase: seconds after the first step ended")
     ap.add_argument("--steps", type=int, default=8, help="training steps per case")
     ap.add_argument("--channels", type=int, default=2, help="connections per peer pair")
-    ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "collectives"))
+    ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "collectives"),
+                    help="results directory (default %(default)s)")
     ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS)
     args = ap.parse_args(argv)
     if args.steps < 1 or args.channels < 1:

@@ -2,6 +2,7 @@
 (each fault returns the function that undoes it)."""
 from __future__ import annotations
 
+import argparse
 import contextlib
 import csv
 import os
@@ -19,6 +20,12 @@ from features.ecn import QDEPTH_REGISTER
 from hostagent.start import ready_markers
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def experiment_parser(name: str, doc: str) -> argparse.ArgumentParser:
+    """An experiment's command line, as `fabric experiment NAME` runs it:
+    its docstring's first paragraph for a description."""
+    return argparse.ArgumentParser(prog=f"fabric experiment {name}", description=doc.split("\n\n")[0])
 
 
 def write_csv(path: Path, rows: list[dict]) -> Path:

@@ -23,7 +23,6 @@ scenario itself (start times, rates) is deterministic.
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import statistics
@@ -41,7 +40,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from experiments.common import roce_agent, sample_queue, save_figure
+from experiments.common import experiment_parser, roce_agent, sample_queue, save_figure
 
 from core.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from core.bmv2_thrift import Bmv2Thrift
@@ -192,12 +191,13 @@ def _plot_summary(results: list[dict], out: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = experiment_parser("ecn_incast", __doc__)
     ap.add_argument("--duration", type=float, default=10.0, help="seconds of traffic per case")
     ap.add_argument("--sender-rate", type=float, default=500.0, help="sender line rate, pkts/s (4 senders)")
     ap.add_argument("--dcqcn", action="append", default=[], metavar="NAME=VALUE",
                     help="override a DCQCN parameter (hostagent.ecn.dcqcn.DcqcnParams), e.g. --dcqcn g=0.0625")
-    ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "ecn_incast"))
+    ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "ecn_incast"),
+                    help="results directory (default %(default)s)")
     ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS,
                     help="BMv2 log level (default off: logging slows BMv2 several times)")
     ap.add_argument("--cases", nargs="*", default=[c.name for c in CASES], choices=[c.name for c in CASES])

@@ -24,7 +24,6 @@ faults.csv and accuracy.png (per kind, and per loss rate) under --out
 """
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 import threading
@@ -49,7 +48,7 @@ from core.impairments import drop_fraction
 from core.network import Network
 from core.switch import update
 from features import load_topology
-from experiments.common import kill_switch
+from experiments.common import experiment_parser, kill_switch
 from experiments.common import save_figure, write_csv
 from core.netns import socket_in_netns
 
@@ -100,14 +99,15 @@ def inject(kind: str, loss_pct, rng: random.Random, topo, net, ctl):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = experiment_parser("failover_diagnosis", __doc__)
     ap.add_argument("--per-kind", type=int, default=4,
                     help="faults of each kind (lossy links: of each loss rate)")
     ap.add_argument("--loss-rates", type=float, nargs="+", default=list(LOSS_RATES_PCT),
                     help="percent lost by a lossy link")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--interval", type=float, default=1.5, help="seconds between the two counter readings")
-    ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "failover_diagnosis"))
+    ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "failover_diagnosis"),
+                    help="results directory (default %(default)s)")
     ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS)
     args = ap.parse_args(argv)
     if args.per_kind < 1:

@@ -38,7 +38,6 @@ timeline.png under --out (default experiments/results/failover_timeline/).
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import select
@@ -66,7 +65,7 @@ from core.impairments import blackhole
 from core.network import Network
 from features.failover.rerouting import Rerouter
 from features import topology_from_dict
-from experiments.common import kill_switch
+from experiments.common import experiment_parser, kill_switch
 from experiments.common import save_figure, write_csv
 from features.failover.heartbeat import running_heartbeats
 
@@ -239,7 +238,7 @@ def wait_for_routes_back(ctl, rerouter: Rerouter | None, timeout_s: float = 5.0)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = experiment_parser("failover_timeline", __doc__)
     ap.add_argument("--topologies", nargs="+", default=list(PROTECTIONS), choices=list(PROTECTIONS))
     ap.add_argument("--protections", nargs="+", default=None,
                     choices=sorted({p for ps in PROTECTIONS.values() for p in ps}),
@@ -249,7 +248,8 @@ def main(argv=None) -> int:
     ap.add_argument("--before", type=float, default=1.0, help="seconds of steady traffic before t0")
     ap.add_argument("--after", type=float, default=3.0, help="seconds observed after t0")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each failure")
-    ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "failover_timeline"))
+    ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "failover_timeline"),
+                    help="results directory (default %(default)s)")
     ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS)
     args = ap.parse_args(argv)
     if args.rate <= 0 or args.before < 0.5 or args.after < 1.5 or args.repeats < 1:

@@ -29,7 +29,6 @@ absolute error, packets). Writes CSV and PNG under --out and prints where.
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import statistics
 import subprocess
@@ -47,7 +46,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from experiments.common import sample_queue, save_figure
+from experiments.common import experiment_parser, sample_queue, save_figure
 
 from core.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from core.bmv2_thrift import Bmv2Thrift
@@ -256,10 +255,11 @@ def _plot_summary(results: list[dict], out: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = experiment_parser("int_telemetry", __doc__)
     ap.add_argument("--duration", type=float, default=8.0, help="seconds of traffic per case")
     ap.add_argument("--sender-rate", type=float, default=500.0, help="sender line rate, pkts/s (3 senders)")
-    ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "int_telemetry"))
+    ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "int_telemetry"),
+                    help="results directory (default %(default)s)")
     ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS,
                     help="BMv2 log level (default off)")
     ap.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))

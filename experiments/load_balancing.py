@@ -116,7 +116,6 @@ under raw/. Progress: one line per seed run.
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import itertools
 import json
@@ -141,7 +140,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from experiments.common import save_figure, write_csv
+from experiments.common import experiment_parser, save_figure, write_csv
 
 from core.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from core.bmv2_thrift import Bmv2Thrift
@@ -708,7 +707,7 @@ def plot_fct(fct_rows, modes, path: Path) -> Path:
 # ---- main ----------------------------------------------------------------------------------
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = experiment_parser("load_balancing", __doc__)
     ap.add_argument("--topologies", nargs="+", default=list(FABRICS), choices=list(FABRICS))
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     ap.add_argument("--flows", nargs="+", type=int, help="flow counts (default: paths and 2 x paths)")
@@ -730,7 +729,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-fct", dest="fct", action="store_false", help="skip the FCT phase")
     ap.add_argument("--fct-transfers", type=int, default=4, help="FCT phase: transfers per sender")
     ap.add_argument("--fct-packets", type=int, default=300, help="FCT phase: packets per transfer")
-    ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "load_balancing"))
+    ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "load_balancing"),
+                    help="results directory (default %(default)s)")
     ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS,
                     help="BMv2 log level (default off: logging slows BMv2 several times)")
     args = ap.parse_args(argv)

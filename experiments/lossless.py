@@ -66,7 +66,6 @@ files went.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import csv
 import json
@@ -89,8 +88,8 @@ from core.controller import FabricController
 from core.network import Network, queue_rate_pps
 from core.p4constants import drop_reasons
 from core.topology import NextHop
-from experiments.common import StartGate, agent_python, input_path_counts, kernel_drops, print_table, roce_agent, \
-    save_figure, warn_input_path_loss, write_csv
+from experiments.common import StartGate, agent_python, experiment_parser, input_path_counts, kernel_drops, \
+    print_table, roce_agent, save_figure, warn_input_path_loss, write_csv
 from features import load_topology, topology_from_dict
 from features.ecn import EcnProfile
 from features.nonminimal_routing import SECTION as NONMINIMAL, NonminimalRouting, intermediates
@@ -934,11 +933,12 @@ PHASES = ("incast", "spreading", "storm", "deadlock", "isolation")
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = experiment_parser("lossless", __doc__)
     ap.add_argument("--phases", nargs="*", default=list(PHASES), choices=PHASES)
     ap.add_argument("--duration", type=float, default=10.0, help="seconds of traffic per case")
     ap.add_argument("--sender-rate", type=float, default=500.0, help="incast: sender line rate, pkts/s (4 senders)")
-    ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "lossless"))
+    ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "lossless"),
+                    help="results directory (default %(default)s)")
     ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS)
     ap.add_argument("--cases", nargs="*", default=[c.name for c in CASES], choices=[c.name for c in CASES],
                     help="incast cases")

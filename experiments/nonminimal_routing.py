@@ -29,7 +29,6 @@ files under --out; prints a table.
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import statistics
@@ -45,7 +44,7 @@ from core.generators.dragonfly import dragonfly, dragonfly_graph
 from core.generators.flow_model import group_shift, throughput, uniform
 from core.network import Network
 from core.topology import Topology
-from experiments.common import StartGate, print_table, roce_agent, save_figure, write_csv
+from experiments.common import StartGate, experiment_parser, print_table, roce_agent, save_figure, write_csv
 from features import topology_from_dict
 from features.nonminimal_routing import SECTION
 
@@ -178,7 +177,7 @@ def plot(rows: list[dict], model: list[dict], patterns, out: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = experiment_parser("nonminimal_routing", __doc__)
     ap.add_argument("--patterns", nargs="+", choices=PATTERNS, default=list(PATTERNS))
     ap.add_argument("--routings", nargs="+", choices=ROUTINGS, default=list(ROUTINGS))
     ap.add_argument("--loads", nargs="+", type=float, default=list(LOADS), help="offered loads, fractions of a link")
@@ -186,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warm-s", type=float, default=1.5, help="the steady window starts here")
     ap.add_argument("--link-pps", type=int, default=LINK_PPS, help="every link's rate, packets/s")
     ap.add_argument("--sports", type=int, default=SPORTS, help="flows (UDP source ports) per sender and destination")
-    ap.add_argument("--out", type=Path, default=REPO / "experiments" / "results" / "nonminimal_routing")
+    ap.add_argument("--out", type=Path, default=REPO / "experiments" / "results" / "nonminimal_routing",
+                    help="results directory (default %(default)s)")
     ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS,
                     help="BMv2 log level (default off: logging slows BMv2 several times)")
     args = ap.parse_args(argv)

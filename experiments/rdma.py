@@ -62,7 +62,6 @@ prints a table per phase and where files went.
 """
 from __future__ import annotations
 
-import argparse
 import bisect
 import csv
 import json
@@ -82,8 +81,8 @@ from core.controller import FabricController
 from core.impairments import drop_fraction
 from core.network import Network, queue_rate_pps
 from core.p4constants import drop_reasons
-from experiments.common import StartGate, input_path_counts, kernel_drops, print_table, rdma_agent, sample_queue, \
-    save_figure, warn_input_path_loss, write_csv
+from experiments.common import StartGate, experiment_parser, input_path_counts, kernel_drops, print_table, rdma_agent, \
+    sample_queue, save_figure, warn_input_path_loss, write_csv
 from features import load_topology, topology_from_dict
 from features.ecn import QDEPTH_REGISTER, EcnProfile
 from features.load_balancing import LbMode
@@ -621,7 +620,7 @@ PHASES = ("incast", "mix", "converge", "loss", "spray")
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = experiment_parser("rdma", __doc__)
     ap.add_argument("--phases", nargs="*", default=list(PHASES), choices=PHASES)
     ap.add_argument("--ccs", nargs="*", default=sorted(congestion_controls()), choices=sorted(congestion_controls()))
     ap.add_argument("--senders", nargs="*", type=int, default=list(INCAST_SIZES), choices=INCAST_SIZES,
@@ -631,7 +630,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", choices=MODES, default=MODES[0], help="incast phase: retransmission mode")
     ap.add_argument("--fabrics", nargs="*", default=["lossy", "pfc"], choices=["lossy", "pfc"],
                     help="incast phase: a lossy class, and/or a lossless one (PFC; senders honour pauses)")
-    ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "rdma"))
+    ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "rdma"),
+                    help="results directory (default %(default)s)")
     ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS)
     args = ap.parse_args(argv)
     args.fabrics = [f == "pfc" for f in args.fabrics]

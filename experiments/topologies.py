@@ -40,7 +40,6 @@ torus of `fabric experiment collectives`.)
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import matplotlib
@@ -52,7 +51,7 @@ from core.generators.collective_model import COLLECTIVES, collective_times, equa
 from core.generators.costs import FAMILIES, Cost, at_equal_hosts, instances, cost  # noqa: E402
 from core.generators.dragonfly import dragonfly_graph  # noqa: E402
 from core.generators.flow_model import group_shift, throughput, uniform  # noqa: E402
-from experiments.common import print_table, save_figure, write_csv  # noqa: E402
+from experiments.common import experiment_parser, print_table, save_figure, write_csv  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 PHASES = ("costs", "throughput", "collectives")
@@ -183,7 +182,7 @@ def plot_collectives(rows: list[dict], path: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="fabric experiment topologies", description=__doc__.split("\n\n")[0])
+    ap = experiment_parser("topologies", __doc__)
     ap.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES), help="what to run (default: all)")
     ap.add_argument("--max-hosts", type=int, default=11000, help="costs: count instances up to this many hosts "
                     "(default: %(default)s)")
@@ -195,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="throughput: the other families' instances up to this size (default: %(default)s)")
     ap.add_argument("--ranks", type=int, nargs="+", default=list(DEFAULT_RANKS),
                     help="collectives: ranks, each a power of two of at least 16 (default: %(default)s)")
-    ap.add_argument("--out", type=Path, default=REPO / "experiments" / "results" / "topologies")
+    ap.add_argument("--out", type=Path, default=REPO / "experiments" / "results" / "topologies",
+                    help="results directory (default %(default)s)")
     args = ap.parse_args(argv)
     if any(p < 1 for p in args.dragonfly_p):
         ap.error(f"--dragonfly-p must be at least 1, got {args.dragonfly_p}")
