@@ -32,6 +32,7 @@ the diagnosis. The ranking is a pure function of two snapshots
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Optional
@@ -192,6 +193,12 @@ def snapshot(ctl) -> Snapshot:
     return snap
 
 
+def nothing_answers(topo, findings: list[Finding]) -> bool:
+    """Every switch silent: nothing to tell apart, no network to diagnose."""
+    silent = {f.name for f in findings if f.kind == "switch" and "does not answer P4Runtime" in f.evidence}
+    return silent == set(topo.switches)
+
+
 def run(ctl, interval_s: float = 2.0) -> tuple[list[Finding], float]:
     """(findings, seconds it took) on a live network."""
     start = time.monotonic()
@@ -214,6 +221,11 @@ def run_cli(args: argparse.Namespace, topo) -> int:
     if not findings:
         print(f"no fault found ({took:.1f} s): every link delivered what it carried, every switch answers")
         return 0
+    if nothing_answers(topo, findings):
+        print(f"fabric diagnose: none of the {len(topo.switches)} switches of {topo.name} answers P4Runtime: "
+              f"the network is not running, or every switch is down (`fabric run --topology {topo.name}` "
+              f"starts it)", file=sys.stderr)
+        return 2
     print(f"most likely: {findings[0]}  ({took:.1f} s)")
     for f in findings[1:5]:
         print(f"  also: {f}")

@@ -1,8 +1,8 @@
 """Fault localisation (features/failover/diagnose.py) on synthetic counter snapshots
 of leaf-spine: a lossy link, a dead link direction, a switch that does not
-answer, a hung switch, a switch dropping for want of a route, and a
-healthy network with nothing to report."""
-from features.failover.diagnose import Snapshot, diagnose, switch_links
+answer (and none answering: no network to diagnose), a hung switch, a switch
+dropping for want of a route, and a healthy network with nothing to report."""
+from features.failover.diagnose import Snapshot, diagnose, nothing_answers, switch_links
 from features import load_topology
 
 LS = load_topology("topologies/leaf-spine.yaml")
@@ -57,6 +57,14 @@ def test_a_switch_that_does_not_answer_comes_first():
     findings = diagnose(LS, healthy(per_link=0), after)
     assert (findings[0].kind, findings[0].name) == ("switch", "spine1")
     assert "does not answer" in findings[0].evidence[0]
+
+
+def test_no_switch_answering_is_no_network_not_a_fault():
+    one_down = healthy()
+    one_down.ingress["spine1"] = None
+    assert not nothing_answers(LS, diagnose(LS, healthy(per_link=0), one_down))
+    silent = Snapshot(0.0)
+    assert nothing_answers(LS, diagnose(LS, Snapshot(0.0), silent))
 
 
 def test_a_hung_switch_that_answers_but_counts_nothing_in():
