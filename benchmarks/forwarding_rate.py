@@ -206,7 +206,8 @@ def update_readme(readme: Path, table: str, start: str = README_START, end: str 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="BMv2 saturation rate of the fabric pipeline, its features and references.")
+    ap = argparse.ArgumentParser(prog="fabric bench",
+                                 description="BMv2 saturation rate of the fabric pipeline, its features and references.")
     ap.add_argument("--duration", type=float, default=4.0, help="seconds measured per run (default 4)")
     ap.add_argument("--repeats", type=int, default=5, help="rounds; the median is reported (default 5)")
     ap.add_argument("--only", nargs="*", help="measure only these programs (names as printed)")

@@ -60,7 +60,7 @@ def compile_p4(source: Path = REPO / "p4src" / "main.p4", out_dir: Path = REPO /
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Compile a P4 program for BMv2 (v1model).")
+    ap = argparse.ArgumentParser(prog="fabric build", description="Compile a P4 program for BMv2 (v1model).")
     ap.add_argument("source", nargs="?", default=str(REPO / "p4src" / "main.p4"))
     ap.add_argument("-o", "--out-dir", default=str(REPO / "build"))
     ap.add_argument("--force", action="store_true", help="compile even if outputs are up to date")

@@ -190,7 +190,7 @@ def election_id_arg(text: str) -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="fabric run", description=__doc__.split("\n\n")[0])
     ap.add_argument("--topology", "-t", default="leaf-spine", help="topology name in topologies/ or a YAML path")
     ap.add_argument("--no-cli", action="store_true", help="do not open the CLI: exit after the summary")
     ap.add_argument("--pcap", action="store_true", help="write per-port pcaps under <run-dir>/pcap")
