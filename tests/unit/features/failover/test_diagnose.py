@@ -2,6 +2,10 @@
 of leaf-spine: a lossy link, a dead link direction, a switch that does not
 answer (and none answering: no network to diagnose), a hung switch, a switch
 dropping for want of a route, and a healthy network with nothing to report."""
+import argparse
+import contextlib
+
+from features.failover import diagnose as diagnose_module
 from features.failover.diagnose import Snapshot, diagnose, nothing_answers, switch_links
 from features import load_topology
 
@@ -65,6 +69,14 @@ def test_no_switch_answering_is_no_network_not_a_fault():
     assert not nothing_answers(LS, diagnose(LS, healthy(per_link=0), one_down))
     silent = Snapshot(0.0)
     assert nothing_answers(LS, diagnose(LS, Snapshot(0.0), silent))
+
+
+def test_fabric_diagnose_with_no_switch_answering_says_so_and_fails(monkeypatch, capsys):
+    monkeypatch.setattr(diagnose_module, "FabricController", lambda topo: contextlib.nullcontext())
+    monkeypatch.setattr(diagnose_module, "run", lambda ctl, interval: (diagnose(LS, Snapshot(0.0), Snapshot(0.0)), 2.0))
+    assert diagnose_module.run_cli(argparse.Namespace(interval=2.0), LS) == 2
+    err = capsys.readouterr().err
+    assert "none of the 4 switches of leaf-spine answers P4Runtime" in err and "fabric run --topology leaf-spine" in err
 
 
 def test_a_hung_switch_that_answers_but_counts_nothing_in():
