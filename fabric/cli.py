@@ -54,7 +54,7 @@ def experiment_index() -> str:
     lines = ["usage: fabric experiment NAME [options]   (`fabric experiment NAME --help`: its options)", "",
              "experiments:"]
     for name in experiment_names():
-        doc = ast.get_docstring(ast.parse((REPO / "experiments" / f"{name}.py").read_text())) or ""
+        doc = ast.get_docstring(ast.parse((Path(experiments.__path__[0]) / f"{name}.py").read_text())) or ""
         paragraph = " ".join(doc.split("\n\n")[0].split())
         sentence = paragraph.split(". ")[0].rstrip(".")
         lines.append(f"  {name:<20} {textwrap.shorten(sentence, 100, placeholder=' ...')}")

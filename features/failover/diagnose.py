@@ -72,6 +72,9 @@ class Finding:
         return f"{self.kind} {self.name} (score {self.score:.0f}): " + "; ".join(self.evidence)
 
 
+SILENT = "does not answer P4Runtime"      # the evidence against a switch that does not answer
+
+
 def _delta(after: Optional[dict], before: Optional[dict], key) -> int:
     if after is None or before is None:
         return 0
@@ -99,7 +102,7 @@ def diagnose(topo, before: Snapshot, after: Snapshot) -> list[Finding]:
 
     dead = {s for s in topo.switches if after.ingress.get(s) is None}
     for s in sorted(dead):
-        add("switch", s, 1e9, "does not answer P4Runtime")
+        add("switch", s, 1e9, SILENT)
 
     def delivered(s: str, p: int) -> Optional[int]:
         """Frames the kernel delivered to switch s's port p in the interval (None: unknown)."""
@@ -195,7 +198,7 @@ def snapshot(ctl) -> Snapshot:
 
 def nothing_answers(topo, findings: list[Finding]) -> bool:
     """Every switch silent: nothing to tell apart, no network to diagnose."""
-    silent = {f.name for f in findings if f.kind == "switch" and "does not answer P4Runtime" in f.evidence}
+    silent = {f.name for f in findings if f.kind == "switch" and SILENT in f.evidence}
     return silent == set(topo.switches)
 
 
