@@ -22,7 +22,7 @@ DOCKER_TEST ?= test
 DOCKER_RUN  = $(DOCKER) $(DOCKER_FLAGS) run --rm --privileged \
 	$(if $(wildcard /lib/modules),-v /lib/modules:/lib/modules:ro)
 
-# Native toolchain present? (same search as core/toolchain.py)
+# Native toolchain present? (same search as emulator/toolchain.py)
 HAVE_NATIVE := $(shell for t in p4c-bm2-ss simple_switch_grpc; do \
 	  { [ -n "$$P4_TOOLCHAIN_BIN" ] && [ -x "$$P4_TOOLCHAIN_BIN/$$t" ]; } || command -v $$t >/dev/null 2>&1 || [ -x /opt/p4/bin/$$t ] || exit 0; \
 	done; echo yes)

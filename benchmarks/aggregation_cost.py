@@ -27,8 +27,8 @@ from scapy.layers.l2 import Ether
 
 from benchmarks.cases import DST_IP, HOST_MAC, MAIN, OUT_PORT, SRC_IP, SWITCH_MAC, Case, fabric_state
 from benchmarks.instructions_per_packet import OUT_DIR, measure_each, write_results
-from core.p4info import P4Info
-from core.sync import SwitchState
+from control.p4info import P4Info
+from control.sync import SwitchState
 from features import aggregation
 from wire import aggregation as ah
 

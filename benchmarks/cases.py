@@ -16,17 +16,17 @@ REPO = Path(__file__).resolve().parent.parent
 from scapy.layers.inet import IP, UDP, IPOption_EOL, IPOption_NOP
 from scapy.layers.l2 import Ether
 
-from core.bmv2 import switch_command
-from core.build import compile_p4
-from core.feature import Feature
-from core.forwarding import forwarding_state
-from core.network import make_veth_pair, sh
-from core.p4info import P4Info
-from core.switch import CONTROLLER_CREDENTIALS, Pipeline, SwitchConnection
-from core.sync import SwitchState, reconcile
-from core.tls import Pki
-from core.toolchain import require
-from core.topology import NextHop, Route
+from emulator.bmv2 import switch_command
+from emulator.build import compile_p4
+from control.feature import Feature
+from control.forwarding import forwarding_state
+from emulator.network import make_veth_pair, sh
+from control.p4info import P4Info
+from control.switch import CONTROLLER_CREDENTIALS, Pipeline, SwitchConnection
+from control.sync import SwitchState, reconcile
+from control.tls import Pki
+from emulator.toolchain import require
+from control.topology import NextHop, Route
 from features import FEATURES
 from wire.ecn import ECT0
 
@@ -41,7 +41,7 @@ MAIN = REPO / "p4src" / "main.p4"
 
 def frames(case: "Case | None" = None) -> list[bytes]:
     """What the bench offers: `case`'s own frames if its feature has
-    bench_frames (core/feature.py), else 64-byte UDP frames of 8 flows,
+    bench_frames (control/feature.py), else 64-byte UDP frames of 8 flows,
     ECN-capable (so ECN takes its marking path)."""
     if case is not None and case.frames is not None:
         return case.frames
@@ -115,7 +115,7 @@ def off_cases(fabric_source: Path = MAIN) -> list[Case]:
 def cases(fabric_source: Path = MAIN) -> list[Case]:
     """off_cases(), then the fabric with each registered feature on: one row
     per mode of its bench_states(), with its bench_frames() if it has them
-    (core/feature.py), then drop_cases(). The modes are known from the fabric's P4Info, so this
+    (control/feature.py), then drop_cases(). The modes are known from the fabric's P4Info, so this
     compiles `fabric_source`."""
     out = off_cases(fabric_source)
     p4info = P4Info(compile_case(next(c for c in out if c.name == "fabric")).p4info())

@@ -10,7 +10,7 @@ Measured in one run, on the same BMv2 build, logging off:
                  group, counters, checksum verification
   fabric-<f>     the same with feature <f> compiled out: its cost while off
   fabric+<f>     the same with feature <f> switched on for all the traffic
-                 (each feature module's bench_state(), core/feature.py)
+                 (each feature module's bench_state(), control/feature.py)
 and the host agent's sender loop (hostagent.ecn.roce, unpaced) on the same veth,
 so experiments can check the traffic source is not what limits them.
 
@@ -52,8 +52,8 @@ from pathlib import Path
 
 from benchmarks.cases import (DST_IP, HOST_MAC, IN_PORT, MAIN, OUT_PORT, PAIRS, REPO, SRC_IP, SWITCH_MAC,
                    Case, cases, compile_case, frames, make_veths, remove_veths, running_switch, rx_packets, select)
-from core.switch import Pipeline
-from core.toolchain import require
+from control.switch import Pipeline
+from emulator.toolchain import require
 from hostagent.sender import RawSender
 
 OVERLOAD = 1.25           # offered = OVERLOAD x probed capacity

@@ -42,9 +42,9 @@ from typing import Any
 from benchmarks.cases import IN_PORT, MAIN, OUT_PORT, PAIRS, REPO, Case, cases, compile_case, \
     connect, frames, make_veths, remove_veths, running_switch, rx_packets, select
 from benchmarks.forwarding_rate import update_readme
-from core.p4constants import drop_reasons
-from core.p4info import P4Info
-from core.toolchain import require
+from control.p4constants import drop_reasons
+from control.p4info import P4Info
+from emulator.toolchain import require
 from hostagent.sender import RawSender
 
 SEND_PPS = 60           # well below what BMv2 forwards under callgrind (INT on: ~150)

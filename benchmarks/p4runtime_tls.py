@@ -4,7 +4,7 @@
     python -m benchmarks.p4runtime_tls [--rounds 5] [--writes 300] [--batch 1000]
 
 One simple_switch_grpc (no ports, logging off) at a time, started with plain
-gRPC or with the project's TLS (core/tls.py), the two alternating round by
+gRPC or with the project's TLS (control/tls.py), the two alternating round by
 round so a machine that gets busier loads both alike. Per round:
 - start: the process spawned until a SwitchConnection has a channel and
   the arbitration answer (what the launcher waits for per switch);
@@ -28,9 +28,9 @@ from pathlib import Path
 from p4.v1 import p4runtime_pb2
 
 from benchmarks.cases import DEVICE_ID, GRPC_ADDR, SWITCH_NAME, switch_process
-from core.build import compile_p4
-from core.p4info import P4Info
-from core.switch import CONTROLLER_CREDENTIALS, Pipeline, SwitchConnection, update
+from emulator.build import compile_p4
+from control.p4info import P4Info
+from control.switch import CONTROLLER_CREDENTIALS, Pipeline, SwitchConnection, update
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "build" / "bench"

@@ -73,10 +73,10 @@ import yaml
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from core.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
-from core.build import compile_p4
-from core.controller import FabricController
-from core.network import Network
+from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
+from emulator.build import compile_p4
+from control.controller import FabricController
+from emulator.network import Network
 from features import load_topology, topology_from_dict
 from features.aggregation import Job, switch_events
 from hostagent.aggregation.runs import (PY, RING_PORT, impaired, run_ina, run_jobs, run_ring,

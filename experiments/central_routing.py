@@ -10,7 +10,7 @@ one path per flow beats.
                                       [--model-mb 1000] [--out DIR] [--no-docs]
 
 Per topology, collective (ring or halving-doubling all-reduce of --model-mb
-among every host NIC in file order, core/path_assignment.py's traffic
+among every host NIC in file order, control/path_assignment.py's traffic
 matrices) and channels per peer pair (each carrying an equal share, one
 UDP source port each):
 - ecmp: the Communicator's default source ports
@@ -19,7 +19,7 @@ UDP source port each):
 - path_aware: the ports paths.path_aware_sports chooses, a pair's channels
   on disjoint paths (per pair: it does not see the other pairs);
 - greedy, central: the central controller's assignment
-  (core/path_assignment.py), greedy only and with its local search;
+  (control/path_assignment.py), greedy only and with its local search;
 - bound: the fractional optimum over the same shortest paths (a linear
   program), or the largest flow: no unsplittable assignment is below it;
 - central_failed, bound_failed: the central assignment recomputed after the
@@ -36,9 +36,9 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from core.path_assignment import Flow, bound_of, halving_doubling_flows, link_loads, max_load, \
+from control.path_assignment import Flow, bound_of, halving_doubling_flows, link_loads, max_load, \
     ring_all_reduce_flows, route_flows
-from core.topology import Failures, Topology
+from control.topology import Failures, Topology
 from experiments.common import experiment_parser, print_table, save_figure, write_csv
 from features import load_topology
 from hostagent.collectives.communicator import default_sport

@@ -69,7 +69,7 @@ the packets through the spines.
 
 Phase torus: a ring all-reduce of 16 ranks (the placement phase's model,
 rate and connections) on torus-4x4, its ranks along a ring of neighbours
-(core/generators/collective_model.py: every ring hop one link) or in a
+(control/generators/collective_model.py: every ring hop one link) or in a
 random order, against the same ring on fat-tree-k4 in host order and in
 a random order: step time, bus bandwidth, and the switches a packet
 crossed (every switch's received packets over those received from hosts),
@@ -107,13 +107,13 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 
-from core.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
-from core.generators.collective_model import order as rank_order, ring_allreduce
-from core.generators.common import Graph
-from core.generators.flow_model import FlowModel
-from core.build import compile_p4
-from core.controller import FabricController
-from core.network import Network
+from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
+from control.generators.collective_model import order as rank_order, ring_allreduce
+from control.generators.common import Graph
+from control.generators.flow_model import FlowModel
+from emulator.build import compile_p4
+from control.controller import FabricController
+from emulator.network import Network
 from experiments.common import agent_python, experiment_parser, print_table, roce_agent, save_figure, write_csv
 from experiments.failover_timeline import fail_link
 from features import topology_from_dict

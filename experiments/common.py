@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from core.bmv2_thrift import Bmv2Thrift
-from core.controller import FabricController
-from core.network import interface_rx_packets
+from emulator.bmv2_thrift import Bmv2Thrift
+from control.controller import FabricController
+from emulator.network import interface_rx_packets
 from features.ecn import QDEPTH_REGISTER
 from hostagent.start import ready_markers
 

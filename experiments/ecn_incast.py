@@ -42,12 +42,12 @@ import matplotlib.pyplot as plt
 
 from experiments.common import experiment_parser, roce_agent, sample_queue, save_figure
 
-from core.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
-from core.bmv2_thrift import Bmv2Thrift
-from core.build import compile_p4
-from core.controller import FabricController
+from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
+from emulator.bmv2_thrift import Bmv2Thrift
+from emulator.build import compile_p4
+from control.controller import FabricController
 from features.ecn import MARKED_COUNTER, QDEPTH_REGISTER, EcnProfile
-from core.network import Network, queue_rate_pps
+from emulator.network import Network, queue_rate_pps
 from features import load_topology
 
 

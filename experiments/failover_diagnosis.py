@@ -9,7 +9,7 @@ Random faults, one at a time in a random order, each undone before the next,
 
   lossy link    one direction of a random switch-to-switch link loses each
                 --loss-rates percentage of what it carries, at random
-                (core/impairments.py: netem, or nftables where the kernel
+                (emulator/impairments.py: netem, or nftables where the kernel
                 has no netem);
   dead switch   a random switch's process killed (restarted and reprogrammed
                 afterwards);
@@ -40,17 +40,17 @@ import matplotlib.pyplot as plt
 from p4.v1 import p4runtime_pb2
 
 from features.failover import diagnose
-from core.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
-from core.build import compile_p4
-from core.controller import FabricController
-from core.forwarding import LPM_TABLE
-from core.impairments import drop_fraction
-from core.network import Network
-from core.switch import update
+from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
+from emulator.build import compile_p4
+from control.controller import FabricController
+from control.forwarding import LPM_TABLE
+from emulator.impairments import drop_fraction
+from emulator.network import Network
+from control.switch import update
 from features import load_topology
 from experiments.common import experiment_parser, kill_switch
 from experiments.common import save_figure, write_csv
-from core.netns import socket_in_netns
+from emulator.netns import socket_in_netns
 
 KINDS = ("lossy link", "dead switch", "blackhole")
 LOSS_RATES_PCT = (1, 2, 5, 10, 20)

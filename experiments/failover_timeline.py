@@ -58,11 +58,11 @@ import matplotlib.pyplot as plt
 import yaml
 
 from features.failover import diagnose
-from core.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
-from core.build import compile_p4
-from core.controller import FabricController
-from core.impairments import blackhole
-from core.network import Network
+from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
+from emulator.build import compile_p4
+from control.controller import FabricController
+from emulator.impairments import blackhole
+from emulator.network import Network
 from features.failover.rerouting import Rerouter
 from features import topology_from_dict
 from experiments.common import experiment_parser, kill_switch

@@ -48,16 +48,16 @@ import matplotlib.pyplot as plt
 
 from experiments.common import experiment_parser, sample_queue, save_figure
 
-from core.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
-from core.bmv2_thrift import Bmv2Thrift
-from core.build import compile_p4
-from core.controller import FabricController
+from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
+from emulator.bmv2_thrift import Bmv2Thrift
+from emulator.build import compile_p4
+from control.controller import FabricController
 from features.int_telemetry import REPORT_COUNTER, REPORT_KINDS
-from core.network import Network
+from emulator.network import Network
 from features import topology_from_dict
 from hostagent.int_telemetry.probes import planned_probes, report_links, send_probes
 from telemetry.collector import Collector
-from core.probe_planner import directed_links
+from control.probe_planner import directed_links
 
 CASES = {
     "every-packet": {"refresh_ms": 0},

@@ -10,7 +10,7 @@ adaptive (queue-aware) choice, on leaf-spine and on a k=4 fat tree.
 The fabric. The topology file is loaded and changed in code: INT is taken
 out (leaf-spine ships with it), the links that carry traffic between racks
 or pods get --uplink-mbps (default 4.8 Mbit/s: a BMv2 queue rate of 400
-packets/s, core.network.queue_rate_pps; queues hold 64 packets, BMv2's
+packets/s, emulator.network.queue_rate_pps; queues hold 64 packets, BMv2's
 default), hosts keep 100 Mbit/s (8333 packets/s). On leaf-spine every
 leaf-spine link is slow: the two paths between the leaves are leaf1 ->
 spine1 and leaf1 -> spine2. On fat-tree-k4 the aggregation-core links are
@@ -142,12 +142,12 @@ import matplotlib.pyplot as plt
 
 from experiments.common import experiment_parser, save_figure, write_csv
 
-from core.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
-from core.bmv2_thrift import Bmv2Thrift
-from core.build import compile_p4
-from core.controller import FabricController
+from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
+from emulator.bmv2_thrift import Bmv2Thrift
+from emulator.build import compile_p4
+from control.controller import FabricController
 from features.load_balancing import FLOWLETS_COUNTER, LbMode, member_packets
-from core.network import Network, queue_rate_pps
+from emulator.network import Network, queue_rate_pps
 from features import topology_from_dict
 from hostagent.load_balancing.ecmp_math import expected_used_share
 from hostagent.traffic import fct_summary, flow_completion_times, percentile

@@ -81,13 +81,13 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 
-from core.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
-from core.bmv2_thrift import Bmv2Thrift
-from core.build import compile_p4
-from core.controller import FabricController
-from core.network import Network, queue_rate_pps
-from core.p4constants import drop_reasons
-from core.topology import NextHop
+from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
+from emulator.bmv2_thrift import Bmv2Thrift
+from emulator.build import compile_p4
+from control.controller import FabricController
+from emulator.network import Network, queue_rate_pps
+from control.p4constants import drop_reasons
+from control.topology import NextHop
 from experiments.common import StartGate, agent_python, experiment_parser, input_path_counts, kernel_drops, \
     print_table, roce_agent, save_figure, warn_input_path_loss, write_csv
 from features import load_topology, topology_from_dict

@@ -7,8 +7,8 @@ and the adversarial group shift.
                                          [--routings minimal valiant ugal] [--duration 5] [--out DIR]
 
 The topology is the Dragonfly p=1, a=3, h=1, g=4 (12 routers, 12 hosts,
-core/generators/dragonfly.py, built on the fly): the smallest balanced-
-enough one where the flow model (core/generators/flow_model.py) predicts
+control/generators/dragonfly.py, built on the fly): the smallest balanced-
+enough one where the flow model (control/generators/flow_model.py) predicts
 the paper's shape, minimal 0.38 against Valiant 0.56 under the group shift,
 and 1.0 against 0.63 under uniform traffic. Its links run at --link-pps
 (BMv2's queue rate: the 12 switches and 24 agents share the machine's
@@ -37,13 +37,13 @@ from pathlib import Path
 
 import yaml
 
-from core.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
-from core.build import compile_p4
-from core.controller import FabricController
-from core.generators.dragonfly import dragonfly, dragonfly_graph
-from core.generators.flow_model import group_shift, throughput, uniform
-from core.network import Network
-from core.topology import Topology
+from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
+from emulator.build import compile_p4
+from control.controller import FabricController
+from control.generators.dragonfly import dragonfly, dragonfly_graph
+from control.generators.flow_model import group_shift, throughput, uniform
+from emulator.network import Network
+from control.topology import Topology
 from experiments.common import StartGate, experiment_parser, print_table, roce_agent, save_figure, write_csv
 from features import topology_from_dict
 from features.nonminimal_routing import SECTION

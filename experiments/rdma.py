@@ -47,7 +47,7 @@ Mix and converge run on each fabric of --fabrics, as incast does.
 
 Phase loss: one queue pair h1 -> r1 (DCQCN with nothing marked: the NIC's
 833 packets/s), leaf3 dropping a share of what it sends to r1 at random
-(core.impairments: netem, or an nftables rule), go-back-N against
+(emulator.impairments: netem, or an nftables rule), go-back-N against
 selective repeat (IRN): goodput, retransmissions, timeouts per loss rate.
 
 Phase spray: the same queue pair, leaf1 spraying it packet by packet over
@@ -74,13 +74,13 @@ from typing import Optional
 
 REPO = Path(__file__).resolve().parent.parent
 
-from core.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
-from core.bmv2_thrift import Bmv2Thrift
-from core.build import compile_p4
-from core.controller import FabricController
-from core.impairments import drop_fraction
-from core.network import Network, queue_rate_pps
-from core.p4constants import drop_reasons
+from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
+from emulator.bmv2_thrift import Bmv2Thrift
+from emulator.build import compile_p4
+from control.controller import FabricController
+from emulator.impairments import drop_fraction
+from emulator.network import Network, queue_rate_pps
+from control.p4constants import drop_reasons
 from experiments.common import StartGate, experiment_parser, input_path_counts, kernel_drops, print_table, rdma_agent, \
     sample_queue, save_figure, warn_input_path_loss, write_csv
 from features import load_topology, topology_from_dict

@@ -8,7 +8,7 @@ how far apart its hosts are, and what routing can carry on them.
 
 Phase costs: the comparison of the Dragonfly (Kim et al., ISCA 2008) and Slim Fly
 (Besta and Hoefler, SC 2014) papers, counted on the generators' own graphs
-(core/generators/costs.py: fat tree, balanced Dragonfly, Slim Fly on the
+(control/generators/costs.py: fat tree, balanced Dragonfly, Slim Fly on the
 MMS graph, 2D and 3D tori): switches, switch-to-switch links and switch
 ports per host, the radix each needs, and the switch hops between hosts
 (diameter and mean). Every instance up to --max-hosts hosts is counted;
@@ -19,14 +19,14 @@ hops per host against hosts).
 
 Phase throughput: the saturation throughput of minimal routing (the
 fabric's: ECMP over every shortest path), Valiant and the best mix of the
-two (core/generators/flow_model.py), as the fraction of its link's rate
+two (control/generators/flow_model.py), as the fraction of its link's rate
 every host can inject: the balanced Dragonfly (p = 1..4) under uniform
 traffic and the adversarial group shift, and every other family's
 instances of at most 600 hosts under uniform traffic. Writes
 DIR/throughput.csv and DIR/throughput.png.
 
 Phase collectives: how long one collective takes on each topology at equal
-rank count (core/generators/collective_model.py): a ring all-reduce,
+rank count (control/generators/collective_model.py): a ring all-reduce,
 halving-doubling and an all-to-all, each round's traffic routed minimally
 (ECMP) in the flow model, the time against what a non-blocking network
 gives, for --ranks ranks (powers of two) on each family's smallest instance
@@ -47,10 +47,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from core.generators.collective_model import COLLECTIVES, collective_times, equal_rank_instances, order  # noqa: E402
-from core.generators.costs import FAMILIES, Cost, at_equal_hosts, instances, cost  # noqa: E402
-from core.generators.dragonfly import dragonfly_graph  # noqa: E402
-from core.generators.flow_model import group_shift, throughput, uniform  # noqa: E402
+from control.generators.collective_model import COLLECTIVES, collective_times, equal_rank_instances, order  # noqa: E402
+from control.generators.costs import FAMILIES, Cost, at_equal_hosts, instances, cost  # noqa: E402
+from control.generators.dragonfly import dragonfly_graph  # noqa: E402
+from control.generators.flow_model import group_shift, throughput, uniform  # noqa: E402
 from experiments.common import experiment_parser, print_table, save_figure, write_csv  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -76,7 +76,7 @@ def plot(costs: list[Cost], path: Path) -> Path:
         ax.grid(alpha=0.3)
     axes[2].set_yscale("log")
     axes[0].legend()
-    fig.suptitle("Cost per host and distance, fat tree against topologies beyond Clos (core/generators/costs.py)")
+    fig.suptitle("Cost per host and distance, fat tree against topologies beyond Clos (control/generators/costs.py)")
     fig.tight_layout()
     return save_figure(fig, path)
 
@@ -137,7 +137,7 @@ def plot_throughput(rows: list[dict], path: Path) -> Path:
     axes[2].grid(alpha=0.3)
     axes[2].legend(fontsize=7)
     fig.suptitle("Saturation throughput in a flow model: minimal (ECMP over shortest paths), Valiant, the best mix "
-                 "(core/generators/flow_model.py)")
+                 "(control/generators/flow_model.py)")
     return save_figure(fig, path)
 
 
@@ -177,7 +177,7 @@ def plot_collectives(rows: list[dict], path: Path) -> Path:
         ax.grid(axis="y", alpha=0.3)
     axes[0, 0].legend()
     fig.suptitle("A collective's time against a non-blocking network's, minimal routing in the flow model "
-                 "(core/generators/collective_model.py)")
+                 "(control/generators/collective_model.py)")
     return save_figure(fig, path)
 
 

@@ -52,14 +52,14 @@ from typing import Callable, Iterator
 
 import yaml
 
-from core.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
-from core.build import compile_p4
-from core.controller import FabricController
-from core.impairments import blackhole
-from core.network import Network, NetworkError
-from core.p4info import EntryError
-from core.p4constants import drop_reasons
-from core.topology import Topology, TopologyError
+from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
+from emulator.build import compile_p4
+from control.controller import FabricController
+from emulator.impairments import blackhole
+from emulator.network import Network, NetworkError
+from control.p4info import EntryError
+from control.p4constants import drop_reasons
+from control.topology import Topology, TopologyError
 from experiments.common import REPO, agent_python, kill_switch, print_table, save_figure, write_csv
 from features import topology_from_dict
 from hostagent.aggregation.runs import start_server, stop_server
@@ -68,7 +68,7 @@ from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, CHANNEL_CH
     default_sport
 from hostagent.rdma.agent import congestion_controls
 from hostagent.rdma.transport import SELECTIVE_REPEAT
-from core.switch import MONITOR_CREDENTIALS
+from control.switch import MONITOR_CREDENTIALS
 from telemetry import metrics as m
 from telemetry import prometheus_config
 from telemetry.chrome_trace import FabricEvent, trace_events, write_heatmap, write_trace

@@ -30,13 +30,14 @@ from typing import Callable, Optional
 import benchmarks.forwarding_rate
 import experiments
 import experiments.train
-from core import build, probe_planner, toolchain
-from core.generators import dragonfly, slim_fly, torus
-from core.controller import FabricController
-from core.p4info import EntryError
-from core.switch import CONTROLLER_CREDENTIALS, CONTROLLER_ELECTION_ID, SwitchError
-from core.tls import PkiError
-from core.topology import TopologyError
+from control import probe_planner
+from emulator import build, toolchain
+from control.generators import dragonfly, slim_fly, torus
+from control.controller import FabricController
+from control.p4info import EntryError
+from control.switch import CONTROLLER_CREDENTIALS, CONTROLLER_ELECTION_ID, SwitchError
+from control.tls import PkiError
+from control.topology import TopologyError
 from fabric import generate, kathara, run
 from features import FEATURES, load_topology
 from telemetry import monitor

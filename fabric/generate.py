@@ -5,7 +5,7 @@ ones; tests/unit/fabric/test_generate.py runs that).
     p4src/include/aggregation_lanes.p4     features/aggregation_lanes.py (the unrolled element lanes)
     topologies/fat-tree-k4.yaml, rail-optimized.yaml, dual-plane.yaml,
     dragonfly*.yaml, slimfly-*.yaml, torus-*.yaml
-                                           core/generators/
+                                           control/generators/
     telemetry/grafana/dashboards/*.json    telemetry/dashboards.py
     telemetry/alerts.yml                   telemetry/alerts.py (the Prometheus alerting rules)
 """
@@ -16,12 +16,12 @@ import functools
 from pathlib import Path
 from typing import Callable, Optional
 
-from core.generators.dragonfly import dragonfly
-from core.generators.dual_plane import dual_plane
-from core.generators.fat_tree import fat_tree
-from core.generators.rail_optimized import rail_optimized
-from core.generators.slim_fly import slim_fly
-from core.generators.torus import torus
+from control.generators.dragonfly import dragonfly
+from control.generators.dual_plane import dual_plane
+from control.generators.fat_tree import fat_tree
+from control.generators.rail_optimized import rail_optimized
+from control.generators.slim_fly import slim_fly
+from control.generators.torus import torus
 from features import aggregation_lanes
 from telemetry import alerts, dashboards
 

@@ -9,20 +9,20 @@ writes DIR/lab.conf, one DIR/<device>.startup per device and DIR/shared/
   per port in port order (eth<i> is the switch's i-th port, BMv2 port
   number as in the topology) and a last one on the management collision
   domain `mgmt`; its startup runs simple_switch_grpc with the command line
-  the launcher builds (core.bmv2.switch_command: same device id, ports,
+  the launcher builds (emulator.bmv2.switch_command: same device id, ports,
   log level, priority queues), P4Runtime on its management address, then
   sets its egress queues with simple_switch_CLI as the launcher does over
-  Thrift (core.network.apply_queue_settings, recorded: QueueScript);
+  Thrift (emulator.network.apply_queue_settings, recorded: QueueScript);
 - every host on `--host-image` (the project's image, `make docker-build`:
   its agents run there), its NICs with the topology's MACs (lab.conf), the
-  launcher's NIC and routing commands (core.network.nic_commands,
+  launcher's NIC and routing commands (emulator.network.nic_commands,
   host_routing_commands);
 - links with a delay or a loss get the launcher's netem at both ends;
 - a `controller` device (the project's image) on `mgmt`, which waits for
   every switch's P4Runtime server and runs `fabric program` with
   shared/topology.yaml: the topology with each switch's `management_ip`;
 - shared/main.json and shared/main.p4info.txtpb: the compiled pipeline;
-- mutual TLS on P4Runtime as the launcher runs it (core/tls.py): the lab's
+- mutual TLS on P4Runtime as the launcher runs it (control/tls.py): the lab's
   own CA in DIR/pki (made once, reused by a later export; it is no device's
   directory, so its key never enters a container), each switch's
   certificate for its management address in DIR/<switch>/etc/p4-ai-fabric/pki
@@ -46,13 +46,13 @@ from typing import Optional
 
 import yaml
 
-from core.bmv2 import switch_command
-from core.controller import DEFAULT_PIPELINE
-from core.switch import Pipeline
-from core.feature import priority_queues
-from core.network import apply_queue_settings, host_routing_commands, nic_commands
-from core.tls import Pki, ServerCredentials
-from core.topology import GRPC_PORT_BASE, Topology, TopologyError
+from emulator.bmv2 import switch_command
+from control.controller import DEFAULT_PIPELINE
+from control.switch import Pipeline
+from control.feature import priority_queues
+from emulator.network import apply_queue_settings, host_routing_commands, nic_commands
+from control.tls import Pki, ServerCredentials
+from control.topology import GRPC_PORT_BASE, Topology, TopologyError
 from features import load_topology
 
 SWITCH_IMAGE = "kathara/p4"
@@ -67,7 +67,7 @@ LAB_PKI = "pki"                      # DIR/pki: the lab's CA and every certifica
 
 
 class QueueScript:
-    """A QueueSetter (core/network.py) that writes each call as the
+    """A QueueSetter (emulator/network.py) that writes each call as the
     simple_switch_CLI command that does the same."""
 
     def __init__(self) -> None:

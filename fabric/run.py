@@ -16,18 +16,18 @@ import sys
 import time
 from pathlib import Path
 
-from core.bmv2 import DEFAULT_INTERACTIVE_LOG_LEVEL, LOG_LEVELS
-from core.build import CompileError, compile_p4
+from emulator.bmv2 import DEFAULT_INTERACTIVE_LOG_LEVEL, LOG_LEVELS
+from emulator.build import CompileError, compile_p4
 from fabric.shell import FabricCLI
-from core.controller import FabricController
-from core.network import Network, NetworkError, queue_rate_pps
-from core.p4info import EntryError
-from core.switch import CONTROLLER_CREDENTIALS, CONTROLLER_ELECTION_ID, SwitchError, parse_election_id
-from core.tls import Pki, PkiError
-from core.toolchain import ToolchainMissing
-from core.feature import in_background
-from core.supervisor import Supervisor
-from core.topology import Topology, TopologyError
+from control.controller import FabricController
+from emulator.network import Network, NetworkError, queue_rate_pps
+from control.p4info import EntryError
+from control.switch import CONTROLLER_CREDENTIALS, CONTROLLER_ELECTION_ID, SwitchError, parse_election_id
+from control.tls import Pki, PkiError
+from emulator.toolchain import ToolchainMissing
+from control.feature import in_background
+from emulator.supervisor import Supervisor
+from control.topology import Topology, TopologyError
 from features import load_topology
 
 REPO = Path(__file__).resolve().parent.parent
@@ -152,7 +152,7 @@ def run(args) -> int:
 
 
 def _supervised(net, ctl, lock):
-    """A switch process that dies is restarted and reprogrammed (core/supervisor.py)."""
+    """A switch process that dies is restarted and reprogrammed (emulator/supervisor.py)."""
     return in_background(Supervisor(net, ctl, lock, on_recovery=lambda r: print(f"\n[recovery] {r}",
                                                                                 flush=True)).run)
 

@@ -13,9 +13,9 @@ import shlex
 import threading
 import subprocess
 
-from core.controller import FabricController
-from core.network import Network, NetworkError, tail
-from core.p4constants import drop_reasons
+from control.controller import FabricController
+from emulator.network import Network, NetworkError, tail
+from control.p4constants import drop_reasons
 from telemetry.alert_receiver import Alert, firing, render
 from telemetry.metrics import ALERT_RECEIVER_PORT
 
@@ -32,7 +32,7 @@ class FabricCLI(cmd.Cmd):
                                  for name, command in f.commands.items()}
         self.net = net
         self.ctl = controller
-        self.lock = lock or threading.Lock()     # shared with the recovery supervisor (core/supervisor.py)
+        self.lock = lock or threading.Lock()     # shared with the recovery supervisor (emulator/supervisor.py)
 
     def onecmd(self, line: str) -> bool:
         with self.lock:
@@ -56,7 +56,7 @@ class FabricCLI(cmd.Cmd):
                 + [f"{kind}_{name}" for name in self.feature_commands for kind in ("do", "help")])
 
     def __getattr__(self, attr: str):
-        """do_<name> / help_<name> of a command a feature adds (core/feature.py)."""
+        """do_<name> / help_<name> of a command a feature adds (control/feature.py)."""
         kind, _, name = attr.partition("_")
         command = self.__dict__.get("feature_commands", {}).get(name)
         if command is not None and kind == "do":

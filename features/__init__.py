@@ -1,5 +1,5 @@
 """The features: each a P4 control switched on at runtime, and here its
-control-plane side, a `Feature` (the contract: core/feature.py).
+control-plane side, a `Feature` (the contract: control/feature.py).
 
     FEATURES                 every feature, in the order the controller programs them
     by_name("ecn")           one of them
@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from core import topology
-from core.feature import Feature, check_features
+from control import topology
+from control.feature import Feature, check_features
 from features import aggregation, central_routing, ecn, failover, int_telemetry, load_balancing, lossless, \
     nonminimal_routing
 

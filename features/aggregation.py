@@ -51,10 +51,10 @@ from typing import Any, NoReturn, Optional, Sequence
 from p4.v1 import p4runtime_pb2
 
 from wire import aggregation as ah
-from core.feature import Fail, FeatureSpec, Pieces, check_mapping, one_mode
-from core.p4constants import constants
-from core.p4info import EntryError, P4Info
-from core.sync import SwitchState
+from control.feature import Fail, FeatureSpec, Pieces, check_mapping, one_mode
+from control.p4constants import constants
+from control.p4info import EntryError, P4Info
+from control.sync import SwitchState
 
 SECTION = "aggregation"
 JOB_TABLE = "agg_job"

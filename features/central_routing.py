@@ -3,7 +3,7 @@ controller that routes a training job's predictable traffic ahead of time.
 
 It takes the job's traffic matrix (flows and their bytes), gives every flow
 one of its shortest paths so that the most loaded link direction carries as
-few bytes as it can (core/path_assignment.py: greedy largest-first, then
+few bytes as it can (control/path_assignment.py: greedy largest-first, then
 local search), and installs each path on the switches along it, ahead of
 ECMP. After a link or switch failure, `recompute` assigns again in the
 graph that survives and reinstalls.
@@ -43,11 +43,11 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, NoReturn, Optional, Sequence
 
-from core.feature import Fail, FeatureSpec, Pieces, check_mapping
-from core.p4info import EntryError, P4Info
-from core.path_assignment import IP_PROTO_TCP, IP_PROTO_UDP, Assignment, Flow, route_flows
-from core.sync import SwitchState
-from core.topology import Failures, NextHop, Nic, Topology
+from control.feature import Fail, FeatureSpec, Pieces, check_mapping
+from control.p4info import EntryError, P4Info
+from control.path_assignment import IP_PROTO_TCP, IP_PROTO_UDP, Assignment, Flow, route_flows
+from control.sync import SwitchState
+from control.topology import Failures, NextHop, Nic, Topology
 from wire.roce import ROCEV2_UDP_PORT
 
 SECTION = "central_routing"

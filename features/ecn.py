@@ -26,9 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
-from core.feature import CounterMetric, Fail, FeatureSpec, Pieces, one_mode, priority_queues, section_items
-from core.p4info import EntryError, P4Info
-from core.sync import SwitchState
+from control.feature import CounterMetric, Fail, FeatureSpec, Pieces, one_mode, priority_queues, section_items
+from control.p4info import EntryError, P4Info
+from control.sync import SwitchState
 
 SECTION = "ecn"
 TABLE = "ecn_profile"

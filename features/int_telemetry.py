@@ -51,11 +51,11 @@ from typing import Any, Callable, Mapping, Optional
 from p4.v1 import p4runtime_pb2
 
 from wire import int_telemetry as ih
-from core.feature import CounterMetric, Fail, FeatureSpec, Pieces, one_mode
-from core.p4constants import constants
-from core.p4info import P4Info
-from core.sync import SwitchState
-from core.topology import switch_address
+from control.feature import CounterMetric, Fail, FeatureSpec, Pieces, one_mode
+from control.p4constants import constants
+from control.p4info import P4Info
+from control.sync import SwitchState
+from control.topology import switch_address
 
 SECTION = "int"
 WATCHLIST_TABLE = "int_watchlist"
@@ -308,7 +308,7 @@ def parse_section(raw: Any, topo, fail: Fail) -> IntConfig:
 # -- entries ------------------------------------------------------------------
 
 def report_source_ip(device_id: int) -> str:
-    """Reports come from the switch's own address (core/topology.py: switch_address)."""
+    """Reports come from the switch's own address (control/topology.py: switch_address)."""
     return switch_address(device_id)
 
 

@@ -26,12 +26,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NoReturn, Optional
 
-from core.forwarding import ECMP_SLOTS, LPM_TABLE, NEXT_HOP_TABLE, ecmp_seed, forwarding_state, slots_on_switch
-from core.p4constants import constants
-from core.feature import Fail, FeatureSpec, Pieces, section_items
-from core.p4info import EntryError, P4Info
-from core.sync import SwitchState
-from core.topology import NextHop
+from control.forwarding import ECMP_SLOTS, LPM_TABLE, NEXT_HOP_TABLE, ecmp_seed, forwarding_state, slots_on_switch
+from control.p4constants import constants
+from control.feature import Fail, FeatureSpec, Pieces, section_items
+from control.p4info import EntryError, P4Info
+from control.sync import SwitchState
+from control.topology import NextHop
 
 SECTION = "load_balancing"
 GROUP_TABLE = "lb_group"

@@ -46,13 +46,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional
 
-from core.feature import CounterMetric, Fail, FeatureSpec, Pieces, QueuePlan, QueueSetting, check_mapping, one_mode, \
+from control.feature import CounterMetric, Fail, FeatureSpec, Pieces, QueuePlan, QueueSetting, check_mapping, one_mode, \
     section_items
-from core.bmv2_thrift import Bmv2Thrift
-from core.network import apply_queue_settings, queue_rate_pps
-from core.p4constants import constants
-from core.p4info import EntryError, P4Info
-from core.sync import SwitchState
+from emulator.bmv2_thrift import Bmv2Thrift
+from emulator.network import apply_queue_settings, queue_rate_pps
+from control.p4constants import constants
+from control.p4info import EntryError, P4Info
+from control.sync import SwitchState
 from features.ecn import QDEPTH_MAX
 from wire.lossless import CLASSES, MAX_PAUSE_QUANTA, pause_us, quantum_us
 
@@ -71,7 +71,7 @@ SESSION_BASE = constants()["PFC_SESSION_BASE"]
 HOLD_QUEUE_DEPTH = 1024          # packets a port can hold while paused (all its lossless classes)
 FIELDS = {"queues", "classes", "pfc", "watchdog", "hold_rate_pps", "class_changes"}
 CHANGE_FIELDS = {"switch", "from", "to", "class", "becomes"}
-UP = "up"                        # class_changes: any neighbour in a higher tier (core.topology.Topology.tiers)
+UP = "up"                        # class_changes: any neighbour in a higher tier (control.topology.Topology.tiers)
 GLOBAL = "global"                # class_changes `from`: any neighbour switch in another group (a Dragonfly's global link)
 ANY = "any"                      # class_changes `to`: any neighbour
 FROM_KEYWORDS, TO_KEYWORDS = (UP, GLOBAL), (UP, ANY)

@@ -34,13 +34,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from core.feature import CounterMetric, Fail, FeatureSpec, Pieces, check_mapping
-from core.forwarding import ECMP_SLOTS, assign_slots, ecmp_seed
-from core.generators.torus import ROUTER_NAME as TORUS_SWITCH
-from core.p4constants import constants
-from core.p4info import EntryError, P4Info
-from core.sync import SwitchState
-from core.topology import Topology
+from control.feature import CounterMetric, Fail, FeatureSpec, Pieces, check_mapping
+from control.forwarding import ECMP_SLOTS, assign_slots, ecmp_seed
+from control.generators.torus import ROUTER_NAME as TORUS_SWITCH
+from control.p4constants import constants
+from control.p4info import EntryError, P4Info
+from control.sync import SwitchState
+from control.topology import Topology
 
 SECTION = "nonminimal_routing"
 MODES = ("minimal", "valiant", "ugal", "dimension_order")

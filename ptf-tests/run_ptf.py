@@ -18,12 +18,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
-from core.bmv2 import DEFAULT_INTERACTIVE_LOG_LEVEL, LOG_LEVELS, switch_command, written_log
-from core.build import compile_p4
-from core.network import make_veth_pair, sh, tail
-from core.switch import SwitchConnection, SwitchError
-from core.tls import Pki
-from core.toolchain import require
+from emulator.bmv2 import DEFAULT_INTERACTIVE_LOG_LEVEL, LOG_LEVELS, switch_command, written_log
+from emulator.build import compile_p4
+from emulator.network import make_veth_pair, sh, tail
+from control.switch import SwitchConnection, SwitchError
+from control.tls import Pki
+from emulator.toolchain import require
 
 PORTS = [1, 2, 3, 4]
 GRPC_ADDR = "127.0.0.1:9459"    # apart from the launcher's 9560+ / 9091+, below the ephemeral range

@@ -8,7 +8,7 @@
 # versions tested there, whatever python3-* packages the machine has (Debian's
 # python3-scapy 2.5 would otherwise satisfy `scapy` and shadow the version the
 # project is tested on). BMv2's own Thrift modules (bm_runtime, sswitch_runtime)
-# are not Python packages: core/toolchain.py finds them next to simple_switch_CLI.
+# are not Python packages: emulator/toolchain.py finds them next to simple_switch_CLI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

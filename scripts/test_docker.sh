@@ -150,7 +150,7 @@ say "containers run${FLAGS:+ (with $FLAGS)}$([[ -f $PODMAN_CONF ]] && echo ", $P
 
 # ------------------------------------------------------------ 4. stand-in
 STEP="p4lang/p4c stand-in"
-# The toolchain, searched as core/toolchain.py does.
+# The toolchain, searched as emulator/toolchain.py does.
 find_tool() {
     local d
     for d in ${P4_TOOLCHAIN_BIN:+"$P4_TOOLCHAIN_BIN"} ${PATH//:/ } /opt/p4/bin; do

@@ -27,7 +27,7 @@ from typing import Optional
 
 import yaml
 
-from core.network import BMV2_QUEUE_DEPTH
+from emulator.network import BMV2_QUEUE_DEPTH
 from features.failover.diagnose import LOSS_THRESHOLD
 from telemetry import metrics as m
 from telemetry import prometheus_config
@@ -49,13 +49,13 @@ RATE_WINDOW = WINDOW
 # rule fed by it is blind. `fabric monitor` restarts nothing by itself.
 TARGET_DOWN_FOR = "1m"
 # A switch unread for 30 s (30 polls, 6 scrapes): longer than a supervised
-# restart (core/supervisor.py: BMv2 again, pipeline and entries pushed, a few s).
+# restart (emulator/supervisor.py: BMv2 again, pipeline and entries pushed, a few s).
 SWITCH_DOWN_FOR = "30s"
 # Read errors on a switch that answers P4Runtime (a Thrift register read, a
 # counter the pipeline lacks) for 2 minutes: not one slow poll.
 READ_ERRORS_FOR = "2m"
 # The controller not primary for 30 s: a controller restart reconnects within
-# seconds (core/controller.py); past that, writes (reroutes, restores) are refused.
+# seconds (control/controller.py); past that, writes (reroutes, restores) are refused.
 CONTROLLER_FOR = "30s"
 
 # -- drops -------------------------------------------------------------------

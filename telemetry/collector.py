@@ -29,7 +29,7 @@ from typing import Any, Callable, Optional, TextIO
 from wire.int_telemetry import REPORT_UDP_PORT, TIMESTAMP_UNIT_NS
 from telemetry import metrics as m
 from telemetry.decode import MalformedReport, ReportPacket, decode_report
-from core.netns import socket_in_netns
+from emulator.netns import socket_in_netns
 from telemetry.sequence import DEFAULT_WINDOW
 from telemetry.state import TelemetryState
 from features import load_topology

@@ -4,7 +4,7 @@ PromQL against `exposed_names()`, so a metric is defined here once.
 
 Conventions: counters are exposed with the `_total` suffix, histograms as
 `_bucket`/`_sum`/`_count`; times are seconds, rates bits per second. INT
-node ids are the switches' device ids (core/topology.py), so `switch`
+node ids are the switches' device ids (control/topology.py), so `switch`
 names the node when the collector is given the topology.
 """
 from __future__ import annotations
@@ -123,7 +123,7 @@ FABRIC_QUEUE_DEPTH = MetricSpec("fabric_queue_depth_packets", "gauge",
 FABRIC_READ_ERRORS = MetricSpec("fabric_exporter_read_errors", "counter",
                                 "Failed reads of a switch, by source (p4runtime, thrift)", ("switch", "source"))
 
-# The features' counter metrics (their counters() hook, core/feature.py), named once there.
+# The features' counter metrics (their counters() hook, control/feature.py), named once there.
 FEATURE_COUNTERS = tuple(c for f in FEATURES for c in f.counters)
 FEATURE_REGISTERS = tuple(dict.fromkeys(r for c in FEATURE_COUNTERS for r in c.registers))
 FEATURE_METRICS = {c.metric: MetricSpec(c.metric, "counter", c.help, PORT if c.label == "port" else ("switch", c.label))

@@ -28,13 +28,13 @@ from wire.int_telemetry import REPORT_UDP_PORT
 from telemetry import prometheus_config
 from telemetry import metrics as m
 from telemetry.collector import Collector, progress_line
-from core.netns import NETNS_DIR
+from emulator.netns import NETNS_DIR
 from telemetry.alert_receiver import AlertReceiver
 from telemetry.alertmanager import AlertmanagerMissing, AlertmanagerProcess, write_config
 from telemetry.prometheus import PrometheusError, PrometheusMissing, PrometheusProcess
 from telemetry.switch_exporter import DEFAULT_P4INFO, Bmv2Reader, SwitchExporter
-from core.switch import MONITOR_CREDENTIALS
-from core.topology import TopologyError
+from control.switch import MONITOR_CREDENTIALS
+from control.topology import TopologyError
 from features import load_topology
 
 REPO = Path(__file__).resolve().parent.parent

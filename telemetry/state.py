@@ -30,7 +30,7 @@ from wire.int_telemetry import TIMESTAMP_UNIT_NS, HopMetadata
 from telemetry import metrics as m
 from telemetry.decode import IndividualReport, ReportPacket
 from telemetry.sequence import DEFAULT_WINDOW, StreamTable
-from core.p4constants import drop_reasons
+from control.p4constants import drop_reasons
 
 TX_COUNTER_MODULUS = 1 << 32
 

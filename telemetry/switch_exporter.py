@@ -1,7 +1,7 @@
 """Prometheus metrics of every switch of a running topology: port packet
 and byte counters (ingress_port_counter, egress_port_counter), drops by
 reason (drop_counter; reasons from p4src/include/defines.p4 via
-core/p4constants.py), ECN marks (ecn_marked_counter), INT reports sent
+control/p4constants.py), ECN marks (ecn_marked_counter), INT reports sent
 and held back by kind (int_report_counter, drop_reports_limited), and the egress
 queue depth (register egress_qdepth, over BMv2 Thrift: PI does not serve
 register reads).
@@ -14,7 +14,7 @@ readings; a scrape serves them, so a slow or dead switch never stalls
 Prometheus (it shows as fabric_switch_up 0 and read errors by source). The
 exporter connects to P4Runtime as a backup client (election id (0, 0) by
 default, READER_ELECTION_ID, below the controller's (1000, 0),
-CONTROLLER_ELECTION_ID in core/switch.py): it only reads.
+CONTROLLER_ELECTION_ID in control/switch.py): it only reads.
 
 Reading and exposing are separate: `samples()` turns readings into metric
 families and needs no switch (tests feed it readings).
@@ -37,15 +37,15 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from telemetry import metrics as m
 from telemetry.state import drop_reason_names as all_reasons
-from core.topology import TopologyError
+from control.topology import TopologyError
 from features import load_topology
-from core.p4info import P4Info
-from core.p4info import EntryError
-from core.switch import (CONTROLLER_ELECTION_ID, MONITOR_CREDENTIALS, READER_ELECTION_ID, ElectionId, SwitchConnection,
+from control.p4info import P4Info
+from control.p4info import EntryError
+from control.switch import (CONTROLLER_ELECTION_ID, MONITOR_CREDENTIALS, READER_ELECTION_ID, ElectionId, SwitchConnection,
                          parse_election_id)
-from core.tls import ClientCredentials
-from core.bmv2_thrift import Bmv2Thrift
-from core.network import interface_rx_packets
+from control.tls import ClientCredentials
+from emulator.bmv2_thrift import Bmv2Thrift
+from emulator.network import interface_rx_packets
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_P4INFO = REPO / "build" / "main.p4info.txtpb"
@@ -66,7 +66,7 @@ class SwitchReadings:
     errors: (source, message) of every read that failed. controller_primary:
     whether the switch's primary P4Runtime client has the controller's election
     id (None: not known). interface_rx: port -> frames the kernel delivered to
-    its interface (core.network.interface_rx_packets; empty: not on this machine)."""
+    its interface (emulator.network.interface_rx_packets; empty: not on this machine)."""
     switch: str
     counters: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)
     qdepth: Optional[list[int]] = None
@@ -136,9 +136,9 @@ def samples(topo, readings: Iterable[SwitchReadings], reasons: dict[int, str],
 
 
 class Bmv2Reader:
-    """Reads BMv2 switches: counters over P4Runtime (core/switch.py's
-    SwitchConnection, entries from core/p4info.py), egress_qdepth over
-    Thrift (core/bmv2_thrift.py). Connections are kept and re-made after
+    """Reads BMv2 switches: counters over P4Runtime (control/switch.py's
+    SwitchConnection, entries from control/p4info.py), egress_qdepth over
+    Thrift (emulator/bmv2_thrift.py). Connections are kept and re-made after
     a failure."""
 
     def __init__(self, p4info_path: Path = DEFAULT_P4INFO, *, election_id: ElectionId = READER_ELECTION_ID,

@@ -25,7 +25,7 @@ from scapy.packet import Raw
 from wire.int_telemetry import (DS_LINK_RATE, DS_TX_BYTES, DS_TX_TIMESTAMP, FABRIC_DS_ID, INS_EGRESS_TS,
                                    INS_HOP_LATENCY, INS_INGRESS_TS, INS_L1_PORTS, INS_NODE_ID, INS_QUEUE,
                                    REPORT_UDP_PORT, SEQ_MODULUS, HopMetadata, int_report, int_source, int_transit)
-from core.topology import TopologyError
+from control.topology import TopologyError
 from features import load_topology
 
 FLOW_INSTRUCTIONS = INS_NODE_ID | INS_L1_PORTS | INS_HOP_LATENCY | INS_QUEUE | INS_INGRESS_TS | INS_EGRESS_TS

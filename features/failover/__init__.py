@@ -6,12 +6,12 @@ heartbeat.py   heartbeats on every link and path, from a process of their own
 rerouting.py   the controller routing around what the heartbeats call dead, and back
 diagnose.py    two counter snapshots -> the most likely faulty link or switch
 
-Switch restart (core/supervisor.py) and controller high availability
-(election ids, core/controller.py) are the core's, for every network.
+Switch restart (emulator/supervisor.py) and controller high availability
+(election ids, control/controller.py) are the control plane's, for every network.
 """
 from __future__ import annotations
 
-from core.feature import CliCommand, Command, FeatureSpec, Pieces, in_background, one_mode
+from control.feature import CliCommand, Command, FeatureSpec, Pieces, in_background, one_mode
 from features.failover import data_plane, diagnose, heartbeat
 from features.failover.rerouting import Rerouter
 

@@ -39,13 +39,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
-from core.feature import Fail, check_mapping
-from core.forwarding import ecmp_seed, forwarding_state, slots_on_switch
-from core.p4constants import constants
-from core.p4info import P4Info
-from core.sync import SwitchState
-from core.topology import NextHop
-from core.forwarding import ECMP_SLOTS
+from control.feature import Fail, check_mapping
+from control.forwarding import ecmp_seed, forwarding_state, slots_on_switch
+from control.p4constants import constants
+from control.p4info import P4Info
+from control.sync import SwitchState
+from control.topology import NextHop
+from control.forwarding import ECMP_SLOTS
 
 SECTION = "failover"
 CONFIG_TABLE = "failover_config"

@@ -39,9 +39,9 @@ from typing import Optional
 
 from concurrent.futures import ThreadPoolExecutor
 
-from core.controller import FabricController
-from core.network import interface_rx_packets
-from core.p4constants import drop_reasons
+from control.controller import FabricController
+from emulator.network import interface_rx_packets
+from control.p4constants import drop_reasons
 from features.failover.data_plane import backup_packets
 
 MIN_PACKETS = 20             # a direction carrying fewer packets says nothing

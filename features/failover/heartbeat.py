@@ -34,7 +34,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from core.netns import socket_in_netns
+from emulator.netns import socket_in_netns
 from features.failover.data_plane import edge_switches
 from wire.source_routing import ETHERTYPE_SOURCE_ROUTE, SOURCE_ROUTE_MAX_HOPS, SourceRoute, SourceRouteError
 

@@ -10,9 +10,9 @@ import contextlib
 import threading
 import time
 
-from core.bmv2_thrift import Bmv2Thrift
-from core.controller import FabricController
-from core.topology import Failures
+from emulator.bmv2_thrift import Bmv2Thrift
+from control.controller import FabricController
+from control.topology import Failures
 from features.failover.data_plane import HEARD_REGISTER
 
 

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Iterator, Optional
 
-from core.impairments import netem_available
+from emulator.impairments import netem_available
 
 REPO = Path(__file__).resolve().parents[2]
 PY = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else sys.executable

@@ -49,7 +49,7 @@ import argparse
 
 import numpy as np
 
-from core.path_assignment import default_sport
+from control.path_assignment import default_sport
 from hostagent.aggregation.allreduce import AggregationWorker, AllReduceTimeout
 from wire import aggregation as ah
 from hostagent.collectives import schedule as sc

@@ -75,7 +75,7 @@ from torch import nn
 from hostagent.aggregation.allreduce import seq_base_at
 from wire import aggregation as ah
 from hostagent.collectives import schedule as sc
-from core.topology import TopologyError
+from control.topology import TopologyError
 from features import load_topology
 from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, CHANNEL_CHOICES, FIXED, IN_NETWORK, \
     CollectiveError, Communicator, default_sport, open_communicator

@@ -7,8 +7,8 @@ and source ports chosen so that a peer pair's channels take disjoint paths
 The model (p4src/include/forwarding.p4, ECMP mode): a switch whose route to
 the destination has several next hops hashes the flow key (source and
 destination address, protocol, L4 ports: 13 bytes) with CRC16, multiplies
-by its seed, takes core.forwarding.slot_of of that, and the group's slot
-table (core.forwarding.assign_slots over the next hops sorted by port and
+by its seed, takes control.forwarding.slot_of of that, and the group's slot
+table (control.forwarding.assign_slots over the next hops sorted by port and
 MAC, as the controller installs it on a switch with no history) names the
 next hop. A flow on the topology's INT watchlist leaves its first switch
 with INT inside and UDP destination port INT_UDP_PORT, which is what the
@@ -24,8 +24,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
-from core.forwarding import assign_slots, crc16, ecmp_seed, slot_of
-from core.topology import Nic, Route, Topology
+from control.forwarding import assign_slots, crc16, ecmp_seed, slot_of
+from control.topology import Nic, Route, Topology
 from features.int_telemetry import IntConfig, WatchRule
 from wire.int_telemetry import INT_UDP_PORT
 from wire.roce import ROCEV2_UDP_PORT

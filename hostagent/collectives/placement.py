@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from core.topology import Nic, Topology
+from control.topology import Nic, Topology
 
 RAIL_AWARE, HOST_MAJOR = "rail-aware", "host-major"
 PLACEMENTS = (RAIL_AWARE, HOST_MAJOR)

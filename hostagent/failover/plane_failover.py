@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 
 from wire.plane_failover import FLOW_UDP_PORT, FlowFormatError, pack_ack, pack_data, unpack_ack, unpack_data
-from core.netns import socket_in_netns
+from emulator.netns import socket_in_netns
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Source-routed INT probes (INT-path style): the Scapy layer of the port
 list (p4src/include/source_routing.p4), probe packets for the paths that
-core/probe_planner.py plans, their injection from the hosts, and the
+control/probe_planner.py plans, their injection from the hosts, and the
 link coverage the collected reports prove.
 
 A probe is Ether(type=ETHERTYPE_SOURCE_ROUTE) / SourceRoute (a count and
@@ -29,9 +29,9 @@ from scapy.packet import Raw
 from wire.source_routing import ETHERTYPE_SOURCE_ROUTE, SOURCE_ROUTE_MAX_HOPS, SourceRoute, SourceRouteError
 from wire.int_telemetry import (INS_L1_PORTS, INS_NODE_ID, INT_UDP_PORT, NPT_UDP_PORT, INTMetadataHeader,
                           INTMetadataStack, INTShim)
-from core.probe_planner import ProbePath, plan_probe_paths
-from core.netns import socket_in_netns
-from core.topology import TopologyError
+from control.probe_planner import ProbePath, plan_probe_paths
+from emulator.netns import socket_in_netns
+from control.topology import TopologyError
 from features import load_topology
 
 PROBE_UDP_PORT = 6100              # the UDP port a probe restores at the sink (nothing listens)

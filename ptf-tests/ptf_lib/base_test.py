@@ -3,7 +3,7 @@
 setUp connects to the switch under test over P4Runtime and pushes the
 pipeline (a fresh push also zeroes counters); tearDown deletes every entry
 the test wrote. Helpers build entries through the same control-plane code as
-the controller (core.p4info, core.forwarding), so the tests exercise
+the controller (control.p4info, control.forwarding), so the tests exercise
 what the fabric really writes.
 
 Test parameters (ptf --test-params, set by run_ptf.py): grpc_addr, device_id,
@@ -20,12 +20,12 @@ from ptf.base_tests import BaseTest
 from features.aggregation import GROUPS_PER_JOB, JOB_GROUP_BASE
 from features.int_telemetry import REPORT_SESSION
 from features.lossless import SESSION_BASE as PFC_SESSION_BASE
-from core.forwarding import LPM_TABLE, NEXT_HOP_TABLE, assign_slots, group_entries, route_entry
-from core.p4constants import drop_reasons
-from core.p4info import P4Info
-from core.switch import Pipeline, SwitchConnection
-from core.sync import SwitchState, reconcile
-from core.topology import NextHop
+from control.forwarding import LPM_TABLE, NEXT_HOP_TABLE, assign_slots, group_entries, route_entry
+from control.p4constants import drop_reasons
+from control.p4info import P4Info
+from control.switch import Pipeline, SwitchConnection
+from control.sync import SwitchState, reconcile
+from control.topology import NextHop
 
 SWITCH_MAC = "0a:00:00:00:01:00"   # source MAC of frames sent to the switch
 HOST_MAC = "0a:00:01:00:00:99"

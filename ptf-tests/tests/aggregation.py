@@ -31,7 +31,7 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
 from features.aggregation import EVENTS, Job, JobPlacement, UpPath, WorkerPath, events, job_state, unknown_job_entry
-from core.p4constants import drop_reasons
+from control.p4constants import drop_reasons
 from wire.aggregation import (EXPONENT_BIAS, FLAG_COLLISION, FLAG_CONGESTED, FLAG_FALLBACK, FLAG_OVERFLOW,
                                    FLAG_RESULT, FLAG_RETRANSMIT, FLAG_SERVER, FLAG_WIDE, SLOT_SET,
                                    Aggregation, job_port, pack, udp_length, unpack)

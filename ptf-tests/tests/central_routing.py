@@ -8,7 +8,7 @@ destination port (INT rewrites it after a watched flow's first switch);
 TTL 1 is still dropped.
 
 The switch under test is leaf1 of topologies/leaf-spine.yaml with the
-entries the controller writes for it (core.forwarding, and
+entries the controller writes for it (control.forwarding, and
 features.central_routing from a `central_routing:` section): port 1 is h1,
 port 2 h2, port 3 spine1, port 4 spine2. Which port ECMP picks for a flow
 comes from the model of the hash (hostagent/collectives/paths.py), checked
@@ -22,10 +22,10 @@ from ptf_lib.base_test import HOST_MAC, P4RuntimeTest
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Ether
 
-from core.feature import REPO
-from core.forwarding import ecmp_seed, forwarding_state
-from core.path_assignment import Flow
-from core.topology import NextHop
+from control.feature import REPO
+from control.forwarding import ecmp_seed, forwarding_state
+from control.path_assignment import Flow
+from control.topology import NextHop
 from features import topology_from_dict
 from features.central_routing import SECTION, empty_state, flow_entry, gate_entry, parse_section, routing_state
 from hostagent.collectives.paths import PathModel

@@ -14,7 +14,7 @@ from ptf_lib.base_test import HOST_MAC, SWITCH_MAC, P4RuntimeTest
 from scapy.layers.inet import IP
 from scapy.layers.l2 import Ether
 
-from core.bmv2_thrift import Bmv2Thrift
+from emulator.bmv2_thrift import Bmv2Thrift
 from features.ecn import MARKED_COUNTER, QDEPTH_REGISTER, EcnProfile, ecn_state
 from wire.ecn import CE, ECT0, ECT1, NOT_ECT
 from wire.roce import roce_data

@@ -23,10 +23,10 @@ from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from core.bmv2_thrift import Bmv2Thrift
+from emulator.bmv2_thrift import Bmv2Thrift
 from features.int_telemetry import (Instructions, ReportPath, ReportSettings, WatchRule, int_state, report_counts,
                                     watchlist_entries)
-from core.p4constants import drop_reasons
+from control.p4constants import drop_reasons
 from wire.int_telemetry import TelemetryReportGroup
 
 HOST_PORT, DST_PORT, FABRIC_PORT, COLLECTOR_PORT = 1, 2, 3, 4

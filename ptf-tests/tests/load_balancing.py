@@ -18,7 +18,7 @@ from ptf_lib.base_test import HOST_MAC, SWITCH_MAC, P4RuntimeTest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from core.bmv2_thrift import Bmv2Thrift
+from emulator.bmv2_thrift import Bmv2Thrift
 from features.load_balancing import FLOWLETS_COUNTER, LbMode, lb_state, member_packets
 from hostagent.sender import RawSender
 

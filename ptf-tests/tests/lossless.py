@@ -21,7 +21,7 @@ from scapy.contrib.roce import BTH
 from scapy.layers.inet import IP
 from scapy.layers.l2 import ARP, Dot1Q, Ether
 
-from core.bmv2_thrift import Bmv2Thrift
+from emulator.bmv2_thrift import Bmv2Thrift
 from features.ecn import EcnProfile, ecn_state
 from features.lossless import (PAUSED_REGISTER, LosslessConfig, PfcThresholds, TrafficClass, Watchdog, cell,
                                lossless_state, queue_plan)

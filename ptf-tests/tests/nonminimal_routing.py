@@ -5,7 +5,7 @@ records (set here through Thrift); modes changed at runtime; malformed tags.
 
 The switch under test is router g1r1 of topologies/dragonfly-small.yaml
 (three groups of two routers), with the entries the controller writes for it
-(core.forwarding, features.nonminimal_routing): port 1 is host h1, port 2
+(control.forwarding, features.nonminimal_routing): port 1 is host h1, port 2
 the local link to g1r2, port 3 the global link to g2r2. Intermediates are
 the groups: 0 (g1, this one), 1 (g2), 2 (g3). Minimal routes: to h3
 (10.0.3.1, on g2r1) out of port 3; toward group 2 (target 1) out of port 3;
@@ -22,9 +22,9 @@ from ptf_lib.base_test import HOST_MAC, SWITCH_MAC, P4RuntimeTest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from core.bmv2_thrift import Bmv2Thrift
-from core.feature import REPO
-from core.forwarding import ecmp_seed, forwarding_state
+from emulator.bmv2_thrift import Bmv2Thrift
+from control.feature import REPO
+from control.forwarding import ecmp_seed, forwarding_state
 from features import topology_from_dict
 from features.nonminimal_routing import COUNTER, COUNTS, SECTION, parse_section, routing_state
 from wire.nonminimal_routing import ETHERTYPE_VALIANT, ValiantTag

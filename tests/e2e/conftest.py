@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from core.toolchain import HOW_TO_GET, missing_tools
+from emulator.toolchain import HOW_TO_GET, missing_tools
 
 
 @pytest.fixture(autouse=True)
@@ -25,9 +25,9 @@ def failover_network(tmp_path, request):
 
     import yaml
 
-    from core.build import compile_p4
-    from core.controller import FabricController
-    from core.network import Network
+    from emulator.build import compile_p4
+    from control.controller import FabricController
+    from emulator.network import Network
     from features import topology_from_dict
     from features.failover.heartbeat import running_heartbeats
     name = getattr(request, "param", "leaf-spine")

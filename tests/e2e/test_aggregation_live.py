@@ -18,11 +18,11 @@ import pytest
 import yaml
 
 from features import aggregation as ag
-from core.build import compile_p4
-from core.controller import FabricController
-from core.network import Network
+from emulator.build import compile_p4
+from control.controller import FabricController
+from emulator.network import Network
 from features import load_topology, topology_from_dict
-from core.p4constants import drop_reasons
+from control.p4constants import drop_reasons
 from hostagent.aggregation.runs import RunFailed, impaired, run_ina, run_jobs
 from wire import aggregation as ah
 

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from core.build import compile_p4
-from core.controller import FabricController
-from core.impairments import blackhole
-from core.network import Network
-from core.switch import CONTROLLER_ELECTION_ID, SwitchConnection
+from emulator.build import compile_p4
+from control.controller import FabricController
+from emulator.impairments import blackhole
+from emulator.network import Network
+from control.switch import CONTROLLER_ELECTION_ID, SwitchConnection
 from experiments.common import agent_python, roce_agent
 from experiments.lossless import DSCP, TCLASS, dumbbell_without_delay, section
 from features.lossless import Watchdog

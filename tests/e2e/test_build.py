@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from core.build import CompileError, compile_p4
+from emulator.build import CompileError, compile_p4
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,6 +30,6 @@ def test_broken_program_fails_with_p4c_message(tmp_path):
         compile_p4(src, tmp_path / "out")
     assert "egress_spek" in str(err.value)
     assert not (tmp_path / "out" / "broken.json").exists()
-    proc = subprocess.run([sys.executable, "-m", "core.build", str(src), "-o", str(tmp_path / "out")],
+    proc = subprocess.run([sys.executable, "-m", "emulator.build", str(src), "-o", str(tmp_path / "out")],
                           cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 1 and "egress_spek" in proc.stderr

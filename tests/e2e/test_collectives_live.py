@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from core.build import compile_p4
-from core.controller import FabricController
-from core.network import Network
+from emulator.build import compile_p4
+from control.controller import FabricController
+from emulator.network import Network
 from features import load_topology, topology_from_dict
 from hostagent.aggregation.runs import start_server, stop_server
 from hostagent.collectives.paths import PathModel

@@ -1,7 +1,7 @@
 """The controller stays primary on a live switch, and says so when it is not.
 
 p4runtime-shell, run as a user would with its defaults (election id 1,0)
-and the operator's certificate (mutual TLS, core/tls.py), reads a switch the controller programs: the controller is still primary and
+and the operator's certificate (mutual TLS, control/tls.py), reads a switch the controller programs: the controller is still primary and
 still writes. A client with a higher election id demotes it: the controller
 logs it at once, names the new primary, refuses writes with an error that
 says why, the exporter's reading shows it (fabric_controller_primary 0),
@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from p4.v1 import p4runtime_pb2
 
-from core.build import compile_p4
-from core.controller import FabricController
-from core.network import Network
-from core.switch import CONTROLLER_ELECTION_ID, SwitchConnection, SwitchError, update
-from core.tls import Pki
+from emulator.build import compile_p4
+from control.controller import FabricController
+from emulator.network import Network
+from control.switch import CONTROLLER_ELECTION_ID, SwitchConnection, SwitchError, update
+from control.tls import Pki
 from features import load_topology
 from telemetry.switch_exporter import Bmv2Reader
 from test_int_live import wait_for
@@ -70,7 +70,7 @@ def test_a_client_with_a_higher_election_id_demotes_the_controller_and_that_is_r
         ctl.program()
         assert reader.read(sw).controller_primary is True
         conn = ctl.connections["s1"]
-        caplog.set_level(logging.WARNING, logger="core.switch")
+        caplog.set_level(logging.WARNING, logger="control.switch")
         usurper = SwitchConnection("s1", sw.grpc_addr, sw.device_id, election_id=higher)
         try:
             assert usurper.is_primary()

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from features.failover import diagnose
-from core.build import compile_p4
-from core.controller import FabricController
-from core.impairments import drop_fraction
-from core.network import Network
+from emulator.build import compile_p4
+from control.controller import FabricController
+from emulator.impairments import drop_fraction
+from emulator.network import Network
 from features import load_topology
-from core.netns import socket_in_netns
+from emulator.netns import socket_in_netns
 
 REPO = Path(__file__).resolve().parents[2]
 

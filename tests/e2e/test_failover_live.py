@@ -19,8 +19,8 @@ import time
 import pytest
 
 from features.failover import data_plane as fo
-from core.impairments import blackhole
-from core.netns import socket_in_netns
+from emulator.impairments import blackhole
+from emulator.netns import socket_in_netns
 from test_failover_recovery_live import first
 
 PORT = 5201

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from p4.v1 import p4runtime_pb2
 
-from core.build import compile_p4
-from core.controller import FabricController
+from emulator.build import compile_p4
+from control.controller import FabricController
 from features.load_balancing import LbMode
-from core.network import Network
-from core.switch import SwitchError, update
-from core.supervisor import Supervisor
+from emulator.network import Network
+from control.switch import SwitchError, update
+from emulator.supervisor import Supervisor
 from features.failover.rerouting import Rerouter
-from core.topology import Failures
+from control.topology import Failures
 from features import load_topology
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""Link impairments (core/impairments.py) on real veths, and the
+"""Link impairments (emulator/impairments.py) on real veths, and the
 launcher's link loss and delay: random loss drops about its share of raw
 frames (what BMv2 sends), a black hole drops all with the link up, undoing
 restores everything; a topology's loss_pct is applied (netem, or nftables
@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from core.impairments import ImpairmentError, blackhole, drop_fraction, netem_available
-from core.network import Network, NetworkError
+from emulator.impairments import ImpairmentError, blackhole, drop_fraction, netem_available
+from emulator.network import Network, NetworkError
 from features import topology_from_dict
 
 FRAMES = 2000

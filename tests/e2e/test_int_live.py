@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from core.build import compile_p4
-from core.controller import FabricController
-from core.network import Network
+from emulator.build import compile_p4
+from control.controller import FabricController
+from emulator.network import Network
 from features import topology_from_dict
 from hostagent.int_telemetry.probes import planned_probes, report_links, send_probes
 from telemetry.collector import Collector
-from core.netns import socket_in_netns
-from core.probe_planner import directed_links
+from emulator.netns import socket_in_netns
+from control.probe_planner import directed_links
 
 REPO = Path(__file__).resolve().parents[2]
 WATCHED_PORT = 5001

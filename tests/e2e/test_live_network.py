@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from core.bmv2_thrift import Bmv2Thrift, Bmv2ThriftError
-from core.build import compile_p4
-from core.controller import FabricController
-from core.network import Network, SwitchDied, cleanup_stale
-from core.p4info import EntryError
-from core.sync import read_state
+from emulator.bmv2_thrift import Bmv2Thrift, Bmv2ThriftError
+from emulator.build import compile_p4
+from control.controller import FabricController
+from emulator.network import Network, SwitchDied, cleanup_stale
+from control.p4info import EntryError
+from control.sync import read_state
 from features import load_topology
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from core.build import compile_p4
-from core.controller import FabricController
-from core.network import Network
+from emulator.build import compile_p4
+from control.controller import FabricController
+from emulator.network import Network
 from features import load_topology
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from test_make_run import leftovers, make_run, top_tier_packets
 
-from core.build import compile_p4
-from core.controller import FabricController
-from core.network import Network
-from core.p4constants import drop_reasons
+from emulator.build import compile_p4
+from control.controller import FabricController
+from emulator.network import Network
+from control.p4constants import drop_reasons
 from features import load_topology
 
 REPO = Path(__file__).resolve().parents[2]

@@ -21,12 +21,12 @@ import grpc
 import pytest
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
-from core.build import compile_p4
-from core.controller import FabricController
-from core.network import Network, sh
-from core.switch import SwitchConnection, SwitchError, update
-from core.sync import read_managed
-from core.tls import ClientCredentials, Pki
+from emulator.build import compile_p4
+from control.controller import FabricController
+from emulator.network import Network, sh
+from control.switch import SwitchConnection, SwitchError, update
+from control.sync import read_managed
+from control.tls import ClientCredentials, Pki
 from features import load_topology
 from telemetry.switch_exporter import Bmv2Reader
 

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from core.build import compile_p4
+from emulator.build import compile_p4
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 10

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from telemetry.collector import Collector
-from core.netns import NetnsError
+from emulator.netns import NetnsError
 from telemetry.synthetic import Flow, Hop, flow_report
 
 REPO = Path(__file__).resolve().parents[2]

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from core.p4info import P4Info
+from control.p4info import P4Info
 
 REPO = Path(__file__).resolve().parents[2]
 # The P4Info of p4src/main.p4 (tests/e2e/test_build.py checks it matches a fresh

@@ -1,6 +1,6 @@
 """The dependency rule (README, docs/architecture.md), checked on the source:
 
-    wire  <  core  <  features  <  hostagent, telemetry  <  experiments, benchmarks  <  fabric
+    wire  <  control  <  emulator  <  features  <  hostagent, telemetry  <  experiments, benchmarks  <  fabric
 
 A module imports project code only from its own layer or a lower one, the
 imports between modules form no cycle, and no project import hides inside
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-LAYERS = {"wire": 0, "core": 1, "features": 2, "hostagent": 3, "telemetry": 3, "experiments": 4,
-          "benchmarks": 4, "fabric": 5}
+LAYERS = {"wire": 0, "control": 1, "emulator": 2, "features": 3, "hostagent": 4, "telemetry": 4, "experiments": 5,
+          "benchmarks": 5, "fabric": 6}
 # wire imports nothing but Scapy, numpy (array codecs) and a few standard modules.
 WIRE_ALLOWED = {"scapy", "numpy", "__future__", "struct", "dataclasses", "typing", "enum", "functools", "math"}
 

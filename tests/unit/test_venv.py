@@ -37,7 +37,7 @@ def test_the_tests_run_in_a_venv_without_system_site_packages():
 
 
 def test_a_fresh_interpreter_sees_no_distribution_packages():
-    """sys.path as the venv's python starts (core/bmv2_thrift.py appends BMv2's
+    """sys.path as the venv's python starts (emulator/bmv2_thrift.py appends BMv2's
     module directory later, behind everything else)."""
     path = json.loads(subprocess.run([sys.executable, "-c", "import sys, json; print(json.dumps(sys.path))"],
                                      capture_output=True, text=True, check=True).stdout)

@@ -44,7 +44,7 @@ def test_each_drop_case_offers_a_frame_dropped_for_its_reason():
     from scapy.layers.l2 import Ether
 
     from benchmarks.cases import DST_IP, drop_cases
-    from core.p4constants import drop_reasons
+    from control.p4constants import drop_reasons
 
     named = {c.name: c for c in drop_cases()}
     assert set(named) == {"drop:no-route", "drop:ttl-expired", "drop:bad-checksum", "drop:parser-error"}

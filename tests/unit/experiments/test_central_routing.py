@@ -4,7 +4,7 @@ central assignment at the lower bound and never above ECMP's model, and
 its flows split over channels as the Communicator's are."""
 import csv
 
-from core.path_assignment import ring_all_reduce_flows
+from control.path_assignment import ring_all_reduce_flows
 from experiments import central_routing as exp
 from hostagent.collectives.communicator import default_sport
 

@@ -1,6 +1,6 @@
 """`fabric experiment topologies`, phase collectives, end to end at 16
 ranks: its CSV and PNG, and bad rank counts refused naming the option.
-(The costs and throughput phases: tests/unit/core/test_topology_costs.py.)"""
+(The costs and throughput phases: tests/unit/control/test_topology_costs.py.)"""
 import csv
 
 import pytest

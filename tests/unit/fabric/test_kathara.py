@@ -1,7 +1,7 @@
 """`fabric export kathara` (fabric/kathara.py) for every shipped topology,
 read back by Kathara's own parser (the `kathara` package: LabParser loads a
 lab without running it), and each device's startup checked against what
-the project's launcher runs for the same node (core/network.py, core/bmv2.py)."""
+the project's launcher runs for the same node (emulator/network.py, emulator/bmv2.py)."""
 from __future__ import annotations
 
 import shlex
@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from Kathara.parser.netkit.LabParser import LabParser
 
-from core.bmv2 import switch_command
-from core.feature import priority_queues
-from core.network import apply_queue_settings, host_routing_commands, nic_commands
-from core.switch import Pipeline
+from emulator.bmv2 import switch_command
+from control.feature import priority_queues
+from emulator.network import apply_queue_settings, host_routing_commands, nic_commands
+from control.switch import Pipeline
 from cryptography import x509
 
-from core.tls import subject_alt_names
+from control.tls import subject_alt_names
 from fabric.kathara import CONTROLLER, MANAGEMENT, QueueScript, export, management_ip, switch_tls
 from features import load_topology
 

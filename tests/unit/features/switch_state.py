@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from core.feature import REPO
+from control.feature import REPO
 from features import topology_from_dict
 
 

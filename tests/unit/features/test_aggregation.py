@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from features import aggregation as ag
-from core.topology import TopologyError
+from control.topology import TopologyError
 from features import load_topology, topology_from_dict
 from wire import aggregation as ah
 

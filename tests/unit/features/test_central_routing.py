@@ -1,4 +1,4 @@
-"""Central routing (core/path_assignment.py, features/central_routing.py):
+"""Central routing (control/path_assignment.py, features/central_routing.py):
 the assignment against the brute-force optimum on small cases and against
 the fractional lower bound on the shipped topologies; the traffic
 matrices; the section's errors naming the field; the entries on
@@ -8,10 +8,10 @@ import random
 import pytest
 import yaml
 
-from core import path_assignment as pa
-from core.feature import REPO
-from core.p4info import EntryError
-from core.topology import Failures, TopologyError
+from control import path_assignment as pa
+from control.feature import REPO
+from control.p4info import EntryError
+from control.topology import Failures, TopologyError
 from features import central_routing as cr
 from features import topology_from_dict
 from tests.unit.features import switch_state

@@ -5,8 +5,8 @@ layer against the P4 program's constants."""
 import pytest
 
 from features import int_telemetry as it
-from core.p4constants import constants
-from core.topology import TopologyError
+from control.p4constants import constants
+from control.topology import TopologyError
 from features import topology_from_dict
 from wire import int_telemetry as ih
 from hostagent.int_telemetry import probes

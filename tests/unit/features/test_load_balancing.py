@@ -5,8 +5,8 @@ of the groups it is about to write."""
 import pytest
 
 from features import load_balancing as lb
-from core.forwarding import ECMP_SLOTS, ecmp_seed, forwarding_state, slots_on_switch
-from core.topology import TopologyError
+from control.forwarding import ECMP_SLOTS, ecmp_seed, forwarding_state, slots_on_switch
+from control.topology import TopologyError
 from features import topology_from_dict
 
 LEAF_SPINE = {

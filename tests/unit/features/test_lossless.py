@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from core.topology import TopologyError
+from control.topology import TopologyError
 from features import lossless, topology_from_dict
 
 REPO = Path(__file__).resolve().parents[3]

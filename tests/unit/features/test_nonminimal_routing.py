@@ -9,10 +9,10 @@ from collections import defaultdict
 import pytest
 import yaml
 
-from core.feature import REPO
-from core.forwarding import ECMP_SLOTS, ecmp_seed
-from core.p4info import EntryError
-from core.topology import TopologyError
+from control.feature import REPO
+from control.forwarding import ECMP_SLOTS, ecmp_seed
+from control.p4info import EntryError
+from control.topology import TopologyError
 from features import nonminimal_routing as nm
 from features import topology_from_dict
 from tests.unit.features import switch_state

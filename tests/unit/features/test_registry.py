@@ -1,4 +1,4 @@
-"""The feature registry: every feature has the whole contract (core/feature.py)
+"""The feature registry: every feature has the whole contract (control/feature.py)
 and its pieces where it says, and the topology loader and the controller
 find features through it."""
 import pickle
@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 import features
-from core.feature import Feature, FeatureSpec, check_features
-from core.p4info import P4Info
-from core.topology import TopologyError, from_dict
+from control.feature import Feature, FeatureSpec, check_features
+from control.p4info import P4Info
+from control.topology import TopologyError, from_dict
 from features import FEATURES, topology_from_dict
 
 REPO = Path(__file__).resolve().parents[3]

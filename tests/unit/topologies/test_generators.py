@@ -13,9 +13,9 @@ TOPOLOGIES = Path(__file__).resolve().parents[3] / "topologies"
 
 
 
-from core.generators.dual_plane import dual_plane
-from core.generators.fat_tree import fat_tree
-from core.generators.rail_optimized import rail_optimized
+from control.generators.dual_plane import dual_plane
+from control.generators.fat_tree import fat_tree
+from control.generators.rail_optimized import rail_optimized
 
 
 @pytest.mark.parametrize("shipped,text", [
@@ -84,7 +84,7 @@ def test_generators_write_to_stdout(tmp_path):
     for script, args, name in [("rail_optimized", ["--servers", "2", "--nics", "2", "--spines", "1"],
                                 "rail-optimized"),
                                ("dual_plane", ["--planes", "3", "--leaves", "1"], "multi-plane-3")]:
-        out = subprocess.run([sys.executable, "-m", f"core.generators.{script}", *args], capture_output=True, text=True,
+        out = subprocess.run([sys.executable, "-m", f"control.generators.{script}", *args], capture_output=True, text=True,
                              check=True).stdout
         path = tmp_path / f"{name}.yaml"
         path.write_text(out)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scapy.layers.inet import IP, UDP
 
-from core.p4constants import constants
+from control.p4constants import constants
 from wire import aggregation as ah
 REPO = Path(__file__).resolve().parents[3]
 

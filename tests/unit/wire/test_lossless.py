@@ -4,7 +4,7 @@ import pytest
 from scapy.contrib.mac_control import MACControlClassBasedFlowControl
 from scapy.layers.l2 import Ether
 
-from core.p4constants import constants
+from control.p4constants import constants
 from wire.lossless import (ETHERTYPE_MAC_CONTROL, PFC_DST_MAC, PFC_FRAME_BYTES, PFC_OPCODE, decode_pfc, dscp_tos,
                            encode_pfc, pause_us, pfc_frame, quantum_us)
 

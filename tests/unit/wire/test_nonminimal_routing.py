@@ -3,7 +3,7 @@ over IPv4, and the EtherType the P4 program uses."""
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from core.p4constants import constants
+from control.p4constants import constants
 from wire.nonminimal_routing import ETHERTYPE_VALIANT, ValiantTag
 
 

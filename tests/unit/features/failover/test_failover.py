@@ -7,8 +7,8 @@ import pytest
 from scapy.layers.l2 import Ether
 
 from features.failover import data_plane as fo
-from core.forwarding import NEXT_HOP_TABLE
-from core.topology import NextHop, TopologyError
+from control.forwarding import NEXT_HOP_TABLE
+from control.topology import NextHop, TopologyError
 from features import load_topology, topology_from_dict
 from features.failover.heartbeat import HEARTBEAT_ORIGIN_PORT_BASE, HEARTBEAT_UDP_PORT, heartbeat_frame, planned_heartbeats
 from hostagent.int_telemetry.probes import SourceRoute
@@ -62,7 +62,7 @@ def test_a_leaf_gets_watch_and_a_backup_per_slot(p4info):
 
 
 def test_heartbeat_constants_match_the_p4_program():
-    from core.p4constants import constants
+    from control.p4constants import constants
     c = constants()
     assert c["HEARTBEAT_UDP_PORT"] == HEARTBEAT_UDP_PORT
     assert c["HEARTBEAT_ORIGIN_PORT_BASE"] == HEARTBEAT_ORIGIN_PORT_BASE

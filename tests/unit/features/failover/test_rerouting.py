@@ -4,7 +4,7 @@ stand-in for BMv2's Thrift server."""
 import pytest
 
 from features.failover.rerouting import link_health
-from core.topology import Failures
+from control.topology import Failures
 from features import load_topology
 
 LS = load_topology("topologies/leaf-spine.yaml")

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from core.forwarding import crc16
+from control.forwarding import crc16
 from features import load_topology
 from hostagent.collectives.paths import PathModel, flow_hash, path_aware_sports
 

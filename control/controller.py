@@ -1,0 +1,202 @@
+"""The multi-switch P4Runtime controller.
+
+For every switch of a topology: connect (arbitration as primary), push the
+pipeline if the switch does not already run it, then reconcile the
+forwarding state computed from the topology. All entries of all switches are
+built and validated against the P4Info before anything is written, so a bad
+entry fails the run with nothing half-applied.
+
+    fabric program --topology leaf-spine
+
+programs a network that `fabric run --no-cli` (or another launcher) has
+brought up; running it twice writes nothing the second time. Features are
+programmed through the contract in control/feature.py, from the features the
+topology was loaded with; runtime changes go through controller.feature(name).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from control import forwarding
+from control.p4info import EntryError, P4Info
+from control.switch import CONTROLLER_CREDENTIALS, CONTROLLER_ELECTION_ID, ElectionId, Pipeline, SwitchConnection, SwitchError
+from control.tls import ClientCredentials
+from control.sync import SwitchState, SyncReport, read_managed, reconcile
+from control.topology import Failures, Topology
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_PIPELINE = Pipeline(REPO / "build" / "main.json", REPO / "build" / "main.p4info.txtpb")
+
+
+@dataclass
+class SwitchResult:
+    name: str
+    pipeline_pushed: bool
+    report: SyncReport
+
+
+class FabricController:
+    """election_id: this controller's P4Runtime election id (high, low). Of
+    the controllers connected to a switch the highest is primary and alone
+    may write; a backup (lower id) takes over when the primary goes
+    (wait_until_primary, then program: it writes only what is missing).
+    credentials: the client certificate it presents to every switch (mutual
+    TLS, control/tls.py); None for switches that run plain gRPC."""
+
+    def __init__(self, topo: Topology, pipeline: Pipeline = DEFAULT_PIPELINE,
+                 election_id: ElectionId = CONTROLLER_ELECTION_ID,
+                 credentials: ClientCredentials | None = CONTROLLER_CREDENTIALS):
+        for path in (pipeline.bmv2_json, pipeline.p4info_txt):
+            if not path.exists():
+                raise FileNotFoundError(f"{path} not found: run `make build` first")
+        self.topo = topo
+        self.pipeline = pipeline
+        self.p4info = P4Info(pipeline.p4info())
+        self.routes = topo.routes()
+        self.connections: dict[str, SwitchConnection] = {}
+        self.election_id = election_id
+        self.credentials = credentials
+        self.failed = Failures()              # what routes currently avoid (reroute)
+
+    def connect(self, timeout: float = 15.0) -> None:
+        for sw in self.topo.switches.values():
+            if sw.name not in self.connections:
+                self.connections[sw.name] = self._connection(sw, timeout)
+
+    def _connection(self, sw, timeout: float) -> SwitchConnection:
+        return SwitchConnection(sw.name, sw.grpc_addr, sw.device_id, election_id=self.election_id,
+                                connect_timeout=timeout, credentials=self.credentials)
+
+    def close(self) -> None:
+        for conn in self.connections.values():
+            conn.close()
+        self.connections.clear()
+
+    def __enter__(self) -> "FabricController":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def desired_state(self, name: str, current: SwitchState | None = None) -> SwitchState:
+        """Everything switch `name` should hold: forwarding, then every
+        feature's entries (the features the topology was loaded with,
+        control/feature.py)."""
+        slots = forwarding.slots_on_switch(self.p4info, current) if current else None
+        seed = forwarding.ecmp_seed(self.topo.switches[name].device_id)
+        state = forwarding.forwarding_state(self.p4info, self.routes[name], slots, seed=seed)
+        routing = SwitchState(table_entries=list(state.table_entries))
+        for feature in self.topo.known_features:
+            state.merge(feature.switch_state(self.p4info, self.topo, name, forwarding=routing))
+        return state
+
+    def feature(self, name: str) -> Any:
+        """The runtime handle of feature `name` (its runtime hook, control/feature.py):
+        e.g. controller.feature("load_balancing").set_mode("leaf1", mode)."""
+        for f in self.topo.known_features:
+            if f.name == name:
+                handle = f.runtime(self)
+                if handle is None:
+                    raise EntryError(f"feature {name} has no runtime changes")
+                return handle
+        raise EntryError(f"no feature {name!r} (features: {', '.join(f.name for f in self.topo.known_features)})")
+
+    def program(self, dry_run: bool = False) -> list[SwitchResult]:
+        self.connect()
+        # Build and validate every switch's state before writing anything, the
+        # pipeline included: a bad entry leaves every switch as it was.
+        skeletons = {name: self.desired_state(name) for name in self.connections}
+        pushed = {name: False if dry_run else conn.push_pipeline(self.pipeline)
+                  for name, conn in self.connections.items()}
+        return [SwitchResult(name, pushed[name], self._sync(name, skeletons[name], dry_run))
+                for name in self.connections]
+
+    def primary_of(self) -> dict[str, bool]:
+        """Switch -> whether this controller is its primary now."""
+        self.connect()
+        return {name: conn.is_primary() for name, conn in self.connections.items()}
+
+    def primacy(self) -> dict[str, tuple[bool, ElectionId | None]]:
+        """Switch -> (this controller is primary, the primary's election id as the
+        switch last announced it), of the switches connected; no new connection."""
+        return {name: (conn.is_primary(), conn.primary_election_id) for name, conn in self.connections.items()}
+
+    def wait_until_primary(self, timeout: float = 30.0, poll: float = 0.1) -> float:
+        """Block until this controller is primary on every switch (a backup
+        after the primary left); returns the seconds it took."""
+        start = time.monotonic()
+        while not all(self.primary_of().values()):
+            if time.monotonic() - start > timeout:
+                backup = sorted(n for n, p in self.primary_of().items() if not p)
+                raise SwitchError(f"still a backup controller of {', '.join(backup)} after {timeout:.0f} s")
+            time.sleep(poll)
+        return time.monotonic() - start
+
+    def reroute(self, failed: Failures) -> dict[str, SyncReport]:
+        """Routes that avoid `failed` links and switches on every switch that
+        answers (Failures() restores the topology's own). ECMP groups keep
+        their slots where they can (resilient), so only the flows of what
+        failed move."""
+        for s in failed.switches:
+            if s not in self.topo.switches:
+                raise EntryError(f"no switch {s!r}")
+        for link in failed.links:
+            a, b = sorted(link)
+            if a not in self.topo.switches or not any(p.peer == b for p in self.topo.switches[a].ports.values()):
+                raise EntryError(f"no link {a}-{b}")
+        self.failed = failed
+        self.routes = self.topo.routes(failed if failed else None)
+        self.connect_what_answers(skip=failed.switches)
+        return {name: self._sync(name, self.desired_state(name))
+                for name in sorted(self.connections) if name not in failed.switches}
+
+    def connect_what_answers(self, timeout: float = 3.0, skip=frozenset()) -> list[str]:
+        """Connect to every switch that answers (but those in `skip`); the
+        names of those that do not."""
+        silent = []
+        for sw in self.topo.switches.values():
+            if sw.name in self.connections or sw.name in skip:
+                continue
+            try:
+                self.connections[sw.name] = self._connection(sw, timeout)
+            except SwitchError:
+                silent.append(sw.name)
+        return silent
+
+    def recover_switch(self, name: str, timeout: float = 15.0) -> SwitchResult:
+        """A switch came back empty (restarted): reconnect, push the pipeline,
+        write its whole state in one reconciliation."""
+        old = self.connections.pop(name, None)
+        if old is not None:
+            try:
+                old.close()
+            except Exception:        # the old stream died with the old process
+                pass
+        sw = self.topo.switches[name]
+        conn = self.connections[name] = self._connection(sw, timeout)
+        pushed = conn.push_pipeline(self.pipeline)
+        return SwitchResult(name, pushed, self._sync(name, self.desired_state(name)))
+
+    def program_switch(self, name: str) -> SyncReport:
+        """Reconcile one switch (pipeline assumed in place), e.g. after a runtime change."""
+        self.connect()
+        return self._sync(name, self.desired_state(name))
+
+    def _sync(self, name: str, skeleton: SwitchState, dry_run: bool = False) -> SyncReport:
+        """Read the switch once; plan with what it holds (ECMP slots stay put); write the difference."""
+        conn = self.connections[name]
+        current = read_managed(conn, skeleton)
+        return reconcile(conn, self.desired_state(name, current), dry_run, existing=current)
+
+    def program_all(self) -> dict[str, SyncReport]:
+        """Reconcile every switch (pipelines assumed in place), e.g. after a
+        runtime change that touches several."""
+        self.connect()
+        return {name: self._sync(name, self.desired_state(name)) for name in self.topo.switches}
+
+    def counter(self, switch: str, counter: str, index: int | None = None) -> dict[int, tuple[int, int]]:
+        self.connect()
+        return self.connections[switch].counter(self.p4info.counter_entry(counter, index))
