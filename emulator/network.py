@@ -198,6 +198,7 @@ class Network:
         self.pcap = pcap
         self.pki = pki
         self.switches: dict[str, SwitchProcess] = {}
+        self.queues_applied = False  # apply_queue_rates() ran: a restarted switch gets its queues back
         self._made: dict[str, list] = {"netns": [], "netns_etc": [], "veth": [], "pids": [], "nft": [], "nft_tables": []}
 
     # -- lifecycle -----------------------------------------------------------
@@ -344,8 +345,11 @@ class Network:
             sh(*cmd, netns=host.name)
 
     def restart_switch(self, name: str, timeout: float = 15.0) -> None:
-        """Start a switch whose process died again, same ports and addresses
-        (it comes back empty: the controller recovers it, recover_switch)."""
+        """Start a switch whose process died again, same ports and addresses.
+        Its tables come back empty (the controller recovers it,
+        recover_switch); what was set over Thrift, its queues' rates and
+        depths, is set again here if apply_queue_rates() had set it (a P4
+        pipeline pushed afterwards leaves them as they are)."""
         sp = self.switches[name]
         if sp.proc.poll() is None:
             raise NetworkError(f"switch {name} is running (pid {sp.proc.pid}): nothing to restart")
@@ -356,6 +360,8 @@ class Network:
                 raise NetworkError(self.switches[name].died())
             with contextlib.suppress(OSError):
                 socket.create_connection(("127.0.0.1", int(sp.switch.grpc_addr.rsplit(":", 1)[1])), 0.5).close()
+                if self.queues_applied:
+                    self._apply_queue_settings(sp.switch)
                 return
             time.sleep(0.1)
         raise NetworkError(f"switch {name} restarted but P4Runtime does not answer after {timeout:.0f} s")
@@ -390,11 +396,13 @@ class Network:
         """Link bandwidth -> BMv2 egress queue rate of each switch port (every
         priority queue of it), so queues build inside BMv2 (where the P4 program
         sees them); then the features' own per-queue rates and depths."""
-        applied: dict[str, dict[int, int]] = {}
-        for sw in self.topo.switches.values():
-            with Bmv2Thrift(sw.thrift_port, sw.thrift_host, name=sw.name) as thrift:
-                applied[sw.name] = apply_queue_settings(self.topo, sw.name, thrift)
+        applied = {sw.name: self._apply_queue_settings(sw) for sw in self.topo.switches.values()}
+        self.queues_applied = True
         return applied
+
+    def _apply_queue_settings(self, sw: Switch) -> dict[int, int]:
+        with Bmv2Thrift(sw.thrift_port, sw.thrift_host, name=sw.name) as thrift:
+            return apply_queue_settings(self.topo, sw.name, thrift)
 
     def host_cmd(self, host: str, command: list[str] | str, timeout: float = 30) -> subprocess.CompletedProcess:
         if host not in self.topo.hosts:

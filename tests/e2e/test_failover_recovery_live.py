@@ -4,6 +4,8 @@ reconciliation (nothing duplicated, every pair reachable again); a backup
 controller (lower election id) cannot write while the primary is there,
 takes over when the primary goes, and rewrites nothing that is already
 right."""
+import socket
+import struct
 import time
 from pathlib import Path
 
@@ -13,12 +15,13 @@ from p4.v1 import p4runtime_pb2
 from emulator.build import compile_p4
 from control.controller import FabricController
 from features.load_balancing import LbMode
-from emulator.network import Network
+from emulator.netns import socket_in_netns
+from emulator.network import Network, queue_rate_pps
 from control.switch import SwitchError, update
 from emulator.supervisor import Supervisor
 from features.failover.rerouting import Rerouter
 from control.topology import Failures
-from features import load_topology
+from features import load_topology, topology_from_dict
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -102,3 +105,58 @@ def test_routes_avoid_a_dead_switch_and_return_when_it_is_back(failover_network)
     assert {r.prefix: len(r.next_hops) for r in ctl.routes[leaf]} == leaf_hops, "routes are back"
     assert all(net.ping_all().values())
     assert all(r.report.writes == 0 for r in ctl.program()), "nothing left to fix"
+
+
+SHAPED_PPS = 50                      # 0.6 Mbit/s: queue_rate_pps(0.6) packets/s on every port
+SO_TIMESTAMPNS = 35                  # Linux; Python's socket module does not name it
+
+
+def arrival_spread_s(net, src: str, dst: str, packets: int = 40) -> float:
+    """Send `packets` UDP datagrams from `src` to `dst` as one burst (fewer
+    than the queue holds: none dropped) and return the time from the first
+    arrival to the last, by the kernel's receive timestamps (a busy machine
+    can only spread them further, never bunch them closer than the queue sent
+    them, short of a first packet delayed more than the last)."""
+    rx = socket_in_netns(dst)
+    tx = socket_in_netns(src)
+    try:
+        rx.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        rx.bind((net.topo.hosts[dst].ip, 40000))
+        rx.settimeout(10)
+        for i in range(packets):
+            tx.sendto(i.to_bytes(4, "big") + bytes(996), (net.topo.hosts[dst].ip, 40000))
+        stamps = []
+        for _ in range(packets):
+            _, ancdata, _, _ = rx.recvmsg(2048, 64)
+            sec, nsec = struct.unpack("qq", ancdata[0][2][:16])
+            stamps.append(sec + nsec / 1e9)
+        return max(stamps) - min(stamps)
+    finally:
+        rx.close()
+        tx.close()
+
+
+def test_a_restarted_switch_gets_its_link_rates_back(tmp_path):
+    """A switch killed and recovered serves its queues at the link's rate
+    again (set over Thrift, which P4Runtime does not reach): one switch
+    between two hosts, so it alone shapes the path."""
+    compile_p4()
+    topo = topology_from_dict({"name": "shaped", "defaults": {"link": {"bandwidth_mbps": 0.6}},
+                               "switches": [{"name": "s1"}], "hosts": [{"name": "h1"}, {"name": "h2"}],
+                               "links": [["h1", "s1"], ["h2", "s1"]]}, "one shaped switch")
+    assert queue_rate_pps(0.6) == SHAPED_PPS
+    shaped_s = 39 / SHAPED_PPS                     # 40 packets leave 1/rate apart: 0.78 s
+    with Network(topo, tmp_path / "net", log_level="warn") as net, FabricController(topo) as ctl:
+        net.apply_queue_rates()
+        ctl.program()
+        assert all(net.ping_all().values())
+        before = arrival_spread_s(net, "h1", "h2")
+        net.switches["s1"].proc.kill()
+        net.switches["s1"].proc.wait()
+        assert [r.switch for r in Supervisor(net, ctl).check_once()] == ["s1"]
+        after = arrival_spread_s(net, "h1", "h2")
+        print(f"\n40 packets at {SHAPED_PPS} pps: arrivals spread {before:.2f} s before the restart, {after:.2f} s after")
+        # Half the shaped time: a switch forwarding unshaped delivers 40 packets in milliseconds.
+        assert before >= 0.5 * shaped_s, f"the link was not shaped before the restart ({before:.2f} s)"
+        assert after >= 0.5 * shaped_s, (f"after the restart 40 packets arrived within {after:.2f} s: the switch "
+                                         f"forwards unshaped (a {SHAPED_PPS} pps queue takes {shaped_s:.2f} s)")
