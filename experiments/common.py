@@ -15,6 +15,7 @@ from typing import Sequence
 
 from emulator.bmv2_thrift import Bmv2Thrift
 from control.controller import FabricController
+from emulator.fidelity import FidelityMonitor, Limits, Verdict, report
 from emulator.network import interface_rx_packets
 from features.ecn import QDEPTH_REGISTER
 from hostagent.start import ready_markers
@@ -153,44 +154,54 @@ def print_table(rows: list[dict], width: int = 13) -> None:
         print(" ".join(f"{r[c]!s:>{width}s}" for c in cols))
 
 
-def input_path_counts(ctl: FabricController, topo) -> dict[str, int]:
+def input_path_counts(ctl: FabricController, switches) -> dict[str, int]:
     """{switch: frames its interfaces received (the kernel's count) minus
     frames its pipeline's ingress counted}. Once traffic has stopped, what
     grew is what BMv2 lost between its packet socket and ingress: seen by
     no P4 counter."""
     out = {}
-    for sw in topo.switches.values():
+    for sw in switches:
         rx = interface_rx_packets(sw)
         ingress = ctl.counter(sw.name, "ingress_port_counter")
         out[sw.name] = sum(rx.values()) - sum(ingress.get(p, (0, 0))[0] for p in rx)
     return out
 
 
-def kernel_drops(topo) -> dict[str, int]:
-    """{where: frames the kernel dropped}: "<switch>" (rx_dropped of its
-    ports' interfaces) and "softnet" (/proc/net/softnet_stat's dropped, a
-    CPU's backlog full, every CPU). Counters that only grow; a case reads
-    them before and after."""
-    out = {}
-    for sw in topo.switches.values():
-        out[sw.name] = 0
-        for port in sw.ports.values():
-            with contextlib.suppress(OSError, ValueError):
-                out[sw.name] += int(Path(f"/sys/class/net/{port.iface}/statistics/rx_dropped").read_text())
-    out["softnet"] = sum(int(line.split()[1], 16) for line in Path("/proc/net/softnet_stat").read_text().splitlines())
-    return out
+def case_fidelity(net, ctl: FabricController, limits: Limits = Limits(),
+                  lock: threading.Lock | None = None) -> FidelityMonitor:
+    """A fidelity monitor started for one case (emulator/fidelity.py): the
+    CPU sampled from now, the input path read now and at its verdict(),
+    taken once the case's traffic stopped (the counters read under `lock`
+    where other threads share the controller). A switch restarted during
+    the case (a new process: its counters start again) or down at the end
+    is left out of the input path."""
+    pids = {name: sp.proc.pid for name, sp in net.switches.items()}
+
+    def input_path() -> dict[str, int]:
+        with lock or contextlib.nullcontext():
+            same = [sw for sw in net.topo.switches.values()
+                    if net.switches[sw.name].proc.pid == pids[sw.name] and net.switches[sw.name].proc.poll() is None
+                    and sw.name in ctl.connections]
+            return input_path_counts(ctl, same)
+
+    ifaces = {sw.name: [p.iface for p in sw.ports.values()] for sw in net.topo.switches.values()}
+    return FidelityMonitor(input_path, ifaces, limits).start()
 
 
-def warn_input_path_loss(case: str, before: dict[str, int], after: dict[str, int],
-                         kernel_before: dict[str, int], kernel_after: dict[str, int]) -> str:
-    """"leaf3:25 spine2:4": frames each switch lost before its pipeline
-    during a case (its interfaces received them, its ingress never
-    counted them), then the kernel's own drops ("kernel:leaf3:2",
-    "kernel:softnet:1"); printed loudly when there are any."""
-    lost = [f"{sw}:{after[sw] - before[sw]}" for sw in after if after[sw] > before[sw]]
-    lost += [f"kernel:{k}:{kernel_after[k] - kernel_before[k]}" for k in kernel_after
-             if kernel_after[k] > kernel_before[k]]
+def print_fidelity(rows: Sequence[dict], key: str = "case") -> None:
+    """An experiment's last lines: its cases' fidelity (each row's
+    `fidelity`), loudly where a case broke an invariant."""
+    verdicts = {f"{r[key]}" + (f" (run {r['run']})" if "run" in r else ""): r["fidelity"]
+                for r in rows if "fidelity" in r}
+    print("\n" + report(verdicts, what="case"), flush=True)
+
+
+def lost_before_pipeline(case: str, verdict: Verdict) -> str:
+    """"leaf3:25 spine2:4 kernel:softnet:1": frames lost before a pipeline
+    during a case (its interfaces received them, its ingress never counted
+    them) and the kernel's own drops; printed loudly when there are any."""
+    lost = " ".join(f"{where}:{n}" for where, n in verdict.input_path.items())
     if lost:
-        print(f"!!! {case}: frames lost before the pipeline, seen by no P4 counter ({' '.join(lost)}): "
+        print(f"!!! {case}: frames lost before the pipeline, seen by no P4 counter ({lost}): "
               f"the machine did not keep up with the offered load", flush=True)
-    return " ".join(lost)
+    return lost

@@ -40,7 +40,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from experiments.common import experiment_parser, roce_agent, sample_queue, save_figure
+from experiments.common import case_fidelity, experiment_parser, lost_before_pipeline, print_fidelity, roce_agent, \
+    sample_queue, save_figure
 
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from emulator.bmv2_thrift import Bmv2Thrift
@@ -91,6 +92,8 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
         procs.append(agent(h, "send", extra))
     samples: list = []
     stop = threading.Event()
+    fidelity = case_fidelity(net, ctl)
+    fidelity.traffic_starts(start_at)
     with Bmv2Thrift(sw.thrift_port) as thrift:
         thrift.register_write(QDEPTH_REGISTER, port, 0)
         time.sleep(max(0.0, start_at - time.time()))
@@ -107,6 +110,8 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
 
     rx = json.loads((case_dir / "receive-h5.json").read_text())
     tx = {h.name: json.loads((case_dir / f"send-{h.name}.json").read_text()) for h in senders}
+    verdict = fidelity.verdict(t["send_late_s"] for t in tx.values())
+    lost_before_pipeline(case.name, verdict)
     with open(case_dir / "queue.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["t_s", "qdepth_pkts"])
@@ -135,6 +140,7 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
         "queue_p95": round(sorted(steady_q)[int(0.95 * (len(steady_q) - 1))], 1) if steady_q else 0.0,
         "queue_max": max(steady_q) if steady_q else 0,
         "ignored_by_agents": sum(sum(t["ignored"].values()) for t in tx.values()) + sum(rx["ignored"].values()),
+        "fidelity": str(verdict),
     }
     _plot_case(case, result, samples, bins, tx, case_dir, capacity, rx["bin_s"])
     return result
@@ -226,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n" + " ".join(f"{c:>14s}" for c in cols))
     for r in results:
         print(" ".join(f"{r[c]!s:>14s}" for c in cols))
+    print_fidelity(results)
     print(f"\nresults: {out}/summary.csv, {summary_png}, and per case <case>/timeseries.png + CSVs")
     return 0
 

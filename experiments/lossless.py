@@ -88,8 +88,8 @@ from control.controller import FabricController
 from emulator.network import Network, queue_rate_pps
 from control.p4constants import drop_reasons
 from control.topology import NextHop
-from experiments.common import StartGate, agent_python, experiment_parser, input_path_counts, kernel_drops, \
-    print_table, roce_agent, save_figure, warn_input_path_loss, write_csv
+from experiments.common import StartGate, agent_python, experiment_parser, case_fidelity, \
+    lost_before_pipeline, print_fidelity, print_table, roce_agent, save_figure, write_csv
 from features import load_topology, topology_from_dict
 from features.ecn import EcnProfile
 from features.nonminimal_routing import SECTION as NONMINIMAL, NonminimalRouting, intermediates
@@ -156,7 +156,7 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
     before = {n: counters(n, sender_ports) for n in ("pfc_pause_sent", "pfc_resume_sent")}
     headroom = drop_reasons()["LOSSLESS_HEADROOM"]
     drops_before = ctl.counter(SWITCH, "drop_counter", headroom).get(headroom, (0, 0))[0]
-    input_before, kernel_before = input_path_counts(ctl, topo), kernel_drops(topo)
+    fidelity = case_fidelity(net, ctl)
     case_dir = out / case.name
     case_dir.mkdir(parents=True, exist_ok=True)
     gate = StartGate(case_dir)
@@ -172,15 +172,15 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
         if case.lossless:      # a lossless NIC: honours pauses of its class, timed on its link
             extra += ["--tclass", str(TCLASS), "--link-mbps", str(topo.access_link(h).bandwidth_mbps)]
         procs.append(agent(h, "send", extra))
-    gate.open(procs)
+    fidelity.traffic_starts(gate.open(procs))
     finish(case.name, procs, net, args)
     time.sleep(0.5)                                     # the last packets leave
     with Bmv2Thrift(topo.switches[SWITCH].thrift_port) as thrift:   # the buffer model back to empty
         occupancy_left = sum(thrift.register_read(OCCUPANCY_REGISTER, cell(p, TCLASS)) for p in sender_ports)
-    input_lost = warn_input_path_loss(case.name, input_before, input_path_counts(ctl, topo), kernel_before,
-                                      kernel_drops(topo))
     rx = json.loads((case_dir / f"receive-{RECEIVER}.json").read_text())
     tx = {h.name: json.loads((case_dir / f"send-{h.name}.json").read_text()) for h in senders}
+    verdict = fidelity.verdict(t["send_late_s"] for t in tx.values())
+    input_lost = lost_before_pipeline(case.name, verdict)
     flows = rx["flows"].values()
     received = sum(f["packets"] for f in flows)
     capacity = queue_rate_pps(topo.switches[SWITCH].ports[port].link.bandwidth_mbps)
@@ -194,6 +194,7 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
         "drops": sum(f["lost"] for f in flows),
         "headroom_drops": ctl.counter(SWITCH, "drop_counter", headroom).get(headroom, (0, 0))[0] - drops_before,
         "lost_before_pipeline": input_lost,
+        "fidelity": str(verdict),
         "occupancy_left": occupancy_left,
         "pauses_sent": counters("pfc_pause_sent", sender_ports) - before["pfc_pause_sent"],
         "resumes_sent": counters("pfc_resume_sent", sender_ports) - before["pfc_resume_sent"],
@@ -275,7 +276,7 @@ def run_spreading_case(name: str, topo, net: Network, ctl: FabricController, arg
         return {sw: ctl.counter(sw, "drop_counter", headroom).get(headroom, (0, 0))[0] for sw in topo.switches}
 
     before, drops_before, pipeline_before = pauses(), headroom_drops(), pipeline_drops(ctl, topo)
-    input_before, kernel_before = input_path_counts(ctl, topo), kernel_drops(topo)
+    fidelity = case_fidelity(net, ctl)
     case_dir = out / name
     case_dir.mkdir(parents=True, exist_ok=True)
     gate = StartGate(case_dir)
@@ -302,6 +303,7 @@ def run_spreading_case(name: str, topo, net: Network, ctl: FabricController, arg
     procs.append(roce_agent(victim, "send", start_at=gate, out_dir=case_dir,
                             extra=sender_args(victim, victim_rx, 99, VICTIM_RATE)))
     start_at = gate.open(procs)
+    fidelity.traffic_starts(start_at)
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
@@ -311,11 +313,11 @@ def run_spreading_case(name: str, topo, net: Network, ctl: FabricController, arg
         sampler.join()
     time.sleep(0.5)
     after, drops_after, pipeline_after = pauses(), headroom_drops(), pipeline_drops(ctl, topo)
-    input_lost = warn_input_path_loss(name, input_before, input_path_counts(ctl, topo), kernel_before,
-                                      kernel_drops(topo))
     rx = json.loads((case_dir / f"receive-{receiver.name}.json").read_text())
     vrx = json.loads((case_dir / f"receive-{victim_rx.name}.json").read_text())
     tx = [json.loads((case_dir / f"send-{h.name}.json").read_text()) for h in senders]
+    verdict = fidelity.verdict(t["send_late_s"] for t in tx)
+    input_lost = lost_before_pipeline(name, verdict)
     warm = 0.2 * args.duration
     bins = _read_bins(case_dir / f"receive-{receiver.name}.csv")
     vbins = _read_bins(case_dir / f"receive-{victim_rx.name}.csv")
@@ -338,6 +340,7 @@ def run_spreading_case(name: str, topo, net: Network, ctl: FabricController, arg
         "pipeline_drops": " ".join(f"{key}:{n - pipeline_before.get(key, 0)}" for key, n in pipeline_after.items()
                                    if n > pipeline_before.get(key, 0)),
         "lost_before_pipeline": input_lost,
+        "fidelity": str(verdict),
         "utilisation": round(steady / ((args.duration - warm) * capacity), 3),
         "victim_pps": victim_rate(warm),
         # once DCQCN has settled: how fast it gets there depends on how busy the machine is
@@ -963,6 +966,7 @@ def main(argv: list[str] | None = None) -> int:
     compile_p4()
     written: list[Path] = []
     verdicts: list[dict] = []
+    judged: list[dict] = []                             # rows with a fidelity verdict
     if "incast" in args.phases:
         topo = load_topology(REPO / "topologies" / "incast.yaml")
         topo.features[SECTION] = section(True)          # the switches start with its queues
@@ -977,6 +981,7 @@ def main(argv: list[str] | None = None) -> int:
         written += [write_csv(out / "summary.csv", results), _plot_summary(results[-len(args.cases):], out)]
         print_table(results, width=15)
         verdicts.append(end_to_end("incast", results))
+        judged += results
     if "spreading" in args.phases:
         topo = spreading_topology(args.spreading_scale)
         spreading_out = out / "spreading"
@@ -992,6 +997,7 @@ def main(argv: list[str] | None = None) -> int:
         written.append(write_csv(spreading_out / "summary.csv", results))
         print_table(results, width=15)
         verdicts.append(end_to_end("spreading", results))
+        judged += results
     if "storm" in args.phases:
         topo = dumbbell_without_delay()
         topo.features[SECTION] = section(True)
@@ -1036,6 +1042,7 @@ def main(argv: list[str] | None = None) -> int:
         written.append(write_csv(out / "end_to_end.csv", verdicts))
         for v in verdicts:
             print(v["verdict"], flush=True)
+    print_fidelity(judged)
     print(f"\nresults: {', '.join(map(str, written))}, and per case <case>/throughput.png + the agents' CSV/JSON"
           + (" (run-NN/<case>/ with --runs)" if args.runs > 1 else ""))
     return 0

@@ -81,8 +81,8 @@ from control.controller import FabricController
 from emulator.impairments import drop_fraction
 from emulator.network import Network, queue_rate_pps
 from control.p4constants import drop_reasons
-from experiments.common import StartGate, experiment_parser, input_path_counts, kernel_drops, print_table, rdma_agent, \
-    sample_queue, save_figure, warn_input_path_loss, write_csv
+from experiments.common import StartGate, case_fidelity, experiment_parser, lost_before_pipeline, print_fidelity, \
+    print_table, rdma_agent, sample_queue, save_figure, write_csv
 from features import load_topology, topology_from_dict
 from features.ecn import QDEPTH_REGISTER, EcnProfile
 from features.load_balancing import LbMode
@@ -165,6 +165,7 @@ class CaseRun:
     samples: list                # (s since the start, bottleneck queue depth)
     drops: dict = field(default_factory=dict)     # the switches' pipeline drops in the case, by reason
     lost_before_pipeline: str = ""                # frames BMv2 lost before its pipeline ("leaf3:25 ..."; common.py)
+    fidelity: str = ""                            # the case's fidelity verdict (emulator/fidelity.py)
 
 
 def run_flows(name: str, cc: str, flows: list[Flow], pfc: bool, topo, net: Network, ctl: FabricController, args,
@@ -198,10 +199,11 @@ def run_flows(name: str, cc: str, flows: list[Flow], pfc: bool, topo, net: Netwo
     stop = threading.Event()
     sw = topo.switches[BOTTLENECK_SWITCH]
     drops_before = switch_drops(ctl, topo)
-    input_before, kernel_before = input_path_counts(ctl, topo), kernel_drops(topo)
+    fidelity = case_fidelity(net, ctl)
     with Bmv2Thrift(sw.thrift_port) as thrift:
         thrift.register_write(QDEPTH_REGISTER, port, 0)
         start_at = gate.open(procs)
+        fidelity.traffic_starts(start_at)
         time.sleep(max(0.0, start_at - time.time()))
         sampler = threading.Thread(target=sample_queue, args=(thrift, port, stop, start_at, samples))
         sampler.start()
@@ -219,14 +221,14 @@ def run_flows(name: str, cc: str, flows: list[Flow], pfc: bool, topo, net: Netwo
         w.writerow(["t_s", "qdepth_pkts"])
         w.writerows((round(t, 4), q) for t, q in samples)
     drops = {k: n - drops_before.get(k, 0) for k, n in switch_drops(ctl, topo).items()}
-    input_lost = warn_input_path_loss(name, input_before, input_path_counts(ctl, topo), kernel_before,
-                                      kernel_drops(topo))
     tx = [json.loads((case_dir / f"{f.stem}.json").read_text()) for f in flows]
+    verdict = fidelity.verdict(t["started_late_s"] for t in tx)
+    input_lost = lost_before_pipeline(name, verdict)
     late = {f.stem: t["started_late_s"] for f, t in zip(flows, tx) if t["started_late_s"] > 0.05}
     if late:
         raise RuntimeError(f"{name}: senders started late (s): {late}; the machine is too busy for this case")
     return CaseRun(case_dir, flows, tx, json.loads((case_dir / f"receive-{RECEIVER}.json").read_text()), samples,
-                   {k: n for k, n in drops.items() if n}, input_lost)
+                   {k: n for k, n in drops.items() if n}, input_lost, str(verdict))
 
 
 def switch_drops(ctl: FabricController, topo) -> dict[str, int]:
@@ -278,6 +280,7 @@ def run_case(cc: str, n: int, pfc: bool, topo, net: Network, ctl: FabricControll
         "received": sum(f["received"] for f in rx["flows"].values()),
         "switch_drops": " ".join(f"{k}:{n}" for k, n in sorted(run.drops.items())),
         "lost_before_pipeline": run.lost_before_pipeline,
+        "fidelity": run.fidelity,
     }
     _plot_case(result, run)
     return result
@@ -465,6 +468,7 @@ def run_mix_case(cc: str, pfc: bool, one_packet_s: float, topo, net: Network, ct
         "retransmitted": sum(t["retransmitted"] for t in run.tx), "timeouts": sum(t["timeouts"] for t in run.tx),
         "switch_drops": " ".join(f"{k}:{n}" for k, n in sorted(run.drops.items())),
         "lost_before_pipeline": run.lost_before_pipeline,
+        "fidelity": run.fidelity,
     }
     with open(run.dir / "slowdowns.csv", "w", newline="") as fh:
         w = csv.writer(fh)
@@ -571,7 +575,7 @@ def run_converge_case(cc: str, pfc: bool, topo, net: Network, ctl: FabricControl
               "leave_after_s": " ".join(str(e["converged_after_s"] or "-") for e in events if e["event"] == "leave"),
               "retransmitted": sum(t["retransmitted"] for t in run.tx),
               "switch_drops": " ".join(f"{k}:{n}" for k, n in sorted(run.drops.items())),
-              "lost_before_pipeline": run.lost_before_pipeline}
+              "lost_before_pipeline": run.lost_before_pipeline, "fidelity": run.fidelity}
     _plot_converge(result, run, events)
     return result, events
 
@@ -639,6 +643,7 @@ def main(argv: list[str] | None = None) -> int:
     topo = with_int_to_host(REPO / "topologies" / "incast-leaf-spine.yaml")
     compile_p4()
     written = []
+    judged: list[dict] = []                     # rows with a fidelity verdict
     with Network(topo, REPO / "build" / "experiments" / "rdma", log_level=args.log_level) as net, \
             FabricController(topo) as ctl:
         ctl.program()
@@ -655,6 +660,7 @@ def main(argv: list[str] | None = None) -> int:
                         results.append(run_case(cc, n, pfc, topo, net, ctl, args, incast_out))
             written += [write_csv(incast_out / "summary.csv", results), _plot_summary(results, incast_out)]
             print_table(results)
+            judged += results
         def cases(phase: str):
             """(fabric, cc) of a phase, announced; its output directory."""
             phase_out = out / phase
@@ -672,6 +678,7 @@ def main(argv: list[str] | None = None) -> int:
                        for pfc, cc, phase_out in cases("mix")]
             written += [write_csv(out / "mix" / "summary.csv", results), _plot_slowdowns(results, out / "mix")]
             print_table(results)
+            judged += results
         if "converge" in args.phases:
             results, events = [], []
             for pfc, cc, phase_out in cases("converge"):
@@ -681,6 +688,7 @@ def main(argv: list[str] | None = None) -> int:
             written += [write_csv(out / "converge" / "summary.csv", results),
                         write_csv(out / "converge" / "events.csv", events)]
             print_table(results)
+            judged += results
         if "loss" in args.phases:
             loss_out = out / "loss"
             loss_out.mkdir(parents=True, exist_ok=True)
@@ -692,6 +700,7 @@ def main(argv: list[str] | None = None) -> int:
                     results.append(run_loss_case(mode, loss, topo, net, ctl, args, loss_out))
             written += [write_csv(loss_out / "summary.csv", results), _plot_loss(results, loss_out)]
             print_table(results)
+            judged += results
         if "spray" in args.phases:
             spray_out = out / "spray"
             spray_out.mkdir(parents=True, exist_ok=True)
@@ -711,6 +720,8 @@ def main(argv: list[str] | None = None) -> int:
                 net.apply_queue_rates()
             written.append(write_csv(spray_out / "summary.csv", results))
             print_table(results)
+            judged += results
+    print_fidelity(judged)
     print(f"\nresults: {', '.join(map(str, written))}, and per case <case>/ (timeseries.png, the agents' CSV/JSON)")
     return 0
 

@@ -60,7 +60,8 @@ from emulator.network import Network, NetworkError
 from control.p4info import EntryError
 from control.p4constants import drop_reasons
 from control.topology import Topology, TopologyError
-from experiments.common import REPO, agent_python, kill_switch, print_table, save_figure, write_csv
+from experiments.common import REPO, agent_python, case_fidelity, kill_switch, print_fidelity, print_table, save_figure, \
+    write_csv
 from features import topology_from_dict
 from hostagent.aggregation.runs import start_server, stop_server
 from hostagent.collectives import schedule as sc
@@ -364,6 +365,7 @@ class RunResult:
     drop_reasons: dict[str, int] = field(default_factory=dict)     # the switches' drops by reason, whole run
     explained: list[str] = field(default_factory=list)             # the slow steps, from Prometheus
     paused_s: float | None = None       # seconds the switches' ports were paused (Prometheus), all (port, class)
+    fidelity: str = ""                  # the run's fidelity verdict, from the first step on (emulator/fidelity.py)
 
     @property
     def completed(self) -> int:
@@ -388,7 +390,8 @@ class RunResult:
                "drops": sum(x.drops for x in self.lines),
                "drop_reasons": " ".join(f"{k}:{v}" for k, v in self.drop_reasons.items()),
                "max_loss_error": f"{self.loss_error:.2e}" if self.lines else "",
-               "final_loss": round(self.lines[-1].loss, 6) if self.lines else ""}
+               "final_loss": round(self.lines[-1].loss, 6) if self.lines else "",
+               "fidelity": self.fidelity}
         if self.failure is not None:
             row.update(failure=f"{self.failure.text} at step {self.failure.step}",
                        **self.absorbed())
@@ -567,6 +570,7 @@ def run_case(case: str, c: Composition, args, reference: Reference, rank_names: 
             central_routes(ctl, lock, c, [h.ip for h in hosts], said) as on_news, \
             contextlib.ExitStack() as monitor:
         listeners.append(on_news)
+        fidelity = case_fidelity(net, ctl, lock=lock)
         procs = [subprocess.Popen(rank_command(r, hosts, c, args.steps, line_rate, topo, topo_file, out), cwd=REPO,
                                   env=rank_env(), stdout=open(out / f"rank{r}.log", "w"), stderr=subprocess.STDOUT)
                  for r in range(len(hosts))]
@@ -586,6 +590,9 @@ def run_case(case: str, c: Composition, args, reference: Reference, rank_names: 
                                                    say, failure)
             errors += stalled
             dropped = counters.drops_by_reason()
+            if records and all(records):
+                fidelity.traffic_starts(previous_end_of(0, records))
+            verdict = str(fidelity.verdict())
             if prom is not None and lines:
                 time.sleep(2 * export_interval(topo) + 1)         # the last readings scraped
                 paused_s = paused_seconds(prom, previous_end_of(0, records), previous_end_of(len(lines), records))
@@ -610,7 +617,8 @@ def run_case(case: str, c: Composition, args, reference: Reference, rank_names: 
     if lines:
         write_timeline(out, records, [h.host for h in hosts], events, lines, f"{case}: {c.label}")
     return RunResult(case, c, lines, args.steps, failure, errors,
-                     ideal_step_ms(c, len(hosts), compute, line_rate), records, dropped, explained, paused_s)
+                     ideal_step_ms(c, len(hosts), compute, line_rate), records, dropped, explained, paused_s,
+                     verdict)
 
 
 def export_interval(topo: Topology) -> float:
@@ -867,6 +875,7 @@ def main(argv: list[str] | None = None) -> int:
     written.append(args.out / "summary.json")
     print(f"\nresults: {', '.join(map(str, written))}; per case <case>/: trace.json (the ranks' timeline, "
           f"Chrome trace format: open it in ui.perfetto.dev), heatmap.png, each rank's step lines and log")
+    print_fidelity(rows)
     ok = all(r.completed == r.steps and r.loss_error <= LOSS_TOLERANCE for r in results)
     return 0 if ok else 1
 
@@ -878,6 +887,7 @@ def print_summary(r: RunResult) -> None:
           f"resent {s['resent']} packets, {s['pauses']} pauses sent ({s['paused_s'] or 0} s paused), "
           f"{s['pauses_received']} received by the ranks' NICs ({s['ranks_paused_s']} s paused, ranks summed), "
           f"drops {s['drops']}")
+    print(f"  fidelity: {s['fidelity']}")
     if r.failure is not None:
         print(f"  failure: {s['failure']}: absorbed by step {s['absorbed_by_step'] or '-'}"
               f", which cost {s['absorbed_cost_ms']} ms more than the median step before")

@@ -5,6 +5,7 @@
     fabric monitor --topology T                     INT collector, switch exporter, Prometheus
     fabric doctor | build                           the toolchain found; compile p4src/main.p4
     fabric bench [...]                              packets/s of the pipeline and each feature
+    fabric calibrate [--if-stale]                   what this machine emulates faithfully (docs/fidelity.md)
     fabric train [--topology fat-tree-k4] [...]     PyTorch DDP across the fabric, techniques composed (--ablate)
     fabric experiment NAME [...] | experiments      one experiment (CSV + PNG), or all
     fabric features [--markdown]                    the feature index
@@ -27,6 +28,7 @@ import textwrap
 from pathlib import Path
 from typing import Callable, Optional
 
+import benchmarks.calibration
 import benchmarks.forwarding_rate
 import experiments
 import experiments.train
@@ -43,6 +45,20 @@ from features import FEATURES, load_topology
 from telemetry import monitor
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def calibrated(command: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
+    """`command`, run once a current calibration exists (measured first if
+    none holds: benchmarks/calibration.py), so the run can size itself and
+    say whether its rates fit this machine."""
+    def run_calibrated(rest: list[str]) -> int:
+        if not {"-h", "--help"} & set(rest):
+            try:
+                benchmarks.calibration.ensure()
+            except toolchain.ToolchainMissing as exc:       # the command says so in its own words
+                print(f"fabric: no calibration: {exc}", file=sys.stderr)
+        return command(rest)
+    return run_calibrated
 
 
 def experiment_names() -> list[str]:
@@ -67,7 +83,7 @@ def run_experiment(name: str, argv: list[str]) -> int:
         print(f"fabric: no experiment {name!r} (experiments: {', '.join(experiment_names())})", file=sys.stderr)
         return 2
     module = importlib.import_module(f"experiments.{name}")
-    return module.main(argv) or 0
+    return calibrated(module.main)(argv) or 0
 
 
 def feature_index(markdown: bool) -> str:
@@ -129,16 +145,18 @@ def main(argv: Optional[list[str]] = None) -> int:
     # Commands whose own main parses the rest of the line.
     passthrough: dict[str, Callable[[list[str]], int]] = {
         "run": run.main, "monitor": monitor.main, "build": build.main, "doctor": lambda rest: toolchain.doctor(),
-        "bench": benchmarks.forwarding_rate.main, "generate": generate.main,
+        "bench": calibrated(benchmarks.forwarding_rate.main), "calibrate": benchmarks.calibration.main,
+        "generate": generate.main,
         "probe-plan": lambda rest: probe_planner.main(rest, FEATURES),
         "export": export,
         "topology": topology,
-        "train": experiments.train.main,
+        "train": calibrated(experiments.train.main),
     }
     helps = {"run": "build, start a topology on BMv2, program it, ping all pairs, open the shell",
              "monitor": "INT collector, switch exporter and Prometheus next to a running network",
              "build": "compile p4src/main.p4", "doctor": "what toolchain was found, and how to get what is missing",
              "bench": "packets/s of the pipeline, of each feature, and two references",
+             "calibrate": "measure what this machine emulates faithfully (--if-stale: only if none holds)",
              "generate": "rewrite every generated file (--check: fail if one is stale)",
              "probe-plan": "the INT probe plans of topologies",
              "export": "the topology for another emulator: `export kathara --topology T DIR`",

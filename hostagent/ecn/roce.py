@@ -189,7 +189,8 @@ def run_sender(a, progress=None, write: bool = True) -> dict:
     sent = 0
     sent_to = [0] * len(dsts)                       # packets per destination: its next PSN
     listening = not a.fixed_rate or pfc is not None or plb is not None   # else nothing to read: sleep until due
-    wait_for_start(a)
+    started_late_s = wait_for_start(a)
+    send_late_s = started_late_s                    # the furthest behind its schedule a packet went out
     t0, t0_wall = time.monotonic(), time.time()
     next_send, next_sample, next_progress, end = 0.0, 0.0, 0.0, a.duration
     while True:
@@ -229,6 +230,7 @@ def run_sender(a, progress=None, write: bool = True) -> dict:
             next_send = max(next_send, now)              # paused: nothing goes out, and no burst after
             time.sleep(0.0002)
         elif now >= next_send:
+            send_late_s = max(send_late_s, now - next_send)
             frame = frames[sent % len(frames)]
             d = sent % len(dsts)
             frame[psn_at:psn_at + 3] = (sent_to[d] & 0xFFFFFF).to_bytes(3, "big")
@@ -262,7 +264,8 @@ def run_sender(a, progress=None, write: bool = True) -> dict:
                "duration_s": a.duration, "cnps_received": rp.cnps, "final_rate_pps": rp.rate,
                "ignored": dict(ignored), "params": asdict(params), "dcqcn": not a.fixed_rate,
                "t0_wall": t0_wall, "plb": plb.summary() if plb is not None else None,
-               "pfc": pfc.summary() if pfc is not None else None}
+               "pfc": pfc.summary() if pfc is not None else None,
+               "started_late_s": round(started_late_s, 4), "send_late_s": round(send_late_s, 4)}
     if write:
         _write(a.out, summary, ["t_s", "rate_pps", "target_pps", "alpha", "sent", "cnps"]
                + (["sport"] if plb is not None else []), series)

@@ -1,0 +1,252 @@
+"""What this machine can emulate faithfully, and what a run asks of it.
+
+A calibration (`fabric calibrate`, measured by benchmarks/calibration.py)
+records, for one machine and one BMv2 build and pipeline:
+
+- the CPU one BMv2 switch spends per packet it forwards, for the pipeline
+  with every feature off (`fabric`) and with the training composition on
+  (`training`: lossless class, INT for HPCC, failover heartbeats), as
+  packets per second per core;
+- the CPU an idle switch spends (cores): BMv2's threads with no traffic;
+- the packets per second a host agent sends per core.
+
+It is stored in build/calibration.json with what identifies the
+measurement; one that is older than MAX_AGE or was taken on another CPU,
+core count, BMv2 build or pipeline is not current, and is measured again.
+
+The budget: a run's demand (packets per second through each switch, and
+sent and received by hosts; `demand()` from flows over the topology's
+shortest paths) costs cores by the calibration; a run is within budget when
+that is at most `share` of the machine's cores (half by default: BMv2's
+threads, the kernel's veths and the agents' own timing need the rest to
+stay on time). `plan()` says what the rates cost and the time-dilation
+factor that would bring them within budget: every rate divided by it (and
+every time constant multiplied by it) emulates the same network, slower.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from control.topology import Topology
+
+REPO = Path(__file__).resolve().parent.parent
+CALIBRATION_FILE = REPO / "build" / "calibration.json"
+MAX_AGE = dt.timedelta(days=7)
+BUDGET_SHARE = 0.5          # of the machine's cores a faithful run may ask for
+COMPOSITIONS = ("fabric", "training")
+
+
+class CalibrationError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What a calibration was measured on: it holds only there."""
+    cpu_model: str
+    cores: int
+    bmv2: str           # simple_switch_grpc's path, version and a hash of the binary
+    pipeline: str       # the fabric pipeline's cookie (a hash of its JSON and P4Info)
+
+
+def cpu_model(cpuinfo: str | None = None) -> str:
+    text = cpuinfo if cpuinfo is not None else Path("/proc/cpuinfo").read_text()
+    for line in text.splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def bmv2_identity(binary: str) -> str:
+    """'<path> <version> sha256:<12 hex>' of a simple_switch_grpc binary."""
+    path = Path(binary).resolve()
+    version = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    return f"{path} {version or '?'} sha256:{digest}"
+
+
+def machine_identity(binary: str, pipeline_cookie: int | str) -> Identity:
+    return Identity(cpu_model(), os.cpu_count() or 1, bmv2_identity(binary), str(pipeline_cookie))
+
+
+@dataclass(frozen=True)
+class Calibration:
+    identity: Identity
+    measured_at: str                                   # ISO 8601, UTC
+    switch_pps_per_core: dict[str, float]              # composition -> packets/s one core forwards
+    switch_idle_cores: float                           # cores an idle switch process uses
+    agent_pps_per_core: float                          # packets/s a host agent sends on one core
+    notes: dict[str, str] = field(default_factory=dict)
+
+    def age(self, now: dt.datetime | None = None) -> dt.timedelta:
+        now = now or dt.datetime.now(dt.timezone.utc)
+        return now - dt.datetime.fromisoformat(self.measured_at)
+
+    def stale_because(self, identity: Identity, now: dt.datetime | None = None) -> str | None:
+        """Why this calibration does not hold for `identity` now (None: it does)."""
+        for name, mine in asdict(self.identity).items():
+            theirs = getattr(identity, name)
+            if mine != theirs:
+                return f"measured with another {name.replace('_', ' ')} ({mine!r}, now {theirs!r})"
+        if self.age(now) > MAX_AGE:
+            return f"measured {self.age(now).days} days ago (at most {MAX_AGE.days})"
+        return None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Calibration":
+        raw = json.loads(text)
+        try:
+            missing = [c for c in COMPOSITIONS if c not in raw["switch_pps_per_core"]]
+            if missing:
+                raise CalibrationError(f"no switch rate for {', '.join(missing)}")
+            rates = {k: float(v) for k, v in raw["switch_pps_per_core"].items()}
+            if any(v <= 0 for v in rates.values()) or float(raw["agent_pps_per_core"]) <= 0:
+                raise CalibrationError("a rate is not positive")
+            return cls(Identity(**raw["identity"]), raw["measured_at"], rates, float(raw["switch_idle_cores"]),
+                       float(raw["agent_pps_per_core"]), dict(raw.get("notes", {})))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CalibrationError(f"malformed calibration: {exc!r}") from None
+
+
+def store(cal: Calibration, path: Path = CALIBRATION_FILE) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(cal.to_json())
+    tmp.replace(path)
+    return path
+
+
+def load(path: Path = CALIBRATION_FILE) -> Calibration | None:
+    """The stored calibration, None if there is none; CalibrationError if it is malformed."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    return Calibration.from_json(text)
+
+
+def current(identity: Identity, path: Path = CALIBRATION_FILE) -> tuple[Calibration | None, str]:
+    """(the stored calibration if it holds for `identity` now, else None; why not)."""
+    try:
+        cal = load(path)
+    except CalibrationError as exc:
+        return None, str(exc)
+    if cal is None:
+        return None, f"no calibration ({path})"
+    why = cal.stale_because(identity)
+    return (None, why) if why else (cal, "")
+
+
+# -- the budget ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Flow:
+    src: str            # host names
+    dst: str
+    pps: float
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What a run's traffic asks of the machine, per second."""
+    switch_pps: dict[str, float]    # switch -> packets it forwards
+    host_pps: float                 # packets hosts send and receive, all hosts
+    switches: int                   # switch processes running (each costs its idle share)
+
+    @property
+    def traversals_pps(self) -> float:
+        return sum(self.switch_pps.values())
+
+
+def demand(topo: Topology, flows: Iterable[Flow], ack_share: float = 0.0) -> Demand:
+    """Each flow's packets through every switch of a shortest path between
+    its hosts (where there are several, split evenly: ECMP), plus
+    `ack_share` x its packets back (a transport's ACKs or CNPs)."""
+    per_switch = {name: 0.0 for name in topo.switches}
+    host = 0.0
+    for f in flows:
+        for a, b, pps in ((f.src, f.dst, f.pps), (f.dst, f.src, f.pps * ack_share)):
+            if pps <= 0:
+                continue
+            for sw, share in _path_shares(topo, a, b).items():
+                per_switch[sw] += pps * share
+            host += 2 * pps
+    return Demand(per_switch, host, len(topo.switches))
+
+
+def _path_shares(topo: Topology, src: str, dst: str) -> dict[str, float]:
+    """{switch: share of src -> dst packets it forwards} over the shortest
+    paths, split evenly at each switch among the next hops nearer dst."""
+    try:
+        first, last = topo.hosts[src].switch, topo.hosts[dst].switch
+    except KeyError as exc:
+        raise ValueError(f"no host {exc.args[0]!r} in {topo.name}") from None
+    dist = topo.hops_from([last])
+    shares = {first: 1.0}
+    frontier = {first: 1.0}
+    while frontier:
+        nxt: dict[str, float] = {}
+        for sw, share in frontier.items():
+            if sw == last:
+                continue
+            nearer = [p.peer for p in topo.switch_neighbours(sw) if dist.get(p.peer, 1 << 30) == dist[sw] - 1]
+            for peer in nearer:
+                nxt[peer] = nxt.get(peer, 0.0) + share / len(nearer)
+        for sw, share in nxt.items():
+            shares[sw] = shares.get(sw, 0.0) + share
+        frontier = nxt
+    return shares
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a run's rates cost and what would bring them within budget."""
+    needed_cores: float
+    budget_cores: float
+    dilation: float                  # >= 1: divide every rate by it (multiply time constants) to fit
+    busiest_switch: str
+    busiest_switch_cores: float      # the cores the busiest switch's traffic alone costs
+
+    @property
+    def within_budget(self) -> bool:
+        return self.dilation <= 1.0
+
+    def __str__(self) -> str:
+        head = (f"needs {self.needed_cores:.2f} cores at its rates (budget {self.budget_cores:.2f}; "
+                f"busiest switch {self.busiest_switch} {self.busiest_switch_cores:.2f})")
+        if self.within_budget:
+            return head + ": within budget"
+        return head + f": over budget, rates / {self.dilation:.2f} would fit (time dilation x{self.dilation:.2f})"
+
+
+def plan(need: Demand, cal: Calibration, composition: str = "fabric", share: float = BUDGET_SHARE) -> Plan:
+    if composition not in cal.switch_pps_per_core:
+        raise ValueError(f"no calibration for composition {composition!r} "
+                         f"(have: {', '.join(cal.switch_pps_per_core)})")
+    per_core = cal.switch_pps_per_core[composition]
+    switching = need.traversals_pps / per_core
+    needed = switching + need.host_pps / cal.agent_pps_per_core + need.switches * cal.switch_idle_cores
+    budget = share * cal.identity.cores
+    busiest = max(need.switch_pps, key=lambda s: need.switch_pps[s], default="-")
+    busiest_cores = need.switch_pps.get(busiest, 0.0) / per_core
+    # the rate-dependent part scales with the dilation; the idle switches' part does not
+    fixed = need.switches * cal.switch_idle_cores
+    variable = needed - fixed
+    room = budget - fixed
+    if variable <= 0:
+        dilation = 1.0
+    elif room <= 0:
+        dilation = float("inf")
+    else:
+        dilation = max(1.0, variable / room)
+    return Plan(needed, budget, dilation, busiest, busiest_cores)

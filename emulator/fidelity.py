@@ -1,0 +1,273 @@
+"""Was a run faithful? The invariants an emulated run must keep for its
+numbers to be about the network and not about this machine's CPU, sampled
+while it runs and judged at its end (docs/fidelity.md).
+
+| invariant     | what is measured                                          | violated when                       |
+|---------------|-----------------------------------------------------------|-------------------------------------|
+| `cpu`         | the share of the run in which some runnable thread waited | above `Limits.cpu_wait_share`       |
+|               | for a core (Linux PSI, /proc/pressure/cpu "some"); where  |                                     |
+|               | PSI is missing, the share of samples with no idle CPU     |                                     |
+| `input_path`  | frames a switch's interfaces received that its P4 ingress | above `Limits.input_path_frames`    |
+|               | never counted, plus the kernel's own drops (rx_dropped,   |                                     |
+|               | softnet backlog): lost before any P4 counter sees them    |                                     |
+| `agents`      | how late host agents were against their schedule          | above `Limits.agent_late_s`         |
+
+A run that breaks one still has results; each row carries its verdict
+(`fidelity: ok` or `violated: <invariant> <by how much>`), and a violated
+run says so on its last lines (`report`).
+
+The monitor reads the machine (/proc) and the switches' counters through
+callables the caller hands it, so it knows no controller: `ingress_frames`
+is {switch: frames its pipeline's ingress counted} (experiments pass the
+controller's counter reads), `rx_frames` the kernel's count for the same
+interfaces.
+"""
+from __future__ import annotations
+
+import contextlib
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence
+
+PROC_STAT = Path("/proc/stat")
+PSI_CPU = Path("/proc/pressure/cpu")
+SOFTNET = Path("/proc/net/softnet_stat")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a faithful run may not exceed (one table: docs/fidelity.md)."""
+    cpu_wait_share: float = 0.10     # of the run's wall time, some thread waited for a core
+    idle_floor: float = 0.05         # no PSI: a sample with less idle CPU than this (of all cores) is saturated
+    input_path_frames: int = 0       # frames lost before the pipeline: none
+    agent_late_s: float = 0.050      # an agent this late for its schedule
+
+
+# -- the machine's CPU ----------------------------------------------------------
+
+def cpu_times(text: str | None = None) -> list[tuple[int, int, int]]:
+    """Per core, (idle, steal, total) jiffies from /proc/stat (idle counts iowait)."""
+    out = []
+    for line in (text if text is not None else PROC_STAT.read_text()).splitlines():
+        name, *values = line.split()
+        if not (name.startswith("cpu") and name[3:].isdigit()):
+            continue
+        v = [int(x) for x in values] + [0] * 8
+        out.append((v[3] + v[4], v[7], sum(v[:8])))
+    return out
+
+
+def psi_some_us(text: str | None = None) -> int | None:
+    """Microseconds some runnable thread has waited for a core since boot (PSI), None without PSI."""
+    try:
+        text = text if text is not None else PSI_CPU.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("some "):
+            return int(dict(kv.split("=") for kv in line.split()[1:])["total"])
+    return None
+
+
+@dataclass
+class CpuSample:
+    """One interval: each core's idle and stolen share, and the PSI wait (s)
+    in it; `end` is when it ended (time.monotonic())."""
+    seconds: float
+    idle: list[float]
+    steal: list[float]
+    waited_s: float | None
+    end: float = 0.0
+
+
+def cpu_sample(before: list[tuple[int, int, int]], after: list[tuple[int, int, int]], seconds: float,
+               waited_us: int | None, end: float = 0.0) -> CpuSample:
+    idle, steal = [], []
+    for (i0, s0, t0), (i1, s1, t1) in zip(before, after):
+        span = max(t1 - t0, 1)
+        idle.append((i1 - i0) / span)
+        steal.append((s1 - s0) / span)
+    return CpuSample(seconds, idle, steal, None if waited_us is None else waited_us / 1e6, end)
+
+
+class CpuSampler:
+    """Samples the machine's CPU every `period_s` in a thread, from start() to stop()."""
+
+    def __init__(self, period_s: float = 0.5):
+        self.period_s = period_s
+        self.samples: list[CpuSample] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "CpuSampler":
+        self._thread = threading.Thread(target=self._run, name="fidelity-cpu", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[CpuSample]:
+        self._stop.set()
+        if self._thread:
+            self._thread.join()
+        return self.samples
+
+    def _run(self) -> None:
+        times, psi, t = cpu_times(), psi_some_us(), time.monotonic()
+        while True:
+            stopping = self._stop.wait(self.period_s)
+            times2, psi2, t2 = cpu_times(), psi_some_us(), time.monotonic()
+            waited = None if psi is None or psi2 is None else psi2 - psi
+            self.samples.append(cpu_sample(times, times2, t2 - t, waited, t2))
+            times, psi, t = times2, psi2, t2
+            if stopping:
+                return
+
+
+@dataclass
+class CpuSummary:
+    seconds: float
+    idle_per_core: list[float]        # mean share of each core left idle
+    steal: float                      # mean share stolen by the hypervisor (all cores)
+    wait_share: float | None          # PSI: share of the time some thread waited for a core
+    saturated_share: float            # share of samples with less than Limits.idle_floor idle
+
+    def __str__(self) -> str:
+        idle = "/".join(f"{x:.0%}" for x in self.idle_per_core)
+        wait = "n/a" if self.wait_share is None else f"{self.wait_share:.0%}"
+        return f"idle per core {idle}, CPU wait {wait}, steal {self.steal:.0%} over {self.seconds:.1f} s"
+
+
+def summarise_cpu(samples: Sequence[CpuSample], limits: Limits = Limits()) -> CpuSummary | None:
+    if not samples:
+        return None
+    seconds = sum(s.seconds for s in samples)
+    cores = len(samples[0].idle)
+    idle = [sum(s.idle[c] * s.seconds for s in samples) / seconds for c in range(cores)]
+    steal = sum(statistics.fmean(s.steal) * s.seconds for s in samples) / seconds
+    waits = [s.waited_s for s in samples]
+    wait_share = None if any(w is None for w in waits) else sum(waits) / seconds  # type: ignore[arg-type]
+    saturated = sum(s.seconds for s in samples if statistics.fmean(s.idle) < limits.idle_floor) / seconds
+    return CpuSummary(seconds, idle, steal, wait_share, saturated)
+
+
+# -- the verdict ----------------------------------------------------------------
+
+@dataclass
+class Verdict:
+    """A run's fidelity: ok, or the invariants it broke and by how much."""
+    violations: list[str] = field(default_factory=list)
+    cpu: CpuSummary | None = None
+    input_path: dict[str, int] = field(default_factory=dict)   # where -> frames lost before the pipeline
+    agent_late_s: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def __str__(self) -> str:
+        return "ok" if self.ok else "violated: " + "; ".join(self.violations)
+
+
+def judge(cpu: CpuSummary | None, input_path: Mapping[str, int], agent_late_s: Iterable[float] = (),
+          limits: Limits = Limits()) -> Verdict:
+    """The verdict on what a run measured (see the module's table)."""
+    v = Verdict(cpu=cpu, input_path={k: n for k, n in input_path.items() if n > 0})
+    if cpu is not None:
+        if cpu.wait_share is not None and cpu.wait_share > limits.cpu_wait_share:
+            v.violations.append(f"cpu: threads waited for a core {cpu.wait_share:.0%} of the run "
+                                f"(at most {limits.cpu_wait_share:.0%}; {cpu})")
+        elif cpu.wait_share is None and cpu.saturated_share > limits.cpu_wait_share:
+            v.violations.append(f"cpu: no idle CPU in {cpu.saturated_share:.0%} of the run "
+                                f"(at most {limits.cpu_wait_share:.0%}; {cpu})")
+    lost = sum(v.input_path.values())
+    if lost > limits.input_path_frames:
+        where = " ".join(f"{k}:{n}" for k, n in sorted(v.input_path.items()))
+        v.violations.append(f"input_path: {lost} frames lost before the pipeline, seen by no P4 counter ({where})")
+    late = list(agent_late_s)
+    if late:
+        v.agent_late_s = max(late)
+        if v.agent_late_s > limits.agent_late_s:
+            v.violations.append(f"agents: up to {v.agent_late_s * 1000:.0f} ms late for their schedule "
+                                f"(at most {limits.agent_late_s * 1000:.0f} ms)")
+    return v
+
+
+# -- the monitor ----------------------------------------------------------------
+
+def kernel_drops(ifaces_by_switch: Mapping[str, Iterable[str]]) -> dict[str, int]:
+    """{where: frames the kernel dropped}: "kernel:<switch>" (rx_dropped of
+    its interfaces) and "kernel:softnet" (a CPU's backlog full). Counters
+    that only grow; read before and after."""
+    out = {}
+    for switch, ifaces in ifaces_by_switch.items():
+        out[f"kernel:{switch}"] = 0
+        for iface in ifaces:
+            with contextlib.suppress(OSError, ValueError):
+                out[f"kernel:{switch}"] += int(Path(f"/sys/class/net/{iface}/statistics/rx_dropped").read_text())
+    with contextlib.suppress(OSError):
+        out["kernel:softnet"] = sum(int(line.split()[1], 16) for line in SOFTNET.read_text().splitlines())
+    return out
+
+
+class FidelityMonitor:
+    """Beside a run (a context manager): samples the CPU, and reads the
+    input-path counters at its start and when verdict() is called (after the
+    traffic stopped).
+
+    `input_path()` returns {switch: frames its interfaces received minus
+    frames its ingress counted}; `ifaces` names each switch's interfaces
+    (for the kernel's drops). Either may be omitted (no switch to read: a
+    benchmark that judges only the CPU)."""
+
+    def __init__(self, input_path: Callable[[], Mapping[str, int]] | None = None,
+                 ifaces: Mapping[str, Iterable[str]] | None = None, limits: Limits = Limits(),
+                 period_s: float = 0.5):
+        self._input_path, self._ifaces = input_path, {k: list(v) for k, v in (ifaces or {}).items()}
+        self.limits = limits
+        self.sampler = CpuSampler(period_s)
+        self._before: dict[str, int] = {}
+        self._cpu_from = 0.0                    # time.monotonic() from which the CPU is judged
+
+    def traffic_starts(self, at_wall: float | None = None) -> None:
+        """Judge the CPU from now (or from wall-clock `at_wall`) on: what the
+        machine did before the traffic (agents importing their modules) is
+        not the run. The input path still counts from start()."""
+        self._cpu_from = time.monotonic() + (0.0 if at_wall is None else at_wall - time.time())
+
+    def _counts(self) -> dict[str, int]:
+        counts = dict(self._input_path()) if self._input_path else {}
+        counts.update(kernel_drops(self._ifaces) if self._ifaces else {})
+        return counts
+
+    def start(self) -> "FidelityMonitor":
+        self._before = self._counts()
+        self.sampler.start()
+        return self
+
+    def __enter__(self) -> "FidelityMonitor":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.sampler.stop()
+
+    def verdict(self, agent_late_s: Iterable[float] = ()) -> Verdict:
+        """Judge the run so far (stops the CPU sampling)."""
+        self.sampler.stop()
+        after = self._counts()
+        grown = {k: after[k] - self._before.get(k, 0) for k in after}
+        samples = [s for s in self.sampler.samples if s.end > self._cpu_from]
+        return judge(summarise_cpu(samples, self.limits), grown, agent_late_s, self.limits)
+
+
+def report(verdicts: Mapping[str, Verdict | str], what: str = "run") -> str:
+    """The last lines of a run: how many cases were faithful, and loudly,
+    each that was not (a verdict or its text, as a result row holds it)."""
+    bad = {case: v for case, v in verdicts.items() if str(v) != "ok"}
+    if not bad:
+        return f"fidelity: every {what} faithful ({len(verdicts)} of {len(verdicts)})"
+    lines = [f"!!! fidelity: {len(bad)} of {len(verdicts)} {what}s violated an invariant: "
+             f"their numbers measure this machine, not the network"]
+    lines += [f"!!!   {case}: {v}" for case, v in bad.items()]
+    return "\n".join(lines)

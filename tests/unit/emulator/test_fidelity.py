@@ -1,0 +1,105 @@
+"""The fidelity invariants on synthetic runs: each one a run breaks is
+flagged with how much, a run within every limit is ok, and the CPU figures
+come out of /proc's formats as the kernel writes them."""
+import time
+
+import pytest
+
+from emulator.fidelity import (CpuSample, FidelityMonitor, Limits, cpu_sample, cpu_times, judge, psi_some_us, report,
+                               summarise_cpu)
+
+STAT = """cpu  300 0 100 500 100 0 0 0 0 0
+cpu0 100 0 50 300 50 0 0 0 0 0
+cpu1 200 0 50 200 50 0 0 0 0 0
+intr 12345
+"""
+STAT_LATER = """cpu  600 0 200 600 100 0 0 100 0 0
+cpu0 180 0 70 340 50 0 0 60 0 0
+cpu1 420 0 130 260 50 0 0 40 0 0
+"""
+PSI = "some avg10=1.00 avg60=2.00 avg300=3.00 total=1500000\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+
+
+def samples(idle: float, waited_share: float | None, n: int = 10, seconds: float = 0.5) -> list[CpuSample]:
+    return [CpuSample(seconds, [idle, idle], [0.0, 0.0], None if waited_share is None else waited_share * seconds)
+            for _ in range(n)]
+
+
+def test_proc_stat_gives_each_core_with_iowait_as_idle_and_steal():
+    assert cpu_times(STAT) == [(350, 0, 500), (250, 0, 500)]
+    s = cpu_sample(cpu_times(STAT), cpu_times(STAT_LATER), 1.0, 200_000)
+    # cpu0: 40 more idle of 200 jiffies, 60 stolen; cpu1: 60 idle of 400
+    assert s.idle == pytest.approx([0.2, 0.15])
+    assert s.steal == pytest.approx([0.3, 0.1])
+    assert s.waited_s == pytest.approx(0.2)
+
+
+def test_psi_total_is_read_and_its_absence_is_none():
+    assert psi_some_us(PSI) == 1_500_000
+    assert psi_some_us("") is None
+
+
+def test_a_run_within_every_limit_is_ok():
+    v = judge(summarise_cpu(samples(idle=0.5, waited_share=0.02)), {"leaf1": 0, "kernel:softnet": 0}, [0.001])
+    assert v.ok and str(v) == "ok"
+    assert v.input_path == {}
+
+
+def test_threads_waiting_for_a_core_violate_cpu_by_how_much():
+    v = judge(summarise_cpu(samples(idle=0.01, waited_share=0.4)), {})
+    assert not v.ok
+    assert str(v).startswith("violated: cpu: threads waited for a core 40% of the run (at most 10%")
+
+
+def test_without_psi_a_machine_with_no_idle_cpu_violates_cpu():
+    v = judge(summarise_cpu(samples(idle=0.01, waited_share=None)), {})
+    assert "cpu: no idle CPU in 100% of the run" in str(v)
+    assert judge(summarise_cpu(samples(idle=0.3, waited_share=None)), {}).ok
+
+
+def test_frames_lost_before_the_pipeline_violate_input_path_with_where():
+    v = judge(summarise_cpu(samples(idle=0.5, waited_share=0.0)), {"leaf3": 25, "spine2": 4, "kernel:softnet": 1,
+                                                                   "leaf1": 0})
+    assert str(v) == ("violated: input_path: 30 frames lost before the pipeline, seen by no P4 counter "
+                      "(kernel:softnet:1 leaf3:25 spine2:4)")
+
+
+def test_late_agents_violate_agents():
+    v = judge(None, {}, [0.01, 0.2])
+    assert str(v) == "violated: agents: up to 200 ms late for their schedule (at most 50 ms)"
+    assert v.agent_late_s == 0.2
+
+
+def test_several_violations_are_all_named():
+    v = judge(summarise_cpu(samples(idle=0.0, waited_share=0.5)), {"leaf1": 3}, [1.0])
+    assert [x.split(":")[0] for x in v.violations] == ["cpu", "input_path", "agents"]
+
+
+def test_limits_are_the_callers():
+    lenient = Limits(cpu_wait_share=0.6, input_path_frames=5, agent_late_s=2.0)
+    assert judge(summarise_cpu(samples(idle=0.0, waited_share=0.5)), {"leaf1": 5}, [1.0], lenient).ok
+
+
+def test_the_cpu_summary_weights_samples_by_their_length():
+    cpu = summarise_cpu([CpuSample(1.0, [1.0, 1.0], [0, 0], 0.0), CpuSample(3.0, [0.0, 0.0], [0, 0], 3.0)])
+    assert cpu.idle_per_core == [0.25, 0.25]
+    assert cpu.wait_share == 0.75
+    assert cpu.saturated_share == 0.75
+
+
+def test_the_monitor_judges_what_grew_during_the_run():
+    counts = iter([{"leaf1": 100, "leaf2": 7}, {"leaf1": 112, "leaf2": 7}])
+    with FidelityMonitor(input_path=lambda: next(counts), period_s=0.05) as mon:
+        time.sleep(0.2)
+    v = mon.verdict()
+    assert v.input_path == {"leaf1": 12}
+    assert "input_path: 12 frames" in str(v)
+    assert v.cpu is not None and v.cpu.seconds > 0.1 and len(v.cpu.idle_per_core) >= 1
+
+
+def test_the_report_is_loud_only_about_violated_cases():
+    ok, bad = judge(None, {}), judge(None, {"leaf1": 2})
+    assert report({"a": ok, "b": ok}) == "fidelity: every run faithful (2 of 2)"
+    text = report({"a": ok, "b": bad}, what="case")
+    assert text.splitlines()[0].startswith("!!! fidelity: 1 of 2 cases violated an invariant")
+    assert "b: violated: input_path: 2 frames" in text and "a:" not in text
