@@ -3,6 +3,11 @@
 Tools are looked up, in order, in the directory named by $P4_TOOLCHAIN_BIN,
 on $PATH, then in /opt/p4/bin. Nothing here installs them: see the README
 for p4lang's Docker image and packages.
+
+A second, fast BMv2 (built without logging macros, -O3: docs/toolchain.md)
+is looked for in $P4_FAST_TOOLCHAIN_BIN, then /opt/p4-fast/bin; the
+experiments, `fabric train` and the benchmarks run on it where it exists
+(`use_fast_bmv2`), the tests on the toolchain they find.
 """
 from __future__ import annotations
 
@@ -16,6 +21,8 @@ from pathlib import Path
 
 ENV_VAR = "P4_TOOLCHAIN_BIN"
 DEFAULT_PREFIX_BIN = "/opt/p4/bin"
+FAST_ENV_VAR = "P4_FAST_TOOLCHAIN_BIN"
+DEFAULT_FAST_BIN = "/opt/p4-fast/bin"
 
 REQUIRED_TOOLS = {
     "p4c-bm2-ss": "p4c's BMv2 back end (compiles p4src/ to BMv2 JSON + P4Info)",
@@ -75,6 +82,25 @@ def require(name: str) -> str:
     return tool.path  # type: ignore[return-value]
 
 
+def fast_bmv2_dir() -> str | None:
+    """The directory of the fast BMv2 build's simple_switch_grpc, if there is one."""
+    for d in (os.environ.get(FAST_ENV_VAR), DEFAULT_FAST_BIN):
+        if d and os.access(Path(d) / "simple_switch_grpc", os.X_OK):
+            return d
+    return None
+
+
+def use_fast_bmv2() -> str | None:
+    """Run this process and its children on the fast BMv2 where it exists
+    (it goes first in the search: $P4_TOOLCHAIN_BIN), unless the user chose a
+    toolchain with $P4_TOOLCHAIN_BIN already. Returns the directory used."""
+    fast = fast_bmv2_dir()
+    if fast and not os.environ.get(ENV_VAR):
+        os.environ[ENV_VAR] = fast
+        return fast
+    return None
+
+
 def missing_tools() -> list[str]:
     return [n for n in REQUIRED_TOOLS if not find_tool(n).found]
 
@@ -128,6 +154,13 @@ def doctor() -> int:
     except ImportError:
         ok = False
         print(f"  [MISSING] {'python thrift':20s} run `make setup` (thrift from PyPI, in .venv)")
+    fast = fast_bmv2_dir()
+    if fast:
+        print(f"  [ok]      {'fast BMv2':20s} {fast}/simple_switch_grpc  "
+              f"({tool_version(str(Path(fast) / 'simple_switch_grpc'))}; experiments, train and bench use it)")
+    else:
+        print(f"  [--]      {'fast BMv2':20s} none in ${FAST_ENV_VAR} or {DEFAULT_FAST_BIN}: experiments run on the "
+              f"build above (docs/toolchain.md, \"A faster BMv2\")")
     for name in ("ip", "tc", "ethtool", "ping"):
         path = shutil.which(name)
         tag = "[ok]     " if path else "[MISSING]"

@@ -15,6 +15,8 @@ from typing import Sequence
 
 from emulator.bmv2_thrift import Bmv2Thrift
 from control.controller import FabricController
+from emulator.calibration import CalibrationError, Flow, demand, plan
+from emulator.calibration import load as load_calibration
 from emulator.fidelity import FidelityMonitor, Limits, Verdict, report
 from emulator.network import interface_rx_packets
 from features.ecn import QDEPTH_REGISTER
@@ -186,6 +188,28 @@ def case_fidelity(net, ctl: FabricController, limits: Limits = Limits(),
 
     ifaces = {sw.name: [p.iface for p in sw.ports.values()] for sw in net.topo.switches.values()}
     return FidelityMonitor(input_path, ifaces, limits).start()
+
+
+def announce_budget(topo, flows: Sequence[Flow], composition: str = "fabric", ack_share: float = 0.0) -> str:
+    """Before a run starts: what its rates cost this machine by the stored
+    calibration (emulator/calibration.py), said loudly when over budget.
+    Returns the row's `budget` text ("within", "over x1.73", or "unknown"
+    without a calibration)."""
+    try:
+        cal = load_calibration()
+    except CalibrationError as exc:
+        cal, why = None, str(exc)
+    else:
+        why = "no calibration (fabric calibrate)"
+    if cal is None:
+        print(f"budget: {why}: what this run costs the machine is unknown", flush=True)
+        return "unknown"
+    p = plan(demand(topo, flows, ack_share), cal, composition)
+    if p.within_budget:
+        print(f"budget: this run {p}", flush=True)
+        return "within"
+    print(f"!!! budget: this run {p}; it runs as asked, and its results may measure this machine", flush=True)
+    return f"over x{p.dilation:.2f}"
 
 
 def print_fidelity(rows: Sequence[dict], key: str = "case") -> None:

@@ -40,12 +40,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from experiments.common import case_fidelity, experiment_parser, lost_before_pipeline, print_fidelity, roce_agent, \
-    sample_queue, save_figure
+from experiments.common import announce_budget, case_fidelity, experiment_parser, lost_before_pipeline, print_fidelity, \
+    roce_agent, sample_queue, save_figure
 
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from emulator.bmv2_thrift import Bmv2Thrift
 from emulator.build import compile_p4
+from emulator.calibration import Flow
 from control.controller import FabricController
 from features.ecn import MARKED_COUNTER, QDEPTH_REGISTER, EcnProfile
 from emulator.network import Network, queue_rate_pps
@@ -217,10 +218,12 @@ def main(argv: list[str] | None = None) -> int:
             FabricController(topo) as ctl:
         ctl.program()
         net.apply_queue_rates()
+        senders = [h.name for h in topo.hosts.values() if h.role == "sender"]
+        budget = announce_budget(topo, [Flow(h, "h5", args.sender_rate) for h in senders])
         for case in (c for c in CASES if c.name in args.cases):
             print(f"==> {case.name}: {args.duration:g}s of 4:1 incast "
                   f"({case.profile}{', DCQCN' if case.dcqcn else ', fixed rate'})", flush=True)
-            results.append(run_case(case, topo, net, ctl, args, out))
+            results.append({**run_case(case, topo, net, ctl, args, out), "budget": budget})
     keys = list(results[0])
     with open(out / "summary.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys)

@@ -84,11 +84,12 @@ REPO = Path(__file__).resolve().parent.parent
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from emulator.bmv2_thrift import Bmv2Thrift
 from emulator.build import compile_p4
+from emulator.calibration import Flow
 from control.controller import FabricController
 from emulator.network import Network, queue_rate_pps
 from control.p4constants import drop_reasons
 from control.topology import NextHop
-from experiments.common import StartGate, agent_python, experiment_parser, case_fidelity, \
+from experiments.common import StartGate, agent_python, announce_budget, experiment_parser, case_fidelity, \
     lost_before_pipeline, print_fidelity, print_table, roce_agent, save_figure, write_csv
 from features import load_topology, topology_from_dict
 from features.ecn import EcnProfile
@@ -972,12 +973,14 @@ def main(argv: list[str] | None = None) -> int:
         topo.features[SECTION] = section(True)          # the switches start with its queues
         results = []
         with fabric(topo, "lossless", args) as (net, ctl):
+            budget = announce_budget(topo, [Flow(h.name, RECEIVER, args.sender_rate) for h in topo.hosts.values()
+                                            if h.role == "sender"], composition="training")
             for run, run_out in runs(out, args.runs):
                 for case in (c for c in CASES if c.name in args.cases):
                     print(f"==> {run_label(run, args.runs)}{case.name}: {args.duration:g}s of 4:1 incast in class "
                           f"{TCLASS} ({'lossless' if case.lossless else 'lossy'}{', DCQCN' if case.dcqcn else ''})",
                           flush=True)
-                    results.append({"run": run, **run_case(case, topo, net, ctl, args, run_out)})
+                    results.append({"run": run, **run_case(case, topo, net, ctl, args, run_out), "budget": budget})
         written += [write_csv(out / "summary.csv", results), _plot_summary(results[-len(args.cases):], out)]
         print_table(results, width=15)
         verdicts.append(end_to_end("incast", results))

@@ -48,11 +48,15 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def calibrated(command: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
-    """`command`, run once a current calibration exists (measured first if
-    none holds: benchmarks/calibration.py), so the run can size itself and
-    say whether its rates fit this machine."""
+    """`command`, run on the fast BMv2 where there is one, once a current
+    calibration of that build exists (measured first if none holds:
+    benchmarks/calibration.py), so the run can size itself and say whether
+    its rates fit this machine."""
     def run_calibrated(rest: list[str]) -> int:
         if not {"-h", "--help"} & set(rest):
+            fast = toolchain.use_fast_bmv2()
+            if fast:
+                print(f"fabric: on the fast BMv2 in {fast} (${toolchain.ENV_VAR} chooses another)", flush=True)
             try:
                 benchmarks.calibration.ensure()
             except toolchain.ToolchainMissing as exc:       # the command says so in its own words
