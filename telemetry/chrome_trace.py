@@ -25,6 +25,7 @@ paused_s so far when the rank's NIC honours PFC).
 from __future__ import annotations
 
 import json
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -124,7 +125,8 @@ def write_heatmap(path: Path, records: Sequence[Sequence[dict]], hosts: Sequence
     import numpy as np
     steps = min(len(r) for r in records)
     grid = np.array([[1000 * (r[s]["end"] - r[s]["start"]) for s in range(steps)] for r in records])
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.3 * steps + 2), max(2.5, 0.35 * len(records) + 1.5)))
+    width = max(6.0, 0.3 * steps + 2)
+    fig, ax = plt.subplots(figsize=(width, max(2.5, 0.35 * len(records) + 1.5)))
     im = ax.imshow(grid, aspect="auto", cmap="viridis", interpolation="nearest")
     ax.set_xlabel("step")
     ax.set_ylabel("rank")
@@ -133,7 +135,8 @@ def write_heatmap(path: Path, records: Sequence[Sequence[dict]], hosts: Sequence
     ax.set_yticks(range(len(records)))
     ax.set_yticklabels([f"{r} ({h})" for r, h in enumerate(hosts)])
     fig.colorbar(im, ax=ax, label="step time (ms)")
-    ax.set_title(title)
+    # wrapped to the figure's width (about 11 characters an inch at 10 pt): a long case label stays inside it
+    ax.set_title(textwrap.fill(title, int(width * 11), break_on_hyphens=False), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
