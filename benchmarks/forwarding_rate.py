@@ -53,7 +53,8 @@ from pathlib import Path
 from benchmarks.cases import (DST_IP, HOST_MAC, IN_PORT, MAIN, OUT_PORT, PAIRS, REPO, SRC_IP, SWITCH_MAC,
                    Case, cases, compile_case, frames, make_veths, remove_veths, running_switch, rx_packets, select)
 from control.switch import Pipeline
-from emulator.toolchain import require
+from emulator.fidelity import CpuSampler, summarise_cpu
+from emulator.toolchain import require, tool_version
 from hostagent.sender import RawSender
 
 OVERLOAD = 1.25           # offered = OVERLOAD x probed capacity
@@ -218,10 +219,13 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = REPO / "build" / "bench"
     chosen = select(cases(args.fabric), args.only)
     pipelines = {c.name: compile_case(c) for c in chosen}
-    print(f"BMv2: {require('simple_switch_grpc')}, logging off; {args.repeats} rounds of {args.duration:g} s", flush=True)
+    versions = {"p4c": tool_version(require("p4c-bm2-ss")), "bmv2": tool_version(require("simple_switch_grpc"))}
+    print(f"BMv2: {require('simple_switch_grpc')} ({versions['bmv2']}), logging off; p4c {versions['p4c']}; "
+          f"{args.repeats} rounds of {args.duration:g} s", flush=True)
     make_veths()
     rows: list[dict] = []
     agent = 0.0
+    machine = CpuSampler().start()     # the bench saturates the machine on purpose: recorded, not judged
     try:
         offered = {}
         for c in chosen:
@@ -236,6 +240,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"host agent sender loop {agent:8.0f} pps", flush=True)
     finally:
         remove_veths()
+        cpu = summarise_cpu(machine.stop())
+    print(f"the machine during the bench: {cpu}", flush=True)
+    for row in rows:
+        row.update(versions, steal=f"{cpu.steal:.3f}" if cpu else "")
 
     with open(out_dir / "forwarding_rate.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -245,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     if "port_forward" not in names or "basic_router" not in names:
         print(f"raw runs: {out_dir / 'forwarding_rate.csv'} (no ratios without both references)")
         return 0
-    summary = summarise(rows, names)
+    summary = [{**s, **versions} for s in summarise(rows, names)]
     with open(out_dir / "summary.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(summary[0]))
         w.writeheader()
