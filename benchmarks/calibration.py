@@ -35,9 +35,7 @@ from benchmarks.cases import IN_PORT, MAIN, OUT_PORT, PAIRS, Case, compile_case,
 from benchmarks.forwarding_rate import _blast, measure_agent
 from control.p4info import P4Info
 from control.sync import SwitchState
-from emulator.build import compile_p4
-from emulator.calibration import CALIBRATION_FILE, Calibration, Identity, current, machine_identity, store
-from emulator.toolchain import require
+from emulator.calibration import CALIBRATION_FILE, Calibration, current, store, this_machine
 from features import FEATURES
 
 OFFERED_PPS = 4000.0      # the load the per-packet CPU is measured at
@@ -95,13 +93,9 @@ def switch_cost(case: Case, offered_pps: float = OFFERED_PPS) -> tuple[float, fl
     return forwarded / busy, idle, forwarded
 
 
-def identity() -> Identity:
-    return machine_identity(require("simple_switch_grpc"), compile_p4().cookie())
-
-
 def calibrate(say=print) -> Calibration:
     """Measure this machine (needs root: veths) and store the result."""
-    ident = identity()
+    ident = this_machine()
     make_veths()
     try:
         rates, idle = {}, []
@@ -123,7 +117,7 @@ def calibrate(say=print) -> Calibration:
 
 def ensure(say=print) -> Calibration:
     """The current calibration, measured first when none holds."""
-    cal, why = current(identity())
+    cal, why = current(this_machine())
     if cal is not None:
         return cal
     say(f"calibrate: {why}: measuring this machine (about 30 s)")

@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Iterable
 
 from control.topology import Topology
+from emulator.build import compile_p4
+from emulator.toolchain import require
 
 REPO = Path(__file__).resolve().parent.parent
 CALIBRATION_FILE = REPO / "build" / "calibration.json"
@@ -74,6 +76,11 @@ def bmv2_identity(binary: str) -> str:
 
 def machine_identity(binary: str, pipeline_cookie: int | str) -> Identity:
     return Identity(cpu_model(), os.cpu_count() or 1, bmv2_identity(binary), str(pipeline_cookie))
+
+
+def this_machine() -> Identity:
+    """This machine, the BMv2 the toolchain search finds, and the fabric pipeline (compiled if stale)."""
+    return machine_identity(require("simple_switch_grpc"), compile_p4().cookie())
 
 
 @dataclass(frozen=True)
@@ -206,6 +213,18 @@ def _path_shares(topo: Topology, src: str, dst: str) -> dict[str, float]:
             shares[sw] = shares.get(sw, 0.0) + share
         frontier = nxt
     return shares
+
+
+def fitting_rate(topo: Topology, pairs: Iterable[tuple[str, str]], cal: Calibration, composition: str = "fabric",
+                 ack_share: float = 0.0, share: float = BUDGET_SHARE) -> float:
+    """The highest packets/s every (source, destination) of `pairs` may be
+    sent at together for the run to stay within budget (0 when the idle
+    switches alone exceed it)."""
+    unit = demand(topo, [Flow(a, b, 1.0) for a, b in pairs], ack_share)
+    p = plan(unit, cal, composition, share)
+    fixed = unit.switches * cal.switch_idle_cores
+    per_pps = p.needed_cores - fixed
+    return max(0.0, (p.budget_cores - fixed) / per_pps) if per_pps > 0 else float("inf")
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ import yaml
 
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from emulator.build import compile_p4
+from emulator.calibration import current, fitting_rate, this_machine
 from control.controller import FabricController
 from emulator.impairments import blackhole
 from emulator.network import Network, NetworkError
@@ -68,7 +69,7 @@ from hostagent.collectives import schedule as sc
 from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, CHANNEL_CHOICES, FIXED, IN_NETWORK, LEAST_LOADED, \
     default_sport
 from hostagent.rdma.agent import congestion_controls
-from hostagent.rdma.transport import SELECTIVE_REPEAT
+from hostagent.rdma.transport import SELECTIVE_REPEAT, TransportParams
 from control.switch import MONITOR_CREDENTIALS
 from telemetry import metrics as m
 from telemetry import prometheus_config
@@ -91,6 +92,7 @@ MTU = 1024
 # Time constants scaled to BMv2 on two cores (docs/train.md's table).
 LINE_RATE_PPS = {"leaf-spine": 1000.0, "fat-tree-k4": 400.0}   # each connection's top rate (1 KB packets)
 DEFAULT_LINE_RATE_PPS = 400.0
+MIN_LINE_RATE_PPS = 20.0        # a derived rate is never below this: a step must still end in minutes
 # failover: (heartbeat period, a port silent this long is dead), ms. Heartbeats go on every link and on a
 # path to every edge switch: on fat-tree-k4 at 50 ms they alone kept BMv2 at 1.8 cores of two, idle.
 FAILOVER_MS = {"leaf-spine": (50, 500), "fat-tree-k4": (500, 2000)}
@@ -415,6 +417,24 @@ class RunResult:
 def percentile(values: list[float], p: float) -> float:
     v = sorted(values)
     return v[min(len(v) - 1, int(p * len(v)))] if v else 0.0
+
+
+def line_rate_for(topology: str, rank_names: list[str], c: Composition) -> tuple[float, str]:
+    """Each connection's top rate, and how it was chosen: the highest at
+    which the ring's connections (each rank to the next, on every channel;
+    ACKs back) keep the run within this machine's budget, by its current
+    calibration and the training composition's cost per packet
+    (emulator/calibration.py); without one, the topology's LINE_RATE_PPS."""
+    cal, why = current(this_machine())
+    if cal is None:
+        return LINE_RATE_PPS.get(Path(topology).stem, DEFAULT_LINE_RATE_PPS), f"{why}: the topology's default"
+    topo = composed_topology(topology, c, rank_names)[0]
+    n = len(rank_names)
+    ring = [(rank_names[i], rank_names[(i + 1) % n]) for i in range(n)] * c.channels
+    rate = fitting_rate(topo, ring, cal, "training", ack_share=1 / TransportParams().ack_every)
+    rate = max(MIN_LINE_RATE_PPS, 10 * math.floor(rate / 10))
+    return rate, (f"the ring's {len(ring)} connections within half this machine's cores, by its calibration of "
+                  f"{cal.measured_at}")
 
 
 def ideal_step_ms(c: Composition, ranks: int, compute_ms: float, line_rate_pps: float) -> float:
@@ -809,8 +829,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--ablate", nargs="?", const=",".join(TECHNIQUES), metavar="TECHNIQUES",
                     help="the composition, then each technique off in turn (or those named, comma-separated: "
                          f"{', '.join(TECHNIQUES)})")
-    ap.add_argument("--line-rate-pps", type=float, help="each connection's top rate (default: per topology, "
-                    "docs/train.md)")
+    ap.add_argument("--line-rate-pps", type=float, help="each connection's top rate (default: the highest that "
+                    "keeps the ring within this machine's budget by its calibration, docs/fidelity.md; without a "
+                    "calibration, per topology: docs/train.md)")
     ap.add_argument("--no-monitor", dest="monitor", action="store_false",
                     help="no switch exporter nor Prometheus (no slow step explained)")
     ap.add_argument("--out", type=Path, default=OUT, help="results directory (default %(default)s)")
@@ -850,6 +871,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fabric train: {e}")
         return 2
     compile_p4()
+    if not args.line_rate_pps:
+        args.line_rate_pps, how = line_rate_for(args.topology, rank_names, composition)
+        print(f"line rate: {args.line_rate_pps:g} packets/s a connection ({how})", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     reference = Reference(args.steps, args.out)
     results = []

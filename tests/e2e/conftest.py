@@ -1,10 +1,19 @@
 """End-to-end tests run on the real toolchain. Without it they fail loudly,
-never skip (`make test` also checks first and says how to get it)."""
+never skip (`make test` also checks first and says how to get it). They
+keep the toolchain they find: the front door's switch to a fast BMv2
+(emulator/toolchain.py, use_fast_bmv2) is for experiments a user runs, so
+the first directory found is pinned in $P4_TOOLCHAIN_BIN for every command
+the tests start."""
 import os
+from pathlib import Path
 
 import pytest
 
-from emulator.toolchain import HOW_TO_GET, missing_tools
+from emulator.toolchain import ENV_VAR, HOW_TO_GET, find_tool, missing_tools
+
+_found = find_tool("simple_switch_grpc")
+if _found.path and not os.environ.get(ENV_VAR):
+    os.environ[ENV_VAR] = str(Path(_found.path).parent)
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from emulator.calibration import (Calibration, CalibrationError, Demand, Flow, Identity, cpu_model, current, demand,
-                                  plan, store)
+                                  fitting_rate, plan, store)
 from features import load_topology
 
 REPO = Path(__file__).resolve().parents[3]
@@ -99,3 +99,15 @@ def test_idle_switches_alone_over_budget_cannot_be_dilated_away():
 def test_an_unknown_composition_is_named():
     with pytest.raises(ValueError, match="no calibration for composition 'int'"):
         plan(Demand({}, 0.0, 0), calibration(), composition="int")
+
+
+def test_the_fitting_rate_fills_the_budget_exactly():
+    cal = calibration()
+    pairs = [("h1", "h3"), ("h3", "h1")]
+    rate = fitting_rate(LEAF_SPINE, pairs, cal)
+    at_rate = plan(demand(LEAF_SPINE, [Flow(a, b, rate) for a, b in pairs]), cal)
+    assert at_rate.needed_cores == pytest.approx(at_rate.budget_cores)
+    assert plan(demand(LEAF_SPINE, [Flow(a, b, 1.1 * rate) for a, b in pairs]), cal).dilation > 1
+    # the costlier composition and ACKs leave a lower rate
+    assert fitting_rate(LEAF_SPINE, pairs, cal, "training") < rate
+    assert fitting_rate(LEAF_SPINE, pairs, cal, ack_share=0.25) < rate
