@@ -4,6 +4,7 @@ reconciliation (nothing duplicated, every pair reachable again); a backup
 controller (lower election id) cannot write while the primary is there,
 takes over when the primary goes, and rewrites nothing that is already
 right."""
+import contextlib
 import socket
 import struct
 import time
@@ -112,24 +113,28 @@ SO_TIMESTAMPNS = 35                  # Linux; Python's socket module does not na
 
 
 def arrival_spread_s(net, src: str, dst: str, packets: int = 40) -> float:
-    """Send `packets` UDP datagrams from `src` to `dst` as one burst (fewer
-    than the queue holds: none dropped) and return the time from the first
-    arrival to the last, by the kernel's receive timestamps (a busy machine
-    can only spread them further, never bunch them closer than the queue sent
-    them, short of a first packet delayed more than the last)."""
+    """Send `packets` UDP datagrams from `src` to `dst` 2 ms apart (80 ms in
+    all: faster than the shaped link, slower than a burst BMv2's input path
+    loses frames of; fewer than the queue holds) and return the time from the
+    first arrival to the last, by the kernel's receive timestamps (a busy
+    machine can only spread them further, never bunch them closer than the
+    queue sent them, short of a first packet delayed more than the last)."""
     rx = socket_in_netns(dst)
     tx = socket_in_netns(src)
     try:
         rx.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         rx.bind((net.topo.hosts[dst].ip, 40000))
-        rx.settimeout(10)
         for i in range(packets):
             tx.sendto(i.to_bytes(4, "big") + bytes(996), (net.topo.hosts[dst].ip, 40000))
+            time.sleep(0.002)
         stamps = []
-        for _ in range(packets):
-            _, ancdata, _, _ = rx.recvmsg(2048, 64)
-            sec, nsec = struct.unpack("qq", ancdata[0][2][:16])
-            stamps.append(sec + nsec / 1e9)
+        rx.settimeout(3)
+        with contextlib.suppress(socket.timeout):
+            while len(stamps) < packets:
+                _, ancdata, _, _ = rx.recvmsg(2048, 64)
+                sec, nsec = struct.unpack("qq", ancdata[0][2][:16])
+                stamps.append(sec + nsec / 1e9)
+        assert len(stamps) >= packets - 5, f"{len(stamps)} of {packets} packets arrived"
         return max(stamps) - min(stamps)
     finally:
         rx.close()
@@ -145,7 +150,7 @@ def test_a_restarted_switch_gets_its_link_rates_back(tmp_path):
                                "switches": [{"name": "s1"}], "hosts": [{"name": "h1"}, {"name": "h2"}],
                                "links": [["h1", "s1"], ["h2", "s1"]]}, "one shaped switch")
     assert queue_rate_pps(0.6) == SHAPED_PPS
-    shaped_s = 39 / SHAPED_PPS                     # 40 packets leave 1/rate apart: 0.78 s
+    shaped_s = 34 / SHAPED_PPS                     # 35 packets or more leave 1/rate apart: 0.68 s or more
     with Network(topo, tmp_path / "net", log_level="warn") as net, FabricController(topo) as ctl:
         net.apply_queue_rates()
         ctl.program()
@@ -156,7 +161,7 @@ def test_a_restarted_switch_gets_its_link_rates_back(tmp_path):
         assert [r.switch for r in Supervisor(net, ctl).check_once()] == ["s1"]
         after = arrival_spread_s(net, "h1", "h2")
         print(f"\n40 packets at {SHAPED_PPS} pps: arrivals spread {before:.2f} s before the restart, {after:.2f} s after")
-        # Half the shaped time: a switch forwarding unshaped delivers 40 packets in milliseconds.
+        # Half the shaped time: a switch forwarding unshaped delivers them as sent, within about 80 ms.
         assert before >= 0.5 * shaped_s, f"the link was not shaped before the restart ({before:.2f} s)"
         assert after >= 0.5 * shaped_s, (f"after the restart 40 packets arrived within {after:.2f} s: the switch "
                                          f"forwards unshaped (a {SHAPED_PPS} pps queue takes {shaped_s:.2f} s)")
