@@ -38,7 +38,7 @@ from control.sync import SwitchState
 from emulator.calibration import CALIBRATION_FILE, Calibration, current, store, this_machine
 from features import FEATURES
 
-OFFERED_PPS = 4000.0      # the load the per-packet CPU is measured at
+OFFERED_PPS = 2000.0      # the load the per-packet CPU is measured at: below what the training composition forwards
 IDLE_S = 2.0
 WARMUP_S = 1.0
 MEASURE_S = 3.0

@@ -4,7 +4,7 @@ while it runs and judged at its end (docs/fidelity.md).
 
 | invariant     | what is measured                                          | violated when                       |
 |---------------|-----------------------------------------------------------|-------------------------------------|
-| `cpu`         | the share of the run in which some runnable thread waited | above `Limits.cpu_wait_share`       |
+| `cpu`         | the share of the run in which some runnable thread waited | above `Limits.cpu_wait_share` (30%) |
 |               | for a core (Linux PSI, /proc/pressure/cpu "some"); where  |                                     |
 |               | PSI is missing, the share of samples with no idle CPU     |                                     |
 | `input_path`  | frames a switch's interfaces received that its P4 ingress | above `Limits.input_path_frames`    |
@@ -40,7 +40,10 @@ SOFTNET = Path("/proc/net/softnet_stat")
 @dataclass(frozen=True)
 class Limits:
     """What a faithful run may not exceed (one table: docs/fidelity.md)."""
-    cpu_wait_share: float = 0.10     # of the run's wall time, some thread waited for a core
+    # of the run's wall time, some thread waited for a core. PSI's "some" counts any wait, however short: on
+    # this 2-core VM the ECN incast at 100 packets/s a sender read 7-17%, at its shipped 500 17-20%, at 2000
+    # (273 frames lost before the pipeline) 24%, at 20000 68% (docs/fidelity.md)
+    cpu_wait_share: float = 0.30
     idle_floor: float = 0.05         # no PSI: a sample with less idle CPU than this (of all cores) is saturated
     input_path_frames: int = 0       # frames lost before the pipeline: none
     agent_late_s: float = 0.050      # an agent this late for its schedule
