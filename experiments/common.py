@@ -160,11 +160,12 @@ def input_path_counts(ctl: FabricController, switches) -> dict[str, int]:
     """{switch: frames its interfaces received (the kernel's count) minus
     frames its pipeline's ingress counted}. Once traffic has stopped, what
     grew is what BMv2 lost between its packet socket and ingress: seen by
-    no P4 counter."""
+    no P4 counter. Each switch must have a connection (ctl.connections)."""
     out = {}
-    for sw in switches:
+    entry = ctl.p4info.counter_entry("ingress_port_counter")
+    for sw in switches:       # through each switch's connection: ctl.counter() would reconnect to every switch
         rx = interface_rx_packets(sw)
-        ingress = ctl.counter(sw.name, "ingress_port_counter")
+        ingress = ctl.connections[sw.name].counter(entry)
         out[sw.name] = sum(rx.values()) - sum(ingress.get(p, (0, 0))[0] for p in rx)
     return out
 
