@@ -268,6 +268,8 @@ def report(verdicts: Mapping[str, Verdict | str], what: str = "run") -> str:
     """The last lines of a run: how many cases were faithful, and loudly,
     each that was not (a verdict or its text, as a result row holds it)."""
     bad = {case: v for case, v in verdicts.items() if str(v) != "ok"}
+    if not verdicts:
+        return f"fidelity: no {what} judged"
     if not bad:
         return f"fidelity: every {what} faithful ({len(verdicts)} of {len(verdicts)})"
     lines = [f"!!! fidelity: {len(bad)} of {len(verdicts)} {what}s violated an invariant: "

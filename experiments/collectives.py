@@ -72,8 +72,9 @@ rate and connections) on torus-4x4, its ranks along a ring of neighbours
 (control/generators/collective_model.py: every ring hop one link) or in a
 random order, against the same ring on fat-tree-k4 in host order and in
 a random order: step time, bus bandwidth, and the switches a packet
-crossed (every switch's received packets over those received from hosts),
-next to the flow model's busiest link and hops for the same order.
+crossed (one, plus the packets switches forwarded to switches over those
+they received from hosts; frames the machine lost before a pipeline are
+counted apart), next to the flow model's busiest link and hops for the same order.
 
 Phase least-loaded (Alibaba HPN's channel choice): two ranks, h1 on leaf1
 and h3 on leaf2, of leaf-spine with its spine links at LL_SPINE_MBPS
@@ -114,7 +115,8 @@ from control.generators.flow_model import FlowModel
 from emulator.build import compile_p4
 from control.controller import FabricController
 from emulator.network import Network
-from experiments.common import agent_python, experiment_parser, print_table, roce_agent, save_figure, write_csv
+from experiments.common import (agent_python, experiment_parser, input_path_counts, print_table, roce_agent,
+                                save_figure, write_csv)
 from experiments.failover_timeline import fail_link
 from features import topology_from_dict
 from features.failover.heartbeat import running_heartbeats
@@ -418,15 +420,22 @@ def topology_graph(topo) -> Graph:
                     if p.peer in topo.switches and sw.name < p.peer])
 
 
-def switch_crossings(ctl: FabricController, topo) -> tuple[int, int]:
-    """(packets every switch received, those received from hosts) so far."""
-    total = from_hosts = 0
+def switch_crossings(ctl: FabricController, topo) -> tuple[int, int, int]:
+    """(packets switches received from hosts, packets switches forwarded to
+    other switches, frames switches lost before their pipeline) so far. A
+    packet from a host crosses one switch plus one a forward to a switch:
+    counted where it was forwarded, a frame the next switch's input path
+    lost on a loaded machine still crossed the links it was routed over."""
+    from_hosts = to_switches = 0
     for sw in topo.switches.values():
         host_ports = {p.number for p in sw.ports.values() if p.peer in topo.hosts}
-        for port, (pkts, _) in ctl.counter(sw.name, "ingress_port_counter").items():
-            total += pkts
-            from_hosts += pkts if port in host_ports else 0
-    return total, from_hosts
+        switch_ports = {p.number for p in sw.ports.values() if p.peer in topo.switches}
+        received = ctl.counter(sw.name, "ingress_port_counter")
+        from_hosts += sum(pkts for port, (pkts, _) in received.items() if port in host_ports)
+        sent = ctl.counter(sw.name, "egress_port_counter")
+        to_switches += sum(pkts for port, (pkts, _) in sent.items() if port in switch_ports)
+    lost = sum(input_path_counts(ctl, topo.switches.values()).values())
+    return from_hosts, to_switches, lost
 
 
 def run_torus_case(name: str, how: str, topo, ctl: FabricController, args, out: Path) -> dict:
@@ -443,9 +452,10 @@ def run_torus_case(name: str, how: str, topo, ctl: FabricController, args, out: 
     procs = launch(case, job, extra, args, out, time.time() + START_DELAY_S + 0.1 * len(job))
     result = collect(case, procs, out)
     after = switch_crossings(ctl, topo)
-    total, from_hosts = (a - b for a, b in zip(after, before))
+    from_hosts, to_switches, lost = (a - b for a, b in zip(after, before))
     return {"case": result.pop("case"), "topology": name, "order": how, **result,
-            "switches_per_packet": round(total / (from_hosts or 1), 2),
+            "switches_per_packet": round(1 + to_switches / (from_hosts or 1), 2),
+            "lost_before_pipeline": lost,
             "model_mean_links": round(model.mean_hops, 2), "model_max_link_load": round(model.max_link_load, 2),
             "ring": " ".join(hosts)}
 

@@ -25,11 +25,14 @@ profile writes each packet's enq_qdepth into egress_qdepth[port]), and the
 probe plan's coverage of every directed switch link, proven from the reports
 of one round of probes. "What suppression loses": the queue the reports
 show, held until the next report, against the Thrift samples (mean and p95
-absolute error, packets). Writes CSV and PNG under --out and prints where.
+absolute error, packets), each report placed at the time the switch saw
+the queue (its egress timestamp), not when it reached the collector; how
+much later than the least late report they arrived is the report delay. Writes CSV and PNG under --out and prints where.
 """
 from __future__ import annotations
 
 import csv
+import json
 import statistics
 import subprocess
 import sys
@@ -46,7 +49,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from experiments.common import experiment_parser, sample_queue, save_figure
+from experiments.common import case_fidelity, experiment_parser, lost_before_pipeline, print_fidelity, sample_queue, \
+    save_figure
 
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from emulator.bmv2_thrift import Bmv2Thrift
@@ -109,8 +113,28 @@ class Recorder:
             self.rows.append({"t_s": round(t, 4), "switch": self.names.get(pkt.node_id, "?"), "kind": kind,
                               "bytes": len(data), "flow": r.inner.flow if r.inner is not None else "",
                               "hops": ";".join(f"{n}:{q}:{lat}" for n, q, lat in hops),
-                              "sink_queue": hops[-1][1] if hops and kind != "drop" and not r.i else ""})
+                              "sink_queue": hops[-1][1] if hops and kind != "drop" and not r.i else "",
+                              "sink_egress_us": md.egress_ts if md is not None and kind != "drop" else ""})
 
+
+
+def on_switch_clock(rows: list[dict]) -> tuple[list[tuple[float, int]], float | None, float | None]:
+    """The sink's reports as (time the switch saw the queue, queue), sorted,
+    and how much later than the least late one they reached the collector
+    (ms, p50 and p95). A report carries its egress timestamp (BMv2's clock,
+    microseconds from the switch's start); the least (arrival - timestamp)
+    over the run maps that clock onto the collector's. Arrival times alone
+    would measure the collector's backlog: reporting every packet, it fell
+    ~0.4 s behind on this 2-core machine."""
+    stamped = [(float(r["t_s"]), int(r["sink_egress_us"]) / 1e6, int(r["sink_queue"])) for r in rows
+               if r["kind"] != "drop" and r["switch"] == SINK_SWITCH and r["sink_queue"] != ""
+               and r["sink_egress_us"] != ""]
+    if not stamped:
+        return [], None, None
+    offset = min(arrived - ts for arrived, ts, _ in stamped)
+    delays = sorted((arrived - ts - offset) * 1000 for arrived, ts, _ in stamped)
+    return (sorted((ts + offset, q) for _, ts, q in stamped), round(statistics.median(delays), 1),
+            round(delays[int(0.95 * (len(delays) - 1))], 1))
 
 
 def held_error(reports: list[tuple[float, int]], samples: list[tuple[float, int]], start: float, end: float):
@@ -154,6 +178,8 @@ def run_case(case: str, args, out: Path) -> dict:
 
         samples: list = []
         stop = threading.Event()
+        fidelity = case_fidelity(net, ctl)
+        fidelity.traffic_starts(start_at)
         with collector, Bmv2Thrift(topo.switches[SINK_SWITCH].thrift_port) as thrift:
             procs = [agent(RECEIVER, "receive", ["--duration", str(args.duration + 1.0)])]
             procs += [agent(h, "send", ["--dst-ip", receiver.ip, "--qp", str(i),
@@ -167,6 +193,9 @@ def run_case(case: str, args, out: Path) -> dict:
             stop.set()
             sampler.join()
             time.sleep(0.5)
+            late = [json.loads((case_dir / f"send-{h}.json").read_text())["send_late_s"] for h in SENDERS]
+            verdict = fidelity.verdict(late)
+            lost_before_pipeline(case, verdict)
             traffic_rows = list(recorder.rows)
             traffic_datagrams = list(recorder.datagrams)
             recorder.links = set()
@@ -195,8 +224,7 @@ def run_case(case: str, args, out: Path) -> dict:
         qw.writerow(["t_s", "qdepth_pkts"])
         qw.writerows((round(t, 4), q) for t, q in samples)
     in_window = [(t, n) for t, n in traffic_datagrams if 0 <= t <= args.duration]
-    sink_reports = sorted((r["t_s"], int(r["sink_queue"])) for r in traffic_rows
-                          if r["kind"] != "drop" and r["switch"] == SINK_SWITCH and r["sink_queue"] != "")
+    sink_reports, delay_p50, delay_p95 = on_switch_clock(traffic_rows)
     mae, p95 = held_error(sink_reports, samples, 0.5, args.duration)
     result = {
         "case": case,
@@ -210,8 +238,11 @@ def run_case(case: str, args, out: Path) -> dict:
         "queue_reports_held_back": counts["queue_limited"],
         "queue_error_mean_pkts": mae,
         "queue_error_p95_pkts": p95,
+        "report_delay_ms_p50": delay_p50,
+        "report_delay_ms_p95": delay_p95,
         "probe_paths": len(probes),
         "probe_link_coverage": round(covered, 3),
+        "fidelity": str(verdict),
     }
     _plot_case(case, result, sink_reports, samples, traffic_rows, case_dir)
     return result
@@ -276,10 +307,11 @@ def main(argv: list[str] | None = None) -> int:
         w.writeheader()
         w.writerows(results)
     summary_png = _plot_summary(results, out)
-    cols = list(results[0])
+    cols = [c for c in results[0] if c != "fidelity"]
     print("\n" + "\n".join(f"{c:>26s}: " + "  ".join(f"{r[c]!s:>14s}" for r in results) for c in cols))
     print(f"\nresults: {out}/summary.csv, {summary_png}, and per case <case>/timeseries.png, "
           f"int_reports.csv, queue.csv, reports.csv")
+    print_fidelity(results)
     return 0
 
 

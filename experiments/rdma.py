@@ -336,7 +336,8 @@ def run_loss_case(mode: str, loss_pct: float, topo, net: Network, ctl: FabricCon
         tx = rdma_agent(sender, "send", start_at=gate, out_dir=case_dir, extra=[
             *common, "--dst-ip", receiver.ip, "--qp", "1", "--cc", "dcqcn", "--duration", str(args.duration),
             "--message-bytes", str(MESSAGE_BYTES), "--line-rate-pps", str(capacity)])
-        gate.open([rx, tx])
+        fidelity = case_fidelity(net, ctl)
+        fidelity.traffic_starts(gate.open([rx, tx]))
         tx.wait(timeout=args.duration + 60)
         rx.terminate()
         rx.wait(timeout=15)
@@ -346,10 +347,12 @@ def run_loss_case(mode: str, loss_pct: float, topo, net: Network, ctl: FabricCon
     if tx.returncode:
         raise RuntimeError(f"{name}: the sender failed (exit code {tx.returncode})")
     sent = json.loads((case_dir / f"send-{sender.name}.json").read_text())
+    verdict = fidelity.verdict([sent["started_late_s"]])
     return {"case": name, "mode": mode, "loss_pct": loss_pct, "messages": sent["messages_completed"],
             "goodput_mbps": round(sent["messages_completed"] * MESSAGE_BYTES * 8 / args.duration / 1e6, 3),
             "sent": sent["sent"], "retransmitted": sent["retransmitted"], "timeouts": sent["timeouts"],
-            "naks": sent["naks"], "fct_p50_ms": (sent["completion_ms"] or {}).get("p50", "")}
+            "naks": sent["naks"], "fct_p50_ms": (sent["completion_ms"] or {}).get("p50", ""),
+            "lost_before_pipeline": lost_before_pipeline(name, verdict), "fidelity": str(verdict)}
 
 
 SLOW_PATH_PPS = 500
@@ -370,7 +373,8 @@ def run_spray_case(mode: str, reorder: bool, topo, net: Network, ctl: FabricCont
     tx = rdma_agent(sender, "send", start_at=gate, out_dir=case_dir, extra=[
         *common, "--dst-ip", receiver.ip, "--qp", "1", "--cc", "dcqcn", "--duration", str(args.duration),
         "--message-bytes", str(MESSAGE_BYTES), "--line-rate-pps", str(capacity)])
-    gate.open([rx, tx])
+    fidelity = case_fidelity(net, ctl)
+    fidelity.traffic_starts(gate.open([rx, tx]))
     tx.wait(timeout=args.duration + 60)
     rx.terminate()
     rx.wait(timeout=15)
@@ -378,6 +382,7 @@ def run_spray_case(mode: str, reorder: bool, topo, net: Network, ctl: FabricCont
     if tx.returncode:
         raise RuntimeError(f"{name}: the sender failed (exit code {tx.returncode})")
     sent = json.loads((case_dir / f"send-{sender.name}.json").read_text())
+    verdict = fidelity.verdict([sent["started_late_s"]])
     got = json.loads((case_dir / f"receive-{RECEIVER}.json").read_text())
     flow = next(iter(got["flows"].values()))
     rob: dict = next(iter((got["reorder"] or {}).values()), {})
@@ -387,7 +392,8 @@ def run_spray_case(mode: str, reorder: bool, topo, net: Network, ctl: FabricCont
             "timeouts": sent["timeouts"], "out_of_order_at_transport": flow["out_of_order"],
             "held_by_reorder_buffer": rob.get("held", ""),
             # gaps the reorder buffer gave up on (its gap timeout), and packets that came after it had
-            "reorder_declared_lost": rob.get("losses_declared", ""), "reorder_late": rob.get("late", "")}
+            "reorder_declared_lost": rob.get("losses_declared", ""), "reorder_late": rob.get("late", ""),
+            "lost_before_pipeline": lost_before_pipeline(name, verdict), "fidelity": str(verdict)}
 
 
 MIX_LONG = ("h1", "h5")
