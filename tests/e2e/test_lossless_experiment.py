@@ -154,7 +154,10 @@ def test_pfc_spreads_up_the_tree_and_stalls_a_victim(tmp_path):
             # 60 cases of 6 s in a row lost nothing; one 10 s run here lost 21 at spine2's input, named.
             named = sum(int(x.rsplit(":", 1)[1]) for x in pfc["lost_before_pipeline"].split())
             lost = int(pfc["drops"]) + int(pfc["victim_drops"])
-            assert lost <= named + int(pfc["headroom_drops"]) and lost <= late_pause_losses(pfc), pfc
+            assert lost <= named + int(pfc["headroom_drops"]), pfc
+            # and a faithful case loses at most what late pauses cost; a violated one measured the machine
+            # (pfc-8 lost 73, 60 before the pipeline and 13 to the headroom, over 1% in 2 runs of 2026-11-28)
+            assert pfc["fidelity"] != "ok" or lost <= late_pause_losses(pfc), pfc
         pfc = rows[f"pfc-{n}"]
         assert all(int(pfc[f"pauses_hop{i}"]) > 0 for i in (1, 2, 3)), pfc
         assert float(pfc["victim_pps"]) < 75, "head-of-line blocking: the victim far below its 100 packets/s"
