@@ -16,9 +16,10 @@ topology was loaded with; runtime changes go through controller.feature(name).
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence, TypeVar
 
 from control import forwarding
 from control.p4info import EntryError, P4Info
@@ -26,6 +27,9 @@ from control.switch import CONTROLLER_CREDENTIALS, CONTROLLER_ELECTION_ID, Elect
 from control.tls import ClientCredentials
 from control.sync import SwitchState, SyncReport, read_managed, reconcile
 from control.topology import Failures, Topology
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_PIPELINE = Pipeline(REPO / "build" / "main.json", REPO / "build" / "main.p4info.txtpb")
@@ -36,6 +40,29 @@ class SwitchResult:
     name: str
     pipeline_pushed: bool
     report: SyncReport
+
+
+def each_switch(work: Callable[[T], R], items: Sequence[T], workers: int = 8) -> list[R | BaseException]:
+    """work(item) for every item on a few threads (gRPC calls that wait on
+    a switch), in order: each its result, or the exception it raised. Every
+    call runs to its end whatever the others did."""
+    def attempt(item: T) -> R | BaseException:
+        try:
+            return work(item)
+        except Exception as exc:        # handed back: the caller keeps what succeeded
+            return exc
+    if len(items) <= 1:
+        return [attempt(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(workers, len(items)), thread_name_prefix="switch") as pool:
+        return list(pool.map(attempt, items))
+
+
+def first_error(results: Sequence[R | BaseException]) -> list[R]:
+    """The results, or the first exception among them raised."""
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+    return list(results)        # type: ignore[arg-type]
 
 
 class FabricController:
@@ -62,9 +89,13 @@ class FabricController:
         self.failed = Failures()              # what routes currently avoid (reroute)
 
     def connect(self, timeout: float = 15.0) -> None:
-        for sw in self.topo.switches.values():
-            if sw.name not in self.connections:
-                self.connections[sw.name] = self._connection(sw, timeout)
+        """Connect to every switch not connected yet, all at once (each waits
+        on its channel and its arbitration: 0.23 s a switch, one after the
+        other 4.6 s for fat-tree-k4). What connected is kept when one fails."""
+        todo = [sw for sw in self.topo.switches.values() if sw.name not in self.connections]
+        results = each_switch(lambda sw: self._connection(sw, timeout), todo)
+        self.connections.update((sw.name, c) for sw, c in zip(todo, results) if isinstance(c, SwitchConnection))
+        first_error(results)
 
     def _connection(self, sw, timeout: float) -> SwitchConnection:
         return SwitchConnection(sw.name, sw.grpc_addr, sw.device_id, election_id=self.election_id,
@@ -109,8 +140,10 @@ class FabricController:
         # Build and validate every switch's state before writing anything, the
         # pipeline included: a bad entry leaves every switch as it was.
         skeletons = {name: self.desired_state(name) for name in self.connections}
-        pushed = {name: False if dry_run else conn.push_pipeline(self.pipeline)
-                  for name, conn in self.connections.items()}
+        names = list(self.connections)
+        # at once: BMv2 loads a pipeline in its own process (0.39 s a switch, one after the other)
+        pushed = dict(zip(names, [False] * len(names) if dry_run else first_error(
+            each_switch(lambda name: self.connections[name].push_pipeline(self.pipeline), names))))
         return [SwitchResult(name, pushed[name], self._sync(name, skeletons[name], dry_run))
                 for name in self.connections]
 

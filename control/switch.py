@@ -23,6 +23,7 @@ writes with an error saying so rather than sending them.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import queue
@@ -75,13 +76,33 @@ class Pipeline:
     p4info_txt: Path
 
     def p4info(self) -> p4info_pb2.P4Info:
+        """The P4Info, a copy of its one parse per file version (parsing the
+        text is 0.13 s: 2.7 s of programming fat-tree-k4's 20 switches)."""
         info = p4info_pb2.P4Info()
-        text_format.Parse(self.p4info_txt.read_text(), info)
+        info.CopyFrom(_parsed_p4info(self.p4info_txt, *_version(self.p4info_txt)))
         return info
 
     def cookie(self) -> int:
-        digest = hashlib.sha256(self.bmv2_json.read_bytes() + self.p4info_txt.read_bytes()).digest()
-        return int.from_bytes(digest[:8], "big")
+        return _cookie(self.bmv2_json, self.p4info_txt, *_version(self.bmv2_json), *_version(self.p4info_txt))
+
+
+def _version(path: Path) -> tuple[int, int]:
+    """What changes when a file is rewritten: its modification time and size."""
+    st = path.stat()
+    return st.st_mtime_ns, st.st_size
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed_p4info(path: Path, *_version: int) -> p4info_pb2.P4Info:
+    info = p4info_pb2.P4Info()
+    text_format.Parse(path.read_text(), info)
+    return info
+
+
+@functools.lru_cache(maxsize=8)
+def _cookie(bmv2_json: Path, p4info_txt: Path, *_versions: int) -> int:
+    digest = hashlib.sha256(bmv2_json.read_bytes() + p4info_txt.read_bytes()).digest()
+    return int.from_bytes(digest[:8], "big")
 
 
 class _ArbitrationQueue(queue.Queue):
