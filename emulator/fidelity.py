@@ -240,8 +240,13 @@ class FidelityMonitor:
         self._cpu_from = time.monotonic() + (0.0 if at_wall is None else at_wall - time.time())
 
     def _counts(self) -> dict[str, int]:
+        """The input path's counts and the kernel's drops; with an input
+        path, the kernel's only for the switches it still reads (a switch
+        a case killed drops what reaches its interfaces: the failure, not
+        the machine)."""
         counts = dict(self._input_path()) if self._input_path else {}
-        counts.update(kernel_drops(self._ifaces) if self._ifaces else {})
+        ifaces = {sw: names for sw, names in self._ifaces.items() if not self._input_path or sw in counts}
+        counts.update(kernel_drops(ifaces) if ifaces else {})
         return counts
 
     def start(self) -> "FidelityMonitor":

@@ -30,7 +30,8 @@ Per run: packets sent and lost after t0; the outage: the send time of the
 last packet lost before the first 200 ms without loss (the few stray
 losses of steady state, counted before t0 as lost_before_t0, are not the
 failure's); the controller's reroute time; the flows that moved plane;
-what the switches dropped, by reason. Each failure is repeated --repeats
+what the switches dropped, by reason; the run's fidelity verdict (a switch
+the run kills is left out of it; docs/fidelity.md). Each failure is repeated --repeats
 times; the table gives the median and the largest outage.
 Writes runs.csv, timeline.csv (per 20 ms of send time: packets sent, lost,
 and the delivered share) and
@@ -65,7 +66,7 @@ from emulator.impairments import blackhole
 from emulator.network import Network
 from features.failover.rerouting import Rerouter
 from features import topology_from_dict
-from experiments.common import experiment_parser, kill_switch
+from experiments.common import case_fidelity, experiment_parser, kill_switch, lost_before_pipeline, print_fidelity
 from experiments.common import save_figure, write_csv
 from features.failover.heartbeat import running_heartbeats
 
@@ -136,6 +137,7 @@ def one_run(name: str, topo, net, ctl, protection: str, failure: str, args, rero
     work = args.run_dir / f"{name}-{protection}-{failure}".replace(" ", "_")
     work.mkdir(parents=True, exist_ok=True)
     counters_before = diagnose.snapshot(ctl)
+    fidelity = case_fidelity(net, ctl, lock=lock)
     duration = args.before + args.after + 0.3
     agents = [Agent(h, ["receive", "--duration", str(duration + 2.0)], work / f"rx-{h}") for h in topo.hosts]
     for a in agents:
@@ -149,6 +151,7 @@ def one_run(name: str, topo, net, ctl, protection: str, failure: str, args, rero
     try:
         for a in agents:
             a.wait_ready()
+        fidelity.traffic_starts()
         time.sleep(args.before)
         changes_before = len(rerouter.changes) if rerouter else 0
         t0, t0_wall = time.monotonic(), time.time()
@@ -159,6 +162,7 @@ def one_run(name: str, topo, net, ctl, protection: str, failure: str, args, rero
         for a in agents:
             a.stop()
     counters_after = diagnose.snapshot(ctl)
+    verdict = fidelity.verdict()
     received = [r for (_, role), res in results.items() if role == "receive" for r in res["received"]]
     senders = {h: res for (h, role), res in results.items() if role == "send"}
     got = {(s, f, q) for (_, s, f, q, _) in received}
@@ -179,7 +183,9 @@ def one_run(name: str, topo, net, ctl, protection: str, failure: str, args, rero
            "moves_before_t0": sum(1 for res in senders.values() for m in res["moves"] if m[1] < t0),
            "flows": sum(res["flows"] for res in senders.values()),
            "last_second_lost": sum(1 for t in lost_after if t >= args.after - 1.2),
-           "switch_drops": drops_by_reason(counters_before, counters_after)}
+           "switch_drops": drops_by_reason(counters_before, counters_after),
+           "lost_before_pipeline": lost_before_pipeline(f"{name} {protection} {failure}", verdict),
+           "fidelity": str(verdict)}
     sent_in = Counter(int((t + args.before) // BIN_S) for t, *_ in sent)
     lost_in = Counter(int((t + args.before) // BIN_S) for t in lost)
     bins = int((args.before + args.after - 0.2) / BIN_S)
@@ -299,6 +305,8 @@ def main(argv=None) -> int:
     write_csv(out / "timeline.csv", timeline)
     png = plot(timeline, args, out / "timeline.png")
     print("\n" + table(rows))
+    print_fidelity([{"case": f"{r['topology']} {r['protection']} {r['failure']} #{r['repeat']}",
+                     "fidelity": r["fidelity"]} for r in rows])
     print(f"results: {out / 'runs.csv'}, {out / 'timeline.csv'}, {png}")
     return 0
 

@@ -652,12 +652,15 @@ def run_deadlock_case(case: DeadlockCase, args, out: Path) -> dict:
                 "--line-rate-pps", str(case.rate_pps), "--fixed-rate", "--not-ect", "--dscp", str(DSCP),
                 "--tclass", str(TCLASS), "--link-mbps", str(topo.switches[src.switch].ports[src.switch_port]
                                                              .link.bandwidth_mbps)]))
-        gate.open(procs)
+        fidelity = case_fidelity(net, ctl)
+        fidelity.traffic_starts(gate.open(procs))
         finish(name, procs, net, args)
         stuck_at_end = in_switches()
         time.sleep(2.0)                 # nothing is sent any more: does what is in the switches drain?
         stuck_later = in_switches()
         net.check_alive()
+        verdict = fidelity.verdict(json.loads((case_dir / f"send-{src.name}.json").read_text())["send_late_s"]
+                                   for src, _ in flows)
         headroom = drop_reasons()["LOSSLESS_HEADROOM"]
         counts = {
             "pauses_sent": total("pfc_pause_sent"),
@@ -696,6 +699,8 @@ def run_deadlock_case(case: DeadlockCase, args, out: Path) -> dict:
         "in_switches_at_end": stuck_at_end,
         "in_switches_2s_later": stuck_later,
         **counts,
+        "lost_before_pipeline": lost_before_pipeline(name, verdict),
+        "fidelity": str(verdict),
     }
     _plot_deadlock(name, result, timeline, bins, case_dir, bin_s)
     return result
@@ -1027,7 +1032,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"==> {dl.name}: {args.duration:g}s {dl.what}, class {TCLASS}", flush=True)
                 results.append(run_deadlock_case(dl, args, deadlock_out))
         written.append(write_csv(deadlock_out / "summary.csv", results))
-        print_table(results, width=15)
+        print_table([{k: v for k, v in r.items() if k != "fidelity"} for r in results], width=15)
+        judged += results
     if "isolation" in args.phases:
         topo = dumbbell_without_delay()
         topo.features[SECTION] = section(True)

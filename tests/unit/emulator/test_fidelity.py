@@ -103,3 +103,23 @@ def test_the_report_is_loud_only_about_violated_cases():
     text = report({"a": ok, "b": bad}, what="case")
     assert text.splitlines()[0].startswith("!!! fidelity: 1 of 2 cases violated an invariant")
     assert "b: violated: input_path: 2 frames" in text and "a:" not in text
+
+
+def test_a_switch_killed_during_a_case_leaves_its_kernel_drops_out(monkeypatch):
+    """Its interfaces drop what reaches them once no process reads: the
+    failure the case injected, not the machine falling behind."""
+    import emulator.fidelity as fidelity
+    drops = iter([{"kernel:s1": 0, "kernel:s2": 0, "kernel:softnet": 0},
+                  {"kernel:s1": 0, "kernel:softnet": 0}])
+    asked = []
+
+    def kernel_drops(ifaces):
+        asked.append(sorted(ifaces))
+        return next(drops)
+    monkeypatch.setattr(fidelity, "kernel_drops", kernel_drops)
+    paths = iter([{"s1": 0, "s2": 0}, {"s1": 0}])        # s2 killed: the input path no longer reads it
+    mon = FidelityMonitor(input_path=lambda: next(paths), ifaces={"s1": ["s1-eth1"], "s2": ["s2-eth1"]},
+                          period_s=0.05).start()
+    verdict = mon.verdict()
+    assert asked == [["s1", "s2"], ["s1"]]
+    assert verdict.input_path == {}
