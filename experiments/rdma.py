@@ -134,15 +134,14 @@ def with_int_to_host(topo_path: Path, dilation: Dilation = Dilation()):
 def budget_dilation(topo, senders: int) -> Dilation:
     """The dilation the budget asks for (emulator/calibration.py) when
     `senders` queue pairs send at the bottleneck's rate, ACKed every 4th
-    packet: what the switches forward and the calibrated agents' loop cost.
-    The RDMA agents' per-packet work is heavier than that loop, so this is
-    a floor (docs/fidelity.md)."""
+    packet: what the switches forward (the training composition: INT and
+    the lossless class are on) and what the RDMA agents cost."""
     cal = load_calibration()
     if cal is None:
         raise CalibrationError("no calibration: run `fabric calibrate` first")
     rate = bottleneck_pps(topo)
     flows = [CalFlow(f.host, RECEIVER, rate) for f in incast_flows(senders, 1.0)]
-    return Dilation.rounded_up(plan(demand(topo, flows, ack_share=0.25), cal).dilation)
+    return Dilation.rounded_up(plan(demand(topo, flows, ack_share=0.25), cal, "training", agents="rdma").dilation)
 
 
 def percentile(values: list, p: float) -> float:
