@@ -83,8 +83,8 @@ from control.controller import FabricController
 from emulator.impairments import drop_fraction
 from emulator.network import Network, queue_rate_pps
 from control.p4constants import drop_reasons
-from experiments.common import StartGate, case_fidelity, experiment_parser, lost_before_pipeline, print_fidelity, \
-    print_table, rdma_agent, sample_queue, save_figure, write_csv
+from experiments.common import StartGate, announce_budget, case_fidelity, experiment_parser, lost_before_pipeline, \
+    print_fidelity, print_table, rdma_agent, sample_queue, save_figure, write_csv
 from features import topology_from_dict
 from features.ecn import QDEPTH_REGISTER, EcnProfile
 from features.load_balancing import LbMode
@@ -139,9 +139,13 @@ def budget_dilation(topo, senders: int) -> Dilation:
     cal = load_calibration()
     if cal is None:
         raise CalibrationError("no calibration: run `fabric calibrate` first")
-    rate = bottleneck_pps(topo)
-    flows = [CalFlow(f.host, RECEIVER, rate) for f in incast_flows(senders, 1.0)]
-    return Dilation.rounded_up(plan(demand(topo, flows, ack_share=0.25), cal, "training", agents="rdma").dilation)
+    return Dilation.rounded_up(plan(demand(topo, incast_demand(topo, senders), ack_share=0.25), cal, "training",
+                                    agents="rdma").dilation)
+
+
+def incast_demand(topo, senders: int) -> list[CalFlow]:
+    """The largest incast's flows as the budget counts them: each at the bottleneck's rate (the NICs' line rate)."""
+    return [CalFlow(f.host, RECEIVER, bottleneck_pps(topo)) for f in incast_flows(senders, 1.0)]
 
 
 def percentile(values: list, p: float) -> float:
@@ -297,7 +301,7 @@ def run_case(cc: str, n: int, pfc: bool, topo, net: Network, ctl: FabricControll
         "received": sum(f["received"] for f in rx["flows"].values()),
         "switch_drops": " ".join(f"{k}:{n}" for k, n in sorted(run.drops.items())),
         "lost_before_pipeline": run.lost_before_pipeline,
-        "fidelity": run.fidelity, "dilation": str(args.dilation),
+        "fidelity": run.fidelity, "dilation": str(args.dilation), "budget": args.budget,
     }
     _plot_case(result, run)
     return result
@@ -369,7 +373,7 @@ def run_loss_case(mode: str, loss_pct: float, topo, net: Network, ctl: FabricCon
             "goodput_mbps": round(sent["messages_completed"] * MESSAGE_BYTES * 8 / args.duration / 1e6, 3),
             "sent": sent["sent"], "retransmitted": sent["retransmitted"], "timeouts": sent["timeouts"],
             "naks": sent["naks"], "fct_p50_ms": (sent["completion_ms"] or {}).get("p50", ""),
-            "lost_before_pipeline": lost_before_pipeline(name, verdict), "fidelity": str(verdict), "dilation": str(args.dilation)}
+            "lost_before_pipeline": lost_before_pipeline(name, verdict), "fidelity": str(verdict), "dilation": str(args.dilation), "budget": args.budget}
 
 
 SLOW_PATH_PPS = 500
@@ -410,7 +414,7 @@ def run_spray_case(mode: str, reorder: bool, topo, net: Network, ctl: FabricCont
             "held_by_reorder_buffer": rob.get("held", ""),
             # gaps the reorder buffer gave up on (its gap timeout), and packets that came after it had
             "reorder_declared_lost": rob.get("losses_declared", ""), "reorder_late": rob.get("late", ""),
-            "lost_before_pipeline": lost_before_pipeline(name, verdict), "fidelity": str(verdict), "dilation": str(args.dilation)}
+            "lost_before_pipeline": lost_before_pipeline(name, verdict), "fidelity": str(verdict), "dilation": str(args.dilation), "budget": args.budget}
 
 
 MIX_LONG = ("h1", "h5")
@@ -491,7 +495,7 @@ def run_mix_case(cc: str, pfc: bool, one_packet_s: float, topo, net: Network, ct
         "retransmitted": sum(t["retransmitted"] for t in run.tx), "timeouts": sum(t["timeouts"] for t in run.tx),
         "switch_drops": " ".join(f"{k}:{n}" for k, n in sorted(run.drops.items())),
         "lost_before_pipeline": run.lost_before_pipeline,
-        "fidelity": run.fidelity, "dilation": str(args.dilation),
+        "fidelity": run.fidelity, "dilation": str(args.dilation), "budget": args.budget,
     }
     with open(run.dir / "slowdowns.csv", "w", newline="") as fh:
         w = csv.writer(fh)
@@ -598,7 +602,7 @@ def run_converge_case(cc: str, pfc: bool, topo, net: Network, ctl: FabricControl
               "leave_after_s": " ".join(str(e["converged_after_s"] or "-") for e in events if e["event"] == "leave"),
               "retransmitted": sum(t["retransmitted"] for t in run.tx),
               "switch_drops": " ".join(f"{k}:{n}" for k, n in sorted(run.drops.items())),
-              "lost_before_pipeline": run.lost_before_pipeline, "fidelity": run.fidelity, "dilation": str(args.dilation)}
+              "lost_before_pipeline": run.lost_before_pipeline, "fidelity": run.fidelity, "dilation": str(args.dilation), "budget": args.budget}
     _plot_converge(result, run, events)
     return result, events
 
@@ -680,6 +684,8 @@ def main(argv: list[str] | None = None) -> int:
               f"(/{args.dilation.factor:g})", flush=True)
         args.duration *= args.dilation.factor
     topo = with_int_to_host(topo_file, args.dilation)
+    args.budget = announce_budget(topo, incast_demand(topo, max(args.senders)), "training", ack_share=0.25,
+                                  agents="rdma")
     compile_p4()
     written = []
     judged: list[dict] = []                     # rows with a fidelity verdict
