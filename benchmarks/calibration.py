@@ -12,6 +12,12 @@ Measured on the bench's veth pairs (benchmarks/cases.py), BMv2's logging off:
   switch_idle_cores    the BMv2 process's CPU with the pipeline in and no
                        traffic
   agent_pps_per_core   the host agent's unpaced sender loop (one process: one core)
+  rdma_agent_pps_per_core
+                       the RDMA transport's sender and receiver (hostagent.rdma)
+                       joined by a veth pair, no switch: packets they handle
+                       (data and ACKs, each sent and received) per CPU-second
+                       of the two, at RDMA_OFFERED_PPS: its per-packet work is
+                       many times the sender loop's
 
 Compositions: `fabric` (every feature off) and `training` (lossless class,
 INT as HPCC needs it, failover heartbeat state: each feature's bench state).
@@ -24,14 +30,16 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import multiprocessing as mp
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-from benchmarks.cases import IN_PORT, MAIN, OUT_PORT, PAIRS, Case, compile_case, fabric_state, frames, make_veths, \
-    remove_veths, running_switch, rx_packets
+from benchmarks.cases import DST_IP, HOST_MAC, IN_PORT, MAIN, OUT_PORT, PAIRS, REPO, SRC_IP, SWITCH_MAC, Case, \
+    compile_case, fabric_state, frames, make_veths, remove_veths, running_switch, rx_packets
 from benchmarks.forwarding_rate import _blast, measure_agent
 from control.p4info import P4Info
 from control.sync import SwitchState
@@ -39,6 +47,8 @@ from emulator.calibration import CALIBRATION_FILE, Calibration, current, store, 
 from features import FEATURES
 
 OFFERED_PPS = 2000.0      # the load the per-packet CPU is measured at: below what the training composition forwards
+RDMA_OFFERED_PPS = 1000.0  # the RDMA sender's line rate when its cost is measured (the experiments' NICs: 833)
+RDMA_ACK_EVERY = 4         # hostagent.rdma's default: an ACK every 4 packets
 IDLE_S = 2.0
 WARMUP_S = 1.0
 MEASURE_S = 3.0
@@ -93,6 +103,45 @@ def switch_cost(case: Case, offered_pps: float = OFFERED_PPS) -> tuple[float, fl
     return forwarded / busy, idle, forwarded
 
 
+def rdma_agent_cost(offered_pps: float = RDMA_OFFERED_PPS) -> float:
+    """Packets the RDMA sender and receiver handle per CPU-second of the
+    two (each data packet and ACK counted where it is sent and where it is
+    received), measured over MEASURE_S after WARMUP_S, on a veth pair of
+    the bench (no switch: each agent's gateway is the other)."""
+    out = REPO / "build" / "bench" / "rdma-agents"
+    out.mkdir(parents=True, exist_ok=True)
+    start_at = time.time() + 2.0                    # both imported and bound before either sends
+    total = WARMUP_S + MEASURE_S + 0.5
+    common = ["--duration", f"{total:g}", "--start-at", f"{start_at:.3f}"]
+    receiver = subprocess.Popen(
+        [sys.executable, "-m", "hostagent.rdma", "receive", "--iface", PAIRS[IN_PORT][0], "--src-ip", DST_IP,
+         "--src-mac", SWITCH_MAC, "--gw-mac", HOST_MAC, *common, "--out", str(out / "receive")],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    sender = subprocess.Popen(
+        [sys.executable, "-m", "hostagent.rdma", "send", "--iface", PAIRS[IN_PORT][1], "--src-ip", SRC_IP,
+         "--src-mac", HOST_MAC, "--gw-mac", SWITCH_MAC, "--dst-ip", DST_IP, "--qp", "1", "--cc", "dcqcn",
+         "--line-rate-pps", f"{offered_pps:g}", *common, "--drain-s", "0.5", "--out", str(out / "send")],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    procs = (sender, receiver)
+    try:
+        time.sleep(max(0.0, start_at + WARMUP_S - time.time()))
+        c0, t0 = sum(process_cpu_s(p.pid) for p in procs), time.monotonic()
+        time.sleep(MEASURE_S)
+        c1, t1 = sum(process_cpu_s(p.pid) for p in procs), time.monotonic()
+    finally:
+        for p in procs:
+            p.terminate()
+        errors = [p.communicate(timeout=30)[1] for p in procs]
+    sent = json.loads((out / "send.json").read_text())
+    sent_pps = sent["sent"] / max(1e-9, sent["duration_s"])
+    handled = 2 * sent_pps * (1 + 1 / RDMA_ACK_EVERY)
+    busy = (c1 - c0) / (t1 - t0)
+    if sent_pps <= 0 or busy <= 0:
+        raise RuntimeError(f"calibration of the RDMA agents: {sent_pps:.0f} pps sent using {busy:.3f} cores: "
+                           f"nothing to measure ({'; '.join(e.strip()[-300:] for e in errors if e.strip())})")
+    return handled / busy
+
+
 def calibrate(say=print) -> Calibration:
     """Measure this machine (needs root: veths) and store the result."""
     ident = this_machine()
@@ -107,10 +156,12 @@ def calibrate(say=print) -> Calibration:
                 f"{per_core:7.0f} pps per core above idle ({idle_cores:.3f} cores idle)")
         agent = measure_agent(MEASURE_S)
         say(f"calibrate: host agent {agent:7.0f} pps on one core")
+        rdma = rdma_agent_cost()
+        say(f"calibrate: RDMA agents {rdma:7.0f} packets handled per core (sender and receiver, data and ACKs)")
     finally:
         remove_veths()
     cal = Calibration(ident, dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), rates,
-                      round(max(idle), 4), round(agent, 1),
+                      round(max(idle), 4), round(agent, 1), round(rdma, 1),
                       {"offered_pps": f"{OFFERED_PPS:g}", "method": "benchmarks/calibration.py"})
     return cal
 
@@ -137,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"calibrate: written to {store(cal)}")
     print(f"calibration ({CALIBRATION_FILE}): switch pps per core "
           + ", ".join(f"{k} {v:.0f}" for k, v in cal.switch_pps_per_core.items())
-          + f"; idle switch {cal.switch_idle_cores:.3f} cores; host agent {cal.agent_pps_per_core:.0f} pps per core; "
+          + f"; idle switch {cal.switch_idle_cores:.3f} cores; host agent {cal.agent_pps_per_core:.0f} pps per core, "
+          f"RDMA agents {cal.rdma_agent_pps_per_core:.0f}; "
           f"{cal.identity.cores} cores ({cal.identity.cpu_model}), BMv2 {cal.identity.bmv2}, measured {cal.measured_at}")
     return 0
 

@@ -47,6 +47,7 @@ MAX_AGE = dt.timedelta(days=7)
 BUDGET_SHARE = 0.5          # of the machine's cores a faithful run may ask for
 SWITCH_SHARE = 0.5          # of one core one switch may ask for: BMv2's ingress is one thread
 COMPOSITIONS = ("fabric", "training")
+AGENTS = ("roce", "rdma")     # the host agents a budget can count (plan(agents=))
 
 
 class CalibrationError(RuntimeError):
@@ -94,6 +95,7 @@ class Calibration:
     switch_pps_per_core: dict[str, float]              # composition -> packets/s one core forwards
     switch_idle_cores: float                           # cores an idle switch process uses
     agent_pps_per_core: float                          # packets/s a host agent sends on one core
+    rdma_agent_pps_per_core: float                     # packets the RDMA agents handle per core (sent or received)
     notes: dict[str, str] = field(default_factory=dict)
 
     def age(self, now: dt.datetime | None = None) -> dt.timedelta:
@@ -121,10 +123,13 @@ class Calibration:
             if missing:
                 raise CalibrationError(f"no switch rate for {', '.join(missing)}")
             rates = {k: float(v) for k, v in raw["switch_pps_per_core"].items()}
-            if any(v <= 0 for v in rates.values()) or float(raw["agent_pps_per_core"]) <= 0:
+            if "rdma_agent_pps_per_core" not in raw:
+                raise CalibrationError("no RDMA agents' rate (measured by an older `fabric calibrate`)")
+            agents = float(raw["agent_pps_per_core"]), float(raw["rdma_agent_pps_per_core"])
+            if any(v <= 0 for v in (*rates.values(), *agents)):
                 raise CalibrationError("a rate is not positive")
             return cls(Identity(**raw["identity"]), raw["measured_at"], rates, float(raw["switch_idle_cores"]),
-                       float(raw["agent_pps_per_core"]), dict(raw.get("notes", {})))
+                       *agents, dict(raw.get("notes", {})))
         except (KeyError, TypeError, ValueError) as exc:
             raise CalibrationError(f"malformed calibration: {exc!r}") from None
 
@@ -254,13 +259,21 @@ class Plan:
         return head + f": over budget, rates / {self.dilation:.2f} would fit (time dilation x{self.dilation:.2f})"
 
 
-def plan(need: Demand, cal: Calibration, composition: str = "fabric", share: float = BUDGET_SHARE) -> Plan:
+def plan(need: Demand, cal: Calibration, composition: str = "fabric", share: float = BUDGET_SHARE,
+         agents: str = "roce") -> Plan:
+    """What `need` costs and the dilation that fits it; `agents` the hosts
+    run: "roce" (the fast sender loop of hostagent.ecn, the collectives and
+    the traffic tools) or "rdma" (hostagent.rdma's transport, many times
+    the work a packet)."""
     if composition not in cal.switch_pps_per_core:
         raise ValueError(f"no calibration for composition {composition!r} "
                          f"(have: {', '.join(cal.switch_pps_per_core)})")
+    if agents not in AGENTS:
+        raise ValueError(f"no calibration for agents {agents!r} (have: {', '.join(AGENTS)})")
     per_core = cal.switch_pps_per_core[composition]
     switching = need.traversals_pps / per_core
-    needed = switching + need.host_pps / cal.agent_pps_per_core + need.switches * cal.switch_idle_cores
+    agent_per_core = cal.rdma_agent_pps_per_core if agents == "rdma" else cal.agent_pps_per_core
+    needed = switching + need.host_pps / agent_per_core + need.switches * cal.switch_idle_cores
     budget = share * cal.identity.cores
     busiest = max(need.switch_pps, key=lambda s: need.switch_pps[s], default="-")
     busiest_cores = need.switch_pps.get(busiest, 0.0) / per_core

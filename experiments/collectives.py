@@ -89,6 +89,10 @@ time, bus bandwidth, the share of the ranks' bytes on the channels
 crossing spine1, retransmissions (and those of spine1's channels), and
 the packets each spine carried.
 
+Every case but the failure phase's carries a fidelity verdict (frames lost
+before a pipeline, threads waiting for a core; docs/fidelity.md), and the
+run's last lines say which cases were not faithful.
+
 CSV (and for lb, torus and least-loaded a PNG) under --out/<phase>; prints a table and where files went.
 """
 from __future__ import annotations
@@ -115,8 +119,9 @@ from control.generators.flow_model import FlowModel
 from emulator.build import compile_p4
 from control.controller import FabricController
 from emulator.network import Network
-from experiments.common import (agent_python, experiment_parser, input_path_counts, print_table, roce_agent,
-                                save_figure, write_csv)
+from emulator.fidelity import FidelityMonitor, Verdict, report
+from experiments.common import (agent_python, case_fidelity, experiment_parser, lost_before_pipeline, print_table,
+                                roce_agent, save_figure, write_csv)
 from experiments.failover_timeline import fail_link
 from features import topology_from_dict
 from features.failover.heartbeat import running_heartbeats
@@ -204,6 +209,9 @@ def launch(case: str, job: list[Rank], extra: list[str], args, out: Path, start_
     running data-parallel steps from wall-clock `start_at`."""
     case_out = out / case
     case_out.mkdir(parents=True, exist_ok=True)
+    if _judged:                      # the case's fidelity, judged by collect()
+        _monitors[case] = case_fidelity(*_judged[-1])
+        _monitors[case].traffic_starts(start_at)
     addresses = ",".join(r.ip for r in job)
     procs = []
     for rank, r in enumerate(job):
@@ -220,12 +228,14 @@ def launch(case: str, job: list[Rank], extra: list[str], args, out: Path, start_
 
 def collect(case: str, procs: list[subprocess.Popen], out: Path) -> dict:
     """Wait for a job's ranks: its step times (each step's slowest rank),
-    bus bandwidths and retransmissions."""
+    bus bandwidths and retransmissions, and the case's fidelity verdict."""
     failed = []
     for rank, p in enumerate(procs):
         _, stderr = p.communicate(timeout=900)
         if p.returncode != 0:
             failed.append(f"rank {rank} (exit {p.returncode}): {stderr.strip()[-1500:]}")
+    monitor = _monitors.pop(case, None)
+    verdict = monitor.verdict() if monitor is not None else None
     if failed:
         raise RuntimeError(f"{case}: " + "\n".join(failed))
     case_out = out / case
@@ -239,7 +249,14 @@ def collect(case: str, procs: list[subprocess.Popen], out: Path) -> dict:
     return {"case": case, "ranks": n, "steps": len(steps),
             "step_ms_median": round(1000 * statistics.median(steps), 1), "step_ms_max": round(1000 * max(steps), 1),
             "busbw_MBps_median": round(statistics.median(busbw) / 1e6, 3) if busbw else 0.0,
-            "retransmitted": retransmitted}
+            "retransmitted": retransmitted,
+            **({"lost_before_pipeline": lost_before_pipeline(case, verdict), "fidelity": _judgement(case, verdict)}
+               if verdict is not None else {})}
+
+
+def _judgement(case: str, verdict: Verdict) -> str:
+    _verdicts[case] = verdict
+    return str(verdict)
 
 
 def run_ranks(case: str, job: list[Rank], extra: list[str], ctl: FabricController, args, out: Path) -> dict:
@@ -420,12 +437,12 @@ def topology_graph(topo) -> Graph:
                     if p.peer in topo.switches and sw.name < p.peer])
 
 
-def switch_crossings(ctl: FabricController, topo) -> tuple[int, int, int]:
+def switch_crossings(ctl: FabricController, topo) -> tuple[int, int]:
     """(packets switches received from hosts, packets switches forwarded to
-    other switches, frames switches lost before their pipeline) so far. A
-    packet from a host crosses one switch plus one a forward to a switch:
-    counted where it was forwarded, a frame the next switch's input path
-    lost on a loaded machine still crossed the links it was routed over."""
+    other switches) so far. A packet from a host crosses one switch plus one
+    a forward to a switch: counted where it was forwarded, a frame the next
+    switch's input path lost on a loaded machine (the case's verdict names
+    it) still crossed the links it was routed over."""
     from_hosts = to_switches = 0
     for sw in topo.switches.values():
         host_ports = {p.number for p in sw.ports.values() if p.peer in topo.hosts}
@@ -434,8 +451,7 @@ def switch_crossings(ctl: FabricController, topo) -> tuple[int, int, int]:
         from_hosts += sum(pkts for port, (pkts, _) in received.items() if port in host_ports)
         sent = ctl.counter(sw.name, "egress_port_counter")
         to_switches += sum(pkts for port, (pkts, _) in sent.items() if port in switch_ports)
-    lost = sum(input_path_counts(ctl, topo.switches.values()).values())
-    return from_hosts, to_switches, lost
+    return from_hosts, to_switches
 
 
 def run_torus_case(name: str, how: str, topo, ctl: FabricController, args, out: Path) -> dict:
@@ -452,10 +468,9 @@ def run_torus_case(name: str, how: str, topo, ctl: FabricController, args, out: 
     procs = launch(case, job, extra, args, out, time.time() + START_DELAY_S + 0.1 * len(job))
     result = collect(case, procs, out)
     after = switch_crossings(ctl, topo)
-    from_hosts, to_switches, lost = (a - b for a, b in zip(after, before))
+    from_hosts, to_switches = (a - b for a, b in zip(after, before))
     return {"case": result.pop("case"), "topology": name, "order": how, **result,
             "switches_per_packet": round(1 + to_switches / (from_hosts or 1), 2),
-            "lost_before_pipeline": lost,
             "model_mean_links": round(model.mean_hops, 2), "model_max_link_load": round(model.max_link_load, 2),
             "ring": " ".join(hosts)}
 
@@ -565,7 +580,7 @@ def run_failure_case(protection: str, args, out: Path) -> dict:
     extra = ["--algorithm", sc.RING, "--channels", str(args.channels), "--line-rate-pps", str(LINE_RATE_PPS),
              "--timeout-s", str(STALL_TIMEOUT_S)]
     protected = protection != "none"
-    with fabric(topo, args) as ctl, \
+    with fabric(topo, args, judge=False) as ctl, \
             (running_heartbeats(topo, HEARTBEAT_MS / 1000) if protected else contextlib.nullcontext()):
         lock, stop = threading.Lock(), threading.Event()
         rerouter = Rerouter(ctl, FAILOVER_TIMEOUT_MS, lock, on_change=lambda m: None) if protected else None
@@ -629,14 +644,29 @@ def lb_topology(out: Path):
     return written_topology(raw, out / "topology.yaml")
 
 
+# The network the innermost fabric() brought up, each launched case's fidelity monitor (launch() starts it,
+# collect() judges it), and the verdicts so far (the run's last lines)
+_judged: list[tuple[Network, FabricController]] = []
+_monitors: dict[str, FidelityMonitor] = {}
+_verdicts: dict[str, Verdict] = {}
+
+
 @contextlib.contextmanager
-def fabric(topo, args) -> Iterator[FabricController]:
-    """The topology on BMv2, programmed, queue rates set."""
+def fabric(topo, args, judge: bool = True) -> Iterator[FabricController]:
+    """The topology on BMv2, programmed, queue rates set; with `judge`, the
+    cases launched on it get a fidelity verdict (not where a case fails a
+    link on purpose while a rerouter shares the controller)."""
     with Network(topo, REPO / "build" / "experiments" / "collectives", log_level=args.log_level) as net, \
             FabricController(topo) as ctl:
         ctl.program()
         net.apply_queue_rates()
-        yield ctl
+        if judge:
+            _judged.append((net, ctl))
+        try:
+            yield ctl
+        finally:
+            if judge:
+                _judged.pop()
 
 
 def _plot(results: list[dict], out: Path) -> Path:
@@ -925,6 +955,7 @@ def main(argv: list[str] | None = None) -> int:
         out, results = least_loaded_phase(args)
         written += [write_csv(out / "summary.csv", results), _plot_least_loaded(results, out)]
         print_table(results)
+    print("\n" + report(_verdicts, what="case"), flush=True)
     print(f"\nresults: {', '.join(map(str, written))}, and per case <phase>/<case>/ (each rank's CSV/JSON)")
     return 0
 

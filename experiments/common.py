@@ -193,7 +193,8 @@ def case_fidelity(net, ctl: FabricController, limits: Limits = Limits(),
     return FidelityMonitor(input_path, ifaces, limits, period_s=2.0).start()
 
 
-def announce_budget(topo, flows: Sequence[Flow], composition: str = "fabric", ack_share: float = 0.0) -> str:
+def announce_budget(topo, flows: Sequence[Flow], composition: str = "fabric", ack_share: float = 0.0,
+                    agents: str = "roce") -> str:
     """Before a run starts: what its rates cost this machine by the stored
     calibration (emulator/calibration.py), said loudly when over budget.
     Returns the row's `budget` text ("within", "over x1.73", or "unknown"
@@ -207,7 +208,7 @@ def announce_budget(topo, flows: Sequence[Flow], composition: str = "fabric", ac
     if cal is None:
         print(f"budget: {why}: what this run costs the machine is unknown", flush=True)
         return "unknown"
-    p = plan(demand(topo, flows, ack_share), cal, composition)
+    p = plan(demand(topo, flows, ack_share), cal, composition, agents=agents)
     if p.within_budget:
         print(f"budget: this run {p}", flush=True)
         return "within"

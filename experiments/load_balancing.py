@@ -109,6 +109,10 @@ Expectations this tests (report what is measured): ECMP near the collision
 bound, flowlet/spray/adaptive >= 90% goodput and max/mean <= 1.1, spray
 needing the reorder buffer, adaptive best under asymmetry.
 
+Every chain (a case's seeds, back to back) gets one fidelity verdict (frames
+lost before a pipeline, threads waiting for a core; docs/fidelity.md) in
+each of its rows; the run's last lines say which chains were not faithful.
+
 Outputs under --out: runs.csv (one row per seed run), summary.csv (per
 topology, case, N, mode), fct.csv, goodput.png, load.png, asymmetric.png,
 reorder.png, fct.png, and every chain's agent files and sampled counters
@@ -140,7 +144,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from experiments.common import experiment_parser, save_figure, write_csv
+from experiments.common import case_fidelity, experiment_parser, lost_before_pipeline, print_fidelity, save_figure, \
+    write_csv
 
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from emulator.bmv2_thrift import Bmv2Thrift
@@ -405,6 +410,8 @@ def run_chain(topo, fabric: Fabric, uplinks: list[Uplink], case: Case, ctl, net,
     reported = 0
     label = f"{fabric.name} {case.name} N={case.flows} {case.mode}"
     deadline = start_at + chain_s * 1.5 + 30
+    fidelity = case_fidelity(net, ctl)      # one verdict for the chain: its seeds run back to back
+    fidelity.traffic_starts(start_at)
     try:
         time.sleep(max(0.0, start_at - 0.3 - time.time()))
         sampler.start()
@@ -427,6 +434,8 @@ def run_chain(topo, fabric: Fabric, uplinks: list[Uplink], case: Case, ctl, net,
         if sampler.is_alive():
             sampler.join()
     net.check_alive()
+    verdict = fidelity.verdict()
+    lost_before_pipeline(label, verdict)
     flowlet_rate = (flowlets(ctl, uplinks) - flowlets_before) / (len(flows) * len(seeds) * case.duration)
     while reported < len(seeds):
         reported += 1
@@ -443,6 +452,7 @@ def run_chain(topo, fabric: Fabric, uplinks: list[Uplink], case: Case, ctl, net,
     rows = analyse_chain(fabric, uplinks, case, flows, seeds, packets, d, sampler.samples, args)
     for row in rows:
         row["flowlets_per_flow_s"] = round(flowlet_rate, 1) if case.mode == "flowlet" else None
+        row["fidelity"] = str(verdict)
     return rows
 
 
@@ -632,6 +642,7 @@ def summarise(rows: list[dict]) -> list[dict]:
             "flowlets_per_flow_s": mean("flowlets_per_flow_s", 1),
             "window_s": mean("window_s", 2),
             "starved_seeds": sum(1 for r in rs if r["downstream_loss"] > STARVED_LOSS),
+            "fidelity": first.get("fidelity", ""),
         })
     return out
 
@@ -848,6 +859,8 @@ def main(argv=None) -> int:
               "the machine?), so they measure the machine, not the balancing (runs.csv downstream_loss):")
         for key, group in itertools.groupby(starved, lambda r: (r["topology"], r["case"], r["flows"], r["mode"])):
             print(f"  {key[0]} {key[1]} N={key[2]} {key[3]}: seeds {', '.join(str(r['seed']) for r in group)}")
+    print_fidelity([{"case": f"{s['topology']} {s['case']} N={s['flows']} {s['mode']}", "fidelity": s["fidelity"]}
+                    for s in summary])
     print(f"\ntook {time.time() - t_start:.0f} s")
     print(f"results: {out}/summary.csv, {out}/runs.csv, " + (f"{out}/fct.csv, " if fct_rows else "")
           + ", ".join(str(p) for p in pngs) + f", agents' files under {out}/raw/")

@@ -24,8 +24,10 @@ Per case: accepted throughput (packets the receivers counted in the steady
 window, after --warm-s, per host per link packet time), one-way delay
 (median and worst of the flows' p50 and p99), packets sent non-minimally
 (tags pushed at the sources, less those removed at once: the source's own
-group drawn). Writes summary.csv, throughput.png and each case's agent
-files under --out; prints a table.
+group drawn), and the case's fidelity verdict (frames lost before a
+pipeline, threads waiting for a core, senders late; docs/fidelity.md).
+Writes summary.csv, throughput.png and each case's agent files under
+--out; prints a table, and last which cases were not faithful.
 """
 from __future__ import annotations
 
@@ -44,7 +46,8 @@ from control.generators.dragonfly import dragonfly, dragonfly_graph
 from control.generators.flow_model import group_shift, throughput, uniform
 from emulator.network import Network
 from control.topology import Topology
-from experiments.common import StartGate, experiment_parser, print_table, roce_agent, save_figure, write_csv
+from experiments.common import StartGate, case_fidelity, experiment_parser, lost_before_pipeline, print_fidelity, \
+    print_table, roce_agent, save_figure, write_csv
 from features import topology_from_dict
 from features.nonminimal_routing import SECTION
 
@@ -96,7 +99,7 @@ def _steady_packets(csv_path: Path, warm_s: float, until_s: float) -> int:
         return sum(int(r["packets"]) for r in csv.DictReader(f) if warm_s <= float(r["t_s"]) < until_s)
 
 
-def run_case(topo: Topology, ctl: FabricController, pattern: str, routing: str, load: float, args,
+def run_case(topo: Topology, net: Network, ctl: FabricController, pattern: str, routing: str, load: float, args,
              out: Path) -> dict:
     handle = ctl.feature("nonminimal_routing")
     handle.configure(section(routing))
@@ -112,13 +115,15 @@ def run_case(topo: Topology, ctl: FabricController, pattern: str, routing: str, 
         procs.append(roce_agent(h, "send", start_at=gate, out_dir=case_dir, extra=[
             "--dst-ip", *(topo.hosts[d].ip for d in dsts[h.name]), "--qp", str(i), "--sports", str(args.sports),
             "--fixed-rate", "--not-ect", "--line-rate-pps", f"{rate:g}", "--duration", str(args.duration)]))
-    gate.open(procs)
+    fidelity = case_fidelity(net, ctl)
+    fidelity.traffic_starts(gate.open(procs))
     for p in procs:
         p.wait(timeout=args.duration + DRAIN_S + 60)
     if any(p.returncode for p in procs):
         raise RuntimeError(f"{pattern}/{routing}/{load:g}: an agent failed (exit codes {[p.returncode for p in procs]})")
     after = handle.packets()
     tx = [json.loads((case_dir / f"send-{h}.json").read_text()) for h in topo.hosts]
+    verdict = fidelity.verdict(t["send_late_s"] for t in tx)
     rx = [json.loads((case_dir / f"receive-{h}.json").read_text()) for h in topo.hosts]
     steady = sum(_steady_packets(case_dir / f"receive-{h}.csv", args.warm_s, args.duration) for h in topo.hosts)
     p50s = [f["delay_ms"]["p50"] for r in rx for f in r["flows"].values() if f.get("delay_ms")]
@@ -134,6 +139,8 @@ def run_case(topo: Topology, ctl: FabricController, pattern: str, routing: str, 
         "delay_p99_ms": round(max(p99s), 1) if p99s else None,
         "tags_pushed": delta["pushed"], "ugal_minimal": delta["minimal"],
         "ignored": sum(sum(t["ignored"].values()) for t in tx) + sum(sum(r["ignored"].values()) for r in rx),
+        "lost_before_pipeline": lost_before_pipeline(f"{pattern}/{routing}/{load:g}", verdict),
+        "fidelity": str(verdict),
     }
 
 
@@ -207,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         for i, (pattern, routing, load) in enumerate(cases, start=1):
             print(f"==> [{i}/{len(cases)}] {pattern}, {routing}, offered {load:g} of {args.link_pps} packets/s",
                   flush=True)
-            row = run_case(topo, ctl, pattern, routing, load, args, args.out)
+            row = run_case(topo, net, ctl, pattern, routing, load, args, args.out)
             net.check_alive()
             print(f"    accepted {row['accepted']}, delay p50 {row['delay_p50_ms']} ms, "
                   f"tags pushed {row['tags_pushed']}", flush=True)
@@ -217,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     model_csv = write_csv(args.out / "model.csv", model)
     png = plot(rows, model, args.patterns, args.out)
     print()
-    print_table(rows)
+    print_table([{k: v for k, v in r.items() if k != "fidelity"} for r in rows])
+    print_fidelity([{"case": f"{r['pattern']}/{r['routing']}/{r['offered']:g}", "fidelity": r["fidelity"]} for r in rows])
     print(f"\nresults: {summary}, {model_csv}, {png}, and each case's agent files under {args.out}/<pattern>/<routing>/")
     return 0
 

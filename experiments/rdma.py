@@ -77,13 +77,15 @@ REPO = Path(__file__).resolve().parent.parent
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from emulator.bmv2_thrift import Bmv2Thrift
 from emulator.build import compile_p4
+from emulator.calibration import CalibrationError, Flow as CalFlow, demand, load as load_calibration, plan
+from emulator.dilation import Dilation
 from control.controller import FabricController
 from emulator.impairments import drop_fraction
 from emulator.network import Network, queue_rate_pps
 from control.p4constants import drop_reasons
-from experiments.common import StartGate, case_fidelity, experiment_parser, lost_before_pipeline, print_fidelity, \
-    print_table, rdma_agent, sample_queue, save_figure, write_csv
-from features import load_topology, topology_from_dict
+from experiments.common import StartGate, announce_budget, case_fidelity, experiment_parser, lost_before_pipeline, \
+    print_fidelity, print_table, rdma_agent, sample_queue, save_figure, write_csv
+from features import topology_from_dict
 from features.ecn import QDEPTH_REGISTER, EcnProfile
 from features.load_balancing import LbMode
 from hostagent.rdma.agent import congestion_controls
@@ -108,11 +110,12 @@ LOSSLESS_CLASS, LOSSLESS_DSCP = 3, 26
 LOSSLESS_HEADROOM, LOSSLESS_HOLD_PPS = 64, 500
 
 
-def with_int_to_host(topo_path: Path):
+def with_int_to_host(topo_path: Path, dilation: Dilation = Dilation()):
     """The topology with an `int:` section (RoCEv2, UDP 4791, gets INT with
     HPCC's instructions, delivered to the receiving host) and a `lossless:`
     section (DSCP 26 is class 3, lossless: the fabric cases with PFC mark
-    their packets so; the others send DSCP 0, no class)."""
+    their packets so; the others send DSCP 0, no class); its links and hold
+    rate slowed by `dilation`."""
     import yaml
     raw = yaml.safe_load(topo_path.read_text())
     # no drop reports: no collector listens on the receiver, whose kernel would answer each with an ICMP
@@ -123,8 +126,26 @@ def with_int_to_host(topo_path: Path):
                                                  "lossless": True}],
                        "pfc": {"xoff": 24, "xon": 12, "headroom": LOSSLESS_HEADROOM},
                        "hold_rate_pps": LOSSLESS_HOLD_PPS}
-    return topology_from_dict(raw, f"{topo_path.name} + INT to the host + a lossless class")
+    return topology_from_dict(dilation.topology(raw), f"{topo_path.name} + INT to the host + a lossless class"
+                              + (f", dilated {dilation}" if dilation.factor > 1 else ""))
 
+
+
+def budget_dilation(topo, senders: int) -> Dilation:
+    """The dilation the budget asks for (emulator/calibration.py) when
+    `senders` queue pairs send at the bottleneck's rate, ACKed every 4th
+    packet: what the switches forward (the training composition: INT and
+    the lossless class are on) and what the RDMA agents cost."""
+    cal = load_calibration()
+    if cal is None:
+        raise CalibrationError("no calibration: run `fabric calibrate` first")
+    return Dilation.rounded_up(plan(demand(topo, incast_demand(topo, senders), ack_share=0.25), cal, "training",
+                                    agents="rdma").dilation)
+
+
+def incast_demand(topo, senders: int) -> list[CalFlow]:
+    """The largest incast's flows as the budget counts them: each at the bottleneck's rate (the NICs' line rate)."""
+    return [CalFlow(f.host, RECEIVER, bottleneck_pps(topo)) for f in incast_flows(senders, 1.0)]
 
 
 def percentile(values: list, p: float) -> float:
@@ -182,8 +203,8 @@ def run_flows(name: str, cc: str, flows: list[Flow], pfc: bool, topo, net: Netwo
     case_dir = out / name
     case_dir.mkdir(parents=True, exist_ok=True)
     gate = StartGate(case_dir)       # every agent ready before any sends (agents/start.py)
-    end_s = max(f.start_s + f.duration_s + f.drain_s for f in flows)
-    common = ["--mode", args.mode, "--mtu", str(MTU)]
+    end_s = max(f.start_s + f.duration_s + f.drain_s * args.dilation.factor for f in flows)
+    common = ["--mode", args.mode, "--mtu", str(MTU), "--dilation", f"{args.dilation.factor:g}"]
     procs = [rdma_agent(receiver, "receive", start_at=gate, out_dir=case_dir,
                         extra=[*common, "--duration", str(end_s + 3.0)])]
     capacity = queue_rate_pps(topo.switches[BOTTLENECK_SWITCH].ports[port].link.bandwidth_mbps)
@@ -192,7 +213,7 @@ def run_flows(name: str, cc: str, flows: list[Flow], pfc: bool, topo, net: Netwo
         procs.append(rdma_agent(h, "send", start_at=gate, out_dir=case_dir, stem=f.stem, extra=[
             *common, "--start-after", str(f.start_s), "--dst-ip", receiver.ip, "--qp", str(f.qp), "--cc", cc,
             "--duration", str(f.duration_s),
-            "--drain-s", str(f.drain_s), "--line-rate-pps", str(capacity),
+            "--drain-s", str(f.drain_s * args.dilation.factor), "--line-rate-pps", str(capacity),
             *(["--dscp", str(LOSSLESS_DSCP), "--tclass", str(LOSSLESS_CLASS), "--link-mbps",
                str(topo.access_link(h).bandwidth_mbps)] if pfc else []), *f.extra]))
     samples: list = []
@@ -280,7 +301,7 @@ def run_case(cc: str, n: int, pfc: bool, topo, net: Network, ctl: FabricControll
         "received": sum(f["received"] for f in rx["flows"].values()),
         "switch_drops": " ".join(f"{k}:{n}" for k, n in sorted(run.drops.items())),
         "lost_before_pipeline": run.lost_before_pipeline,
-        "fidelity": run.fidelity,
+        "fidelity": run.fidelity, "dilation": str(args.dilation), "budget": args.budget,
     }
     _plot_case(result, run)
     return result
@@ -330,7 +351,7 @@ def run_loss_case(mode: str, loss_pct: float, topo, net: Network, ctl: FabricCon
     undo = drop_fraction(port.iface, loss_pct / 100) if loss_pct else (lambda: None)
     try:
         gate = StartGate(case_dir)
-        common = ["--mode", mode, "--mtu", str(MTU)]
+        common = ["--mode", mode, "--mtu", str(MTU), "--dilation", f"{args.dilation.factor:g}"]
         rx = rdma_agent(receiver, "receive", start_at=gate, out_dir=case_dir,
                         extra=[*common, "--duration", str(args.duration + 3.0)])
         tx = rdma_agent(sender, "send", start_at=gate, out_dir=case_dir, extra=[
@@ -352,7 +373,7 @@ def run_loss_case(mode: str, loss_pct: float, topo, net: Network, ctl: FabricCon
             "goodput_mbps": round(sent["messages_completed"] * MESSAGE_BYTES * 8 / args.duration / 1e6, 3),
             "sent": sent["sent"], "retransmitted": sent["retransmitted"], "timeouts": sent["timeouts"],
             "naks": sent["naks"], "fct_p50_ms": (sent["completion_ms"] or {}).get("p50", ""),
-            "lost_before_pipeline": lost_before_pipeline(name, verdict), "fidelity": str(verdict)}
+            "lost_before_pipeline": lost_before_pipeline(name, verdict), "fidelity": str(verdict), "dilation": str(args.dilation), "budget": args.budget}
 
 
 SLOW_PATH_PPS = 500
@@ -367,7 +388,7 @@ def run_spray_case(mode: str, reorder: bool, topo, net: Network, ctl: FabricCont
     case_dir = out / name
     case_dir.mkdir(parents=True, exist_ok=True)
     gate = StartGate(case_dir)
-    common = ["--mode", mode, "--mtu", str(MTU)]
+    common = ["--mode", mode, "--mtu", str(MTU), "--dilation", f"{args.dilation.factor:g}"]
     rx = rdma_agent(receiver, "receive", start_at=gate, out_dir=case_dir,
                     extra=[*common, "--duration", str(args.duration + 3.0), *(["--reorder"] if reorder else [])])
     tx = rdma_agent(sender, "send", start_at=gate, out_dir=case_dir, extra=[
@@ -393,7 +414,7 @@ def run_spray_case(mode: str, reorder: bool, topo, net: Network, ctl: FabricCont
             "held_by_reorder_buffer": rob.get("held", ""),
             # gaps the reorder buffer gave up on (its gap timeout), and packets that came after it had
             "reorder_declared_lost": rob.get("losses_declared", ""), "reorder_late": rob.get("late", ""),
-            "lost_before_pipeline": lost_before_pipeline(name, verdict), "fidelity": str(verdict)}
+            "lost_before_pipeline": lost_before_pipeline(name, verdict), "fidelity": str(verdict), "dilation": str(args.dilation), "budget": args.budget}
 
 
 MIX_LONG = ("h1", "h5")
@@ -474,7 +495,7 @@ def run_mix_case(cc: str, pfc: bool, one_packet_s: float, topo, net: Network, ct
         "retransmitted": sum(t["retransmitted"] for t in run.tx), "timeouts": sum(t["timeouts"] for t in run.tx),
         "switch_drops": " ".join(f"{k}:{n}" for k, n in sorted(run.drops.items())),
         "lost_before_pipeline": run.lost_before_pipeline,
-        "fidelity": run.fidelity,
+        "fidelity": run.fidelity, "dilation": str(args.dilation), "budget": args.budget,
     }
     with open(run.dir / "slowdowns.csv", "w", newline="") as fh:
         w = csv.writer(fh)
@@ -581,7 +602,7 @@ def run_converge_case(cc: str, pfc: bool, topo, net: Network, ctl: FabricControl
               "leave_after_s": " ".join(str(e["converged_after_s"] or "-") for e in events if e["event"] == "leave"),
               "retransmitted": sum(t["retransmitted"] for t in run.tx),
               "switch_drops": " ".join(f"{k}:{n}" for k, n in sorted(run.drops.items())),
-              "lost_before_pipeline": run.lost_before_pipeline, "fidelity": run.fidelity}
+              "lost_before_pipeline": run.lost_before_pipeline, "fidelity": run.fidelity, "dilation": str(args.dilation), "budget": args.budget}
     _plot_converge(result, run, events)
     return result, events
 
@@ -643,10 +664,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "rdma"),
                     help="results directory (default %(default)s)")
     ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS)
+    ap.add_argument("--dilation", default="1", metavar="{auto,D}",
+                    help="run the network D times slower (emulator/dilation.py): link and line rates divided by "
+                         "D, the agents' time constants and --duration multiplied by it; auto: the D the budget "
+                         "asks for the largest incast of --senders at the bottleneck's rate (default 1: none)")
     args = ap.parse_args(argv)
     args.fabrics = [f == "pfc" for f in args.fabrics]
     out = Path(args.out)
-    topo = with_int_to_host(REPO / "topologies" / "incast-leaf-spine.yaml")
+    topo_file = REPO / "topologies" / "incast-leaf-spine.yaml"
+    try:
+        args.dilation = budget_dilation(with_int_to_host(topo_file), max(args.senders)) if args.dilation == "auto" \
+            else Dilation(float(args.dilation))
+    except (ValueError, CalibrationError) as exc:
+        ap.error(f"--dilation: {exc}")
+    if args.dilation.factor > 1:
+        print(f"dilation {args.dilation}: rates / {args.dilation.factor:g}, time constants x {args.dilation.factor:g}; "
+              f"{args.duration:g} s of the network's time is {args.duration * args.dilation.factor:g} s here; times "
+              f"in the results are the dilated network's (x{args.dilation.factor:g}), goodputs its own "
+              f"(/{args.dilation.factor:g})", flush=True)
+        args.duration *= args.dilation.factor
+    topo = with_int_to_host(topo_file, args.dilation)
+    args.budget = announce_budget(topo, incast_demand(topo, max(args.senders)), "training", ack_share=0.25,
+                                  agents="rdma")
     compile_p4()
     written = []
     judged: list[dict] = []                     # rows with a fidelity verdict
@@ -712,14 +751,15 @@ def main(argv: list[str] | None = None) -> int:
             spray_out.mkdir(parents=True, exist_ok=True)
             spine2 = topo.switches["spine2"]
             (slow_port,) = [p.number for p in spine2.ports.values() if p.peer == BOTTLENECK_SWITCH]
+            slow_path_pps = args.dilation.value("slow_path_pps", SLOW_PATH_PPS)
             ctl.feature("load_balancing").set_mode("leaf1", LbMode("spray"))
             with Bmv2Thrift(spine2.thrift_port) as thrift:
-                thrift.set_queue_rate(slow_port, SLOW_PATH_PPS)
+                thrift.set_queue_rate(slow_port, slow_path_pps)
             results = []
             try:
                 for mode, reorder in SPRAY_CASES:
                     print(f"==> {mode}{' + reorder buffer' if reorder else ''}: {args.duration:g}s h1 -> {RECEIVER} "
-                          f"sprayed over both spines (spine2 -> leaf3 at {SLOW_PATH_PPS} packets/s)", flush=True)
+                          f"sprayed over both spines (spine2 -> leaf3 at {slow_path_pps:g} packets/s)", flush=True)
                     results.append(run_spray_case(mode, reorder, topo, net, ctl, args, spray_out))
             finally:
                 ctl.feature("load_balancing").set_mode("leaf1", LbMode())

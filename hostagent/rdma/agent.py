@@ -34,6 +34,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Callable, Optional
 
+from emulator.dilation import Dilation
 from hostagent.ecn.dcqcn import DcqcnParams
 from hostagent.ecn.roce import open_socket, recv_stamped, stamp_arrivals
 from hostagent.load_balancing.reorder import ReorderBank, ReorderParams, add_reorder_arguments, psn_diff
@@ -71,10 +72,10 @@ def hop_info(hops: tuple[HopRecord, ...], mtu_bytes: int) -> tuple[HopInfo, ...]
 def congestion_controls() -> dict[str, Callable[[argparse.Namespace], CongestionControl]]:
     """name -> a constructor from the agent's options."""
     return {
-        "dcqcn": lambda a: Dcqcn(DcqcnParams(line_rate_pps=a.line_rate_pps)),
-        "timely": lambda a: Timely(TimelyParams(line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu)),
-        "swift": lambda a: Swift(SwiftParams(line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu)),
-        "hpcc": lambda a: Hpcc(HpccParams(line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu)),
+        "dcqcn": lambda a: Dcqcn(dilation(a).params(DcqcnParams, line_rate_pps=a.line_rate_pps)),
+        "timely": lambda a: Timely(dilation(a).params(TimelyParams, line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu)),
+        "swift": lambda a: Swift(dilation(a).params(SwiftParams, line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu)),
+        "hpcc": lambda a: Hpcc(dilation(a).params(HpccParams, line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu)),
     }
 
 
@@ -86,9 +87,21 @@ def _percentiles(values: list[float]) -> Optional[dict]:
             "max": round(v[-1], 3)}
 
 
+def dilation(a: argparse.Namespace) -> Dilation:
+    """The agent's --dilation (1 where the options have none)."""
+    return Dilation(getattr(a, "dilation", 1.0))
+
+
+def transport_params(a: argparse.Namespace) -> TransportParams:
+    """The transport's parameters from the options: its timers dilated, then
+    what was given (a sender's --rto-s, taken as it is)."""
+    given = {"rto_s": a.rto_s} if getattr(a, "rto_s", None) is not None else {}
+    given.update({"retry_cnt": a.retry_cnt} if hasattr(a, "retry_cnt") else {})
+    return dilation(a).params(TransportParams, mode=a.mode, mtu_bytes=a.mtu, ack_every=a.ack_every, **given)
+
+
 def run_sender(a, sock=None) -> dict:
-    params = TransportParams(mode=a.mode, mtu_bytes=a.mtu, ack_every=a.ack_every, rto_s=a.rto_s,
-                             retry_cnt=a.retry_cnt)
+    params = transport_params(a)
     cc = congestion_controls()[a.cc](a)
     req = Requester(params, cc, peer=a.dst_ip, qp=a.qp)
     frames = FrameBuilder(a.src_mac, a.gw_mac, a.src_ip, a.dst_ip, sport=0xC000 | (a.qp & 0x3FFF), dscp=a.dscp)
@@ -214,7 +227,7 @@ def sender_failure(a, summary: dict) -> Optional[str]:
 
 
 def run_receiver(a, sock=None) -> dict:
-    params = TransportParams(mode=a.mode, mtu_bytes=a.mtu, ack_every=a.ack_every)
+    params = transport_params(a)
     errors: list[str] = []
     sock = sock or open_socket(a.iface)
     sock.settimeout(0.0005)
@@ -326,6 +339,10 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--ack-every", type=int, default=4, help="receiver: an ACK every N packets")
         p.add_argument("--dscp", type=int, default=0, help="DSCP of the packets (the switches' traffic class)")
         p.add_argument("--duration", type=float, default=10.0)
+        p.add_argument("--dilation", type=float, default=1.0,
+                       help="the network runs this many times slower than the defaults describe: every default "
+                            "time constant (congestion control, timeouts) multiplied by it and rate divided by it "
+                            "(emulator/dilation.py); rates and times given here are taken as they are")
         add_start_arguments(p)
         p.add_argument("--out", help="output prefix: <out>.json (and the sender's <out>.csv); default: stdout")
     add_reorder_arguments(sub.choices["receive"])
@@ -343,7 +360,8 @@ def parser() -> argparse.ArgumentParser:
                    help="messages arrive as a Poisson process of this rate until --duration (0: back to back)")
     s.add_argument("--seed", type=int, default=1, help="of the Poisson arrivals")
     s.add_argument("--write", action="store_true", help="RDMA WRITE instead of SEND")
-    s.add_argument("--rto-s", type=float, default=TransportParams.rto_s)
+    s.add_argument("--rto-s", type=float, default=None,
+                   help=f"the least retransmission timeout (default {TransportParams.rto_s:g} s x --dilation)")
     s.add_argument("--retry-cnt", type=int, default=TransportParams.retry_cnt,
                    help="retries after timeouts without progress before the queue pair fails (verbs' retry_cnt)")
     s.add_argument("--drain-s", type=float, default=1.0, help="after --duration: time to finish what is in flight "
@@ -356,8 +374,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
     try:
-        TransportParams(mode=a.mode, mtu_bytes=a.mtu, ack_every=a.ack_every,
-                        **({"rto_s": a.rto_s, "retry_cnt": a.retry_cnt} if a.role == "send" else {}))
+        transport_params(a)
         if a.role == "send" and a.message_bytes < 1:
             raise ValueError(f"--message-bytes must be >= 1, got {a.message_bytes}")
         if a.role == "send" and (a.poisson_per_s < 0 or (a.poisson_per_s and a.messages)):

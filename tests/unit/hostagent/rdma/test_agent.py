@@ -119,3 +119,16 @@ def test_frames_carry_the_kernels_receive_time():
     assert frame == b"frame" and received is not None
     assert sent - 0.01 <= received < read - 0.15
     assert not stamp_arrivals(object()), "a test link that is not a socket: no timestamps"
+
+
+def test_dilation_slows_the_agents_time_constants_and_keeps_what_is_given():
+    a = agent.parser().parse_args([*SEND, "--cc", "hpcc", "--line-rate-pps", "208", "--dilation", "4"])
+    params = agent.transport_params(a)
+    assert (params.rto_s, params.ack_delay_s) == (4 * agent.TransportParams.rto_s, 4 * agent.TransportParams.ack_delay_s)
+    hpcc = agent.congestion_controls()["hpcc"](a).p
+    assert hpcc.line_rate_pps == 208 and hpcc.base_rtt_s == 4 * agent.HpccParams.base_rtt_s
+    given = agent.parser().parse_args([*SEND, "--rto-s", "0.3", "--dilation", "4"])
+    assert agent.transport_params(given).rto_s == 0.3
+    receive = agent.parser().parse_args(["receive", *RX, "--dilation", "2"])
+    assert agent.transport_params(receive).cnp_interval_s == 2 * agent.TransportParams.cnp_interval_s
+    assert agent.main([*SEND, "--dilation", "0.5"]) == 2       # refused before any socket opens

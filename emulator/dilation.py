@@ -1,0 +1,106 @@
+"""Time dilation: the same network, D times slower, so that this machine
+keeps up with it (DieCast, SELENA: slow the virtual network's clock rather
+than leave the emulator behind it).
+
+Under a dilation D every rate is divided by D and every time constant
+multiplied by it: link bandwidths (so BMv2's queue rates), host line rates,
+hold rates, the congestion controls' rates and timers, retransmission
+timeouts. What is counted in packets or bytes (queue thresholds, windows,
+headroom, message sizes) is unchanged, and so is every dimensionless result
+(utilisation, fairness, a queue in packets, a drop count). A time measured
+in the dilated run (a completion time, a step) is D times the one the
+undilated network would show; a rate, 1/D.
+
+Parameters follow the project's unit suffixes, which say what to scale: a
+field or key ending in `_s`, `_ms` or `_us` is a time, one ending in `_pps`
+or `_mbps` a rate; anything else is left as it is. The factor is what the
+budget asks for (emulator/calibration.py: Plan.dilation) or given by hand;
+the emulator's own per-packet cost does not dilate, and that is the point.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from typing import Any, TypeVar
+
+TIME_SUFFIXES = ("_s", "_ms", "_us")
+RATE_SUFFIXES = ("_pps", "_mbps")
+
+P = TypeVar("P")
+
+
+class DilationError(ValueError):
+    pass
+
+
+def kind(name: str) -> str | None:
+    """"time", "rate", or None: what a parameter's name says it is."""
+    if name.endswith(TIME_SUFFIXES):
+        return "time"
+    if name.endswith(RATE_SUFFIXES):
+        return "rate"
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Dilation:
+    """The factor D >= 1 (1: none)."""
+    factor: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.factor) and self.factor >= 1.0):
+            raise DilationError(f"a dilation factor is a number >= 1 (1: none), got {self.factor!r}")
+
+    @classmethod
+    def rounded_up(cls, factor: float, step: float = 0.25) -> "Dilation":
+        """The factor a budget asks for, up to the next `step` (a margin, and
+        a number that reads well in a result row); at least 1."""
+        return cls(max(1.0, math.ceil(factor / step - 1e-9) * step))
+
+    def __str__(self) -> str:
+        return "none" if self.factor == 1.0 else f"x{self.factor:g}"
+
+    def value(self, name: str, value: float) -> float:
+        """`value` of the parameter called `name`, dilated."""
+        what = kind(name)
+        if what == "time":
+            return value * self.factor
+        if what == "rate":
+            return value / self.factor
+        return value
+
+    def params(self, cls: type[P], **given: Any) -> P:
+        """An instance of the parameter dataclass `cls`: its defaults
+        dilated, then `given` (already in the dilated network's units, e.g. a
+        line rate taken from a dilated link) set as they are."""
+        defaults: Any = cls()
+        dilated = {f.name: self.value(f.name, getattr(defaults, f.name)) for f in dataclasses.fields(defaults)
+                   if f.init and kind(f.name) and isinstance(getattr(defaults, f.name), (int, float))
+                   and not isinstance(getattr(defaults, f.name), bool)}
+        out: P = dataclasses.replace(defaults, **{**dilated, **given})
+        return out
+
+    def topology(self, raw: dict) -> dict:
+        """A topology file's mapping (as yaml loads it) with every link's
+        bandwidth and delay dilated, the defaults' included, and any
+        section's `..._pps`/`..._s`/`..._ms` numbers (a hold rate, a
+        heartbeat period); a copy."""
+        out = copy.deepcopy(raw)
+        if self.factor == 1.0:
+            return out
+        links = out.setdefault("defaults", {}).setdefault("link", {})
+        links.setdefault("bandwidth_mbps", 100.0)           # control/topology.py DEFAULT_LINK
+        for entry in [links, *(link for link in out.get("links", []) if isinstance(link, dict))]:
+            self._dilate(entry)
+        for key, section in out.items():
+            if key not in ("defaults", "links", "switches", "hosts") and isinstance(section, dict):
+                self._dilate(section)
+        return out
+
+    def _dilate(self, mapping: dict) -> None:
+        for key, value in mapping.items():
+            if isinstance(value, dict):
+                self._dilate(value)
+            elif isinstance(value, (int, float)) and not isinstance(value, bool) and kind(key):
+                mapping[key] = self.value(key, value)

@@ -1,0 +1,30 @@
+"""The INT experiment's reading of its reports (experiments/int_telemetry.py):
+each report placed at the time the sink saw the queue, not when it reached
+the collector, and the held-report error against the register's samples."""
+from experiments.int_telemetry import SINK_SWITCH, held_error, on_switch_clock
+
+
+def report(arrived_s: float, egress_us: int, queue: int, switch: str = SINK_SWITCH, kind: str = "flow") -> dict:
+    return {"t_s": arrived_s, "switch": switch, "kind": kind, "sink_queue": str(queue),
+            "sink_egress_us": str(egress_us)}
+
+
+def test_reports_are_placed_by_their_egress_timestamp_not_their_arrival():
+    # the switch's clock starts 100 s before the run's; the first report took 2 ms to arrive,
+    # the later ones fell behind (a collector's backlog) by up to 400 ms
+    rows = [report(0.102, 100_000_000 + 100_000, 5), report(0.600, 100_000_000 + 200_000, 9),
+            report(0.700, 100_000_000 + 300_000, 3), report(0.5, 0, 0, kind="drop"),
+            report(0.5, 100_000_000 + 250_000, 7, switch="leaf1")]
+    placed, delay_p50, delay_p95 = on_switch_clock(rows)
+    assert [(round(t, 3), q) for t, q in placed] == [(0.102, 5), (0.202, 9), (0.302, 3)]
+    assert (delay_p50, delay_p95) == (398.0, 398.0)
+
+
+def test_no_stamped_report_leaves_nothing_to_compare():
+    assert on_switch_clock([report(0.1, 0, 0, kind="drop")]) == ([], None, None)
+
+
+def test_the_held_error_compares_each_sample_with_the_last_report_before_it():
+    reports = [(0.0, 10), (1.0, 20)]
+    samples = [(0.5, 12), (1.5, 20), (2.5, 26)]
+    assert held_error(reports, samples, 0.0, 3.0) == (round((2 + 0 + 6) / 3, 2), 2)
