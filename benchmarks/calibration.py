@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import multiprocessing as mp
 import os
 import subprocess
@@ -48,7 +47,6 @@ from features import FEATURES
 
 OFFERED_PPS = 2000.0      # the load the per-packet CPU is measured at: below what the training composition forwards
 RDMA_OFFERED_PPS = 1000.0  # the RDMA sender's line rate when its cost is measured (the experiments' NICs: 833)
-RDMA_ACK_EVERY = 4         # hostagent.rdma's default: an ACK every 4 packets
 IDLE_S = 2.0
 WARMUP_S = 1.0
 MEASURE_S = 3.0
@@ -123,21 +121,23 @@ def rdma_agent_cost(offered_pps: float = RDMA_OFFERED_PPS) -> float:
          "--line-rate-pps", f"{offered_pps:g}", *common, "--drain-s", "0.5", "--out", str(out / "send")],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     procs = (sender, receiver)
+    ends = PAIRS[IN_PORT]                   # frames each end's kernel delivered: data, and ACKs back
+
+    def frames() -> int:
+        return sum(rx_packets(end) for end in ends)
     try:
         time.sleep(max(0.0, start_at + WARMUP_S - time.time()))
-        c0, t0 = sum(process_cpu_s(p.pid) for p in procs), time.monotonic()
+        f0, c0, t0 = frames(), sum(process_cpu_s(p.pid) for p in procs), time.monotonic()
         time.sleep(MEASURE_S)
-        c1, t1 = sum(process_cpu_s(p.pid) for p in procs), time.monotonic()
+        f1, c1, t1 = frames(), sum(process_cpu_s(p.pid) for p in procs), time.monotonic()
     finally:
         for p in procs:
             p.terminate()
         errors = [p.communicate(timeout=30)[1] for p in procs]
-    sent = json.loads((out / "send.json").read_text())
-    sent_pps = sent["sent"] / max(1e-9, sent["duration_s"])
-    handled = 2 * sent_pps * (1 + 1 / RDMA_ACK_EVERY)
+    handled = 2 * (f1 - f0) / (t1 - t0)     # each frame sent by one agent and received by the other
     busy = (c1 - c0) / (t1 - t0)
-    if sent_pps <= 0 or busy <= 0:
-        raise RuntimeError(f"calibration of the RDMA agents: {sent_pps:.0f} pps sent using {busy:.3f} cores: "
+    if handled <= 0 or busy <= 0:
+        raise RuntimeError(f"calibration of the RDMA agents: {handled:.0f} packets handled using {busy:.3f} cores: "
                            f"nothing to measure ({'; '.join(e.strip()[-300:] for e in errors if e.strip())})")
     return handled / busy
 

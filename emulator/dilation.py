@@ -85,22 +85,26 @@ class Dilation:
         """A topology file's mapping (as yaml loads it) with every link's
         bandwidth and delay dilated, the defaults' included, and any
         section's `..._pps`/`..._s`/`..._ms` numbers (a hold rate, a
-        heartbeat period); a copy."""
+        heartbeat period; whole numbers stay whole); a copy."""
         out = copy.deepcopy(raw)
         if self.factor == 1.0:
             return out
         links = out.setdefault("defaults", {}).setdefault("link", {})
         links.setdefault("bandwidth_mbps", 100.0)           # control/topology.py DEFAULT_LINK
         for entry in [links, *(link for link in out.get("links", []) if isinstance(link, dict))]:
-            self._dilate(entry)
+            self._dilate(entry, whole=False)
         for key, section in out.items():
             if key not in ("defaults", "links", "switches", "hosts") and isinstance(section, dict):
-                self._dilate(section)
+                self._dilate(section, whole=True)
         return out
 
-    def _dilate(self, mapping: dict) -> None:
+    def _dilate(self, mapping: dict, whole: bool) -> None:
+        """Dilate `mapping`'s numbers in place; with `whole`, a whole number
+        stays whole (a section's hold rate in packets/s or period in ms:
+        rounded, at least 1). A link's bandwidth and delay may be fractions."""
         for key, value in mapping.items():
             if isinstance(value, dict):
-                self._dilate(value)
+                self._dilate(value, whole)
             elif isinstance(value, (int, float)) and not isinstance(value, bool) and kind(key):
-                mapping[key] = self.value(key, value)
+                dilated = self.value(key, value)
+                mapping[key] = max(1, round(dilated)) if whole and isinstance(value, int) and value else dilated

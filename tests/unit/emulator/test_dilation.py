@@ -73,5 +73,7 @@ lossless:
     assert slow["lossless"]["hold_rate_pps"] == 125 and slow["lossless"]["pfc"] == \
         {"xoff": 24, "xon": 12, "headroom": 64, "watchdog_ms": 400}
     assert raw["defaults"]["link"]["bandwidth_mbps"] == 10 and raw["lossless"]["hold_rate_pps"] == 500
+    # whole numbers stay whole: a hold rate of 500 packets/s at x7.5
+    assert Dilation(7.5).topology(raw)["lossless"]["hold_rate_pps"] == 67
     # a file without defaults gets the default link rate, dilated
     assert Dilation(2).topology({"links": []})["defaults"]["link"]["bandwidth_mbps"] == 50.0
