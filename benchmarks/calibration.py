@@ -106,19 +106,17 @@ def rdma_agent_cost(offered_pps: float = RDMA_OFFERED_PPS) -> float:
     two (each data packet and ACK counted where it is sent and where it is
     received), measured over MEASURE_S after WARMUP_S, on a veth pair of
     the bench (no switch: each agent's gateway is the other)."""
-    out = REPO / "build" / "bench" / "rdma-agents"
-    out.mkdir(parents=True, exist_ok=True)
     start_at = time.time() + 2.0                    # both imported and bound before either sends
     total = WARMUP_S + MEASURE_S + 0.5
     common = ["--duration", f"{total:g}", "--start-at", f"{start_at:.3f}"]
     receiver = subprocess.Popen(
         [sys.executable, "-m", "hostagent.rdma", "receive", "--iface", PAIRS[IN_PORT][0], "--src-ip", DST_IP,
-         "--src-mac", SWITCH_MAC, "--gw-mac", HOST_MAC, *common, "--out", str(out / "receive")],
+         "--src-mac", SWITCH_MAC, "--gw-mac", HOST_MAC, *common],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     sender = subprocess.Popen(
         [sys.executable, "-m", "hostagent.rdma", "send", "--iface", PAIRS[IN_PORT][1], "--src-ip", SRC_IP,
          "--src-mac", HOST_MAC, "--gw-mac", SWITCH_MAC, "--dst-ip", DST_IP, "--qp", "1", "--cc", "dcqcn",
-         "--line-rate-pps", f"{offered_pps:g}", *common, "--drain-s", "0.5", "--out", str(out / "send")],
+         "--line-rate-pps", f"{offered_pps:g}", *common, "--drain-s", "0.5"],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     procs = (sender, receiver)
     ends = PAIRS[IN_PORT]                   # frames each end's kernel delivered: data, and ACKs back

@@ -24,6 +24,8 @@ import dataclasses
 import math
 from typing import Any, TypeVar
 
+from control.topology import DEFAULT_LINK
+
 TIME_SUFFIXES = ("_s", "_ms", "_us")
 RATE_SUFFIXES = ("_pps", "_mbps")
 
@@ -75,9 +77,9 @@ class Dilation:
         dilated, then `given` (already in the dilated network's units, e.g. a
         line rate taken from a dilated link) set as they are."""
         defaults: Any = cls()
-        dilated = {f.name: self.value(f.name, getattr(defaults, f.name)) for f in dataclasses.fields(defaults)
-                   if f.init and kind(f.name) and isinstance(getattr(defaults, f.name), (int, float))
-                   and not isinstance(getattr(defaults, f.name), bool)}
+        values = {f.name: getattr(defaults, f.name) for f in dataclasses.fields(defaults) if f.init}
+        dilated = {name: self.value(name, v) for name, v in values.items()
+                   if kind(name) and isinstance(v, (int, float)) and not isinstance(v, bool)}
         out: P = dataclasses.replace(defaults, **{**dilated, **given})
         return out
 
@@ -90,7 +92,7 @@ class Dilation:
         if self.factor == 1.0:
             return out
         links = out.setdefault("defaults", {}).setdefault("link", {})
-        links.setdefault("bandwidth_mbps", 100.0)           # control/topology.py DEFAULT_LINK
+        links.setdefault("bandwidth_mbps", DEFAULT_LINK["bandwidth_mbps"])
         for entry in [links, *(link for link in out.get("links", []) if isinstance(link, dict))]:
             self._dilate(entry, whole=False)
         for key, section in out.items():

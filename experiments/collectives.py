@@ -236,6 +236,8 @@ def collect(case: str, procs: list[subprocess.Popen], out: Path) -> dict:
             failed.append(f"rank {rank} (exit {p.returncode}): {stderr.strip()[-1500:]}")
     monitor = _monitors.pop(case, None)
     verdict = monitor.verdict() if monitor is not None else None
+    if verdict is not None:
+        _verdicts[case] = verdict
     if failed:
         raise RuntimeError(f"{case}: " + "\n".join(failed))
     case_out = out / case
@@ -250,13 +252,8 @@ def collect(case: str, procs: list[subprocess.Popen], out: Path) -> dict:
             "step_ms_median": round(1000 * statistics.median(steps), 1), "step_ms_max": round(1000 * max(steps), 1),
             "busbw_MBps_median": round(statistics.median(busbw) / 1e6, 3) if busbw else 0.0,
             "retransmitted": retransmitted,
-            **({"lost_before_pipeline": lost_before_pipeline(case, verdict), "fidelity": _judgement(case, verdict)}
+            **({"lost_before_pipeline": lost_before_pipeline(case, verdict), "fidelity": str(verdict)}
                if verdict is not None else {})}
-
-
-def _judgement(case: str, verdict: Verdict) -> str:
-    _verdicts[case] = verdict
-    return str(verdict)
 
 
 def run_ranks(case: str, job: list[Rank], extra: list[str], ctl: FabricController, args, out: Path) -> dict:

@@ -31,8 +31,9 @@ last packet lost before the first 200 ms without loss (the few stray
 losses of steady state, counted before t0 as lost_before_t0, are not the
 failure's); the controller's reroute time; the flows that moved plane;
 what the switches dropped, by reason; the run's fidelity verdict (a switch
-the run kills is left out of it; docs/fidelity.md). Each failure is repeated --repeats
-times; the table gives the median and the largest outage.
+the run kills is left out of it; docs/fidelity.md). Each failure is
+repeated --repeats times; the table gives the median and the largest
+outage.
 Writes runs.csv, timeline.csv (per 20 ms of send time: packets sent, lost,
 and the delivered share) and
 timeline.png under --out (default experiments/results/failover_timeline/).

@@ -27,7 +27,8 @@ of one round of probes. "What suppression loses": the queue the reports
 show, held until the next report, against the Thrift samples (mean and p95
 absolute error, packets), each report placed at the time the switch saw
 the queue (its egress timestamp), not when it reached the collector; how
-much later than the least late report they arrived is the report delay. Writes CSV and PNG under --out and prints where.
+much later than the least late report they arrived is the report delay.
+Writes CSV and PNG under --out and prints where.
 """
 from __future__ import annotations
 

@@ -225,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     png = plot(rows, model, args.patterns, args.out)
     print()
     print_table([{k: v for k, v in r.items() if k != "fidelity"} for r in rows])
-    print_fidelity([{"case": f"{r['pattern']}/{r['routing']}/{r['offered']:g}", "fidelity": r["fidelity"]} for r in rows])
+    print_fidelity([{"case": f"{r['pattern']}/{r['routing']}/{r['offered']:g}", "fidelity": r["fidelity"]}
+                    for r in rows])
     print(f"\nresults: {summary}, {model_csv}, {png}, and each case's agent files under {args.out}/<pattern>/<routing>/")
     return 0
 

@@ -148,6 +148,16 @@ def incast_demand(topo, senders: int) -> list[CalFlow]:
     return [CalFlow(f.host, RECEIVER, bottleneck_pps(topo)) for f in incast_flows(senders, 1.0)]
 
 
+def agent_options(args, mode: str) -> list[str]:
+    """What every agent of a case is given: the retransmission mode, the MTU, the dilation."""
+    return ["--mode", mode, "--mtu", str(MTU), "--dilation", f"{args.dilation.factor:g}"]
+
+
+def judged(args, lost: str, fidelity: str) -> dict:
+    """A row's last columns: what the machine lost, the case's verdict, the run's dilation and budget."""
+    return {"lost_before_pipeline": lost, "fidelity": fidelity, "dilation": str(args.dilation), "budget": args.budget}
+
+
 def percentile(values: list, p: float) -> float:
     if not values:
         return 0.0
@@ -204,7 +214,7 @@ def run_flows(name: str, cc: str, flows: list[Flow], pfc: bool, topo, net: Netwo
     case_dir.mkdir(parents=True, exist_ok=True)
     gate = StartGate(case_dir)       # every agent ready before any sends (agents/start.py)
     end_s = max(f.start_s + f.duration_s + f.drain_s * args.dilation.factor for f in flows)
-    common = ["--mode", args.mode, "--mtu", str(MTU), "--dilation", f"{args.dilation.factor:g}"]
+    common = agent_options(args, args.mode)
     procs = [rdma_agent(receiver, "receive", start_at=gate, out_dir=case_dir,
                         extra=[*common, "--duration", str(end_s + 3.0)])]
     capacity = queue_rate_pps(topo.switches[BOTTLENECK_SWITCH].ports[port].link.bandwidth_mbps)
@@ -300,8 +310,7 @@ def run_case(cc: str, n: int, pfc: bool, topo, net: Network, ctl: FabricControll
         "sent": sum(t["sent"] for t in tx),
         "received": sum(f["received"] for f in rx["flows"].values()),
         "switch_drops": " ".join(f"{k}:{n}" for k, n in sorted(run.drops.items())),
-        "lost_before_pipeline": run.lost_before_pipeline,
-        "fidelity": run.fidelity, "dilation": str(args.dilation), "budget": args.budget,
+        **judged(args, run.lost_before_pipeline, run.fidelity),
     }
     _plot_case(result, run)
     return result
@@ -351,7 +360,7 @@ def run_loss_case(mode: str, loss_pct: float, topo, net: Network, ctl: FabricCon
     undo = drop_fraction(port.iface, loss_pct / 100) if loss_pct else (lambda: None)
     try:
         gate = StartGate(case_dir)
-        common = ["--mode", mode, "--mtu", str(MTU), "--dilation", f"{args.dilation.factor:g}"]
+        common = agent_options(args, mode)
         rx = rdma_agent(receiver, "receive", start_at=gate, out_dir=case_dir,
                         extra=[*common, "--duration", str(args.duration + 3.0)])
         tx = rdma_agent(sender, "send", start_at=gate, out_dir=case_dir, extra=[
@@ -373,7 +382,7 @@ def run_loss_case(mode: str, loss_pct: float, topo, net: Network, ctl: FabricCon
             "goodput_mbps": round(sent["messages_completed"] * MESSAGE_BYTES * 8 / args.duration / 1e6, 3),
             "sent": sent["sent"], "retransmitted": sent["retransmitted"], "timeouts": sent["timeouts"],
             "naks": sent["naks"], "fct_p50_ms": (sent["completion_ms"] or {}).get("p50", ""),
-            "lost_before_pipeline": lost_before_pipeline(name, verdict), "fidelity": str(verdict), "dilation": str(args.dilation), "budget": args.budget}
+            **judged(args, lost_before_pipeline(name, verdict), str(verdict))}
 
 
 SLOW_PATH_PPS = 500
@@ -388,7 +397,7 @@ def run_spray_case(mode: str, reorder: bool, topo, net: Network, ctl: FabricCont
     case_dir = out / name
     case_dir.mkdir(parents=True, exist_ok=True)
     gate = StartGate(case_dir)
-    common = ["--mode", mode, "--mtu", str(MTU), "--dilation", f"{args.dilation.factor:g}"]
+    common = agent_options(args, mode)
     rx = rdma_agent(receiver, "receive", start_at=gate, out_dir=case_dir,
                     extra=[*common, "--duration", str(args.duration + 3.0), *(["--reorder"] if reorder else [])])
     tx = rdma_agent(sender, "send", start_at=gate, out_dir=case_dir, extra=[
@@ -414,7 +423,7 @@ def run_spray_case(mode: str, reorder: bool, topo, net: Network, ctl: FabricCont
             "held_by_reorder_buffer": rob.get("held", ""),
             # gaps the reorder buffer gave up on (its gap timeout), and packets that came after it had
             "reorder_declared_lost": rob.get("losses_declared", ""), "reorder_late": rob.get("late", ""),
-            "lost_before_pipeline": lost_before_pipeline(name, verdict), "fidelity": str(verdict), "dilation": str(args.dilation), "budget": args.budget}
+            **judged(args, lost_before_pipeline(name, verdict), str(verdict))}
 
 
 MIX_LONG = ("h1", "h5")
@@ -494,8 +503,7 @@ def run_mix_case(cc: str, pfc: bool, one_packet_s: float, topo, net: Network, ct
         "int_queue_p50": int_q.get("p50", ""), "int_queue_p99": int_q.get("p99", ""),
         "retransmitted": sum(t["retransmitted"] for t in run.tx), "timeouts": sum(t["timeouts"] for t in run.tx),
         "switch_drops": " ".join(f"{k}:{n}" for k, n in sorted(run.drops.items())),
-        "lost_before_pipeline": run.lost_before_pipeline,
-        "fidelity": run.fidelity, "dilation": str(args.dilation), "budget": args.budget,
+        **judged(args, run.lost_before_pipeline, run.fidelity),
     }
     with open(run.dir / "slowdowns.csv", "w", newline="") as fh:
         w = csv.writer(fh)
@@ -602,7 +610,7 @@ def run_converge_case(cc: str, pfc: bool, topo, net: Network, ctl: FabricControl
               "leave_after_s": " ".join(str(e["converged_after_s"] or "-") for e in events if e["event"] == "leave"),
               "retransmitted": sum(t["retransmitted"] for t in run.tx),
               "switch_drops": " ".join(f"{k}:{n}" for k, n in sorted(run.drops.items())),
-              "lost_before_pipeline": run.lost_before_pipeline, "fidelity": run.fidelity, "dilation": str(args.dilation), "budget": args.budget}
+              **judged(args, run.lost_before_pipeline, run.fidelity)}
     _plot_converge(result, run, events)
     return result, events
 

@@ -67,6 +67,11 @@ def test_storm_spreads_without_the_watchdog_and_is_contained_with_it(tmp_path):
 CASES = ("deadlock", "watchdog", "bounce-tagger", "torus", "torus-dateline", "dragonfly", "dragonfly-global-hop")
 
 
+def lost_before_pipeline(row: dict) -> int:
+    """The frames a case's row names as lost before a pipeline ("leaf3:25 spine2:4 kernel:softnet:1")."""
+    return sum(int(x.rsplit(":", 1)[1]) for x in row["lost_before_pipeline"].split())
+
+
 def late_pause_losses(row: dict) -> float:
     """What a flowing case of the deadlock phase may lose on this
     emulation: 1% of what was sent. Five BMv2 switches in a ring, each
@@ -122,7 +127,7 @@ def test_deadlock_forms_is_prevented_by_a_class_change_and_broken_by_the_watchdo
         # nothing lost unseen (headroom drops, frames lost before a pipeline); a faithful case loses at most
         # what late pauses cost (bounce-tagger lost 63 of 4900 in a run of 2026-11-28, over 1%)
         lost = int(flowing["sent"]) - int(flowing["received"])
-        named = sum(int(x.rsplit(":", 1)[1]) for x in flowing["lost_before_pipeline"].split())
+        named = lost_before_pipeline(flowing)
         assert lost <= named + int(flowing["headroom_drops"]), flowing
         assert flowing["fidelity"] != "ok" or lost <= late_pause_losses(flowing), flowing
     for congested in (rows["bounce-tagger"], rows["dragonfly-global-hop"]):
@@ -132,7 +137,7 @@ def test_deadlock_forms_is_prevented_by_a_class_change_and_broken_by_the_watchdo
     # ... and every packet reaches its intermediate, but for frames the machine lost before a pipeline (named)
     global_hop = rows["dragonfly-global-hop"]
     unreached = int(global_hop["sent"]) - int(global_hop["valiant_reached"])
-    assert 0 <= unreached <= sum(int(x.rsplit(":", 1)[1]) for x in global_hop["lost_before_pipeline"].split()), global_hop
+    assert 0 <= unreached <= lost_before_pipeline(global_hop), global_hop
     watchdog = rows["watchdog"]
     assert int(watchdog["storms_detected"]) > 0 and int(watchdog["watchdog_dropped"]) > 0, watchdog
     assert float(watchdog["last_40pct_pps"]) > 0, watchdog
@@ -160,7 +165,7 @@ def test_pfc_spreads_up_the_tree_and_stalls_a_victim(tmp_path):
             # Nothing lost unseen: by the receivers' sequence numbers, every packet arrived, or the run named
             # where it went (lost_before_pipeline: BMv2's input or the kernel, the machine behind; headroom).
             # 60 cases of 6 s in a row lost nothing; one 10 s run here lost 21 at spine2's input, named.
-            named = sum(int(x.rsplit(":", 1)[1]) for x in pfc["lost_before_pipeline"].split())
+            named = lost_before_pipeline(pfc)
             lost = int(pfc["drops"]) + int(pfc["victim_drops"])
             assert lost <= named + int(pfc["headroom_drops"]), pfc
             # and a faithful case loses at most what late pauses cost; a violated one measured the machine
