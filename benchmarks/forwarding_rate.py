@@ -54,7 +54,7 @@ from benchmarks.cases import (DST_IP, HOST_MAC, IN_PORT, MAIN, OUT_PORT, PAIRS, 
                    Case, cases, compile_case, frames, make_veths, remove_veths, running_switch, rx_packets, select)
 from control.switch import Pipeline
 from emulator.fidelity import CpuSampler, summarise_cpu
-from emulator.toolchain import require, tool_version
+from emulator import toolchain
 from hostagent.sender import RawSender
 
 OVERLOAD = 1.25           # offered = OVERLOAD x probed capacity
@@ -198,12 +198,14 @@ def readme_table(summary: list[dict], agent_pps: float, descr: dict[str, str]) -
 
 
 def update_readme(readme: Path, table: str, start: str = README_START, end: str = README_END) -> None:
-    """Replace what is between the `start` and `end` markers of `readme` with `table`."""
+    """Replace what is between the `start` and `end` markers of `readme` with
+    `table` and a line naming the toolchain and date it was measured with."""
     text = readme.read_text()
     pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
     if not pattern.search(text):
         raise SystemExit(f"{readme}: no {start} ... {end} markers to put the table between")
-    readme.write_text(pattern.sub(lambda _: f"{start}\n{table}\n{end}", text))
+    measured = f"Measured {time.strftime('%Y-%m-%d')} with {toolchain.described()}."
+    readme.write_text(pattern.sub(lambda _: f"{start}\n{table}\n\n{measured}\n{end}", text))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -219,8 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = REPO / "build" / "bench"
     chosen = select(cases(args.fabric), args.only)
     pipelines = {c.name: compile_case(c) for c in chosen}
-    versions = {"p4c": tool_version(require("p4c-bm2-ss")), "bmv2": tool_version(require("simple_switch_grpc"))}
-    print(f"BMv2: {require('simple_switch_grpc')} ({versions['bmv2']}), logging off; p4c {versions['p4c']}; "
+    versions = toolchain.versions()
+    print(f"BMv2 {versions['bmv2']}, logging off; p4c {versions['p4c']}; "
           f"{args.repeats} rounds of {args.duration:g} s", flush=True)
     make_veths()
     rows: list[dict] = []
@@ -259,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         w.writeheader()
         w.writerows(summary)
     plot(summary, out_dir / "forwarding_rate.png")
+    toolchain.record(out_dir)
     table = readme_table(summary, agent, {c.name: c.what for c in chosen})
     print("\n" + table)
     if "fabric" in names:

@@ -44,6 +44,7 @@ from benchmarks.cases import IN_PORT, MAIN, OUT_PORT, PAIRS, REPO, Case, cases, 
 from benchmarks.forwarding_rate import update_readme
 from control.p4constants import drop_reasons
 from control.p4info import P4Info
+from emulator import toolchain
 from emulator.toolchain import require
 from hostagent.sender import RawSender
 
@@ -224,6 +225,7 @@ def write_results(rows: list[dict[str, Any]], path: Path, text: str, readme: Pat
         w = csv.DictWriter(f, fieldnames=list(rows[-1]))
         w.writeheader()
         w.writerows(rows)
+    toolchain.record(path.parent)
     print("\n" + text)
     if readme:
         update_readme(readme, text, *markers)

@@ -28,6 +28,7 @@ from pathlib import Path
 from p4.v1 import p4runtime_pb2
 
 from benchmarks.cases import DEVICE_ID, GRPC_ADDR, SWITCH_NAME, switch_process
+from emulator import toolchain
 from emulator.build import compile_p4
 from control.p4info import P4Info
 from control.switch import CONTROLLER_CREDENTIALS, Pipeline, SwitchConnection, update
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         for mode in MODES:
             for i, row in enumerate(results[mode]):
                 w.writerow([i + 1, mode, *(f"{row[k]:.6f}" for k in MEASURES)])
-    print(f"per-round numbers: {path}")
+    print(f"per-round numbers: {path} (toolchain: {toolchain.record(OUT)})")
     return 0
 
 

@@ -265,3 +265,81 @@ class P4Info:
                 raise EntryError(f"counter {counter.preamble.name}: index {index} outside 0..{counter.size - 1}")
             entry.index.index = index
         return entry
+
+
+# ----------------------------------------------------------------------
+# The pipeline's interface, as the control plane uses it
+
+def interface(info: p4info_pb2.P4Info) -> dict[str, dict[str, Any]]:
+    """What the control plane relies on in a P4Info, compiler-neutral: per
+    kind, each object's name with its ID and shape (match fields, actions
+    and their scopes, parameters, sizes, bit widths). Fields a compiler
+    may add or omit without changing the interface (annotations,
+    documentation, P4Runtime 1.4's `initial_default_action`, type_info)
+    are left out, so two compilers' P4Infos of one program compare equal
+    and a change to the program does not."""
+    names = {o.preamble.id: o.preamble.name for kind in ("actions", "action_profiles", "direct_counters",
+                                                         "direct_meters", "tables")
+             for o in getattr(info, kind)}
+
+    def params(fields) -> list[tuple]:
+        return [(f.id, f.name, f.bitwidth) for f in fields]
+
+    def ident(obj) -> dict[str, Any]:
+        return {"id": obj.preamble.id}
+
+    def width(type_spec) -> str:
+        return text_format.MessageToString(type_spec, as_one_line=True)
+
+    return {
+        "architecture": {info.pkg_info.arch: {}},
+        "tables": {t.preamble.name: {
+            **ident(t),
+            "match_fields": [(f.id, f.name, f.bitwidth, _MATCH_KIND.get(f.match_type, f.match_type))
+                             for f in t.match_fields],
+            "actions": sorted((names.get(a.id, a.id), p4info_pb2.ActionRef.Scope.Name(a.scope))
+                              for a in t.action_refs),
+            "const_default_action": names.get(t.const_default_action_id, t.const_default_action_id or None),
+            "implementation": names.get(t.implementation_id, t.implementation_id or None),
+            "direct_resources": sorted(names.get(r, r) for r in t.direct_resource_ids),
+            "size": t.size, "is_const_table": t.is_const_table,
+        } for t in info.tables},
+        "actions": {a.preamble.name: {**ident(a), "params": params(a.params)} for a in info.actions},
+        "action_profiles": {p.preamble.name: {**ident(p), "tables": sorted(names.get(t, t) for t in p.table_ids),
+                                              "with_selector": p.with_selector, "size": p.size}
+                            for p in info.action_profiles},
+        "counters": {c.preamble.name: {**ident(c), "unit": c.spec.unit, "size": c.size} for c in info.counters},
+        "direct_counters": {c.preamble.name: {**ident(c), "unit": c.spec.unit,
+                                              "table": names.get(c.direct_table_id, c.direct_table_id)}
+                            for c in info.direct_counters},
+        "meters": {m.preamble.name: {**ident(m), "unit": m.spec.unit, "size": m.size} for m in info.meters},
+        "direct_meters": {m.preamble.name: {**ident(m), "unit": m.spec.unit,
+                                            "table": names.get(m.direct_table_id, m.direct_table_id)}
+                          for m in info.direct_meters},
+        "registers": {r.preamble.name: {**ident(r), "size": r.size, "type": width(r.type_spec)}
+                      for r in info.registers},
+        "digests": {d.preamble.name: {**ident(d), "type": width(d.type_spec)} for d in info.digests},
+        "controller_packet_metadata": {m.preamble.name: {**ident(m), "metadata": params(m.metadata)}
+                                       for m in info.controller_packet_metadata},
+        "value_sets": {v.preamble.name: {**ident(v), "size": v.size,
+                                         "match": [(f.id, f.name, f.bitwidth) for f in v.match]}
+                       for v in info.value_sets},
+    }
+
+
+def interface_changes(old: Mapping[str, Mapping[str, Any]], new: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Where two interfaces (from `interface`) differ, one line each:
+    objects added, removed or changed, by kind and name."""
+    lines = []
+    for kind in dict.fromkeys([*old, *new]):
+        before, after = old.get(kind, {}), new.get(kind, {})
+        for name in sorted(set(before) | set(after)):
+            if name not in after:
+                lines.append(f"{kind}: {name} removed")
+            elif name not in before:
+                lines.append(f"{kind}: {name} added")
+            elif before[name] != after[name]:
+                what = ", ".join(k for k in dict.fromkeys([*before[name], *after[name]])
+                                 if before[name].get(k) != after[name].get(k))
+                lines.append(f"{kind}: {name} changed ({what})")
+    return lines

@@ -3,7 +3,9 @@
     python -m emulator.build [p4src/main.p4] [-o build/]
 
 Fails with p4c's own message (and p4c's exit code) when compilation fails.
-Skips the compiler when the outputs are newer than every source file.
+Skips the compiler when the outputs are newer than every source file and
+were compiled with the same defines by the same p4c (its version and path,
+kept in build/<program>.defines: `compiled_by`).
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from control.switch import Pipeline
-from emulator.toolchain import ToolchainMissing, require
+from emulator.toolchain import ToolchainMissing, compiler, find_tool, require
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -35,10 +37,15 @@ def compile_p4(source: Path = REPO / "p4src" / "main.p4", out_dir: Path = REPO /
     pipeline = pipeline_paths(source, out_dir)
     sources = [source, *source.parent.glob("include/*.p4")]
     outputs = [pipeline.bmv2_json, pipeline.p4info_txt]
-    stamp = out_dir / f"{source.stem}.defines"       # what the outputs were compiled with
-    wanted = " ".join(defines)
-    if stamp.exists() and stamp.read_text() != wanted:
-        force = True
+    stamp = out_dir / f"{source.stem}.defines"       # what the outputs were compiled with, and by which p4c
+    p4c = compiler() if find_tool("p4c-bm2-ss").found else None
+    wanted = "\n".join([" ".join(defines), p4c or ""])
+    if stamp.exists():
+        kept = stamp.read_text().split("\n")
+        # another p4c found (or none recorded), or other defines: compile again. No p4c at all
+        # (a controller given the pipeline): the outputs stand if their defines match.
+        if kept[0] != wanted.split("\n")[0] or (p4c is not None and kept[1:] != [p4c]):
+            force = True
     if not force and all(o.exists() for o in outputs):
         newest_source = max(s.stat().st_mtime for s in sources)
         if min(o.stat().st_mtime for o in outputs) > newest_source:
@@ -57,6 +64,14 @@ def compile_p4(source: Path = REPO / "p4src" / "main.p4", out_dir: Path = REPO /
         print(proc.stderr.strip(), file=sys.stderr)  # warnings
     stamp.write_text(wanted)
     return pipeline
+
+
+def compiled_by(pipeline: Pipeline) -> str:
+    """The p4c (version and path) that compiled `pipeline`, as compile_p4
+    recorded it; "unknown" for outputs it did not write."""
+    stamp = pipeline.bmv2_json.with_suffix(".defines")
+    lines = stamp.read_text().split("\n") if stamp.exists() else []
+    return lines[1] if len(lines) > 1 else "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,11 +11,14 @@ experiments, `fabric train` and the benchmarks run on it where it exists
 """
 from __future__ import annotations
 
+import functools
 import glob
+import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,12 +125,65 @@ def bmv2_python_dirs() -> list[str]:
 
 
 def tool_version(path: str) -> str:
+    """What `path --version` says: p4c's "Version 1.2.4.9 (SHA: ...)" line
+    without the word (p4c prints its own path first), else the first line."""
     try:
         out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"(cannot run: {exc})"
-    text = (out.stdout or out.stderr).strip().splitlines()
+    text = [line.strip() for line in (out.stdout + "\n" + out.stderr).strip().splitlines() if line.strip()]
+    for line in text:
+        if line.startswith("Version "):
+            return line.removeprefix("Version ").replace(" BUILD: Release", "")
     return text[0] if text else f"(exit {out.returncode}, no version printed)"
+
+
+@functools.lru_cache(maxsize=None)
+def _version_of(path: str, mtime: float) -> str:
+    return tool_version(path)
+
+
+def compiler() -> str:
+    """The p4c-bm2-ss this process compiles with: its version and path
+    (what a compiled pipeline records: emulator/build.py)."""
+    path = os.path.realpath(require("p4c-bm2-ss"))    # a toolchain directory may link to another's p4c
+    return f"{_version_of(path, os.stat(path).st_mtime)} {path}"
+
+
+def versions() -> dict[str, str]:
+    """The p4c and BMv2 this process compiles and runs with, as results
+    record them (`record`): each tool's version and path (the path tells
+    the fast BMv2 from the standard one); "none" for a tool not found."""
+    found = {}
+    for key, name in (("p4c", "p4c-bm2-ss"), ("bmv2", "simple_switch_grpc")):
+        path = find_tool(name).path
+        if path is None:
+            found[key] = "none"
+        else:
+            path = os.path.realpath(path)
+            found[key] = f"{_version_of(path, os.stat(path).st_mtime)} {path}"
+    return found
+
+
+RECORD_FILE = "toolchain.json"
+
+
+def record(directory: Path) -> Path:
+    """Write which p4c and BMv2 produced a directory's results into it
+    (toolchain.json: `versions()` and the date), as every experiment's and
+    benchmark's outputs carry; return the file."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / RECORD_FILE
+    entry = {**versions(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    path.write_text(json.dumps(entry, indent=2) + "\n")
+    return path
+
+
+def described() -> str:
+    """One line naming the toolchain, for outputs and tables."""
+    v = versions()
+    return f"p4c {v['p4c']}, BMv2 {v['bmv2']}"
 
 
 def doctor() -> int:

@@ -19,6 +19,7 @@ from emulator.calibration import CalibrationError, Flow, demand, plan
 from emulator.calibration import load as load_calibration
 from emulator.fidelity import FidelityMonitor, Limits, Verdict, report
 from emulator.network import interface_rx_packets
+from emulator.toolchain import record as record_toolchain
 from features.ecn import QDEPTH_REGISTER
 from hostagent.start import ready_markers
 
@@ -33,11 +34,13 @@ def experiment_parser(name: str, doc: str) -> argparse.ArgumentParser:
 
 def write_csv(path: Path, rows: list[dict]) -> Path:
     """Rows (dicts) as a CSV with a header of every key, in order of first
-    appearance (a key a row lacks is left empty); return the path."""
+    appearance (a key a row lacks is left empty); return the path. Beside
+    it, toolchain.json says which p4c and BMv2 the results came from."""
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
         w.writeheader()
         w.writerows(rows)
+    record_toolchain(Path(path).parent)
     return path
 
 

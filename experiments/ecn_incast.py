@@ -41,7 +41,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from experiments.common import announce_budget, case_fidelity, experiment_parser, lost_before_pipeline, print_fidelity, \
-    roce_agent, sample_queue, save_figure
+    roce_agent, sample_queue, save_figure, write_csv
 
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from emulator.bmv2_thrift import Bmv2Thrift
@@ -224,11 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"==> {case.name}: {args.duration:g}s of 4:1 incast "
                   f"({case.profile}{', DCQCN' if case.dcqcn else ', fixed rate'})", flush=True)
             results.append({**run_case(case, topo, net, ctl, args, out), "budget": budget})
-    keys = list(results[0])
-    with open(out / "summary.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=keys)
-        w.writeheader()
-        w.writerows(results)
+    write_csv(out / "summary.csv", results)
     summary_png = _plot_summary(results, out)
     cols = ["case", "sent", "received", "drops", "drops_steady", "ce_fraction", "cnps_sent", "utilisation",
             "queue_mean", "queue_p95", "queue_max"]

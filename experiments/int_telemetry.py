@@ -51,7 +51,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from experiments.common import case_fidelity, experiment_parser, lost_before_pipeline, print_fidelity, sample_queue, \
-    save_figure
+    save_figure, write_csv
 
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from emulator.bmv2_thrift import Bmv2Thrift
@@ -216,10 +216,7 @@ def run_case(case: str, args, out: Path) -> dict:
             for kind, index in REPORT_KINDS.items():
                 counts[kind] += cells.get(index, (0, 0))[0]
 
-    with open(case_dir / "int_reports.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(traffic_rows[0]) if traffic_rows else ["t_s"])
-        w.writeheader()
-        w.writerows(traffic_rows)
+    write_csv(case_dir / "int_reports.csv", traffic_rows)
     with open(case_dir / "queue.csv", "w", newline="") as f:
         qw = csv.writer(f)
         qw.writerow(["t_s", "qdepth_pkts"])
@@ -303,10 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     for case in args.cases:
         print(f"==> {case}: {args.duration:g}s of 3:1 incast on leaf-spine, INT on RoCE ({CASES[case]})", flush=True)
         results.append(run_case(case, args, out))
-    with open(out / "summary.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(results[0]))
-        w.writeheader()
-        w.writerows(results)
+    write_csv(out / "summary.csv", results)
     summary_png = _plot_summary(results, out)
     cols = [c for c in results[0] if c != "fidelity"]
     print("\n" + "\n".join(f"{c:>26s}: " + "  ".join(f"{r[c]!s:>14s}" for r in results) for c in cols))

@@ -582,10 +582,7 @@ def run_fct(topo, fabric: Fabric, uplinks: list[Uplink], mode: str, ctl, net, ar
         senders = [json.loads((d / f"tx-f{f.index}.json").read_text()) for f in flows if f.receiver == r]
         rows += flow_completion_times(receiver, senders)
     s = fct_summary(rows)
-    with open(d / "fct.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(d / "fct.csv", rows)
     return {"topology": fabric.name, "mode": mode, "flows": len(flows), "packets": packets,
             "transfers": s["transfers"], "complete": s["complete"],
             "fct_mean_s": round(s["fct_mean_s"], 3) if s["complete"] else None,

@@ -12,7 +12,8 @@ from emulator.build import compile_p4
 from control.controller import FabricController
 from emulator.network import Network, SwitchDied, cleanup_stale
 from control.p4info import EntryError
-from control.sync import read_state
+from control.sync import (clone_session_key, clone_session_value, multicast_group_key, multicast_group_value,
+                          read_managed, read_state, table_key, table_value)
 from features import load_topology
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,10 +40,30 @@ def entity_counts(ctl):
     return out
 
 
+def held_and_desired(ctl, name: str) -> tuple[set, set]:
+    """A switch's entries read back, and the ones the controller meant it to
+    hold, each as (table name, match, priority, action and parameters), plus
+    its clone sessions and multicast groups."""
+    desired = ctl.desired_state(name)
+    held = read_managed(ctl.connections[name], desired)
+
+    def entries(state) -> set:
+        tables = {(ctl.p4info.by_id(e.table_id).preamble.name, table_key(e)[1:], table_value(e))
+                  for e in state.table_entries}
+        return (tables | {("clone session", clone_session_key(c), clone_session_value(c)) for c in state.clone_sessions}
+                | {("multicast group", multicast_group_key(g), multicast_group_value(g))
+                   for g in state.multicast_groups})
+    return entries(held), entries(desired)
+
+
 def test_programming_twice_writes_nothing_the_second_time(net, topo):
     with FabricController(topo) as ctl:
         first = ctl.program()
         assert all(r.pipeline_pushed and r.report.inserted > 0 for r in first)
+        for name in ctl.connections:    # read back: the switch holds exactly what was written, whichever p4c
+            held, desired = held_and_desired(ctl, name)
+            assert held == desired, (f"{name}: held but not desired {sorted(map(str, held - desired))[:5]}; "
+                                     f"desired but not held {sorted(map(str, desired - held))[:5]}")
         counts = entity_counts(ctl)
         # leaf1: 4 routes (2 to its hosts' ports, 2 to the spine group) + 16 slots of that group,
         # and INT (the file's int section): 3 int_port entries per port (4 ports) + the

@@ -1,6 +1,7 @@
 """The benchmark's reporting: medians, ratios to both references, feature
 cost, the saturation flag, the README table it rewrites, and how it finds
 the load to offer."""
+import time
 from pathlib import Path
 
 import pytest
@@ -40,11 +41,14 @@ def test_a_program_that_forwarded_nearly_all_it_was_offered_is_not_saturated():
     assert "| 1000 (not saturated) |" in table and table.count("not saturated") == 1
 
 
-def test_readme_table_is_replaced_between_the_markers(tmp_path):
+def test_readme_table_is_replaced_between_the_markers(tmp_path, monkeypatch):
+    """The table, then the toolchain it was measured with."""
+    monkeypatch.setattr(bench.toolchain, "described", lambda: "p4c 9.9 /x/p4c-bm2-ss, BMv2 1.0 /x/ss")
     readme = tmp_path / "README.md"
     readme.write_text(f"before\n{bench.README_START}\nold table\n{bench.README_END}\nafter\n")
     bench.update_readme(readme, "| new |")
-    assert readme.read_text() == f"before\n{bench.README_START}\n| new |\n{bench.README_END}\nafter\n"
+    measured = f"Measured {time.strftime('%Y-%m-%d')} with p4c 9.9 /x/p4c-bm2-ss, BMv2 1.0 /x/ss."
+    assert readme.read_text() == f"before\n{bench.README_START}\n| new |\n\n{measured}\n{bench.README_END}\nafter\n"
 
 
 def test_readme_without_markers_is_refused(tmp_path):
