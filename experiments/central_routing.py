@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         for collective in args.collectives:
             for channels in args.channels:
                 rows.append(case(topo, collective, channels, args.model_mb * 1_000_000))
-    csv_path = write_csv(args.out / "central_routing.csv", rows)
+    csv_path = write_csv(args.out / "central_routing.csv", rows, on_bmv2=False)
     png_path = plot(rows, args.out / "central_routing.png")
     print_table([{k: r.get(k, "") for k in ("topology", "collective", "channels", "flows", "ecmp_MB",
                                              "path_aware_MB", "greedy_MB", "central_MB", "bound_MB",

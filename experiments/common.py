@@ -32,15 +32,17 @@ def experiment_parser(name: str, doc: str) -> argparse.ArgumentParser:
     return argparse.ArgumentParser(prog=f"fabric experiment {name}", description=doc.split("\n\n")[0])
 
 
-def write_csv(path: Path, rows: list[dict]) -> Path:
+def write_csv(path: Path, rows: list[dict], on_bmv2: bool = True) -> Path:
     """Rows (dicts) as a CSV with a header of every key, in order of first
     appearance (a key a row lacks is left empty); return the path. Beside
-    it, toolchain.json says which p4c and BMv2 the results came from."""
+    results `on_bmv2`, toolchain.json says which p4c and BMv2 they came from
+    (a model's results, run on no switch, have none)."""
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
         w.writeheader()
         w.writerows(rows)
-    record_toolchain(Path(path).parent)
+    if on_bmv2:
+        record_toolchain(Path(path).parent)
     return path
 
 

@@ -90,8 +90,8 @@ def costs_phase(args) -> list[Path]:
     equal = [dict(target=t, **c.row()) for t in args.targets for c in at_equal_hosts(costs, t)]
     print_table([{k: r[k] for k in ("target", "family", "params", "hosts", "switches", "switch_links",
                                     "ports_per_host", "radix", "diameter", "mean_hops")} for r in equal])
-    return [write_csv(args.out / "costs.csv", [c.row() for c in costs]),
-            write_csv(args.out / "costs_at_equal_hosts.csv", equal),
+    return [write_csv(args.out / "costs.csv", [c.row() for c in costs], on_bmv2=False),
+            write_csv(args.out / "costs_at_equal_hosts.csv", equal, on_bmv2=False),
             plot(costs, args.out / "costs.png")]
 
 
@@ -109,7 +109,7 @@ def throughput_phase(args) -> list[Path]:
                          "routing": r.routing, "max_link_load": round(r.max_link_load, 4),
                          "accepted": round(r.accepted, 4), "valiant_fraction": r.valiant_fraction})
     print_table([r for r in rows if r["family"] == "dragonfly"], width=12)
-    return [write_csv(args.out / "throughput.csv", rows), plot_throughput(rows, args.out / "throughput.png")]
+    return [write_csv(args.out / "throughput.csv", rows, on_bmv2=False), plot_throughput(rows, args.out / "throughput.png")]
 
 
 def plot_throughput(rows: list[dict], path: Path) -> Path:
@@ -155,7 +155,7 @@ def collectives_phase(args) -> list[Path]:
                          "mean_hops": round(t.mean_hops, 3)})
     print_table([{k: r[k] for k in ("ranks", "family", "params", "order", "collective", "slowdown", "mean_hops")}
                  for r in rows], width=12)
-    return [write_csv(args.out / "collectives.csv", rows), plot_collectives(rows, args.out / "collectives.png")]
+    return [write_csv(args.out / "collectives.csv", rows, on_bmv2=False), plot_collectives(rows, args.out / "collectives.png")]
 
 
 def plot_collectives(rows: list[dict], path: Path) -> Path:

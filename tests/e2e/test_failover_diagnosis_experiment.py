@@ -1,6 +1,8 @@
 """The fault-diagnosis experiment, shortened (one fault of each kind, the
 link losing 20%): it runs, writes its CSV and PNG, and names each injected
-fault first."""
+fault first; each fault carries a fidelity verdict, the run one for frames
+lost before a pipeline, and the results name the toolchain."""
+import json
 import csv
 import subprocess
 import sys
@@ -20,3 +22,6 @@ def test_failover_diagnosis_experiment(tmp_path):
     assert sorted(r["kind"] for r in rows) == ["blackhole", "dead switch", "lossy link"]
     assert [r["loss_pct"] for r in rows if r["kind"] == "lossy link"] == ["20.0"]
     assert all(r["top1"] == "True" for r in rows), rows
+    assert all(r["fidelity"] == "ok" or r["fidelity"].startswith("violated: cpu") for r in rows), rows
+    assert "the whole run (frames lost before a pipeline)" in proc.stdout or "every case faithful" in proc.stdout
+    assert json.loads((out / "toolchain.json").read_text())["p4c"].startswith("1.2.")
