@@ -11,6 +11,9 @@ while it runs and judged at its end (docs/fidelity.md).
 |               | never counted, plus the kernel's own drops (rx_dropped,   |                                     |
 |               | softnet backlog): lost before any P4 counter sees them    |                                     |
 | `agents`      | how late host agents were against their schedule          | above `Limits.agent_late_s`         |
+| `departures`  | a rate-limited queue's departures while it was backlogged | more than `Limits.departures_off`   |
+|               | (switches' own egress timestamps, e.g. INT's): BMv2 sends |   of them off its 1/R grid          |
+|               | a queued packet 1/R after the one ahead of it             |                                     |
 
 A run that breaks one still has results; each row carries its verdict
 (`fidelity: ok` or `violated: <invariant> <by how much>`), and a violated
@@ -47,6 +50,11 @@ class Limits:
     idle_floor: float = 0.05         # no PSI: a sample with less idle CPU than this (of all cores) is saturated
     input_path_frames: int = 0       # frames lost before the pipeline: none
     agent_late_s: float = 0.050      # an agent this late for its schedule
+    # of a queue's backlogged departures (`departure_spacing`), the share off the 1/R grid by more than
+    # `departure_tolerance` of a packet time; judged on at least `departures_min` of them
+    departures_off: float = 0.05
+    departure_tolerance: float = 0.25
+    departures_min: int = 50
 
 
 # -- the machine's CPU ----------------------------------------------------------
@@ -155,6 +163,55 @@ def summarise_cpu(samples: Sequence[CpuSample], limits: Limits = Limits()) -> Cp
     return CpuSummary(seconds, idle, steal, wait_share, saturated)
 
 
+# -- departures from a rate-limited queue --------------------------------------
+
+@dataclass(frozen=True)
+class Spacing:
+    """How a queue limited to `rate_pps` released its backlogged packets
+    (`departure_spacing`): of `backlogged` gaps, `early` came sooner than a
+    packet time (BMv2 catching up after its egress thread ran late) and
+    `off_grid` later by other than whole packet times (a stall); `median`
+    is the median gap in packet times."""
+    queue: str
+    rate_pps: float
+    backlogged: int
+    early: int
+    off_grid: int
+    median: float | None
+
+    @property
+    def off(self) -> int:
+        return self.early + self.off_grid
+
+    def __str__(self) -> str:
+        if not self.backlogged:
+            return f"{self.queue}: no backlogged departures"
+        return (f"{self.queue}: {self.off} of {self.backlogged} backlogged departures off the 1/R grid "
+                f"({self.early} early, {self.off_grid} late; median gap {self.median:.2f}/R at "
+                f"R = {self.rate_pps:g} packets/s)")
+
+
+def departure_spacing(departures: Iterable[tuple[float, int]], rate_pps: float, queue: str,
+                      limits: Limits = Limits()) -> Spacing:
+    """BMv2 gives a packet its departure time when it joins a rate-limited
+    queue: 1/R after the packet ahead of it, or now if the queue is empty
+    (bm_sim/queueing.h, get_next_tp). So a packet that joined behind
+    another (its enqueue depth >= 1) leaves exactly 1/R after it, unless
+    the egress thread ran late: then it leaves at once on its catching up
+    (early) or after a stall (late). `departures`: (egress timestamp in
+    seconds, depth the packet saw at enqueue) of every packet through the
+    queue, as the switch's own timestamps give them (INT's egress_ts).
+    Where some packets went unrecorded (a report lost) a gap spans whole
+    packet times: counted as on the grid."""
+    ordered = sorted(departures)
+    period = 1.0 / rate_pps
+    tol = limits.departure_tolerance
+    gaps = [(t1 - t0) / period for (t0, _), (t1, depth) in zip(ordered, ordered[1:]) if depth >= 1]
+    early = sum(1 for g in gaps if g < 1 - tol)
+    off_grid = sum(1 for g in gaps if g > 1 + tol and abs(g - round(g)) > tol)
+    return Spacing(queue, rate_pps, len(gaps), early, off_grid, statistics.median(gaps) if gaps else None)
+
+
 # -- the verdict ----------------------------------------------------------------
 
 @dataclass
@@ -164,6 +221,7 @@ class Verdict:
     cpu: CpuSummary | None = None
     input_path: dict[str, int] = field(default_factory=dict)   # where -> frames lost before the pipeline
     agent_late_s: float | None = None
+    departures: list[Spacing] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -174,9 +232,9 @@ class Verdict:
 
 
 def judge(cpu: CpuSummary | None, input_path: Mapping[str, int], agent_late_s: Iterable[float] = (),
-          limits: Limits = Limits()) -> Verdict:
+          limits: Limits = Limits(), departures: Iterable[Spacing] = ()) -> Verdict:
     """The verdict on what a run measured (see the module's table)."""
-    v = Verdict(cpu=cpu, input_path={k: n for k, n in input_path.items() if n > 0})
+    v = Verdict(cpu=cpu, input_path={k: n for k, n in input_path.items() if n > 0}, departures=list(departures))
     if cpu is not None:
         if cpu.wait_share is not None and cpu.wait_share > limits.cpu_wait_share:
             v.violations.append(f"cpu: threads waited for a core {cpu.wait_share:.0%} of the run "
@@ -194,6 +252,11 @@ def judge(cpu: CpuSummary | None, input_path: Mapping[str, int], agent_late_s: I
         if v.agent_late_s > limits.agent_late_s:
             v.violations.append(f"agents: up to {v.agent_late_s * 1000:.0f} ms late for their schedule "
                                 f"(at most {limits.agent_late_s * 1000:.0f} ms)")
+    off = [s for s in v.departures
+           if s.backlogged >= limits.departures_min and s.off > limits.departures_off * s.backlogged]
+    if off:
+        v.violations.append("departures: " + "; ".join(map(str, off))
+                            + f" (at most {limits.departures_off:.0%})")
     return v
 
 
@@ -260,13 +323,14 @@ class FidelityMonitor:
     def __exit__(self, *exc) -> None:
         self.sampler.stop()
 
-    def verdict(self, agent_late_s: Iterable[float] = ()) -> Verdict:
-        """Judge the run so far (stops the CPU sampling)."""
+    def verdict(self, agent_late_s: Iterable[float] = (), departures: Iterable[Spacing] = ()) -> Verdict:
+        """Judge the run so far (stops the CPU sampling); `departures`: the
+        spacing of queues whose departures the run recorded."""
         self.sampler.stop()
         after = self._counts()
         grown = {k: after[k] - self._before.get(k, 0) for k in after}
         samples = [s for s in self.sampler.samples if s.end > self._cpu_from]
-        return judge(summarise_cpu(samples, self.limits), grown, agent_late_s, self.limits)
+        return judge(summarise_cpu(samples, self.limits), grown, agent_late_s, self.limits, departures)
 
 
 def report(verdicts: Mapping[str, Verdict | str], what: str = "run") -> str:

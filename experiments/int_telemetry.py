@@ -28,6 +28,9 @@ show, held until the next report, against the Thrift samples (mean and p95
 absolute error, packets), each report placed at the time the switch saw
 the queue (its egress timestamp), not when it reached the collector; how
 much later than the least late report they arrived is the report delay.
+Every case has a fidelity verdict; the every-packet case's includes the
+departure-spacing invariant on the sink's port, from its reports' egress
+timestamps (docs/fidelity.md), and its departures_off_grid column.
 Writes CSV and PNG under --out and prints where.
 """
 from __future__ import annotations
@@ -58,7 +61,8 @@ from emulator.bmv2_thrift import Bmv2Thrift
 from emulator.build import compile_p4
 from control.controller import FabricController
 from features.int_telemetry import REPORT_COUNTER, REPORT_KINDS
-from emulator.network import Network
+from emulator.fidelity import departure_spacing
+from emulator.network import Network, queue_rate_pps
 from features import topology_from_dict
 from hostagent.int_telemetry.probes import planned_probes, report_links, send_probes
 from telemetry.collector import Collector
@@ -138,6 +142,16 @@ def on_switch_clock(rows: list[dict]) -> tuple[list[tuple[float, int]], float | 
             round(delays[int(0.95 * (len(delays) - 1))], 1))
 
 
+def sink_departures(rows: list[dict]) -> list[tuple[float, int]]:
+    """(egress timestamp in seconds, enqueue depth) of each packet the sink's
+    flow and congestion reports describe, once each (a packet may have
+    both): the departures from its port's queue on the switch's own clock
+    (emulator/fidelity.py departure_spacing)."""
+    return sorted({(int(r["sink_egress_us"]) / 1e6, int(r["sink_queue"])) for r in rows
+                   if r["kind"] != "drop" and r["switch"] == SINK_SWITCH and r["sink_queue"] != ""
+                   and r["sink_egress_us"] != ""})
+
+
 def held_error(reports: list[tuple[float, int]], samples: list[tuple[float, int]], start: float, end: float):
     """The reported queue held until the next report, against each Thrift sample."""
     errors, i, current = [], 0, None
@@ -195,10 +209,14 @@ def run_case(case: str, args, out: Path) -> dict:
             sampler.join()
             time.sleep(0.5)
             late = [json.loads((case_dir / f"send-{h}.json").read_text())["send_late_s"] for h in SENDERS]
-            verdict = fidelity.verdict(late)
-            lost_before_pipeline(case, verdict)
             traffic_rows = list(recorder.rows)
             traffic_datagrams = list(recorder.datagrams)
+            spacing = []
+            if CASES[case]["refresh_ms"] == 0:      # every packet through the sink's port reported: its departures
+                rate = queue_rate_pps(topo.switches[SINK_SWITCH].ports[sink_port].link.bandwidth_mbps)
+                spacing = [departure_spacing(sink_departures(traffic_rows), rate, f"{SINK_SWITCH}:{sink_port}")]
+            verdict = fidelity.verdict(late, spacing)
+            lost_before_pipeline(case, verdict)
             recorder.links = set()
             probes = planned_probes(topo)
             send_probes(probes)
@@ -240,6 +258,7 @@ def run_case(case: str, args, out: Path) -> dict:
         "report_delay_ms_p95": delay_p95,
         "probe_paths": len(probes),
         "probe_link_coverage": round(covered, 3),
+        "departures_off_grid": (f"{spacing[0].off}/{spacing[0].backlogged}" if spacing else ""),
         "fidelity": str(verdict),
     }
     _plot_case(case, result, sink_reports, samples, traffic_rows, case_dir)

@@ -2,7 +2,8 @@
 files, and what it measures has the shape the mechanisms imply (reports for
 every packet without suppression, far fewer with it, each counted by the
 switches; congestion reports from the sink's queue; the queue INT shows
-follows the Thrift-sampled register; the probes cover every link)."""
+follows the Thrift-sampled register where the case was faithful; the
+probes cover every link; the sink port's departures are judged)."""
 import csv
 import subprocess
 import sys
@@ -23,7 +24,8 @@ def test_int_experiment(tmp_path):
     # Every packet reaching a sink is reported: how many that is depends on the machine's speed.
     assert int(every["suppressed_at_sinks"]) == 0 and int(every["flow_reports"]) > 0
     assert int(suppressed["suppressed_at_sinks"]) > int(suppressed["flow_reports"])
-    assert float(suppressed["reports_per_s"]) < 0.6 * float(every["reports_per_s"])
+    if every["fidelity"] == suppressed["fidelity"] == "ok":   # what every packet's reports come to: the machine's
+        assert float(suppressed["reports_per_s"]) < 0.6 * float(every["reports_per_s"])
     for r in rows.values():
         assert int(r["queue_reports"]) > 0, "the incast queue passes the congestion threshold"
         assert r["queue_error_mean_pkts"] != "", "the reports and the register were compared"
@@ -35,3 +37,7 @@ def test_int_experiment(tmp_path):
         assert float(r["probe_link_coverage"]) == 1.0
         assert (out / r["case"] / "timeseries.png").stat().st_size > 10_000
     assert (out / "summary.png").exists()
+    # the departure-spacing invariant was measured on the sink's port from every packet's egress timestamp
+    off, backlogged = map(int, every["departures_off_grid"].split("/"))
+    assert backlogged > 50 and 0 <= off <= backlogged
+    assert suppressed["departures_off_grid"] == ""

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from emulator.fidelity import (CpuSample, FidelityMonitor, Limits, cpu_sample, cpu_times, judge, psi_some_us, report,
-                               summarise_cpu)
+                               departure_spacing, summarise_cpu)
 
 STAT = """cpu  300 0 100 500 100 0 0 0 0 0
 cpu0 100 0 50 300 50 0 0 0 0 0
@@ -123,3 +123,51 @@ def test_a_switch_killed_during_a_case_leaves_its_kernel_drops_out(monkeypatch):
     verdict = mon.verdict()
     assert asked == [["s1", "s2"], ["s1"]]
     assert verdict.input_path == {}
+
+
+# -- departure spacing ----------------------------------------------------------
+
+RATE = 800.0                  # packets/s: a 9.6 Mbit/s link's queue, 1.25 ms a packet
+PERIOD = 1 / RATE
+
+
+def backlog(n: int, start: float = 1.0, depth: int = 5) -> list[tuple[float, int]]:
+    """n packets leaving a backlogged queue on time, 1/R apart."""
+    return [(start + i * PERIOD + (2e-6 if i % 3 else -2e-6), depth) for i in range(n)]
+
+
+def test_a_queue_draining_at_its_rate_keeps_the_invariant():
+    s = departure_spacing(backlog(200), RATE, "leaf2:4")
+    assert (s.backlogged, s.off) == (199, 0) and abs(s.median - 1.0) < 0.01
+    assert judge(None, {}, departures=[s]).ok
+
+
+def test_departures_after_an_empty_queue_are_not_judged():
+    """A packet that found the queue empty leaves when it comes."""
+    idle = [(1.0 + 0.1 * i, 0) for i in range(100)]          # 100 ms apart, each alone in the queue
+    assert departure_spacing(idle, RATE, "q").backlogged == 0
+
+
+def test_reports_lost_leave_whole_packet_times_on_the_grid():
+    kept = [d for i, d in enumerate(backlog(300)) if i % 7 != 3]   # every seventh record lost
+    s = departure_spacing(kept, RATE, "q")
+    assert s.off == 0 and s.backlogged == len(kept) - 1
+
+
+def test_an_egress_thread_running_late_is_flagged():
+    """A 20.6 ms stall, then the packets whose times passed leave back to back."""
+    on_time = backlog(100)
+    t = on_time[-1][0] + 0.0206
+    late = [(t + i * 0.00005, 9) for i in range(15)]          # catching up: 50 us apart
+    after = backlog(100, start=late[-1][0] + PERIOD)
+    s = departure_spacing(on_time + late + after, RATE, "leaf2:4")
+    assert s.early == 14 and s.off_grid == 1 and s.backlogged == 214
+    v = judge(None, {}, departures=[s])
+    assert not v.ok
+    assert str(v).startswith("violated: departures: leaf2:4: 15 of 214 backlogged departures off the 1/R grid "
+                             "(14 early, 1 late; median gap 1.00/R at R = 800 packets/s)")
+
+
+def test_too_few_backlogged_departures_are_not_judged():
+    stalled = [(1.0 + i * 0.5 * PERIOD, 3) for i in range(20)]   # all early, but only 19 gaps
+    assert judge(None, {}, departures=[departure_spacing(stalled, RATE, "q")]).ok
