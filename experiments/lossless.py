@@ -85,6 +85,7 @@ from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from emulator.bmv2_thrift import Bmv2Thrift
 from emulator.build import compile_p4
 from emulator.calibration import Flow
+from emulator.fidelity import FidelityMonitor, Verdict
 from control.controller import FabricController
 from emulator.network import Network, queue_rate_pps
 from control.p4constants import drop_reasons
@@ -134,6 +135,13 @@ def finish(name: str, procs: list[subprocess.Popen], net: Network, args) -> None
     net.check_alive()
     if any(p.returncode for p in procs):
         raise RuntimeError(f"{name}: an agent failed (exit codes {[p.returncode for p in procs]})")
+
+
+def senders_verdict(fidelity: FidelityMonitor, case_dir: Path, senders) -> Verdict:
+    """A case's verdict once its traffic stopped, with its DCQCN senders'
+    lateness (each sender's send-<host>.json)."""
+    return fidelity.verdict(json.loads((case_dir / f"send-{h.name}.json").read_text())["send_late_s"]
+                            for h in senders)
 
 
 def steady_pps(case_dir: Path, receiver: str, args) -> float:
@@ -409,6 +417,8 @@ def run_storm_case(name: str, topo, net: Network, ctl: FabricController, args, o
 
     before = {k: count("s2", k, s2_h4) for k in ("pfc_storms_detected", "pfc_storms_restored", "pfc_storm_dropped")}
     start_at = time.time() + 3.0
+    fidelity = case_fidelity(net, ctl)
+    fidelity.traffic_starts(start_at)
     case_dir = out / name
     case_dir.mkdir(parents=True, exist_ok=True)
 
@@ -425,6 +435,8 @@ def run_storm_case(name: str, topo, net: Network, ctl: FabricController, args, o
                               "--duration", str(storm_to - storm_from), "--start-at", str(start_at + storm_from)],
                              cwd=REPO, stdout=subprocess.DEVNULL)
     finish(name, procs + [stuck], net, args)
+    time.sleep(0.5)                                     # the last packets leave
+    verdict = senders_verdict(fidelity, case_dir, (h1, h2))
     bins: dict = {}
     for h in (h3, h4):
         bins.update(_read_bins(case_dir / f"receive-{h.name}.csv"))
@@ -447,6 +459,8 @@ def run_storm_case(name: str, topo, net: Network, ctl: FabricController, args, o
         "storms_restored": count("s2", "pfc_storms_restored", s2_h4) - before["pfc_storms_restored"],
         "watchdog_dropped": count("s2", "pfc_storm_dropped", s2_h4) - before["pfc_storm_dropped"],
         "s1_pauses_to_hosts": sum(count("s1", "pfc_pause_sent", h.switch_port) for h in (h1, h2)),
+        "lost_before_pipeline": lost_before_pipeline(name, verdict),
+        "fidelity": str(verdict),
     }
     _plot_storm(name, result, bins, rx, case_dir, bin_s, storm_from, storm_to)
     return result
@@ -744,6 +758,7 @@ def run_slow_receiver_case(topo, net: Network, ctl: FabricController, args, out:
     before = {k: count("s2", k, s2_h4) for k in ("pfc_storms_detected", "pfc_frames_received")}
     case_dir = out / name
     case_dir.mkdir(parents=True, exist_ok=True)
+    fidelity = case_fidelity(net, ctl)
     gate = StartGate(case_dir)
     procs = [roce_agent(h3, "receive", start_at=gate, out_dir=case_dir,
                         extra=["--duration", str(args.duration + 1.0)]),
@@ -755,8 +770,10 @@ def run_slow_receiver_case(topo, net: Network, ctl: FabricController, args, out:
             "--duration", str(args.duration), "--dst-ip", dst.ip, "--qp", str(qp), "--line-rate-pps",
             str(STORM_RATE), "--fixed-rate", "--not-ect", "--dscp", str(DSCP), "--tclass", str(TCLASS),
             "--link-mbps", "100"]))
-    gate.open(procs)
+    fidelity.traffic_starts(gate.open(procs))
     finish(name, procs, net, args)
+    time.sleep(0.5)                                     # the last packets leave
+    verdict = senders_verdict(fidelity, case_dir, (h1, h2))
     rx = {h.name: json.loads((case_dir / f"receive-{h.name}.json").read_text()) for h in (h3, h4)}
 
     return {
@@ -769,6 +786,8 @@ def run_slow_receiver_case(topo, net: Network, ctl: FabricController, args, out:
         "lost": sum(f["lost"] for r in rx.values() for f in r["flows"].values()),
         "storms_detected": count("s2", "pfc_storms_detected", s2_h4) - before["pfc_storms_detected"],
         "s2_frames_from_h4": count("s2", "pfc_frames_received", s2_h4) - before["pfc_frames_received"],
+        "lost_before_pipeline": lost_before_pipeline(name, verdict),
+        "fidelity": str(verdict),
     }
 
 
@@ -793,6 +812,8 @@ def run_isolation_case(name: str, topo, net: Network, ctl: FabricController, arg
                                                  pfc=PfcThresholds(xoff=24, xon=12, headroom=32)))
     h1, h2, h3, h4 = (topo.hosts[h] for h in ("h1", "h2", "h3", "h4"))
     start_at = time.time() + 3.0    # (with a StartGate, two CI runs missed this phase's delay bound: not yet understood)
+    fidelity = case_fidelity(net, ctl)
+    fidelity.traffic_starts(start_at)
     case_dir = out / name
     case_dir.mkdir(parents=True, exist_ok=True)
     procs = [roce_agent(h, "receive", start_at=start_at, out_dir=case_dir,
@@ -804,6 +825,8 @@ def run_isolation_case(name: str, topo, net: Network, ctl: FabricController, arg
             "--duration", str(args.duration), "--dst-ip", dst.ip, "--qp", str(qp), "--line-rate-pps", str(pps),
             "--fixed-rate", "--not-ect", "--dscp", str(dscp), "--tclass", str(tclass), "--link-mbps", "100"]))
     finish(name, procs, net, args)
+    time.sleep(0.5)                                     # the last packets leave
+    verdict = senders_verdict(fidelity, case_dir, (h1, h2))
     rx = {h.name: json.loads((case_dir / f"receive-{h.name}.json").read_text()) for h in (h3, h4)}
 
     (collective,) = rx["h3"]["flows"].values()
@@ -817,6 +840,8 @@ def run_isolation_case(name: str, topo, net: Network, ctl: FabricController, arg
         "lost": sum(f["lost"] for r in rx.values() for f in r["flows"].values()),
         "pauses_to_h1": ctl.counter("s1", "pfc_pause_sent", cell(h1.switch_port, TCLASS))
                            .get(cell(h1.switch_port, TCLASS), (0, 0))[0],
+        "lost_before_pipeline": lost_before_pipeline(name, verdict),
+        "fidelity": str(verdict),
     }
 
 
@@ -1021,8 +1046,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"packets/s off its NIC", flush=True)
             slow = run_slow_receiver_case(topo, net, ctl, args, storm_out)
         written += [write_csv(storm_out / "summary.csv", results), write_csv(storm_out / "slow_receiver.csv", [slow])]
-        print_table(results, width=15)
-        print_table([slow], width=15)
+        print_table([{k: v for k, v in r.items() if k != "fidelity"} for r in results], width=15)
+        print_table([{k: v for k, v in slow.items() if k != "fidelity"}], width=15)
+        judged += [*results, slow]
     if "deadlock" in args.phases:
         deadlock_out = out / "deadlock"
         deadlock_out.mkdir(exist_ok=True)
@@ -1046,7 +1072,8 @@ def main(argv: list[str] | None = None) -> int:
                       flush=True)
                 results.append(run_isolation_case(name, topo, net, ctl, args, isolation_out))
         written.append(write_csv(isolation_out / "summary.csv", results))
-        print_table(results, width=15)
+        print_table([{k: v for k, v in r.items() if k != "fidelity"} for r in results], width=15)
+        judged += results
     if verdicts:
         written.append(write_csv(out / "end_to_end.csv", verdicts))
         for v in verdicts:

@@ -62,6 +62,7 @@ def test_storm_spreads_without_the_watchdog_and_is_contained_with_it(tmp_path):
     assert int(slow["h4_pauses_sent"]) > 0 and int(slow["h4_resumes_sent"]) > 0, slow
     assert int(slow["storms_detected"]) == 0, "a slow receiver's pauses come and go: not a storm"
     assert int(slow["lost"]) == 0 and float(slow["h2_h4_pps"]) < 200, slow
+    assert all(r["fidelity"] == "ok" or r["fidelity"].startswith("violated: ") for r in (storm, contained, slow))
 
 
 CASES = ("deadlock", "watchdog", "bounce-tagger", "torus", "torus-dateline", "dragonfly", "dragonfly-global-hop")
@@ -205,3 +206,4 @@ def test_separate_classes_isolate_the_collective_from_storage(tmp_path):
         assert float(r["collective_pps"]) > 250 and int(r["lost"]) == 0, r
     assert float(one["collective_delay_p99_ms"]) > 5 * float(separate["collective_delay_p99_ms"]), rows
     assert float(separate["storage_pps"]) < 550, "storage capped at 60% of the link"
+    assert all(r["fidelity"] == "ok" or r["fidelity"].startswith("violated: ") for r in (one, separate))
