@@ -210,6 +210,10 @@ def doctor() -> int:
     except ImportError:
         ok = False
         print(f"  [MISSING] {'python thrift':20s} run `make setup` (thrift from PyPI, in .venv)")
+    stamp = Path(__file__).resolve().parent.parent / "build" / "main.defines"   # emulator/build.py writes it
+    compiled = stamp.read_text().split("\n")[1:2] if stamp.exists() else []
+    if compiled and compiled[0]:
+        print(f"  [--]      {'build/main.json':20s} compiled by p4c {compiled[0]}")
     fast = fast_bmv2_dir()
     if fast:
         print(f"  [ok]      {'fast BMv2':20s} {fast}/simple_switch_grpc  "
