@@ -41,7 +41,7 @@ control IntDropReport(inout local_metadata_t meta, in standard_metadata_t std_me
     }
 
     action clone_drop() {
-        meta.int_scratch.now_us = (meta.int_scratch.now_us == 0 ? 32w1 : meta.int_scratch.now_us);
+        meta.int_scratch.now_us = meta.int_scratch.now_us | (bit<32>) (bit<1>) (meta.int_scratch.now_us == 0);  // >= 1
         drop_report_time.write(meta.drop_reason, meta.int_scratch.now_us);
         meta.report.drop = meta.drop_reason ++ (bit<16>) std_meta.ingress_port
                          ++ (bit<64>) std_meta.ingress_global_timestamp;

@@ -157,7 +157,7 @@ control IntEgress(inout headers_t hdr,
 
     action store_flow_state() {
         int_flow_state.write(meta.int_scratch.flow_slot, meta.int_scratch.flow_value);
-        meta.int_scratch.flow_changed = (meta.int_scratch.previous != meta.int_scratch.flow_value ? 8w1 : 8w0);
+        meta.int_scratch.flow_changed = (bit<8>) (bit<1>) (meta.int_scratch.previous != meta.int_scratch.flow_value);
     }
 
     // This hop's flow value: ingress port, egress port, latency and queue buckets.
@@ -171,13 +171,16 @@ control IntEgress(inout headers_t hdr,
             (bit<32>) (std_meta.egress_global_timestamp - std_meta.ingress_global_timestamp)
             >> meta.int_scratch.latency_shift;
         meta.int_scratch.queue_bucket = (bit<32>) std_meta.enq_qdepth >> meta.int_scratch.queue_shift;
-        meta.int_scratch.latency_bucket = (meta.int_scratch.latency_bucket > 255 ? 32w255 : meta.int_scratch.latency_bucket);
-        meta.int_scratch.queue_bucket = (meta.int_scratch.queue_bucket > 255 ? 32w255 : meta.int_scratch.queue_bucket);
+        // at most 255 in the 8 bits kept: all ones above (no ?: in an action: headers.p4, FLOW_KEY)
+        meta.int_scratch.latency_bucket = meta.int_scratch.latency_bucket
+                                          | (32w0 - (bit<32>) (bit<1>) (meta.int_scratch.latency_bucket > 255));
+        meta.int_scratch.queue_bucket = meta.int_scratch.queue_bucket
+                                        | (32w0 - (bit<32>) (bit<1>) (meta.int_scratch.queue_bucket > 255));
         meta.int_scratch.flow_value = std_meta.ingress_port[7:0] ++ std_meta.egress_port[7:0]
                         ++ meta.int_scratch.latency_bucket[7:0] ++ meta.int_scratch.queue_bucket[7:0];
         int_flow_state.read(meta.int_scratch.previous, meta.int_scratch.flow_slot);
         meta.int_scratch.now_us = (bit<32>) std_meta.egress_global_timestamp;
-        meta.int_scratch.now_us = (meta.int_scratch.now_us == 0 ? 32w1 : meta.int_scratch.now_us);   // stored times are >= 1: 0 means never
+        meta.int_scratch.now_us = meta.int_scratch.now_us | (bit<32>) (bit<1>) (meta.int_scratch.now_us == 0);   // stored times are >= 1: 0 means never
     }
 
     action read_flow_report_time() {

@@ -416,7 +416,7 @@ control LosslessEgress(inout headers_t hdr, inout local_metadata_t meta, inout s
     }
 
     action paused_now() {
-        meta.tc.paused = meta.tc.until > meta.tc.now ? 8w1 : 8w0;
+        meta.tc.paused = (bit<8>) (bit<1>) (meta.tc.until > meta.tc.now);
     }
 
     action storm_began() {
