@@ -161,10 +161,14 @@ def test_short_messages_among_long_flows_and_flows_joining_and_leaving(tmp_path)
         mine = [e for e in events if e["cc"] == cc]
         assert [(e["event"], int(e["flows"])) for e in mine] == [("join", 2), ("join", 3), ("join", 4),
                                                                 ("leave", 3), ("leave", 2), ("leave", 1)], mine
-        assert all(0 <= float(e["utilisation"]) <= 1.2 and 0 < float(e["jain"]) <= 1 for e in mine), mine
+        assert all(0 <= float(e["utilisation"]) <= 1.2 and 0 <= float(e["jain"]) <= 1 for e in mine), mine
         assert (out / "converge" / f"{cc}-pfc" / "rates.png").stat().st_size > 10_000
         if not faithful(converge[cc]):
             continue
+        # Every window between events delivers something (Jain 0: none did). A CI rehearsal of 2026-11-28 saw
+        # DCQCN's three flows all stalled for the 2 s after the third joined (go-back-N timeouts after 673
+        # frames lost before the pipeline, threads waiting for a core 65%): a violated case, not asserted.
+        assert all(float(e["jain"]) > 0 for e in mine), mine
         if cc == "hpcc":   # it holds the link through joins and leaves (Swift did in CI, 0.76-0.99, and by hand
             # down to 0.59: with its absolute delay target, not asserted; it resends nothing, below)
             assert all(float(e["utilisation"]) > 0.5 for e in mine), mine
