@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from control.switch import Pipeline
-from emulator.toolchain import ToolchainMissing, compiler, find_tool, require
+from emulator.toolchain import ToolchainMissing, compiler, identify, require
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -38,13 +38,12 @@ def compile_p4(source: Path = REPO / "p4src" / "main.p4", out_dir: Path = REPO /
     sources = [source, *source.parent.glob("include/*.p4")]
     outputs = [pipeline.bmv2_json, pipeline.p4info_txt]
     stamp = out_dir / f"{source.stem}.defines"       # what the outputs were compiled with, and by which p4c
-    p4c = compiler() if find_tool("p4c-bm2-ss").found else None
-    wanted = "\n".join([" ".join(defines), p4c or ""])
+    p4c = identify("p4c-bm2-ss")
     if stamp.exists():
-        kept = stamp.read_text().split("\n")
-        # another p4c found (or none recorded), or other defines: compile again. No p4c at all
-        # (a controller given the pipeline): the outputs stand if their defines match.
-        if kept[0] != wanted.split("\n")[0] or (p4c is not None and kept[1:] != [p4c]):
+        kept_defines, _, kept_p4c = stamp.read_text().partition("\n")
+        # other defines, or another p4c found: compile again. No p4c at all (a controller
+        # given the pipeline): the outputs stand if their defines match.
+        if kept_defines != " ".join(defines) or (p4c is not None and kept_p4c != p4c):
             force = True
     if not force and all(o.exists() for o in outputs):
         newest_source = max(s.stat().st_mtime for s in sources)
@@ -62,7 +61,7 @@ def compile_p4(source: Path = REPO / "p4src" / "main.p4", out_dir: Path = REPO /
                            f"{proc.stderr.strip() or proc.stdout.strip()}")
     if proc.stderr.strip():
         print(proc.stderr.strip(), file=sys.stderr)  # warnings
-    stamp.write_text(wanted)
+    stamp.write_text(f"{' '.join(defines)}\n{compiler()}")
     return pipeline
 
 

@@ -143,26 +143,27 @@ def _version_of(path: str, mtime: float) -> str:
     return tool_version(path)
 
 
-def compiler() -> str:
-    """The p4c-bm2-ss this process compiles with: its version and path
-    (what a compiled pipeline records: emulator/build.py)."""
-    path = os.path.realpath(require("p4c-bm2-ss"))    # a toolchain directory may link to another's p4c
+def identify(name: str) -> str | None:
+    """The tool found as `name`: its version and real path (a toolchain
+    directory may link to another's tools), or None if there is none."""
+    path = find_tool(name).path
+    if path is None:
+        return None
+    path = os.path.realpath(path)
     return f"{_version_of(path, os.stat(path).st_mtime)} {path}"
+
+
+def compiler() -> str:
+    """The p4c-bm2-ss this process compiles with, as a compiled pipeline
+    records it (emulator/build.py)."""
+    return identify("p4c-bm2-ss") or require("p4c-bm2-ss")     # require: the error saying what is missing
 
 
 def versions() -> dict[str, str]:
     """The p4c and BMv2 this process compiles and runs with, as results
     record them (`record`): each tool's version and path (the path tells
     the fast BMv2 from the standard one); "none" for a tool not found."""
-    found = {}
-    for key, name in (("p4c", "p4c-bm2-ss"), ("bmv2", "simple_switch_grpc")):
-        path = find_tool(name).path
-        if path is None:
-            found[key] = "none"
-        else:
-            path = os.path.realpath(path)
-            found[key] = f"{_version_of(path, os.stat(path).st_mtime)} {path}"
-    return found
+    return {key: identify(name) or "none" for key, name in (("p4c", "p4c-bm2-ss"), ("bmv2", "simple_switch_grpc"))}
 
 
 RECORD_FILE = "toolchain.json"
