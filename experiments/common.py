@@ -18,9 +18,9 @@ from control.controller import FabricController
 from emulator.calibration import CalibrationError, Flow, demand, plan
 from emulator.calibration import load as load_calibration
 from emulator.fidelity import FidelityMonitor, Limits, Verdict, report
+from emulator import queue_depth
 from emulator.network import interface_rx_packets
 from emulator.toolchain import record as record_toolchain
-from features.ecn import QDEPTH_REGISTER
 from hostagent.start import ready_markers
 
 REPO = Path(__file__).resolve().parent.parent
@@ -145,11 +145,17 @@ def kill_switch(net, ctl, name: str, lock: threading.Lock | None = None):
     return undo
 
 
-def sample_queue(thrift: Bmv2Thrift, port: int, stop: threading.Event, t0: float, out: list) -> None:
+def sample_queue(thrift: Bmv2Thrift, port: int, stop: threading.Event, t0: float, out: list,
+                 queue: int = 0) -> None:
     """Until `stop`: every 5 ms, (seconds since t0, the depth the last packet
-    leaving `port` met: the ECN feature's egress_qdepth register)."""
+    leaving `port`'s priority queue `queue` met: emulator/queue_depth.py).
+    Clears the queue's sample first; until a packet leaves it, nothing is
+    appended (a queue not measured is not an empty one)."""
+    queue_depth.clear(thrift, port, queue)
     while not stop.is_set():
-        out.append((time.time() - t0, thrift.register_read(QDEPTH_REGISTER, port)))
+        sample = queue_depth.read(thrift, port, queue)
+        if sample is not None:
+            out.append((time.time() - t0, sample.depth))
         time.sleep(0.005)
 
 

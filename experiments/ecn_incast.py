@@ -12,10 +12,9 @@ bottleneck port's ECN profile over P4Runtime and runs the host agents
 Recorded per case:
   - per-flow throughput over time and PSN-gap losses (receiver agent),
   - CE fraction and CNPs sent (receiver) / received (senders), DCQCN rates,
-  - bottleneck queue depth over time: the egress pipeline writes each
-    packet's enq_qdepth into the register egress_qdepth[port] (every ECN
-    profile does, "monitor" without marking); a thread reads it over Thrift
-    every 5 ms (the depth the last departing packet saw on arrival, in packets),
+  - bottleneck queue depth over time: the egress pipeline records each
+    packet's enq_qdepth per queue, profile or not (queue_depth.p4); a thread
+    reads it over Thrift every 5 ms (the depth the last departing packet saw on arrival, in packets),
   - marks counted by the switch (ecn_marked_counter, P4Runtime).
 Writes CSV and PNG under --out, prints a summary table and where files went.
 Fixed seeds: the agents' only randomness is the switch's WRED draws, and the
@@ -48,7 +47,7 @@ from emulator.bmv2_thrift import Bmv2Thrift
 from emulator.build import compile_p4
 from emulator.calibration import Flow
 from control.controller import FabricController
-from features.ecn import MARKED_COUNTER, QDEPTH_REGISTER, EcnProfile
+from features.ecn import MARKED_COUNTER, EcnProfile
 from emulator.network import Network, queue_rate_pps
 from features import load_topology
 
@@ -56,12 +55,16 @@ from features import load_topology
 @dataclass(frozen=True)
 class Case:
     name: str
-    profile: EcnProfile   # mode monitor: no marking, the queue depth is still recorded
+    profile: EcnProfile | None   # None: no marking (the queue depth is recorded all the same)
+
+    @property
+    def marking(self) -> str:
+        return "no marking" if self.profile is None else str(self.profile)
     dcqcn: bool
 
 
 CASES = [
-    Case("no-ecn", EcnProfile.monitor(), dcqcn=False),
+    Case("no-ecn", None, dcqcn=False),
     Case("step-ecn-dcqcn", EcnProfile.step(10), dcqcn=True),
     Case("wred-ecn-dcqcn", EcnProfile.wred(5, 30, 0.2), dcqcn=True),
 ]
@@ -96,7 +99,6 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
     fidelity = case_fidelity(net, ctl)
     fidelity.traffic_starts(start_at)
     with Bmv2Thrift(sw.thrift_port) as thrift:
-        thrift.register_write(QDEPTH_REGISTER, port, 0)
         time.sleep(max(0.0, start_at - time.time()))
         sampler = threading.Thread(target=sample_queue, args=(thrift, port, stop, start_at, samples))
         sampler.start()
@@ -127,7 +129,7 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
     capacity = queue_rate_pps(topo.switches["s1"].ports[port].link.bandwidth_mbps)
     result = {
         "case": case.name,
-        "profile": str(case.profile),
+        "profile": case.marking,
         "sent": sum(t["sent"] for t in tx.values()),
         "received": received,
         "drops": sum(f["lost"] for f in flows),
@@ -167,13 +169,13 @@ def _plot_case(case: Case, result: dict, samples, bins, tx, case_dir: Path, capa
     axes[0].set_ylabel("throughput (pkts/s)")
     axes[0].legend(fontsize=7, ncol=3)
     axes[1].plot([s[0] for s in samples], [s[1] for s in samples], lw=0.8)
-    if case.profile.mode == "step":
+    if case.profile is not None and case.profile.mode == "step":
         axes[1].axhline(case.profile.k, color="red", ls="--", lw=1, label=f"K={case.profile.k}")
-    elif case.profile.mode == "wred":
+    elif case.profile is not None and case.profile.mode == "wred":
         axes[1].axhline(case.profile.kmin, color="orange", ls="--", lw=1, label=f"Kmin={case.profile.kmin}")
         axes[1].axhline(case.profile.kmax, color="red", ls="--", lw=1, label=f"Kmax={case.profile.kmax}")
     axes[1].set_ylabel("bottleneck queue (pkts)")
-    if case.profile.mode != "monitor":
+    if case.profile is not None:
         axes[1].legend(fontsize=7)
     for name in tx:
         rows = list(csv.DictReader(open(case_dir / f"send-{name}.csv")))
@@ -222,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         budget = announce_budget(topo, [Flow(h, "h5", args.sender_rate) for h in senders])
         for case in (c for c in CASES if c.name in args.cases):
             print(f"==> {case.name}: {args.duration:g}s of 4:1 incast "
-                  f"({case.profile}{', DCQCN' if case.dcqcn else ', fixed rate'})", flush=True)
+                  f"({case.marking}{', DCQCN' if case.dcqcn else ', fixed rate'})", flush=True)
             results.append({**run_case(case, topo, net, ctl, args, out), "budget": budget})
     write_csv(out / "summary.csv", results)
     summary_png = _plot_summary(results, out)

@@ -20,8 +20,8 @@ ms) and drop reports.
 
 Recorded per case: every report the collector receives (time, kind, bytes,
 per-hop queue and latency), the switches' report counters (sent and held
-back), the sink port's queue depth sampled over Thrift every 5 ms (the ECN
-profile writes each packet's enq_qdepth into egress_qdepth[port]), and the
+back), the sink port's queue depth sampled over Thrift every 5 ms (the
+pipeline records each packet's enq_qdepth per queue: queue_depth.p4), and the
 probe plan's coverage of every directed switch link, proven from the reports
 of one round of probes. "What suppression loses": the queue the reports
 show, held until the next report, against the Thrift samples (mean and p95
@@ -268,7 +268,7 @@ def run_case(case: str, args, out: Path) -> dict:
 def _plot_case(case: str, result: dict, sink_reports, samples, rows, case_dir: Path) -> None:
     fig, axes = plt.subplots(2, 1, figsize=(9, 6.5), sharex=True)
     axes[0].plot([t for t, _ in samples], [q for _, q in samples], lw=0.8, color="grey",
-                 label="Thrift: egress_qdepth register (every 5 ms)")
+                 label="Thrift: queue_depth register (every 5 ms)")
     axes[0].step([t for t, _ in sink_reports], [q for _, q in sink_reports], where="post", lw=0.9,
                  color="tab:blue", label="INT: sink leaf2 -> h4 queue, held between reports")
     axes[0].plot([t for t, _ in sink_reports], [q for _, q in sink_reports], ".", ms=2, color="tab:blue")

@@ -156,7 +156,7 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
     senders = [h for h in topo.hosts.values() if h.role == "sender"]
     port = receiver.switch_port
     ctl.feature("lossless").apply(section(case.lossless))
-    ctl.feature("ecn").set_profile(SWITCH, port, EcnProfile.step(10) if case.dcqcn else EcnProfile.monitor())
+    ctl.feature("ecn").set_profile(SWITCH, port, EcnProfile.step(10) if case.dcqcn else None)
     sender_ports = [h.switch_port for h in senders]
 
     def counters(name: str, ports) -> int:

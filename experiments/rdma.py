@@ -86,7 +86,7 @@ from control.p4constants import drop_reasons
 from experiments.common import StartGate, announce_budget, case_fidelity, experiment_parser, lost_before_pipeline, \
     print_fidelity, print_table, rdma_agent, sample_queue, save_figure, write_csv
 from features import topology_from_dict
-from features.ecn import QDEPTH_REGISTER, EcnProfile
+from features.ecn import EcnProfile
 from features.load_balancing import LbMode
 from hostagent.rdma.agent import congestion_controls
 from hostagent.rdma.transport import MODES
@@ -208,8 +208,8 @@ def run_flows(name: str, cc: str, flows: list[Flow], pfc: bool, topo, net: Netwo
     queue = LOSSLESS_CLASS if pfc else 0
     for q in (0, LOSSLESS_CLASS):
         ctl.feature("ecn").set_profile(BOTTLENECK_SWITCH, port, None, queue=q)
-    ctl.feature("ecn").set_profile(BOTTLENECK_SWITCH, port, EcnProfile.step(DCQCN_K) if cc == "dcqcn"
-                                   else EcnProfile.monitor(), queue=queue)
+    ctl.feature("ecn").set_profile(BOTTLENECK_SWITCH, port, EcnProfile.step(DCQCN_K) if cc == "dcqcn" else None,
+                                   queue=queue)
     case_dir = out / name
     case_dir.mkdir(parents=True, exist_ok=True)
     gate = StartGate(case_dir)       # every agent ready before any sends (agents/start.py)
@@ -232,11 +232,10 @@ def run_flows(name: str, cc: str, flows: list[Flow], pfc: bool, topo, net: Netwo
     drops_before = switch_drops(ctl, topo)
     fidelity = case_fidelity(net, ctl)
     with Bmv2Thrift(sw.thrift_port) as thrift:
-        thrift.register_write(QDEPTH_REGISTER, port, 0)
         start_at = gate.open(procs)
         fidelity.traffic_starts(start_at)
         time.sleep(max(0.0, start_at - time.time()))
-        sampler = threading.Thread(target=sample_queue, args=(thrift, port, stop, start_at, samples))
+        sampler = threading.Thread(target=sample_queue, args=(thrift, port, stop, start_at, samples, queue))
         sampler.start()
         for p in procs[1:]:
             p.wait(timeout=end_s + 60)
@@ -353,7 +352,7 @@ def run_loss_case(mode: str, loss_pct: float, topo, net: Network, ctl: FabricCon
     name = f"{mode}-{loss_pct:g}pct"
     receiver, sender = topo.hosts[RECEIVER], topo.hosts["h1"]
     port = topo.switches[BOTTLENECK_SWITCH].ports[receiver.switch_port]
-    ctl.feature("ecn").set_profile(BOTTLENECK_SWITCH, receiver.switch_port, EcnProfile.monitor())
+    ctl.feature("ecn").set_profile(BOTTLENECK_SWITCH, receiver.switch_port, None)
     capacity = queue_rate_pps(port.link.bandwidth_mbps)
     case_dir = out / name
     case_dir.mkdir(parents=True, exist_ok=True)
@@ -392,7 +391,7 @@ SPRAY_CASES = (("go-back-n", False), ("go-back-n", True), ("selective-repeat", F
 def run_spray_case(mode: str, reorder: bool, topo, net: Network, ctl: FabricController, args, out: Path) -> dict:
     name = f"{mode}{'-reorder' if reorder else ''}"
     receiver, sender = topo.hosts[RECEIVER], topo.hosts["h1"]
-    ctl.feature("ecn").set_profile(BOTTLENECK_SWITCH, receiver.switch_port, EcnProfile.monitor())
+    ctl.feature("ecn").set_profile(BOTTLENECK_SWITCH, receiver.switch_port, None)
     capacity = queue_rate_pps(topo.switches[BOTTLENECK_SWITCH].ports[receiver.switch_port].link.bandwidth_mbps)
     case_dir = out / name
     case_dir.mkdir(parents=True, exist_ok=True)

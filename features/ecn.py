@@ -7,14 +7,13 @@ In a topology file (validated with the rest of it, before anything starts):
       - {switch: s1, towards: h5, mode: step, k: 10}
       - {switch: s1, port: 2, mode: wred, kmin: 5, kmax: 30, pmax: 0.1}
       - {switch: leaf1, port: all, mode: step, k: 20}
-      - {switch: s1, towards: h1, mode: monitor}
       - {switch: s1, port: all, queue: 3, mode: step, k: 5}
 
 k, kmin and kmax are egress queue depths in packets (BMv2's enq_qdepth);
-pmax is the marking probability reached at kmax (0..1). Mode monitor marks
-nothing: like the others, it records each packet's queue depth in the
-register egress_qdepth[port] for experiments to sample. Ports without a
-profile do neither, at the cost of one table miss.
+pmax is the marking probability reached at kmax (0..1). Ports without a
+profile never mark, at the cost of one table miss. Queue depths are
+recorded on every queue with or without a profile (p4src/include/
+queue_depth.p4, read with emulator/queue_depth.py).
 
 `queue` gives a profile to one priority queue of the port (the queue of a
 traffic class of the `lossless:` section: per-class ECN); without it the
@@ -33,7 +32,6 @@ from control.sync import SwitchState
 SECTION = "ecn"
 TABLE = "ecn_profile"
 MARKED_COUNTER = "ecn_marked_counter"
-QDEPTH_REGISTER = "egress_qdepth"
 QDEPTH_MAX = (1 << 19) - 1       # enq_qdepth is 19 bits
 PPM = 1_000_000
 QUEUES = 8                       # standard_metadata.priority is 3 bits
@@ -42,7 +40,7 @@ FIELDS = {"switch", "port", "towards", "queue", "mode", "k", "kmin", "kmax", "pm
 
 @dataclass(frozen=True)
 class EcnProfile:
-    mode: str                 # "step", "wred" or "monitor"
+    mode: str                 # "step" or "wred"
     k: int = 0                # step threshold
     kmin: int = 0
     kmax: int = 0
@@ -51,10 +49,6 @@ class EcnProfile:
     @classmethod
     def step(cls, k: int) -> "EcnProfile":
         return cls.from_mapping({"mode": "step", "k": k})
-
-    @classmethod
-    def monitor(cls) -> "EcnProfile":
-        return cls("monitor")
 
     @classmethod
     def wred(cls, kmin: int, kmax: int, pmax: float) -> "EcnProfile":
@@ -94,24 +88,18 @@ class EcnProfile:
                 bad("pmax", f"expected a probability within 0..1, got {pmax!r}")
             return cls("wred", kmin=kmin, kmax=kmax, pmax=float(pmax))
         if mode == "monitor":
-            extra = {"k", "kmin", "kmax", "pmax"} & set(raw)
-            if extra:
-                bad(sorted(extra)[0], "not a parameter of mode monitor (it takes none)")
-            return cls("monitor")
-        bad("mode", f"expected 'step', 'wred' or 'monitor', got {mode!r}")
+            bad("mode", "mode monitor is gone: every queue's depth is recorded without a profile "
+                        "(p4src/include/queue_depth.p4); remove this entry")
+        bad("mode", f"expected 'step' or 'wred', got {mode!r}")
         raise AssertionError("unreachable")
 
     def action(self) -> tuple[str, dict]:
-        if self.mode == "monitor":
-            return "monitor_depth", {}
         if self.mode == "step":
             return "mark_step", {"k": self.k}
         return "mark_wred", {"wred_kmin": self.kmin, "wred_kmax": self.kmax,
                              "wred_pmax_ppm": round(self.pmax * PPM)}
 
     def __str__(self) -> str:
-        if self.mode == "monitor":
-            return "no marking (depth monitored)"
         if self.mode == "step":
             return f"step K={self.k}"
         return f"WRED Kmin={self.kmin} Kmax={self.kmax} Pmax={self.pmax:g}"

@@ -11,6 +11,7 @@
 #include "include/parser.p4"
 #include "include/checksums.p4"
 #include "include/counters.p4"
+#include "include/queue_depth.p4"
 #include "include/forwarding.p4"
 #include "include/source_routing.p4"
 #ifndef WITHOUT_ECN
@@ -140,6 +141,7 @@ control FabricEgress(inout headers_t hdr,
                      inout local_metadata_t meta,
                      inout standard_metadata_t std_meta) {
     EgressPortCounter() port_counter;
+    QueueDepthRecorder() queue_depth;
 #ifndef WITHOUT_INT_TELEMETRY
     IntEgress() int_egress;
 #endif
@@ -171,6 +173,7 @@ control FabricEgress(inout headers_t hdr,
 #endif
         {
             port_counter.apply(std_meta);
+            queue_depth.apply(std_meta);
             if (meta.egress_work != 0) {
 #ifndef WITHOUT_AGGREGATION
                 if ((meta.egress_work & EGRESS_AGG_RESULT) != 0) {

@@ -95,8 +95,10 @@ LINK_LOSS_FOR = "1m"
 # 3/4 of BMv2's default egress queue (64 packets): a packet arriving there
 # waits 48 packet times, and the queue has 16 left before tail drops.
 QUEUE_DEPTH_HIGH = BMV2_QUEUE_DEPTH * 3 // 4
-# High at every evaluation for a minute: egress_qdepth is the depth the port's
-# last packet saw, one sample per scrape, so a burst is one high sample.
+# High at every evaluation for a minute: fabric_queue_depth_packets is the depth
+# the queue's last packet met, one sample per scrape, so a burst is one high
+# sample; a queue no packet left since the previous read has no sample, so an
+# idle queue is never high.
 QUEUE_FOR = "1m"
 # Half of a port's packets marked CE, for 5 minutes: DCQCN senders should have
 # cut their rates to the point where few are marked; this many means they do not
@@ -152,7 +154,7 @@ def label(name: str) -> str:
     return "{{ $labels.%s }}" % name
 
 
-SW, PORT, PEER, CLASS, REASON = (label(n) for n in ("switch", "port", "peer", "port_class", "reason"))
+SW, PORT, PEER, QUEUE, CLASS, REASON = (label(n) for n in ("switch", "port", "peer", "queue", "port_class", "reason"))
 
 
 def labels(spec: m.MetricSpec, *names: str) -> str:
@@ -250,13 +252,12 @@ def groups() -> list[Group]:
 
     congestion = Group("fabric-congestion", (
         Rule("PortQueueCongested",
-             f"{m.FABRIC_QUEUE_DEPTH.name} > {QUEUE_DEPTH_HIGH} and on ({port}) {tx} > 0",
+             f"{m.FABRIC_QUEUE_DEPTH.name} > {QUEUE_DEPTH_HIGH}",
              QUEUE_FOR, "warning",
-             f"{SW} port {PORT} (to {PEER}): egress queue above {QUEUE_DEPTH_HIGH} packets",
-             f"The egress queue of {SW} port {PORT} (to {PEER}) has been deeper than {QUEUE_DEPTH_HIGH} packets "
-             f"(of BMv2's {BMV2_QUEUE_DEPTH}) at every scrape for {QUEUE_FOR} while the port sends: persistent "
-             "congestion, latency and soon tail drops. (An idle port keeps its last packet's depth; it is "
-             "left out.)"),
+             f"{SW} port {PORT} (to {PEER}) queue {QUEUE}: above {QUEUE_DEPTH_HIGH} packets",
+             f"Egress queue {QUEUE} of {SW} port {PORT} (to {PEER}) has been deeper than {QUEUE_DEPTH_HIGH} "
+             f"packets (of BMv2's {BMV2_QUEUE_DEPTH}) at every scrape for {QUEUE_FOR}: persistent "
+             "congestion, latency and soon tail drops."),
         Rule("PortEcnMarkingHigh",
              f"{rate(f['fabric_ecn_marked'])} / on ({port}) {tx} > {ECN_MARK_SHARE:g}",
              ECN_FOR, "warning",

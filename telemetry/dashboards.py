@@ -160,10 +160,10 @@ def dashboards() -> list[Dashboard]:
     ], [SWITCH_VAR])
 
     ports = Dashboard("fabric-ports", "Ports and queues",
-                      "Per port: rates, queue depth (egress_qdepth), ECN marks; INT queue occupancy, HPCC tx rate, "
+                      "Per port: rates, queue depth per priority queue (queue_depth; gaps: no packet left it), ECN marks; INT queue occupancy, HPCC tx rate, "
                       "congestion reports.", [
-        Panel("Queue depth per port (egress_qdepth, packets)",
-              [Target(f"{m.FABRIC_QUEUE_DEPTH.name}{SW}", "{{switch}}:{{port}} > {{peer}}")]),
+        Panel("Queue depth per port and queue (packets)",
+              [Target(f"{m.FABRIC_QUEUE_DEPTH.name}{SW}", "{{switch}}:{{port}} > {{peer}} q{{queue}}")]),
         Panel("INT queue occupancy per egress port",
               [Target(f"{m.INT_QUEUE_OCCUPANCY.name}{SW}", "{{switch}}:{{egress_port}} q{{queue_id}}")]),
         Panel("Transmit rate per port",

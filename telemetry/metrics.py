@@ -119,7 +119,9 @@ FABRIC_PORT_TX_PACKETS = MetricSpec("fabric_port_tx_packets", "counter", "egress
 FABRIC_PORT_TX_BYTES = MetricSpec("fabric_port_tx_bytes", "counter", "egress_port_counter bytes", PORT)
 FABRIC_DROPS = MetricSpec("fabric_drops", "counter", "drop_counter packets by drop reason", ("switch", "reason"))
 FABRIC_QUEUE_DEPTH = MetricSpec("fabric_queue_depth_packets", "gauge",
-                                "egress_qdepth register: enqueue depth of the port's last packet", PORT)
+                                "queue_depth register: the depth the last packet to leave the port's priority queue "
+                                "met on joining it; only for queues a packet left since the exporter's previous read "
+                                "(an idle or never used queue has no sample: absent, not 0)", (*PORT, "queue"))
 FABRIC_READ_ERRORS = MetricSpec("fabric_exporter_read_errors", "counter",
                                 "Failed reads of a switch, by source (p4runtime, thrift)", ("switch", "source"))
 

@@ -2,9 +2,10 @@
 and byte counters (ingress_port_counter, egress_port_counter), drops by
 reason (drop_counter; reasons from p4src/include/defines.p4 via
 control/p4constants.py), ECN marks (ecn_marked_counter), INT reports sent
-and held back by kind (int_report_counter, drop_reports_limited), and the egress
-queue depth (register egress_qdepth, over BMv2 Thrift: PI does not serve
-register reads).
+and held back by kind (int_report_counter, drop_reports_limited), and the depth
+of every egress queue a packet left since the previous read (register
+queue_depth, over BMv2 Thrift: PI does not serve register reads;
+emulator/queue_depth.py).
 
     python -m telemetry.switch_exporter --topology topologies/leaf-spine.yaml \\
         [--p4info build/main.p4info.txtpb] [--port 9772] [--interval 1]
@@ -18,6 +19,17 @@ CONTROLLER_ELECTION_ID in control/switch.py): it only reads.
 
 Reading and exposing are separate: `samples()` turns readings into metric
 families and needs no switch (tests feed it readings).
+
+Two comparisons the alerts make need counters of one instant: the frames
+the kernel delivered to a port against the pipeline's ingress counter
+(InputPathLoss) and a sender's egress counter against the receiver's
+kernel (LinkFramesLost). A gRPC read under load takes tens of ms, during
+which a busy port receives tens of frames, so the kernel's count is read
+just before and just after the ingress counter and interpolated to the
+instant that read was answered (`at_instant`), and the egress counter is
+read next. Read after every other read instead, the two were 200-370
+packets apart under load, enough to hold an alert pending for most of a
+minute after traffic changed.
 """
 from __future__ import annotations
 
@@ -44,6 +56,7 @@ from control.p4info import EntryError
 from control.switch import (CONTROLLER_ELECTION_ID, MONITOR_CREDENTIALS, READER_ELECTION_ID, ElectionId, SwitchConnection,
                          parse_election_id)
 from control.tls import ClientCredentials
+from emulator import queue_depth
 from emulator.bmv2_thrift import Bmv2Thrift
 from emulator.network import interface_rx_packets
 
@@ -52,24 +65,26 @@ DEFAULT_P4INFO = REPO / "build" / "main.p4info.txtpb"
 INGRESS_COUNTER = "ingress_port_counter"
 EGRESS_COUNTER = "egress_port_counter"
 DROP_COUNTER = "drop_counter"
-QDEPTH_REGISTER = "egress_qdepth"
-# The fabric's own counters, then every feature's (their counters() hook).
+# The fabric's own counters, then every feature's (their counters() hook); the
+# port counters first, read together with the kernel's (see above).
 COUNTERS = tuple(dict.fromkeys((INGRESS_COUNTER, EGRESS_COUNTER, DROP_COUNTER,
                                 *(name for c in m.FEATURE_COUNTERS for name in c.counters))))
+QueueKey = tuple[int, int]                # (port, priority queue)
 
 
 @dataclass(frozen=True)
 class SwitchReadings:
     """One read of one switch. counters: counter name -> cell index ->
-    (packets, bytes); a counter missing from it was not read. qdepth: the
-    egress_qdepth register cells (index = port), or None if not read.
+    (packets, bytes); a counter missing from it was not read. qdepth: for
+    each queue a packet left since the previous read, the depth that packet
+    met, {(port, queue): packets}; None if not read.
     errors: (source, message) of every read that failed. controller_primary:
     whether the switch's primary P4Runtime client has the controller's election
     id (None: not known). interface_rx: port -> frames the kernel delivered to
     its interface (emulator.network.interface_rx_packets; empty: not on this machine)."""
     switch: str
     counters: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)
-    qdepth: Optional[list[int]] = None
+    qdepth: Optional[dict[QueueKey, int]] = None
     errors: tuple[tuple[str, str], ...] = ()
     controller_primary: Optional[bool] = None
     interface_rx: dict[int, int] = field(default_factory=dict)
@@ -83,6 +98,19 @@ class SwitchReader(Protocol):
     def read(self, switch) -> SwitchReadings: ...
 
     def close(self) -> None: ...
+
+
+def at_instant(before: dict[int, int], before_s: float, after: dict[int, int], after_s: float,
+               instant_s: float) -> dict[int, int]:
+    """Counters read at `before_s` and `after_s`, interpolated to `instant_s`
+    between them (rounded down: a count not yet reached is not claimed).
+    Ports read only once keep that reading."""
+    span = after_s - before_s
+    share = 0.0 if span <= 0 else min(1.0, max(0.0, (instant_s - before_s) / span))
+    out = dict(after)
+    for port, b in before.items():
+        out[port] = b + int((after[port] - b) * share) if port in after else b
+    return out
 
 
 def drop_reason_names() -> dict[int, str]:
@@ -116,8 +144,10 @@ def samples(topo, readings: Iterable[SwitchReadings], reasons: dict[int, str],
                     fam[spec.name].add_metric(labels, float(cells.get(number, (0, 0))[which]))
             if number in r.interface_rx:
                 fam[m.FABRIC_PORT_INTERFACE_RX_PACKETS.name].add_metric(labels, float(r.interface_rx[number]))
-            if r.qdepth is not None and number < len(r.qdepth):
-                fam[m.FABRIC_QUEUE_DEPTH.name].add_metric(labels, float(r.qdepth[number]))
+        for (number, queue), depth in sorted((r.qdepth or {}).items()):
+            if number in sw.ports:
+                labels = [r.switch, str(number), sw.ports[number].peer, str(queue)]
+                fam[m.FABRIC_QUEUE_DEPTH.name].add_metric(labels, float(depth))
         drops = r.counters.get(DROP_COUNTER)
         if drops is not None:
             for code in sorted(set(reasons) | {c for c, (p, _) in drops.items() if p and c != 0}):
@@ -137,9 +167,10 @@ def samples(topo, readings: Iterable[SwitchReadings], reasons: dict[int, str],
 
 class Bmv2Reader:
     """Reads BMv2 switches: counters over P4Runtime (control/switch.py's
-    SwitchConnection, entries from control/p4info.py), egress_qdepth over
+    SwitchConnection, entries from control/p4info.py), queue_depth over
     Thrift (emulator/bmv2_thrift.py). Connections are kept and re-made after
-    a failure."""
+    a failure; each switch's last queue_depth read is kept to tell which
+    queues a packet left since (emulator/queue_depth.py `fresh`)."""
 
     def __init__(self, p4info_path: Path = DEFAULT_P4INFO, *, election_id: ElectionId = READER_ELECTION_ID,
                  controller_election_id: ElectionId = CONTROLLER_ELECTION_ID,
@@ -155,11 +186,13 @@ class Bmv2Reader:
         self.read_qdepth = read_qdepth
         self._p4rt: dict[str, object] = {}
         self._thrift: dict[str, object] = {}
+        self._queues: dict[str, dict[QueueKey, queue_depth.QueueSample]] = {}
 
     def read(self, sw) -> SwitchReadings:
         errors: list[tuple[str, str]] = []
         counters: dict[str, dict[int, tuple[int, int]]] = {}
         controller_primary = None
+        interface_rx: dict[int, int] = {}
         try:
             conn = self._connection(sw)
             conn.is_primary()                   # takes in the switch's latest arbitration news
@@ -167,9 +200,18 @@ class Bmv2Reader:
                 controller_primary = conn.primary_election_id == self.controller_election_id
             for name in COUNTERS:
                 try:
-                    counters[name] = conn.counter(self.p4info.counter_entry(name))
+                    entry = self.p4info.counter_entry(name)
                 except EntryError as exc:       # the pipeline has no such counter: say so, read the rest
                     errors.append(("p4info", str(exc)))
+                    continue
+                if name != INGRESS_COUNTER:
+                    counters[name] = conn.counter(entry)
+                    continue
+                rx_before, before_s = interface_rx_packets(sw), time.monotonic()
+                counters[name] = conn.counter(entry)
+                answered_s = time.monotonic()
+                rx_after, after_s = interface_rx_packets(sw), time.monotonic()
+                interface_rx = at_instant(rx_before, before_s, rx_after, after_s, answered_s)
         except (Exception, SystemExit) as exc:  # SystemExit: p4runtime-shell exits when arbitration fails
             text = str(exc) or type(exc).__name__
             errors.append(("p4runtime", text if text.startswith(sw.name) else f"{sw.name}: {text}"))
@@ -179,15 +221,18 @@ class Bmv2Reader:
         if self.read_qdepth:
             try:
                 thrift = self._thrift_session(sw)
-                qdepth = [int(v) for v in thrift.register_read(QDEPTH_REGISTER)]
+                now = queue_depth.decode_all(thrift.register_read(queue_depth.REGISTER))
+                qdepth = {key: s.depth for key, s in queue_depth.fresh(now, self._queues.get(sw.name)).items()}
+                self._queues[sw.name] = now
                 if counters:                    # the features' registers, as cells beside the counters
                     for name in m.FEATURE_REGISTERS:
                         counters[name] = {i: (int(v), 0) for i, v in enumerate(thrift.register_read(name)) if v}
             except Exception as exc:
                 errors.append(("thrift", str(exc)))
                 self._drop(self._thrift, sw.name)
+                self._queues.pop(sw.name, None)
         return SwitchReadings(sw.name, counters, qdepth, tuple(errors), controller_primary,
-                              interface_rx_packets(sw))
+                              interface_rx or interface_rx_packets(sw))
 
     def _connection(self, sw):
         conn = self._p4rt.get(sw.name)
@@ -317,7 +362,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--controller-election-id", type=election_id_arg, default=CONTROLLER_ELECTION_ID,
                     help="the controller's election id: fabric_controller_primary is 1 where the switch's "
                          "primary has it (default %s,%s)" % CONTROLLER_ELECTION_ID)
-    ap.add_argument("--no-qdepth", action="store_true", help="do not read egress_qdepth over Thrift")
+    ap.add_argument("--no-qdepth", action="store_true", help="do not read queue_depth over Thrift")
     ap.add_argument("--no-tls", action="store_true", help="plain gRPC (switches started with --no-tls); by default "
                     "the exporter presents build/pki/clients/monitor.pem")
     ap.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C)")

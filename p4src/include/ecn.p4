@@ -7,13 +7,12 @@
 //   mark_wred(kmin, kmax, pmax):  no mark below kmin; between kmin and kmax
 //                                 mark with probability pmax * (depth - kmin) / (kmax - kmin);
 //                                 always mark at or above kmax (pmax in ppm)
-//   monitor_depth():              no marking, depth recorded (see below)
 // Only ECN-capable packets (ECT(0), ECT(1)) are marked; Not-ECT packets are
 // left to tail drop, CE stays CE. The IPv4 checksum is recomputed after
 // egress (checksums.p4).
-// Every action records the depth the packet saw in the register
-// egress_qdepth[port], which experiments sample over Thrift. A (port,
-// queue) without an entry costs one table miss: no register write, no comparison.
+// A (port, queue) without an entry costs one table miss and no comparison.
+// The depth itself is recorded for every queue whether it marks or not
+// (queue_depth.p4).
 #ifndef ECN_P4
 #define ECN_P4
 
@@ -23,21 +22,15 @@
 
 control EcnMarking(inout headers_t hdr, inout local_metadata_t meta, in standard_metadata_t std_meta) {
     counter<port_t>(PORT_COUNT, CounterType.packets) ecn_marked_counter;
-    register<qdepth_t, port_t>(PORT_COUNT) egress_qdepth;
 
     // The matched profile is copied out of the action into meta.ecn for the apply block.
-    action monitor_depth() {
-        meta.ecn.setValid();
-        egress_qdepth.write(std_meta.egress_port, std_meta.enq_qdepth);
-    }
-
     action mark_step(qdepth_t k) {
-        monitor_depth();
+        meta.ecn.setValid();
         meta.ecn.kmin = k;
     }
 
     action mark_wred(qdepth_t wred_kmin, qdepth_t wred_kmax, bit<32> wred_pmax_ppm) {
-        monitor_depth();
+        meta.ecn.setValid();
         meta.ecn.kmin = wred_kmin;
         meta.ecn.kmax = wred_kmax;
         meta.ecn.pmax_ppm = wred_pmax_ppm;
@@ -51,7 +44,6 @@ control EcnMarking(inout headers_t hdr, inout local_metadata_t meta, in standard
         actions = {
             mark_step;
             mark_wred;
-            monitor_depth;
             NoAction;
         }
         default_action = NoAction();

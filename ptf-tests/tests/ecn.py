@@ -15,7 +15,7 @@ from scapy.layers.inet import IP
 from scapy.layers.l2 import Ether
 
 from emulator.bmv2_thrift import Bmv2Thrift
-from features.ecn import MARKED_COUNTER, QDEPTH_REGISTER, EcnProfile, ecn_state
+from features.ecn import MARKED_COUNTER, EcnProfile, ecn_state
 from wire.ecn import CE, ECT0, ECT1, NOT_ECT
 from wire.roce import roce_data
 from hostagent.sender import RawSender
@@ -187,24 +187,3 @@ class WredProbabilityTest(EcnTest):
         self.assertGreaterEqual(fraction, low - 4 * sigma)
         self.assertLessEqual(fraction, high + 4 * sigma)
         self.assertEqual(self.marked(), sum(ecn_of(f) == CE for f in received))
-
-
-class DepthRecordedOnlyWhereAskedTest(EcnTest):
-    """Every profile, `monitor` included, records the enqueue depth in
-    egress_qdepth[port]; a port without a profile pays for no register write
-    (the register keeps what it had) and `monitor` never marks."""
-
-    def depth_register(self) -> int:
-        return self.thrift.register_read(QDEPTH_REGISTER, OUT_PORT)
-
-    def runTest(self):
-        self.thrift.register_write(QDEPTH_REGISTER, OUT_PORT, 0)
-        self.burst(12, ECT0)
-        self.assertEqual(self.depth_register(), 0, "no profile: the depth must not be recorded")
-
-        self.set_profile(EcnProfile.monitor())
-        frames = self.burst(12, ECT0)
-        self.assertEqual([ecn_of(f) for f in frames], [ECT0] * 12, "monitor must not mark")
-        self.assertEqual(self.marked(), 0)
-        # The last packet of a 12-packet burst into a slow port waited behind most of the burst.
-        self.assertGreaterEqual(self.depth_register(), 8)

@@ -21,6 +21,7 @@ from scapy.contrib.roce import BTH
 from scapy.layers.inet import IP
 from scapy.layers.l2 import ARP, Dot1Q, Ether
 
+from emulator import queue_depth
 from emulator.bmv2_thrift import Bmv2Thrift
 from features.ecn import EcnProfile, ecn_state
 from features.lossless import (PAUSED_REGISTER, LosslessConfig, PfcThresholds, TrafficClass, Watchdog, cell,
@@ -290,7 +291,8 @@ class HeadroomOverflowIsDroppedAndCountedTest(LosslessTest):
 
 class DscpToClassAndQueueTest(LosslessTest):
     """DSCP picks the class and its queue: a backlogged class 1 (its queue at
-    20 pps) does not hold class 3 back; per-class counters count each."""
+    20 pps) does not hold class 3 back; per-class counters count each, and
+    each queue's depth is recorded apart."""
 
     def runTest(self):
         self.program(config(xoff=200, xon=100))
@@ -303,6 +305,14 @@ class DscpToClassAndQueueTest(LosslessTest):
         self.assertEqual(order[-1], BULK_DSCP)
         self.assertEqual(self.count("class_packets", OUT_PORT, LOSSLESS), 10)
         self.assertEqual(self.count("class_packets", OUT_PORT, BULK), 10)
+        # Each queue's depth in its own cell (queue_depth.p4): class 1's last packets
+        # waited behind its backlog at 20 pps; class 3's queue, served at the link's
+        # 833 pps, held only the few of each 8-frame breath.
+        bulk, lossless = (queue_depth.read(self.thrift, OUT_PORT, q) for q in (BULK, LOSSLESS))
+        self.assertIsNotNone(bulk)
+        self.assertIsNotNone(lossless)
+        self.assertGreaterEqual(bulk.depth, 5, f"class 1's queue: {bulk}")
+        self.assertLess(lossless.depth, bulk.depth, f"class 3's queue: {lossless}, class 1's: {bulk}")
 
 
 class PcpToClassTest(LosslessTest):

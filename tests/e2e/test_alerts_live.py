@@ -4,13 +4,18 @@ Debian's Alertmanager, the project's receiver (docs/operations.md).
 
 Dumbbell (h1, h2 on s1; h3, h4 on s2; one s1-s2 link), class 3 lossless
 with the PFC watchdog (detect 200 ms, drop), traffic h1 -> h3 throughout.
-A healthy minute fires nothing. Then a client with a higher election id
-takes s2 (ControllerNotPrimary: for 30s) while s1's port to s2 is
-black-holed (LinkFramesLost: for 1m); then h4's NIC is stuck pausing class
-3 while h2 sends to it in that class (PfcWatchdogStormActive: for 0s). Each
-must reach the receiver within its `for` plus SLACK_S: the rule's window
-filling, a scrape and an evaluation a second apart, Alertmanager's
-group_wait (2 s)."""
+A healthy minute fires nothing, though a second flow (h2 -> h4, over the
+s1 -> s2 link) starts and stops twice in it: the link and input-path rules
+compare counters of one instant, so a traffic change holds none of them
+pending. Then, together: a client with a higher election id takes s2
+(ControllerNotPrimary: for 30s), s1's port to s2 is black-holed
+(LinkFramesLost: for 1m), and s1's port to h1 is saturated (h2 offers 400
+packets/s to a queue served at 250; PortQueueCongested: for 1m, from the
+queue depth the fabric records with every feature but lossless off). Then
+h4's NIC is stuck pausing class 3 while h2 sends to it in that class
+(PfcWatchdogStormActive: for 0s). Each must reach the receiver within its
+`for` plus SLACK_S: the rule's window filling, a scrape and an evaluation a
+second apart, Alertmanager's group_wait (2 s)."""
 from __future__ import annotations
 
 import subprocess
@@ -20,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from emulator.bmv2_thrift import Bmv2Thrift
 from emulator.build import compile_p4
 from control.controller import FabricController
 from emulator.impairments import blackhole
@@ -38,6 +44,8 @@ REPO = Path(__file__).resolve().parents[2]
 HEALTHY_S = 65              # longer than the 0s-1m `for` of all rules but the 2m-5m ones
 SLACK_S = 25                # beyond a rule's `for`: its rate window filling, scrape, evaluation, group_wait
 TRAFFIC_PPS = 100           # h1 -> h3: above LinkFramesLost's 10 packets/s floor, far below the 833 of s1 -> s2
+ON_OFF_PPS = 300            # h2 -> h4 in the healthy minute: 10 s on, 10 s off, twice (400 of s1 -> s2's 833)
+SATURATED_PPS, OFFERED_PPS = 250, 400    # s1's port to h1 served at 250 packets/s, offered 400 by h2
 
 
 def fired(receiver: AlertReceiver, name: str, since: float) -> list:
@@ -95,6 +103,12 @@ def test_faults_fire_their_alerts_and_a_healthy_fabric_none(live):
                roce_agent(h1, "send", start_at=start_at, out_dir=tmp, extra=[
                    "--duration", str(duration), "--dst-ip", h3.ip, "--qp", "1", "--line-rate-pps", str(TRAFFIC_PPS),
                    "--fixed-rate", "--not-ect"])]
+    # Two starts and two stops within the healthy minute, on the link LinkFramesLost watches
+    on_off = [roce_agent(h4, "receive", start_at=start_at, out_dir=tmp, extra=["--duration", str(HEALTHY_S - 5)])]
+    on_off += [roce_agent(h2, "send", start_at=start_at + on_s, out_dir=tmp / f"on-{on_s}", extra=[
+        "--duration", "10", "--dst-ip", h4.ip, "--qp", str(3 + i), "--line-rate-pps", str(ON_OFF_PPS), "--fixed-rate",
+        "--not-ect"]) for i, on_s in enumerate((10, 30))]
+    traffic += on_off
     try:
         time.sleep(max(0.0, start_at - time.time()) + HEALTHY_S)
         firing_now = prom.query('ALERTS{alertstate="firing"}')
@@ -108,6 +122,14 @@ def test_faults_fire_their_alerts_and_a_healthy_fabric_none(live):
         (s1_to_s2,) = [p for p in topo.switches["s1"].ports.values() if p.peer == "s2"]
         usurper = SwitchConnection("s2", s2.grpc_addr, s2.device_id, election_id=(CONTROLLER_ELECTION_ID[0] + 1, 0))
         undo = blackhole(s1_to_s2.iface)
+        (s1_to_h1,) = [n for n, p in topo.switches["s1"].ports.items() if p.peer == "h1"]
+        with Bmv2Thrift(topo.switches["s1"].thrift_port) as thrift:
+            thrift.set_queue_rate(s1_to_h1, SATURATED_PPS)
+        flood_at = time.time() + 3.0
+        flood = [roce_agent(h1, "receive", start_at=flood_at, out_dir=tmp / "flood", extra=["--duration", "92"]),
+                 roce_agent(h2, "send", start_at=flood_at, out_dir=tmp / "flood", extra=[
+                     "--duration", "90", "--dst-ip", h1.ip, "--qp", "5", "--line-rate-pps", str(OFFERED_PPS),
+                     "--fixed-rate", "--not-ect"])]
         try:
             took = wait_for_alert(receiver, "ControllerNotPrimary", since, 30 + SLACK_S)
             assert {a.labels["switch"] for a in fired(receiver, "ControllerNotPrimary", since)} == {"s2"}
@@ -116,7 +138,16 @@ def test_faults_fire_their_alerts_and_a_healthy_fabric_none(live):
             assert {(a.labels["switch"], a.labels["peer"]) for a in fired(receiver, "LinkFramesLost", since)} \
                 == {("s1", "s2")}
             print(f"LinkFramesLost reached the receiver {took:.1f} s after s1 -> s2 was black-holed")
+            took = wait_for_alert(receiver, "PortQueueCongested", flood_at, 60 + SLACK_S)
+            assert {(a.labels["switch"], a.labels["peer"], a.labels["queue"])
+                    for a in fired(receiver, "PortQueueCongested", since)} == {("s1", "h1", "0")}
+            print(f"PortQueueCongested reached the receiver {took:.1f} s after h2 began offering {OFFERED_PPS} "
+                  f"packets/s to s1's port to h1 (served at {SATURATED_PPS})")
         finally:
+            for p in flood:
+                p.terminate()
+                p.wait(timeout=15)
+            net.apply_queue_rates()
             undo()
             usurper.close()
 

@@ -60,8 +60,7 @@ class GrowingReader:
             n = self.reads
         ports = {p: (100 * n + p, 64_000 * n + p) for p in sw.ports}
         drops = {4: (3, 0), 5: (1, 0)} if sw.name == "leaf1" else {}
-        qdepth = [0] * 512
-        qdepth[3] = 6 if sw.name == "leaf1" else 1
+        qdepth = {(3, 0): 6 if sw.name == "leaf1" else 1}
         lossless_counters = {name: {cell(3, 3): (n, 0)} for name in LOSSLESS_COUNTERS}
         lossless_counters[PAUSED_REGISTER] = {cell(3, 3): (250_000 * n, 0)}    # a register: microseconds
         # the kernel delivered a frame more per read to each port's interface than the pipeline counted
@@ -149,7 +148,7 @@ def one_value(stack, expr, expected, timeout=30):
     ('fabric_drops_total{switch="leaf1",reason="no_route"}', 3),
     ('fabric_drops_total{switch="leaf1",reason="ttl_expired"}', 1),
     ('fabric_drops_total{switch="leaf1",reason="parser_error"}', 0),
-    ('fabric_queue_depth_packets{switch="leaf1",port="3",peer="spine1"}', 6),
+    ('fabric_queue_depth_packets{switch="leaf1",port="3",peer="spine1",queue="0"}', 6),
     ('fabric_switch_up{switch="spine2"}', 0),
     ('sum(fabric_switch_up)', 3),
     ('count(fabric_port_rx_packets_total)', 10),       # leaf1, leaf2: 4 ports; spine1: 2 (spine2 unreadable)

@@ -119,12 +119,6 @@ def test_ecn_state_per_queue(p4info):
     assert [int.from_bytes(p.value, "big") for p in keys[(3, 0)].action.action.params] == [12]
 
 
-def test_monitor_profile_records_depth_without_parameters(p4info):
-    (entry,) = ecn.ecn_state(p4info, {2: EcnProfile.monitor()}).table_entries
-    assert p4info.by_id(entry.action.action.action_id).preamble.name.endswith("monitor_depth")
-    assert not entry.action.action.params
-
-
 def test_seed_is_a_default_entry_and_differs_per_switch(p4info):
     topo = load_topology(REPO / "topologies" / "fat-tree-k4.yaml")
     seeds = {forwarding.ecmp_seed(sw.device_id) for sw in topo.switches.values()}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from features import load_topology
-from telemetry.switch_exporter import (Bmv2Reader, SwitchExporter, SwitchReadings, drop_reason_names,
+from telemetry.switch_exporter import (Bmv2Reader, SwitchExporter, SwitchReadings, at_instant, drop_reason_names,
                                        samples)
 
 REPO = Path(__file__).resolve().parents[3]
@@ -24,7 +24,7 @@ def leaf1_readings(**kw) -> SwitchReadings:
         "egress_port_counter": {2: (7, 700)},
         "drop_counter": {4: (3, 0), 40: (2, 0)},
         "ecn_marked_counter": {3: (4, 0)},
-    }, qdepth=[0, 0, 6, 1, 0] + [0] * 507, **kw)
+    }, qdepth={(2, 0): 6, (2, 3): 0, (3, 0): 1, (200, 0): 9}, **kw)
 
 
 def as_dict(families):
@@ -43,7 +43,10 @@ def test_samples_from_readings():
     assert value(d, "fabric_port_rx_packets_total", switch="leaf1", port="4", peer="spine2") == 0
     assert value(d, "fabric_port_tx_bytes_total", switch="leaf1", port="2", peer="h2") == 700
     assert value(d, "fabric_ecn_marked_total", switch="leaf1", port="3", peer="spine1") == 4
-    assert value(d, "fabric_queue_depth_packets", switch="leaf1", port="2", peer="h2") == 6
+    assert value(d, "fabric_queue_depth_packets", switch="leaf1", port="2", peer="h2", queue="0") == 6
+    assert value(d, "fabric_queue_depth_packets", switch="leaf1", port="2", peer="h2", queue="3") == 0
+    assert value(d, "fabric_queue_depth_packets", switch="leaf1", port="4", peer="spine2", queue="0") is None, \
+        "a queue without a fresh sample is absent, not 0"
     assert value(d, "fabric_drops_total", switch="leaf1", reason="no_route") == 3
     assert value(d, "fabric_drops_total", switch="leaf1", reason="parser_error") == 0   # known, not counted yet
     assert value(d, "fabric_drops_total", switch="leaf1", reason="reason_40") == 2      # unknown cell, nonzero
@@ -149,3 +152,13 @@ def test_controller_primacy_is_published_when_known():
     assert value(d, "fabric_controller_primary", switch="leaf1") == 0.0
     assert value(d, "fabric_controller_primary", switch="leaf2") == 1.0
     assert value(d, "fabric_controller_primary", switch="spine1") is None, "not known: no sample"
+
+
+def test_the_kernels_count_is_taken_at_the_instant_the_pipeline_counter_was_read():
+    """Read at 0 s and 0.1 s around an ingress read answered at 0.06 s: the
+    kernel's count at 0.06 s, not at either end (at 1000 frames/s, 40-60
+    frames apart)."""
+    rx = at_instant({1: 1000, 2: 7}, 0.0, {1: 1100, 2: 7, 3: 5}, 0.1, 0.06)
+    assert rx == {1: 1060, 2: 7, 3: 5}
+    assert at_instant({1: 10}, 1.0, {1: 20}, 1.0, 1.0) == {1: 10}, "no time between the reads: the first"
+    assert at_instant({1: 10}, 0.0, {1: 20}, 1.0, 5.0) == {1: 20}, "never beyond the readings"
