@@ -1,26 +1,29 @@
 """The depth of every egress queue, as p4src/include/queue_depth.p4 records
-it: register `queue_depth`, one cell per (port, priority queue), written by
-every packet that leaves the queue with the depth it met on joining and the
-time it left. Read over BMv2 Thrift (PI serves no register reads).
+it: every packet that leaves a queue writes the depth it met on joining and
+the time it left, queue 0 in `queue_depth[port]` / `queue_time[port]`,
+queues 1..7 in `class_queue_depth[cell]` / `class_queue_time[cell]` with
+cell = priority ++ port. Read over BMv2 Thrift (PI serves no register reads).
 
     sample = read(thrift, port=3, queue=0)   # QueueSample(time_us, depth) or None: no packet yet
 
-A cell that was never written decodes to None, never to depth 0: a queue no
-packet has used was not measured. A reader that polls tells a fresh
-measurement from an old one by its time (`fresh`).
+A cell that was never written (time 0) decodes to None, never to depth 0:
+a queue no packet has used was not measured. A reader that polls tells a
+fresh measurement from an old one by its time (`fresh`). Depth and time are
+two registers read one after the other: a packet leaving between the two
+reads pairs its time with the previous packet's depth, one packet time
+apart.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Optional, Sequence
 
-REGISTER = "queue_depth"
+DEPTH, TIME = "queue_depth", "queue_time"                          # queue 0, index = port
+CLASS_DEPTH, CLASS_TIME = "class_queue_depth", "class_queue_time"  # queues 1..7, index = cell()
 QUEUES = 8                        # standard_metadata.priority: 3 bits
 PORTS = 512                       # 9-bit port numbers (PORT_COUNT in defines.p4)
-CELLS = PORTS * QUEUES
-DEPTH_BITS = 19                   # enq_qdepth
-DEPTH_MASK = (1 << DEPTH_BITS) - 1
-TIME_BITS = 45                    # egress_global_timestamp[44:0], us: wraps after 407 days
+
+QueueKey = tuple[int, int]        # (port, priority queue)
 
 
 @dataclass(frozen=True)
@@ -32,42 +35,46 @@ class QueueSample:
     depth: int
 
 
-def cell(port: int, queue: int = 0) -> int:
-    """The register index of (port, priority queue): port ++ queue."""
+def cell(port: int, queue: int) -> int:
+    """The class registers' index of (port, priority queue 1..7): queue ++ port."""
     if not 0 <= port < PORTS:
         raise ValueError(f"port {port} is not a 9-bit port number")
-    if not 0 <= queue < QUEUES:
-        raise ValueError(f"queue {queue} is not a priority queue 0..{QUEUES - 1}")
-    return port * QUEUES + queue
+    if not 1 <= queue < QUEUES:
+        raise ValueError(f"queue {queue} is not a class queue 1..{QUEUES - 1} (queue 0 is indexed by port)")
+    return queue * PORTS + port
 
 
-def encode(sample: QueueSample) -> int:
-    """The cell value the pipeline writes for `sample` (tests and fakes)."""
-    if not 0 <= sample.depth <= DEPTH_MASK or not 0 <= sample.time_us < 1 << TIME_BITS:
-        raise ValueError(f"{sample} does not fit {TIME_BITS} + {DEPTH_BITS} bits")
-    return sample.time_us << DEPTH_BITS | sample.depth
+def where(port: int, queue: int = 0) -> tuple[str, str, int]:
+    """(depth register, time register, index) of one queue."""
+    if queue == 0:
+        if not 0 <= port < PORTS:
+            raise ValueError(f"port {port} is not a 9-bit port number")
+        return DEPTH, TIME, port
+    return CLASS_DEPTH, CLASS_TIME, cell(port, queue)
 
 
-def decode(value: int) -> Optional[QueueSample]:
-    """A cell's value -> its sample, or None for a cell never written."""
-    if value == 0:
-        return None
-    return QueueSample(value >> DEPTH_BITS, value & DEPTH_MASK)
+def decode(depth: int, time_us: int) -> Optional[QueueSample]:
+    """One cell's two values -> its sample, or None for a cell never written."""
+    return None if time_us == 0 else QueueSample(int(time_us), int(depth))
 
 
-def decode_all(values: Iterable[int]) -> dict[tuple[int, int], QueueSample]:
-    """The whole register (as Thrift reads it) -> {(port, queue): sample} for
-    every cell that was written."""
+def decode_all(depths: Sequence[int], times: Sequence[int], class_depths: Sequence[int] = (),
+               class_times: Sequence[int] = ()) -> dict[QueueKey, QueueSample]:
+    """The four registers (as Thrift reads them whole) -> {(port, queue):
+    sample} for every cell that was written."""
     out = {}
-    for index, value in enumerate(values):
-        sample = decode(int(value))
-        if sample is not None:
-            out[divmod(index, QUEUES)] = sample
+    for port, (d, t) in enumerate(zip(depths, times)):
+        if t:
+            out[(port, 0)] = QueueSample(int(t), int(d))
+    for index, (d, t) in enumerate(zip(class_depths, class_times)):
+        if t:
+            queue, port = divmod(index, PORTS)
+            out[(port, queue)] = QueueSample(int(t), int(d))
     return out
 
 
-def fresh(now: dict[tuple[int, int], QueueSample],
-          before: Optional[dict[tuple[int, int], QueueSample]]) -> dict[tuple[int, int], QueueSample]:
+def fresh(now: dict[QueueKey, QueueSample],
+          before: Optional[dict[QueueKey, QueueSample]]) -> dict[QueueKey, QueueSample]:
     """The samples of `now` that a packet wrote since `before` (an earlier
     read of the same switch): the queues measured in between. Without an
     earlier read nothing is known to be recent, so nothing is fresh. A time
@@ -81,9 +88,17 @@ def fresh(now: dict[tuple[int, int], QueueSample],
 
 def read(thrift, port: int, queue: int = 0) -> Optional[QueueSample]:
     """One queue's last sample over `thrift` (emulator.bmv2_thrift.Bmv2Thrift)."""
-    return decode(int(thrift.register_read(REGISTER, cell(port, queue))))
+    depth, time, index = where(port, queue)
+    return decode(int(thrift.register_read(depth, index)), int(thrift.register_read(time, index)))
+
+
+def read_all(thrift) -> dict[QueueKey, QueueSample]:
+    """Every queue's last sample of one switch, four register reads."""
+    return decode_all(*(thrift.register_read(name) for name in (DEPTH, TIME, CLASS_DEPTH, CLASS_TIME)))
 
 
 def clear(thrift, port: int, queue: int = 0) -> None:
     """Forget one queue's sample (an experiment's clean start)."""
-    thrift.register_write(REGISTER, cell(port, queue), 0)
+    depth, time, index = where(port, queue)
+    thrift.register_write(time, index, 0)
+    thrift.register_write(depth, index, 0)

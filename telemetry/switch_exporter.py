@@ -3,9 +3,9 @@ and byte counters (ingress_port_counter, egress_port_counter), drops by
 reason (drop_counter; reasons from p4src/include/defines.p4 via
 control/p4constants.py), ECN marks (ecn_marked_counter), INT reports sent
 and held back by kind (int_report_counter, drop_reports_limited), and the depth
-of every egress queue a packet left since the previous read (register
-queue_depth, over BMv2 Thrift: PI does not serve register reads;
-emulator/queue_depth.py).
+of every egress queue a packet left since the previous read (registers
+queue_depth and its kin, over BMv2 Thrift: PI does not serve register
+reads; emulator/queue_depth.py).
 
     python -m telemetry.switch_exporter --topology topologies/leaf-spine.yaml \\
         [--p4info build/main.p4info.txtpb] [--port 9772] [--interval 1]
@@ -57,6 +57,7 @@ from control.switch import (CONTROLLER_ELECTION_ID, MONITOR_CREDENTIALS, READER_
                          parse_election_id)
 from control.tls import ClientCredentials
 from emulator import queue_depth
+from emulator.queue_depth import QueueKey
 from emulator.bmv2_thrift import Bmv2Thrift
 from emulator.network import interface_rx_packets
 
@@ -69,7 +70,6 @@ DROP_COUNTER = "drop_counter"
 # port counters first, read together with the kernel's (see above).
 COUNTERS = tuple(dict.fromkeys((INGRESS_COUNTER, EGRESS_COUNTER, DROP_COUNTER,
                                 *(name for c in m.FEATURE_COUNTERS for name in c.counters))))
-QueueKey = tuple[int, int]                # (port, priority queue)
 
 
 @dataclass(frozen=True)
@@ -221,7 +221,7 @@ class Bmv2Reader:
         if self.read_qdepth:
             try:
                 thrift = self._thrift_session(sw)
-                now = queue_depth.decode_all(thrift.register_read(queue_depth.REGISTER))
+                now = queue_depth.read_all(thrift)
                 qdepth = {key: s.depth for key, s in queue_depth.fresh(now, self._queues.get(sw.name)).items()}
                 self._queues[sw.name] = now
                 if counters:                    # the features' registers, as cells beside the counters

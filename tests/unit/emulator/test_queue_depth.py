@@ -1,4 +1,4 @@
-"""The queue_depth register's layout (p4src/include/queue_depth.p4) and how
+"""The queue depth registers' layout (p4src/include/queue_depth.p4) and how
 a reader tells a fresh measurement from an old one or from none."""
 import pytest
 
@@ -6,33 +6,32 @@ from emulator import queue_depth as qd
 from emulator.queue_depth import QueueSample
 
 
-def test_a_cell_is_port_then_queue():
-    assert qd.cell(0, 0) == 0
-    assert qd.cell(3, 5) == 3 * 8 + 5
-    assert qd.cell(511, 7) == qd.CELLS - 1
+def test_queue_0_is_indexed_by_port_the_class_queues_by_priority_then_port():
+    assert qd.where(3) == (qd.DEPTH, qd.TIME, 3)
+    assert qd.where(3, 5) == (qd.CLASS_DEPTH, qd.CLASS_TIME, 5 * 512 + 3)     # priority ++ port
+    assert qd.cell(511, 7) == 8 * 512 - 1
     with pytest.raises(ValueError, match="port 512"):
-        qd.cell(512)
+        qd.where(512)
     with pytest.raises(ValueError, match="queue 8"):
-        qd.cell(1, 8)
+        qd.where(1, 8)
+    with pytest.raises(ValueError, match="queue 0 is indexed by port"):
+        qd.cell(1, 0)
 
 
-def test_the_value_is_time_then_depth_as_the_pipeline_concatenates_them():
-    # timestamp[44:0] ++ enq_qdepth (19 bits)
-    assert qd.encode(QueueSample(time_us=1_000_000, depth=48)) == (1_000_000 << 19) | 48
-    assert qd.decode((1_000_000 << 19) | 48) == QueueSample(1_000_000, 48)
-    assert qd.decode(7 << 19) == QueueSample(7, 0), "an empty queue at a time is a measurement: depth 0"
-    assert qd.decode(0) is None, "a cell never written is no measurement"
-    big = QueueSample((1 << 45) - 1, (1 << 19) - 1)
-    assert qd.decode(qd.encode(big)) == big and qd.encode(big) < 1 << 64
-    with pytest.raises(ValueError):
-        qd.encode(QueueSample(1, 1 << 19))
+def test_a_cell_without_a_time_was_never_written():
+    assert qd.decode(48, 1_000_000) == QueueSample(1_000_000, 48)
+    assert qd.decode(0, 7) == QueueSample(7, 0), "an empty queue at a time is a measurement: depth 0"
+    assert qd.decode(0, 0) is None, "a cell never written is no measurement"
 
 
 def test_decode_all_keys_written_cells_by_port_and_queue():
-    values = [0] * qd.CELLS
-    values[qd.cell(2, 0)] = qd.encode(QueueSample(10, 6))
-    values[qd.cell(2, 3)] = qd.encode(QueueSample(11, 0))
-    assert qd.decode_all(values) == {(2, 0): QueueSample(10, 6), (2, 3): QueueSample(11, 0)}
+    depths, times = [0] * 512, [0] * 512
+    class_depths, class_times = [0] * 4096, [0] * 4096
+    depths[2], times[2] = 6, 10
+    times[4] = 12                                   # queue 0 of port 4: empty when measured
+    class_depths[qd.cell(2, 3)], class_times[qd.cell(2, 3)] = 9, 11
+    assert qd.decode_all(depths, times, class_depths, class_times) == {
+        (2, 0): QueueSample(10, 6), (4, 0): QueueSample(12, 0), (2, 3): QueueSample(11, 9)}
 
 
 def test_fresh_is_what_a_packet_wrote_since_the_previous_read():
@@ -50,23 +49,27 @@ def test_a_clock_that_went_back_is_a_restarted_switch_and_all_its_samples_are_ne
 
 
 class FakeThrift:
+    """BMv2's registers as Thrift shows them: whole arrays or one cell."""
+
     def __init__(self):
-        self.cells = {}
+        self.registers = {qd.DEPTH: [0] * 512, qd.TIME: [0] * 512, qd.CLASS_DEPTH: [0] * 4096,
+                          qd.CLASS_TIME: [0] * 4096}
 
     def register_read(self, name, index=None):
-        assert name == qd.REGISTER
-        return self.cells.get(index, 0)
+        return list(self.registers[name]) if index is None else self.registers[name][index]
 
     def register_write(self, name, index, value):
-        assert name == qd.REGISTER
-        self.cells[index] = value
+        self.registers[name][index] = value
 
 
-def test_read_and_clear_address_one_queue():
+def test_read_clear_and_read_all_address_each_queue():
     thrift = FakeThrift()
     assert qd.read(thrift, 4, 3) is None
-    thrift.register_write(qd.REGISTER, qd.cell(4, 3), qd.encode(QueueSample(9, 12)))
+    thrift.register_write(qd.CLASS_DEPTH, qd.cell(4, 3), 12)
+    thrift.register_write(qd.CLASS_TIME, qd.cell(4, 3), 9)
+    thrift.register_write(qd.TIME, 4, 8)
     assert qd.read(thrift, 4, 3) == QueueSample(9, 12)
-    assert qd.read(thrift, 4, 0) is None
+    assert qd.read(thrift, 4, 0) == QueueSample(8, 0)
+    assert qd.read_all(thrift) == {(4, 3): QueueSample(9, 12), (4, 0): QueueSample(8, 0)}
     qd.clear(thrift, 4, 3)
     assert qd.read(thrift, 4, 3) is None
