@@ -108,8 +108,11 @@ def off_cases(fabric_source: Path = MAIN) -> list[Case]:
            Case("forwarding_only", fabric_source, "every feature compiled out", fabric_state,
                 defines=tuple(without(f) for f in FEATURES)),
            Case("fabric", fabric_source, "every feature off", fabric_state)]
-    return out + [Case(f"fabric-{f.section}", fabric_source, f"{f.section} compiled out, the rest off", fabric_state,
-                       defines=(without(f),)) for f in FEATURES]
+    out += [Case(f"fabric-{f.section}", fabric_source, f"{f.section} compiled out, the rest off", fabric_state,
+                 defines=(without(f),)) for f in FEATURES]
+    # Not a feature (always on), priced the same way: p4src/include/queue_depth.p4
+    return out + [Case("fabric-queue_depth", fabric_source, "queue depth recorder compiled out, features off",
+                       fabric_state, defines=("WITHOUT_QUEUE_DEPTH",))]
 
 
 def cases(fabric_source: Path = MAIN) -> list[Case]:

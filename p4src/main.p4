@@ -141,7 +141,9 @@ control FabricEgress(inout headers_t hdr,
                      inout local_metadata_t meta,
                      inout standard_metadata_t std_meta) {
     EgressPortCounter() port_counter;
-    QueueDepthRecorder() queue_depth;
+#ifndef WITHOUT_QUEUE_DEPTH
+    QueueDepthRecorder() queue_depth;     // not a feature: always on (WITHOUT_ only for make bench to price it)
+#endif
 #ifndef WITHOUT_INT_TELEMETRY
     IntEgress() int_egress;
 #endif
@@ -173,7 +175,9 @@ control FabricEgress(inout headers_t hdr,
 #endif
         {
             port_counter.apply(std_meta);
+#ifndef WITHOUT_QUEUE_DEPTH
             queue_depth.apply(std_meta);
+#endif
             if (meta.egress_work != 0) {
 #ifndef WITHOUT_AGGREGATION
                 if ((meta.egress_work & EGRESS_AGG_RESULT) != 0) {

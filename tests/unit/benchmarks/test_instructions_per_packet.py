@@ -35,6 +35,9 @@ def test_the_forwarding_only_case_compiles_every_feature_out_and_each_minus_case
     assert named["fabric"].defines == ()
     for f in FEATURES:
         assert named[f"fabric-{f.section}"].defines == (without(f),)
+    # the queue depth recorder is no feature but is priced the same way, by its own switch
+    assert named["fabric-queue_depth"].defines == ("WITHOUT_QUEUE_DEPTH",)
+    assert "#ifndef WITHOUT_QUEUE_DEPTH" in MAIN.read_text()
 
 
 def test_each_drop_case_offers_a_frame_dropped_for_its_reason():
