@@ -9,9 +9,10 @@ cell = priority ++ port. Read over BMv2 Thrift (PI serves no register reads).
 A cell that was never written (time 0) decodes to None, never to depth 0:
 a queue no packet has used was not measured. A reader that polls tells a
 fresh measurement from an old one by its time (`fresh`). Depth and time are
-two registers read one after the other: a packet leaving between the two
-reads pairs its time with the previous packet's depth, one packet time
-apart.
+two registers read one after the other, time first: a packet leaving
+between the two reads pairs an older time with its own depth, so a time
+that moved always comes with a depth at least as recent (the worst case is
+a sample one read late, never a new time with an old depth).
 """
 from __future__ import annotations
 
@@ -67,8 +68,8 @@ def decode_all(depths: Sequence[int], times: Sequence[int], class_depths: Sequen
         if t:
             out[(port, 0)] = QueueSample(int(t), int(d))
     for index, (d, t) in enumerate(zip(class_depths, class_times)):
-        if t:
-            queue, port = divmod(index, PORTS)
+        queue, port = divmod(index, PORTS)
+        if t and queue:                   # cells of priority 0 are never written: queue 0 is by port
             out[(port, queue)] = QueueSample(int(t), int(d))
     return out
 
@@ -89,16 +90,18 @@ def fresh(now: dict[QueueKey, QueueSample],
 def read(thrift, port: int, queue: int = 0) -> Optional[QueueSample]:
     """One queue's last sample over `thrift` (emulator.bmv2_thrift.Bmv2Thrift)."""
     depth, time, index = where(port, queue)
-    return decode(int(thrift.register_read(depth, index)), int(thrift.register_read(time, index)))
+    time_us = int(thrift.register_read(time, index))        # time first: see above
+    return decode(int(thrift.register_read(depth, index)), time_us)
 
 
 def read_all(thrift) -> dict[QueueKey, QueueSample]:
-    """Every queue's last sample of one switch, four register reads."""
-    return decode_all(*(thrift.register_read(name) for name in (DEPTH, TIME, CLASS_DEPTH, CLASS_TIME)))
+    """Every queue's last sample of one switch, four register reads (times first: see above)."""
+    times, class_times = thrift.register_read(TIME), thrift.register_read(CLASS_TIME)
+    return decode_all(thrift.register_read(DEPTH), times, thrift.register_read(CLASS_DEPTH), class_times)
 
 
 def clear(thrift, port: int, queue: int = 0) -> None:
     """Forget one queue's sample (an experiment's clean start)."""
     depth, time, index = where(port, queue)
-    thrift.register_write(time, index, 0)
-    thrift.register_write(depth, index, 0)
+    thrift.register_write(depth, index, 0)      # depth first: a packet between the two writes is lost, not
+    thrift.register_write(time, index, 0)       # turned into an empty queue at its time

@@ -56,11 +56,11 @@ from features import load_topology
 class Case:
     name: str
     profile: EcnProfile | None   # None: no marking (the queue depth is recorded all the same)
+    dcqcn: bool
 
     @property
     def marking(self) -> str:
         return "no marking" if self.profile is None else str(self.profile)
-    dcqcn: bool
 
 
 CASES = [

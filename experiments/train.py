@@ -782,7 +782,8 @@ def explain(prom: PrometheusClient, x: StepLine, start: float, end: float, event
         queue = prom.query(f"topk(1, max_over_time({QUEUE_DEPTH}[{window}s]) > 0)", at)
         if queue:
             m = queue[0]["metric"]
-            parts.append(f"deepest queue {float(queue[0]['value'][1]):.0f} packets ({m.get('switch')} port {m.get('port')})")
+            parts.append(f"deepest queue {float(queue[0]['value'][1]):.0f} packets "
+                         f"({m.get('switch')} port {m.get('port')} queue {m.get('queue')})")
         down = prom.query(f"min by (switch) (min_over_time({SWITCH_UP}[{window}s])) == 0", at)
         if down:
             parts.append("not answering: " + ", ".join(r["metric"]["switch"] for r in down))

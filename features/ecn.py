@@ -12,8 +12,8 @@ In a topology file (validated with the rest of it, before anything starts):
 k, kmin and kmax are egress queue depths in packets (BMv2's enq_qdepth);
 pmax is the marking probability reached at kmax (0..1). Ports without a
 profile never mark, at the cost of one table miss. Queue depths are
-recorded on every queue with or without a profile (p4src/include/
-queue_depth.p4, read with emulator/queue_depth.py).
+recorded on every queue with or without a profile
+(p4src/include/queue_depth.p4, read with emulator/queue_depth.py).
 
 `queue` gives a profile to one priority queue of the port (the queue of a
 traffic class of the `lossless:` section: per-class ECN); without it the

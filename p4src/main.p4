@@ -164,6 +164,9 @@ control FabricEgress(inout headers_t hdr,
     // the time ECN looks at it (the reported packet is left as received).
     // Features that need egress only for some packets share one condition.
     apply {
+#ifndef WITHOUT_QUEUE_DEPTH
+        queue_depth.apply(std_meta);              // every packet that left a queue: PFC frames, held and released ones too
+#endif
 #ifndef WITHOUT_LOSSLESS
         if (meta.pfc_carry != 0) {
             lossless.apply(hdr, meta, std_meta);  // a PFC frame to build; a lossless packet: send, hold or release
@@ -175,9 +178,6 @@ control FabricEgress(inout headers_t hdr,
 #endif
         {
             port_counter.apply(std_meta);
-#ifndef WITHOUT_QUEUE_DEPTH
-            queue_depth.apply(std_meta);
-#endif
             if (meta.egress_work != 0) {
 #ifndef WITHOUT_AGGREGATION
                 if ((meta.egress_work & EGRESS_AGG_RESULT) != 0) {

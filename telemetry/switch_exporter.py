@@ -27,9 +27,9 @@ kernel (LinkFramesLost). A gRPC read under load takes tens of ms, during
 which a busy port receives tens of frames, so the kernel's count is read
 just before and just after the ingress counter and interpolated to the
 instant that read was answered (`at_instant`), and the egress counter is
-read next. Read after every other read instead, the two were 200-370
-packets apart under load, enough to hold an alert pending for most of a
-minute after traffic changed.
+read next. Read after every other read instead, the two were hundreds of
+packets apart under load (docs/telemetry.md), enough to hold an alert
+pending for most of a minute after traffic changed.
 """
 from __future__ import annotations
 
@@ -103,8 +103,8 @@ class SwitchReader(Protocol):
 def at_instant(before: dict[int, int], before_s: float, after: dict[int, int], after_s: float,
                instant_s: float) -> dict[int, int]:
     """Counters read at `before_s` and `after_s`, interpolated to `instant_s`
-    between them (rounded down: a count not yet reached is not claimed).
-    Ports read only once keep that reading."""
+    between them (the fraction dropped: a count not yet reached is not
+    claimed). Ports read only once keep that reading."""
     span = after_s - before_s
     share = 0.0 if span <= 0 else min(1.0, max(0.0, (instant_s - before_s) / span))
     out = dict(after)
@@ -211,7 +211,8 @@ class Bmv2Reader:
                 counters[name] = conn.counter(entry)
                 answered_s = time.monotonic()
                 rx_after, after_s = interface_rx_packets(sw), time.monotonic()
-                interface_rx = at_instant(rx_before, before_s, rx_after, after_s, answered_s)
+                # the switch took its snapshot during the call: its midpoint is the best guess
+                interface_rx = at_instant(rx_before, before_s, rx_after, after_s, (before_s + answered_s) / 2)
         except (Exception, SystemExit) as exc:  # SystemExit: p4runtime-shell exits when arbitration fails
             text = str(exc) or type(exc).__name__
             errors.append(("p4runtime", text if text.startswith(sw.name) else f"{sw.name}: {text}"))
@@ -223,14 +224,13 @@ class Bmv2Reader:
                 thrift = self._thrift_session(sw)
                 now = queue_depth.read_all(thrift)
                 qdepth = {key: s.depth for key, s in queue_depth.fresh(now, self._queues.get(sw.name)).items()}
-                self._queues[sw.name] = now
+                self._queues[sw.name] = now     # a restarted switch shows as times that went back (fresh)
                 if counters:                    # the features' registers, as cells beside the counters
                     for name in m.FEATURE_REGISTERS:
                         counters[name] = {i: (int(v), 0) for i, v in enumerate(thrift.register_read(name)) if v}
             except Exception as exc:
                 errors.append(("thrift", str(exc)))
                 self._drop(self._thrift, sw.name)
-                self._queues.pop(sw.name, None)
         return SwitchReadings(sw.name, counters, qdepth, tuple(errors), controller_primary,
                               interface_rx or interface_rx_packets(sw))
 

@@ -1,5 +1,6 @@
 // The depth of every egress queue, whatever features are on: each packet
-// leaving a port records, in the cells of its (port, priority queue), the
+// leaving a queue (PFC frames and lossless packets held or released by
+// lossless.p4 included: with classes on, the hold queue is one of 1..7) records, in the cells of its (port, priority queue), the
 // depth its queue had when it joined (enq_qdepth, in packets: its own
 // priority queue's) and when it left (egress_global_timestamp, us since the
 // switch started):
@@ -11,7 +12,7 @@
 // packets pay two register writes of plain fields and no index arithmetic
 // (a computed index is an expression BMv2 evaluates on bignums: writing
 // every queue at priority ++ port cost 6.4k instructions a packet, this
-// layout 2.8k; docs/telemetry.md). A cell whose time is 0 was never
+// layout 2.6-3.6k; docs/telemetry.md). A cell whose time is 0 was never
 // written: a reader tells "no packet yet" from "empty queue" (depth 0 at a
 // time), and a queue no packet left since its last read from one that was
 // measured again (its time moved). Read over BMv2 Thrift (PI serves no

@@ -30,6 +30,7 @@ def test_decode_all_keys_written_cells_by_port_and_queue():
     depths[2], times[2] = 6, 10
     times[4] = 12                                   # queue 0 of port 4: empty when measured
     class_depths[qd.cell(2, 3)], class_times[qd.cell(2, 3)] = 9, 11
+    class_depths[2], class_times[2] = 99, 99      # priority 0's class cells: never written by the pipeline
     assert qd.decode_all(depths, times, class_depths, class_times) == {
         (2, 0): QueueSample(10, 6), (4, 0): QueueSample(12, 0), (2, 3): QueueSample(11, 9)}
 
