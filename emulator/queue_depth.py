@@ -19,10 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from control.p4constants import constants
+
 DEPTH, TIME = "queue_depth", "queue_time"                          # queue 0, index = port
 CLASS_DEPTH, CLASS_TIME = "class_queue_depth", "class_queue_time"  # queues 1..7, index = cell()
 QUEUES = 8                        # standard_metadata.priority: 3 bits
-PORTS = 512                       # 9-bit port numbers (PORT_COUNT in defines.p4)
+PORTS = constants()["PORT_COUNT"]  # 9-bit port numbers: one cell each
 
 QueueKey = tuple[int, int]        # (port, priority queue)
 
@@ -38,20 +40,16 @@ class QueueSample:
 
 def cell(port: int, queue: int) -> int:
     """The class registers' index of (port, priority queue 1..7): queue ++ port."""
-    if not 0 <= port < PORTS:
-        raise ValueError(f"port {port} is not a 9-bit port number")
     if not 1 <= queue < QUEUES:
         raise ValueError(f"queue {queue} is not a class queue 1..{QUEUES - 1} (queue 0 is indexed by port)")
-    return queue * PORTS + port
+    return queue * PORTS + where(port)[2]
 
 
 def where(port: int, queue: int = 0) -> tuple[str, str, int]:
     """(depth register, time register, index) of one queue."""
-    if queue == 0:
-        if not 0 <= port < PORTS:
-            raise ValueError(f"port {port} is not a 9-bit port number")
-        return DEPTH, TIME, port
-    return CLASS_DEPTH, CLASS_TIME, cell(port, queue)
+    if not 0 <= port < PORTS:
+        raise ValueError(f"port {port} is not a 9-bit port number")
+    return (DEPTH, TIME, port) if queue == 0 else (CLASS_DEPTH, CLASS_TIME, cell(port, queue))
 
 
 def decode(depth: int, time_us: int) -> Optional[QueueSample]:
@@ -63,15 +61,10 @@ def decode_all(depths: Sequence[int], times: Sequence[int], class_depths: Sequen
                class_times: Sequence[int] = ()) -> dict[QueueKey, QueueSample]:
     """The four registers (as Thrift reads them whole) -> {(port, queue):
     sample} for every cell that was written."""
-    out = {}
-    for port, (d, t) in enumerate(zip(depths, times)):
-        if t:
-            out[(port, 0)] = QueueSample(int(t), int(d))
-    for index, (d, t) in enumerate(zip(class_depths, class_times)):
-        queue, port = divmod(index, PORTS)
-        if t and queue:                   # cells of priority 0 are never written: queue 0 is by port
-            out[(port, queue)] = QueueSample(int(t), int(d))
-    return out
+    cells = [((port, 0), d, t) for port, (d, t) in enumerate(zip(depths, times))]
+    cells += [(divmod(index, PORTS)[::-1], d, t) for index, (d, t) in enumerate(zip(class_depths, class_times))
+              if index >= PORTS]          # cells of priority 0 are never written: queue 0 is by port
+    return {key: sample for key, d, t in cells if (sample := decode(d, t)) is not None}
 
 
 def fresh(now: dict[QueueKey, QueueSample],

@@ -169,13 +169,14 @@ def _plot_case(case: Case, result: dict, samples, bins, tx, case_dir: Path, capa
     axes[0].set_ylabel("throughput (pkts/s)")
     axes[0].legend(fontsize=7, ncol=3)
     axes[1].plot([s[0] for s in samples], [s[1] for s in samples], lw=0.8)
-    if case.profile is not None and case.profile.mode == "step":
-        axes[1].axhline(case.profile.k, color="red", ls="--", lw=1, label=f"K={case.profile.k}")
-    elif case.profile is not None and case.profile.mode == "wred":
-        axes[1].axhline(case.profile.kmin, color="orange", ls="--", lw=1, label=f"Kmin={case.profile.kmin}")
-        axes[1].axhline(case.profile.kmax, color="red", ls="--", lw=1, label=f"Kmax={case.profile.kmax}")
+    profile = case.profile
+    if profile is not None and profile.mode == "step":
+        axes[1].axhline(profile.k, color="red", ls="--", lw=1, label=f"K={profile.k}")
+    elif profile is not None and profile.mode == "wred":
+        axes[1].axhline(profile.kmin, color="orange", ls="--", lw=1, label=f"Kmin={profile.kmin}")
+        axes[1].axhline(profile.kmax, color="red", ls="--", lw=1, label=f"Kmax={profile.kmax}")
     axes[1].set_ylabel("bottleneck queue (pkts)")
-    if case.profile is not None:
+    if profile is not None:
         axes[1].legend(fontsize=7)
     for name in tx:
         rows = list(csv.DictReader(open(case_dir / f"send-{name}.csv")))

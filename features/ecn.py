@@ -28,13 +28,13 @@ from typing import Any, Callable, Mapping, Optional
 from control.feature import CounterMetric, Fail, FeatureSpec, Pieces, one_mode, priority_queues, section_items
 from control.p4info import EntryError, P4Info
 from control.sync import SwitchState
+from emulator.queue_depth import QUEUES     # standard_metadata.priority: 3 bits
 
 SECTION = "ecn"
 TABLE = "ecn_profile"
 MARKED_COUNTER = "ecn_marked_counter"
 QDEPTH_MAX = (1 << 19) - 1       # enq_qdepth is 19 bits
 PPM = 1_000_000
-QUEUES = 8                       # standard_metadata.priority is 3 bits
 FIELDS = {"switch", "port", "towards", "queue", "mode", "k", "kmin", "kmax", "pmax"}
 
 
