@@ -24,12 +24,30 @@ udp, tcp or any (default: both), src_ports/dst_ports a port or [low, high]
 (default any). `instructions` name INT v2.1 instruction bits (and this
 project's domain-specific ones, docs/protocols/int_telemetry.md); HopML is computed from them
 with the same layout code the collector decodes with. `sample: N` puts INT
-into one packet in N, at random. `to_host: true` makes the receiving host
+into one packet in N, counted per watchlist entry (per rule and host port):
+exactly one in any N. `to_host: true` makes the receiving host
 the sink (HPCC: its receiver echoes the stack to the sender in ACKs): the
 last switch pushes its own hop, neither reports nor strips, and the packet
 reaches the host with UDP port INT_UDP_PORT (the original in the shim); it
 needs one of the fabric's instructions (the flag is a fabric DS flag).
-Earlier rules win.
+Earlier rules win. A `to_host` rule samples every packet (HPCC needs
+every packet's hops).
+
+Adaptive sampling (telemetry/adaptive_sampling.py, docs/features/int_telemetry.md):
+
+    int:
+      adaptive:
+        queue: 20          # a report of a queue this deep (packets) makes its port hot
+        ecn_marks: 1       # this many CE-marked reports of a flow make it hot
+        drops: 1           # this many drop reports of a flow make it hot
+        quiet_ms: 2000     # a flow or port raised goes back to its rule's rate this long after its last sign
+        max_flows: 16      # flows raised at one host port before the port itself is raised
+
+Rules with `sample: N > 1` are the sparse rate; the loop raises a flow
+(an entry of its own ahead of the rules, at its first switch) or a host
+port (its rules' N set to 1) to every packet, and lowers it after the quiet
+period. `controller.feature("int_telemetry").set_raised(ports, flows)` is
+what it calls; `raised` is what is raised now.
 
 Every switch then counts its ports' transmitted bytes and pushes its hop
 into INT packets; host-facing ports are sinks: they strip INT and send a
@@ -45,8 +63,8 @@ rate-limited, and int_report_counter counts what was sent and held back.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 from p4.v1 import p4runtime_pb2
 
@@ -87,7 +105,11 @@ INSTRUCTIONS: dict[str, tuple[int, int]] = {
 DEFAULT_INSTRUCTIONS = ("node_id", "l1_ports", "hop_latency", "queue", "ingress_ts", "egress_ts")
 PROTOCOLS = {"udp": 17, "tcp": 6}
 SECTION_FIELDS = {"collector", "collector_port", "mtu", "watchlist", "refresh_ms", "latency_bucket_us",
-                  "queue_bucket", "queue_report_threshold", "queue_report_interval_ms", "drop_report_interval_ms"}
+                  "queue_bucket", "queue_report_threshold", "queue_report_interval_ms", "drop_report_interval_ms",
+                  "adaptive"}
+ADAPTIVE_FIELDS = {"queue", "ecn_marks", "drops", "quiet_ms", "max_flows"}
+WATCHLIST_SIZE = constants()["INT_WATCHLIST_SIZE"]   # entries, and samplers (int_sample_count cells)
+EVERY_PACKET_SAMPLER = 0                             # shared by the entries with N = 1: its count stays 0
 DROP_REPORT_TABLE = "drop_report"
 SWITCH_TABLE = "int_switch"           # keyless: its default action switches INT on
 REPORT_COUNTER = "int_report_counter"
@@ -98,6 +120,7 @@ INSTANCE_INGRESS_CLONE = constants()["INSTANCE_INGRESS_CLONE"]
 QDEPTH_MAX = (1 << 19) - 1
 RULE_FIELDS = {"src", "dst", "protocol", "src_ports", "dst_ports", "instructions", "max_hops", "sample", "to_host"}
 MAX_PRIORITY = 1 << 20
+RAISED_FLOW_PRIORITY = MAX_PRIORITY + 1              # a raised flow's entry, ahead of every rule
 
 
 class IntConfigError(ValueError):
@@ -159,6 +182,78 @@ class WatchRule:
         if self.to_host and self.instructions.ds_id != ih.FABRIC_DS_ID:
             raise IntConfigError("to_host: the flag travels in the fabric domain's DS flags; add one of its "
                                  "instructions (tx_bytes, tx_time, link_rate)")
+        if self.to_host and self.sample != 1:
+            raise IntConfigError(f"sample: a to_host rule (HPCC) needs every packet's hops, so sample 1, "
+                                 f"got {self.sample}")
+
+    def matches(self, flow: "FlowKey") -> bool:
+        """Whether this rule watches `flow` (at a port where it applies)."""
+        return ((self.protocol is None and flow.protocol in PROTOCOLS.values() or self.protocol == flow.protocol)
+                and (self.src is None or ipaddress.ip_address(flow.src) in ipaddress.ip_network(self.src))
+                and (self.dst is None or ipaddress.ip_address(flow.dst) in ipaddress.ip_network(self.dst))
+                and self.src_ports[0] <= flow.sport <= self.src_ports[1]
+                and self.dst_ports[0] <= flow.dport <= self.dst_ports[1])
+
+
+@dataclass(frozen=True, order=True)
+class FlowKey:
+    """A flow as the watchlist matches it where it enters the fabric (the
+    original UDP port and DSCP: the collector's InnerPacket restores them)."""
+    src: str
+    dst: str
+    protocol: int
+    sport: int
+    dport: int
+
+    @classmethod
+    def parse(cls, text: str) -> "FlowKey":
+        """The collector's flow label: "10.0.1.1:49152>10.0.2.1:4791/udp"."""
+        try:
+            ends, _, proto = text.rpartition("/")
+            a, _, b = ends.partition(">")
+            src, _, sport = a.rpartition(":")
+            dst, _, dport = b.rpartition(":")
+            key = cls(str(ipaddress.IPv4Address(src)), str(ipaddress.IPv4Address(dst)), PROTOCOLS[proto],
+                      int(sport), int(dport))
+        except (KeyError, ValueError):
+            raise IntConfigError(f"expected a flow like 10.0.1.1:49152>10.0.2.1:4791/udp, got {text!r}") from None
+        if not (0 <= key.sport <= 0xFFFF and 0 <= key.dport <= 0xFFFF):
+            raise IntConfigError(f"{text!r}: ports are 0..65535")
+        return key
+
+    def __str__(self) -> str:
+        name = {v: k for k, v in PROTOCOLS.items()}[self.protocol]
+        return f"{self.src}:{self.sport}>{self.dst}:{self.dport}/{name}"
+
+
+@dataclass(frozen=True)
+class AdaptiveSettings:
+    """When telemetry/adaptive_sampling.py raises sampling to every packet, and lowers it."""
+    queue: int = 20
+    ecn_marks: int = 1
+    drops: int = 1
+    quiet_ms: float = 2000.0
+    max_flows: int = 16
+
+    def __post_init__(self) -> None:
+        for name in ("queue", "ecn_marks", "drops", "max_flows"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise IntConfigError(f"{name}: expected a positive integer, got {v!r}")
+        if isinstance(self.quiet_ms, bool) or not isinstance(self.quiet_ms, (int, float)) or self.quiet_ms <= 0:
+            raise IntConfigError(f"quiet_ms: expected a positive number of milliseconds, got {self.quiet_ms!r}")
+
+
+@dataclass(frozen=True)
+class Raised:
+    """What samples every packet now, beyond the rules' own rates: host
+    ports (switch, port) whose rules' N is set to 1, and flows with an entry
+    of their own at their first switch."""
+    ports: frozenset[tuple[str, int]] = frozenset()
+    flows: frozenset[FlowKey] = frozenset()
+
+    def __bool__(self) -> bool:
+        return bool(self.ports or self.flows)
 
 
 @dataclass(frozen=True)
@@ -203,6 +298,8 @@ class IntConfig:
     mtu: int = DEFAULT_MTU
     watchlist: tuple[WatchRule, ...] = ()
     reports: ReportSettings = ReportSettings()
+    adaptive: Optional[AdaptiveSettings] = None
+    raised: Raised = Raised()
 
 
 def _prefix(value, what: str) -> str:
@@ -290,6 +387,19 @@ def parse_section(raw: Any, topo, fail: Fail) -> IntConfig:
     except IntConfigError as exc:
         field_name, _, what = str(exc).partition(": ")
         fail(f"int.{field_name}", what)
+    adaptive = None
+    if raw.get("adaptive") is not None:
+        section = raw["adaptive"]
+        if not isinstance(section, dict):
+            fail("int.adaptive", f"expected a mapping ({', '.join(sorted(ADAPTIVE_FIELDS))}), got {section!r}")
+        unknown = sorted(set(map(str, section)) - ADAPTIVE_FIELDS)
+        if unknown:
+            fail(f"int.adaptive.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(ADAPTIVE_FIELDS))})")
+        try:
+            adaptive = AdaptiveSettings(**section)
+        except IntConfigError as exc:
+            field_name, _, what = str(exc).partition(": ")
+            fail(f"int.adaptive.{field_name}", what)
     rules = raw.get("watchlist", [])
     if not isinstance(rules, list):
         fail("int.watchlist", "expected a list of rules")
@@ -302,7 +412,9 @@ def parse_section(raw: Any, topo, fail: Fail) -> IntConfig:
             if sep and field_name in RULE_FIELDS:
                 fail(f"int.watchlist[{i}].{field_name}", what)
             fail(f"int.watchlist[{i}]", str(exc))
-    return IntConfig(str(raw["collector"]), port, mtu, tuple(parsed), reports)
+    if adaptive is not None and not any(r.sample > 1 for r in parsed):
+        fail("int.adaptive", "no watchlist rule samples (sample: N > 1): there is nothing to raise")
+    return IntConfig(str(raw["collector"]), port, mtu, tuple(parsed), reports, adaptive)
 
 
 # -- entries ------------------------------------------------------------------
@@ -312,14 +424,25 @@ def report_source_ip(device_id: int) -> str:
     return switch_address(device_id)
 
 
-def watchlist_entries(p4info: P4Info, rules: tuple[WatchRule, ...], ingress_ports: Optional[list[int]]) -> list:
+def _source_params(rule: WatchRule, sample: int, sampler: int) -> dict[str, int]:
+    ins = rule.instructions
+    return {"max_hop_count": rule.max_hops, "hop_metadata_words": ins.hop_ml,
+            "instruction_bitmap": ins.bitmap, "ds_id": ins.ds_id, "ds_instruction": ins.ds_bits,
+            "ds_flags": ih.DS_FLAG_TO_HOST if rule.to_host else 0, "sample_one_in": sample, "sampler": sampler}
+
+
+def watchlist_entries(p4info: P4Info, rules: tuple[WatchRule, ...], ingress_ports: Optional[list[int]],
+                      raised_ports: frozenset[int] = frozenset()) -> list:
     """int_watchlist entries: every rule on every port packets enter from
-    hosts (None: on any ingress port)."""
+    hosts (None: on any ingress port). Each entry of a rule with sample N > 1
+    counts with a sampler of its own (1, 2, ... in entry order, whatever is
+    raised, so raising and lowering a port keeps its counts); on a port in
+    `raised_ports` it samples every packet. Entries with N = 1 share sampler 0."""
     entries = []
+    sampler = EVERY_PACKET_SAMPLER
     port_keys = [None] if ingress_ports is None else ingress_ports
     for rank, rule in enumerate(rules):
         protocols = [rule.protocol] if rule.protocol is not None else [PROTOCOLS["udp"], PROTOCOLS["tcp"]]
-        ins = rule.instructions
         for port in port_keys:
             for proto in protocols:
                 match: dict[str, Any] = {"hdr.int_shim.$valid$": 0, "hdr.ipv4.protocol": (proto, 0xFF)}
@@ -332,12 +455,34 @@ def watchlist_entries(p4info: P4Info, rules: tuple[WatchRule, ...], ingress_port
                 for key, ports in (("meta.l4_src_port", rule.src_ports), ("meta.l4_dst_port", rule.dst_ports)):
                     if ports != (0, 0xFFFF):   # a full range is a wildcard: omitted
                         match[key] = ports
-                entries.append(p4info.table_entry(
-                    WATCHLIST_TABLE, match, priority=MAX_PRIORITY - rank, action="int_source",
-                    params={"max_hop_count": rule.max_hops, "hop_metadata_words": ins.hop_ml,
-                            "instruction_bitmap": ins.bitmap, "ds_id": ins.ds_id,
-                            "ds_instruction": ins.ds_bits,
-                            "ds_flags": ih.DS_FLAG_TO_HOST if rule.to_host else 0, "sample_one_in": rule.sample}))
+                own = EVERY_PACKET_SAMPLER
+                if rule.sample > 1:
+                    sampler += 1
+                    own = sampler
+                sample = 1 if port in raised_ports else rule.sample
+                entries.append(p4info.table_entry(WATCHLIST_TABLE, match, priority=MAX_PRIORITY - rank,
+                                                  action="int_source", params=_source_params(rule, sample, own)))
+    if len(entries) > WATCHLIST_SIZE or sampler >= WATCHLIST_SIZE:
+        raise IntConfigError(f"the watchlist needs {len(entries)} entries and {sampler + 1} samplers on a switch, "
+                             f"more than its {WATCHLIST_SIZE} (INT_WATCHLIST_SIZE): fewer rules or host ports")
+    return entries
+
+
+def raised_flow_entries(p4info: P4Info, rules: tuple[WatchRule, ...], flows: list[tuple[FlowKey, int]]) -> list:
+    """A watchlist entry of its own for each (flow, host port it enters
+    from), ahead of every rule: every packet, with the instructions of the
+    first rule that watches it (a flow no rule watches gets none)."""
+    entries = []
+    for flow, port in flows:
+        rule = next((r for r in rules if r.matches(flow)), None)
+        if rule is None:
+            continue
+        match = {"hdr.int_shim.$valid$": 0, "hdr.ipv4.protocol": (flow.protocol, 0xFF),
+                 "std_meta.ingress_port": (port, 0x1FF), "hdr.ipv4.src_addr": (flow.src, 0xFFFFFFFF),
+                 "hdr.ipv4.dst_addr": (flow.dst, 0xFFFFFFFF), "meta.l4_src_port": (flow.sport, flow.sport),
+                 "meta.l4_dst_port": (flow.dport, flow.dport)}
+        entries.append(p4info.table_entry(WATCHLIST_TABLE, match, priority=RAISED_FLOW_PRIORITY, action="int_source",
+                                          params=_source_params(rule, 1, EVERY_PACKET_SAMPLER)))
     return entries
 
 
@@ -399,13 +544,21 @@ def enabled_state(p4info: P4Info) -> SwitchState:
 
 def int_state(p4info: P4Info, *, node_id: int, ports: Mapping[int, int], sink_ports: set[int],
               rules: tuple[WatchRule, ...], report: ReportPath, mtu: int = DEFAULT_MTU,
-              reports: ReportSettings = ReportSettings()) -> SwitchState:
+              reports: ReportSettings = ReportSettings(), raised_ports: frozenset[int] = frozenset(),
+              raised_flows: Optional[list[tuple[FlowKey, int]]] = None) -> SwitchState:
     """One switch's INT entries. `ports`: port -> link rate (Mbit/s);
-    `sink_ports` face hosts: INT enters there (watchlist) and leaves there (sink)."""
+    `sink_ports` face hosts: INT enters there (watchlist) and leaves there (sink).
+    `raised_ports` (of `sink_ports`) and `raised_flows` ((flow, the host port
+    it enters from)) sample every packet (adaptive sampling)."""
     state = enabled_state(p4info)
     if reports.drop_report_interval_ms is not None:
         state.table_entries[1] = drop_report_entry(p4info, reports.drop_report_interval_ms)
-    state.table_entries += watchlist_entries(p4info, rules, sorted(sink_ports))
+    flow_entries = raised_flow_entries(p4info, rules, raised_flows or [])
+    rule_entries = watchlist_entries(p4info, rules, sorted(sink_ports), raised_ports)
+    if len(flow_entries) + len(rule_entries) > WATCHLIST_SIZE:
+        raise IntConfigError(f"{len(flow_entries)} raised flows and {len(rule_entries)} rule entries exceed the "
+                             f"watchlist's {WATCHLIST_SIZE} entries (INT_WATCHLIST_SIZE): lower adaptive.max_flows")
+    state.table_entries += flow_entries + rule_entries
     for port, rate in sorted(ports.items()):
         state.table_entries.append(port_entry(p4info, port, node_id, port in sink_ports, mtu, rate, reports))
     state.table_entries += report_entries(p4info, node_id, report, sorted(ports))
@@ -434,7 +587,17 @@ def switch_state(p4info: P4Info, topo, switch: str, *, forwarding: Optional[Swit
     ports = {p.number: int(p.link.bandwidth_mbps) for p in sw.ports.values()}
     sinks = {p.number for p in sw.ports.values() if p.peer in topo.hosts}
     return int_state(p4info, node_id=sw.device_id, ports=ports, sink_ports=sinks, rules=cfg.watchlist,
-                     report=report_path(topo, switch, cfg), mtu=cfg.mtu, reports=cfg.reports)
+                     report=report_path(topo, switch, cfg), mtu=cfg.mtu, reports=cfg.reports,
+                     raised_ports=frozenset(p for s, p in cfg.raised.ports if s == switch),
+                     raised_flows=[(f, nic.switch_port) for f, nic in flow_sources(topo, cfg.raised.flows).items()
+                                   if nic.switch == switch])
+
+
+def flow_sources(topo, flows) -> dict[FlowKey, Any]:
+    """The NIC each flow enters the fabric from (its source address's);
+    flows from an address no NIC has are left out."""
+    by_ip = {nic.ip: nic for nic in topo.nics}
+    return {f: by_ip[f.src] for f in sorted(flows) if f.src in by_ip}
 
 
 def bench_state(p4info: P4Info, port: int) -> SwitchState:
@@ -470,12 +633,64 @@ def _report_kinds(cells) -> dict[str, float]:
     return values
 
 
+class IntRuntime:
+    """controller.feature("int_telemetry"): what samples every packet, changed at runtime."""
+
+    def __init__(self, controller):
+        self.ctl = controller
+
+    @property
+    def config(self) -> Optional[IntConfig]:
+        return self.ctl.topo.features.get(SECTION)
+
+    @property
+    def raised(self) -> Raised:
+        cfg = self.config
+        return cfg.raised if cfg is not None else Raised()
+
+    def set_raised(self, ports: Iterable[tuple[str, int]] = (), flows: Iterable[FlowKey] = ()) -> list[str]:
+        """Sample every packet on these host ports and of these flows, and
+        only these (others back to their rules' rates); reprograms the
+        switches whose entries change and returns their names. A port that
+        is not a host port, or a flow from no NIC of the fabric, is an error
+        and nothing changes."""
+        cfg = self.config
+        if cfg is None:
+            raise IntConfigError("INT is off: the topology has no int section")
+        topo = self.ctl.topo
+        wanted = Raised(frozenset(ports), frozenset(flows))
+        for switch, port in sorted(wanted.ports):
+            sw = topo.switches.get(switch)
+            if sw is None or port not in sw.ports or sw.ports[port].peer not in topo.hosts:
+                raise IntConfigError(f"{switch} port {port}: not a port facing a host (where INT starts)")
+        sources = flow_sources(topo, wanted.flows)
+        for flow in sorted(wanted.flows - set(sources)):
+            raise IntConfigError(f"flow {flow}: no NIC of the fabric has its source address")
+        before = cfg.raised
+        changed_ports = before.ports ^ wanted.ports
+        changed_flows = before.flows ^ wanted.flows
+        touched = {s for s, _ in changed_ports} | {nic.switch for nic in flow_sources(topo, changed_flows).values()}
+        topo.features[SECTION] = replace(cfg, raised=wanted)
+        done: list[str] = []
+        try:
+            for name in sorted(touched):
+                self.ctl.program_switch(name)
+                done.append(name)
+        except Exception:
+            topo.features[SECTION] = cfg     # nothing half-applied: the switches done go back
+            for name in done:
+                self.ctl.program_switch(name)
+            raise
+        return sorted(touched)
+
+
 FEATURE = FeatureSpec(
     name="int_telemetry", section=SECTION,
     summary="INT v2.1 source/transit/sink with Telemetry Report v2.0 (flow, congestion, drop), probes over every link",
     pieces=Pieces.of("int_telemetry", p4=("int_telemetry_headers.p4", "int_telemetry_source.p4",
                                           "int_telemetry_egress.p4", "int_telemetry_drop_report.p4")),
     parse_section=parse_section, switch_state=switch_state, bench_states=one_mode(bench_state),
+    runtime=IntRuntime,
     counters=(CounterMetric("fabric_int_reports",
                             "Telemetry reports a switch sent or held back (int_report_counter), by kind",
                             (REPORT_COUNTER, DROP_LIMITED_COUNTER), label="kind", values=_report_kinds),))

@@ -146,6 +146,7 @@ class InnerPacket:
     dscp: int
     ip_len: int
     int_stack: Optional[IntStack] = None
+    ecn: int = 0                      # the ECN bits as reported (3: CE, marked on the way)
 
     @property
     def flow(self) -> str:
@@ -250,7 +251,7 @@ def _decode_ipv4(data: bytes, o: WireOffsets) -> InnerPacket:
     dscp = ip.get(w, "tos") >> 2
     inner = InnerPacket(socket.inet_ntoa(ip.get(w, "src").to_bytes(4, "big")),
                         socket.inet_ntoa(ip.get(w, "dst").to_bytes(4, "big")),
-                        proto, None, None, dscp, ip.get(w, "len"))
+                        proto, None, None, dscp, ip.get(w, "len"), ecn=ip.get(w, "tos") & 3)
     l4 = 4 * ip.get(w, "ihl")
     if ip.get(w, "frag") or proto not in (IP_PROTO_TCP, IP_PROTO_UDP) or len(data) < l4 + o.l4_ports.length:
         return inner

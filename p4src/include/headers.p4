@@ -260,7 +260,10 @@ header int_scratch_t {           // int_telemetry_*.p4
     bit<16>  domain;
     bit<16>  domain_instructions;
     bit<16>  domain_flags;
-    bit<32>  sample;
+    bit<32>  sample;             // packets the entry's sampler counted, this one included
+    bit<32>  sample_one_in;
+    int_sampler_t sampler;
+    bit<6>   sampler_pad;        // BMv2: a header's fields fill whole bytes
     bit<32>  node_id;            // egress: the port's INT settings (int_port)
     bit<8>   sink;
     bit<16>  mtu;

@@ -6,9 +6,16 @@
 // ranges) and the ingress port, so the controller selects flows where they
 // enter the fabric. An entry gives the instruction bitmap, HopML (checked by
 // the controller against the bitmap), the hop budget and a sampling rate:
-// one packet in sample_one_in, drawn at random. Packets that already carry
-// INT never match (the key includes the shim's validity). The watchlist is
-// looked up only where int_switch says INT is on.
+// one packet in sample_one_in, counted, not drawn: the entry's sampler, a
+// cell of int_sample_count, counts the packets it matched since its last
+// sampled one, and the N-th is sampled (exactly 1 in N over any N packets).
+// The controller gives each entry its own sampler, so a port's or a flow's
+// rate is its own; an every-packet entry (N = 1) may share sampler 0, whose
+// count stays 0. Raising a port or a flow to every packet
+// (telemetry/adaptive_sampling.py) is a modify of N, or an entry of its own
+// ahead of the rules. Packets that already carry INT never match (the key
+// includes the shim's validity). The watchlist is looked up only where
+// int_switch says INT is on.
 //
 // Detection (docs/protocols/int_telemetry.md): UDP gets destination port INT_UDP_PORT and keeps
 // the original port in the shim (NPT 1); TCP gets DSCP INT_DSCP and keeps
@@ -25,10 +32,27 @@
 control IntSource(inout headers_t hdr,
                   inout local_metadata_t meta,
                   in standard_metadata_t std_meta) {
+    // Packets each watchlist entry matched since its last sampled one (the
+    // ingress pipeline is one thread in simple_switch: read and write in two
+    // actions do not race).
+    register<bit<32>, int_sampler_t>(INT_WATCHLIST_SIZE) int_sample_count;
+
+    action count_unsampled() {
+        int_sample_count.write(meta.int_scratch.sampler, meta.int_scratch.sample);
+    }
+
+    action count_sampled() {
+        int_sample_count.write(meta.int_scratch.sampler, 0);
+    }
+
     action int_source(bit<8> max_hop_count, bit<5> hop_metadata_words, bit<16> instruction_bitmap,
-                      bit<16> ds_id, bit<16> ds_instruction, bit<16> ds_flags, bit<32> sample_one_in) {
+                      bit<16> ds_id, bit<16> ds_instruction, bit<16> ds_flags, bit<32> sample_one_in,
+                      int_sampler_t sampler) {
         meta.int_scratch.setValid();
-        random(meta.int_scratch.sample, 1, sample_one_in);   // sampled: 1 (a bound computed here would cost a temporary)
+        meta.int_scratch.sampler = sampler;
+        meta.int_scratch.sample_one_in = sample_one_in;
+        int_sample_count.read(meta.int_scratch.sample, sampler);
+        meta.int_scratch.sample = meta.int_scratch.sample + 1;     // this packet counted
         meta.int_scratch.max_hops = max_hop_count;
         meta.int_scratch.hop_ml = hop_metadata_words;
         meta.int_scratch.instructions = instruction_bitmap;
@@ -111,18 +135,23 @@ control IntSource(inout headers_t hdr,
                 }
                 switch (int_watchlist.apply().action_run) {
                     int_source: {
-                        // TCP and UDP only: the shim follows the L4 header.
-                        if (meta.int_scratch.sample == 1 && hdr.udp.isValid()) {
-                            insert_int_headers();
-                            hdr.int_shim.npt = INT_NPT_UDP_PORT;
-                            hdr.int_shim.npt_field = hdr.udp.dst_port;
-                            hdr.udp.dst_port = INT_UDP_PORT;
-                            hdr.udp.length = hdr.udp.length + INT_SHIM_AND_HEADER_BYTES;
-                        } else if (meta.int_scratch.sample == 1 && hdr.tcp.isValid()) {
-                            insert_int_headers();
-                            hdr.int_shim.npt = INT_NPT_DSCP;
-                            hdr.int_shim.npt_field = (bit<16>) (hdr.ipv4.dscp ++ 2w0);
-                            hdr.ipv4.dscp = INT_DSCP;
+                        if (meta.int_scratch.sample < meta.int_scratch.sample_one_in) {
+                            count_unsampled();
+                        } else {
+                            count_sampled();
+                            // TCP and UDP only (the watchlist's protocols): the shim follows the L4 header.
+                            if (hdr.udp.isValid()) {
+                                insert_int_headers();
+                                hdr.int_shim.npt = INT_NPT_UDP_PORT;
+                                hdr.int_shim.npt_field = hdr.udp.dst_port;
+                                hdr.udp.dst_port = INT_UDP_PORT;
+                                hdr.udp.length = hdr.udp.length + INT_SHIM_AND_HEADER_BYTES;
+                            } else if (hdr.tcp.isValid()) {
+                                insert_int_headers();
+                                hdr.int_shim.npt = INT_NPT_DSCP;
+                                hdr.int_shim.npt_field = (bit<16>) (hdr.ipv4.dscp ++ 2w0);
+                                hdr.ipv4.dscp = INT_DSCP;
+                            }
                         }
                         meta.int_scratch.setInvalid();   // headers.p4: out of the packet length
                     }

@@ -24,8 +24,8 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
 from emulator.bmv2_thrift import Bmv2Thrift
-from features.int_telemetry import (Instructions, ReportPath, ReportSettings, WatchRule, int_state, report_counts,
-                                    watchlist_entries)
+from features.int_telemetry import (FlowKey, Instructions, ReportPath, ReportSettings, WatchRule, int_state,
+                                    raised_flow_entries, report_counts, watchlist_entries)
 from control.p4constants import drop_reasons
 from wire.int_telemetry import TelemetryReportGroup
 
@@ -125,14 +125,17 @@ class IntTestBase(P4RuntimeTest):
         self.base = list(self.state.table_entries)
         self.watch()
 
-    def watch(self, *rules: WatchRule, sinks=None, mtu=None, reports: ReportSettings | None = None) -> None:
-        """Make the switch's INT state this: `rules` on HOST_PORT only, the
-        given sink ports, reports to COLLECTOR_PORT."""
+    def watch(self, *rules: WatchRule, sinks=None, mtu=None, reports: ReportSettings | None = None,
+              ports=(HOST_PORT,), raised_ports=frozenset(), raised_flows=()) -> None:
+        """Make the switch's INT state this: `rules` on `ports` (HOST_PORT),
+        the given sink ports, reports to COLLECTOR_PORT; `raised_ports` and
+        `raised_flows` ((flow, port)) sample every packet."""
         sinks = self.sinks if sinks is None else sinks
         int_entries = int_state(self.p4info, node_id=NODE_ID, ports={p: LINK_RATE for p in self.ports},
                                 sink_ports=set(sinks), rules=(), report=REPORT,
                                 mtu=self.mtu if mtu is None else mtu, reports=reports or self.reports)
-        int_entries.table_entries += watchlist_entries(self.p4info, tuple(rules), [HOST_PORT])
+        int_entries.table_entries += raised_flow_entries(self.p4info, tuple(rules), list(raised_flows))
+        int_entries.table_entries += watchlist_entries(self.p4info, tuple(rules), list(ports), frozenset(raised_ports))
         self.state = self.empty_state()
         self.state.table_entries = list(self.base) + int_entries.table_entries
         self.state.clone_sessions = list(int_entries.clone_sessions)
@@ -298,23 +301,88 @@ class TrafficOutsideTheWatchlistIsUntouchedTest(IntTestBase):
         self.assertEqual(struct.unpack("!H", self.one(DST_PORT)[36:38])[0], 6000, "the rule itself matches")
 
 
-class SamplingOneInNTest(IntTestBase):
-    """sample: 4 puts INT into about a quarter of the packets. With n = 400
-    and p = 1/4 the count is 100 +- 8.7 (one standard deviation); the test
-    accepts 100 +- 40 (4.6 sigma: fails about once in 250,000 runs)."""
+class SamplingTestBase(IntTestBase):
+    """Sampling: a rule with sample N on two ports (HOST_PORT and
+    FABRIC_PORT, each a place packets enter), counts from 0."""
     sinks: set[int] = set()
+    N = 4
+
+    def setUp(self):
+        super().setUp()
+        self.dataplane.set_qlen(10_000)
+        self.rule = WatchRule(instructions=Instructions.of(["node_id"]), sample=self.N)
+        with Bmv2Thrift(self.thrift_port) as thrift:
+            thrift.register_reset("int_sample_count")
+
+    def sampled(self, sends: list[tuple[int, object]]) -> list[bool]:
+        """Send the packets in order; which of them left with INT (in order:
+        one queue, and one ingress thread)."""
+        for port, pkt in sends:
+            self.send(port, pkt)
+        frames = self.receive_all(DST_PORT, timeout=1.0)
+        self.assertEqual(len(frames), len(sends), "every packet forwarded")
+        return [struct.unpack("!H", f[36:38])[0] == 6000 for f in frames]
+
+
+class SamplingOneInNIsExactTest(SamplingTestBase):
+    """sample: 4 is exactly every 4th packet a watchlist entry matches,
+    counted apart per entry: 400 packets from HOST_PORT carry INT in the
+    4th, 8th, ... (100 of them); packets from FABRIC_PORT interleaved with
+    them do not move HOST_PORT's count."""
 
     def runTest(self):
-        self.watch(WatchRule(instructions=Instructions.of(["node_id"]), sample=4))
-        self.dataplane.set_qlen(10_000)
+        self.watch(self.rule, ports=(HOST_PORT, FABRIC_PORT))
         n = 400
-        for i in range(n):
-            self.send(HOST_PORT, udp_packet(sport=2000 + i))
-        frames = self.receive_all(DST_PORT, timeout=1.0)
-        self.assertEqual(len(frames), n)
-        with_int = sum(1 for f in frames if struct.unpack("!H", f[36:38])[0] == 6000)
-        self.assertGreaterEqual(with_int, 60)
-        self.assertLessEqual(with_int, 140)
+        got = self.sampled([(HOST_PORT, udp_packet(sport=2000 + i)) for i in range(n)])
+        self.assertEqual([i for i, s in enumerate(got) if s], list(range(self.N - 1, n, self.N)))
+        # interleaved: host, fabric, fabric, host, ... each port its own count
+        order = [HOST_PORT, FABRIC_PORT, FABRIC_PORT, HOST_PORT, FABRIC_PORT, HOST_PORT, FABRIC_PORT, HOST_PORT,
+                 HOST_PORT, FABRIC_PORT]
+        got = self.sampled([(port, udp_packet(sport=3000 + i)) for i, port in enumerate(order)])
+        seen = {HOST_PORT: 0, FABRIC_PORT: 0}
+        expected = []
+        for port in order:
+            seen[port] += 1
+            expected.append(seen[port] % self.N == 0)
+        self.assertEqual(got, expected)
+
+
+class SamplingRaisedPortIsEveryPacketTest(SamplingTestBase):
+    """A raised port (its entries' N set to 1 by a modify) samples every
+    packet while the other port stays 1 in 4; lowered again, it counts from
+    0 (each raised packet was sampled), so it is exactly 1 in 4 again."""
+
+    def runTest(self):
+        self.watch(self.rule, ports=(HOST_PORT, FABRIC_PORT))
+        got = self.sampled([(HOST_PORT, udp_packet(sport=2000 + i)) for i in range(6)])
+        self.assertEqual(got, [False, False, False, True, False, False])
+        self.watch(self.rule, ports=(HOST_PORT, FABRIC_PORT), raised_ports={HOST_PORT})
+        got = self.sampled([(HOST_PORT, udp_packet(sport=2100 + i)) for i in range(8)]
+                           + [(FABRIC_PORT, udp_packet(sport=2200 + i)) for i in range(8)])
+        self.assertEqual(got, [True] * 8 + [False, False, False, True] * 2)
+        self.watch(self.rule, ports=(HOST_PORT, FABRIC_PORT))
+        got = self.sampled([(HOST_PORT, udp_packet(sport=2300 + i)) for i in range(8)])
+        self.assertEqual(got, [False, False, False, True] * 2, "raised packets counted 0 each time")
+
+
+class SamplingRaisedFlowIsEveryPacketTest(SamplingTestBase):
+    """A raised flow (an entry of its own ahead of the rule) carries INT in
+    every packet; the port's other flows stay exactly 1 in 4, counted
+    without the raised flow's packets."""
+
+    def runTest(self):
+        hot = FlowKey("10.0.1.1", "10.0.2.1", 17, 7777, 4791)
+        self.watch(self.rule, ports=(HOST_PORT,), raised_flows=[(hot, HOST_PORT)])
+        sends = []
+        for i in range(12):
+            sends.append((HOST_PORT, udp_packet(sport=7777)))
+            sends.append((HOST_PORT, udp_packet(sport=5000 + i)))
+        got = self.sampled(sends)
+        self.assertEqual(got[0::2], [True] * 12, "the raised flow: every packet")
+        self.assertEqual(got[1::2], [False, False, False, True] * 3, "the others: 1 in 4, exactly")
+        self.watch(self.rule, ports=(HOST_PORT,))
+        got = self.sampled([(HOST_PORT, udp_packet(sport=7777)) for _ in range(8)])
+        self.assertEqual(got, [False, False, False, True] * 2, "lowered: the rule's rate again")
 
 
 # -- transit --------------------------------------------------------------------
