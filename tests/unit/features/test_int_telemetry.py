@@ -120,3 +120,122 @@ def test_probe_frames_dissect_back():
     with pytest.raises(probes.ProbeError, match="1..16 hops"):
         probes.probe_frame([], src_mac="0a:00:00:00:00:01", dst_mac="0a:00:00:00:00:02",
                            src_ip="10.0.1.1", dst_ip="10.0.2.1")
+
+
+# -- sampling: samplers, raised ports and flows, the runtime ------------------------------
+
+def _params(p4info, entry) -> dict[str, int]:
+    action = p4info.action("int_source")
+    names = {p.id: p.name for p in action.params}
+    return {names[p.param_id]: int.from_bytes(p.value, "big") for p in entry.action.action.params}
+
+
+def _watchlist(p4info, state):
+    watch_id = p4info.table(it.WATCHLIST_TABLE).preamble.id
+    return [e for e in state.table_entries if e.table_id == watch_id]
+
+
+SPARSE = {"collector": "h3", "watchlist": [{"protocol": "udp", "dst_ports": 4791, "sample": 16},
+                                           {"protocol": "udp", "to_host": True, "instructions": ["tx_bytes"]}]}
+
+
+def test_each_sparse_entry_counts_with_its_own_sampler_and_every_packet_entries_share_sampler_0(p4info):
+    t = topo_with(SPARSE)
+    entries = _watchlist(p4info, it.switch_state(p4info, t, "leaf2"))   # two host ports: h2, h3
+    params = [_params(p4info, e) for e in entries]
+    assert [(p["sample_one_in"], p["sampler"]) for p in params] == [(16, 1), (16, 2), (1, 0), (1, 0)]
+
+
+def test_a_raised_port_samples_every_packet_and_keeps_its_sampler(p4info):
+    t = topo_with(SPARSE)
+    cfg = t.features["int"]
+    h2_port = t.nic("h2").switch_port
+    t.features["int"] = it.replace(cfg, raised=it.Raised(ports=frozenset({("leaf2", h2_port)})))
+    params = [_params(p4info, e) for e in _watchlist(p4info, it.switch_state(p4info, t, "leaf2"))]
+    ports = sorted(p.number for p in t.switches["leaf2"].ports.values() if p.peer in t.hosts)
+    by_port = dict(zip(ports, params[:2]))
+    assert (by_port[h2_port]["sample_one_in"], by_port[h2_port]["sampler"]) == (1, ports.index(h2_port) + 1)
+    other = next(p for p in ports if p != h2_port)
+    assert by_port[other]["sample_one_in"] == 16
+
+
+def test_a_raised_flow_gets_an_every_packet_entry_ahead_of_the_rules_at_its_first_switch_only(p4info):
+    t = topo_with(SPARSE)
+    h1 = t.nic("h1")
+    flow = it.FlowKey(h1.ip, t.nic("h3").ip, 17, 49152, 4791)
+    t.features["int"] = it.replace(t.features["int"], raised=it.Raised(flows=frozenset({flow})))
+    first = _watchlist(p4info, it.switch_state(p4info, t, "leaf1"))
+    assert first[0].priority == it.RAISED_FLOW_PRIORITY > max(e.priority for e in first[1:])
+    assert (_params(p4info, first[0])["sample_one_in"], _params(p4info, first[0])["sampler"]) == (1, 0)
+    assert len(_watchlist(p4info, it.switch_state(p4info, t, "leaf2"))) == 4      # nothing added elsewhere
+    unwatched = it.FlowKey(h1.ip, t.nic("h3").ip, 6, 49152, 80)     # TCP: no rule watches it
+    assert it.raised_flow_entries(p4info, t.features["int"].watchlist, [(unwatched, h1.switch_port)]) == []
+
+
+@pytest.mark.parametrize("text", ["10.0.1.1:1>10.0.2.1:2/icmp", "10.0.1.1>10.0.2.1/udp", "x:1>10.0.2.1:2/udp",
+                                  "10.0.1.1:70000>10.0.2.1:2/udp"])
+def test_a_bad_flow_label_is_an_error_naming_it(text):
+    with pytest.raises(it.IntConfigError, match="10.0.1.1|x:1"):
+        it.FlowKey.parse(text)
+
+
+def test_a_flow_label_round_trips():
+    text = "10.0.1.1:49152>10.0.2.1:4791/udp"
+    assert str(it.FlowKey.parse(text)) == text
+
+
+@pytest.mark.parametrize("section, field, words", [
+    ({"adaptive": {"queue": 0}}, "int.adaptive.queue", "positive integer"),
+    ({"adaptive": {"quiet_ms": -1}}, "int.adaptive.quiet_ms", "positive"),
+    ({"adaptive": {"colour": 1}}, "int.adaptive.colour", "unknown field"),
+    ({"adaptive": 5}, "int.adaptive", "mapping"),
+    ({"adaptive": {}, "watchlist": [{"sample": 1}]}, "int.adaptive", "nothing to raise"),
+    ({"watchlist": [{"to_host": True, "instructions": ["tx_bytes"], "sample": 4}]}, "int.watchlist[0]",
+     "every packet"),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_bad_adaptive_sections_name_the_field(section, field, words):
+    with pytest.raises(TopologyError) as err:
+        topo_with({"collector": "h3", "watchlist": [{"sample": 8}], **section})
+    assert field in str(err.value) and words in str(err.value)
+
+
+class _Controller:
+    """What IntRuntime uses of a FabricController: topo and program_switch."""
+    def __init__(self, topo, fail_on=None):
+        self.topo, self.fail_on, self.programmed = topo, fail_on, []
+
+    def program_switch(self, name):
+        if name == self.fail_on and self.topo.features["int"].raised:
+            raise RuntimeError(f"{name} did not answer")
+        self.programmed.append(name)
+
+
+def test_set_raised_reprograms_only_the_switches_whose_entries_change():
+    t = topo_with({**SPARSE, "adaptive": {}})
+    ctl = _Controller(t)
+    ints = it.IntRuntime(ctl)
+    flow = it.FlowKey(t.nic("h1").ip, t.nic("h3").ip, 17, 49152, 4791)
+    assert ints.set_raised(flows=[flow]) == ["leaf1"]
+    assert ints.raised.flows == {flow} and ctl.programmed == ["leaf1"]
+    assert ints.set_raised(flows=[flow]) == []                    # the same again: nothing written
+    assert ints.set_raised(ports=[("leaf2", t.nic("h2").switch_port)]) == ["leaf1", "leaf2"]
+
+
+def test_set_raised_refuses_what_is_not_a_host_port_or_a_fabric_flow_and_changes_nothing():
+    t = topo_with({**SPARSE, "adaptive": {}})
+    ints = it.IntRuntime(_Controller(t))
+    uplink = next(p.number for p in t.switches["leaf1"].ports.values() if p.peer == "spine1")
+    with pytest.raises(it.IntConfigError, match=f"leaf1 port {uplink}: not a port facing a host"):
+        ints.set_raised(ports=[("leaf1", uplink)])
+    with pytest.raises(it.IntConfigError, match="no NIC of the fabric"):
+        ints.set_raised(flows=[it.FlowKey("192.0.2.1", "10.0.1.1", 17, 1, 2)])
+    assert not ints.raised
+
+
+def test_a_failed_switch_puts_back_the_ones_already_done():
+    t = topo_with({**SPARSE, "adaptive": {}})
+    ctl = _Controller(t, fail_on="leaf2")
+    ints = it.IntRuntime(ctl)
+    with pytest.raises(RuntimeError, match="leaf2 did not answer"):
+        ints.set_raised(ports=[("leaf1", t.nic("h1").switch_port), ("leaf2", t.nic("h2").switch_port)])
+    assert not ints.raised and ctl.programmed == ["leaf1", "leaf1"]     # leaf1 written, then written back
