@@ -19,7 +19,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from control import forwarding
 from control.p4info import EntryError, P4Info
@@ -217,6 +217,19 @@ class FabricController:
         """Reconcile one switch (pipeline assumed in place), e.g. after a runtime change."""
         self.connect()
         return self._sync(name, self.desired_state(name))
+
+    def program_tables(self, name: str, tables: Iterable[str]) -> SyncReport:
+        """Reconcile only these tables of one switch (their entries, not
+        their default actions): a runtime change that leaves everything
+        else as the switch holds it, drift included (a feature raising
+        telemetry must not also put back a route someone deleted)."""
+        self.connect()
+        ids = {self.p4info.table(t).preamble.id for t in tables}
+        desired = self.desired_state(name)
+        only = SwitchState(table_entries=[e for e in desired.table_entries
+                                          if e.table_id in ids and not e.is_default_action],
+                           managed_tables=ids)
+        return reconcile(self.connections[name], only)
 
     def _sync(self, name: str, skeleton: SwitchState, dry_run: bool = False) -> SyncReport:
         """Read the switch once; plan with what it holds (ECMP slots stay put); write the difference."""

@@ -64,12 +64,12 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Mapping, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from p4.v1 import p4runtime_pb2
 
 from wire import int_telemetry as ih
-from control.feature import CounterMetric, Fail, FeatureSpec, Pieces, one_mode
+from control.feature import CounterMetric, Fail, FeatureSpec, Pieces
 from control.p4constants import constants
 from control.p4info import P4Info
 from control.sync import SwitchState
@@ -77,6 +77,8 @@ from control.topology import switch_address
 
 SECTION = "int"
 WATCHLIST_TABLE = "int_watchlist"
+SOURCE_PORT_TABLE = "int_source_port"      # a host port's rate, before any lookup
+RAISED_FLOW_TABLE = "int_raised_flow"      # flows raised to every packet (adaptive sampling)
 PORT_TABLE = "int_port"
 TX_BYTES_REGISTER = "int_tx_bytes"
 SEQ_REGISTER = "report_seq_no"
@@ -109,6 +111,7 @@ SECTION_FIELDS = {"collector", "collector_port", "mtu", "watchlist", "refresh_ms
                   "adaptive"}
 ADAPTIVE_FIELDS = {"queue", "ecn_marks", "drops", "quiet_ms", "max_flows"}
 WATCHLIST_SIZE = constants()["INT_WATCHLIST_SIZE"]   # entries, and samplers (int_sample_count cells)
+RAISED_FLOWS_SIZE = constants()["INT_RAISED_FLOWS"]
 EVERY_PACKET_SAMPLER = 0                             # shared by the entries with N = 1: its count stays 0
 DROP_REPORT_TABLE = "drop_report"
 SWITCH_TABLE = "int_switch"           # keyless: its default action switches INT on
@@ -120,7 +123,6 @@ INSTANCE_INGRESS_CLONE = constants()["INSTANCE_INGRESS_CLONE"]
 QDEPTH_MAX = (1 << 19) - 1
 RULE_FIELDS = {"src", "dst", "protocol", "src_ports", "dst_ports", "instructions", "max_hops", "sample", "to_host"}
 MAX_PRIORITY = 1 << 20
-RAISED_FLOW_PRIORITY = MAX_PRIORITY + 1              # a raised flow's entry, ahead of every rule
 
 
 class IntConfigError(ValueError):
@@ -431,16 +433,38 @@ def _source_params(rule: WatchRule, sample: int, sampler: int) -> dict[str, int]
             "ds_flags": ih.DS_FLAG_TO_HOST if rule.to_host else 0, "sample_one_in": sample, "sampler": sampler}
 
 
+@dataclass(frozen=True)
+class PortRate:
+    """Where a host port samples: `port` (int_source_port: 1 in N of the
+    packets entering, before any lookup; the cheapest place) and whether
+    its watchlist entries then count with their own rules' N."""
+    port: int
+    entries_count: bool
+
+    @classmethod
+    def of(cls, rules: tuple[WatchRule, ...], raised: bool = False) -> "PortRate":
+        """(A port's raised flows are looked up before it counts: they
+        change nothing here.)"""
+        samples = {r.sample for r in rules}
+        if raised or not rules:
+            return cls(1, False)                  # every packet of every rule
+        if len(samples) > 1:
+            return cls(1, True)                   # every packet looked up; each rule its own rate
+        return cls(samples.pop(), False)          # one rate for the port's rules: counted at the port
+
+
 def watchlist_entries(p4info: P4Info, rules: tuple[WatchRule, ...], ingress_ports: Optional[list[int]],
-                      raised_ports: frozenset[int] = frozenset()) -> list:
+                      rates: Optional[Mapping[Optional[int], PortRate]] = None) -> list:
     """int_watchlist entries: every rule on every port packets enter from
-    hosts (None: on any ingress port). Each entry of a rule with sample N > 1
-    counts with a sampler of its own (1, 2, ... in entry order, whatever is
-    raised, so raising and lowering a port keeps its counts); on a port in
-    `raised_ports` it samples every packet. Entries with N = 1 share sampler 0."""
+    hosts (None: on any ingress port). An entry samples every packet
+    (sampler 0, shared) unless its port's rate says its entries count
+    (`rates`, default PortRate.of(rules)); each entry of a rule with
+    sample N > 1 has a sampler of its own (1, 2, ... in entry order, used or
+    not, so a change of rate keeps every other entry's count)."""
     entries = []
     sampler = EVERY_PACKET_SAMPLER
     port_keys = [None] if ingress_ports is None else ingress_ports
+    default = PortRate.of(rules)
     for rank, rule in enumerate(rules):
         protocols = [rule.protocol] if rule.protocol is not None else [PROTOCOLS["udp"], PROTOCOLS["tcp"]]
         for port in port_keys:
@@ -459,31 +483,66 @@ def watchlist_entries(p4info: P4Info, rules: tuple[WatchRule, ...], ingress_port
                 if rule.sample > 1:
                     sampler += 1
                     own = sampler
-                sample = 1 if port in raised_ports else rule.sample
+                counts = (rates or {}).get(port, default).entries_count
+                params = _source_params(rule, rule.sample, own) if counts else _source_params(rule, 1, own)
                 entries.append(p4info.table_entry(WATCHLIST_TABLE, match, priority=MAX_PRIORITY - rank,
-                                                  action="int_source", params=_source_params(rule, sample, own)))
+                                                  action="int_source", params=params))
     if len(entries) > WATCHLIST_SIZE or sampler >= WATCHLIST_SIZE:
         raise IntConfigError(f"the watchlist needs {len(entries)} entries and {sampler + 1} samplers on a switch, "
                              f"more than its {WATCHLIST_SIZE} (INT_WATCHLIST_SIZE): fewer rules or host ports")
     return entries
 
 
-def raised_flow_entries(p4info: P4Info, rules: tuple[WatchRule, ...], flows: list[tuple[FlowKey, int]]) -> list:
-    """A watchlist entry of its own for each (flow, host port it enters
-    from), ahead of every rule: every packet, with the instructions of the
-    first rule that watches it (a flow no rule watches gets none)."""
+def source_port_entries(p4info: P4Info, ports: Optional[list[int]], rates: Mapping[Optional[int], PortRate],
+                        raised_flow_ports: Iterable[Optional[int]] = ()) -> list:
+    """int_source_port: each host port's rate (None: the table's default,
+    every port: make bench), and whether it looks up raised flows first."""
+    flagged = set(raised_flow_ports)
     entries = []
-    for flow, port in flows:
+    for port in [None] if ports is None else ports:
+        params = {"sample_one_in": rates[port].port, "has_raised_flows": int(port in flagged or None in flagged)}
+        if port is None:
+            entries.append(p4info.default_entry(SOURCE_PORT_TABLE, "sample_port", params))
+        else:
+            entries.append(p4info.table_entry(SOURCE_PORT_TABLE, {"std_meta.ingress_port": port},
+                                              action="sample_port", params=params))
+    return entries
+
+
+def raised_flow_entries(p4info: P4Info, rules: tuple[WatchRule, ...], flows: Iterable[FlowKey]) -> list:
+    """int_raised_flow: every packet of each flow, with the instructions of
+    the first rule that watches it (a flow no rule watches gets none)."""
+    entries = []
+    for flow in sorted(flows):
         rule = next((r for r in rules if r.matches(flow)), None)
         if rule is None:
             continue
-        match = {"hdr.int_shim.$valid$": 0, "hdr.ipv4.protocol": (flow.protocol, 0xFF),
-                 "std_meta.ingress_port": (port, 0x1FF), "hdr.ipv4.src_addr": (flow.src, 0xFFFFFFFF),
-                 "hdr.ipv4.dst_addr": (flow.dst, 0xFFFFFFFF), "meta.l4_src_port": (flow.sport, flow.sport),
-                 "meta.l4_dst_port": (flow.dport, flow.dport)}
-        entries.append(p4info.table_entry(WATCHLIST_TABLE, match, priority=RAISED_FLOW_PRIORITY, action="int_source",
-                                          params=_source_params(rule, 1, EVERY_PACKET_SAMPLER)))
+        params = _source_params(rule, 1, EVERY_PACKET_SAMPLER)
+        del params["sample_one_in"], params["sampler"]
+        entries.append(p4info.table_entry(
+            RAISED_FLOW_TABLE, {"hdr.ipv4.src_addr": flow.src, "hdr.ipv4.dst_addr": flow.dst,
+                                "hdr.ipv4.protocol": flow.protocol, "meta.l4_src_port": flow.sport,
+                                "meta.l4_dst_port": flow.dport},
+            action="raised_flow_source", params=params))
+    if len(entries) > RAISED_FLOWS_SIZE:
+        raise IntConfigError(f"{len(entries)} raised flows on a switch, more than int_raised_flow's "
+                             f"{RAISED_FLOWS_SIZE} (INT_RAISED_FLOWS): lower adaptive.max_flows")
     return entries
+
+
+def source_entries(p4info: P4Info, rules: tuple[WatchRule, ...], ports: Optional[list[int]],
+                   raised_ports: frozenset[int] = frozenset(),
+                   raised_flows: Sequence[tuple[FlowKey, Optional[int]]] = ()) -> list:
+    """Where INT starts on a switch: the host ports' rates, the raised
+    flows and the watchlist. `ports` face hosts (None: any port, make
+    bench); `raised_flows` are (flow, the port it enters from)."""
+    if not rules:
+        return []
+    flow_ports = {port for _, port in raised_flows}
+    rates = {port: PortRate.of(rules, port in raised_ports) for port in ([None] if ports is None else ports)}
+    return (source_port_entries(p4info, ports, rates, flow_ports)
+            + raised_flow_entries(p4info, rules, [f for f, _ in raised_flows])
+            + watchlist_entries(p4info, rules, ports, rates))
 
 
 def port_entry(p4info: P4Info, port: int, node_id: int, sink: bool, mtu: int, rate_mbps: int,
@@ -528,17 +587,20 @@ def clone_session(port: int) -> p4runtime_pb2.CloneSessionEntry:
 def empty_state(p4info: P4Info) -> SwitchState:
     """INT off: no entries, int_switch and drop_report back to NoAction."""
     return SwitchState(managed_tables={p4info.table(t).preamble.id
-                                       for t in (SWITCH_TABLE, WATCHLIST_TABLE, PORT_TABLE, DROP_REPORT_TABLE)},
+                                       for t in (SWITCH_TABLE, SOURCE_PORT_TABLE, RAISED_FLOW_TABLE, WATCHLIST_TABLE,
+                                                 PORT_TABLE, DROP_REPORT_TABLE)},
                        managed_clone_sessions={REPORT_SESSION},
                        table_entries=[p4info.default_entry(SWITCH_TABLE, "NoAction"),
-                                      p4info.default_entry(DROP_REPORT_TABLE, "NoAction")])
+                                      p4info.default_entry(DROP_REPORT_TABLE, "NoAction"),
+                                      p4info.default_entry(SOURCE_PORT_TABLE, "NoAction")])
 
 
 def enabled_state(p4info: P4Info) -> SwitchState:
     """INT on, before any entry: int_switch's default is enable_int."""
     state = empty_state(p4info)
     state.table_entries = [p4info.default_entry(SWITCH_TABLE, "enable_int"),
-                           p4info.default_entry(DROP_REPORT_TABLE, "NoAction")]
+                           p4info.default_entry(DROP_REPORT_TABLE, "NoAction"),
+                           p4info.default_entry(SOURCE_PORT_TABLE, "NoAction")]
     return state
 
 
@@ -553,12 +615,7 @@ def int_state(p4info: P4Info, *, node_id: int, ports: Mapping[int, int], sink_po
     state = enabled_state(p4info)
     if reports.drop_report_interval_ms is not None:
         state.table_entries[1] = drop_report_entry(p4info, reports.drop_report_interval_ms)
-    flow_entries = raised_flow_entries(p4info, rules, raised_flows or [])
-    rule_entries = watchlist_entries(p4info, rules, sorted(sink_ports), raised_ports)
-    if len(flow_entries) + len(rule_entries) > WATCHLIST_SIZE:
-        raise IntConfigError(f"{len(flow_entries)} raised flows and {len(rule_entries)} rule entries exceed the "
-                             f"watchlist's {WATCHLIST_SIZE} entries (INT_WATCHLIST_SIZE): lower adaptive.max_flows")
-    state.table_entries += flow_entries + rule_entries
+    state.table_entries += source_entries(p4info, rules, sorted(sink_ports), raised_ports, raised_flows or [])
     for port, rate in sorted(ports.items()):
         state.table_entries.append(port_entry(p4info, port, node_id, port in sink_ports, mtu, rate, reports))
     state.table_entries += report_entries(p4info, node_id, report, sorted(ports))
@@ -600,18 +657,32 @@ def flow_sources(topo, flows) -> dict[FlowKey, Any]:
     return {f: by_ip[f.src] for f in sorted(flows) if f.src in by_ip}
 
 
-def bench_state(p4info: P4Info, port: int) -> SwitchState:
+BENCH_SAMPLE = 16                                                # the sparse rate of the sampled rows
+BENCH_HOT_FLOW = FlowKey("10.0.1.1", "10.0.2.1", 17, 5000, 4791)  # one of benchmarks/cases.py frames()' 8 flows
+
+
+def bench_state(p4info: P4Info, port: int, sample: int = 1, raised: tuple[FlowKey, ...] = ()) -> SwitchState:
     """INT at its most expensive for `make bench`: every UDP/TCP packet is
     watchlisted (this switch is source and transit: it pushes a hop with
     every supported instruction) and leaves through a transit port, so each
-    packet is inserted into, pushed onto and checksummed."""
+    sampled packet is inserted into, pushed onto and checksummed; one in
+    `sample` is sampled, and every packet of the `raised` flows."""
     everything = Instructions.of(["node_id", "l1_ports", "hop_latency", "queue", "ingress_ts", "egress_ts",
                                   "tx_bytes", "tx_time", "link_rate"])
-    rule = WatchRule(instructions=everything, max_hops=4)
+    rule = WatchRule(instructions=everything, max_hops=4, sample=sample)
     state = enabled_state(p4info)
-    state.table_entries += watchlist_entries(p4info, (rule,), None)
+    del state.table_entries[2]                        # int_source_port's default: source_entries sets it
+    state.table_entries += source_entries(p4info, (rule,), None, raised_flows=[(f, None) for f in raised])
     state.table_entries.append(port_entry(p4info, port, 1, False, 9000, 1000))
     return state
+
+
+def bench_states(p4info: P4Info, port: int) -> dict[str, SwitchState]:
+    """Every packet (the row `fabric+int`); `sampled`: 1 in BENCH_SAMPLE;
+    `adaptive`, the mixed workload of adaptive sampling: 1 in BENCH_SAMPLE,
+    and one of the bench's 8 flows raised to every packet."""
+    return {"": bench_state(p4info, port), "sampled": bench_state(p4info, port, BENCH_SAMPLE),
+            "adaptive": bench_state(p4info, port, BENCH_SAMPLE, (BENCH_HOT_FLOW,))}
 
 
 def report_counts(conn, p4info: P4Info) -> dict[str, int]:
@@ -650,10 +721,10 @@ class IntRuntime:
 
     def set_raised(self, ports: Iterable[tuple[str, int]] = (), flows: Iterable[FlowKey] = ()) -> list[str]:
         """Sample every packet on these host ports and of these flows, and
-        only these (others back to their rules' rates); reprograms the
-        switches whose entries change and returns their names. A port that
-        is not a host port, or a flow from no NIC of the fabric, is an error
-        and nothing changes."""
+        only these (others back to their rules' rates); rewrites the
+        watchlist (and nothing else) of the switches whose entries change
+        and returns their names. A port that is not a host port, or a flow
+        from no NIC of the fabric, is an error and nothing changes."""
         cfg = self.config
         if cfg is None:
             raise IntConfigError("INT is off: the topology has no int section")
@@ -674,12 +745,12 @@ class IntRuntime:
         done: list[str] = []
         try:
             for name in sorted(touched):
-                self.ctl.program_switch(name)
+                self.ctl.program_tables(name, [WATCHLIST_TABLE])
                 done.append(name)
         except Exception:
             topo.features[SECTION] = cfg     # nothing half-applied: the switches done go back
             for name in done:
-                self.ctl.program_switch(name)
+                self.ctl.program_tables(name, [WATCHLIST_TABLE])
             raise
         return sorted(touched)
 
@@ -689,7 +760,7 @@ FEATURE = FeatureSpec(
     summary="INT v2.1 source/transit/sink with Telemetry Report v2.0 (flow, congestion, drop), probes over every link",
     pieces=Pieces.of("int_telemetry", p4=("int_telemetry_headers.p4", "int_telemetry_source.p4",
                                           "int_telemetry_egress.p4", "int_telemetry_drop_report.p4")),
-    parse_section=parse_section, switch_state=switch_state, bench_states=one_mode(bench_state),
+    parse_section=parse_section, switch_state=switch_state, bench_states=bench_states,
     runtime=IntRuntime,
     counters=(CounterMetric("fabric_int_reports",
                             "Telemetry reports a switch sent or held back (int_report_counter), by kind",

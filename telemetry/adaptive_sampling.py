@@ -150,10 +150,12 @@ class AdaptiveSampling:
         now = self.clock() if now is None else now
         since = now - self.quiet_s
         with self.lock:
-            for table in (self.hot_ports, self.hot_flows):
-                for key in [k for k, t in table.items() if t < since]:
-                    del table[key]
-                    self.signs.pop(f"port {key[0]}:{key[1]}" if isinstance(key, tuple) else f"flow {key}", None)
+            for port in [p for p, t in self.hot_ports.items() if t < since]:
+                del self.hot_ports[port]
+                self.signs.pop(f"port {port[0]}:{port[1]}", None)
+            for flow in [f for f, t in self.hot_flows.items() if t < since]:
+                del self.hot_flows[flow]
+                self.signs.pop(f"flow {flow}", None)
             hot = set(self.hot_flows)
             for flow, ports in self.flow_ports.items():
                 if ports & self.hot_ports.keys():

@@ -117,6 +117,7 @@ const bit<16> FABRIC_DS_ID = 0xAF01;       // this project's INT domain: DS bits
 #define INT_STACK_BITS 2048                // INT_MAX_STACK_WORDS * 32 (a varbit's size must be a literal)
 const bit<8>  INT_MAX_STACK_WORDS_C = INT_MAX_STACK_WORDS;
 const bit<32> INT_WATCHLIST_SIZE = 1024;
+const bit<32> INT_RAISED_FLOWS = 1024;    // flows raised to every packet (adaptive sampling), per switch
 typedef bit<10> int_sampler_t;            // a watchlist entry's sampling counter: 0 .. INT_WATCHLIST_SIZE-1
 const bit<16> INT_DEFAULT_MTU = 1500;      // IPv4 bytes, until the controller sets a port's
 const bit<32> REPORT_MIRROR_SESSION = 500; // clone session of telemetry reports (set by the controller)

@@ -253,6 +253,17 @@ header failover_scratch_t {      // failover.p4, and heartbeats in source_routin
     bit<48> path_last;
 }
 
+// INT's sampling at a host port (int_telemetry_source.p4): small, since
+// every packet entering there validates it (int_scratch only the sampled).
+header int_sampling_t {
+    bit<32>  sample;             // packets the port's (then the entry's) sampler counted, this one included
+    bit<32>  sample_one_in;
+    bit<8>   take;               // 1: this packet carries INT from here
+    bit<8>   raised_flows;       // the port has raised flows: int_raised_flow first
+    int_sampler_t sampler;
+    bit<6>   pad;                // BMv2: a header's fields fill whole bytes
+}
+
 header int_scratch_t {           // int_telemetry_*.p4
     bit<8>   max_hops;           // source: the watchlist entry's parameters
     bit<5>   hop_ml;
@@ -260,10 +271,6 @@ header int_scratch_t {           // int_telemetry_*.p4
     bit<16>  domain;
     bit<16>  domain_instructions;
     bit<16>  domain_flags;
-    bit<32>  sample;             // packets the entry's sampler counted, this one included
-    bit<32>  sample_one_in;
-    int_sampler_t sampler;
-    bit<6>   sampler_pad;        // BMv2: a header's fields fill whole bytes
     bit<32>  node_id;            // egress: the port's INT settings (int_port)
     bit<8>   sink;
     bit<16>  mtu;
@@ -408,6 +415,7 @@ struct local_metadata_t {
 #ifndef WITHOUT_INT_TELEMETRY
     int_meta_t         telemetry;
     int_report_meta_t  report;      // kept by report clones
+    int_sampling_t     int_sampling;
     int_scratch_t      int_scratch;
 #endif
 #ifndef WITHOUT_LOAD_BALANCING

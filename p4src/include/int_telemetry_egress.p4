@@ -2,10 +2,11 @@
 // strips INT and reports; report clones become Telemetry Report v2.0 packets.
 //
 // int_port, keyed by (egress port, instance type), says what to do:
-//   set_int_port(...)       a normal packet leaving a port of an INT-enabled
-//                           switch: count its bytes (HPCC's tx bytes), and if
-//                           it carries INT push this hop or, on a sink port,
-//                           report and strip
+//   set_int_port(...)       a normal packet carrying INT leaving a port of an
+//                           INT-enabled switch: count its bytes (HPCC's tx
+//                           bytes), push this hop or, on a sink port, report
+//                           and strip (a packet without INT only has its
+//                           bytes counted, without a lookup: count_tx_bytes)
 //   build_report(...)       a report clone of an INT packet (instance E2E
 //                           clone) leaving towards the collector: a flow
 //                           report from the sink, or a congestion report (Q)
@@ -436,8 +437,18 @@ control IntEgress(inout headers_t hdr,
         size = 3 * PORT_COUNT;
     }
 
+    // A packet without INT: its bytes counted (HPCC's tx bytes, the
+    // collector's port rates), and nothing else: no table, no scratch header.
+    action count_tx_bytes() {
+        bit<32> sent;
+        int_tx_bytes.read(sent, std_meta.egress_port);
+        int_tx_bytes.write(std_meta.egress_port, sent + std_meta.packet_length);
+    }
+
     apply {
-        switch (int_port.apply().action_run) {
+        if (std_meta.instance_type == INSTANCE_NORMAL && !hdr.int_shim.isValid()) {
+            count_tx_bytes();
+        } else switch (int_port.apply().action_run) {
             set_int_port: {
                 store_tx_bytes();
                 if (hdr.int_md.isValid()) {

@@ -2,20 +2,26 @@
 // and INT-MD header into the packets of watchlisted flows; its egress then
 // pushes its own metadata like every transit hop (int_telemetry_egress.p4).
 //
+// Sampling, so that a packet INT leaves alone costs next to nothing:
+// int_source_port (exact on the ingress port: the ports facing hosts) counts
+// the packets entering there and looks up only the N-th in the watchlist
+// (sample_port's sample_one_in; 1: every packet). A port whose flows are
+// raised (adaptive sampling, telemetry/adaptive_sampling.py) first looks its
+// packets up in int_raised_flow (exact 5-tuple): a hit carries INT and is
+// not counted, so the port's other packets stay exactly 1 in N.
+//
 // int_watchlist matches the 5-tuple (ternary addresses and protocol, L4 port
-// ranges) and the ingress port, so the controller selects flows where they
-// enter the fabric. An entry gives the instruction bitmap, HopML (checked by
-// the controller against the bitmap), the hop budget and a sampling rate:
-// one packet in sample_one_in, counted, not drawn: the entry's sampler, a
-// cell of int_sample_count, counts the packets it matched since its last
-// sampled one, and the N-th is sampled (exactly 1 in N over any N packets).
-// The controller gives each entry its own sampler, so a port's or a flow's
-// rate is its own; an every-packet entry (N = 1) may share sampler 0, whose
-// count stays 0. Raising a port or a flow to every packet
-// (telemetry/adaptive_sampling.py) is a modify of N, or an entry of its own
-// ahead of the rules. Packets that already carry INT never match (the key
-// includes the shim's validity). The watchlist is looked up only where
-// int_switch says INT is on.
+// ranges) and the ingress port. An entry gives the instruction bitmap, HopML
+// (checked by the controller against the bitmap), the hop budget and a rate
+// of its own, 1 in sample_one_in counted by its sampler (a cell of
+// int_sample_count), for a port whose rules sample at different rates (the
+// port then looks up every packet). The controller puts a port's common
+// rate where it is cheapest: in int_source_port. Counting, not drawing:
+// exactly 1 in N over any N packets; traffic whose pattern repeats with a
+// period that divides N (k flows sent in turn, k dividing N) is sampled in
+// the same flow each time. Packets that already carry INT never match (the
+// keys include the shim's validity or the port is a host's). The tables
+// are looked up only where int_switch says INT is on.
 //
 // Detection (docs/protocols/int_telemetry.md): UDP gets destination port INT_UDP_PORT and keeps
 // the original port in the shim (NPT 1); TCP gets DSCP INT_DSCP and keeps
@@ -32,27 +38,87 @@
 control IntSource(inout headers_t hdr,
                   inout local_metadata_t meta,
                   in standard_metadata_t std_meta) {
-    // Packets each watchlist entry matched since its last sampled one (the
-    // ingress pipeline is one thread in simple_switch: read and write in two
-    // actions do not race).
+    // Packets each host port and each watchlist entry counted since their
+    // last sampled one (the ingress pipeline is one thread in simple_switch:
+    // read and write in two actions do not race).
+    register<bit<32>, port_t>(PORT_COUNT) int_port_sample_count;
     register<bit<32>, int_sampler_t>(INT_WATCHLIST_SIZE) int_sample_count;
 
-    action count_unsampled() {
-        int_sample_count.write(meta.int_scratch.sampler, meta.int_scratch.sample);
+    action sample_port(bit<32> sample_one_in, bit<8> has_raised_flows) {
+        meta.int_sampling.setValid();
+        meta.int_sampling.take = 0;
+        meta.int_sampling.raised_flows = has_raised_flows;
+        meta.int_sampling.sample_one_in = sample_one_in;
+        int_port_sample_count.read(meta.int_sampling.sample, std_meta.ingress_port);
+        meta.int_sampling.sample = meta.int_sampling.sample + 1;     // this packet counted
     }
 
-    action count_sampled() {
-        int_sample_count.write(meta.int_scratch.sampler, 0);
+    table int_source_port {
+        key = {
+            std_meta.ingress_port: exact;
+        }
+        actions = {
+            sample_port;
+            @defaultonly NoAction;
+        }
+        default_action = NoAction();     // a port not facing a host (make bench: any port)
+        size = PORT_COUNT;
+    }
+
+    action port_unsampled() {
+        int_port_sample_count.write(std_meta.ingress_port, meta.int_sampling.sample);
+    }
+
+    action port_sampled() {
+        int_port_sample_count.write(std_meta.ingress_port, 0);
+    }
+
+    action entry_unsampled() {
+        int_sample_count.write(meta.int_sampling.sampler, meta.int_sampling.sample);
+    }
+
+    action entry_sampled() {
+        int_sample_count.write(meta.int_sampling.sampler, 0);
+        meta.int_sampling.take = 1;
+    }
+
+    // A raised flow: every packet, with the instructions of the rule that watches it.
+    action raised_flow_source(bit<8> max_hop_count, bit<5> hop_metadata_words, bit<16> instruction_bitmap,
+                              bit<16> ds_id, bit<16> ds_instruction, bit<16> ds_flags) {
+        meta.int_sampling.take = 1;
+        meta.int_scratch.setValid();
+        meta.int_scratch.max_hops = max_hop_count;
+        meta.int_scratch.hop_ml = hop_metadata_words;
+        meta.int_scratch.instructions = instruction_bitmap;
+        meta.int_scratch.domain = ds_id;
+        meta.int_scratch.domain_instructions = ds_instruction;
+        meta.int_scratch.domain_flags = ds_flags;
+    }
+
+    table int_raised_flow {
+        key = {
+            hdr.ipv4.src_addr:     exact;
+            hdr.ipv4.dst_addr:     exact;
+            hdr.ipv4.protocol:     exact;
+            meta.flow.l4_src_port: exact @name("meta.l4_src_port");
+            meta.flow.l4_dst_port: exact @name("meta.l4_dst_port");
+        }
+        actions = {
+            raised_flow_source;
+            @defaultonly NoAction;
+        }
+        const default_action = NoAction();
+        size = INT_RAISED_FLOWS;
     }
 
     action int_source(bit<8> max_hop_count, bit<5> hop_metadata_words, bit<16> instruction_bitmap,
                       bit<16> ds_id, bit<16> ds_instruction, bit<16> ds_flags, bit<32> sample_one_in,
                       int_sampler_t sampler) {
         meta.int_scratch.setValid();
-        meta.int_scratch.sampler = sampler;
-        meta.int_scratch.sample_one_in = sample_one_in;
-        int_sample_count.read(meta.int_scratch.sample, sampler);
-        meta.int_scratch.sample = meta.int_scratch.sample + 1;     // this packet counted
+        meta.int_sampling.sampler = sampler;
+        meta.int_sampling.sample_one_in = sample_one_in;
+        int_sample_count.read(meta.int_sampling.sample, sampler);
+        meta.int_sampling.sample = meta.int_sampling.sample + 1;     // this packet counted
         meta.int_scratch.max_hops = max_hop_count;
         meta.int_scratch.hop_ml = hop_metadata_words;
         meta.int_scratch.instructions = instruction_bitmap;
@@ -122,7 +188,13 @@ control IntSource(inout headers_t hdr,
     }
 
     // headers.p4: a validated scratch header counts in the packet length,
-    // which egress reads for INT's tx bytes.
+    // which egress reads for INT's tx bytes (invalidating one that is not
+    // valid changes nothing).
+    action release_scratch() {
+        meta.int_sampling.setInvalid();
+        meta.int_scratch.setInvalid();
+    }
+
     action release_flow_key() {
         meta.flow.setInvalid();
     }
@@ -130,33 +202,50 @@ control IntSource(inout headers_t hdr,
     apply {
         switch (int_switch.apply().action_run) {
             enable_int: {
-                if (!meta.flow.isValid()) {              // the watchlist's L4 ports; forwarding or
-                    flow_key();                          // non-minimal routing may have filled it
-                }
-                switch (int_watchlist.apply().action_run) {
-                    int_source: {
-                        if (meta.int_scratch.sample < meta.int_scratch.sample_one_in) {
-                            count_unsampled();
-                        } else {
-                            count_sampled();
-                            // TCP and UDP only (the watchlist's protocols): the shim follows the L4 header.
-                            if (hdr.udp.isValid()) {
-                                insert_int_headers();
-                                hdr.int_shim.npt = INT_NPT_UDP_PORT;
-                                hdr.int_shim.npt_field = hdr.udp.dst_port;
-                                hdr.udp.dst_port = INT_UDP_PORT;
-                                hdr.udp.length = hdr.udp.length + INT_SHIM_AND_HEADER_BYTES;
-                            } else if (hdr.tcp.isValid()) {
-                                insert_int_headers();
-                                hdr.int_shim.npt = INT_NPT_DSCP;
-                                hdr.int_shim.npt_field = (bit<16>) (hdr.ipv4.dscp ++ 2w0);
-                                hdr.ipv4.dscp = INT_DSCP;
+                switch (int_source_port.apply().action_run) {
+                    sample_port: {                           // a host's port: INT may start here
+                        if (meta.int_sampling.raised_flows == 1) {
+                            if (!meta.flow.isValid()) {      // forwarding or non-minimal routing
+                                flow_key();                  // may have filled it
+                            }
+                            int_raised_flow.apply();
+                        }
+                        if (meta.int_sampling.take == 0) {
+                            if (meta.int_sampling.sample < meta.int_sampling.sample_one_in) {
+                                port_unsampled();
+                            } else {
+                                port_sampled();
+                                if (!meta.flow.isValid()) {
+                                    flow_key();
+                                }
+                                switch (int_watchlist.apply().action_run) {
+                                    int_source: {
+                                        if (meta.int_sampling.sample < meta.int_sampling.sample_one_in) {
+                                            entry_unsampled();
+                                        } else {
+                                            entry_sampled();
+                                        }
+                                    }
+                                }
                             }
                         }
-                        meta.int_scratch.setInvalid();   // headers.p4: out of the packet length
+                        // TCP and UDP only (the watchlist's protocols): the shim follows the L4 header.
+                        if (meta.int_sampling.take == 1 && hdr.udp.isValid()) {
+                            insert_int_headers();
+                            hdr.int_shim.npt = INT_NPT_UDP_PORT;
+                            hdr.int_shim.npt_field = hdr.udp.dst_port;
+                            hdr.udp.dst_port = INT_UDP_PORT;
+                            hdr.udp.length = hdr.udp.length + INT_SHIM_AND_HEADER_BYTES;
+                        } else if (meta.int_sampling.take == 1 && hdr.tcp.isValid()) {
+                            insert_int_headers();
+                            hdr.int_shim.npt = INT_NPT_DSCP;
+                            hdr.int_shim.npt_field = (bit<16>) (hdr.ipv4.dscp ++ 2w0);
+                            hdr.ipv4.dscp = INT_DSCP;
+                        }
+                        release_scratch();
                     }
                 }
-                release_flow_key();
+                release_flow_key();                          // (valid or not: forwarding may have filled it)
             }
         }
     }

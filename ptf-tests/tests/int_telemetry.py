@@ -25,7 +25,7 @@ from scapy.packet import Raw
 
 from emulator.bmv2_thrift import Bmv2Thrift
 from features.int_telemetry import (FlowKey, Instructions, ReportPath, ReportSettings, WatchRule, int_state,
-                                    raised_flow_entries, report_counts, watchlist_entries)
+                                    report_counts, source_entries)
 from control.p4constants import drop_reasons
 from wire.int_telemetry import TelemetryReportGroup
 
@@ -134,8 +134,8 @@ class IntTestBase(P4RuntimeTest):
         int_entries = int_state(self.p4info, node_id=NODE_ID, ports={p: LINK_RATE for p in self.ports},
                                 sink_ports=set(sinks), rules=(), report=REPORT,
                                 mtu=self.mtu if mtu is None else mtu, reports=reports or self.reports)
-        int_entries.table_entries += raised_flow_entries(self.p4info, tuple(rules), list(raised_flows))
-        int_entries.table_entries += watchlist_entries(self.p4info, tuple(rules), list(ports), frozenset(raised_ports))
+        int_entries.table_entries += source_entries(self.p4info, tuple(rules), list(ports), frozenset(raised_ports),
+                                                    list(raised_flows))
         self.state = self.empty_state()
         self.state.table_entries = list(self.base) + int_entries.table_entries
         self.state.clone_sessions = list(int_entries.clone_sessions)
@@ -312,6 +312,7 @@ class SamplingTestBase(IntTestBase):
         self.dataplane.set_qlen(10_000)
         self.rule = WatchRule(instructions=Instructions.of(["node_id"]), sample=self.N)
         with Bmv2Thrift(self.thrift_port) as thrift:
+            thrift.register_reset("int_port_sample_count")
             thrift.register_reset("int_sample_count")
 
     def sampled(self, sends: list[tuple[int, object]]) -> list[bool]:
@@ -325,10 +326,10 @@ class SamplingTestBase(IntTestBase):
 
 
 class SamplingOneInNIsExactTest(SamplingTestBase):
-    """sample: 4 is exactly every 4th packet a watchlist entry matches,
-    counted apart per entry: 400 packets from HOST_PORT carry INT in the
-    4th, 8th, ... (100 of them); packets from FABRIC_PORT interleaved with
-    them do not move HOST_PORT's count."""
+    """sample: 4 is exactly every 4th packet entering a host port (counted
+    in int_source_port, before any lookup): 400 packets from HOST_PORT
+    carry INT in the 4th, 8th, ... (100 of them); packets from FABRIC_PORT
+    interleaved with them do not move HOST_PORT's count."""
 
     def runTest(self):
         self.watch(self.rule, ports=(HOST_PORT, FABRIC_PORT))
@@ -348,9 +349,9 @@ class SamplingOneInNIsExactTest(SamplingTestBase):
 
 
 class SamplingRaisedPortIsEveryPacketTest(SamplingTestBase):
-    """A raised port (its entries' N set to 1 by a modify) samples every
-    packet while the other port stays 1 in 4; lowered again, it counts from
-    0 (each raised packet was sampled), so it is exactly 1 in 4 again."""
+    """A raised port (its rate set to 1 by a modify) samples every packet
+    while the other port stays 1 in 4; lowered again, it counts from 0
+    (each raised packet was sampled), so it is exactly 1 in 4 again."""
 
     def runTest(self):
         self.watch(self.rule, ports=(HOST_PORT, FABRIC_PORT))
@@ -366,9 +367,9 @@ class SamplingRaisedPortIsEveryPacketTest(SamplingTestBase):
 
 
 class SamplingRaisedFlowIsEveryPacketTest(SamplingTestBase):
-    """A raised flow (an entry of its own ahead of the rule) carries INT in
-    every packet; the port's other flows stay exactly 1 in 4, counted
-    without the raised flow's packets."""
+    """A raised flow (int_raised_flow, looked up first at its port) carries
+    INT in every packet; the port's other flows stay exactly 1 in 4,
+    counted without the raised flow's packets."""
 
     def runTest(self):
         hot = FlowKey("10.0.1.1", "10.0.2.1", 17, 7777, 4791)
@@ -383,6 +384,24 @@ class SamplingRaisedFlowIsEveryPacketTest(SamplingTestBase):
         self.watch(self.rule, ports=(HOST_PORT,))
         got = self.sampled([(HOST_PORT, udp_packet(sport=7777)) for _ in range(8)])
         self.assertEqual(got, [False, False, False, True] * 2, "lowered: the rule's rate again")
+
+
+class SamplingRulesAtTheirOwnRatesTest(SamplingTestBase):
+    """Two rules at different rates on one port (1 in 2 for port 4791, 1 in
+    3 for 4792): the port looks every packet up and each rule's entry
+    counts its own packets."""
+
+    def runTest(self):
+        node = Instructions.of(["node_id"])
+        self.watch(WatchRule(instructions=node, dst_ports=(4791, 4791), sample=2),
+                   WatchRule(instructions=node, dst_ports=(4792, 4792), sample=3))
+        sends = []
+        for i in range(6):
+            sends += [(HOST_PORT, udp_packet(sport=6000 + i, dport=4791)),
+                      (HOST_PORT, udp_packet(sport=6100 + i, dport=4792))]
+        got = self.sampled(sends)
+        self.assertEqual(got[0::2], [False, True] * 3)
+        self.assertEqual(got[1::2], [False, False, True] * 2)
 
 
 # -- transit --------------------------------------------------------------------

@@ -85,7 +85,7 @@ def test_switch_state_sources_on_host_ports_sinks_there_and_reports_towards_the_
     uplink = next(p.number for p in leaf1.ports.values() if p.peer == "spine1")
     assert state.clone_sessions[0].replicas[0].egress_port == uplink
     defaults = [e for e in state.table_entries if e.is_default_action]
-    assert len(defaults) == 2                   # int_switch on, drop_report on
+    assert len(defaults) == 3                   # int_switch on, drop_report on, int_source_port none
 
 
 def test_without_the_section_int_is_switched_off(p4info):
@@ -135,41 +135,69 @@ def _watchlist(p4info, state):
     return [e for e in state.table_entries if e.table_id == watch_id]
 
 
-SPARSE = {"collector": "h3", "watchlist": [{"protocol": "udp", "dst_ports": 4791, "sample": 16},
-                                           {"protocol": "udp", "to_host": True, "instructions": ["tx_bytes"]}]}
+def _entries(p4info, state, table):
+    tid = p4info.table(table).preamble.id
+    return [e for e in state.table_entries if e.table_id == tid and not e.is_default_action]
 
 
-def test_each_sparse_entry_counts_with_its_own_sampler_and_every_packet_entries_share_sampler_0(p4info):
+def _port_rates(p4info, state) -> dict[int, tuple[int, int]]:
+    """int_source_port: port -> (sample_one_in, has_raised_flows)."""
+    out = {}
+    for e in _entries(p4info, state, it.SOURCE_PORT_TABLE):
+        params = {p.param_id: int.from_bytes(p.value, "big") for p in e.action.action.params}
+        names = {p.id: p.name for p in p4info.action("sample_port").params}
+        named = {names[k]: v for k, v in params.items()}
+        out[int.from_bytes(e.match[0].exact.value, "big")] = (named["sample_one_in"], named["has_raised_flows"])
+    return out
+
+
+SPARSE = {"collector": "h3", "watchlist": [{"protocol": "udp", "dst_ports": 4791, "sample": 16}]}
+MIXED = {"collector": "h3", "watchlist": [{"protocol": "udp", "dst_ports": 4791, "sample": 16},
+                                          {"protocol": "udp", "to_host": True, "instructions": ["tx_bytes"]}]}
+
+
+def host_ports(t, switch):
+    return sorted(p.number for p in t.switches[switch].ports.values() if p.peer in t.hosts)
+
+
+def test_one_rate_for_a_ports_rules_is_counted_at_the_port_and_the_entries_take_every_packet(p4info):
     t = topo_with(SPARSE)
-    entries = _watchlist(p4info, it.switch_state(p4info, t, "leaf2"))   # two host ports: h2, h3
-    params = [_params(p4info, e) for e in entries]
+    state = it.switch_state(p4info, t, "leaf2")
+    assert _port_rates(p4info, state) == {p: (16, 0) for p in host_ports(t, "leaf2")}
+    params = [_params(p4info, e) for e in _watchlist(p4info, state)]
+    assert [(p["sample_one_in"], p["sampler"]) for p in params] == [(1, 1), (1, 2)]
+
+
+def test_rules_at_different_rates_look_every_packet_up_and_count_in_their_entries(p4info):
+    t = topo_with(MIXED)
+    state = it.switch_state(p4info, t, "leaf2")               # two host ports: h2, h3
+    assert _port_rates(p4info, state) == {p: (1, 0) for p in host_ports(t, "leaf2")}
+    params = [_params(p4info, e) for e in _watchlist(p4info, state)]
     assert [(p["sample_one_in"], p["sampler"]) for p in params] == [(16, 1), (16, 2), (1, 0), (1, 0)]
 
 
-def test_a_raised_port_samples_every_packet_and_keeps_its_sampler(p4info):
+def test_a_raised_port_samples_every_packet_and_its_entries_keep_their_samplers(p4info):
     t = topo_with(SPARSE)
-    cfg = t.features["int"]
     h2_port = t.nic("h2").switch_port
-    t.features["int"] = it.replace(cfg, raised=it.Raised(ports=frozenset({("leaf2", h2_port)})))
-    params = [_params(p4info, e) for e in _watchlist(p4info, it.switch_state(p4info, t, "leaf2"))]
-    ports = sorted(p.number for p in t.switches["leaf2"].ports.values() if p.peer in t.hosts)
-    by_port = dict(zip(ports, params[:2]))
-    assert (by_port[h2_port]["sample_one_in"], by_port[h2_port]["sampler"]) == (1, ports.index(h2_port) + 1)
-    other = next(p for p in ports if p != h2_port)
-    assert by_port[other]["sample_one_in"] == 16
+    t.features["int"] = it.replace(t.features["int"], raised=it.Raised(ports=frozenset({("leaf2", h2_port)})))
+    state = it.switch_state(p4info, t, "leaf2")
+    other = next(p for p in host_ports(t, "leaf2") if p != h2_port)
+    assert _port_rates(p4info, state) == {h2_port: (1, 0), other: (16, 0)}
+    assert [_params(p4info, e)["sampler"] for e in _watchlist(p4info, state)] == [1, 2]
 
 
-def test_a_raised_flow_gets_an_every_packet_entry_ahead_of_the_rules_at_its_first_switch_only(p4info):
+def test_a_raised_flow_is_an_exact_entry_at_its_first_switch_looked_up_before_its_port_counts(p4info):
     t = topo_with(SPARSE)
     h1 = t.nic("h1")
     flow = it.FlowKey(h1.ip, t.nic("h3").ip, 17, 49152, 4791)
     t.features["int"] = it.replace(t.features["int"], raised=it.Raised(flows=frozenset({flow})))
-    first = _watchlist(p4info, it.switch_state(p4info, t, "leaf1"))
-    assert first[0].priority == it.RAISED_FLOW_PRIORITY > max(e.priority for e in first[1:])
-    assert (_params(p4info, first[0])["sample_one_in"], _params(p4info, first[0])["sampler"]) == (1, 0)
-    assert len(_watchlist(p4info, it.switch_state(p4info, t, "leaf2"))) == 4      # nothing added elsewhere
+    state = it.switch_state(p4info, t, "leaf1")
+    assert len(_entries(p4info, state, it.RAISED_FLOW_TABLE)) == 1
+    assert _port_rates(p4info, state) == {h1.switch_port: (16, 1)}
+    assert [_params(p4info, e)["sample_one_in"] for e in _watchlist(p4info, state)] == [1]
+    assert _entries(p4info, it.switch_state(p4info, t, "leaf2"), it.RAISED_FLOW_TABLE) == []   # nothing elsewhere
     unwatched = it.FlowKey(h1.ip, t.nic("h3").ip, 6, 49152, 80)     # TCP: no rule watches it
-    assert it.raised_flow_entries(p4info, t.features["int"].watchlist, [(unwatched, h1.switch_port)]) == []
+    assert it.raised_flow_entries(p4info, t.features["int"].watchlist, [unwatched]) == []
 
 
 @pytest.mark.parametrize("text", ["10.0.1.1:1>10.0.2.1:2/icmp", "10.0.1.1>10.0.2.1/udp", "x:1>10.0.2.1:2/udp",
@@ -200,11 +228,12 @@ def test_bad_adaptive_sections_name_the_field(section, field, words):
 
 
 class _Controller:
-    """What IntRuntime uses of a FabricController: topo and program_switch."""
+    """What IntRuntime uses of a FabricController: topo and program_tables."""
     def __init__(self, topo, fail_on=None):
         self.topo, self.fail_on, self.programmed = topo, fail_on, []
 
-    def program_switch(self, name):
+    def program_tables(self, name, tables):
+        assert list(tables) == [it.WATCHLIST_TABLE]
         if name == self.fail_on and self.topo.features["int"].raised:
             raise RuntimeError(f"{name} did not answer")
         self.programmed.append(name)
@@ -222,7 +251,7 @@ def test_set_raised_reprograms_only_the_switches_whose_entries_change():
 
 
 def test_set_raised_refuses_what_is_not_a_host_port_or_a_fabric_flow_and_changes_nothing():
-    t = topo_with({**SPARSE, "adaptive": {}})
+    t = topo_with({**MIXED, "adaptive": {}})
     ints = it.IntRuntime(_Controller(t))
     uplink = next(p.number for p in t.switches["leaf1"].ports.values() if p.peer == "spine1")
     with pytest.raises(it.IntConfigError, match=f"leaf1 port {uplink}: not a port facing a host"):
