@@ -5,12 +5,19 @@ summary.json, and serves Prometheus metrics.
 
     python -m telemetry.collector [--bind 127.0.0.1] [--port 32766]
                                   [--netns h5] [--metrics-port 9771] [--out build/telemetry]
+                                  [--all-reports | --queue-bucket 4 --latency-bucket-us 16 --refresh-s 1]
 
 Everything listens on loopback unless told otherwise. With --netns NAME the
 report socket is opened inside that network namespace (a host of the
 fabric, e.g. `--netns h5 --bind 0.0.0.0`) while /metrics stays on this
 namespace's loopback. Malformed datagrams are counted by reason and
 ignored; the collector never stops on what it receives.
+
+Only changes of slow-moving values are sent on (reports.csv, change
+listeners): a tracked flow's report whose path and queue and latency
+buckets are those of the flow's last sent report, within --refresh-s, is
+kept back (telemetry/changes.py). Drop and congestion reports are always
+sent; --all-reports sends every report. Metrics use every report.
 """
 from __future__ import annotations
 
@@ -31,7 +38,9 @@ from telemetry import metrics as m
 from telemetry.decode import MalformedReport, ReportPacket, decode_report
 from emulator.netns import socket_in_netns
 from telemetry.sequence import DEFAULT_WINDOW
-from telemetry.state import TelemetryState
+from telemetry.changes import (DEFAULT_LATENCY_BUCKET_US, DEFAULT_QUEUE_BUCKET, DEFAULT_REFRESH_S, ChangeSettings,
+                               check_bucket, check_refresh)
+from telemetry.state import Outcome, TelemetryState
 from features import load_topology
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,15 +65,26 @@ class Collector:
                  metrics_bind: str = "127.0.0.1", metrics_port: Optional[int] = m.COLLECTOR_METRICS_PORT,
                  out_dir: Optional[Path] = DEFAULT_OUT, node_names: Optional[dict[int, str]] = None,
                  time_unit_ns: int = TIMESTAMP_UNIT_NS, window: int = DEFAULT_WINDOW,
-                 listeners: Optional[list[Callable[[float, bytes, ReportPacket], None]]] = None):
+                 listeners: Optional[list[Callable[[float, bytes, ReportPacket], None]]] = None,
+                 changes_only: bool = True, queue_bucket: int = DEFAULT_QUEUE_BUCKET,
+                 latency_bucket_us: int = DEFAULT_LATENCY_BUCKET_US, refresh_s: float = DEFAULT_REFRESH_S,
+                 change_listeners: Optional[list[Callable[[float, bytes, ReportPacket, Outcome], None]]] = None):
         m.disable_created_series()
         # Called with (time, datagram, decoded report) for every well-formed
         # report, under the collector's lock (experiments: volumes, coverage).
         self.listeners = list(listeners or [])
+        # Called with (time, datagram, decoded report, outcome) once per
+        # individual report sent on (a reports.csv row): with changes_only,
+        # a tracked flow's report only when something slow-moving changed.
+        self.change_listeners = list(change_listeners or [])
+        # ValueError on a bad bucket or refresh period, before anything opens.
+        self.changes = ChangeSettings(queue_bucket=queue_bucket, latency_bucket_us=latency_bucket_us,
+                                      refresh_s=refresh_s) if changes_only else None
         self.bind, self.port, self.netns = bind, port, netns
         self.metrics_bind, self.metrics_port = metrics_bind, metrics_port
         self.out_dir = Path(out_dir) if out_dir is not None else None
-        self.state = TelemetryState(node_names=node_names, time_unit_ns=time_unit_ns, window=window)
+        self.state = TelemetryState(node_names=node_names, time_unit_ns=time_unit_ns, window=window,
+                                    changes=self.changes)
         self.lock = threading.Lock()
         self.sock: Optional[socket.socket] = None
         self.server: Optional[m.MetricsServer] = None
@@ -163,13 +183,18 @@ class Collector:
                 self.internal_errors += 1
                 self.state.malformed_datagram("decoder-error")
                 return
-            verdict, outcomes = self.state.handle(pkt)
+            verdict, outcomes = self.state.handle(pkt, now)
             for listener in self.listeners:
                 listener(now, data, pkt)
-            if self._csv is None:
-                return
+            sent = [out for out in outcomes if out.sent]
+            for out in sent:
+                for change_listener in self.change_listeners:
+                    change_listener(now, data, pkt, out)
+            if self._csv is None or (outcomes and not sent):
+                return                       # no files, or every report kept back
             switch = self.state.switch(pkt.node_id)
-            for o in outcomes if outcomes else [None]:
+            rows: list[Optional[Outcome]] = list(sent) if sent else [None]   # None: a duplicate's row
+            for o in rows:
                 row = {"time": f"{now:.6f}", "node_id": pkt.node_id, "switch": switch, "hw_id": pkt.hw_id,
                        "seq_no": pkt.seq_no, "verdict": verdict}
                 if o is not None:
@@ -209,14 +234,33 @@ def _num(x: Optional[float]) -> str:
 def progress_line(elapsed: float, t: dict[str, int], rate: float) -> str:
     return (f"[{elapsed:6.0f}s] reports {t['packets']} ({rate:.0f}/s)  lost {t['lost']}  reordered "
             f"{t['reordered']}  duplicates {t['duplicates']}  malformed {t['malformed']}  flows {t['flows']}  "
-            f"drops {t['drops']}  congestion {t['congestion']}")
+            f"drops {t['drops']}  congestion {t['congestion']}  kept back {t['kept_back']}")
+
+
+def _bucket_arg(name: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            return check_bucket(name, int(text))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a power of two (1, 2, 4, ...), got {text!r}") from None
+    return parse
+
+
+def _refresh_arg(text: str) -> float:
+    try:
+        return check_refresh(float(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0 (0: send every report), got {text!r}") from None
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m telemetry.collector", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="Outputs: <out>/reports.csv (one row per individual report), "
-                                        "<out>/summary.json (rewritten every --summary-interval s and at exit).")
+                                 epilog="Outputs: <out>/reports.csv (one row per individual report sent: "
+                                        "every drop and congestion report, a tracked flow's report when its path "
+                                        "or a queue or latency bucket changed or --refresh-s passed; every report "
+                                        "with --all-reports), <out>/summary.json (rewritten every "
+                                        "--summary-interval s and at exit).")
     ap.add_argument("--bind", default="127.0.0.1", help="address to receive reports on (default: %(default)s)")
     ap.add_argument("--port", type=int, default=REPORT_UDP_PORT, help="UDP port of reports (default: %(default)s)")
     ap.add_argument("--netns", help="open the report socket in this network namespace (ip netns), e.g. a host")
@@ -231,6 +275,17 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help="nanoseconds per timestamp/latency unit in the reports (default: %(default)s, BMv2's us)")
     ap.add_argument("--window", type=int, default=DEFAULT_WINDOW,
                     help="reorder window in sequence numbers (default: %(default)s)")
+    ap.add_argument("--all-reports", action="store_true",
+                    help="send every report to reports.csv, not only changes of path, queue or latency buckets")
+    ap.add_argument("--queue-bucket", type=_bucket_arg("queue_bucket"), default=DEFAULT_QUEUE_BUCKET, metavar="N",
+                    help="queue changes within a bucket of N packets are unchanged; a power of two "
+                         "(default: %(default)s, as the switches)")
+    ap.add_argument("--latency-bucket-us", type=_bucket_arg("latency_bucket_us"), default=DEFAULT_LATENCY_BUCKET_US,
+                    metavar="N", help="hop latency changes within a bucket of N us are unchanged; a power of two "
+                                      "(default: %(default)s, as the switches)")
+    ap.add_argument("--refresh-s", type=_refresh_arg, default=DEFAULT_REFRESH_S, metavar="S",
+                    help="send an unchanged flow's report again after S seconds, 0 = every report "
+                         "(default: %(default)s)")
     ap.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C)")
     ap.add_argument("--progress", type=float, default=5.0, help="seconds between progress lines, 0 = none")
     ap.add_argument("--summary-interval", type=float, default=5.0, help="seconds between summary.json rewrites")
@@ -240,7 +295,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         collector = Collector(bind=args.bind, port=args.port, netns=args.netns, metrics_bind=args.metrics_bind,
                               metrics_port=None if args.no_metrics else args.metrics_port,
                               out_dir=None if args.no_files else args.out, node_names=names,
-                              time_unit_ns=args.time_unit_ns, window=args.window).start()
+                              time_unit_ns=args.time_unit_ns, window=args.window,
+                              changes_only=not args.all_reports, queue_bucket=args.queue_bucket,
+                              latency_bucket_us=args.latency_bucket_us, refresh_s=args.refresh_s).start()
     except (OSError, ValueError) as exc:
         print(f"collector: error: {exc}", file=sys.stderr)
         return 2

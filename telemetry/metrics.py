@@ -66,6 +66,10 @@ INT_REPORT_MALFORMED = MetricSpec("int_report_malformed", "counter",
 INT_REPORTS = MetricSpec("int_reports", "counter",
                          "Individual reports, by association flag (tracked_flow, drop, congestion, "
                          "intermediate, other)", (*NODE, "kind"))
+INT_REPORTS_UNCHANGED = MetricSpec("int_reports_unchanged", "counter",
+                                   "Tracked-flow reports the collector kept back from reports.csv and its change "
+                                   "listeners: same path and queue and latency buckets as the flow's last sent "
+                                   "report, within the refresh period (the metrics here still count them)", NODE)
 INT_FLOW_REPORTS = MetricSpec("int_flow_reports", "counter", "Tracked-flow reports per flow", ("flow",))
 INT_FLOW_E2E_LATENCY = MetricSpec("int_flow_e2e_latency_seconds", "histogram",
                                   "Sink egress timestamp minus source ingress timestamp", ("flow",))
@@ -97,10 +101,11 @@ INT_CONGESTION_QUEUE = MetricSpec("int_congestion_queue_occupancy", "gauge",
                                   "Queue occupancy in the latest congestion report", (*NODE, "queue_id"))
 
 COLLECTOR_METRICS = (INT_REPORT_PACKETS, INT_REPORT_LOST, INT_REPORT_REORDERED, INT_REPORT_DUPLICATES,
-                     INT_REPORT_RESETS, INT_REPORT_MALFORMED, INT_REPORTS, INT_FLOW_REPORTS, INT_FLOW_E2E_LATENCY,
-                     INT_FLOW_E2E_LATENCY_LAST, INT_FLOW_HOPS, INT_FLOW_PATH, INT_FLOW_PATH_CHANGES,
-                     INT_FLOW_HOP_LATENCY, INT_FLOW_HOP_QUEUE, INT_HOP_LATENCY, INT_QUEUE_OCCUPANCY,
-                     INT_PORT_TX_RATE, INT_DROP_REPORTS, INT_CONGESTION_REPORTS, INT_CONGESTION_QUEUE)
+                     INT_REPORT_RESETS, INT_REPORT_MALFORMED, INT_REPORTS, INT_REPORTS_UNCHANGED, INT_FLOW_REPORTS,
+                     INT_FLOW_E2E_LATENCY, INT_FLOW_E2E_LATENCY_LAST, INT_FLOW_HOPS, INT_FLOW_PATH,
+                     INT_FLOW_PATH_CHANGES, INT_FLOW_HOP_LATENCY, INT_FLOW_HOP_QUEUE, INT_HOP_LATENCY,
+                     INT_QUEUE_OCCUPANCY, INT_PORT_TX_RATE, INT_DROP_REPORTS, INT_CONGESTION_REPORTS,
+                     INT_CONGESTION_QUEUE)
 
 # -- switch exporter -------------------------------------------------------
 PORT = ("switch", "port", "peer")

@@ -14,6 +14,12 @@ Which report updates what:
 - D=1: a drop, by node and reason (RepMdBits bit 15); Q=1: a congestion
   event, by node and queue id, with its occupancy.
 
+Given change settings (telemetry/changes.py), a tracked flow's report that
+is neither a drop nor a congestion report is marked sent (Outcome.sent)
+only when its path or a hop's queue or latency bucket changed since the
+flow's last sent report, or the refresh period passed; the others are
+counted as kept back. Metrics are updated from every report either way.
+
 Timestamps and hop latency are in `time_unit_ns` units (BMv2: microseconds).
 End-to-end latency compares two switches' clocks: it means something only
 when the nodes share a time base.
@@ -28,6 +34,7 @@ from prometheus_client import CollectorRegistry
 
 from wire.int_telemetry import TIMESTAMP_UNIT_NS, HopMetadata
 from telemetry import metrics as m
+from telemetry.changes import ChangeFilter, ChangeSettings
 from telemetry.decode import IndividualReport, ReportPacket
 from telemetry.sequence import DEFAULT_WINDOW, StreamTable
 from control.p4constants import drop_reasons
@@ -83,6 +90,7 @@ class FlowState:
     flow: str
     reports: int = 0
     drops: int = 0
+    kept_back: int = 0                                                   # reports not sent: nothing changed
     path: tuple[PathHop, ...] = ()
     path_changes: int = 0
     e2e: LatencyStats = field(default_factory=LatencyStats)
@@ -104,11 +112,13 @@ class Outcome:
     drop_reason: str = ""
     congestion_queue: Optional[int] = None
     congestion_occupancy: Optional[int] = None
+    sent: bool = True        # False: a tracked flow's report with nothing changed (kept back from the CSV)
 
 
 class TelemetryState:
     def __init__(self, registry: Optional[CollectorRegistry] = None, *, node_names: Optional[dict[int, str]] = None,
-                 time_unit_ns: int = TIMESTAMP_UNIT_NS, window: int = DEFAULT_WINDOW, max_flows: int = 10000):
+                 time_unit_ns: int = TIMESTAMP_UNIT_NS, window: int = DEFAULT_WINDOW, max_flows: int = 10000,
+                 changes: Optional[ChangeSettings] = None):
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metric = {spec.name: m.make_metric(spec, self.registry) for spec in m.COLLECTOR_METRICS}
         self.names = dict(node_names or {})
@@ -124,6 +134,11 @@ class TelemetryState:
         self.congestion: dict[tuple[int, int], dict[str, int]] = {}
         self.tx_rate: dict[tuple[int, int], float] = {}
         self._tx_last: dict[tuple[int, int], tuple[int, int]] = {}
+        # None: every report is sent; else only changes (telemetry/changes.py).
+        self.changes = None if changes is None else ChangeFilter(changes, time_unit_ns=time_unit_ns,
+                                                                 max_flows=max_flows)
+        self.sent = 0            # individual reports sent (reports.csv rows, change listeners)
+        self.kept_back = 0       # tracked-flow reports with nothing changed
         self.started = time.time()
 
     # -- labels ---------------------------------------------------------------
@@ -147,9 +162,11 @@ class TelemetryState:
         self.malformed[reason] = self.malformed.get(reason, 0) + 1
         self.metric[m.INT_REPORT_MALFORMED.name].labels(reason).inc()
 
-    def handle(self, pkt: ReportPacket) -> tuple[str, list[Outcome]]:
-        """Account one decoded report packet; returns the stream verdict and
-        one Outcome per individual report (none for a duplicate)."""
+    def handle(self, pkt: ReportPacket, now: Optional[float] = None) -> tuple[str, list[Outcome]]:
+        """Account one decoded report packet received at `now` (default:
+        the current time); returns the stream verdict and one Outcome per
+        individual report (none for a duplicate)."""
+        now = time.time() if now is None else now
         self.packets += 1
         verdict = self.streams.observe(pkt.node_id, pkt.hw_id, pkt.seq_no)
         stream = (*self._node(pkt.node_id), str(pkt.hw_id))
@@ -162,9 +179,9 @@ class TelemetryState:
             counter.inc(1 if verdict == when else 0)   # creates the series at 0, so dashboards see it
         if verdict == "duplicate":
             return verdict, []
-        return verdict, [self._individual(pkt, r) for r in pkt.reports]
+        return verdict, [self._individual(pkt, r, now) for r in pkt.reports]
 
-    def _individual(self, pkt: ReportPacket, r: IndividualReport) -> Outcome:
+    def _individual(self, pkt: ReportPacket, r: IndividualReport, now: float) -> Outcome:
         node = self._node(pkt.node_id)
         kinds = [k for k, flag in (("tracked_flow", r.f), ("drop", r.d), ("congestion", r.q),
                                    ("intermediate", r.i)) if flag] or ["other"]
@@ -193,7 +210,17 @@ class TelemetryState:
                 self.metric[m.INT_CONGESTION_QUEUE.name].labels(*node, qlabel).set(meta.queue_occupancy)
         stack = r.inner.int_stack if r.inner else None
         if r.f and not r.d and not r.i and stack is not None:
-            self._path(pkt, meta, stack.hops, flow, out)
+            hops = self._path(pkt, meta, stack.hops, flow, out)
+            if self.changes is not None and out.kinds == ["tracked_flow"] and out.flow:
+                out.sent = self.changes.offer(out.flow, self.changes.signature(hops), now)
+                # Counted per reporting switch; a sent report creates the series at 0, so dashboards see it.
+                self.metric[m.INT_REPORTS_UNCHANGED.name].labels(*node).inc(0 if out.sent else 1)
+        if out.sent:
+            self.sent += 1
+        else:
+            self.kept_back += 1
+            if flow is not None:
+                flow.kept_back += 1
         return out
 
     def _flow(self, key: str) -> Optional[FlowState]:
@@ -206,7 +233,9 @@ class TelemetryState:
         return flow
 
     def _path(self, pkt: ReportPacket, sink_meta: HopMetadata, stack: list[HopMetadata],
-              flow: Optional[FlowState], out: Outcome) -> None:
+              flow: Optional[FlowState], out: Outcome) -> list[HopMetadata]:
+        """The flow's path and per-hop values into `out` and the metrics;
+        returns the hops, source first."""
         hops = list(reversed(stack))                        # source first
         if not hops or hops[-1].node_id != pkt.node_id:     # the sink reported its own metadata in the report
             hops.append(replace(sink_meta, node_id=pkt.node_id))
@@ -229,6 +258,7 @@ class TelemetryState:
             self._tx(h)
         if flow is not None:
             self._flow_metrics(flow, path, hops, out)
+        return hops
 
     def _flow_metrics(self, flow: FlowState, path: tuple[PathHop, ...], hops: list[HopMetadata],
                       out: Outcome) -> None:
@@ -291,11 +321,15 @@ class TelemetryState:
             "uptime_s": round(time.time() - self.started, 3),
             "report_packets": self.packets,
             "malformed": dict(sorted(self.malformed.items())),
+            "reports_sent": self.sent,
+            "reports_kept_back": self.kept_back,
+            "changes_only": None if self.changes is None else self.changes.settings.as_dict(),
             "streams": [{"node_id": node, "switch": self.switch(node), "hw_id": hw, **st.as_dict()}
                         for (node, hw), st in self.streams.stats().items()],
             "flows": {key: {
                 "reports": fl.reports,
                 "drops": fl.drops,
+                "kept_back": fl.kept_back,
                 "path": [{"node_id": p.node_id, "switch": self.switch(p.node_id), "ingress_port": p.ingress_port,
                           "egress_port": p.egress_port} for p in fl.path],
                 "path_changes": fl.path_changes,
@@ -318,4 +352,5 @@ class TelemetryState:
         return {"packets": self.packets, "lost": sum(s.lost for s in stats),
                 "reordered": sum(s.reordered for s in stats), "duplicates": sum(s.duplicates for s in stats),
                 "malformed": sum(self.malformed.values()), "flows": len(self.flows),
-                "drops": sum(self.drops.values()), "congestion": sum(v["events"] for v in self.congestion.values())}
+                "drops": sum(self.drops.values()), "congestion": sum(v["events"] for v in self.congestion.values()),
+                "sent": self.sent, "kept_back": self.kept_back}

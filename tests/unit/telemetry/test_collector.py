@@ -152,8 +152,11 @@ def test_collector_over_udp_counts_everything_and_writes_outputs(tmp_path):
     assert summary["streams"] == [{"node_id": 4, "switch": "leaf2", "hw_id": 0, "received": 15, "lost": 5,
                                    "reordered": 0, "duplicates": 0, "resets": 0}]
     assert summary["flows"][LABEL]["e2e_latency_s"]["count"] == 15
+    # One flow, one path, queues 0-2 and latencies 5 us (one bucket each): only its first report is sent on.
+    assert summary["reports_sent"] == 1 and summary["reports_kept_back"] == 14
+    assert 'int_reports_unchanged_total{node_id="4",switch="leaf2"} 14.0' in text
     rows = list(csv.DictReader(open(tmp_path / "reports.csv")))
-    assert len(rows) == 15 and rows[0]["path"] == "leaf1[1>3] spine1[1>2] leaf2[3>1]"
+    assert len(rows) == 1 and rows[0]["path"] == "leaf1[1>3] spine1[1>2] leaf2[3>1]"
     assert float(rows[0]["e2e_latency_s"]) == pytest.approx(25e-6)
 
 
