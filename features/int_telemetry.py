@@ -79,6 +79,7 @@ SECTION = "int"
 WATCHLIST_TABLE = "int_watchlist"
 SOURCE_PORT_TABLE = "int_source_port"      # a host port's rate, before any lookup
 RAISED_FLOW_TABLE = "int_raised_flow"      # flows raised to every packet (adaptive sampling)
+SOURCE_TABLES = (SOURCE_PORT_TABLE, RAISED_FLOW_TABLE, WATCHLIST_TABLE)   # where INT starts: what set_raised writes
 PORT_TABLE = "int_port"
 TX_BYTES_REGISTER = "int_tx_bytes"
 SEQ_REGISTER = "report_seq_no"
@@ -722,7 +723,7 @@ class IntRuntime:
     def set_raised(self, ports: Iterable[tuple[str, int]] = (), flows: Iterable[FlowKey] = ()) -> list[str]:
         """Sample every packet on these host ports and of these flows, and
         only these (others back to their rules' rates); rewrites the
-        watchlist (and nothing else) of the switches whose entries change
+        SOURCE_TABLES (and nothing else) of the switches whose entries change
         and returns their names. A port that is not a host port, or a flow
         from no NIC of the fabric, is an error and nothing changes."""
         cfg = self.config
@@ -745,12 +746,12 @@ class IntRuntime:
         done: list[str] = []
         try:
             for name in sorted(touched):
-                self.ctl.program_tables(name, [WATCHLIST_TABLE])
+                self.ctl.program_tables(name, SOURCE_TABLES)
                 done.append(name)
         except Exception:
             topo.features[SECTION] = cfg     # nothing half-applied: the switches done go back
             for name in done:
-                self.ctl.program_tables(name, [WATCHLIST_TABLE])
+                self.ctl.program_tables(name, SOURCE_TABLES)
             raise
         return sorted(touched)
 

@@ -233,7 +233,7 @@ class _Controller:
         self.topo, self.fail_on, self.programmed = topo, fail_on, []
 
     def program_tables(self, name, tables):
-        assert list(tables) == [it.WATCHLIST_TABLE]
+        assert tuple(tables) == it.SOURCE_TABLES == ("int_source_port", "int_raised_flow", "int_watchlist")
         if name == self.fail_on and self.topo.features["int"].raised:
             raise RuntimeError(f"{name} did not answer")
         self.programmed.append(name)
