@@ -29,6 +29,7 @@ from control.feature import in_background
 from emulator.supervisor import Supervisor
 from control.topology import Topology, TopologyError
 from features import load_topology
+from telemetry import adaptive_sampling
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -148,6 +149,7 @@ def run(args) -> int:
             for feature in topo.known_features:        # what each feature runs beside the network
                 for background in feature.background(topo, ctl, lock, _say):
                     running.enter_context(background)
+            running.enter_context(adaptive_sampling.serving(topo, ctl, lock, _say))   # int.adaptive only
             return _checked_and_cli(args, topo, net, ctl, results, t0, lock)
 
 

@@ -26,23 +26,33 @@ back to its rule's rate `quiet_ms` after its last sign.
 
 `observe` runs on the collector's receiver thread and only records;
 `step` decides and applies (P4Runtime writes) on the loop's own thread.
+
+Beside `fabric run` (a topology with `int.adaptive`), the loop runs in the
+controller's process (`serving`): it receives the datagrams `fabric monitor`'s
+collector forwards (only reports sent on: every congestion and drop report,
+a flow's report when its path, a queue or latency bucket or its ECN mark
+changed: telemetry/changes.py) on 127.0.0.1:CHANGES_PORT, and writes the
+switches through the controller, under its lock.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
+import socket
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from control.topology import Topology
 from features.int_telemetry import (SECTION, AdaptiveSettings, FlowKey, IntConfig, IntConfigError, Raised,
                                     flow_sources)
-from telemetry.decode import HopMetadata, ReportPacket
+from telemetry.decode import HopMetadata, MalformedReport, ReportPacket, decode_report
+from wire.ecn import CE
 
 log = logging.getLogger(__name__)
-ECN_CE = 3
+CHANGES_PORT = 32767        # where the loop beside `fabric run` receives what the collector sends on (loopback)
 
 
 @dataclass
@@ -74,6 +84,8 @@ class AdaptiveSampling:
         self.current = Raised()
         self.changes: list[Change] = []
         self.errors = 0
+        self.malformed = 0               # datagrams `serving` could not decode
+        self.address: Optional[tuple[str, int]] = None   # where `serving` receives
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
@@ -112,7 +124,7 @@ class AdaptiveSampling:
                         self._hot_port(port, t, f"flow report: queue {hop.queue_occupancy}")
                         self._hot_flow(flow, t, f"flow report: queue {hop.queue_occupancy} at {port[0]}")
                 self.flow_ports[flow] = ports
-                if r.inner is not None and r.inner.ecn == ECN_CE \
+                if r.inner is not None and r.inner.ecn == CE \
                         and self._count(self.marks, flow, t) >= self.settings.ecn_marks:
                     self._hot_flow(flow, t, "ECN CE")
 
@@ -222,3 +234,60 @@ class AdaptiveSampling:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def serving(topo: Topology, controller, lock: threading.Lock, say: Callable[[str], None],
+            address: tuple[str, int] = ("127.0.0.1", CHANGES_PORT)) -> Iterator[Optional[AdaptiveSampling]]:
+    """The loop beside a running network, for as long as the block runs:
+    reports forwarded to `address` (`fabric monitor` does, for a topology
+    with `int.adaptive`) are observed, and the raises written through
+    `controller` under `lock`. Yields None (and does nothing) without
+    `int.adaptive`."""
+    cfg: Optional[IntConfig] = topo.features.get(SECTION)
+    if cfg is None or cfg.adaptive is None:
+        yield None
+        return
+    ints = controller.feature("int_telemetry")
+
+    def apply(raised: Raised) -> None:
+        with lock:
+            ints.set_raised(raised.ports, raised.flows)
+    loop = AdaptiveSampling(topo, cfg.adaptive, apply)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"adaptive sampling: cannot receive on udp {address[0]}:{address[1]}: {exc.strerror}") from None
+    sock.settimeout(0.2)
+    loop.address = sock.getsockname()
+    stop = threading.Event()
+
+    def receive() -> None:
+        while not stop.is_set():
+            try:
+                data = sock.recv(65535)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            try:
+                loop.observe(time.time(), data, decode_report(data))
+            except MalformedReport:
+                loop.malformed += 1
+    receiver = threading.Thread(target=receive, name="adaptive-sampling-receiver", daemon=True)
+    receiver.start()
+    loop.start()
+    say(f"adaptive INT sampling: listening on udp {address[0]}:{address[1]} for the collector's changes "
+        f"(fabric monitor forwards them), raising to every packet for {cfg.adaptive.quiet_ms:g} ms after a sign")
+    try:
+        yield loop
+    finally:
+        stop.set()
+        receiver.join(timeout=2)
+        sock.close()
+        try:
+            loop.stop()
+        except Exception as exc:      # the network may be going down already
+            log.warning("adaptive sampling: lowering at exit failed: %s", exc)

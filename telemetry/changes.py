@@ -3,8 +3,8 @@ collector passes on (reports.csv, change listeners) and which it keeps back.
 
 A flow's report is sent when, since the last report sent for that flow,
 its path (node and ports of every hop) changed, any hop's queue occupancy
-bucket or hop latency bucket changed, or `refresh_s` passed; a flow's first
-report is always sent. The buckets are the switches' own
+bucket or hop latency bucket changed, whether its packet was ECN-marked
+(CE) changed, or `refresh_s` passed; a flow's first report is always sent. The buckets are the switches' own
 (features/int_telemetry.py ReportSettings, int_telemetry_egress.p4): a
 queue bucket is `occupancy >> queue_bucket_shift`, a latency bucket
 `hop_latency >> latency_bucket_shift` with the latency in microseconds;
@@ -77,6 +77,7 @@ class ChangeSettings:
 class _Sent:
     signature: Signature
     at: float
+    marked: bool = False
 
 
 class ChangeFilter:
@@ -103,16 +104,18 @@ class ChangeFilter:
                       None if h.hop_latency is None else h.hop_latency * self.unit_ns // self.latency_bucket_ns)
                      for h in hops)
 
-    def offer(self, flow: str, signature: Signature, now: float) -> bool:
-        """True: send this report (first of its flow, something changed, or
-        refresh_s passed since the flow's last sent report)."""
+    def offer(self, flow: str, signature: Signature, now: float, marked: bool = False) -> bool:
+        """True: send this report (first of its flow, something changed,
+        `marked` (CE) differs from the last sent one's, or refresh_s passed
+        since the flow's last sent report)."""
         last = self.last.get(flow)
-        if last is not None and last.signature == signature and now - last.at < self.settings.refresh_s:
+        if last is not None and last.signature == signature and last.marked == marked \
+                and now - last.at < self.settings.refresh_s:
             return False
         if last is not None:
-            last.signature, last.at = signature, now
+            last.signature, last.at, last.marked = signature, now, marked
         elif self._room(now):
-            self.last[flow] = _Sent(signature, now)
+            self.last[flow] = _Sent(signature, now, marked)
         return True
 
     def _room(self, now: float) -> bool:

@@ -68,7 +68,8 @@ class Collector:
                  listeners: Optional[list[Callable[[float, bytes, ReportPacket], None]]] = None,
                  changes_only: bool = True, queue_bucket: int = DEFAULT_QUEUE_BUCKET,
                  latency_bucket_us: int = DEFAULT_LATENCY_BUCKET_US, refresh_s: float = DEFAULT_REFRESH_S,
-                 change_listeners: Optional[list[Callable[[float, bytes, ReportPacket, Outcome], None]]] = None):
+                 change_listeners: Optional[list[Callable[[float, bytes, ReportPacket, Outcome], None]]] = None,
+                 upstream: Optional[tuple[str, int]] = None):
         m.disable_created_series()
         # Called with (time, datagram, decoded report) for every well-formed
         # report, under the collector's lock (experiments: volumes, coverage).
@@ -77,6 +78,11 @@ class Collector:
         # individual report sent on (a reports.csv row): with changes_only,
         # a tracked flow's report only when something slow-moving changed.
         self.change_listeners = list(change_listeners or [])
+        # Where each datagram with a report sent on is forwarded as received
+        # (UDP, from this namespace): the adaptive sampling loop of `fabric run`.
+        self.upstream = upstream
+        self._upstream_sock: Optional[socket.socket] = None
+        self.forwarded = 0
         # ValueError on a bad bucket or refresh period, before anything opens.
         self.changes = ChangeSettings(queue_bucket=queue_bucket, latency_bucket_us=latency_bucket_us,
                                       refresh_s=refresh_s) if changes_only else None
@@ -119,6 +125,8 @@ class Collector:
         except OSError:
             self.stop()
             raise
+        if self.upstream is not None:
+            self._upstream_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._thread = threading.Thread(target=self._receive, name="collector", daemon=True)
         self._thread.start()
         return self
@@ -131,6 +139,9 @@ class Collector:
         if self.sock is not None:
             self.sock.close()
             self.sock = None
+        if self._upstream_sock is not None:
+            self._upstream_sock.close()
+            self._upstream_sock = None
         if self.server is not None:
             self.server.stop()
             self.server = None
@@ -190,6 +201,12 @@ class Collector:
             for out in sent:
                 for change_listener in self.change_listeners:
                     change_listener(now, data, pkt, out)
+            if sent and self._upstream_sock is not None and self.upstream is not None:
+                try:
+                    self._upstream_sock.sendto(data, self.upstream)
+                    self.forwarded += 1
+                except OSError:          # nobody listening (ICMP refused): the collector goes on
+                    pass
             if self._csv is None or (outcomes and not sent):
                 return                       # no files, or every report kept back
             switch = self.state.switch(pkt.node_id)
@@ -253,6 +270,13 @@ def _refresh_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected seconds >= 0 (0: send every report), got {text!r}") from None
 
 
+def _address_arg(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 0xFFFF:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT with a port 1..65535, got {text!r}")
+    return host, int(port)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m telemetry.collector", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -286,6 +310,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--refresh-s", type=_refresh_arg, default=DEFAULT_REFRESH_S, metavar="S",
                     help="send an unchanged flow's report again after S seconds, 0 = every report "
                          "(default: %(default)s)")
+    ap.add_argument("--upstream", type=_address_arg, metavar="HOST:PORT",
+                    help="forward each datagram with a report sent on (UDP) to HOST:PORT, e.g. the adaptive "
+                         "sampling loop of `fabric run` (127.0.0.1:32767)")
     ap.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C)")
     ap.add_argument("--progress", type=float, default=5.0, help="seconds between progress lines, 0 = none")
     ap.add_argument("--summary-interval", type=float, default=5.0, help="seconds between summary.json rewrites")
@@ -297,7 +324,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                               out_dir=None if args.no_files else args.out, node_names=names,
                               time_unit_ns=args.time_unit_ns, window=args.window,
                               changes_only=not args.all_reports, queue_bucket=args.queue_bucket,
-                              latency_bucket_us=args.latency_bucket_us, refresh_s=args.refresh_s).start()
+                              latency_bucket_us=args.latency_bucket_us, refresh_s=args.refresh_s,
+                              upstream=args.upstream).start()
     except (OSError, ValueError) as exc:
         print(f"collector: error: {exc}", file=sys.stderr)
         return 2

@@ -27,6 +27,7 @@ from typing import Optional
 from wire.int_telemetry import REPORT_UDP_PORT
 from telemetry import prometheus_config
 from telemetry import metrics as m
+from telemetry.adaptive_sampling import CHANGES_PORT
 from telemetry.collector import Collector, progress_line
 from emulator.netns import NETNS_DIR
 from telemetry.alert_receiver import AlertReceiver
@@ -101,9 +102,13 @@ def main(argv: Optional[list[str]] = None) -> int:
             else:
                 print(f"monitor: no namespace {nic.host} (is the network running?): reports on "
                       f"{bind}:{port} instead of the collector host {nic.label}", flush=True)
+        # A topology with int.adaptive: what the collector sends on also goes to the loop beside `fabric run`.
+        upstream = ("127.0.0.1", CHANGES_PORT) if int_cfg is not None and int_cfg.adaptive is not None else None
         collector = Collector(bind=bind, port=port, netns=netns,
                               metrics_port=args.collector_metrics_port, out_dir=run_dir / "collector",
-                              node_names=names).start()
+                              node_names=names, upstream=upstream).start()
+        if upstream is not None:
+            say(f"monitor: collector forwards its changes to udp {upstream[0]}:{upstream[1]} (adaptive sampling)")
         reader = Bmv2Reader(args.p4info, credentials=None if args.no_tls else MONITOR_CREDENTIALS)
         exporter = SwitchExporter(topo, reader, interval=args.interval).start(
             port=args.exporter_port)

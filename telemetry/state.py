@@ -16,8 +16,9 @@ Which report updates what:
 
 Given change settings (telemetry/changes.py), a tracked flow's report that
 is neither a drop nor a congestion report is marked sent (Outcome.sent)
-only when its path or a hop's queue or latency bucket changed since the
-flow's last sent report, or the refresh period passed; the others are
+only when its path, a hop's queue or latency bucket, or whether the packet
+was ECN-marked changed since the flow's last sent report, or the refresh
+period passed; the others are
 counted as kept back. Metrics are updated from every report either way.
 
 Timestamps and hop latency are in `time_unit_ns` units (BMv2: microseconds).
@@ -32,6 +33,7 @@ from typing import Any, Optional
 
 from prometheus_client import CollectorRegistry
 
+from wire.ecn import CE
 from wire.int_telemetry import TIMESTAMP_UNIT_NS, HopMetadata
 from telemetry import metrics as m
 from telemetry.changes import ChangeFilter, ChangeSettings
@@ -212,7 +214,8 @@ class TelemetryState:
         if r.f and not r.d and not r.i and stack is not None:
             hops = self._path(pkt, meta, stack.hops, flow, out)
             if self.changes is not None and out.kinds == ["tracked_flow"] and out.flow:
-                out.sent = self.changes.offer(out.flow, self.changes.signature(hops), now)
+                marked = r.inner is not None and r.inner.ecn == CE
+                out.sent = self.changes.offer(out.flow, self.changes.signature(hops), now, marked)
                 # Counted per reporting switch; a sent report creates the series at 0, so dashboards see it.
                 self.metric[m.INT_REPORTS_UNCHANGED.name].labels(*node).inc(0 if out.sent else 1)
         if out.sent:

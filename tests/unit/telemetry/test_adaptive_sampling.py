@@ -2,11 +2,16 @@
 the reports raise a flow or a port to every packet, when it goes back, and
 that HPCC's every-packet flows are left alone. Reports are built as the
 collector decodes them; the apply function records what would be written."""
+import socket
+import threading
+import time
+
 import pytest
 
 from features import int_telemetry as it
 from features import topology_from_dict
-from telemetry.adaptive_sampling import AdaptiveSampling
+from telemetry.adaptive_sampling import AdaptiveSampling, serving
+from telemetry.synthetic import Flow, congestion_report as synthetic_congestion
 from telemetry.decode import IndividualReport, InnerPacket, IntStack, ReportPacket
 from wire.int_telemetry import HopMetadata
 
@@ -153,3 +158,49 @@ def test_a_topology_without_int_is_an_error():
     topo = topology_from_dict(TOPO, "t.yaml")
     with pytest.raises(it.IntConfigError, match="no int section"):
         AdaptiveSampling(topo, it.AdaptiveSettings(), lambda r: None)
+
+
+# -- beside `fabric run`: what the collector sends on, over UDP ------------------------------
+
+class _Ints:
+    def __init__(self):
+        self.calls = []
+
+    def set_raised(self, ports, flows):
+        self.calls.append((frozenset(ports), frozenset(flows)))
+
+
+class _Controller:
+    def __init__(self):
+        self.ints = _Ints()
+
+    def feature(self, name):
+        assert name == "int_telemetry"
+        return self.ints
+
+
+def test_serving_raises_from_a_forwarded_datagram_and_lowers_on_exit(fabric):
+    topo = fabric[0]
+    ctl = _Controller()
+    spine_port = port_to(topo, "spine1", "leaf2")
+    said = []
+    with serving(topo, ctl, threading.Lock(), said.append, ("127.0.0.1", 0)) as loop:
+        assert loop is not None and "listening on udp 127.0.0.1" in said[0]
+        flow = Flow(topo.nic("h1").ip, topo.nic("h2").ip, 49152, 4791)
+        data = synthetic_congestion(flow, node_id=node(topo, "spine1"), seq_no=1, queue_id=0, occupancy=40,
+                                    egress_port=spine_port)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.sendto(b"not a report", loop.address)
+            s.sendto(data, loop.address)
+        deadline = time.monotonic() + 5
+        while not ctl.ints.calls and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert ctl.ints.calls[0] == (frozenset(), frozenset({it.FlowKey(flow.src_ip, flow.dst_ip, 17, 49152, 4791)}))
+        assert loop.malformed == 1
+    assert ctl.ints.calls[-1] == (frozenset(), frozenset())           # lowered when the network stops
+
+
+def test_serving_does_nothing_without_an_adaptive_section():
+    topo = topology_from_dict({**TOPO, "int": {k: v for k, v in SECTION.items() if k != "adaptive"}}, "t.yaml")
+    with serving(topo, None, threading.Lock(), print) as loop:
+        assert loop is None

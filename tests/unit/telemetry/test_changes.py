@@ -287,3 +287,32 @@ def test_bad_cli_values_are_named(capsys, flags, message):
         main(["--no-metrics", "--no-files", *flags])
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_change_of_ecn_marking_is_sent_and_a_steady_mark_is_kept_back():
+    filt = ChangeFilter(ChangeSettings(refresh_s=10))
+    sig = filt.signature([HopMetadata(node_id=1, queue_occupancy=0)])
+    assert [filt.offer("f", sig, t, marked) for t, marked in
+            enumerate([False, False, True, True, False])] == [True, False, True, False, True]
+
+
+def test_the_collector_forwards_upstream_only_datagrams_with_a_report_sent_on():
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as up:
+        up.bind(("127.0.0.1", 0))
+        up.settimeout(2)
+        col = Collector(port=0, metrics_port=None, out_dir=None, node_names=NAMES, upstream=up.getsockname())
+        col.start()
+        try:
+            s = Stream()
+            first, same = s.flow(), s.flow()
+            drop = drop_report(FLOW, node_id=3, seq_no=0, reason=1)
+            for data in (first, same, drop):
+                col.handle_datagram(data, T0)
+            got = [up.recv(65535), up.recv(65535)]
+            up.settimeout(0.2)
+            with pytest.raises(socket.timeout):
+                up.recv(65535)
+        finally:
+            col.stop()
+    assert got == [first, drop] and col.forwarded == 2
