@@ -254,14 +254,15 @@ header failover_scratch_t {      // failover.p4, and heartbeats in source_routin
 }
 
 // INT's sampling at a host port (int_telemetry_source.p4): small, since
-// every packet entering there validates it (int_scratch only the sampled).
+// every packet entering there validates it (int_scratch only the sampled),
+// and every packet of every program resets it (four fields: the flags fill
+// the sampler's byte).
 header int_sampling_t {
     bit<32>  sample;             // packets the port's (then the entry's) sampler counted, this one included
     bit<32>  sample_one_in;
-    bit<8>   take;               // 1: this packet carries INT from here
-    bit<8>   raised_flows;       // the port has raised flows: int_raised_flow first
     int_sampler_t sampler;
-    bit<6>   pad;                // BMv2: a header's fields fill whole bytes
+    bit<6>   flags;              // INT_SAMPLING_TAKE: this packet carries INT from here;
+                                 // INT_SAMPLING_RAISED: its port has raised flows (int_raised_flow first)
 }
 
 header int_scratch_t {           // int_telemetry_*.p4

@@ -20,8 +20,9 @@
 // exactly 1 in N over any N packets; traffic whose pattern repeats with a
 // period that divides N (k flows sent in turn, k dividing N) is sampled in
 // the same flow each time. Packets that already carry INT never match (the
-// keys include the shim's validity or the port is a host's). The tables
-// are looked up only where int_switch says INT is on.
+// watchlist's key includes the shim's validity; raised flows are looked up
+// only for packets without). The tables are looked up only where
+// int_switch says INT is on.
 //
 // Detection (docs/protocols/int_telemetry.md): UDP gets destination port INT_UDP_PORT and keeps
 // the original port in the shim (NPT 1); TCP gets DSCP INT_DSCP and keeps
@@ -44,10 +45,9 @@ control IntSource(inout headers_t hdr,
     register<bit<32>, port_t>(PORT_COUNT) int_port_sample_count;
     register<bit<32>, int_sampler_t>(INT_WATCHLIST_SIZE) int_sample_count;
 
-    action sample_port(bit<32> sample_one_in, bit<8> has_raised_flows) {
+    action sample_port(bit<32> sample_one_in, bit<1> has_raised_flows) {
         meta.int_sampling.setValid();
-        meta.int_sampling.take = 0;
-        meta.int_sampling.raised_flows = has_raised_flows;
+        meta.int_sampling.flags = (bit<6>) has_raised_flows << 1;      // INT_SAMPLING_RAISED, not yet TAKE
         meta.int_sampling.sample_one_in = sample_one_in;
         int_port_sample_count.read(meta.int_sampling.sample, std_meta.ingress_port);
         meta.int_sampling.sample = meta.int_sampling.sample + 1;     // this packet counted
@@ -79,13 +79,13 @@ control IntSource(inout headers_t hdr,
 
     action entry_sampled() {
         int_sample_count.write(meta.int_sampling.sampler, 0);
-        meta.int_sampling.take = 1;
+        meta.int_sampling.flags = meta.int_sampling.flags | INT_SAMPLING_TAKE;
     }
 
     // A raised flow: every packet, with the instructions of the rule that watches it.
     action raised_flow_source(bit<8> max_hop_count, bit<5> hop_metadata_words, bit<16> instruction_bitmap,
                               bit<16> ds_id, bit<16> ds_instruction, bit<16> ds_flags) {
-        meta.int_sampling.take = 1;
+        meta.int_sampling.flags = meta.int_sampling.flags | INT_SAMPLING_TAKE;
         meta.int_scratch.setValid();
         meta.int_scratch.max_hops = max_hop_count;
         meta.int_scratch.hop_ml = hop_metadata_words;
@@ -204,13 +204,13 @@ control IntSource(inout headers_t hdr,
             enable_int: {
                 switch (int_source_port.apply().action_run) {
                     sample_port: {                           // a host's port: INT may start here
-                        if (meta.int_sampling.raised_flows == 1) {
+                        if (meta.int_sampling.flags & INT_SAMPLING_RAISED != 0 && !hdr.int_shim.isValid()) {
                             if (!meta.flow.isValid()) {      // forwarding or non-minimal routing
                                 flow_key();                  // may have filled it
                             }
                             int_raised_flow.apply();
                         }
-                        if (meta.int_sampling.take == 0) {
+                        if (meta.int_sampling.flags & INT_SAMPLING_TAKE == 0) {
                             if (meta.int_sampling.sample < meta.int_sampling.sample_one_in) {
                                 port_unsampled();
                             } else {
@@ -230,13 +230,13 @@ control IntSource(inout headers_t hdr,
                             }
                         }
                         // TCP and UDP only (the watchlist's protocols): the shim follows the L4 header.
-                        if (meta.int_sampling.take == 1 && hdr.udp.isValid()) {
+                        if (meta.int_sampling.flags & INT_SAMPLING_TAKE != 0 && hdr.udp.isValid()) {
                             insert_int_headers();
                             hdr.int_shim.npt = INT_NPT_UDP_PORT;
                             hdr.int_shim.npt_field = hdr.udp.dst_port;
                             hdr.udp.dst_port = INT_UDP_PORT;
                             hdr.udp.length = hdr.udp.length + INT_SHIM_AND_HEADER_BYTES;
-                        } else if (meta.int_sampling.take == 1 && hdr.tcp.isValid()) {
+                        } else if (meta.int_sampling.flags & INT_SAMPLING_TAKE != 0 && hdr.tcp.isValid()) {
                             insert_int_headers();
                             hdr.int_shim.npt = INT_NPT_DSCP;
                             hdr.int_shim.npt_field = (bit<16>) (hdr.ipv4.dscp ++ 2w0);
