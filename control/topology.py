@@ -246,6 +246,7 @@ class Topology:
     links: list[LinkSpec]
     features: dict[str, Any] = field(default_factory=dict)  # parsed feature sections, e.g. "ecn"
     known_features: tuple = ()   # the Features it was loaded with (control/feature.py): what a controller programs
+    overlays: tuple[str, ...] = ()   # overlay files applied over `source`, in order (load(..., overlays=))
 
     # -- NICs, planes, rails ------------------------------------------------
 
@@ -434,23 +435,83 @@ def resolve(arg: str | Path) -> Path:
     return candidate
 
 
-def load(path: str | Path, features: Sequence["Feature"] = ()) -> Topology:
-    """Load and validate a topology file (a name in topologies/ or a path),
-    its feature sections parsed by `features` (features.FEATURES for all;
-    a section no feature given knows is an error)."""
-    path = resolve(path)
+def _read_yaml(path: Path, what: str) -> Any:
     try:
         text = path.read_text()
     except OSError as exc:
-        raise TopologyError(f"{path}: cannot read topology file: {exc.strerror}") from None
+        raise TopologyError(f"{path}: cannot read {what}: {exc.strerror}") from None
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise TopologyError(f"{path}: not valid YAML: {exc}") from None
-    return from_dict(data, source=str(path), features=features)
 
 
-def from_dict(data: Any, source: str = "<topology>", features: Sequence["Feature"] = ()) -> Topology:
+def load(path: str | Path, features: Sequence["Feature"] = (),
+         overlays: Sequence[str | Path] = ()) -> Topology:
+    """Load and validate a topology file (a name in topologies/ or a path),
+    its feature sections parsed by `features` (features.FEATURES for all;
+    a section no feature given knows is an error), with `overlays` (files
+    of feature sections, `fabric tune --out` writes one) applied over it in
+    order: see apply_overlays. The result is validated whole, as a file
+    would be: a bad overlay is an error naming the overlay file and the
+    field, and nothing of it is applied."""
+    path = resolve(path)
+    data = _read_yaml(path, "topology file")
+    data, sources = apply_overlays(data, overlays, features)
+    return from_dict(data, source=str(path), features=features, section_sources=sources,
+                     overlays=tuple(str(o) for o in overlays))
+
+
+def read_overlay(path: str | Path, features: Sequence["Feature"] = ()) -> dict[str, Any]:
+    """An overlay file: a mapping of feature sections (`lossless:`, `ecn:`,
+    ...) and nothing else; a section set to null removes the topology's.
+    The sections' contents are checked when the overlay is applied (by the
+    features, against the topology)."""
+    path = Path(path)
+    data = _read_yaml(path, "overlay")
+    v = _Validator(f"{path} (overlay)")
+    sections = {f.section for f in check_features(features)}
+    if not isinstance(data, dict) or not data:
+        v.fail("", f"expected a mapping of feature sections ({', '.join(sorted(sections))}), got "
+                   f"{type(data).__name__ if data is not None else 'nothing'}")
+    for key in data:
+        if key in BASE_FIELDS:
+            v.fail(str(key), "an overlay sets feature sections only, not the topology's base fields "
+                             f"({', '.join(sorted(BASE_FIELDS))})")
+        if key not in sections:
+            v.fail(str(key), f"unknown section (an overlay sets feature sections: {', '.join(sorted(sections))})")
+    return data
+
+
+def apply_overlays(data: Any, overlays: Sequence[str | Path], features: Sequence["Feature"] = ()
+                   ) -> tuple[Any, dict[str, str]]:
+    """A topology's mapping with `overlays` applied in order, section by
+    section: an overlay's section replaces the topology's whole (or adds
+    it); null removes it. Returns the new mapping (the given one is not
+    changed) and {section: the overlay file it came from}, for from_dict's
+    errors. Nothing is validated here beyond the overlays' own shape."""
+    if not overlays:
+        return data, {}
+    merged = dict(data) if isinstance(data, dict) else data
+    sources: dict[str, str] = {}
+    for overlay in overlays:
+        for section, value in read_overlay(overlay, features).items():
+            if not isinstance(merged, dict):
+                break                           # from_dict names what is wrong with the topology itself
+            if value is None:
+                merged.pop(section, None)
+                sources.pop(section, None)
+            else:
+                merged[section] = value
+                sources[section] = str(overlay)
+    return merged, sources
+
+
+def from_dict(data: Any, source: str = "<topology>", features: Sequence["Feature"] = (), *,
+              section_sources: Optional[dict[str, str]] = None, overlays: tuple[str, ...] = ()) -> Topology:
+    """Validate a topology's mapping. `section_sources` names, for a feature
+    section an overlay gave, the overlay file: its errors name that file
+    (as `<overlay> (overlay on <source>): <field>: ...`)."""
     v = _Validator(source)
     feature_sections = {f.section: f for f in check_features(features)}
     top_fields = BASE_FIELDS | set(feature_sections)
@@ -496,11 +557,14 @@ def from_dict(data: Any, source: str = "<topology>", features: Sequence["Feature
         links.append(v.link(f"links[{i}]", raw, defaults, switches, hosts))
 
     _attach(v, switches, hosts, links)
-    topo = Topology(name, str(description), source, switches, hosts, links, known_features=tuple(features))
+    topo = Topology(name, str(description), source, switches, hosts, links, known_features=tuple(features),
+                    overlays=overlays)
     _check_connected(v, topo)
     for section, feature in feature_sections.items():
         if data.get(section) is not None:
-            topo.features[section] = feature.parse_section(data[section], topo, v.fail)
+            given_by = (section_sources or {}).get(section)
+            fail = _Validator(f"{given_by} (overlay on {source})").fail if given_by else v.fail
+            topo.features[section] = feature.parse_section(data[section], topo, fail)
     return topo
 
 

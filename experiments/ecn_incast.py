@@ -2,7 +2,7 @@
 """Incast N:1 through a bottleneck, three ways: no ECN, step ECN + DCQCN,
 WRED ECN + DCQCN.
 
-    fabric experiment ecn_incast [--duration 10] [--out experiments/results/ecn_incast]
+    fabric experiment ecn_incast [--duration 10] [--out experiments/results/ecn_incast] [--overlay tuned.yaml]
 
 Brings topologies/incast.yaml up on BMv2 (4 senders, 1 receiver; the
 receiver's port is served at 800 packets/s), then for each case sets the
@@ -19,6 +19,12 @@ Recorded per case:
 Writes CSV and PNG under --out, prints a summary table and where files went.
 Fixed seeds: the agents' only randomness is the switch's WRED draws, and the
 scenario itself (start times, rates) is deterministic.
+
+--overlay FILE (`fabric tune --topology incast --ecn step|wred --out FILE`,
+docs/tuning.md) loads incast.yaml with that file's sections: the step case
+takes K, and the WRED case Kmin/Kmax/Pmax, from its profile of the
+bottleneck port (s1 towards h5) where it has one of that mode. DCQCN's
+constants go by --dcqcn, as `fabric tune` prints them.
 """
 from __future__ import annotations
 
@@ -29,7 +35,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -49,6 +55,7 @@ from emulator.calibration import Flow
 from control.controller import FabricController
 from features.ecn import MARKED_COUNTER, EcnProfile
 from emulator.network import Network, queue_rate_pps
+from control.topology import TopologyError
 from features import load_topology
 
 
@@ -69,6 +76,17 @@ CASES = [
     Case("wred-ecn-dcqcn", EcnProfile.wred(5, 30, 0.2), dcqcn=True),
 ]
 
+BOTTLENECK, RECEIVER = "s1", "h5"
+
+
+def tuned_cases(topo) -> list[Case]:
+    """CASES, the step and WRED cases with the profile the topology's `ecn:`
+    section (an overlay's) gives the bottleneck port in that mode, if any."""
+    port = topo.hosts[RECEIVER].switch_port
+    given = topo.features.get("ecn") or {}
+    profile = given.get((BOTTLENECK, port, None)) or given.get((BOTTLENECK, port, 0))
+    return [replace(c, profile=profile) if profile is not None and c.profile is not None
+            and c.profile.mode == profile.mode else c for c in CASES]
 
 
 def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: Path) -> dict:
@@ -211,10 +229,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS,
                     help="BMv2 log level (default off: logging slows BMv2 several times)")
     ap.add_argument("--cases", nargs="*", default=[c.name for c in CASES], choices=[c.name for c in CASES])
+    ap.add_argument("--overlay", action="append", default=[], metavar="FILE",
+                    help="incast.yaml with these sections (`fabric tune --out`): the step and WRED cases take the "
+                         "bottleneck's profile of their mode from them")
     args = ap.parse_args(argv)
+    try:
+        topo = load_topology(REPO / "topologies" / "incast.yaml", overlays=args.overlay)
+    except TopologyError as exc:
+        ap.error(str(exc))
+    cases = tuned_cases(topo)
+    for case, hand_set in zip(cases, CASES):
+        if case.profile != hand_set.profile:
+            print(f"{case.name}: {case.marking} from the overlay (hand-set: {hand_set.marking})", flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    topo = load_topology(REPO / "topologies" / "incast.yaml")
     compile_p4()
     results = []
     with Network(topo, REPO / "build" / "experiments" / "ecn_incast", log_level=args.log_level) as net, \
@@ -223,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         net.apply_queue_rates()
         senders = [h.name for h in topo.hosts.values() if h.role == "sender"]
         budget = announce_budget(topo, [Flow(h, "h5", args.sender_rate) for h in senders])
-        for case in (c for c in CASES if c.name in args.cases):
+        for case in (c for c in cases if c.name in args.cases):
             print(f"==> {case.name}: {args.duration:g}s of 4:1 incast "
                   f"({case.marking}{', DCQCN' if case.dcqcn else ', fixed rate'})", flush=True)
             results.append({**run_case(case, topo, net, ctl, args, out), "budget": budget})

@@ -6,7 +6,7 @@ deadlock (formed, prevented by a class change, broken by the watchdog), and
 class isolation (collective and storage traffic in one class or two).
 
     fabric experiment lossless [--phases incast spreading storm deadlock isolation] [--duration 10]
-                               [--out experiments/results/lossless]
+                               [--out experiments/results/lossless] [--overlay tuned.yaml]
 
 Phase incast: topologies/incast.yaml on BMv2 (4 senders, 1 receiver whose
 port is served at 800 packets/s) with a `lossless:` section: DSCP 26 is
@@ -19,6 +19,12 @@ class 3. Four RoCEv2 senders (hostagent.ecn.roce) send class-3 packets at
               (a lossless NIC): no drops.
   pfc-dcqcn   the same, plus step ECN (K 10) at the bottleneck and DCQCN
               senders: they slow down, so fewer pauses are needed.
+
+With --overlay FILE (`fabric tune --topology incast --out FILE`,
+docs/tuning.md), incast.yaml is loaded with that file's sections: the
+lossless cases take their PFC thresholds (lossless.pfc) and the pfc-dcqcn
+case its bottleneck's step profile (s1 towards h5, ecn:) from it where it
+has them; the other phases, on other topologies, keep their own.
 
 Recorded per case: packets sent/received, drops (PSN gaps at the receiver,
 and the switch's lossless headroom drops), what the buffer model still
@@ -89,7 +95,7 @@ from emulator.fidelity import FidelityMonitor, Verdict
 from control.controller import FabricController
 from emulator.network import Network, queue_rate_pps
 from control.p4constants import drop_reasons
-from control.topology import NextHop
+from control.topology import NextHop, TopologyError
 from experiments.common import StartGate, agent_python, announce_budget, experiment_parser, case_fidelity, \
     lost_before_pipeline, print_fidelity, print_table, roce_agent, save_figure, write_csv
 from features import load_topology, topology_from_dict
@@ -123,9 +129,25 @@ CASES = [Case("lossy", False, False), Case("pfc", True, False), Case("pfc-dcqcn"
 LATE_PAUSE_HEADROOM = 64
 
 
-def section(lossless: bool) -> LosslessConfig:
+INCAST_PFC = PfcThresholds(xoff=24, xon=12, headroom=32)
+INCAST_MARKING = EcnProfile.step(10)
+
+
+def section(lossless: bool, pfc: PfcThresholds = INCAST_PFC) -> LosslessConfig:
     return LosslessConfig(queues=8, classes=(TrafficClass("collective", TCLASS, TCLASS, (DSCP,), lossless),),
-                          pfc=PfcThresholds(xoff=24, xon=12, headroom=32))
+                          pfc=pfc)
+
+
+def incast_tuning(topo) -> tuple[PfcThresholds, EcnProfile]:
+    """The incast phase's PFC thresholds and the pfc-dcqcn case's bottleneck
+    profile: the hand-set ones, or what the topology (incast.yaml with
+    --overlay) gives: its lossless.pfc, its step profile of s1 towards h5."""
+    config = topo.features.get(SECTION)
+    port = topo.hosts[RECEIVER].switch_port
+    given = topo.features.get("ecn") or {}
+    marking = given.get((SWITCH, port, TCLASS)) or given.get((SWITCH, port, None))
+    return (config.pfc if config is not None else INCAST_PFC,
+            marking if marking is not None and marking.mode == "step" else INCAST_MARKING)
 
 
 def finish(name: str, procs: list[subprocess.Popen], net: Network, args) -> None:
@@ -155,8 +177,9 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
     receiver = topo.hosts[RECEIVER]
     senders = [h for h in topo.hosts.values() if h.role == "sender"]
     port = receiver.switch_port
-    ctl.feature("lossless").apply(section(case.lossless))
-    ctl.feature("ecn").set_profile(SWITCH, port, EcnProfile.step(10) if case.dcqcn else None)
+    pfc, marking = getattr(args, "incast_tuning", (INCAST_PFC, INCAST_MARKING))
+    ctl.feature("lossless").apply(section(case.lossless, pfc))
+    ctl.feature("ecn").set_profile(SWITCH, port, marking if case.dcqcn else None)
     sender_ports = [h.switch_port for h in senders]
 
     def counters(name: str, ports) -> int:
@@ -987,9 +1010,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=1,
                     help="incast and spreading: run their cases this many times in a row on one network, "
                          "each lossless case judged at the receivers")
+    ap.add_argument("--overlay", action="append", default=[], metavar="FILE",
+                    help="incast: incast.yaml with these sections (`fabric tune --out`): the PFC thresholds and "
+                         "the pfc-dcqcn step profile come from them")
     args = ap.parse_args(argv)
     if args.runs < 1:
         ap.error(f"--runs must be at least 1, got {args.runs}")
+    if args.overlay:                                   # a bad overlay is named before anything starts
+        try:
+            load_topology(REPO / "topologies" / "incast.yaml", overlays=args.overlay)
+        except TopologyError as exc:
+            ap.error(str(exc))
     if args.spreading_scale <= 0 or args.spreading_load <= 0:
         ap.error("--spreading-scale and --spreading-load must be positive")
     out = Path(args.out)
@@ -999,8 +1030,12 @@ def main(argv: list[str] | None = None) -> int:
     verdicts: list[dict] = []
     judged: list[dict] = []                             # rows with a fidelity verdict
     if "incast" in args.phases:
-        topo = load_topology(REPO / "topologies" / "incast.yaml")
-        topo.features[SECTION] = section(True)          # the switches start with its queues
+        topo = load_topology(REPO / "topologies" / "incast.yaml", overlays=args.overlay)
+        args.incast_tuning = incast_tuning(topo)
+        if args.overlay:
+            print(f"incast: PFC {args.incast_tuning[0]}, pfc-dcqcn marking {args.incast_tuning[1]} "
+                  f"(hand-set: {INCAST_PFC}, {INCAST_MARKING}; --overlay {' '.join(args.overlay)})", flush=True)
+        topo.features[SECTION] = section(True, args.incast_tuning[0])   # the switches start with its queues
         results = []
         with fabric(topo, "lossless", args) as (net, ctl):
             budget = announce_budget(topo, [Flow(h.name, RECEIVER, args.sender_rate) for h in topo.hosts.values()

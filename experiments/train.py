@@ -4,7 +4,7 @@ a failure mid-run, and each technique priced by switching it off.
     fabric train [--topology fat-tree-k4] [--ranks 16] [--steps 40]
                  [--algorithm ring] [--traffic-class lossless] [--cc hpcc]
                  [--paths path-aware] [--channel-choice least-loaded] [--no-failover] [--fail spine1@step5]
-                 [--ablate] [--out build/experiments/train]
+                 [--overlay tuned.yaml] [--ablate] [--out build/experiments/train]
 
 One DDP process per rank, in the ranks' namespaces, trains an MLP on
 scikit-learn's digits (hostagent/collectives/ddp.py); its gradients are
@@ -31,6 +31,11 @@ black-holing switch (`blackhole:spine1`: alive, answering the controller,
 forwarding nothing).
 `--ablate` runs the composition, then each technique in turn switched off,
 same seed and steps, and prints one table (CSV and PNG too).
+`--overlay FILE` (repeatable; `fabric tune --out` writes one, docs/tuning.md)
+tunes the composition: its sections replace those the composition has (the
+`lossless:` section must keep the ranks' class, DSCP 26 in lossless class
+3), and its `ecn:` section, which no technique decides, is added; a section
+of a technique the composition (or an ablation case) has off is left off.
 """
 from __future__ import annotations
 
@@ -48,7 +53,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import yaml
 
@@ -60,10 +65,10 @@ from emulator.impairments import blackhole
 from emulator.network import Network, NetworkError
 from control.p4info import EntryError
 from control.p4constants import drop_reasons
-from control.topology import Topology, TopologyError
+from control.topology import Topology, TopologyError, apply_overlays, from_dict
 from experiments.common import REPO, agent_python, case_fidelity, kill_switch, print_fidelity, print_table, save_figure, \
     write_csv
-from features import topology_from_dict
+from features import FEATURES, topology_from_dict
 from hostagent.aggregation.runs import start_server, stop_server
 from hostagent.collectives import schedule as sc
 from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, CHANNEL_CHOICES, FIXED, IN_NETWORK, LEAST_LOADED, \
@@ -209,12 +214,38 @@ class Failure:
                 "blackhole": f"switch {self.target} black-holing"}[self.kind]
 
 
-def composed_topology(name: str, c: Composition, ranks: list[str]) -> tuple[Topology, dict]:
+COMPOSED_SECTIONS = ("int", "aggregation", "load_balancing", "failover", "lossless", "nonminimal_routing")
+OVERLAY_ADDS = ("ecn",)          # sections an overlay may add: no technique of the composition decides them
+
+
+def overlay_sections(raw: dict, overlays: Sequence[str | Path]) -> tuple[dict, dict[str, str], list[str]]:
+    """The composed topology's mapping with `overlays` applied: their
+    sections replace the composition's, add ECN, and leave a technique the
+    composition has off, off. Returns (mapping, {section: overlay file},
+    the sections left out)."""
+    merged, sources = apply_overlays(raw, overlays, FEATURES)
+    left_out = []
+    for section in list(sources):
+        if section not in raw and section not in OVERLAY_ADDS:
+            merged.pop(section, None)
+            sources.pop(section)
+            left_out.append(section)
+    for section in raw:                        # a null in an overlay does not switch a technique off either
+        if section not in merged:
+            merged[section] = raw[section]
+            left_out.append(section)
+    return merged, sources, left_out
+
+
+def composed_topology(name: str, c: Composition, ranks: list[str],
+                      overlays: Sequence[str | Path] = ()) -> tuple[Topology, dict]:
     """topologies/<name>.yaml with the sections the composition asks for (and
-    no others: no aggregation, INT only for HPCC), and the file's text as a dict."""
+    no others: no aggregation, INT only for HPCC), tuned by `overlays`
+    (overlay_sections), and the whole as a dict. An overlay's lossless
+    section must keep the ranks' class (ValueError otherwise)."""
     path = topology_path(name)
     raw = yaml.safe_load(path.read_text())
-    for section in ("int", "aggregation", "ecn", "load_balancing", "failover", "lossless", "nonminimal_routing"):
+    for section in (*COMPOSED_SECTIONS, "ecn"):
         raw.pop(section, None)
     if c.cc == "hpcc":
         # no drop reports: no collector listens on the ranks (their kernels would answer with ICMP)
@@ -235,7 +266,17 @@ def composed_topology(name: str, c: Composition, ranks: list[str]) -> tuple[Topo
         raw["links"].append([PARAMETER_SERVER, last[1] if last[0] == ranks[-1] else last[0]])
         raw["aggregation"] = {"jobs": [{"job": AGGREGATION_JOB, "workers": list(ranks), "server": PARAMETER_SERVER,
                                         "slots": AGGREGATION_SLOTS, "trees": AGGREGATION_TREES}]}
-    return topology_from_dict(raw, f"{path.stem} for training ({c.label})"), raw
+    if not overlays:
+        return topology_from_dict(raw, f"{path.stem} for training ({c.label})"), raw
+    raw, sources, _ = overlay_sections(raw, overlays)
+    topo = from_dict(raw, f"{path.stem} for training ({c.label})", FEATURES, section_sources=sources,
+                     overlays=tuple(map(str, overlays)))
+    if "lossless" in sources:
+        config = topo.features["lossless"]
+        if not any(k.lossless and k.tclass == LOSSLESS_CLASS and LOSSLESS_DSCP in k.dscp for k in config.classes):
+            raise ValueError(f"--overlay {sources['lossless']}: lossless: the ranks send DSCP {LOSSLESS_DSCP} in "
+                             f"lossless class {LOSSLESS_CLASS}; this section has no such class")
+    return topo, raw
 
 
 @dataclass
@@ -419,7 +460,8 @@ def percentile(values: list[float], p: float) -> float:
     return v[min(len(v) - 1, int(p * len(v)))] if v else 0.0
 
 
-def line_rate_for(topology: str, rank_names: list[str], c: Composition) -> tuple[float, str]:
+def line_rate_for(topology: str, rank_names: list[str], c: Composition,
+                  overlays: Sequence[str | Path] = ()) -> tuple[float, str]:
     """Each connection's top rate, and how it was chosen: the highest at
     which the ring's connections (each rank to the next, on every channel;
     ACKs back) keep the run within this machine's budget, by its current
@@ -428,7 +470,7 @@ def line_rate_for(topology: str, rank_names: list[str], c: Composition) -> tuple
     cal, why = current(this_machine())
     if cal is None:
         return LINE_RATE_PPS.get(Path(topology).stem, DEFAULT_LINE_RATE_PPS), f"{why}: the topology's default"
-    topo = composed_topology(topology, c, rank_names)[0]
+    topo = composed_topology(topology, c, rank_names, overlays)[0]
     n = len(rank_names)
     ring = [(rank_names[i], rank_names[(i + 1) % n]) for i in range(n)] * c.channels
     rate = fitting_rate(topo, ring, cal, "training", ack_share=1 / TransportParams().ack_every)
@@ -560,7 +602,7 @@ def fabric(topo: Topology, run_dir: Path, log_level: str, say) -> Iterator[tuple
 
 def run_case(case: str, c: Composition, args, reference: Reference, rank_names: list[str], failure: Failure | None,
              out: Path, say=print) -> RunResult:
-    topo, raw = composed_topology(args.topology, c, rank_names)
+    topo, raw = composed_topology(args.topology, c, rank_names, getattr(args, "overlay", []))
     out.mkdir(parents=True, exist_ok=True)
     topo_file = out / "topology.yaml"          # what the ranks' path model reads
     topo_file.write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -827,6 +869,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--no-failover", action="store_true", help="no heartbeats, no data-plane or controller failover")
     ap.add_argument("--fail", metavar="TARGET@stepK", help="as step K starts, kill a switch (spine1), cut a link "
                     "(leaf1-spine1) or make a switch black-hole (blackhole:spine1)")
+    ap.add_argument("--overlay", action="append", default=[], metavar="FILE",
+                    help="tune the composition with these sections (repeatable; `fabric tune --out` writes one): "
+                         "they replace the composition's, add ECN, leave a technique it has off, off")
     ap.add_argument("--ablate", nargs="?", const=",".join(TECHNIQUES), metavar="TECHNIQUES",
                     help="the composition, then each technique off in turn (or those named, comma-separated: "
                          f"{', '.join(TECHNIQUES)})")
@@ -865,15 +910,22 @@ def main(argv: list[str] | None = None) -> int:
                                   not args.no_failover)
         cases = ablations(composition, tuple(t.strip() for t in args.ablate.split(","))) if args.ablate \
             else [("composed", composition)]
-        # checked before anything starts (a case's sections add no switch nor link)
-        failure = Failure.parse(args.fail, composed_topology(args.topology, composition, rank_names)[0],
-                                args.steps) if args.fail else None
+        # checked before anything starts (a case's sections add no switch nor link): every case's
+        # topology with the overlays, then the failure
+        for case, c in cases:
+            composed_topology(args.topology, c, rank_names, args.overlay)
+            if args.overlay:
+                _, sources, left = overlay_sections(composed_topology(args.topology, c, rank_names)[1], args.overlay)
+                print(f"{case}: from the overlays: {', '.join(sorted(sources)) or 'nothing'}"
+                      f"{'; left as the composition has them: ' + ', '.join(left) if left else ''}", flush=True)
+        failure = Failure.parse(args.fail, composed_topology(args.topology, composition, rank_names,
+                                                             args.overlay)[0], args.steps) if args.fail else None
     except (ValueError, TopologyError) as e:
         print(f"fabric train: {e}")
         return 2
     compile_p4()
     if not args.line_rate_pps:
-        args.line_rate_pps, how = line_rate_for(args.topology, rank_names, composition)
+        args.line_rate_pps, how = line_rate_for(args.topology, rank_names, composition, args.overlay)
         print(f"line rate: {args.line_rate_pps:g} packets/s a connection ({how})", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     reference = Reference(args.steps, args.out)

@@ -7,6 +7,7 @@
     fabric bench [...]                              packets/s of the pipeline and each feature
     fabric calibrate [--if-stale]                   what this machine emulates faithfully (docs/fidelity.md)
     fabric train [--topology fat-tree-k4] [...]     PyTorch DDP across the fabric, techniques composed (--ablate)
+    fabric tune --topology T [--out FILE]           PFC, ECN and congestion-control values derived (docs/tuning.md)
     fabric experiment NAME [...] | experiments      one experiment (CSV + PNG), or all
     fabric features [--markdown]                    the feature index
     fabric generate [--check]                       rewrite (or check) every generated file
@@ -40,7 +41,7 @@ from control.p4info import EntryError
 from control.switch import CONTROLLER_CREDENTIALS, CONTROLLER_ELECTION_ID, SwitchError
 from control.tls import PkiError
 from control.topology import TopologyError
-from fabric import generate, kathara, run
+from fabric import generate, kathara, run, tune
 from features import FEATURES, load_topology
 from telemetry import monitor
 
@@ -155,6 +156,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         "export": export,
         "topology": topology,
         "train": calibrated(experiments.train.main),
+        "tune": tune.main,
     }
     helps = {"run": "build, start a topology on BMv2, program it, ping all pairs, open the shell",
              "monitor": "INT collector, switch exporter and Prometheus next to a running network",
@@ -165,7 +167,9 @@ def main(argv: Optional[list[str]] = None) -> int:
              "probe-plan": "the INT probe plans of topologies",
              "export": "the topology for another emulator: `export kathara --topology T DIR`",
              "topology": "write a topology beyond Clos: `topology {dragonfly,slimfly,torus} --help`",
-             "train": "PyTorch DDP across the fabric with the techniques composed; --ablate prices each"}
+             "train": "PyTorch DDP across the fabric with the techniques composed; --ablate prices each",
+             "tune": "PFC headroom/XON/XOFF, ECN thresholds, watchdog and congestion-control constants derived "
+                     "from a topology; --out writes an overlay"}
     for name in passthrough:
         sub.add_parser(name, help=helps[name], add_help=False).add_argument("rest", nargs=argparse.REMAINDER)
     p = sub.add_parser("program", help="program a running network (idempotent)")

@@ -5,6 +5,7 @@ each NIC, on multi-homed topologies), print a summary, then open the CLI.
     fabric run                      # leaf-spine, then the CLI
     fabric run --no-cli             # same, non-interactive; exit 0 on success
     fabric run --topology fat-tree-k4 --pcap
+    fabric run --topology T --overlay tuned.yaml   # T with the sections `fabric tune --out` wrote (docs/tuning.md)
 """
 from __future__ import annotations
 
@@ -124,7 +125,9 @@ def ping_everything(topo: Topology, net: Network) -> dict[tuple[str, str], bool]
 
 def run(args) -> int:
     t0 = time.monotonic()
-    topo = load_topology(args.topology)  # validated before anything starts
+    topo = load_topology(args.topology, overlays=args.overlay)  # validated before anything starts
+    if topo.overlays:
+        step(f"overlays over {topo.source}: {', '.join(topo.overlays)} (their sections replace the file's)")
     step("compiling p4src/main.p4")
     pipeline = compile_p4()
     run_dir = Path(args.run_dir)
@@ -194,6 +197,9 @@ def election_id_arg(text: str) -> tuple[int, int]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="fabric run", description=__doc__.split("\n\n")[0])
     ap.add_argument("--topology", "-t", default="leaf-spine", help="topology name in topologies/ or a YAML path")
+    ap.add_argument("--overlay", action="append", default=[], metavar="FILE",
+                    help="feature sections applied over the topology's, section by section (repeatable; "
+                         "`fabric tune --out` writes one: docs/tuning.md)")
     ap.add_argument("--no-cli", action="store_true", help="do not open the CLI: exit after the summary")
     ap.add_argument("--pcap", action="store_true", help="write per-port pcaps under <run-dir>/pcap")
     ap.add_argument("--log-level", default=DEFAULT_INTERACTIVE_LOG_LEVEL, choices=LOG_LEVELS,

@@ -4,6 +4,7 @@ control-plane side, a `Feature` (the contract: control/feature.py).
     FEATURES                 every feature, in the order the controller programs them
     by_name("ecn")           one of them
     load_topology(path)      a topology file with every feature's section parsed
+                             (overlays=[file, ...]: feature sections applied over it)
     topology_from_dict(...)  the same from a mapping
 
 Adding a feature is adding its module here (and its pieces: see
@@ -12,7 +13,7 @@ docs/architecture.md); `fabric features` prints the index.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from control import topology
 from control.feature import Feature, check_features
@@ -31,9 +32,11 @@ def by_name(name: str) -> Feature:
     raise KeyError(f"no feature {name!r} (features: {', '.join(f.name for f in FEATURES)})")
 
 
-def load_topology(path: str | Path) -> topology.Topology:
-    """A topology file (a name in topologies/ or a path), validated with every feature's section."""
-    return topology.load(path, FEATURES)
+def load_topology(path: str | Path, overlays: Sequence[str | Path] = ()) -> topology.Topology:
+    """A topology file (a name in topologies/ or a path), validated with every
+    feature's section, with `overlays` (files of feature sections, e.g. what
+    `fabric tune --out` writes) applied over it section by section."""
+    return topology.load(path, FEATURES, overlays)
 
 
 def topology_from_dict(data: Any, source: str = "<topology>") -> topology.Topology:

@@ -1,0 +1,157 @@
+"""`fabric tune` (fabric/tune.py) run in-process: what it prints and the
+overlay it writes, and the overlay taken by `fabric run`, `fabric train`
+and the ECN and lossless experiments, a bad one refused by name before
+anything starts."""
+import signal
+from pathlib import Path
+
+import pytest
+import yaml
+
+from experiments import ecn_incast, lossless, train
+from features import load_topology
+from features.ecn import EcnProfile
+from features.lossless import PfcThresholds
+from fabric import cli, run, tune
+
+REPO = Path(__file__).resolve().parents[3]
+# the section the lossless experiment's incast phase gives incast.yaml (experiments/lossless.py section())
+CLASSES = {"lossless": {"queues": 8, "classes": [{"name": "collective", "class": 3, "dscp": [26], "lossless": True}],
+                        "pfc": {"xoff": 24, "xon": 12, "headroom": 32}}}
+
+
+def test_leaf_spine_prints_every_derivation_and_has_nothing_to_write(capsys):
+    assert tune.main(["--topology", str(REPO / "topologies" / "leaf-spine.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"fabric tune: {REPO / 'topologies' / 'leaf-spine.yaml'} (leaf-spine)\n")
+    assert "\n  rtt = 3.6 ms  (max over host pairs of 2 (cable delays one way)" in out
+    assert "no lossless class in this topology" in out and "not written (--ecn step|wred writes them)" in out
+    assert "\n  ecn.k[spine1:1,2 spine2:1,2 leaf1:1-4 leaf2:1-4] = 5 packets  (max(1, ceil(BDP / 7)); " \
+           "r = 8333 packets/s, RTT = 3.6 ms, BDP = r RTT = 30 packets) [dctcp]\n" in out
+    assert "\n  dcqcn.rate_timer_s = 0.0198 s  (T_ref x s; T_ref = 55 us, s = 360) [dcqcn]\n" in out
+    assert "carried by: python -m hostagent.ecn.roce send --rate-timer-s; fabric experiment ecn_incast " \
+           "--dcqcn rate_timer_s=VALUE" in out
+    assert "\n  hpcc.w_ai[NIC line rate 8333 packets/s] = 0.5 packets  (W_init (1 - eta) / N; W_init = 30 packets, " \
+           "eta = 0.95, N = 3) [hpcc]\n" in out
+    assert "carried by: no flag yet: HpccParams.base_rtt_s" in out
+    assert out.rstrip().endswith("overlay: nothing to write (no lossless class, no ECN profile: see the notes above)")
+
+
+def test_the_front_door_runs_it_and_the_overlay_it_writes_loads(tmp_path, capsys):
+    out_file = tmp_path / "tuned.yaml"
+    assert cli.main(["tune", "--topology", "leaf-spine", "--ecn", "step", "--rtt-us", "7200",
+                     "--out", str(out_file)]) == 0
+    out = capsys.readouterr().out
+    assert "\n  rtt = 7.2 ms  (given (--rtt-us); unloaded, the topology's longest = 3.6 ms) [project]\n" in out
+    assert f"overlay written: {out_file} (ecn); apply it with fabric run --topology leaf-spine --overlay " \
+           f"{out_file}" in out
+    text = out_file.read_text()
+    assert text.startswith("# Overlay derived by `fabric tune --topology leaf-spine --rtt-us 7200 --ecn step` from ")
+    assert yaml.safe_load(text) == {"ecn": [{"switch": s, "port": "all", "mode": "step", "k": 9}
+                                            for s in ("spine1", "spine2", "leaf1", "leaf2")]}
+    topo = load_topology("leaf-spine", overlays=[out_file])
+    assert topo.features["ecn"][("leaf1", 3, None)] == EcnProfile.step(9)
+
+
+def test_a_lossless_topology_gets_its_pfc_section_written(tmp_path, capsys):
+    """incast.yaml as the lossless experiment composes it (its class, given by --overlay)."""
+    classes = tmp_path / "classes.yaml"
+    classes.write_text(yaml.safe_dump(CLASSES))
+    out_file = tmp_path / "tuned.yaml"
+    assert tune.main(["--topology", "incast", "--overlay", str(classes), "--out", str(out_file)]) == 0
+    out = capsys.readouterr().out
+    assert "\n  rtt = 1.2 ms  (" in out                                # one switch: two traversals
+    # the senders' 100 Mbit/s ports need the most headroom; h5's 9.6 Mbit/s port (800 packets/s) the least
+    assert "\n  lossless.pfc.headroom[s1:1-4 class collective] = 12 packets  (ceil(2 d r + 2 + 2 t_hop r)" in out
+    assert "\n  lossless.pfc.headroom[s1:5 class collective] = 3 packets  (" in out
+    assert "\n  lossless.pfc.headroom[section] = 12 packets  (max over ports and classes" in out
+    written = yaml.safe_load(out_file.read_text())
+    assert written == {"lossless": {**CLASSES["lossless"],
+                                    "pfc": {"xoff": 12, "xon": 10, "headroom": 12, "pause_quanta": 65535}}}
+    assert f"fabric run --topology incast --overlay {classes} --overlay {out_file}" in out
+    topo = load_topology("incast", overlays=[classes, out_file])
+    assert topo.features["lossless"].pfc == PfcThresholds(12, 10, 12)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--topology", "nope"], "no topology named 'nope'"),
+    (["--topology", "leaf-spine", "--rtt-us", "0"], "--rtt-us must be > 0"),
+    (["--topology", "leaf-spine", "--flows", "0"], "--flows must be >= 1"),
+    (["--topology", "leaf-spine", "--overlay", "/nonexistent/o.yaml"], "/nonexistent/o.yaml: cannot read overlay"),
+])
+def test_bad_arguments_are_named(argv, message, capsys):
+    assert tune.main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.fixture
+def sigterm_kept():
+    """fabric run's and fabric train's mains install a SIGTERM handler: put the test process's back."""
+    kept = signal.getsignal(signal.SIGTERM)
+    yield
+    signal.signal(signal.SIGTERM, kept)
+
+
+def bad_overlay(tmp_path: Path) -> Path:
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({"lossless": {**CLASSES["lossless"], "pfc": {"xoff": 5, "xon": 10}}}))
+    return path
+
+
+def test_fabric_run_refuses_a_bad_overlay_before_anything_starts(tmp_path, capsys, sigterm_kept):
+    bad = bad_overlay(tmp_path)
+    assert run.main(["--topology", "leaf-spine", "--overlay", str(bad), "--no-cli"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {bad} (overlay on {REPO / 'topologies' / 'leaf-spine.yaml'}): lossless.pfc.xon: " \
+           "xon (10) must be below xoff (5)" in err
+
+
+def test_fabric_train_takes_an_overlay_into_its_composition(tmp_path, capsys, sigterm_kept):
+    over = tmp_path / "o.yaml"
+    over.write_text(yaml.safe_dump({"lossless": {**CLASSES["lossless"], "pfc": {"xoff": 12, "xon": 10, "headroom": 12}},
+                                    "ecn": [{"switch": "leaf1", "port": "all", "mode": "step", "k": 5}],
+                                    "aggregation": {"jobs": []}, "failover": None}))
+    topo, raw = train.composed_topology("leaf-spine", train.Composition(), ["h1", "h2", "h3", "h4"], [over])
+    assert topo.features["lossless"].pfc == PfcThresholds(12, 10, 12) and ("leaf1", 1, None) in topo.features["ecn"]
+    assert "aggregation" not in raw and "failover" in raw          # a technique's on/off is the composition's
+    assert topo.overlays == (str(over),)
+    lossy, raw = train.composed_topology("leaf-spine", train.Composition(traffic_class="lossy"), ["h1", "h2"], [over])
+    assert "lossless" not in raw and "ecn" in raw
+    _, sources, left = train.overlay_sections(train.composed_topology("leaf-spine", train.Composition(),
+                                                                      ["h1", "h2"])[1], [over])
+    assert sorted(sources) == ["ecn", "lossless"] and sorted(left) == ["aggregation", "failover"]
+    other = tmp_path / "other-class.yaml"
+    other.write_text(yaml.safe_dump({"lossless": {"classes": [{"name": "c", "class": 4, "dscp": [26],
+                                                               "lossless": True}]}}))
+    with pytest.raises(ValueError, match="the ranks send DSCP 26 in lossless class 3"):
+        train.composed_topology("leaf-spine", train.Composition(), ["h1", "h2"], [other])
+    assert train.main(["--topology", "leaf-spine", "--overlay", str(bad_overlay(tmp_path))]) == 2
+    assert "lossless.pfc.xon: xon (10) must be below xoff (5)" in capsys.readouterr().out
+
+
+def test_the_ecn_experiment_takes_the_bottlenecks_profile_of_each_mode(tmp_path):
+    port = load_topology("incast").hosts["h5"].switch_port
+    step = tmp_path / "step.yaml"
+    step.write_text(yaml.safe_dump({"ecn": [{"switch": "s1", "port": port, "mode": "step", "k": 2}]}))
+    cases = {c.name: c.profile for c in ecn_incast.tuned_cases(load_topology("incast", overlays=[step]))}
+    assert cases == {"no-ecn": None, "step-ecn-dcqcn": EcnProfile.step(2), "wred-ecn-dcqcn": EcnProfile.wred(5, 30, 0.2)}
+    assert [c.profile for c in ecn_incast.tuned_cases(load_topology("incast"))] == [c.profile for c in ecn_incast.CASES]
+    with pytest.raises(SystemExit) as exc:
+        ecn_incast.main(["--overlay", str(bad_overlay(tmp_path))])
+    assert exc.value.code == 2
+
+
+def test_the_lossless_experiments_incast_takes_pfc_and_marking_from_an_overlay(tmp_path):
+    port = load_topology("incast").hosts["h5"].switch_port
+    over = tmp_path / "o.yaml"
+    over.write_text(yaml.safe_dump({**CLASSES, "ecn": [{"switch": "s1", "port": port, "queue": 3, "mode": "step",
+                                                        "k": 1}]}))
+    over.write_text(over.read_text().replace("xoff: 24", "xoff: 12").replace("xon: 12", "xon: 10")
+                    .replace("headroom: 32", "headroom: 12"))
+    assert lossless.incast_tuning(load_topology("incast", overlays=[over])) == (PfcThresholds(12, 10, 12),
+                                                                               EcnProfile.step(1))
+    assert lossless.incast_tuning(load_topology("incast")) == (lossless.INCAST_PFC, lossless.INCAST_MARKING)
+    assert lossless.section(True).pfc == PfcThresholds(24, 12, 32)        # hand-set, as before
+    with pytest.raises(SystemExit) as exc:
+        lossless.main(["--overlay", str(bad_overlay(tmp_path))])
+    assert exc.value.code == 2
