@@ -87,8 +87,14 @@ def read(thrift, port: int, queue: int = 0) -> Optional[QueueSample]:
     return decode(int(thrift.register_read(depth, index)), time_us)
 
 
-def read_all(thrift) -> dict[QueueKey, QueueSample]:
-    """Every queue's last sample of one switch, four register reads (times first: see above)."""
+def read_all(thrift, queues: int = QUEUES) -> dict[QueueKey, QueueSample]:
+    """Every queue's last sample of one switch with `queues` priority queues
+    per port: four register reads (times first: see above), two when it has
+    only queue 0 (the class registers, 8 x 512 cells, are then never written
+    and cost most of the read)."""
+    if queues <= 1:
+        times = thrift.register_read(TIME)
+        return decode_all(thrift.register_read(DEPTH), times)
     times, class_times = thrift.register_read(TIME), thrift.register_read(CLASS_TIME)
     return decode_all(thrift.register_read(DEPTH), times, thrift.register_read(CLASS_DEPTH), class_times)
 

@@ -49,6 +49,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from telemetry import metrics as m
 from telemetry.state import drop_reason_names as all_reasons
+from control.feature import priority_queues
 from control.topology import TopologyError
 from features import load_topology
 from control.p4info import P4Info
@@ -95,7 +96,7 @@ class SwitchReadings:
 
 
 class SwitchReader(Protocol):
-    def read(self, switch) -> SwitchReadings: ...
+    def read(self, switch, queues: int = queue_depth.QUEUES) -> SwitchReadings: ...   # queues: per port
 
     def close(self) -> None: ...
 
@@ -188,7 +189,9 @@ class Bmv2Reader:
         self._thrift: dict[str, object] = {}
         self._queues: dict[str, dict[QueueKey, queue_depth.QueueSample]] = {}
 
-    def read(self, sw) -> SwitchReadings:
+    def read(self, sw, queues: int = queue_depth.QUEUES) -> SwitchReadings:
+        """One switch's readings; `queues`: its priority queues per port
+        (a switch with queue 0 alone has no class registers worth reading)."""
         errors: list[tuple[str, str]] = []
         counters: dict[str, dict[int, tuple[int, int]]] = {}
         controller_primary = None
@@ -222,7 +225,7 @@ class Bmv2Reader:
         if self.read_qdepth:
             try:
                 thrift = self._thrift_session(sw)
-                now = queue_depth.read_all(thrift)
+                now = queue_depth.read_all(thrift, queues)
                 qdepth = {key: s.depth for key, s in queue_depth.fresh(now, self._queues.get(sw.name)).items()}
                 self._queues[sw.name] = now     # a restarted switch shows as times that went back (fresh)
                 if counters:                    # the features' registers, as cells beside the counters
@@ -292,7 +295,7 @@ class SwitchExporter:
 
     def _read(self, sw) -> SwitchReadings:
         try:
-            return self.reader.read(sw)
+            return self.reader.read(sw, priority_queues(self.topo, sw.name))
         except Exception as exc:   # a reader must not kill the poll thread
             return SwitchReadings(sw.name, errors=(("reader", f"{sw.name}: {exc}"),))
 

@@ -52,7 +52,7 @@ class GrowingReader:
         self.reads = 0
         self.lock = threading.Lock()
 
-    def read(self, sw):
+    def read(self, sw, queues=8):
         if sw.name == "spine2":
             raise ConnectionError("spine2: no P4Runtime server (test)")
         with self.lock:

@@ -74,3 +74,13 @@ def test_read_clear_and_read_all_address_each_queue():
     assert qd.read_all(thrift) == {(4, 3): QueueSample(9, 12), (4, 0): QueueSample(8, 0)}
     qd.clear(thrift, 4, 3)
     assert qd.read(thrift, 4, 3) is None
+
+
+def test_a_switch_with_queue_0_alone_reads_two_registers_not_the_class_ones():
+    thrift = FakeThrift()
+    thrift.register_write(qd.TIME, 4, 8)
+    reads = []
+    plain = thrift.register_read
+    thrift.register_read = lambda name, index=None: reads.append(name) or plain(name, index)
+    assert qd.read_all(thrift, queues=1) == {(4, 0): QueueSample(8, 0)}
+    assert reads == [qd.TIME, qd.DEPTH]                   # time first, as every read

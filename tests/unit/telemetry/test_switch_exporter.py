@@ -79,7 +79,7 @@ class FakeReader:
         self.fail = set(fail)
         self.closed = False
 
-    def read(self, sw):
+    def read(self, sw, queues=8):
         if sw.name in self.fail:
             raise RuntimeError(f"{sw.name} is on fire")
         if sw.name == "leaf1":
