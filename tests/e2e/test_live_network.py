@@ -66,9 +66,9 @@ def test_programming_twice_writes_nothing_the_second_time(net, topo):
                                      f"desired but not held {sorted(map(str, desired - held))[:5]}")
         counts = entity_counts(ctl)
         # leaf1: 4 routes (2 to its hosts' ports, 2 to the spine group) + 16 slots of that group,
-        # and INT (the file's int section): 3 int_port entries per port (4 ports) + the
-        # watchlist rule on each of its 2 host ports
-        assert counts["leaf1"] == (20 + 12 + 2, 0, 0)
+        # and INT (the file's int section): 3 int_port entries per port (4 ports), and on each of
+        # its 2 host ports the port's sampling rate (int_source_port) and the watchlist rule
+        assert counts["leaf1"] == (20 + 12 + 2 + 2, 0, 0)
         second = ctl.program()
         assert [(r.pipeline_pushed, r.report.writes) for r in second] == [(False, 0)] * 4
         assert entity_counts(ctl) == counts
