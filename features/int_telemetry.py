@@ -427,11 +427,18 @@ def report_source_ip(device_id: int) -> str:
     return switch_address(device_id)
 
 
-def _source_params(rule: WatchRule, sample: int, sampler: int) -> dict[str, int]:
+def _source_params(rule: WatchRule) -> dict[str, int]:
+    """What INT's source writes into a packet of `rule` (int_source's and
+    raised_flow_source's parameters, the sampling aside)."""
     ins = rule.instructions
     return {"max_hop_count": rule.max_hops, "hop_metadata_words": ins.hop_ml,
             "instruction_bitmap": ins.bitmap, "ds_id": ins.ds_id, "ds_instruction": ins.ds_bits,
-            "ds_flags": ih.DS_FLAG_TO_HOST if rule.to_host else 0, "sample_one_in": sample, "sampler": sampler}
+            "ds_flags": ih.DS_FLAG_TO_HOST if rule.to_host else 0}
+
+
+def watching_rule(rules: Iterable[WatchRule], flow: FlowKey) -> Optional[WatchRule]:
+    """The rule that watches `flow` (the first that matches: earlier rules win), or None."""
+    return next((r for r in rules if r.matches(flow)), None)
 
 
 @dataclass(frozen=True)
@@ -485,7 +492,7 @@ def watchlist_entries(p4info: P4Info, rules: tuple[WatchRule, ...], ingress_port
                     sampler += 1
                     own = sampler
                 counts = (rates or {}).get(port, default).entries_count
-                params = _source_params(rule, rule.sample, own) if counts else _source_params(rule, 1, own)
+                params = {**_source_params(rule), "sample_one_in": rule.sample if counts else 1, "sampler": own}
                 entries.append(p4info.table_entry(WATCHLIST_TABLE, match, priority=MAX_PRIORITY - rank,
                                                   action="int_source", params=params))
     if len(entries) > WATCHLIST_SIZE or sampler >= WATCHLIST_SIZE:
@@ -515,16 +522,14 @@ def raised_flow_entries(p4info: P4Info, rules: tuple[WatchRule, ...], flows: Ite
     the first rule that watches it (a flow no rule watches gets none)."""
     entries = []
     for flow in sorted(flows):
-        rule = next((r for r in rules if r.matches(flow)), None)
+        rule = watching_rule(rules, flow)
         if rule is None:
             continue
-        params = _source_params(rule, 1, EVERY_PACKET_SAMPLER)
-        del params["sample_one_in"], params["sampler"]
         entries.append(p4info.table_entry(
             RAISED_FLOW_TABLE, {"hdr.ipv4.src_addr": flow.src, "hdr.ipv4.dst_addr": flow.dst,
                                 "hdr.ipv4.protocol": flow.protocol, "meta.l4_src_port": flow.sport,
                                 "meta.l4_dst_port": flow.dport},
-            action="raised_flow_source", params=params))
+            action="raised_flow_source", params=_source_params(rule)))
     if len(entries) > RAISED_FLOWS_SIZE:
         raise IntConfigError(f"{len(entries)} raised flows on a switch, more than int_raised_flow's "
                              f"{RAISED_FLOWS_SIZE} (INT_RAISED_FLOWS): lower adaptive.max_flows")

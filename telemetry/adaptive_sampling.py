@@ -47,7 +47,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from control.topology import Topology
 from features.int_telemetry import (SECTION, AdaptiveSettings, FlowKey, IntConfig, IntConfigError, Raised,
-                                    flow_sources)
+                                    flow_sources, watching_rule)
 from telemetry.decode import HopMetadata, MalformedReport, ReportPacket, decode_report
 from wire.ecn import CE
 
@@ -186,7 +186,7 @@ class AdaptiveSampling:
 
     def _sparse(self, flow: FlowKey) -> bool:
         """The first rule that watches the flow samples less than every packet."""
-        rule = next((r for r in self.rules if r.matches(flow)), None)
+        rule = watching_rule(self.rules, flow)
         return rule is not None and rule.sample > 1
 
     def step(self, now: Optional[float] = None) -> Optional[Change]:
