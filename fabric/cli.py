@@ -66,8 +66,13 @@ def calibrated(command: Callable[[list[str]], int]) -> Callable[[list[str]], int
     return run_calibrated
 
 
+# Modules of experiments/ that are not experiments: every experiment's helpers, and `fabric tune
+# --validate`'s live checks (they run agents as experiments do).
+NOT_EXPERIMENTS = frozenset({"common", "tuning"})
+
+
 def experiment_names() -> list[str]:
-    return sorted(m.name for m in pkgutil.iter_modules(experiments.__path__) if m.name != "common")
+    return sorted(m.name for m in pkgutil.iter_modules(experiments.__path__) if m.name not in NOT_EXPERIMENTS)
 
 
 def experiment_index() -> str:

@@ -7,23 +7,46 @@ train --overlay` and the lossless and ECN experiments take.
     fabric tune --topology T --out tuned.yaml [--rtt-us 4200]     # write the overlay (a measured RTT)
     fabric run --topology T --overlay tuned.yaml
     fabric tune --topology incast --overlay classes.yaml --out tuned.yaml   # T as an experiment composes it
+    fabric tune --topology leaf-spine --validate --out tuned.yaml     # derive from a probed RTT, validate live
+    fabric tune --topology leaf-spine --validate tuned.yaml           # validate a given overlay's values
 
 --overlay applies feature sections before deriving (a topology file without
 a `lossless:` section gets no PFC values: give it the section an
 experiment or `fabric train` adds, as docs/tuning.md shows).
+
+--validate starts the fabric (dilated so that this machine keeps up with
+the checks' traffic: --dilation auto asks the calibration), probes its
+round trip, derives from it (or takes FILE's values), writes the values on
+the live switches and checks them: an incast into the lossless class, a
+congested port, a watchdog storm (experiments/tuning.py). A topology
+without a lossless class is validated with `fabric train`'s (class 3,
+DSCP 26). Exit 0 when every check passes, 1 naming the parameter a check
+judged wrong, 2 on bad input.
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
+import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import yaml
 
-from control.topology import TopologyError, apply_overlays, resolve
-from features import FEATURES, load_topology
-from features.tuning import HOP_S, derive, overlay, report
+import benchmarks.calibration
+from control.topology import Topology, TopologyError, apply_overlays, resolve
+from emulator import toolchain
+from emulator.calibration import Flow, demand, plan
+from emulator.dilation import Dilation, DilationError
+from emulator.network import queue_rate_pps
+from experiments.train import LOSSLESS_SECTION
+from experiments.tuning import CHECKS, INCAST_LOAD, Validation, Values, longest_pair_hosts, percentile, with_watchdog
+from features import FEATURES, load_topology, topology_from_dict
+from features.lossless import SECTION as LOSSLESS
+from features.tuning import HOP_S, Paths, Tuning, derive, overlay, report
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def parser() -> argparse.ArgumentParser:
@@ -40,12 +63,22 @@ def parser() -> argparse.ArgumentParser:
                     help="one BMv2 switch traversal, in us (default %(default)g: docs/tuning.md)")
     ap.add_argument("--flows", type=int, help="HPCC's expected flows N, for W_AI (default: hosts - 1)")
     ap.add_argument("--ecn", choices=("step", "wred"),
-                    help="a topology without an ecn section: write profiles of this mode on every switch port")
+                    help="a topology without an ecn section: write profiles of this mode on every switch port "
+                    "(--validate: step unless given)")
+    ap.add_argument("--validate", nargs="?", const="derived", metavar="FILE",
+                    help="validate on the live fabric: the derived values, or FILE's (an overlay) (see below)")
+    ap.add_argument("--dilation", default="auto", metavar="{auto,D}",
+                    help="--validate: run the fabric D times slower (emulator/dilation.py); auto: what the "
+                    "calibration says the checks' traffic needs (default)")
+    ap.add_argument("--checks", nargs="+", choices=CHECKS, default=list(CHECKS),
+                    help="--validate: the checks to run (default: all)")
     return ap
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = parser().parse_args(argv)
+    if args.validate is not None:
+        return validate(args)
     try:
         if args.rtt_us is not None and not args.rtt_us > 0:
             raise ValueError(f"--rtt-us must be > 0, got {args.rtt_us:g}")
@@ -87,14 +120,156 @@ def main(argv: Optional[list[str]] = None) -> int:
     return 0
 
 
-def render(sections: dict, source: str, args: argparse.Namespace) -> str:
+def lossless_class(raw: dict) -> tuple[dict, str]:
+    """`raw` with a lossless class: its own, or `fabric train`'s section
+    added (a note saying so)."""
+    section = raw.get(LOSSLESS)
+    if isinstance(section, dict) and any(isinstance(c, dict) and c.get("lossless")
+                                         for c in section.get("classes") or []):
+        return raw, ""
+    return ({**raw, LOSSLESS: copy.deepcopy(LOSSLESS_SECTION)},
+            "the topology has no lossless class: validating with fabric train's (class 3 'collective', DSCP 26)")
+
+
+def choose_dilation(topo: Topology, asked: str, pair: tuple[str, str]) -> tuple[Dilation, str]:
+    """The dilation the checks run at: given, or what the calibration says
+    the incast (the heaviest check) needs on this machine."""
+    if asked != "auto":
+        return Dilation(float(asked)), "given"
+    cal = benchmarks.calibration.ensure()
+    receiver, senders = longest_pair_hosts(topo, pair)
+    cap = queue_rate_pps(topo.access_link(topo.hosts[receiver]).bandwidth_mbps)
+    flows = [Flow(h, receiver, INCAST_LOAD * cap / len(senders)) for h in senders]
+    p = plan(demand(topo, flows), cal, "training")
+    return Dilation.rounded_up(p.dilation), f"the calibration: the incast {p}"
+
+
+def validate(args: argparse.Namespace) -> int:
+    """--validate: derive from a probed round trip (or read FILE), write the
+    values on the live fabric, run the checks; 0 when all pass."""
+    try:
+        if args.flows is not None and args.flows < 1:
+            raise ValueError(f"--flows must be >= 1, got {args.flows}")
+        path = resolve(args.topology)
+        raw, _ = apply_overlays(yaml.safe_load(path.read_text()), args.overlay, FEATURES)
+        raw, note = lossless_class(raw)
+        topo = topology_from_dict(raw, str(path))
+        given: Optional[dict[str, Any]] = None
+        if args.validate != "derived":
+            given, _ = apply_overlays({}, [args.validate], FEATURES)
+        fast = toolchain.use_fast_bmv2()
+        if fast:
+            print(f"fabric tune: on the fast BMv2 in {fast}", flush=True)
+        paths = Paths.of(topo, HOP_S)
+        dilation, why = choose_dilation(topo, args.dilation, paths.pair)
+        raw_d = dilation.topology(raw)
+        topo_d = topology_from_dict(raw_d, f"{path}" + (f", dilated {dilation}" if dilation.factor > 1 else ""))
+    except (TopologyError, ValueError, OSError, DilationError) as exc:
+        print(f"fabric tune: {exc}", file=sys.stderr)
+        return 2
+    if note:
+        print(f"fabric tune: {note}")
+    print(f"fabric tune: dilation {dilation} ({why})" + (
+        f": links at 1/{dilation.factor:g} of their rates, delays x{dilation.factor:g}; the values derived and "
+        f"validated are this dilated fabric's" if dilation.factor > 1 else ""), flush=True)
+    config = topo_d.features[LOSSLESS]
+    klass = next(c for c in config.lossless)
+    paths_d = Paths.of(topo_d, HOP_S)
+    validation = Validation(topo_d, REPO / "build" / "tune" / topo.name, klass.tclass, klass.dscp[0], paths_d.pair)
+    started = time.monotonic()
+    with validation.fabric():
+        rtts = validation.probe_rtt()
+        p50, p90 = percentile(rtts, 0.5), percentile(rtts, 0.9)
+        hop = max(0.0, (p90 - 2 * paths_d.delay_max_s) / (2 * paths_d.switches_max))
+        print(f"round trip {paths_d.pair[0]} -> {paths_d.pair[1]} ({paths_d.switches_max} switches), {len(rtts)} "
+              f"pings: p50 {p50 * 1000:.2f} ms, p90 {p90 * 1000:.2f} ms; t_hop = (p90 - 2 x cable delays "
+              f"{paths_d.delay_max_s * 1000:g} ms) / (2 x {paths_d.switches_max}) = {hop * 1000:.3f} ms", flush=True)
+        ecn_mode = args.ecn or (None if topo_d.features.get("ecn") else "step")
+        tuning = derive(topo_d, rtt_s=p90, hop_s=hop, flows=args.flows, ecn_mode=ecn_mode,
+                        rtt_source=f"probed: p90 of {len(rtts)} pings {paths_d.pair[0]} -> {paths_d.pair[1]}")
+        sections = overlay(tuning, raw_d)
+        if given is None:
+            print("\n".join(report(tuning)), flush=True)
+            values_raw = {**raw_d, **sections}
+            if args.out:
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(render(sections, tuning.source, args, dilation))
+                print(f"overlay written: {args.out} ({', '.join(sections)})")
+        else:
+            values_raw = {**raw_d, **{k: v for k, v in sections.items() if k not in given}, **given}
+            print(f"validating {args.validate}'s sections ({', '.join(given) or 'none'}); the others derived")
+        try:
+            under_test = topology_from_dict(values_raw, f"{path} with the values under test")
+        except TopologyError as exc:
+            print(f"fabric tune: the values under test do not load: {exc}", file=sys.stderr)
+            return 2
+        values = Values(with_watchdog(under_test.features[LOSSLESS], *derived_watchdog(tuning)),
+                        dcqcn_values(tuning, validation))
+        validation.apply(values, under_test.features.get("ecn"))
+        pfc = values.lossless.pfc
+        print(f"\nvalidating on the live fabric: pfc xoff {pfc.xoff}, xon {pfc.xon}, headroom {pfc.headroom}; "
+              f"watchdog detect {values.watchdog.detect_ms:g} ms; {marking_text(under_test, validation)}", flush=True)
+        checks = []
+        for name in args.checks:
+            t0 = time.monotonic()
+            if name == "incast":
+                check = validation.incast(values)
+            elif name == "congestion":
+                check = validation.congestion(values, marking_text(under_test, validation))
+            else:
+                check = validation.storm(values)
+            checks.append(check)
+            print("\n".join(check.lines()) + f"  [{time.monotonic() - t0:.0f} s]", flush=True)
+    failed = [c for c in checks if not c.passed]
+    print(f"\nvalidation: {len(checks) - len(failed)} of {len(checks)} checks passed in "
+          f"{time.monotonic() - started:.0f} s" + ("" if not failed else
+                                                    f"; wrong: {'; '.join(c.why.split(':')[0] for c in failed)}"))
+    return 1 if failed else 0
+
+
+def derived_watchdog(tuning: Tuning) -> tuple[float, float]:
+    """(detect_ms, restore_ms) as derived (the watchdog section's values)."""
+    found = {d.name: float(d.value) for d in tuning.sections.get("watchdog", [])}
+    return found["lossless.watchdog.detect_ms"], found["lossless.watchdog.restore_ms"]
+
+
+def dcqcn_values(tuning: Tuning, validation: Validation) -> dict[str, float]:
+    """The derived DCQCN constants the senders take (DcqcnParams' fields),
+    those per line rate at the congestion check's senders' rate."""
+    rate = validation.sender_line_rate()
+    out: dict[str, float] = {}
+    for d in tuning.sections.get("dcqcn", []):
+        field = d.name.split(".", 1)[1]
+        if field == "time_scale":
+            continue
+        if d.where and d.where != f"NIC line rate {rate} packets/s":
+            continue
+        out[field] = float(d.value)
+    return out
+
+
+def marking_text(topo: Topology, validation: Validation) -> str:
+    """The receiver's port's marking, as the congestion check judges it."""
+    r = topo.hosts[validation.receiver]
+    ecn = topo.features.get("ecn") or {}
+    klass = next(c for c in topo.features[LOSSLESS].classes if c.tclass == validation.tclass)
+    profile = ecn.get((r.switch, r.switch_port, klass.queue)) or ecn.get((r.switch, r.switch_port, None))
+    if profile is None:
+        return f"no ECN profile at {r.switch}:{r.switch_port}"
+    if profile.mode == "step":
+        return f"ecn.k = {profile.k} at {r.switch}:{r.switch_port}"
+    return f"ecn.kmin..kmax = {profile.kmin}..{profile.kmax} (pmax {profile.pmax:g}) at {r.switch}:{r.switch_port}"
+
+
+def render(sections: dict, source: str, args: argparse.Namespace, dilation: Dilation = Dilation()) -> str:
     """The overlay's YAML, with a header saying what it was derived from."""
     given = [*(f"--overlay {o}" for o in args.overlay), f"--rtt-us {args.rtt_us:g}" if args.rtt_us is not None else "",
              f"--hop-us {args.hop_us:g}" if args.hop_us != HOP_S * 1e6 else "",
              f"--flows {args.flows}" if args.flows is not None else "", f"--ecn {args.ecn}" if args.ecn else ""]
     options = " ".join(g for g in given if g)
-    header = (f"# Overlay derived by `fabric tune --topology {args.topology}{' ' + options if options else ''}` "
-              f"from {source}\n"
+    validated = f" --validate --dilation {dilation.factor:g}" if getattr(args, "validate", None) else ""
+    header = (f"# Overlay derived by `fabric tune --topology {args.topology}{' ' + options if options else ''}"
+              f"{validated}` from {source}\n"
               "# (docs/tuning.md). Apply it with --overlay: each section replaces the topology's whole.\n")
     return header + yaml.safe_dump(sections, sort_keys=False, default_flow_style=None, width=110)
 

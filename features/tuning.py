@@ -242,6 +242,7 @@ class Paths:
     rtt_min_s: float
     switches_max: int             # switches on the longest path (by hops)
     delay_max_s: float            # the cable delays one way on the path of rtt_max
+    pair: tuple[str, str] = ("", "")   # the hosts at its ends
 
     @classmethod
     def of(cls, topo: Topology, hop_s: float) -> "Paths":
@@ -260,7 +261,7 @@ class Paths:
                     elif dist[port.peer][0] == hops + 1 and nxt[1] > dist[port.peer][1]:
                         dist[port.peer] = nxt
             delays[src] = dist
-        best: Optional[tuple[float, int, float]] = None
+        best: Optional[tuple[float, int, float, tuple[str, str]]] = None
         least: Optional[float] = None
         for a in topo.nics:
             for b in topo.nics:
@@ -270,11 +271,11 @@ class Paths:
                 one_way = topo.access_link(a).delay_ms / 1000 + d + topo.access_link(b).delay_ms / 1000
                 rtt = 2 * one_way + 2 * (hops + 1) * hop_s
                 if best is None or rtt > best[0]:
-                    best = (rtt, hops + 1, one_way)
+                    best = (rtt, hops + 1, one_way, (a.host, b.host))
                 least = rtt if least is None else min(least, rtt)
         if best is None or least is None:          # one host: a round trip through its switch
             return cls(2 * hop_s, 2 * hop_s, 1, 0.0)
-        return cls(best[0], least, best[1], best[2])
+        return cls(best[0], least, best[1], best[2], best[3])
 
 
 # -- the derivation ---------------------------------------------------------------------------------------
@@ -291,6 +292,7 @@ class Tuning:
     notes: dict[str, list[str]] = field(default_factory=dict)
     pfc: Optional[dict[str, int]] = None             # the lossless section's pfc values (the max over cells)
     watchdog: Optional[dict[str, float]] = None      # its watchdog, when the topology has one
+    hold_rate_pps: Optional[int] = None              # its hold loop's rate
     ecn: list[dict[str, Any]] = field(default_factory=list)   # the ecn section's items, when one is written
     switch_ports: dict[str, list[int]] = field(default_factory=dict)   # each switch's port numbers, in file order
 
@@ -309,7 +311,7 @@ def _class_rate(link_pps: int, tclass: TrafficClass, peer_is_switch: bool) -> fl
 
 
 def derive(topo: Topology, *, rtt_s: Optional[float] = None, hop_s: float = HOP_S, flows: Optional[int] = None,
-           ecn_mode: Optional[str] = None) -> Tuning:
+           ecn_mode: Optional[str] = None, rtt_source: str = "given (--rtt-us)") -> Tuning:
     """Derive every parameter of `topo` (a loaded topology). `rtt_s`: the
     round trip to use (measured); None: the topology's longest unloaded
     host-to-host RTT. `flows`: HPCC's expected flows (default: every other
@@ -327,7 +329,7 @@ def derive(topo: Topology, *, rtt_s: Optional[float] = None, hop_s: float = HOP_
     t = Tuning(topo.name, topo.source, rtt_s if rtt_s is not None else paths.rtt_max_s, hop_s, paths,
                switch_ports={name: sorted(sw.ports) for name, sw in topo.switches.items()})
     if rtt_s is not None:
-        t.add("rtt", Derived("rtt", rtt_s * 1000, "ms", "given (--rtt-us)", source="project",
+        t.add("rtt", Derived("rtt", rtt_s * 1000, "ms", rtt_source, source="project",
                              inputs=(Input("unloaded, the topology's longest", paths.rtt_max_s * 1000, "ms"),)))
     else:
         t.add("rtt", Derived("rtt", paths.rtt_max_s * 1000, "ms",
@@ -386,6 +388,15 @@ def _pfc(t: Tuning, topo: Topology, config: LosslessConfig, marking_start: dict[
                                 "max over ports and classes: the section has one value for every cell",
                                 where="section", source="project", carried_by=f"overlay: lossless.pfc.{key}"))
     t.pfc = {"xoff": xoff, "xon": xon, "headroom": headroom, "pause_quanta": config.pfc.pause_quanta}
+    fastest = max(rates)
+    t.hold_rate_pps = ceil(fastest)
+    t.add(LOSSLESS, Derived("lossless.hold_rate_pps", t.hold_rate_pps, "packets/s",
+                            "the fastest lossless port's rate: a class held during a pause leaves at its link's "
+                            "rate once resumed, not at the hold loop's (each port's hold queue runs at "
+                            "min(hold_rate_pps, its link))",
+                            (Input("r_max", fastest, "packets/s"), Input("the section's", config.hold_rate_pps,
+                                                                         "packets/s")),
+                            where="section", source="project", carried_by="overlay: lossless.hold_rate_pps"))
     depth = {sw: min(QDEPTH_MAX, max(BMV2_QUEUE_DEPTH, len(s.ports) * (xoff + headroom)))
              for sw, s in topo.switches.items()}
     t.note(LOSSLESS, "the lossless queues' depth follows (features/lossless.py queue_plan: ports x (xoff + "
@@ -663,6 +674,8 @@ def overlay(t: Tuning, raw: Mapping[str, Any]) -> dict[str, Any]:
     if t.pfc is not None and raw.get(LOSSLESS) is not None:
         section = copy.deepcopy(dict(raw[LOSSLESS]))
         section["pfc"] = dict(t.pfc)
+        if t.hold_rate_pps is not None:
+            section["hold_rate_pps"] = t.hold_rate_pps
         if t.watchdog is not None:
             section["watchdog"] = {**(section.get("watchdog") or {}), **t.watchdog}
         out[LOSSLESS] = section

@@ -23,5 +23,7 @@ def test_failover_diagnosis_experiment(tmp_path):
     assert [r["loss_pct"] for r in rows if r["kind"] == "lossy link"] == ["20.0"]
     assert all(r["top1"] == "True" for r in rows), rows
     assert all(r["fidelity"] == "ok" or r["fidelity"].startswith("violated: cpu") for r in rows), rows
-    assert "the whole run (frames lost before a pipeline)" in proc.stdout or "every case faithful" in proc.stdout
+    # four verdicts, the three faults' and the whole run's: all faithful, or the
+    # violated ones named (a fault's CPU wait passed 30% once in CI: 33%)
+    assert "fidelity: every case faithful (4 of 4)" in proc.stdout or " of 4 cases violated an invariant" in proc.stdout
     assert json.loads((out / "toolchain.json").read_text())["p4c"].startswith("1.2.")

@@ -66,11 +66,13 @@ def test_a_lossless_topology_gets_its_pfc_section_written(tmp_path, capsys):
     assert "\n  lossless.pfc.headroom[s1:5 class collective] = 3 packets  (" in out
     assert "\n  lossless.pfc.headroom[section] = 12 packets  (max over ports and classes" in out
     written = yaml.safe_load(out_file.read_text())
-    assert written == {"lossless": {**CLASSES["lossless"],
+    # the hold loop at the fastest lossless port's rate (100 Mbit/s: 8333 packets/s)
+    assert written == {"lossless": {**CLASSES["lossless"], "hold_rate_pps": 8333,
                                     "pfc": {"xoff": 12, "xon": 10, "headroom": 12, "pause_quanta": 65535}}}
     assert f"fabric run --topology incast --overlay {classes} --overlay {out_file}" in out
     topo = load_topology("incast", overlays=[classes, out_file])
     assert topo.features["lossless"].pfc == PfcThresholds(12, 10, 12)
+    assert topo.features["lossless"].hold_rate_pps == 8333
 
 
 @pytest.mark.parametrize("argv,message", [

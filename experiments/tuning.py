@@ -1,0 +1,413 @@
+"""`fabric tune --validate`: the derived (or given) lossless, ECN, DCQCN and
+watchdog values put on the live fabric and judged there, each check naming
+the parameter it judges (docs/tuning.md, "Validation").
+
+    validation = Validation(topo, out_dir, say=print)
+    with validation.fabric():
+        rtt = validation.probe_rtt()                 # ping along the longest path: p50, p90
+        validation.apply(topo_with_values, dcqcn)    # the values under test, written live
+        checks = validation.run_checks(...)          # incast, congested port, watchdog storm
+
+The checks, on the host pair with the longest path (features/tuning.py,
+Paths.pair), each while the watchdog watches:
+
+  incast      senders on other switches send the lossless class at 2x the
+              receiver's link, fixed rate, honouring pauses (lossless NICs):
+              no lossless packet missing at the receiver (PSN gaps), none
+              dropped above XOFF + headroom, pauses sent (PFC was used), no
+              storm declared. Judges lossless.pfc.headroom, .xoff,
+              lossless.watchdog.detect_ms.
+  congestion  two DCQCN senders (the derived constants) into the receiver,
+              ECN-capable, in the lossless class: the receiver's queue (its
+              switch's queue_depth register, sampled) has its p99 at or
+              below XOFF + headroom (marking holds the queue where PFC need
+              not), and the link is used at UTILISATION_TARGET or more
+              (marking does not starve it). Judges ecn.k / kmin..kmax and
+              the DCQCN constants.
+  storm       the receiver's NIC keeps pausing the class (a stuck NIC) while
+              a sender sends to it: the receiver's switch declares a storm
+              within detect_ms + STORM_DETECT_MARGIN_MS. Judges
+              lossless.watchdog.detect_ms.
+
+Every check carries the fidelity verdict of its own run
+(emulator/fidelity.py): a failed check on a run that was not faithful says
+the machine may be the cause.
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import re
+import subprocess
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Iterator, Mapping, Optional, Sequence
+
+from control.controller import FabricController
+from control.p4constants import drop_reasons
+from control.topology import Topology
+from emulator import queue_depth
+from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL
+from emulator.bmv2_thrift import Bmv2Thrift
+from emulator.network import Network, queue_rate_pps
+from experiments.common import StartGate, agent_python, case_fidelity, roce_agent
+from features.lossless import SECTION as LOSSLESS, LosslessConfig, Watchdog, cell
+
+REPO = Path(__file__).resolve().parent.parent
+
+INCAST_LOAD = 2.0               # the incast offers this many times the receiver's link
+MAX_INCAST_SENDERS = 4
+INCAST_S = 5.0                  # seconds of traffic per check (real time)
+CONGESTION_S = 6.0
+UTILISATION_TARGET = 0.8        # the congested link used at least this much (after the first 20%)
+WARM_SHARE = 0.2
+QUEUE_POLL_S = 0.02             # the congested queue's register, read this often
+STORM_DETECT_MARGIN_MS = 100.0  # detection may lag detect_ms by a packet's arrival, the hold loop and the poll
+STORM_LEAD_S = 1.0              # the storm starts this long after the traffic
+PROBES, PROBE_INTERVAL_S = 30, 0.02
+PING_TIME = re.compile(r"time=([0-9.]+) ms")
+CHECKS = ("incast", "congestion", "storm")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One validation's outcome: what it judged, measured and expected."""
+    name: str
+    parameters: str                  # the values it judges
+    passed: bool
+    measured: str
+    target: str
+    why: str = ""                    # a failure: which parameter and why
+    fidelity: str = "ok"
+
+    def lines(self) -> list[str]:
+        head = f"{'PASS' if self.passed else 'FAIL'} {self.name}: {self.measured} (target: {self.target})"
+        out = [head, f"     judges {self.parameters}; fidelity {self.fidelity}"]
+        if not self.passed:
+            out.append(f"     {self.why}")
+            if self.fidelity != "ok":
+                out.append("     the run was not faithful (above): the machine, not only the parameter, may be the cause")
+        return out
+
+
+@dataclass(frozen=True)
+class Values:
+    """The values under test, as the live fabric gets them."""
+    lossless: LosslessConfig
+    dcqcn: Mapping[str, float] = field(default_factory=dict)   # DcqcnParams field -> value (the sender's line rate)
+
+    @property
+    def watchdog(self) -> Watchdog:
+        assert self.lossless.watchdog is not None
+        return self.lossless.watchdog
+
+
+def longest_pair_hosts(topo: Topology, pair: tuple[str, str]) -> tuple[str, list[str]]:
+    """The receiver (the far end of `pair`) and the incast's senders: hosts
+    on other switches than the receiver's, the longest paths first, at most
+    MAX_INCAST_SENDERS (hosts on its own switch where there are no others)."""
+    receiver = topo.hosts[pair[1]]
+    others = [h for h in topo.hosts.values() if h.name != receiver.name]
+    far = [h for h in others if h.switch != receiver.switch]
+    ordered = sorted(far, key=lambda h: (h.name != pair[0], h.switch, h.name)) or others
+    senders: list[str] = []
+    switches_used: set[str] = set()
+    for h in ordered:                      # spread over switches first, then fill
+        if h.switch not in switches_used and len(senders) < MAX_INCAST_SENDERS:
+            senders.append(h.name)
+            switches_used.add(h.switch)
+    for h in ordered:
+        if h.name not in senders and len(senders) < MAX_INCAST_SENDERS:
+            senders.append(h.name)
+    return receiver.name, senders
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+class Validation:
+    """The live fabric a validation runs on, and its checks."""
+
+    def __init__(self, topo: Topology, run_dir: Path, tclass: int, dscp: int, pair: tuple[str, str],
+                 say: Callable[[str], None] = print, log_level: str = DEFAULT_EXPERIMENT_LOG_LEVEL):
+        self.topo, self.run_dir, self.tclass, self.dscp, self.say = topo, run_dir, tclass, dscp, say
+        self.log_level = log_level
+        self.receiver, self.senders = longest_pair_hosts(topo, pair)
+        self.pair = pair
+        self.net: Optional[Network] = None
+        self.ctl: Optional[FabricController] = None
+
+    @contextlib.contextmanager
+    def fabric(self) -> Iterator["Validation"]:
+        """The topology started on BMv2 under run_dir, programmed, its queue rates applied."""
+        started = time.monotonic()
+        with Network(self.topo, self.run_dir, log_level=self.log_level) as net, FabricController(self.topo) as ctl:
+            ctl.program()
+            net.apply_queue_rates()
+            self.net, self.ctl = net, ctl
+            self.say(f"fabric: {len(self.topo.switches)} switches started and programmed in "
+                     f"{time.monotonic() - started:.1f} s ({self.run_dir})")
+            try:
+                yield self
+            finally:
+                self.net = self.ctl = None
+
+    # -- the round trip --------------------------------------------------------------------------------
+
+    def probe_rtt(self) -> list[float]:
+        """Round trips, in seconds, of PROBES pings from the longest path's
+        first host to its last (through every switch on it, best effort)."""
+        src, dst = (self.topo.hosts[h] for h in self.pair)
+        proc = subprocess.run(["ip", "netns", "exec", src.name, "ping", "-n", "-c", str(PROBES), "-i",
+                               str(PROBE_INTERVAL_S), "-W", "1", dst.ip], capture_output=True, text=True, timeout=60)
+        rtts = [float(m) / 1000 for m in PING_TIME.findall(proc.stdout)]
+        if len(rtts) < PROBES // 2:
+            raise RuntimeError(f"probing the round trip {src.name} -> {dst.name}: {len(rtts)} of {PROBES} pings "
+                               f"answered ({proc.stdout.strip().splitlines()[-1:] or proc.stderr.strip()})")
+        return rtts
+
+    # -- the values under test -------------------------------------------------------------------------
+
+    def apply(self, values: Values, ecn: Optional[Mapping]) -> None:
+        """Write the values on every switch: the lossless section (PFC
+        thresholds, watchdog; queue depths follow) and the ECN profiles."""
+        assert self.ctl is not None
+        self.ctl.topo.features["ecn"] = dict(ecn or {})
+        self.ctl.feature("lossless").apply(values.lossless)
+
+    # -- the checks ------------------------------------------------------------------------------------
+
+    def _counter_sum(self, name: str, switches: Sequence[str]) -> int:
+        assert self.ctl is not None
+        return sum(v[0] for sw in switches for v in self.ctl.counter(sw, name).values())
+
+    def _headroom_drops(self) -> dict[str, int]:
+        assert self.ctl is not None
+        reason = drop_reasons()["LOSSLESS_HEADROOM"]
+        return {sw: self.ctl.counter(sw, "drop_counter", reason).get(reason, (0, 0))[0] for sw in self.topo.switches}
+
+    def sender_line_rate(self) -> int:
+        """The congestion check's senders' line rate, packets/s (their links')."""
+        return queue_rate_pps(self.topo.access_link(self.topo.hosts[self.senders[0]]).bandwidth_mbps)
+
+    def _cap(self, host: str) -> float:
+        return float(queue_rate_pps(self.topo.access_link(self.topo.hosts[host]).bandwidth_mbps))
+
+    def _sender_args(self, host: str, rate: float, qp: int, fixed: bool, values: Values) -> list[str]:
+        h = self.topo.hosts[host]
+        extra = ["--dst-ip", self.topo.hosts[self.receiver].ip, "--qp", str(qp), "--line-rate-pps", f"{rate:g}",
+                 "--dscp", str(self.dscp), "--tclass", str(self.tclass),
+                 "--link-mbps", f"{self.topo.access_link(h).bandwidth_mbps:g}"]
+        if fixed:
+            return extra + ["--fixed-rate", "--not-ect"]
+        for name, value in values.dcqcn.items():
+            if name != "cnp_interval_s":
+                extra += ["--" + name.replace("_", "-"), f"{value:g}"]
+        return extra
+
+    def _traffic(self, name: str, senders: Sequence[tuple[str, float]], duration: float, fixed: bool,
+                 values: Values, during: Callable[[float], None] | None = None) -> tuple[dict, dict, str]:
+        """Run `senders` (host, packets/s) into the receiver for `duration`;
+        `during(start_at)` runs while they send. Returns the receiver's
+        JSON, each sender's and the fidelity verdict."""
+        assert self.net is not None and self.ctl is not None
+        case_dir = self.run_dir / name
+        case_dir.mkdir(parents=True, exist_ok=True)
+        gate = StartGate(case_dir)
+        fidelity = case_fidelity(self.net, self.ctl)
+        rx_extra = ["--duration", f"{duration + 1.0:g}"]
+        if not fixed and "cnp_interval_s" in values.dcqcn:
+            rx_extra += ["--cnp-interval-s", f"{values.dcqcn['cnp_interval_s']:g}"]
+        procs = [roce_agent(self.topo.hosts[self.receiver], "receive", start_at=gate, out_dir=case_dir,
+                            extra=rx_extra)]
+        for qp, (host, rate) in enumerate(senders, start=1):
+            procs.append(roce_agent(self.topo.hosts[host], "send", start_at=gate, out_dir=case_dir,
+                                    extra=["--duration", f"{duration:g}",
+                                           *self._sender_args(host, rate, qp, fixed, values)]))
+        start_at = gate.open(procs)
+        fidelity.traffic_starts(start_at)
+        if during is not None:
+            during(start_at)
+        for p in procs:
+            p.wait(timeout=duration + 60)
+        self.net.check_alive()
+        if any(p.returncode for p in procs):
+            raise RuntimeError(f"{name}: an agent failed (exit codes {[p.returncode for p in procs]})")
+        time.sleep(0.5)                                  # the last packets leave
+        tx = {h: json.loads((case_dir / f"send-{h}.json").read_text()) for h, _ in senders}
+        rx = json.loads((case_dir / f"receive-{self.receiver}.json").read_text())
+        verdict = fidelity.verdict(t["send_late_s"] for t in tx.values())
+        return rx, tx, str(verdict)
+
+    def incast(self, values: Values) -> Check:
+        cap = self._cap(self.receiver)
+        rate = INCAST_LOAD * cap / len(self.senders)
+        senders = [(h, min(rate, self._cap(h))) for h in self.senders]
+        switches = list(self.topo.switches)
+        counted = ("pfc_pause_sent", "pfc_resume_sent", "pfc_storms_detected", "pfc_storm_dropped")
+        drops0 = self._headroom_drops()
+        before = {name: self._counter_sum(name, switches) for name in counted}
+        rx, tx, verdict = self._traffic("incast", senders, INCAST_S, fixed=True, values=values)
+        drops = {sw: n - drops0[sw] for sw, n in self._headroom_drops().items() if n > drops0[sw]}
+        pauses, resumes, storms, storm_dropped = (self._counter_sum(name, switches) - before[name] for name in counted)
+        heard = [t["pfc"] or {} for t in tx.values()]
+        paused_heard, resumed_heard = (sum(sum(h.get(k, [0])) for h in heard) for k in ("pauses", "resumes"))
+        sent = sum(t["sent"] for t in tx.values())
+        lost = sum(f["lost"] for f in rx["flows"].values())
+        received = sum(f["packets"] for f in rx["flows"].values())
+        pfc = values.lossless.pfc
+        offered = sum(r for _, r in senders)
+        measured = (f"{len(senders)} senders ({', '.join(h for h, _ in senders)}) -> {self.receiver} at "
+                    f"{offered:.0f} packets/s ({offered / cap:.1f}x its link) for {INCAST_S:g} s: {received} of {sent} "
+                    f"received ({received / (INCAST_S * cap):.2f} of the link), {lost} missing (PSN gaps), "
+                    f"{sum(drops.values())} headroom drops; switches sent {pauses} pauses and {resumes} resumes, the "
+                    f"senders heard {paused_heard} and {resumed_heard}; {storms} storms declared, {storm_dropped} "
+                    f"packets the watchdog dropped")
+        target = "0 missing, 0 headroom drops, pauses sent, no storm"
+        why = ""
+        if drops:
+            where = " ".join(f"{sw}:{n}" for sw, n in sorted(drops.items()))
+            why = (f"lossless.pfc.headroom = {pfc.headroom} packets (xoff {pfc.xoff}) is too small: "
+                   f"{sum(drops.values())} lossless packets dropped above XOFF + headroom at {where}: more arrives "
+                   f"after a pause than the headroom holds (a switch traversal under load takes longer than t_hop: "
+                   f"derive with a larger --hop-us, or raise headroom)")
+        elif storms or storm_dropped:
+            why = (f"lossless.watchdog.detect_ms = {values.watchdog.detect_ms:g} ms is too short: a healthy incast's "
+                   f"pauses were declared a storm {storms} times and {storm_dropped} lossless packets dropped for it")
+        elif lost:
+            why = (f"{lost} lossless packets missing at {self.receiver}, none dropped at the headroom or by the "
+                   f"watchdog: lost before a pipeline or on a link (fidelity: {verdict})")
+        elif not pauses:
+            why = (f"lossless.pfc.xoff = {pfc.xoff} packets was never reached at {offered / cap:.1f}x: the incast "
+                   f"did not test the headroom")
+        return Check("incast into the lossless class", "lossless.pfc.headroom, lossless.pfc.xoff, "
+                     "lossless.watchdog.detect_ms", not why, measured, target, why, verdict)
+
+    def congestion(self, values: Values, marking: str) -> Check:
+        """Two DCQCN senders into the receiver: its queue and its link."""
+        assert self.ctl is not None
+        cap = self._cap(self.receiver)
+        two = self.senders[:2]
+        senders = [(h, self._cap(h)) for h in two]
+        r = self.topo.hosts[self.receiver]
+        queue = next(c.queue for c in values.lossless.classes if c.tclass == self.tclass)
+        switch = self.topo.switches[r.switch]
+        depths: list[int] = []
+
+        def sample(start_at: float) -> None:
+            end = start_at + CONGESTION_S
+            warm = start_at + WARM_SHARE * CONGESTION_S
+            last = None
+            with Bmv2Thrift(switch.thrift_port, switch.thrift_host, name=switch.name) as thrift:
+                while time.time() < end:
+                    s = queue_depth.read(thrift, r.switch_port, queue)
+                    if s is not None and s.time_us != last and time.time() >= warm:
+                        depths.append(s.depth)
+                    last = s.time_us if s is not None else last
+                    time.sleep(QUEUE_POLL_S)
+
+        storms0 = self._counter_sum("pfc_storms_detected", list(self.topo.switches))
+        rx, tx, verdict = self._traffic("congestion", senders, CONGESTION_S, fixed=False, values=values,
+                                        during=sample)
+        storms = self._counter_sum("pfc_storms_detected", list(self.topo.switches)) - storms0
+        bins = _receive_bins(self.run_dir / "congestion" / f"receive-{self.receiver}.csv")
+        warm = WARM_SHARE * CONGESTION_S
+        steady = sum(n for t, n in bins.items() if warm <= t < CONGESTION_S)
+        utilisation = steady / ((CONGESTION_S - warm) * cap)
+        p99 = percentile(depths, 0.99) if depths else None
+        pfc = values.lossless.pfc
+        limit = pfc.xoff + pfc.headroom
+        lost = sum(f["lost"] for f in rx["flows"].values())
+        cnps = sum(t["cnps_received"] for t in tx.values())
+        measured = (f"{len(senders)} DCQCN senders -> {self.receiver}: utilisation {utilisation:.2f}, queue p99 "
+                    f"{p99 if p99 is not None else 'not measured'} packets ({len(depths)} samples), {cnps} CNPs, "
+                    f"{lost} missing, {storms} storms")
+        target = f"utilisation >= {UTILISATION_TARGET:g}, queue p99 <= xoff + headroom = {limit}, 0 missing, no storm"
+        why = ""
+        if p99 is None:
+            why = f"the queue of {r.switch}:{r.switch_port} (queue {queue}) was never sampled: no packet left it"
+        elif p99 > limit:
+            why = (f"{marking} lets the queue reach {p99} packets at p99, above xoff + headroom = {limit}: marking "
+                   f"starts too late or DCQCN reacts too slowly (dcqcn timers {_dcqcn_text(values)}), so PFC, not "
+                   f"ECN, holds the queue")
+        elif utilisation < UTILISATION_TARGET:
+            why = (f"{marking} keeps the link at {utilisation:.2f} of its rate (< {UTILISATION_TARGET:g}): marking "
+                   f"starts too early for the round trip, or DCQCN's increase is too slow ({_dcqcn_text(values)})")
+        elif lost:
+            why = f"lossless.pfc.headroom = {pfc.headroom}: {lost} lossless packets missing under DCQCN"
+        elif storms:
+            why = f"lossless.watchdog.detect_ms = {values.watchdog.detect_ms:g} ms: a healthy congestion was declared a storm"
+        return Check("congested port", f"{marking}, dcqcn ({', '.join(values.dcqcn)})", not why, measured, target,
+                     why, verdict)
+
+    def storm(self, values: Values) -> Check:
+        """The receiver's NIC stuck pausing the class while one sender sends to it."""
+        assert self.ctl is not None
+        r = self.topo.hosts[self.receiver]
+        sender = self.senders[0]
+        wd = values.watchdog
+        storm_s = 2 * wd.detect_ms / 1000 + 1.0
+        duration = STORM_LEAD_S + storm_s + 0.5
+        where = cell(r.switch_port, self.tclass)
+        seen: list[float] = []
+
+        def count() -> int:
+            assert self.ctl is not None
+            return self.ctl.counter(r.switch, "pfc_storms_detected", where).get(where, (0, 0))[0]
+
+        before = count()
+
+        def stuck(start_at: float) -> None:
+            storm_at = start_at + STORM_LEAD_S
+            pauser = subprocess.Popen(["ip", "netns", "exec", r.name, agent_python(), "-m", "hostagent.lossless",
+                                       "pause", "--iface", r.iface, "--src-mac", r.mac, "--tclass", str(self.tclass),
+                                       "--every-ms", "20", "--duration", f"{storm_s:g}", "--start-at",
+                                       f"{storm_at:.6f}"], cwd=REPO, stdout=subprocess.DEVNULL)
+            try:
+                while time.time() < storm_at + storm_s:
+                    if not seen and count() > before:
+                        seen.append(time.time() - storm_at)
+                    time.sleep(0.01)
+            finally:
+                pauser.wait(timeout=storm_s + 30)
+
+        rx, tx, verdict = self._traffic("storm", [(sender, self._cap(self.receiver))], duration, fixed=True,
+                                        values=values, during=stuck)
+        bound = wd.detect_ms + STORM_DETECT_MARGIN_MS
+        took_ms = seen[0] * 1000 if seen else None
+        measured = (f"{r.name}'s NIC pausing class {self.tclass} every 20 ms for {storm_s:g} s while {sender} sends: "
+                    + (f"storm declared at {r.switch}:{r.switch_port} after {took_ms:.0f} ms" if took_ms is not None
+                       else "no storm declared"))
+        target = f"declared within detect_ms + {STORM_DETECT_MARGIN_MS:g} = {bound:g} ms"
+        why = ""
+        if took_ms is None:
+            why = (f"lossless.watchdog.detect_ms = {wd.detect_ms:g} ms: the storm was never declared in {storm_s:g} s")
+        elif took_ms > bound:
+            why = (f"lossless.watchdog.detect_ms = {wd.detect_ms:g} ms: the storm was declared after {took_ms:.0f} ms, "
+                   f"beyond {bound:g}")
+        return Check("watchdog storm", "lossless.watchdog.detect_ms", not why, measured, target, why, verdict)
+
+
+def _dcqcn_text(values: Values) -> str:
+    return ", ".join(f"{k} {v:g}" for k, v in values.dcqcn.items()) or "the agent's defaults"
+
+
+def _receive_bins(path: Path) -> dict[float, int]:
+    """Packets the receiver got per time bin (all flows), from its CSV."""
+    out: dict[float, int] = {}
+    with open(path) as f:
+        for row in csv.DictReader(f):
+            t = float(row["t_s"])
+            out[t] = out.get(t, 0) + int(row["packets"])
+    return out
+
+
+def with_watchdog(config: LosslessConfig, detect_ms: float, restore_ms: float) -> LosslessConfig:
+    """The section with the watchdog on (drop), at the given times where it had none."""
+    if config.watchdog is not None:
+        return config
+    return replace(config, watchdog=Watchdog(detect_ms=detect_ms, restore_ms=restore_ms, action="drop"))

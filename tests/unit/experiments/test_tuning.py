@@ -1,0 +1,65 @@
+"""fabric tune --validate's pieces that need no live fabric: which hosts the
+checks use, how a check reports, and the lossless class a topology without
+one is validated with (the checks themselves: tests/e2e/test_tune_validate.py)."""
+from pathlib import Path
+
+import yaml
+
+from experiments.tuning import Check, longest_pair_hosts, percentile
+from fabric.tune import choose_dilation, lossless_class
+from features import load_topology, topology_from_dict
+from features.tuning import HOP_S, Paths, derive, overlay
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_the_incast_runs_along_the_longest_path_from_other_switches():
+    topo = load_topology("leaf-spine")
+    paths = Paths.of(topo, HOP_S)
+    assert paths.switches_max == 3 and paths.pair == ("h1", "h3")   # leaf1 -> spine -> leaf2
+    receiver, senders = longest_pair_hosts(topo, paths.pair)
+    assert receiver == "h3" and senders == ["h1", "h2"]              # the other leaf's hosts, the pair's first
+    fat = load_topology("fat-tree-k4")
+    receiver, senders = longest_pair_hosts(fat, Paths.of(fat, HOP_S).pair)
+    assert len(senders) == 4 and receiver not in senders
+    assert len({fat.hosts[h].switch for h in senders}) == 4          # spread over four edge switches
+    assert all(fat.hosts[h].switch != fat.hosts[receiver].switch for h in senders)
+
+
+def test_a_topology_without_a_lossless_class_is_validated_with_the_trainings():
+    raw = yaml.safe_load((REPO / "topologies" / "leaf-spine.yaml").read_text())
+    with_class, note = lossless_class(raw)
+    assert "fabric train's (class 3 'collective', DSCP 26)" in note and "lossless" not in raw
+    config = topology_from_dict(with_class).features["lossless"]
+    assert [(c.tclass, c.dscp, c.lossless) for c in config.classes] == [(3, (26,), True)]
+    again, note = lossless_class(with_class)                          # one it has is kept
+    assert again is with_class and note == ""
+
+
+def test_a_given_dilation_is_taken_as_it_is():
+    topo = load_topology("leaf-spine")
+    dilation, why = choose_dilation(topo, "4", ("h1", "h3"))
+    assert dilation.factor == 4.0 and why == "given"
+
+
+def test_the_hold_loop_runs_at_the_fastest_lossless_ports_rate():
+    raw = yaml.safe_load((REPO / "topologies" / "leaf-spine.yaml").read_text())
+    topo = topology_from_dict(lossless_class(raw)[0])
+    t = derive(topo)
+    assert t.hold_rate_pps == 8333                                    # 100 Mbit/s, 1500-byte packets
+    assert overlay(t, lossless_class(raw)[0])["lossless"]["hold_rate_pps"] == 8333
+
+
+def test_a_failed_check_names_the_parameter_and_the_machine_when_unfaithful():
+    ok = Check("incast", "lossless.pfc.headroom", True, "0 missing", "0 missing")
+    assert ok.lines()[0] == "PASS incast: 0 missing (target: 0 missing)" and len(ok.lines()) == 2
+    bad = Check("incast", "lossless.pfc.headroom", False, "3 missing", "0 missing",
+                "lossless.pfc.headroom = 3 packets is too small", "violated: cpu 40%")
+    lines = bad.lines()
+    assert lines[0].startswith("FAIL incast") and "lossless.pfc.headroom = 3 packets is too small" in lines[2]
+    assert "not faithful" in lines[3]
+
+
+def test_percentile_is_a_sample_of_the_values():
+    assert percentile([3, 1, 2], 0.5) == 2 and percentile(list(range(100)), 0.99) == 99
+    assert percentile([5.0], 0.9) == 5.0
