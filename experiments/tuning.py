@@ -5,20 +5,27 @@ the parameter it judges (docs/tuning.md, "Validation").
     validation = Validation(topo, out_dir, say=print)
     with validation.fabric():
         rtt = validation.probe_rtt()                 # ping along the longest path: p50, p90
+        response = validation.pause_response(values) # what arrives after a pause, at most
         validation.apply(topo_with_values, dcqcn)    # the values under test, written live
-        checks = validation.run_checks(...)          # incast, congested port, watchdog storm
+        validation.incast(values, response), validation.congestion(values, marking), validation.storm(values)
 
-The checks, on the host pair with the longest path (features/tuning.py,
-Paths.pair), each while the watchdog watches:
+First the pause response: the incast's traffic with room above XOFF
+(RESPONSE_PROBE_PFC); each lossless cell's peak (pfc_occupancy_peak, a
+refused packet included) less XOFF is what arrived after its pause, the
+headroom a cell needs on this fabric (`fabric tune` derives t_hop under
+load from it). Then the checks, on the host pair with the longest path
+(features/tuning.py, Paths.pair), each while the watchdog watches:
 
   incast      senders on other switches send the lossless class at 2x the
               receiver's link, fixed rate, honouring pauses (lossless NICs):
               no lossless packet missing at the receiver (PSN gaps), none
-              dropped above XOFF + headroom, pauses sent (PFC was used), no
-              storm declared. Judges lossless.pfc.headroom, .xoff,
-              lossless.watchdog.detect_ms.
+              dropped above XOFF + headroom, a headroom no smaller than the
+              pause response measured, pauses sent (PFC was used), no
+              storm declared, the receiver's link used UTILISATION_TARGET or
+              more (paused senders resume in time). Judges
+              lossless.pfc.headroom, .xoff, .xon, lossless.watchdog.detect_ms.
   congestion  two DCQCN senders (the derived constants) into the receiver,
-              ECN-capable, in the lossless class: the receiver's queue (its
+              ECN-capable, in the lossless class, for congestion_s(RTT): the receiver's queue (its
               switch's queue_depth register, sampled) has its p99 at or
               below XOFF + headroom (marking holds the queue where PFC need
               not), and the link is used at UTILISATION_TARGET or more
@@ -53,20 +60,24 @@ from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL
 from emulator.bmv2_thrift import Bmv2Thrift
 from emulator.network import Network, queue_rate_pps
 from experiments.common import StartGate, agent_python, case_fidelity, roce_agent
-from features.lossless import SECTION as LOSSLESS, LosslessConfig, Watchdog, cell
+from features.lossless import PEAK_REGISTER, LosslessConfig, PfcThresholds, Watchdog, cell
 
 REPO = Path(__file__).resolve().parent.parent
 
 INCAST_LOAD = 2.0               # the incast offers this many times the receiver's link
 MAX_INCAST_SENDERS = 4
 INCAST_S = 5.0                  # seconds of traffic per check (real time)
-CONGESTION_S = 6.0
-UTILISATION_TARGET = 0.8        # the congested link used at least this much (after the first 20%)
+CONGESTION_S = 6.0              # at least; CONGESTION_RTTS round trips where that is longer, up to CONGESTION_MAX_S:
+CONGESTION_RTTS = 3000          # DCQCN's derived timers scale with the RTT, so its convergence takes as many
+CONGESTION_MAX_S = 20.0         # round trips at any dilation (x26, 6 s = 960 RTTs: utilisation 0.65; x11: 0.84)
+UTILISATION_TARGET = 0.75       # the bottleneck used at least this much (after the first 20%): measured 0.81-1.00
 WARM_SHARE = 0.2
 QUEUE_POLL_S = 0.02             # the congested queue's register, read this often
 STORM_DETECT_MARGIN_MS = 100.0  # detection may lag detect_ms by a packet's arrival, the hold loop and the poll
 STORM_LEAD_S = 1.0              # the storm starts this long after the traffic
 PROBES, PROBE_INTERVAL_S = 30, 0.02
+RESPONSE_PROBE_S = 8.0          # the incast that measures how much arrives after a pause (its tail: 4 s saw 0-5)
+RESPONSE_PROBE_PFC = PfcThresholds(xoff=8, xon=4, headroom=64)   # room to see it whole, no drop
 PING_TIME = re.compile(r"time=([0-9.]+) ms")
 CHECKS = ("incast", "congestion", "storm")
 
@@ -90,6 +101,21 @@ class Check:
             if self.fidelity != "ok":
                 out.append("     the run was not faithful (above): the machine, not only the parameter, may be the cause")
         return out
+
+
+@dataclass(frozen=True)
+class Response:
+    """What the lossless cells held beyond XOFF in an incast: the packets
+    that arrived after a pause was sent (what headroom must hold)."""
+    beyond_xoff: int                 # the most, over every cell and sample
+    where: str                       # "leaf2:3" (switch:ingress port)
+    rate_pps: float                  # that port's class rate
+    delay_s: float                   # its cable's one-way delay
+
+    def hop_s(self) -> float:
+        """The switch traversal that makes the headroom formula (ceil(2 d r
+        + 2 + 2 t_hop r)) equal what was seen: t_hop under load."""
+        return max(0.0, (self.beyond_xoff - 2 - 2 * self.delay_s * self.rate_pps) / (2 * self.rate_pps))
 
 
 @dataclass(frozen=True)
@@ -243,7 +269,46 @@ class Validation:
         verdict = fidelity.verdict(t["send_late_s"] for t in tx.values())
         return rx, tx, str(verdict)
 
-    def incast(self, values: Values) -> Check:
+    def _lossless_cells(self) -> list[tuple[str, int, float, float]]:
+        """(switch, port, class rate, cable delay) of every lossless ingress cell."""
+        out = []
+        for sw in self.topo.switches.values():
+            for p in sw.ports.values():
+                out.append((sw.name, p.number, float(queue_rate_pps(p.link.bandwidth_mbps)), p.link.delay_ms / 1000))
+        return out
+
+    def pause_response(self, values: Values) -> Response:
+        """The incast's traffic with room above XOFF (RESPONSE_PROBE_PFC):
+        how many packets a cell takes in after its pause went out, at most."""
+        assert self.ctl is not None
+        probe = replace(values.lossless, pfc=replace(values.lossless.pfc, **{
+            k: getattr(RESPONSE_PROBE_PFC, k) for k in ("xoff", "xon", "headroom")}), watchdog=None)
+        self.ctl.feature("lossless").apply(probe)
+        cap = self._cap(self.receiver)
+        senders = [(h, min(INCAST_LOAD * cap / len(self.senders), self._cap(h))) for h in self.senders]
+        cells = self._lossless_cells()
+        self._peaks(cells, clear=True)
+        self._traffic("pause-response", senders, RESPONSE_PROBE_S, fixed=True, values=values)
+        peaks = self._peaks(cells)
+        self.ctl.feature("lossless").apply(values.lossless)
+        (sw, port, r, d), most = max(peaks.items(), key=lambda kv: kv[1])
+        return Response(max(0, most - RESPONSE_PROBE_PFC.xoff), f"{sw}:{port}", r, d)
+
+    def _peaks(self, cells: Sequence[tuple[str, int, float, float]], clear: bool = False
+               ) -> dict[tuple[str, int, float, float], int]:
+        """Each lossless cell's peak occupancy (pfc_occupancy_peak), or clear them."""
+        out = {}
+        for sw in self.topo.switches.values():
+            with Bmv2Thrift(sw.thrift_port, sw.thrift_host, name=sw.name) as thrift:
+                for c in (c for c in cells if c[0] == sw.name):
+                    index = cell(c[1], self.tclass)
+                    if clear:
+                        thrift.register_write(PEAK_REGISTER, index, 0)
+                    else:
+                        out[c] = int(thrift.register_read(PEAK_REGISTER, index))
+        return out
+
+    def incast(self, values: Values, response: Optional[Response] = None) -> Check:
         cap = self._cap(self.receiver)
         rate = INCAST_LOAD * cap / len(self.senders)
         senders = [(h, min(rate, self._cap(h))) for h in self.senders]
@@ -251,7 +316,10 @@ class Validation:
         counted = ("pfc_pause_sent", "pfc_resume_sent", "pfc_storms_detected", "pfc_storm_dropped")
         drops0 = self._headroom_drops()
         before = {name: self._counter_sum(name, switches) for name in counted}
+        cells = self._lossless_cells()
+        self._peaks(cells, clear=True)
         rx, tx, verdict = self._traffic("incast", senders, INCAST_S, fixed=True, values=values)
+        (peak_sw, peak_port, _r, _d), peak = max(self._peaks(cells).items(), key=lambda kv: kv[1])
         drops = {sw: n - drops0[sw] for sw, n in self._headroom_drops().items() if n > drops0[sw]}
         pauses, resumes, storms, storm_dropped = (self._counter_sum(name, switches) - before[name] for name in counted)
         heard = [t["pfc"] or {} for t in tx.values()]
@@ -259,22 +327,30 @@ class Validation:
         sent = sum(t["sent"] for t in tx.values())
         lost = sum(f["lost"] for f in rx["flows"].values())
         received = sum(f["packets"] for f in rx["flows"].values())
+        utilisation = _utilisation(self.run_dir / "incast" / f"receive-{self.receiver}.csv", INCAST_S, cap)
         pfc = values.lossless.pfc
         offered = sum(r for _, r in senders)
         measured = (f"{len(senders)} senders ({', '.join(h for h, _ in senders)}) -> {self.receiver} at "
                     f"{offered:.0f} packets/s ({offered / cap:.1f}x its link) for {INCAST_S:g} s: {received} of {sent} "
-                    f"received ({received / (INCAST_S * cap):.2f} of the link), {lost} missing (PSN gaps), "
-                    f"{sum(drops.values())} headroom drops; switches sent {pauses} pauses and {resumes} resumes, the "
+                    f"received, utilisation {utilisation:.2f}, {lost} missing (PSN gaps), "
+                    f"{sum(drops.values())} headroom drops, at most {max(0, peak - values.lossless.pfc.xoff)} beyond "
+                    f"XOFF (at {peak_sw}:{peak_port}); switches sent {pauses} pauses and {resumes} resumes, the "
                     f"senders heard {paused_heard} and {resumed_heard}; {storms} storms declared, {storm_dropped} "
                     f"packets the watchdog dropped")
-        target = "0 missing, 0 headroom drops, pauses sent, no storm"
+        target = (f"0 missing, 0 headroom drops, headroom >= what arrived after a pause"
+                  + (f" ({response.beyond_xoff})" if response is not None else "")
+                  + f", pauses sent, no storm, utilisation >= {UTILISATION_TARGET:g}")
         why = ""
         if drops:
             where = " ".join(f"{sw}:{n}" for sw, n in sorted(drops.items()))
             why = (f"lossless.pfc.headroom = {pfc.headroom} packets (xoff {pfc.xoff}) is too small: "
                    f"{sum(drops.values())} lossless packets dropped above XOFF + headroom at {where}: more arrives "
-                   f"after a pause than the headroom holds (a switch traversal under load takes longer than t_hop: "
-                   f"derive with a larger --hop-us, or raise headroom)")
+                   f"after a pause than the headroom holds (raise it to what arrives after a pause: the pause-response "
+                   f"probe's figure above)")
+        elif response is not None and pfc.headroom < response.beyond_xoff:
+            why = (f"lossless.pfc.headroom = {pfc.headroom} packets is too small: {response.beyond_xoff} arrived after "
+                   f"a pause at {response.where} in the pause-response probe ({max(0, peak - pfc.xoff)} in this "
+                   f"incast): a longer burst or a busier machine drops the rest")
         elif storms or storm_dropped:
             why = (f"lossless.watchdog.detect_ms = {values.watchdog.detect_ms:g} ms is too short: a healthy incast's "
                    f"pauses were declared a storm {storms} times and {storm_dropped} lossless packets dropped for it")
@@ -284,11 +360,17 @@ class Validation:
         elif not pauses:
             why = (f"lossless.pfc.xoff = {pfc.xoff} packets was never reached at {offered / cap:.1f}x: the incast "
                    f"did not test the headroom")
-        return Check("incast into the lossless class", "lossless.pfc.headroom, lossless.pfc.xoff, "
+        elif utilisation < UTILISATION_TARGET:
+            why = (f"lossless.pfc.xon = {pfc.xon} packets: the receiver's link was used {utilisation:.2f} (< "
+                   f"{UTILISATION_TARGET:g}) under a {offered / cap:.1f}x incast: paused senders resumed too late "
+                   f"(XON too low for the round trip, or resumes not heard: {resumes} sent, {resumed_heard} heard "
+                   f"by the senders)")
+        return Check("incast into the lossless class", "lossless.pfc.headroom, lossless.pfc.xoff, lossless.pfc.xon, "
                      "lossless.watchdog.detect_ms", not why, measured, target, why, verdict)
 
-    def congestion(self, values: Values, marking: str) -> Check:
-        """Two DCQCN senders into the receiver: its queue and its link."""
+    def congestion(self, values: Values, marking: str, rtt_s: float = 0.0) -> Check:
+        """Two DCQCN senders into the receiver for congestion_s(rtt_s): its queue and its link."""
+        duration = congestion_s(rtt_s)
         assert self.ctl is not None
         cap = self._cap(self.receiver)
         two = self.senders[:2]
@@ -299,8 +381,8 @@ class Validation:
         depths: list[int] = []
 
         def sample(start_at: float) -> None:
-            end = start_at + CONGESTION_S
-            warm = start_at + WARM_SHARE * CONGESTION_S
+            end = start_at + duration
+            warm = start_at + WARM_SHARE * duration
             last = None
             with Bmv2Thrift(switch.thrift_port, switch.thrift_host, name=switch.name) as thrift:
                 while time.time() < end:
@@ -311,13 +393,10 @@ class Validation:
                     time.sleep(QUEUE_POLL_S)
 
         storms0 = self._counter_sum("pfc_storms_detected", list(self.topo.switches))
-        rx, tx, verdict = self._traffic("congestion", senders, CONGESTION_S, fixed=False, values=values,
+        rx, tx, verdict = self._traffic("congestion", senders, duration, fixed=False, values=values,
                                         during=sample)
         storms = self._counter_sum("pfc_storms_detected", list(self.topo.switches)) - storms0
-        bins = _receive_bins(self.run_dir / "congestion" / f"receive-{self.receiver}.csv")
-        warm = WARM_SHARE * CONGESTION_S
-        steady = sum(n for t, n in bins.items() if warm <= t < CONGESTION_S)
-        utilisation = steady / ((CONGESTION_S - warm) * cap)
+        utilisation = _utilisation(self.run_dir / "congestion" / f"receive-{self.receiver}.csv", duration, cap)
         p99 = percentile(depths, 0.99) if depths else None
         pfc = values.lossless.pfc
         limit = pfc.xoff + pfc.headroom
@@ -392,8 +471,21 @@ class Validation:
         return Check("watchdog storm", "lossless.watchdog.detect_ms", not why, measured, target, why, verdict)
 
 
+def congestion_s(rtt_s: float) -> float:
+    """The congested-port check's length: CONGESTION_RTTS round trips, within [CONGESTION_S, CONGESTION_MAX_S]."""
+    return min(CONGESTION_MAX_S, max(CONGESTION_S, CONGESTION_RTTS * rtt_s))
+
+
 def _dcqcn_text(values: Values) -> str:
     return ", ".join(f"{k} {v:g}" for k, v in values.dcqcn.items()) or "the agent's defaults"
+
+
+def _utilisation(receiver_csv: Path, duration: float, cap: float) -> float:
+    """The share of the receiver's link its packets used after the first WARM_SHARE of the run."""
+    bins = _receive_bins(receiver_csv)
+    warm = WARM_SHARE * duration
+    steady = sum(n for t, n in bins.items() if warm <= t < duration)
+    return steady / ((duration - warm) * cap)
 
 
 def _receive_bins(path: Path) -> dict[float, int]:

@@ -37,11 +37,13 @@ import yaml
 import benchmarks.calibration
 from control.topology import Topology, TopologyError, apply_overlays, resolve
 from emulator import toolchain
+from emulator.build import compile_p4
 from emulator.calibration import Flow, demand, plan
 from emulator.dilation import Dilation, DilationError
 from emulator.network import queue_rate_pps
 from experiments.train import LOSSLESS_SECTION
-from experiments.tuning import CHECKS, INCAST_LOAD, Validation, Values, longest_pair_hosts, percentile, with_watchdog
+from experiments.tuning import (CHECKS, INCAST_LOAD, RESPONSE_PROBE_PFC, RESPONSE_PROBE_S, Check, Validation, Values,
+                                longest_pair_hosts, percentile, with_watchdog)
 from features import FEATURES, load_topology, topology_from_dict
 from features.lossless import SECTION as LOSSLESS
 from features.tuning import HOP_S, Paths, Tuning, derive, overlay, report
@@ -160,6 +162,7 @@ def validate(args: argparse.Namespace) -> int:
         fast = toolchain.use_fast_bmv2()
         if fast:
             print(f"fabric tune: on the fast BMv2 in {fast}", flush=True)
+        compile_p4()                        # the pipeline the switches start with, rebuilt if its sources changed
         paths = Paths.of(topo, HOP_S)
         dilation, why = choose_dilation(topo, args.dilation, paths.pair)
         raw_d = dilation.topology(raw)
@@ -177,54 +180,75 @@ def validate(args: argparse.Namespace) -> int:
     paths_d = Paths.of(topo_d, HOP_S)
     validation = Validation(topo_d, REPO / "build" / "tune" / topo.name, klass.tclass, klass.dscp[0], paths_d.pair)
     started = time.monotonic()
-    with validation.fabric():
-        rtts = validation.probe_rtt()
-        p50, p90 = percentile(rtts, 0.5), percentile(rtts, 0.9)
-        hop = max(0.0, (p90 - 2 * paths_d.delay_max_s) / (2 * paths_d.switches_max))
-        print(f"round trip {paths_d.pair[0]} -> {paths_d.pair[1]} ({paths_d.switches_max} switches), {len(rtts)} "
-              f"pings: p50 {p50 * 1000:.2f} ms, p90 {p90 * 1000:.2f} ms; t_hop = (p90 - 2 x cable delays "
-              f"{paths_d.delay_max_s * 1000:g} ms) / (2 x {paths_d.switches_max}) = {hop * 1000:.3f} ms", flush=True)
-        ecn_mode = args.ecn or (None if topo_d.features.get("ecn") else "step")
-        tuning = derive(topo_d, rtt_s=p90, hop_s=hop, flows=args.flows, ecn_mode=ecn_mode,
-                        rtt_source=f"probed: p90 of {len(rtts)} pings {paths_d.pair[0]} -> {paths_d.pair[1]}")
-        sections = overlay(tuning, raw_d)
-        if given is None:
-            print("\n".join(report(tuning)), flush=True)
-            values_raw = {**raw_d, **sections}
-            if args.out:
-                args.out.parent.mkdir(parents=True, exist_ok=True)
-                args.out.write_text(render(sections, tuning.source, args, dilation))
-                print(f"overlay written: {args.out} ({', '.join(sections)})")
-        else:
-            values_raw = {**raw_d, **{k: v for k, v in sections.items() if k not in given}, **given}
-            print(f"validating {args.validate}'s sections ({', '.join(given) or 'none'}); the others derived")
-        try:
-            under_test = topology_from_dict(values_raw, f"{path} with the values under test")
-        except TopologyError as exc:
-            print(f"fabric tune: the values under test do not load: {exc}", file=sys.stderr)
-            return 2
-        values = Values(with_watchdog(under_test.features[LOSSLESS], *derived_watchdog(tuning)),
-                        dcqcn_values(tuning, validation))
-        validation.apply(values, under_test.features.get("ecn"))
-        pfc = values.lossless.pfc
-        print(f"\nvalidating on the live fabric: pfc xoff {pfc.xoff}, xon {pfc.xon}, headroom {pfc.headroom}; "
-              f"watchdog detect {values.watchdog.detect_ms:g} ms; {marking_text(under_test, validation)}", flush=True)
-        checks = []
-        for name in args.checks:
-            t0 = time.monotonic()
-            if name == "incast":
-                check = validation.incast(values)
-            elif name == "congestion":
-                check = validation.congestion(values, marking_text(under_test, validation))
-            else:
-                check = validation.storm(values)
-            checks.append(check)
-            print("\n".join(check.lines()) + f"  [{time.monotonic() - t0:.0f} s]", flush=True)
+    try:
+        with validation.fabric():
+            checks = on_the_live_fabric(args, validation, paths_d, raw_d, given, str(path), dilation)
+    except RuntimeError as exc:             # the network, a probe or an agent failed: no verdict
+        print(f"fabric tune: {exc}", file=sys.stderr)
+        return 2
+    if checks is None:
+        return 2
     failed = [c for c in checks if not c.passed]
     print(f"\nvalidation: {len(checks) - len(failed)} of {len(checks)} checks passed in "
           f"{time.monotonic() - started:.0f} s" + ("" if not failed else
                                                     f"; wrong: {'; '.join(c.why.split(':')[0] for c in failed)}"))
     return 1 if failed else 0
+
+
+def on_the_live_fabric(args: argparse.Namespace, validation: Validation, paths_d: Paths, raw_d: dict,
+                       given: Optional[dict[str, Any]], path: str, dilation: Dilation) -> Optional[list[Check]]:
+    """On the started fabric: probe, derive (or take `given`), write the
+    values, run the checks; None when the values under test do not load."""
+    rtts = validation.probe_rtt()
+    p50, p90 = percentile(rtts, 0.5), percentile(rtts, 0.9)
+    idle_hop = max(0.0, (p90 - 2 * paths_d.delay_max_s) / (2 * paths_d.switches_max))
+    print(f"round trip {paths_d.pair[0]} -> {paths_d.pair[1]} ({paths_d.switches_max} switches), {len(rtts)} "
+          f"pings: p50 {p50 * 1000:.2f} ms, p90 {p90 * 1000:.2f} ms; t_hop idle = (p90 - 2 x cable delays "
+          f"{paths_d.delay_max_s * 1000:g} ms) / (2 x {paths_d.switches_max}) = {idle_hop * 1000:.3f} ms", flush=True)
+    response = validation.pause_response(Values(validation.topo.features[LOSSLESS]))
+    hop = max(idle_hop, response.hop_s())
+    print(f"pause response under the incast ({RESPONSE_PROBE_S:g} s, xoff {RESPONSE_PROBE_PFC.xoff}, headroom "
+          f"{RESPONSE_PROBE_PFC.headroom}; each cell's peak, pfc_occupancy_peak): at most {response.beyond_xoff} "
+          f"packets arrived after a pause (at {response.where}, r = {response.rate_pps:g} packets/s), so t_hop "
+          f"under load = (beyond - 2 - 2 d r) / 2 r = {response.hop_s() * 1000:.3f} ms; derived with t_hop = "
+          f"{hop * 1000:.3f} ms", flush=True)
+    ecn_mode = args.ecn or (None if validation.topo.features.get("ecn") else "step")
+    tuning = derive(validation.topo, rtt_s=p90, hop_s=hop, flows=args.flows, ecn_mode=ecn_mode,
+                    rtt_source=f"probed: p90 of {len(rtts)} pings {paths_d.pair[0]} -> {paths_d.pair[1]}")
+    sections = overlay(tuning, raw_d)
+    if given is None:
+        print("\n".join(report(tuning)), flush=True)
+        values_raw = {**raw_d, **sections}
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(render(sections, tuning.source, args, dilation))
+            print(f"overlay written: {args.out} ({', '.join(sections)})")
+    else:
+        values_raw = {**raw_d, **{k: v for k, v in sections.items() if k not in given}, **given}
+        print(f"validating {args.validate}'s sections ({', '.join(given) or 'none'}); the others derived")
+    try:
+        under_test = topology_from_dict(values_raw, f"{path} with the values under test")
+    except TopologyError as exc:
+        print(f"fabric tune: the values under test do not load: {exc}", file=sys.stderr)
+        return None
+    values = Values(with_watchdog(under_test.features[LOSSLESS], *derived_watchdog(tuning)),
+                    dcqcn_values(tuning, validation))
+    validation.apply(values, under_test.features.get("ecn"))
+    pfc = values.lossless.pfc
+    print(f"\nvalidating on the live fabric: pfc xoff {pfc.xoff}, xon {pfc.xon}, headroom {pfc.headroom}; "
+          f"watchdog detect {values.watchdog.detect_ms:g} ms; {marking_text(under_test, validation)}", flush=True)
+    checks: list[Check] = []
+    for name in args.checks:
+        t0 = time.monotonic()
+        if name == "incast":
+            check = validation.incast(values, response)
+        elif name == "congestion":
+            check = validation.congestion(values, marking_text(under_test, validation), tuning.rtt_s)
+        else:
+            check = validation.storm(values)
+        checks.append(check)
+        print("\n".join(check.lines()) + f"  [{time.monotonic() - t0:.0f} s]", flush=True)
+    return checks
 
 
 def derived_watchdog(tuning: Tuning) -> tuple[float, float]:

@@ -118,7 +118,7 @@ DROP_REPORT_TABLE = "drop_report"
 SWITCH_TABLE = "int_switch"           # keyless: its default action switches INT on
 REPORT_COUNTER = "int_report_counter"
 REPORT_KINDS = {name: constants()[f"REPORT_{name.upper()}"]
-                for name in ("flow", "suppressed", "queue", "queue_limited", "drop")}
+                for name in ("flow", "suppressed", "queue", "queue_limited", "drop", "yielded")}
 DROP_LIMITED_COUNTER = "drop_reports_limited"   # per drop reason, in ingress
 INSTANCE_INGRESS_CLONE = constants()["INSTANCE_INGRESS_CLONE"]
 QDEPTH_MAX = (1 << 19) - 1

@@ -81,6 +81,7 @@ WATCHDOG_FIELDS = {"detect_ms", "restore_ms", "action"}
 
 # Registers and counters (p4src/include/lossless.p4), by (port, class) cell.
 OCCUPANCY_REGISTER = "pfc_occupancy"
+PEAK_REGISTER = "pfc_occupancy_peak"    # the most a cell held, a refused packet included (fabric tune)
 PAUSED_REGISTER = "pfc_paused_us"
 COUNTERS = ("class_packets", "pfc_pause_sent", "pfc_resume_sent", "pfc_frames_received", "pfc_held",
             "pfc_storms_detected", "pfc_storms_restored", "pfc_storm_dropped")

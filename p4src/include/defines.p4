@@ -136,6 +136,8 @@ const bit<32> REPORT_SUPPRESSED = 1;       // sink report suppressed (nothing ch
 const bit<32> REPORT_QUEUE = 2;            // congestion report sent
 const bit<32> REPORT_QUEUE_LIMITED = 3;    // congestion report dropped by the rate limit
 const bit<32> REPORT_DROP = 4;             // drop report sent (held back: drop_reports_limited[reason])
+const bit<32> REPORT_YIELDED = 5;          // a report a packet would have sent that waited for the next: the
+                                           // packet's one clone was a PFC frame's (lossless.p4: frames first)
 const bit<32> REPORT_KINDS = 8;
 // In-network aggregation (aggregation.p4; the wire contract is
 // docs/protocols/aggregation.md; wire/aggregation.py holds the same values).

@@ -346,6 +346,7 @@ header lossless_scratch_t {      // lossless.p4: the class's parameters (traffic
     bit<32>  in_cell;            // (ingress port, class), (egress port, class)
     bit<32>  out_cell;
     bit<32>  occupancy;
+    bit<32>  peak;               // pfc_occupancy_peak's cell
     bit<32>  session;
     bit<48>  now;
     bit<48>  time;               // a register's time: xoff sent, storm found, paused until
@@ -409,6 +410,10 @@ struct local_metadata_t {
     // EGRESS_* bit (defines.p4); every other packet skips egress work on one condition.
     @field_list(INT_REPORT_FIELDS)
     bit<8>        egress_work;
+    // 1: this egress pass cloned the packet into a PFC frame (a resume, a
+    // pause again: lossless.p4). BMv2 keeps one clone a pass, the last asked
+    // for, so a telemetry report's clone must not replace it: the report waits.
+    bit<1>        pfc_frame_cloned;
     // Scratch headers (see above).
     parse_scratch_t    parse;
     flow_key_t         flow;

@@ -462,14 +462,19 @@ control IntEgress(inout headers_t hdr,
                         meta.int_scratch.due = 0;
                         meta.int_scratch.congested = 0;
                         read_flow_report_time();
-                        if (meta.int_scratch.refresh_us == 0 || meta.int_scratch.flow_changed == 1
+                        if (meta.pfc_frame_cloned == 1) {
+                            // Its clone is a PFC frame's: no report from this packet and no
+                            // report time written, so the flow's next packet reports instead
+                            // (a change this one carried shows in that report's hops).
+                            int_report_counter.count(REPORT_YIELDED);
+                        } else if (meta.int_scratch.refresh_us == 0 || meta.int_scratch.flow_changed == 1
                                 || (hdr.int_md.ds_id == FABRIC_DS_ID
                                     && hdr.int_md.ds_flags & INT_DS_FLAG_CHANGED != 0)
                                 || meta.int_scratch.last_us == 0
                                 || meta.int_scratch.now_us - meta.int_scratch.last_us >= meta.int_scratch.refresh_us) {
                             meta.int_scratch.due = 1;
                         }
-                        if (std_meta.enq_qdepth >= meta.int_scratch.queue_threshold) {
+                        if (std_meta.enq_qdepth >= meta.int_scratch.queue_threshold && meta.pfc_frame_cloned == 0) {
                             read_queue_report_time();
                             if (meta.int_scratch.last_us == 0
                                 || meta.int_scratch.now_us - meta.int_scratch.last_us >= meta.int_scratch.queue_interval_us) {
@@ -496,7 +501,7 @@ control IntEgress(inout headers_t hdr,
                             int_report_counter.count(REPORT_QUEUE);
                         } else if (meta.int_scratch.due == 1) {
                             int_report_counter.count(REPORT_FLOW);
-                        } else {
+                        } else if (meta.pfc_frame_cloned == 0) {
                             int_report_counter.count(REPORT_SUPPRESSED);
                         }
                         if (hdr.int_shim.npt == INT_NPT_UDP_PORT) {
@@ -511,8 +516,10 @@ control IntEgress(inout headers_t hdr,
                     } else {
                         // Transit (and source, and the last switch of a flow whose host is
                         // its sink, INT_DS_FLAG_TO_HOST): a congestion report first, from
-                        // the packet as received.
-                        if (std_meta.enq_qdepth >= meta.int_scratch.queue_threshold) {
+                        // the packet as received (unless its clone is a PFC frame's).
+                        if (std_meta.enq_qdepth >= meta.int_scratch.queue_threshold && meta.pfc_frame_cloned == 1) {
+                            int_report_counter.count(REPORT_YIELDED);
+                        } else if (std_meta.enq_qdepth >= meta.int_scratch.queue_threshold) {
                             read_queue_report_time();
                             if (meta.int_scratch.last_us == 0
                                 || meta.int_scratch.now_us - meta.int_scratch.last_us >= meta.int_scratch.queue_interval_us) {

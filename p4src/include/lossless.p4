@@ -54,6 +54,8 @@
 
 // Per (port, class) cell; shared by ingress and egress, so declared outside both.
 register<bit<32>, bit<32>>(PFC_CELLS) pfc_occupancy;      // ingress cell: lossless packets admitted, not yet sent
+register<bit<32>, bit<32>>(PFC_CELLS) pfc_occupancy_peak; // ingress cell: the most it held, a refused packet
+                                                          // included (what arrived after the pause: fabric tune)
 register<bit<48>, bit<32>>(PFC_CELLS) pfc_xoff_sent;      // ingress cell: when the last pause went upstream (us); 0: not pausing
 register<bit<48>, bit<32>>(PFC_CELLS) pfc_paused_until;   // egress cell: the peer paused it until (us)
 register<bit<48>, bit<32>>(PFC_CELLS) pfc_paused_us;      // egress cell: time paused by the peer (us), up to its
@@ -246,6 +248,10 @@ control Lossless(in headers_t hdr, inout local_metadata_t meta, inout standard_m
                             cells();
                             class_packets.count(meta.tc.out_cell);
                             admit();
+                            pfc_occupancy_peak.read(meta.tc.peak, meta.tc.in_cell);
+                            if (meta.tc.occupancy > meta.tc.peak) {
+                                pfc_occupancy_peak.write(meta.tc.in_cell, meta.tc.occupancy);
+                            }
                             if (meta.tc.occupancy > meta.tc.xoff + meta.tc.headroom) {
                                 refuse();                   // beyond the headroom
                                 meta.tc.setInvalid();
@@ -465,6 +471,7 @@ control LosslessEgress(inout headers_t hdr, inout local_metadata_t meta, inout s
     action frame_carry(bit<16> quanta) {
         meta.pfc_frame = (bit<32>) meta.tc.tclass[2:0] << PFC_FRAME_CLASS_LO | (bit<32>) quanta;
         meta.tc.session = PFC_SESSION_BASE + (bit<32>) meta.tc.in_cell[8:3];
+        meta.pfc_frame_cloned = 1;          // a report clone later in egress must not replace it
     }
 
     // class_change: the DSCP of the class it leaves in.

@@ -15,16 +15,17 @@ import threading
 import time
 from dataclasses import replace
 
-from ptf_lib.base_test import HOST_MAC, SWITCH_MAC, P4RuntimeTest, port_mac
+from ptf_lib.base_test import HOST_MAC, SWITCH_MAC, P4RuntimeTest, neighbour_mac, port_mac
 from scapy.contrib.mac_control import MACControlClassBasedFlowControl
 from scapy.contrib.roce import BTH
-from scapy.layers.inet import IP
+from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Dot1Q, Ether
 
 from emulator import queue_depth
 from emulator.bmv2_thrift import Bmv2Thrift
 from features.ecn import EcnProfile, ecn_state
-from features.lossless import (PAUSED_REGISTER, LosslessConfig, PfcThresholds, TrafficClass, Watchdog, cell,
+from features.int_telemetry import Instructions, ReportPath, ReportSettings, WatchRule, int_state, report_counts
+from features.lossless import (PAUSED_REGISTER, PEAK_REGISTER, LosslessConfig, PfcThresholds, TrafficClass, Watchdog, cell,
                                lossless_state, queue_plan)
 from hostagent.ecn.roce import open_socket
 from hostagent.lossless import PauseState
@@ -33,7 +34,7 @@ from wire.ecn import CE, ECT0
 from wire.lossless import PFC_DST_MAC, encode_pfc, quantum_us
 from wire.roce import roce_data
 
-IN_PORT, OUT_PORT, OTHER_PORT = 1, 2, 3
+IN_PORT, OUT_PORT, OTHER_PORT, COLLECTOR_PORT = 1, 2, 3, 4
 LINK_MBPS = 10.0                    # quantum 51.2 us; hold queue at the link's 833 packets/s
 LOSSLESS, BULK, CHANGED = 3, 1, 4   # classes (and their queues)
 LOSSLESS_DSCP, BULK_DSCP, CHANGED_DSCP = 26, 10, 34
@@ -172,6 +173,48 @@ class PauseAndResumeFramesTest(LosslessTest):
         self.assertEqual(self.pfc_out(OTHER_PORT, timeout=0.1), [], "only the ingress port is paused")
 
 
+class ResumeIsNotReplacedByAnIntReportTest(LosslessTest):
+    """A packet that both releases the cell below XON (its clone becomes the
+    resume) and leaves through an INT sink that reports every packet (its
+    clone would become the report): BMv2 keeps one clone a pass, so the
+    resume goes and the report waits for the next packet (counted as
+    yielded). Before, the report replaced the resume and the upstream
+    stayed paused until its pause ran out (3.36 s here)."""
+
+    def runTest(self):
+        cfg = config(xoff=8, xon=4)
+        lossless = lossless_state(self.p4info, cfg, PORTS)
+        report = ReportPath(COLLECTOR_PORT, port_mac(COLLECTOR_PORT), neighbour_mac(COLLECTOR_PORT),
+                            "10.255.0.7", "10.0.9.1", 32766)
+        telemetry = int_state(self.p4info, node_id=7, ports={p: 10 for p in PORTS}, sink_ports={IN_PORT, OUT_PORT},
+                              rules=(WatchRule(protocol=17, dst_ports=(4791, 4791),
+                                               instructions=Instructions.of(["node_id", "queue"]), max_hops=4),),
+                              report=report, reports=ReportSettings(refresh_ms=0, drop_report_interval_ms=None))
+        self.state.table_entries = ([e for e in self.forwarding if e.table_id not in lossless.managed_tables]
+                                    + lossless.table_entries + telemetry.table_entries)
+        self.state.clone_sessions = list(lossless.clone_sessions) + list(telemetry.clone_sessions)
+        self.apply()
+        for (port, queue), q in queue_plan(cfg, PORTS).settings.items():
+            if q.rate_pps:
+                self.thrift.set_priority_queue_rate(port, queue, q.rate_pps)
+            if q.depth:
+                self.thrift.set_priority_queue_depth(port, queue, q.depth)
+        before = report_counts(self.sw, self.p4info)
+        self.thrift.set_priority_queue_rate(OUT_PORT, LOSSLESS, 10)
+        self.send(IN_PORT, [data(i) for i in range(12)])
+        out = self.sent_out(OUT_PORT, timeout=1.5)
+        self.assertEqual([psn(f) for f in out], list(range(12)), "lossless and in order, INT stripped at the sink")
+        frames = [pfc_times(f) for f in self.pfc_out(IN_PORT)]
+        self.assertEqual(frames, [{LOSSLESS: 0xFFFF}, {LOSSLESS: 0}], "one pause, then the resume")
+        self.assertEqual(self.count("pfc_resume_sent", IN_PORT), 1)
+        after = report_counts(self.sw, self.p4info)
+        yielded, flow = (after[k] - before[k] for k in ("yielded", "flow"))
+        self.assertEqual(yielded, 1, "the resume's packet sent no report")
+        self.assertEqual(flow, 11, "every other packet reported")
+        reports = [f for f in self.receive_all(COLLECTOR_PORT, 0.5) if UDP in Ether(f)]
+        self.assertEqual(len(reports), 11)
+
+
 class PauseIsRefreshedWhileAboveXoffTest(LosslessTest):
     """A pause of 100 ms is sent again every 50 ms while the class stays above XOFF."""
 
@@ -277,14 +320,18 @@ class LosslessUnderABurstLargerThanTheQueueTest(LosslessTest):
 
 
 class HeadroomOverflowIsDroppedAndCountedTest(LosslessTest):
-    """Beyond XOFF + headroom a lossless packet is dropped, and counted as such."""
+    """Beyond XOFF + headroom a lossless packet is dropped, and counted as
+    such; the cell's peak (pfc_occupancy_peak) counts the first one refused."""
 
     def runTest(self):
         self.program(config(xoff=8, xon=4, headroom=4))
+        self.thrift.register_write(PEAK_REGISTER, cell(IN_PORT, LOSSLESS), 0)
         self.pause(0xFFFF)
         self.send(IN_PORT, [data(i) for i in range(20)])
         self.assertEqual(self.sent_out(OUT_PORT, timeout=0.5), [])
         self.assertEqual(self.drops("LOSSLESS_HEADROOM"), 8, "12 admitted, 8 beyond the headroom")
+        self.assertEqual(self.thrift.register_read(PEAK_REGISTER, cell(IN_PORT, LOSSLESS)), 13,
+                         "the cell's peak counts a refused packet: 5 arrived beyond XOFF (fabric tune reads it)")
         self.pause(0)
         self.assertEqual([psn(f) for f in self.sent_out(OUT_PORT, timeout=1.0)], list(range(12)))
 

@@ -1,11 +1,8 @@
 """`fabric tune --validate` on leaf-spine: the fabric started, its round
-trip probed, the values derived from it written on the live switches and
-judged by three checks (incast into the lossless class, a congested port, a
-watchdog storm) in under two minutes, each check's verdict naming the
-parameter it judges and the exit code following them; then fabric train's
-hand-set lossless values validated on the same dilation: an incast loses no
-lossless packet and a stuck NIC's storm is declared within detect_ms plus
-the stated margin."""
+trip and its pause response probed, the values derived from them written on
+the live switches and judged green by three checks (an incast into the
+lossless class, a congested port, a watchdog storm) in under two minutes;
+then the same overlay with its headroom halved fails, naming the headroom."""
 import re
 import subprocess
 import sys
@@ -14,7 +11,6 @@ from pathlib import Path
 import yaml
 
 from features import load_topology
-from experiments.tuning import STORM_DETECT_MARGIN_MS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -24,39 +20,43 @@ def tune(*args: str) -> subprocess.CompletedProcess:
                           cwd=REPO, capture_output=True, text=True, timeout=600)
 
 
-def test_derived_values_are_validated_live_and_each_verdict_names_its_parameter(tmp_path):
+def test_derived_values_validate_green_and_a_halved_headroom_fails_naming_it(tmp_path):
     out = tmp_path / "tuned.yaml"
     proc = tune("--out", str(out))
     text = proc.stdout
-    assert proc.returncode in (0, 1), text[-3000:] + proc.stderr[-3000:]
+    assert proc.returncode == 0, text[-4000:] + proc.stderr[-3000:]
     assert "validating with fabric train's (class 3 'collective', DSCP 26)" in text
     dilation = float(re.search(r"fabric tune: dilation (?:x([0-9.]+)|none)", text).group(1) or 1)
     assert re.search(r"round trip h1 -> h3 \(3 switches\), \d+ pings: p50 [0-9.]+ ms, p90 [0-9.]+ ms", text)
-    assert "rtt = " in text and "probed: p90 of" in text                 # derived from the probe
+    beyond = int(re.search(r"at most (\d+) packets arrived after a pause", text).group(1))
+    assert "probed: p90 of" in text                                      # the RTT the derivation used
     verdicts = re.findall(r"^(PASS|FAIL) (incast into the lossless class|congested port|watchdog storm): ", text, re.M)
-    assert [name for _, name in verdicts] == ["incast into the lossless class", "congested port", "watchdog storm"]
-    failed = [name for verdict, name in verdicts if verdict == "FAIL"]
-    assert proc.returncode == (1 if failed else 0)
-    for line in text.splitlines():                                       # each failure names its parameter
-        if line.startswith("     ") and " is too " in line:
-            assert re.match(r"\s+(lossless\.|ecn\.|dcqcn)", line), line
-    took = int(re.search(r"validation: \d of 3 checks passed in (\d+) s", text).group(1))
+    assert verdicts == [("PASS", "incast into the lossless class"), ("PASS", "congested port"),
+                        ("PASS", "watchdog storm")], text[-4000:]
+    incast = re.search(r"PASS incast into the lossless class: .*: (\d+) of (\d+) received, utilisation ([0-9.]+), "
+                       r"0 missing", text)
+    assert incast and int(incast.group(1)) == int(incast.group(2)) > 0
+    took = int(re.search(r"validation: 3 of 3 checks passed in (\d+) s", text).group(1))
     assert took < 120
     written = yaml.safe_load(out.read_text())
     assert f"--validate --dilation {dilation:g}" in out.read_text().splitlines()[0]
-    assert set(written) == {"lossless", "ecn"} and written["lossless"]["pfc"]["headroom"] >= 1
+    assert set(written) == {"lossless", "ecn"} and written["lossless"]["pfc"]["headroom"] >= beyond
 
-    hand = tmp_path / "hand.yaml"          # fabric train's section, its hold loop at the dilated link's rate
-    link_pps = round(8333 / dilation)
-    hand.write_text(yaml.safe_dump({"lossless": {"queues": 8, "hold_rate_pps": link_pps, "classes": [
-        {"name": "collective", "class": 3, "dscp": [26], "lossless": True}],
-        "pfc": {"xoff": 24, "xon": 12, "headroom": 64}}}))
-    load_topology("leaf-spine", overlays=[hand])
-    proc = tune(str(hand), "--dilation", f"{dilation:g}", "--checks", "incast", "storm")
+    halved = tmp_path / "halved.yaml"
+    headroom = written["lossless"]["pfc"]["headroom"] // 2
+    written["lossless"]["pfc"]["headroom"] = max(1, headroom)
+    halved.write_text(yaml.safe_dump(written))
+    load_topology("leaf-spine", overlays=[halved])
+    proc = tune(str(halved), "--dilation", f"{dilation:g}", "--checks", "incast")
     text = proc.stdout
-    assert proc.returncode == 0, text[-3000:] + proc.stderr[-3000:]
-    assert "pfc xoff 24, xon 12, headroom 64" in text
-    incast = re.search(r"PASS incast into the lossless class: .*: (\d+) of (\d+) received .*, 0 missing", text)
-    assert incast and int(incast.group(1)) == int(incast.group(2)) > 0
-    storm = re.search(r"PASS watchdog storm: .* after (\d+) ms", text)
-    assert storm and 200 <= int(storm.group(1)) <= 200 + STORM_DETECT_MARGIN_MS
+    # What arrives after a pause varies from run to run (docs/tuning.md: 0-5 packets in 4 s probes): the
+    # halved headroom fails when this run's probe or incast saw more than it holds (2 of 2 runs); a run
+    # that saw no more must pass, and says so in its figures.
+    probe = int(re.search(r"at most (\d+) packets arrived after a pause", text).group(1))
+    seen = int(re.search(r"at most (\d+) beyond XOFF", text).group(1))
+    if max(probe, seen) > max(1, headroom):
+        assert proc.returncode == 1, text[-3000:] + proc.stderr[-3000:]
+        assert f"lossless.pfc.headroom = {max(1, headroom)} packets" in text and " is too small: " in text
+        assert re.search(r"validation: 0 of 1 checks passed in \d+ s; wrong: lossless.pfc.headroom", text)
+    else:
+        assert proc.returncode == 0 and "0 missing" in text, text[-3000:]

@@ -3,12 +3,13 @@ checks use, how a check reports, and the lossless class a topology without
 one is validated with (the checks themselves: tests/e2e/test_tune_validate.py)."""
 from pathlib import Path
 
+import pytest
 import yaml
 
-from experiments.tuning import Check, longest_pair_hosts, percentile
+from experiments.tuning import Check, Response, longest_pair_hosts, percentile
 from fabric.tune import choose_dilation, lossless_class
 from features import load_topology, topology_from_dict
-from features.tuning import HOP_S, Paths, derive, overlay
+from features.tuning import HOP_S, Paths, derive, headroom_packets, overlay
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -63,3 +64,13 @@ def test_a_failed_check_names_the_parameter_and_the_machine_when_unfaithful():
 def test_percentile_is_a_sample_of_the_values():
     assert percentile([3, 1, 2], 0.5) == 2 and percentile(list(range(100)), 0.99) == 99
     assert percentile([5.0], 0.9) == 5.0
+
+
+def test_the_pause_response_gives_the_t_hop_that_makes_the_headroom_formula_hold_it():
+    # 5 packets arrived after a pause at a 740 packets/s port with no cable delay: 2 + 2 t_hop r = 5
+    r = Response(beyond_xoff=5, where="leaf1:2", rate_pps=740.0, delay_s=0.0)
+    assert r.hop_s() * 1000 == pytest.approx(2.027, abs=1e-3)
+    assert headroom_packets(740.0, 0.0, r.hop_s()) == pytest.approx(5.0)
+    with_cable = Response(beyond_xoff=5, where="s1:1", rate_pps=100.0, delay_s=0.005)   # the cable holds 1
+    assert headroom_packets(100.0, 0.005, with_cable.hop_s()) == pytest.approx(5.0)
+    assert Response(beyond_xoff=1, where="s1:1", rate_pps=740.0, delay_s=0.0).hop_s() == 0.0   # never below 0
