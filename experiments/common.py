@@ -159,6 +159,14 @@ def sample_queue(thrift: Bmv2Thrift, port: int, stop: threading.Event, t0: float
         time.sleep(0.005)
 
 
+def percentile(values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile (p in 0..1) of `values`; 0.0 for none."""
+    if not values:
+        return 0.0
+    v = sorted(values)
+    return float(v[min(len(v) - 1, int(p * len(v)))])
+
+
 def print_table(rows: list[dict], width: int = 13) -> None:
     """Rows (dicts with the same keys) as right-aligned columns on stdout."""
     cols = list(rows[0])

@@ -84,7 +84,7 @@ from emulator.impairments import drop_fraction
 from emulator.network import Network, queue_rate_pps
 from control.p4constants import drop_reasons
 from experiments.common import StartGate, announce_budget, case_fidelity, experiment_parser, lost_before_pipeline, \
-    print_fidelity, print_table, rdma_agent, sample_queue, save_figure, write_csv
+    percentile, print_fidelity, print_table, rdma_agent, sample_queue, save_figure, write_csv
 from features import topology_from_dict
 from features.ecn import EcnProfile
 from features.load_balancing import LbMode
@@ -156,13 +156,6 @@ def agent_options(args, mode: str) -> list[str]:
 def judged(args, lost: str, fidelity: str) -> dict:
     """A row's last columns: what the machine lost, the case's verdict, the run's dilation and budget."""
     return {"lost_before_pipeline": lost, "fidelity": fidelity, "dilation": str(args.dilation), "budget": args.budget}
-
-
-def percentile(values: list, p: float) -> float:
-    if not values:
-        return 0.0
-    v = sorted(values)
-    return float(v[min(len(v) - 1, int(p * len(v)))])
 
 
 def jain(xs: list[float]) -> float:

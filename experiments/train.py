@@ -66,8 +66,8 @@ from emulator.network import Network, NetworkError
 from control.p4info import EntryError
 from control.p4constants import drop_reasons
 from control.topology import Topology, TopologyError, apply_overlays, from_dict
-from experiments.common import REPO, agent_python, case_fidelity, kill_switch, print_fidelity, print_table, save_figure, \
-    write_csv
+from experiments.common import REPO, agent_python, case_fidelity, kill_switch, percentile, print_fidelity, print_table, \
+    save_figure, write_csv
 from features import FEATURES, topology_from_dict
 from hostagent.aggregation.runs import start_server, stop_server
 from hostagent.collectives import schedule as sc
@@ -453,11 +453,6 @@ class RunResult:
         return {"absorbed_by_step": worst.step + 1, "absorbed_cost_ms": round(worst.ms - statistics.median(before), 1),
                 "step_ms_after_p50": round(statistics.median(x.ms for x in after if x is not worst), 1)
                 if len(after) > 1 else ""}
-
-
-def percentile(values: list[float], p: float) -> float:
-    v = sorted(values)
-    return v[min(len(v) - 1, int(p * len(v)))] if v else 0.0
 
 
 def line_rate_for(topology: str, rank_names: list[str], c: Composition,

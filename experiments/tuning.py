@@ -47,6 +47,7 @@ import csv
 import json
 import re
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -59,7 +60,7 @@ from emulator import queue_depth
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL
 from emulator.bmv2_thrift import Bmv2Thrift
 from emulator.network import Network, queue_rate_pps
-from experiments.common import StartGate, agent_python, case_fidelity, roce_agent
+from experiments.common import StartGate, agent_python, case_fidelity, percentile, roce_agent, sample_queue
 from features.lossless import PEAK_REGISTER, LosslessConfig, PfcThresholds, Watchdog, cell
 
 REPO = Path(__file__).resolve().parent.parent
@@ -72,7 +73,6 @@ CONGESTION_RTTS = 3000          # DCQCN's derived timers scale with the RTT, so 
 CONGESTION_MAX_S = 20.0         # round trips at any dilation (x26, 6 s = 960 RTTs: utilisation 0.65; x11: 0.84)
 UTILISATION_TARGET = 0.75       # the bottleneck used at least this much (after the first 20%): measured 0.81-1.00
 WARM_SHARE = 0.2
-QUEUE_POLL_S = 0.02             # the congested queue's register, read this often
 STORM_DETECT_MARGIN_MS = 100.0  # detection may lag detect_ms by a packet's arrival, the hold loop and the poll
 STORM_LEAD_S = 1.0              # the storm starts this long after the traffic
 PROBES, PROBE_INTERVAL_S = 30, 0.02
@@ -150,11 +150,6 @@ def longest_pair_hosts(topo: Topology, pair: tuple[str, str]) -> tuple[str, list
     return receiver.name, senders
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 class Validation:
     """The live fabric a validation runs on, and its checks."""
 
@@ -218,7 +213,7 @@ class Validation:
 
     def sender_line_rate(self) -> int:
         """The congestion check's senders' line rate, packets/s (their links')."""
-        return queue_rate_pps(self.topo.access_link(self.topo.hosts[self.senders[0]]).bandwidth_mbps)
+        return int(self._cap(self.senders[0]))
 
     def _cap(self, host: str) -> float:
         return float(queue_rate_pps(self.topo.access_link(self.topo.hosts[host]).bandwidth_mbps))
@@ -378,26 +373,22 @@ class Validation:
         r = self.topo.hosts[self.receiver]
         queue = next(c.queue for c in values.lossless.classes if c.tclass == self.tclass)
         switch = self.topo.switches[r.switch]
-        depths: list[int] = []
+        samples: list[tuple[float, int]] = []         # (seconds since the start, depth met)
 
         def sample(start_at: float) -> None:
-            end = start_at + duration
-            warm = start_at + WARM_SHARE * duration
-            last = None
+            stop = threading.Event()
+            timer = threading.Timer(max(0.0, start_at + duration - time.time()), stop.set)
+            timer.start()
             with Bmv2Thrift(switch.thrift_port, switch.thrift_host, name=switch.name) as thrift:
-                while time.time() < end:
-                    s = queue_depth.read(thrift, r.switch_port, queue)
-                    if s is not None and s.time_us != last and time.time() >= warm:
-                        depths.append(s.depth)
-                    last = s.time_us if s is not None else last
-                    time.sleep(QUEUE_POLL_S)
+                sample_queue(thrift, r.switch_port, stop, start_at, samples, queue)
 
         storms0 = self._counter_sum("pfc_storms_detected", list(self.topo.switches))
         rx, tx, verdict = self._traffic("congestion", senders, duration, fixed=False, values=values,
                                         during=sample)
         storms = self._counter_sum("pfc_storms_detected", list(self.topo.switches)) - storms0
         utilisation = _utilisation(self.run_dir / "congestion" / f"receive-{self.receiver}.csv", duration, cap)
-        p99 = percentile(depths, 0.99) if depths else None
+        depths = [d for t, d in samples if t >= WARM_SHARE * duration]
+        p99 = int(percentile(depths, 0.99)) if depths else None
         pfc = values.lossless.pfc
         limit = pfc.xoff + pfc.headroom
         lost = sum(f["lost"] for f in rx["flows"].values())

@@ -42,8 +42,9 @@ from emulator.calibration import Flow, demand, plan
 from emulator.dilation import Dilation, DilationError
 from emulator.network import queue_rate_pps
 from experiments.train import LOSSLESS_SECTION
+from experiments.common import percentile
 from experiments.tuning import (CHECKS, INCAST_LOAD, RESPONSE_PROBE_PFC, RESPONSE_PROBE_S, Check, Validation, Values,
-                                longest_pair_hosts, percentile, with_watchdog)
+                                longest_pair_hosts, with_watchdog)
 from features import FEATURES, load_topology, topology_from_dict
 from features.lossless import SECTION as LOSSLESS
 from features.tuning import HOP_S, Paths, Tuning, derive, overlay, report

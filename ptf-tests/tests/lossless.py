@@ -21,6 +21,7 @@ from scapy.contrib.roce import BTH
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Dot1Q, Ether
 
+from control.sync import SwitchState
 from emulator import queue_depth
 from emulator.bmv2_thrift import Bmv2Thrift
 from features.ecn import EcnProfile, ecn_state
@@ -100,11 +101,12 @@ class LosslessTest(P4RuntimeTest):
         finally:
             super().tearDown()
 
-    def program(self, cfg: LosslessConfig, changes: dict | None = None) -> None:
+    def program(self, cfg: LosslessConfig, changes: dict | None = None, beside: SwitchState | None = None) -> None:
+        """The lossless state `cfg` (and another feature's entries `beside` it) on the switch, its queues set."""
         feature = lossless_state(self.p4info, cfg, PORTS, changes)
         self.state.table_entries = ([e for e in self.forwarding if e.table_id not in feature.managed_tables]
-                                    + feature.table_entries)
-        self.state.clone_sessions = list(feature.clone_sessions)
+                                    + feature.table_entries + (beside.table_entries if beside else []))
+        self.state.clone_sessions = list(feature.clone_sessions) + (list(beside.clone_sessions) if beside else [])
         self.apply()
         for (port, queue), s in queue_plan(cfg, PORTS).settings.items():
             if s.rate_pps:
@@ -182,23 +184,13 @@ class ResumeIsNotReplacedByAnIntReportTest(LosslessTest):
     stayed paused until its pause ran out (3.36 s here)."""
 
     def runTest(self):
-        cfg = config(xoff=8, xon=4)
-        lossless = lossless_state(self.p4info, cfg, PORTS)
         report = ReportPath(COLLECTOR_PORT, port_mac(COLLECTOR_PORT), neighbour_mac(COLLECTOR_PORT),
                             "10.255.0.7", "10.0.9.1", 32766)
         telemetry = int_state(self.p4info, node_id=7, ports={p: 10 for p in PORTS}, sink_ports={IN_PORT, OUT_PORT},
                               rules=(WatchRule(protocol=17, dst_ports=(4791, 4791),
                                                instructions=Instructions.of(["node_id", "queue"]), max_hops=4),),
                               report=report, reports=ReportSettings(refresh_ms=0, drop_report_interval_ms=None))
-        self.state.table_entries = ([e for e in self.forwarding if e.table_id not in lossless.managed_tables]
-                                    + lossless.table_entries + telemetry.table_entries)
-        self.state.clone_sessions = list(lossless.clone_sessions) + list(telemetry.clone_sessions)
-        self.apply()
-        for (port, queue), q in queue_plan(cfg, PORTS).settings.items():
-            if q.rate_pps:
-                self.thrift.set_priority_queue_rate(port, queue, q.rate_pps)
-            if q.depth:
-                self.thrift.set_priority_queue_depth(port, queue, q.depth)
+        self.program(config(xoff=8, xon=4), beside=telemetry)
         before = report_counts(self.sw, self.p4info)
         self.thrift.set_priority_queue_rate(OUT_PORT, LOSSLESS, 10)
         self.send(IN_PORT, [data(i) for i in range(12)])

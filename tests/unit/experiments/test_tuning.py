@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments.tuning import Check, Response, longest_pair_hosts, percentile
+from experiments.common import percentile
+from experiments.tuning import Check, Response, longest_pair_hosts
 from fabric.tune import choose_dilation, lossless_class
 from features import load_topology, topology_from_dict
 from features.tuning import HOP_S, Paths, derive, headroom_packets, overlay
@@ -63,7 +64,7 @@ def test_a_failed_check_names_the_parameter_and_the_machine_when_unfaithful():
 
 def test_percentile_is_a_sample_of_the_values():
     assert percentile([3, 1, 2], 0.5) == 2 and percentile(list(range(100)), 0.99) == 99
-    assert percentile([5.0], 0.9) == 5.0
+    assert percentile([5.0], 0.9) == 5.0 and percentile([], 0.5) == 0.0
 
 
 def test_the_pause_response_gives_the_t_hop_that_makes_the_headroom_formula_hold_it():
