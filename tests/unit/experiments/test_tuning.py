@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from experiments.common import percentile
-from experiments.tuning import Check, Response, longest_pair_hosts
+from experiments.tuning import Check, Response, longest_pair_hosts, missing
 from fabric.tune import choose_dilation, lossless_class
 from features import load_topology, topology_from_dict
 from features.tuning import HOP_S, Paths, derive, headroom_packets, overlay
@@ -75,3 +75,9 @@ def test_the_pause_response_gives_the_t_hop_that_makes_the_headroom_formula_hold
     with_cable = Response(beyond_xoff=5, where="s1:1", rate_pps=100.0, delay_s=0.005)   # the cable holds 1
     assert headroom_packets(100.0, 0.005, with_cable.hop_s()) == pytest.approx(5.0)
     assert Response(beyond_xoff=1, where="s1:1", rate_pps=740.0, delay_s=0.0).hop_s() == 0.0   # never below 0
+
+
+def test_missing_counts_the_packets_after_the_last_one_received_too():
+    rx = {"flows": {"a": {"packets": 90, "lost": 2}, "b": {"packets": 100, "lost": 0}}}
+    assert missing(rx, {"h1": {"sent": 92}, "h2": {"sent": 100}}) == (192, 190, 2)     # gaps inside a flow
+    assert missing(rx, {"h1": {"sent": 97}, "h2": {"sent": 100}}) == (197, 190, 7)     # and after its last packet
