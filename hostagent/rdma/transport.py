@@ -20,7 +20,11 @@ takes only packets sent once (Karn), where the sample is unambiguous.
   selective repeat    (IRN): the responder keeps out-of-order packets and its
                       NAKs carry a SACK bitmap; the requester resends only
                       the holes below the highest PSN SACKed, each once per
-                      recovery (again only after a timeout).
+                      recovery; a resent hole still missing when a packet
+                      sent after it was SACKed was lost again (the path is
+                      in order, so a later packet cannot overtake it: RACK's
+                      rule, RFC 8985, in send order), and is resent at once
+                      rather than after a timeout.
 
 Retransmission timeout (RFC 6298's srtt + 4 rttvar, at least rto_s): the
 oldest unacknowledged packet sent that long ago (and not already waiting to
@@ -182,6 +186,7 @@ class RequesterStats:
     sent: int = 0
     retransmitted: int = 0
     timeouts: int = 0
+    lost_again: int = 0           # selective repeat: retransmissions found lost by a later packet's SACK
     acks: int = 0
     naks: int = 0
     stale_acks: int = 0           # ACKs for PSNs outside the window (old, or nonsense)
@@ -212,6 +217,7 @@ class Requester:
         self._sacked: set[int] = set()
         self._recovered: set[int] = set()     # selective repeat: holes resent in this recovery
         self._sent_at: dict[int, float] = {}
+        self._send_order: dict[int, int] = {}       # seq -> the number of its latest transmission
         self._retransmitted: set[int] = set()
         self._next_send = now
         self._last_progress = now
@@ -327,6 +333,7 @@ class Requester:
             self._retransmitted.add(seq)
         self.stats.sent += 1
         self._sent_at[seq] = now
+        self._send_order[seq] = self.stats.sent
         self._paused_at_send[seq] = self.paused_s
         self.cc.on_send(now, len(payload))
         rate = max(self.cc.rate_pps, 1e-3)
@@ -422,6 +429,7 @@ class Requester:
                 if entry is not None:
                     self._unacked_bytes -= len(entry[1])
                 self._sent_at.pop(s, None)
+                self._send_order.pop(s, None)
                 self._paused_at_send.pop(s, None)
                 self._retransmitted.discard(s)
                 self._sacked.discard(s)
@@ -464,8 +472,12 @@ class Requester:
         return min(self.p.rto_max_s, max(self.p.rto_s, self.srtt + 4 * self.rttvar))
 
     def _selective(self, expected: int, sack: Optional[tuple[int, int]]) -> None:
-        """Resend the holes below the highest SACKed packet, each once per recovery."""
+        """Resend the holes below the highest SACKed packet, each once per
+        recovery, and again a resent hole sent before a packet the SACK
+        holds (that packet arrived; the resend, on the same path before it,
+        did not)."""
         highest = expected
+        latest = 0                    # the latest transmission among the packets SACKed
         if sack is not None:
             base = unwrap((sack[0] - self.initial_psn) % PSN_MOD, expected)
             for i in range(SACK_BITS):
@@ -474,9 +486,13 @@ class Requester:
                     if self.una <= s < self.next_seq:
                         self._sacked.add(s)
                         highest = max(highest, s)
+                        latest = max(latest, self._send_order.get(s, 0))
         holes = [s for s in range(self.una, highest) if s not in self._sacked and s not in self._recovered]
+        again = [s for s in range(self.una, highest) if s in self._recovered and s not in self._sacked
+                 and s not in self._resend_set and self._send_order.get(s, latest) < latest]
+        self.stats.lost_again += len(again)
         self._recovered.update(holes)
-        self._queue_resend(holes)
+        self._queue_resend(holes + again)
 
     def on_cnp(self, now: float) -> None:
         self.cc.on_cnp(now)

@@ -105,6 +105,28 @@ def test_selective_repeat_resends_less_than_go_back_n():
     assert 0 < resent[SELECTIVE_REPEAT] < resent[GO_BACK_N] / 2, resent
 
 
+def test_selective_repeat_resends_a_lost_retransmission_when_a_later_packet_is_sacked():
+    """The resend of hole 1 is lost too: the SACK of packet 6, sent after it
+    on the same in-order path, shows it, and 1 goes again at once, well
+    before the timeout; SACKs of packets sent before the resend do not."""
+    p = TransportParams(mode=SELECTIVE_REPEAT, mtu_bytes=100, rto_s=0.5)
+    req = Requester(p, Dcqcn(DcqcnParams(line_rate_pps=1000)))
+    req.post(700, 0.0)
+    sent = [req.next_packet(t / 1000) for t in range(0, 12, 2)]
+    assert [s.seq for s in sent] == [0, 1, 2, 3, 4, 5]
+    nak = SYNDROME_NAK_PSN_SEQUENCE_ERROR
+    req.on_ack(Ack(1, nak, 0, sack=(1, 0b1)), 0.013)               # 1 lost, 2 held
+    assert req.next_packet(0.014).seq == 1                          # resent, and lost again
+    assert req.next_packet(0.016).seq == 6
+    req.on_ack(Ack(1, nak, 0, sack=(1, 0b1111)), 0.017)            # 3, 4, 5: sent before the resend
+    assert req.next_packet(0.018) is None and req.stats.lost_again == 0
+    req.on_ack(Ack(1, nak, 0, sack=(1, 0b11111)), 0.019)           # 6 was sent after it: the resend is lost
+    again = req.next_packet(0.02)
+    assert again.seq == 1 and again.retransmission and req.stats.lost_again == 1 and req.stats.timeouts == 0
+    req.on_ack(Ack(6, SYNDROME_ACK, 1), 0.022)
+    assert req.done and req.stats.retransmitted == 2
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_lost_acks_are_recovered_by_the_timeout(mode):
     data, delivered, req, _rsp, _ = transfer(mode, [3000] * 10, ack_loss=0.5, seed=3)
