@@ -131,21 +131,32 @@ def with_int_to_host(topo_path: Path, dilation: Dilation = Dilation()):
 
 
 
-def budget_dilation(topo, senders: int) -> Dilation:
-    """The dilation the budget asks for (emulator/calibration.py) when
-    `senders` queue pairs send at the bottleneck's rate, ACKed every 4th
-    packet: what the switches forward (the training composition: INT and
-    the lossless class are on) and what the RDMA agents cost."""
+def budget_dilation(topo, phases, senders: int) -> Dilation:
+    """The dilation the budget asks for (emulator/calibration.py) for the
+    most demanding of `phases` (phase_demand), ACKed every 4th packet: what
+    the switches forward (the training composition: INT and the lossless
+    class are on) and what the RDMA agents cost."""
     cal = load_calibration()
     if cal is None:
         raise CalibrationError("no calibration: run `fabric calibrate` first")
-    return Dilation.rounded_up(plan(demand(topo, incast_demand(topo, senders), ack_share=0.25), cal, "training",
+    return Dilation.rounded_up(plan(demand(topo, phase_demand(topo, phases, senders), ack_share=0.25), cal, "training",
                                     agents="rdma").dilation)
 
 
-def incast_demand(topo, senders: int) -> list[CalFlow]:
-    """The largest incast's flows as the budget counts them: each at the bottleneck's rate (the NICs' line rate)."""
-    return [CalFlow(f.host, RECEIVER, bottleneck_pps(topo)) for f in incast_flows(senders, 1.0)]
+def phase_demand(topo, phases, senders: int) -> list[CalFlow]:
+    """The flows of the most demanding of `phases` (the most packets
+    through switches) as the budget counts them: a long flow at the
+    bottleneck's rate (the NICs' line rate), the mix's short messages at
+    their share of it. A run of the loss phase alone asks for one flow's
+    cost, not the largest incast's."""
+    cap = bottleneck_pps(topo)
+    one_flow = [CalFlow("h1", RECEIVER, cap)]
+    flows = {"incast": [CalFlow(f.host, RECEIVER, cap) for f in incast_flows(senders, 1.0)],
+             "mix": [CalFlow(h, RECEIVER, cap) for h in MIX_LONG]
+             + [CalFlow(h, RECEIVER, MIX_SHORT_LOAD * cap / len(MIX_SHORT)) for h, _size in MIX_SHORT],
+             "converge": [CalFlow(h, RECEIVER, cap) for h in CONVERGE_HOSTS],
+             "loss": one_flow, "spray": one_flow}
+    return max((flows[p] for p in phases), key=lambda f: demand(topo, f, ack_share=0.25).traversals_pps)
 
 
 def agent_options(args, mode: str) -> list[str]:
@@ -667,13 +678,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dilation", default="1", metavar="{auto,D}",
                     help="run the network D times slower (emulator/dilation.py): link and line rates divided by "
                          "D, the agents' time constants and --duration multiplied by it; auto: the D the budget "
-                         "asks for the largest incast of --senders at the bottleneck's rate (default 1: none)")
+                         "asks for the most demanding of --phases (the largest incast of --senders, the mix's or the "
+                         "converge phase's flows, or the loss and spray phases' one flow) at the bottleneck's rate "
+                         "(default 1: none)")
     args = ap.parse_args(argv)
     args.fabrics = [f == "pfc" for f in args.fabrics]
     out = Path(args.out)
     topo_file = REPO / "topologies" / "incast-leaf-spine.yaml"
     try:
-        args.dilation = budget_dilation(with_int_to_host(topo_file), max(args.senders)) if args.dilation == "auto" \
+        args.dilation = budget_dilation(with_int_to_host(topo_file), args.phases, max(args.senders)) \
+            if args.dilation == "auto" \
             else Dilation(float(args.dilation))
     except (ValueError, CalibrationError) as exc:
         ap.error(f"--dilation: {exc}")
@@ -684,7 +698,7 @@ def main(argv: list[str] | None = None) -> int:
               f"(/{args.dilation.factor:g})", flush=True)
         args.duration *= args.dilation.factor
     topo = with_int_to_host(topo_file, args.dilation)
-    args.budget = announce_budget(topo, incast_demand(topo, max(args.senders)), "training", ack_share=0.25,
+    args.budget = announce_budget(topo, phase_demand(topo, args.phases, max(args.senders)), "training", ack_share=0.25,
                                   agents="rdma")
     compile_p4()
     written = []
