@@ -6,6 +6,8 @@ import argparse
 import contextlib
 import csv
 import os
+import random
+import statistics
 import subprocess
 import sys
 import threading
@@ -165,6 +167,26 @@ def percentile(values: Sequence[float], p: float) -> float:
         return 0.0
     v = sorted(values)
     return float(v[min(len(v) - 1, int(p * len(v)))])
+
+
+def median_ratio_interval(numerator: Sequence[float], denominator: Sequence[float], confidence: float = 0.95,
+                          resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """median(numerator) / median(denominator), and its `confidence`
+    percentile bootstrap interval: each side's runs resampled with
+    replacement `resamples` times (seeded, so a table is reproduced from its
+    runs). For two sets of independent runs, e.g. a case's step times
+    against the composition's."""
+    if not numerator or not denominator:
+        raise ValueError("a ratio of medians needs at least one value on each side")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    rng = random.Random(seed)
+    ratios = sorted(statistics.median(rng.choices(numerator, k=len(numerator)))
+                    / statistics.median(rng.choices(denominator, k=len(denominator))) for _ in range(resamples))
+    tail = (1 - confidence) / 2
+    lo = ratios[int(tail * resamples)]
+    hi = ratios[min(resamples - 1, int((1 - tail) * resamples))]
+    return statistics.median(numerator) / statistics.median(denominator), lo, hi
 
 
 def print_table(rows: list[dict], width: int = 13) -> None:

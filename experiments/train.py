@@ -4,7 +4,7 @@ a failure mid-run, and each technique priced by switching it off.
     fabric train [--topology fat-tree-k4] [--ranks 16] [--steps 40]
                  [--algorithm ring] [--traffic-class lossless] [--cc hpcc]
                  [--paths path-aware] [--channel-choice least-loaded] [--no-failover] [--fail spine1@step5]
-                 [--overlay tuned.yaml] [--ablate] [--out build/experiments/train]
+                 [--overlay tuned.yaml] [--ablate] [--runs 5] [--out build/experiments/train]
 
 One DDP process per rank, in the ranks' namespaces, trains an MLP on
 scikit-learn's digits (hostagent/collectives/ddp.py); its gradients are
@@ -30,7 +30,10 @@ step K starts: a switch (`spine1`: its process killed), a link
 black-holing switch (`blackhole:spine1`: alive, answering the controller,
 forwarding nothing).
 `--ablate` runs the composition, then each technique in turn switched off,
-same seed and steps, and prints one table (CSV and PNG too).
+same seed and steps, and prints one table (CSV and PNG too). `--runs N`
+runs them N times in rounds, and judges each technique on the faithful
+runs: helps, hurts, or no significant difference, with a 95% bootstrap
+interval (technique_verdicts; verdicts.csv).
 `--overlay FILE` (repeatable; `fabric tune --out` writes one, docs/tuning.md)
 tunes the composition: its sections replace those the composition has (the
 `lossless:` section must keep the ranks' class, DSCP 26 in lossless class
@@ -66,8 +69,8 @@ from emulator.network import Network, NetworkError
 from control.p4info import EntryError
 from control.p4constants import drop_reasons
 from control.topology import Topology, TopologyError, apply_overlays, from_dict
-from experiments.common import REPO, agent_python, case_fidelity, kill_switch, percentile, print_fidelity, print_table, \
-    save_figure, write_csv
+from experiments.common import REPO, agent_python, case_fidelity, kill_switch, median_ratio_interval, percentile, \
+    print_fidelity, print_table, save_figure, write_csv
 from features import FEATURES, topology_from_dict
 from hostagent.aggregation.runs import start_server, stop_server
 from hostagent.collectives import schedule as sc
@@ -156,6 +159,45 @@ def ablations(c: Composition, only: tuple[str, ...] = TECHNIQUES) -> list[tuple[
              "algorithm": (f"ring instead of {c.algorithm}", c.algorithm != sc.RING, replace(c, algorithm=sc.RING))}
     return [("composed", c)] + [(name, off) for t in TECHNIQUES if t in only
                                 for name, on, off in [plain[t]] if on]
+
+
+MIN_FAITHFUL_RUNS = 3           # a technique is judged on at least this many faithful runs of each case
+CONFIDENCE = 0.95
+
+
+def technique_verdicts(results: Sequence["RunResult"]) -> list[dict]:
+    """For each ablation case against the composition: the median step of
+    their faithful, complete runs (each run's median step), the change
+    switching the technique off makes to it, with a 95% bootstrap interval,
+    and the verdict: "helps by X% [lo, hi]" (off, the step is X% longer,
+    the whole interval above 0), "hurts by X% [lo, hi]" (off, X% shorter),
+    "no significant difference" (the interval spans 0), or "not judged"
+    with fewer than MIN_FAITHFUL_RUNS faithful runs on either side."""
+    def judged(case: str) -> tuple[int, list[float]]:
+        runs = [r for r in results if r.case == case]
+        good = [r for r in runs if r.fidelity == "ok" and r.completed == r.steps and r.lines]
+        return len(runs), [statistics.median(x.ms for x in r.lines) for r in good]
+
+    base_runs, base = judged("composed")
+    rows = []
+    for case in dict.fromkeys(r.case for r in results if r.case != "composed"):
+        runs, off = judged(case)
+        row = {"technique off": case, "runs": runs, "faithful": len(off), "composed_faithful": len(base),
+               "step_ms_median": round(statistics.median(off), 1) if off else "",
+               "composed_step_ms_median": round(statistics.median(base), 1) if base else "",
+               "change": "", "interval_low": "", "interval_high": ""}
+        if min(len(off), len(base)) < MIN_FAITHFUL_RUNS:
+            row["verdict"] = (f"not judged: {len(off)} of {runs} runs faithful, the composition {len(base)} of "
+                              f"{base_runs} (at least {MIN_FAITHFUL_RUNS} each)")
+        else:
+            ratio, lo, hi = median_ratio_interval(off, base, CONFIDENCE)
+            change, lo, hi = ratio - 1, lo - 1, hi - 1
+            row.update(change=round(change, 3), interval_low=round(lo, 3), interval_high=round(hi, 3))
+            row["verdict"] = (f"helps by {change:.0%} [{lo:.0%}, {hi:.0%}]" if lo > 0 else
+                              f"hurts by {-change:.0%} [{-hi:.0%}, {-lo:.0%}]" if hi < 0 else
+                              f"no significant difference (off: {change:+.0%} [{lo:+.0%}, {hi:+.0%}])")
+        rows.append(row)
+    return rows
 
 
 @dataclass(frozen=True)
@@ -409,6 +451,7 @@ class RunResult:
     explained: list[str] = field(default_factory=list)             # the slow steps, from Prometheus
     paused_s: float | None = None       # seconds the switches' ports were paused (Prometheus), all (port, class)
     fidelity: str = ""                  # the run's fidelity verdict, from the first step on (emulator/fidelity.py)
+    run: int = 1                        # which of --runs
 
     @property
     def completed(self) -> int:
@@ -420,7 +463,7 @@ class RunResult:
 
     def summary(self) -> dict:
         ms = sorted(x.ms for x in self.lines)
-        row = {"case": self.case, **{k: v for k, v in asdict(self.composition).items()},
+        row = {"case": self.case, "run": self.run, **{k: v for k, v in asdict(self.composition).items()},
                "steps": self.steps, "completed": self.completed,
                "step_ms_p50": round(percentile(ms, 0.5), 1) if ms else "",
                "step_ms_p99": round(percentile(ms, 0.99), 1) if ms else "",
@@ -870,6 +913,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--ablate", nargs="?", const=",".join(TECHNIQUES), metavar="TECHNIQUES",
                     help="the composition, then each technique off in turn (or those named, comma-separated: "
                          f"{', '.join(TECHNIQUES)})")
+    ap.add_argument("--runs", type=int, default=1,
+                    help="run every case this many times, in rounds (each round every case once, so a drift of the "
+                         f"machine reaches all alike); with --ablate and at least {MIN_FAITHFUL_RUNS} faithful runs a "
+                         "case, a verdict per technique with a 95%% bootstrap interval (default %(default)s)")
     ap.add_argument("--line-rate-pps", type=float, help="each connection's top rate (default: the highest that "
                     "keeps the ring within this machine's budget by its calibration, docs/fidelity.md; without a "
                     "calibration, per topology: docs/train.md)")
@@ -901,6 +948,8 @@ def main(argv: list[str] | None = None) -> int:
                              f"(the topology's hosts)")
         if args.steps < 2:
             raise ValueError(f"--steps {args.steps}: at least 2")
+        if args.runs < 1:
+            raise ValueError(f"--runs {args.runs}: at least 1")
         composition = Composition(args.algorithm, args.traffic_class, args.cc, args.paths, args.channel_choice,
                                   not args.no_failover)
         cases = ablations(composition, tuple(t.strip() for t in args.ablate.split(","))) if args.ablate \
@@ -925,24 +974,36 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     reference = Reference(args.steps, args.out)
     results = []
-    for case, c in cases:
-        try:
-            result = run_case(case, c, args, reference, rank_names, failure, args.out / case.replace(" ", "-"))
-        except (NetworkError, PrometheusError, PrometheusMissing) as e:
-            print(f"fabric train: {case}: {e}")
-            return 2
-        results.append(result)
-        print_summary(result)
+    for run in range(1, args.runs + 1):
+        for case, c in cases:
+            out = args.out / case.replace(" ", "-")
+            if args.runs > 1:
+                print(f"\n==> run {run} of {args.runs}: {case}", flush=True)
+                out = out / f"run-{run}"
+            try:
+                result = run_case(case, c, args, reference, rank_names, failure, out)
+            except (NetworkError, PrometheusError, PrometheusMissing) as e:
+                print(f"fabric train: {case}: {e}")
+                return 2
+            result.run = run
+            results.append(result)
+            print_summary(result)
     rows = [r.summary() for r in results]
     written = [write_csv(args.out / ("ablation.csv" if args.ablate else "summary.csv"), rows)]
     write_csv(args.out / "steps.csv", [{"case": r.case, **asdict(x)} for r in results for x in r.lines])
     written.append(args.out / "steps.csv")
     if args.ablate:
-        print_table([{**{k: row[k] for k in ("case", "completed", "step_ms_p50", "step_ms_p99", "efficiency",
+        print_table([{**{k: row[k] for k in ("case", *(("run",) if args.runs > 1 else ()), "completed", "step_ms_p50", "step_ms_p99", "efficiency",
                                              "resent", "pauses", "paused_s")},
                       "nic_pauses": row["pauses_received"], "nic_paused_s": row["ranks_paused_s"],
                       "drops": row["drops"]} for row in rows], width=12)
         written.append(plot_ablation(rows, args.out / "ablation.png"))
+        verdicts = technique_verdicts(results)
+        written.append(write_csv(args.out / "verdicts.csv", verdicts))
+        print(f"\neach technique switched off, against the composition (median step of the faithful runs; "
+              f"{CONFIDENCE:.0%} bootstrap interval):")
+        for v in verdicts:
+            print(f"  {v['technique off']}: {v['verdict']}")
     (args.out / "summary.json").write_text(json.dumps(rows, indent=2))
     written.append(args.out / "summary.json")
     print(f"\nresults: {', '.join(map(str, written))}; per case <case>/: trace.json (the ranks' timeline, "
@@ -974,17 +1035,23 @@ def print_summary(r: RunResult) -> None:
 
 
 def plot_ablation(rows: list[dict], path: Path) -> Path:
+    """Each case's p50 and p99 step: with several runs, the median over
+    them, with bars from the least to the most."""
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(9, 4))
-    names = [r["case"] for r in rows]
-    p50 = [r["step_ms_p50"] or 0 for r in rows]
-    p99 = [r["step_ms_p99"] or 0 for r in rows]
-    xs = range(len(rows))
-    ax.bar([x - 0.2 for x in xs], p50, 0.4, label="p50")
-    ax.bar([x + 0.2 for x in xs], p99, 0.4, label="p99")
+    names = list(dict.fromkeys(r["case"] for r in rows))
+    xs = range(len(names))
+    for offset, key in ((-0.2, "step_ms_p50"), (0.2, "step_ms_p99")):
+        runs = [[r[key] or 0 for r in rows if r["case"] == name] for name in names]
+        mid = [statistics.median(v) for v in runs]
+        ax.bar([x + offset for x in xs], mid, 0.4, label=key.removeprefix("step_ms_"),
+               yerr=[[m - min(v) for m, v in zip(mid, runs)], [max(v) - m for m, v in zip(mid, runs)]]
+               if any(len(v) > 1 for v in runs) else None, capsize=3)
     ax.set_xticks(list(xs))
     ax.set_xticklabels(names, rotation=20, ha="right")
     ax.set_ylabel("step time (ms)")
     ax.legend()
-    ax.set_title("fabric train --ablate: each technique switched off in turn")
+    runs_n = max(r["run"] for r in rows)
+    ax.set_title("fabric train --ablate: each technique switched off in turn"
+                 + (f" ({runs_n} runs: median, least to most)" if runs_n > 1 else ""))
     return save_figure(fig, path)

@@ -38,7 +38,8 @@ load from it). Then the checks, on the host pair with the longest path
 
 Every check carries the fidelity verdict of its own run
 (emulator/fidelity.py): a failed check on a run that was not faithful says
-the machine may be the cause.
+the machine may be the cause, and a passed one that it proves less than it
+says (a network the machine slowed down meets its targets more easily).
 """
 from __future__ import annotations
 
@@ -83,6 +84,10 @@ PING_TIME = re.compile(r"time=([0-9.]+) ms")
 CHECKS = ("incast", "congestion", "storm")
 
 
+UNFAITHFUL_PASS = ("passed on a run that was not faithful (above): the network ran slower than asked, so this "
+                   "proves less than it says; run it again on an idle machine or with a larger --dilation")
+
+
 @dataclass(frozen=True)
 class Check:
     """One validation's outcome: what it judged, measured and expected."""
@@ -101,6 +106,8 @@ class Check:
             out.append(f"     {self.why}")
             if self.fidelity != "ok":
                 out.append("     the run was not faithful (above): the machine, not only the parameter, may be the cause")
+        elif self.fidelity != "ok":
+            out.append(f"     {UNFAITHFUL_PASS}")
         return out
 
 

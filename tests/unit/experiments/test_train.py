@@ -133,3 +133,37 @@ def test_ideal_step_counts_the_busiest_ranks_bytes_at_the_connection_rate():
     ring = train.ideal_step_ms(Composition(), 4, compute_ms=2.0, line_rate_pps=1000.0)
     assert ring == pytest.approx(2.0 + 29.0, abs=1.0)
     assert train.ideal_step_ms(Composition(algorithm="tree"), 4, 2.0, 1000.0) > ring
+
+
+def run_of(case: str, step_ms: list[float], run: int = 1, fidelity: str = "ok") -> train.RunResult:
+    lines = [train.StepLine(i, ms, 1.0, 1.0, 0, 0, 0, ms / 2, ms / 2) for i, ms in enumerate(step_ms, 1)]
+    return train.RunResult(case, Composition(), lines, len(step_ms), None, [], 10.0, [], fidelity=fidelity, run=run)
+
+
+def test_a_technique_whose_absence_slows_every_run_helps_with_an_interval_above_zero():
+    results = [run_of("composed", [100 + r, 102 + r, 98], r) for r in range(5)]
+    results += [run_of("fixed split instead of least-loaded", [130 + r, 128, 131 + r], r) for r in range(5)]
+    results += [run_of("ecmp instead of path-aware", [99 + r, 101, 100 + r], r) for r in range(5)]
+    results += [run_of("no failover", [80 - r, 81, 79], r) for r in range(5)]
+    helps, same, hurts = train.technique_verdicts(results)         # the runs' medians: 132, 100, 79 against 102 ms
+    assert helps["verdict"].startswith("helps by 29% [2") and 0 < helps["interval_low"] <= helps["change"] \
+        <= helps["interval_high"], helps
+    assert same["verdict"].startswith("no significant difference") and same["interval_low"] < 0 < same["interval_high"]
+    assert hurts["verdict"].startswith("hurts by 23% [2") and hurts["interval_high"] < 0, hurts     # 79 / 102 ms
+    assert (helps["runs"], helps["faithful"], helps["composed_faithful"]) == (5, 5, 5)
+
+
+def test_only_faithful_complete_runs_are_judged_and_too_few_are_not():
+    results = [run_of("composed", [100, 100], r) for r in range(3)]
+    results += [run_of("no failover", [200, 200], 1), run_of("no failover", [200, 200], 2),
+                run_of("no failover", [200, 200], 3, fidelity="violated: cpu: threads waited for a core 45%")]
+    incomplete = run_of("no failover", [200, 200], 4)
+    incomplete.steps = 3                              # the run stopped a step short
+    (v,) = train.technique_verdicts(results + [incomplete])
+    assert v["verdict"] == "not judged: 2 of 4 runs faithful, the composition 3 of 3 (at least 3 each)", v
+    assert v["step_ms_median"] == 200.0 and v["change"] == ""
+
+
+def test_the_runs_option_is_checked_before_anything_starts(capsys):
+    assert train.main(["--topology", "leaf-spine", "--runs", "0"]) == 2
+    assert "--runs 0: at least 1" in capsys.readouterr().out

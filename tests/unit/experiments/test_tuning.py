@@ -52,7 +52,7 @@ def test_the_hold_loop_runs_at_the_fastest_lossless_ports_rate():
     assert overlay(t, lossless_class(raw)[0])["lossless"]["hold_rate_pps"] == 8333
 
 
-def test_a_failed_check_names_the_parameter_and_the_machine_when_unfaithful():
+def test_a_check_names_the_parameter_when_it_fails_and_an_unfaithful_run_either_way():
     ok = Check("incast", "lossless.pfc.headroom", True, "0 missing", "0 missing")
     assert ok.lines()[0] == "PASS incast: 0 missing (target: 0 missing)" and len(ok.lines()) == 2
     bad = Check("incast", "lossless.pfc.headroom", False, "3 missing", "0 missing",
@@ -60,6 +60,8 @@ def test_a_failed_check_names_the_parameter_and_the_machine_when_unfaithful():
     lines = bad.lines()
     assert lines[0].startswith("FAIL incast") and "lossless.pfc.headroom = 3 packets is too small" in lines[2]
     assert "not faithful" in lines[3]
+    lucky = Check("incast", "lossless.pfc.headroom", True, "0 missing", "0 missing", fidelity="violated: cpu 40%")
+    assert lucky.lines()[0].startswith("PASS") and "not faithful" in lucky.lines()[2] and "proves less" in lucky.lines()[2]
 
 
 def test_percentile_is_a_sample_of_the_values():
