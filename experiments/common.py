@@ -7,6 +7,7 @@ import contextlib
 import csv
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -159,6 +160,18 @@ def sample_queue(thrift: Bmv2Thrift, port: int, stop: threading.Event, t0: float
         if sample is not None:
             out.append((time.time() - t0, sample.depth))
         time.sleep(0.005)
+
+
+PING_TIME = re.compile(r"time=([0-9.]+) ms")
+
+
+def ping_round_trips(namespace: str, address: str, count: int, interval_s: float) -> list[float]:
+    """The round trips, in seconds, of `count` pings from the host in
+    `namespace` to `address`, `interval_s` apart (those answered within a
+    second)."""
+    proc = subprocess.run(["ip", "netns", "exec", namespace, "ping", "-n", "-c", str(count), "-i", str(interval_s),
+                           "-W", "1", address], capture_output=True, text=True, timeout=30 + count * (interval_s + 1))
+    return [float(m) / 1000 for m in PING_TIME.findall(proc.stdout)]
 
 
 def percentile(values: Sequence[float], p: float) -> float:

@@ -70,7 +70,7 @@ from control.p4info import EntryError
 from control.p4constants import drop_reasons
 from control.topology import Topology, TopologyError, apply_overlays, from_dict
 from experiments.common import REPO, agent_python, case_fidelity, kill_switch, median_ratio_interval, percentile, \
-    print_fidelity, print_table, save_figure, write_csv
+    ping_round_trips, print_fidelity, print_table, save_figure, write_csv
 from features import FEATURES, topology_from_dict
 from hostagent.aggregation.runs import start_server, stop_server
 from hostagent.collectives import schedule as sc
@@ -96,6 +96,7 @@ LOSS_TOLERANCE = 1e-4          # |loss - reference| per step: float32 rounding o
 HIDDEN = 64                    # the MLP's hidden units (ddp.py's model: 64 inputs, 10 classes)
 PARAMETERS = 64 * HIDDEN + HIDDEN + HIDDEN * 10 + 10     # 4810: 19 KB of float32 gradient a step
 MTU = 1024
+RTT_PROBES, RTT_PROBE_INTERVAL_S = 10, 0.02     # the idle fabric's round trips, for the ideal step's latency
 
 # Time constants scaled to BMv2 on two cores (docs/train.md's table).
 LINE_RATE_PPS = {"leaf-spine": 1000.0, "fat-tree-k4": 400.0}   # each connection's top rate (1 KB packets)
@@ -452,6 +453,7 @@ class RunResult:
     paused_s: float | None = None       # seconds the switches' ports were paused (Prometheus), all (port, class)
     fidelity: str = ""                  # the run's fidelity verdict, from the first step on (emulator/fidelity.py)
     run: int = 1                        # which of --runs
+    latency_ms: float = 0.0             # the ideal step's latency term: its all-reduces' rounds on the idle fabric
 
     @property
     def completed(self) -> int:
@@ -467,7 +469,7 @@ class RunResult:
                "steps": self.steps, "completed": self.completed,
                "step_ms_p50": round(percentile(ms, 0.5), 1) if ms else "",
                "step_ms_p99": round(percentile(ms, 0.99), 1) if ms else "",
-               "ideal_ms": round(self.ideal_ms, 1),
+               "ideal_ms": round(self.ideal_ms, 1), "ideal_latency_ms": round(self.latency_ms, 1),
                "efficiency": round(self.ideal_ms / percentile(ms, 0.5), 3) if ms else "",
                "resent": sum(x.resent for x in self.lines), "pauses": sum(x.pauses for x in self.lines),
                "paused_s": "" if self.paused_s is None else round(self.paused_s, 3),
@@ -517,16 +519,60 @@ def line_rate_for(topology: str, rank_names: list[str], c: Composition,
                   f"{cal.measured_at}")
 
 
-def ideal_step_ms(c: Composition, ranks: int, compute_ms: float, line_rate_pps: float) -> float:
-    """Compute, plus the all-reduce's bytes at the bottleneck's rate: the busiest
-    rank's elements of the gradient (float32) at one connection's top rate
-    (each rank's host link carries its connections at line_rate_pps x MTU)."""
+def ideal_step_ms(c: Composition, ranks: int, compute_ms: float, line_rate_pps: float, latency_ms: float = 0.0,
+                  buckets: int = 1) -> float:
+    """An alpha-beta bound on the step: compute, plus each of the step's
+    `buckets` all-reduces' latency (`latency_ms`: all_reduce_latency_ms),
+    plus the all-reduce's bytes at the bottleneck's rate: the busiest rank's
+    elements of the gradient (float32) at one connection's top rate (each
+    rank's host link carries its connections at line_rate_pps x MTU)."""
     if c.algorithm == IN_NETWORK:        # each rank sends its gradient once (int32); the switches send the sum
         sent = PARAMETERS
     else:
         sent = max(sc.schedule(sc.ALL_REDUCE, c.algorithm, ranks, PARAMETERS).elements_sent(r) for r in range(ranks))
     packets = math.ceil(4 * sent / MTU)
-    return compute_ms + 1000 * packets / line_rate_pps
+    return compute_ms + buckets * latency_ms + 1000 * packets / line_rate_pps
+
+
+def probed_pairs(c: Composition, ranks: int) -> list[tuple[int, int]]:
+    """The rank pairs whose round trip the latency term needs: those the
+    schedule sends between (in-network: the ring's neighbours, for the
+    farthest rank from the aggregating switch)."""
+    if c.algorithm == IN_NETWORK:
+        return sorted({pair(r, (r + 1) % ranks) for r in range(ranks)})
+    s = sc.schedule(sc.ALL_REDUCE, c.algorithm, ranks, PARAMETERS)
+    return sorted({pair(t.src, t.dst) for step in s.steps for t in step if t.src != t.dst})
+
+
+def pair(a: int, b: int) -> tuple[int, int]:
+    """Two ranks as one unordered pair (a ping's round trip is both ways)."""
+    return (a, b) if a <= b else (b, a)
+
+
+def all_reduce_latency_ms(c: Composition, ranks: int, rtt_ms: dict[tuple[int, int], float]) -> float:
+    """The latency of one all-reduce on the idle fabric (`rtt_ms`: the
+    pairs' round trips): each round of the schedule ends when its slowest
+    transfer has arrived, one way, half its pair's round trip (the next
+    round needs the data, not its ACK); in-network, one round trip, the
+    slowest pair's (up to the aggregating switch and the sum back). Pairs
+    not probed count 0: a lower bound still."""
+    if c.algorithm == IN_NETWORK:
+        return max(rtt_ms.values(), default=0.0)
+    s = sc.schedule(sc.ALL_REDUCE, c.algorithm, ranks, PARAMETERS)
+    return sum(max((rtt_ms.get(pair(t.src, t.dst), 0.0) / 2 for t in step if t.src != t.dst), default=0.0)
+               for step in s.steps)
+
+
+def probe_round_trips(hosts: Sequence, pairs: Sequence[tuple[int, int]]) -> dict[tuple[int, int], float]:
+    """The median round trip, in ms, of RTT_PROBES pings between each pair
+    of ranks (all pairs at once, before the ranks start: the fabric idle).
+    A pair no ping crossed is left out."""
+    def probe(pair: tuple[int, int]) -> list[float]:
+        a, b = pair
+        return ping_round_trips(hosts[a].host, hosts[b].ip, RTT_PROBES, RTT_PROBE_INTERVAL_S)
+    with ThreadPoolExecutor(max_workers=min(16, len(pairs) or 1)) as pool:
+        rtts = dict(zip(pairs, pool.map(probe, pairs)))
+    return {p: 1000 * statistics.median(v) for p, v in rtts.items() if v}
 
 
 def previous_end_of(step: int, records: list[list[dict]]) -> float:
@@ -670,6 +716,12 @@ def run_case(case: str, c: Composition, args, reference: Reference, rank_names: 
             central_routes(ctl, lock, c, [h.ip for h in hosts], said) as on_news, \
             contextlib.ExitStack() as monitor:
         listeners.append(on_news)
+        pairs = probed_pairs(c, len(hosts))
+        rtt_ms = probe_round_trips(hosts, pairs)
+        if len(rtt_ms) < len(pairs):
+            errors.append(f"no ping answered between {len(pairs) - len(rtt_ms)} of {len(pairs)} rank pairs on the "
+                          f"idle fabric: the ideal step's latency leaves them out")
+        latency_ms = all_reduce_latency_ms(c, len(hosts), rtt_ms)
         fidelity = case_fidelity(net, ctl, lock=lock)
         procs = [subprocess.Popen(rank_command(r, hosts, c, args.steps, line_rate, topo, topo_file, out), cwd=REPO,
                                   env=rank_env(), stdout=open(out / f"rank{r}.log", "w"), stderr=subprocess.STDOUT)
@@ -714,11 +766,12 @@ def run_case(case: str, c: Composition, args, reference: Reference, rank_names: 
                 tail = (out / f"rank{r}.log").read_text().strip().splitlines()
                 errors.append(f"rank {r} exited {p.returncode}: {tail[-1] if tail else ''}")
     compute = statistics.median(x.compute_ms for x in lines) if lines else 0.0
+    buckets = round(statistics.median(len(r["buckets"]) for rank in records for r in rank)) if records else 1
     if lines:
         write_timeline(out, records, [h.host for h in hosts], events, lines, f"{case}: {c.label}")
     return RunResult(case, c, lines, args.steps, failure, errors,
-                     ideal_step_ms(c, len(hosts), compute, line_rate), records, dropped, explained, paused_s,
-                     verdict)
+                     ideal_step_ms(c, len(hosts), compute, line_rate, latency_ms, buckets), records, dropped, explained,
+                     paused_s, verdict, latency_ms=buckets * latency_ms)
 
 
 def export_interval(topo: Topology) -> float:
@@ -1016,7 +1069,8 @@ def main(argv: list[str] | None = None) -> int:
 def print_summary(r: RunResult) -> None:
     s = r.summary()
     print(f"\n{r.case}: {s['completed']}/{s['steps']} steps, step {s['step_ms_p50']} ms (p50) "
-          f"{s['step_ms_p99']} ms (p99), ideal {s['ideal_ms']} ms (efficiency {s['efficiency']}), "
+          f"{s['step_ms_p99']} ms (p99), ideal {s['ideal_ms']} ms ({s['ideal_latency_ms']} ms of it the idle fabric's "
+          f"latency; efficiency {s['efficiency']}), "
           f"resent {s['resent']} packets, {s['pauses']} pauses sent ({s['paused_s'] or 0} s paused), "
           f"{s['pauses_received']} received by the ranks' NICs ({s['ranks_paused_s']} s paused, ranks summed), "
           f"drops {s['drops']}")

@@ -46,7 +46,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
-import re
 import subprocess
 import threading
 import time
@@ -61,7 +60,8 @@ from emulator import queue_depth
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL
 from emulator.bmv2_thrift import Bmv2Thrift
 from emulator.network import Network, queue_rate_pps
-from experiments.common import StartGate, agent_python, case_fidelity, percentile, roce_agent, sample_queue
+from experiments.common import StartGate, agent_python, case_fidelity, percentile, ping_round_trips, roce_agent, \
+    sample_queue
 from features.lossless import PEAK_REGISTER, LosslessConfig, PfcThresholds, Watchdog, cell
 
 REPO = Path(__file__).resolve().parent.parent
@@ -80,7 +80,6 @@ STORM_LEAD_S = 1.0              # the storm starts this long after the traffic
 PROBES, PROBE_INTERVAL_S = 30, 0.02
 RESPONSE_PROBE_S = 8.0          # the incast that measures how much arrives after a pause (its tail: 4 s saw 0-5)
 RESPONSE_PROBE_PFC = PfcThresholds(xoff=8, xon=4, headroom=64)   # room to see it whole, no drop
-PING_TIME = re.compile(r"time=([0-9.]+) ms")
 CHECKS = ("incast", "congestion", "storm")
 
 
@@ -191,12 +190,10 @@ class Validation:
         """Round trips, in seconds, of PROBES pings from the longest path's
         first host to its last (through every switch on it, best effort)."""
         src, dst = (self.topo.hosts[h] for h in self.pair)
-        proc = subprocess.run(["ip", "netns", "exec", src.name, "ping", "-n", "-c", str(PROBES), "-i",
-                               str(PROBE_INTERVAL_S), "-W", "1", dst.ip], capture_output=True, text=True, timeout=60)
-        rtts = [float(m) / 1000 for m in PING_TIME.findall(proc.stdout)]
+        rtts = ping_round_trips(src.name, dst.ip, PROBES, PROBE_INTERVAL_S)
         if len(rtts) < PROBES // 2:
             raise RuntimeError(f"probing the round trip {src.name} -> {dst.name}: {len(rtts)} of {PROBES} pings "
-                               f"answered ({proc.stdout.strip().splitlines()[-1:] or proc.stderr.strip()})")
+                               f"answered")
         return rtts
 
     # -- the values under test -------------------------------------------------------------------------

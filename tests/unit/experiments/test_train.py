@@ -135,6 +135,21 @@ def test_ideal_step_counts_the_busiest_ranks_bytes_at_the_connection_rate():
     assert train.ideal_step_ms(Composition(algorithm="tree"), 4, 2.0, 1000.0) > ring
 
 
+def test_the_latency_term_counts_each_round_of_the_schedule_at_its_slowest_pair_one_way():
+    ring = Composition()
+    pairs = train.probed_pairs(ring, 4)
+    assert pairs == [(0, 1), (0, 3), (1, 2), (2, 3)]                  # the ring's neighbours
+    rtt = {p: 2.0 for p in pairs} | {(2, 3): 6.0}
+    # a ring all-reduce on 4 ranks: 2 (n - 1) = 6 rounds, each waiting for the slow pair one way (3 ms)
+    assert train.all_reduce_latency_ms(ring, 4, rtt) == pytest.approx(6 * 3.0)
+    assert train.all_reduce_latency_ms(ring, 4, {}) == 0.0, "nothing probed: no latency, still a bound"
+    hd = Composition(algorithm="halving-doubling")
+    assert (0, 2) in train.probed_pairs(hd, 4)                         # partners at distance 2 too
+    assert train.all_reduce_latency_ms(Composition(algorithm="in-network"), 4, rtt) == 6.0     # one round trip
+    with_latency = train.ideal_step_ms(ring, 4, 2.0, 1000.0, latency_ms=18.0, buckets=2)
+    assert with_latency == pytest.approx(train.ideal_step_ms(ring, 4, 2.0, 1000.0) + 36.0)
+
+
 def run_of(case: str, step_ms: list[float], run: int = 1, fidelity: str = "ok") -> train.RunResult:
     lines = [train.StepLine(i, ms, 1.0, 1.0, 0, 0, 0, ms / 2, ms / 2) for i, ms in enumerate(step_ms, 1)]
     return train.RunResult(case, Composition(), lines, len(step_ms), None, [], 10.0, [], fidelity=fidelity, run=run)
