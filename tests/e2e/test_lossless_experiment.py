@@ -195,7 +195,8 @@ def test_pfc_spreads_up_the_tree_and_stalls_a_victim(tmp_path):
 def test_separate_classes_isolate_the_collective_from_storage(tmp_path):
     """Collective and storage traffic across one bottleneck, both lossless:
     in one class the collective waits behind storage's queue; in a class of
-    its own, on a higher queue, its one-way delay falls many times over."""
+    its own, on a higher queue, its median one-way delay falls many times
+    over, and its tail too."""
     out = tmp_path / "lossless"
     proc = subprocess.run([sys.executable, "-m", "experiments.lossless", "--phases", "isolation", "--duration", "5",
                            "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600)
@@ -204,6 +205,10 @@ def test_separate_classes_isolate_the_collective_from_storage(tmp_path):
     one, separate = rows["one-class"], rows["separate-classes"]
     for r in (one, separate):
         assert float(r["collective_pps"]) > 250 and int(r["lost"]) == 0, r
-    assert float(one["collective_delay_p99_ms"]) > 5 * float(separate["collective_delay_p99_ms"]), rows
+    # Its median delay falls 16-36 times (four runs of 2026-11-29, every case faithful). Its p99 is the
+    # machine's scheduling jitter on a nearly empty queue (4.3-8.7 ms against 40-42 ms in one class; the
+    # ratio 4.9-9.2 over those runs, 4.9 failing a bound of 5 in CI), so the tail is only asserted lower.
+    assert float(one["collective_delay_p50_ms"]) > 5 * float(separate["collective_delay_p50_ms"]), rows
+    assert float(one["collective_delay_p99_ms"]) > 2 * float(separate["collective_delay_p99_ms"]), rows
     assert float(separate["storage_pps"]) < 550, "storage capped at 60% of the link"
     assert all(r["fidelity"] == "ok" or r["fidelity"].startswith("violated: ") for r in (one, separate))

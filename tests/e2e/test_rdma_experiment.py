@@ -90,13 +90,22 @@ def test_each_congestion_control_holds_an_incast(tmp_path):
 def test_retransmission_modes_under_loss_and_under_spraying(tmp_path):
     """Loss: selective repeat keeps more goodput than go-back-N. Spraying
     (reordering): go-back-N resends what was only late, the reorder buffer in
-    front of it removes that, resending only for what the fabric lost."""
+    front of it removes that, resending only for what the fabric lost.
+
+    Dilated x3 (3 s of the network's time a case, 9 s here): undilated, on
+    2026-11-29 every case of these phases violated the CPU invariant (threads
+    waited for a core 46-72% of the run), and a sprayed flow at line rate
+    overflowed BMv2's queues, so go-back-N's resends behind the buffer
+    measured the machine (2404 against 3651 without it: a CI failure). At x3
+    (two runs) every case was faithful but selective repeat's sprayed one (CPU
+    wait 32-33%), which nothing below judges."""
     out = tmp_path / "rdma"
     proc = subprocess.run([sys.executable, "-m", "experiments.rdma", "--phases", "loss", "spray", "--losses", "0", "5",
-                           "--duration", "5", "--out", str(out)], cwd=REPO, capture_output=True, text=True,
-                          timeout=900)
+                           "--duration", "3", "--dilation", "3", "--out", str(out)], cwd=REPO, capture_output=True,
+                          text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {(r["mode"], float(r["loss_pct"])): r for r in csv.DictReader(open(out / "loss" / "summary.csv"))}
+    assert all(r["dilation"] == "x3" for r in rows.values()), rows
     gbn, sr = rows[("go-back-n", 5.0)], rows[("selective-repeat", 5.0)]
     for clean in (rows[("go-back-n", 0.0)], rows[("selective-repeat", 0.0)]):
         assert int(clean["messages"]) > 0, clean
@@ -104,8 +113,9 @@ def test_retransmission_modes_under_loss_and_under_spraying(tmp_path):
         # 2026-11-28 one frame lost at spine2 cost go-back-N a NAK and 217 packets resent
         assert int(clean["retransmitted"]) == 0 or clean["lost_before_pipeline"] or not faithful(clean), clean
     # A protocol outcome, asserted faithful or not: selective repeat resends a lost resend as soon as a
-    # later packet is SACKed, so it waits out no timeout (4.93-5.56 against go-back-N's 2.31-2.73 Mbit/s
-    # in two runs); before that rule, timeouts chained on a loaded machine and it once fell to 1.57 (CI)
+    # later packet is SACKed, so it waits out no timeout (x3: 2.10 against go-back-N's 1.17 Mbit/s; undilated
+    # 4.93-5.56 against 2.31-2.73 in two runs); before that rule, timeouts chained on a loaded machine and it
+    # once fell to 1.57 against 2.10 (CI)
     assert float(sr["goodput_mbps"]) > float(gbn["goodput_mbps"]), (sr, gbn)
     assert int(sr["retransmitted"]) < int(gbn["retransmitted"]) / 2, (sr, gbn)
     assert (out / "loss" / "goodput_vs_loss.png").stat().st_size > 10_000
@@ -113,15 +123,17 @@ def test_retransmission_modes_under_loss_and_under_spraying(tmp_path):
     gbn, rob = spray["go-back-n"], spray["go-back-n-reorder"]
     assert int(gbn["retransmitted"]) > 0 and int(gbn["out_of_order_at_transport"]) > 0, gbn
     assert int(rob["held_by_reorder_buffer"]) > 0, rob
-    # The sprayed flow runs at r1's link rate, so a loaded machine's jitter can overflow a BMv2 queue (a CI
-    # run: the buffer gave up on 33 gaps, none of whose packets came later, and go-back-N resent 978 for
-    # them against 3626 without the buffer). The buffer must give up only on real losses (nothing late),
-    # and then the transport resends only for those.
+    # The buffer must give up only on real losses (nothing late), and then the transport resends only for
+    # those. How many real losses there are is the machine's where a case was not faithful (a CI run
+    # undilated: the buffer gave up on 33 gaps, none of whose packets came later, and go-back-N resent 978
+    # for them against 3626 without the buffer; another 2404 against 3651), so that count is judged only on
+    # faithful cases (x3: nothing declared lost, nothing resent, in two runs).
     assert int(rob["reorder_late"]) == 0, rob
-    if int(rob["reorder_declared_lost"]) == 0:
-        assert int(rob["retransmitted"]) == 0, rob
-    else:
-        assert int(rob["retransmitted"]) < int(gbn["retransmitted"]) / 2, (rob, gbn)
+    if faithful(rob) and faithful(gbn):
+        if int(rob["reorder_declared_lost"]) == 0:
+            assert int(rob["retransmitted"]) == 0, rob
+        else:
+            assert int(rob["retransmitted"]) < int(gbn["retransmitted"]) / 2, (rob, gbn)
     assert float(rob["goodput_mbps"]) > float(gbn["goodput_mbps"]), (rob, gbn)
 
 

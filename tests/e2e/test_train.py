@@ -34,6 +34,8 @@ def test_a_short_ablation_survives_a_spine_killed_mid_run_and_equals_the_referen
         assert float(r["max_loss_error"]) <= 1e-4
         assert r["failure"] == "switch spine1 killed at step 4"
         assert r["absorbed_by_step"] >= 4                     # a step from the failure on took the hit
+        # the ideal step's latency: the idle fabric's round trips, pinged before the ranks started
+        assert 0 < float(r["ideal_latency_ms"]) < float(r["ideal_ms"]), r
     assert rows[0]["channel_choice"] == "least-loaded" and rows[1]["channel_choice"] == "fixed"
     assert run.stdout.count("!!! switch spine1 killed as step 4 started") == 2
     lines = [line for line in run.stdout.splitlines() if line.startswith("step ")]
@@ -45,6 +47,9 @@ def test_a_short_ablation_survives_a_spine_killed_mid_run_and_equals_the_referen
     with open(tmp_path / "ablation.csv") as f:
         assert [r["case"] for r in csv.DictReader(f)] == [r["case"] for r in rows]
     assert (tmp_path / "ablation.png").read_bytes()[:4] == b"\x89PNG"
+    with open(tmp_path / "verdicts.csv") as f:           # one run a case: no verdict, and it says why
+        (verdict,) = csv.DictReader(f)
+    assert verdict["technique off"] == rows[1]["case"] and verdict["verdict"].startswith("not judged: "), verdict
     # the composition really ran: its sections, and every rank's timeline with the failure on it
     topo = (tmp_path / "composed" / "topology.yaml").read_text()
     assert "lossless:" in topo and "to_host: true" in topo and "failover:" in topo
