@@ -524,14 +524,16 @@ def ideal_step_ms(c: Composition, ranks: int, compute_ms: float, line_rate_pps: 
     """An alpha-beta bound on the step: compute, plus each of the step's
     `buckets` all-reduces' latency (`latency_ms`: all_reduce_latency_ms),
     plus the all-reduce's bytes at the bottleneck's rate: the busiest rank's
-    elements of the gradient (float32) at one connection's top rate (each
-    rank's host link carries its connections at line_rate_pps x MTU)."""
+    elements of the gradient (float32) over its channels to a peer, each at
+    a connection's top rate (each connection runs at line_rate_pps x MTU).
+    With one bucket the all-reduce starts when the backward pass ends, so
+    the three terms add up."""
     if c.algorithm == IN_NETWORK:        # each rank sends its gradient once (int32); the switches send the sum
         sent = PARAMETERS
     else:
         sent = max(sc.schedule(sc.ALL_REDUCE, c.algorithm, ranks, PARAMETERS).elements_sent(r) for r in range(ranks))
     packets = math.ceil(4 * sent / MTU)
-    return compute_ms + buckets * latency_ms + 1000 * packets / line_rate_pps
+    return compute_ms + buckets * latency_ms + 1000 * packets / (line_rate_pps * c.channels)
 
 
 def probed_pairs(c: Composition, ranks: int) -> list[tuple[int, int]]:

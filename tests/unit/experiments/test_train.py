@@ -127,12 +127,14 @@ def test_a_lossless_rank_honours_its_class_at_its_links_rate():
     assert not {"--dscp", "--tclass", "--link-mbps"} & set(cmd)
 
 
-def test_ideal_step_counts_the_busiest_ranks_bytes_at_the_connection_rate():
+def test_ideal_step_counts_the_busiest_ranks_bytes_at_its_channels_rate():
     assert 64 * train.HIDDEN + train.HIDDEN + train.HIDDEN * 10 + 10 == 4810       # the MLP's parameters
-    # ring on 4 ranks: each sends 2 (n-1)/n of 4810 float32 (28,860 bytes): 29 packets of 1 KB at 1000/s
-    ring = train.ideal_step_ms(Composition(), 4, compute_ms=2.0, line_rate_pps=1000.0)
-    assert ring == pytest.approx(2.0 + 29.0, abs=1.0)
-    assert train.ideal_step_ms(Composition(algorithm="tree"), 4, 2.0, 1000.0) > ring
+    # ring on 4 ranks: each sends 2 (n-1)/n of 4810 float32 (28,860 bytes): 29 packets of 1 KB at 1000/s,
+    # over one connection (ECMP), or two (path-aware: 2 channels a peer pair, each at the line rate)
+    one = train.ideal_step_ms(Composition(paths="ecmp"), 4, compute_ms=2.0, line_rate_pps=1000.0)
+    assert one == pytest.approx(2.0 + 29.0, abs=1.0)
+    assert train.ideal_step_ms(Composition(), 4, 2.0, 1000.0) == pytest.approx(2.0 + 29.0 / 2, abs=1.0)
+    assert train.ideal_step_ms(Composition(algorithm="tree", paths="ecmp"), 4, 2.0, 1000.0) > one
 
 
 def test_the_latency_term_counts_each_round_of_the_schedule_at_its_slowest_pair_one_way():
