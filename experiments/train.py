@@ -569,8 +569,8 @@ def probe_round_trips(hosts: Sequence, pairs: Sequence[tuple[int, int]]) -> dict
     """The median round trip, in ms, of RTT_PROBES pings between each pair
     of ranks (all pairs at once, before the ranks start: the fabric idle).
     A pair no ping crossed is left out."""
-    def probe(pair: tuple[int, int]) -> list[float]:
-        a, b = pair
+    def probe(ranks: tuple[int, int]) -> list[float]:
+        a, b = ranks
         return ping_round_trips(hosts[a].host, hosts[b].ip, RTT_PROBES, RTT_PROBE_INTERVAL_S)
     with ThreadPoolExecutor(max_workers=min(16, len(pairs) or 1)) as pool:
         rtts = dict(zip(pairs, pool.map(probe, pairs)))
@@ -1045,11 +1045,12 @@ def main(argv: list[str] | None = None) -> int:
             print_summary(result)
     rows = [r.summary() for r in results]
     written = [write_csv(args.out / ("ablation.csv" if args.ablate else "summary.csv"), rows)]
-    write_csv(args.out / "steps.csv", [{"case": r.case, **asdict(x)} for r in results for x in r.lines])
+    write_csv(args.out / "steps.csv", [{"case": r.case, "run": r.run, **asdict(x)} for r in results for x in r.lines])
     written.append(args.out / "steps.csv")
     if args.ablate:
-        print_table([{**{k: row[k] for k in ("case", *(("run",) if args.runs > 1 else ()), "completed", "step_ms_p50", "step_ms_p99", "efficiency",
-                                             "resent", "pauses", "paused_s")},
+        columns = ("case", *(("run",) if args.runs > 1 else ()), "completed", "step_ms_p50", "step_ms_p99",
+                   "efficiency", "resent", "pauses", "paused_s")
+        print_table([{**{k: row[k] for k in columns},
                       "nic_pauses": row["pauses_received"], "nic_paused_s": row["ranks_paused_s"],
                       "drops": row["drops"]} for row in rows], width=12)
         written.append(plot_ablation(rows, args.out / "ablation.png"))

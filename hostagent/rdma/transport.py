@@ -487,12 +487,17 @@ class Requester:
                         self._sacked.add(s)
                         highest = max(highest, s)
                         latest = max(latest, self._send_order.get(s, 0))
-        holes = [s for s in range(self.una, highest) if s not in self._sacked and s not in self._recovered]
-        again = [s for s in range(self.una, highest) if s in self._recovered and s not in self._sacked
-                 and s not in self._resend_set and self._send_order.get(s, latest) < latest]
-        self.stats.lost_again += len(again)
-        self._recovered.update(holes)
-        self._queue_resend(holes + again)
+        resend = []
+        for s in range(self.una, highest):          # one pass over the window below the highest SACKed
+            if s in self._sacked:
+                continue
+            if s not in self._recovered:            # a hole: resent once in this recovery
+                self._recovered.add(s)
+                resend.append(s)
+            elif s not in self._resend_set and self._send_order.get(s, latest) < latest:   # its resend lost
+                self.stats.lost_again += 1
+                resend.append(s)
+        self._queue_resend(resend)
 
     def on_cnp(self, now: float) -> None:
         self.cc.on_cnp(now)
