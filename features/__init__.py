@@ -18,11 +18,12 @@ from typing import Any, Sequence
 from control import topology
 from control.feature import Feature, check_features
 from features import aggregation, central_routing, ecn, failover, int_telemetry, load_balancing, lossless, \
-    nonminimal_routing
+    nonminimal_routing, trimming
 
 FEATURES: tuple[Feature, ...] = check_features((ecn.FEATURE, int_telemetry.FEATURE, load_balancing.FEATURE,
                                                 aggregation.FEATURE, failover.FEATURE, lossless.FEATURE,
-                                                nonminimal_routing.FEATURE, central_routing.FEATURE))
+                                                nonminimal_routing.FEATURE, central_routing.FEATURE,
+                                                trimming.FEATURE))     # after lossless: it reads its classes
 
 
 def by_name(name: str) -> Feature:

@@ -1,6 +1,6 @@
 // The fabric switch: a v1model pipeline composed of one control per concern.
 // Features (ECN marking, INT, load balancing, aggregation, failover,
-// lossless classes, non-minimal routing) plug in as controls
+// lossless classes, non-minimal routing, trimming) plug in as controls
 // applied below; each lives in its own include/ file.
 #include <core.p4>
 #define V1MODEL_VERSION 20200408   // typed register and counter indexes
@@ -31,6 +31,9 @@
 #ifndef WITHOUT_NONMINIMAL_ROUTING
 #include "include/nonminimal_routing.p4"
 #endif
+#ifndef WITHOUT_TRIMMING
+#include "include/trimming.p4"
+#endif
 
 control FabricIngress(inout headers_t hdr,
                       inout local_metadata_t meta,
@@ -53,6 +56,9 @@ control FabricIngress(inout headers_t hdr,
 #endif
 #ifndef WITHOUT_NONMINIMAL_ROUTING
     NonminimalRouting() nonminimal_routing;
+#endif
+#ifndef WITHOUT_TRIMMING
+    Trimming() trimming;
 #endif
 
     // A packet that cannot be forwarded gets a drop reason (defines.p4) and
@@ -134,6 +140,11 @@ control FabricIngress(inout headers_t hdr,
             drop_report.apply(meta, std_meta);
 #endif
         }
+#ifndef WITHOUT_TRIMMING
+        else {
+            trimming.apply(hdr, meta, std_meta);  // last: the queue is chosen (lossless's class); maybe cut to its headers
+        }
+#endif
     }
 }
 
@@ -159,6 +170,9 @@ control FabricEgress(inout headers_t hdr,
 #ifndef WITHOUT_LOSSLESS
     LosslessEgress() lossless;
 #endif
+#ifndef WITHOUT_TRIMMING
+    TrimDeparture() trim_departure;
+#endif
 
     // INT before ECN: a report clone's IPv4 header is the report's own by
     // the time ECN looks at it (the reported packet is left as received).
@@ -182,6 +196,11 @@ control FabricEgress(inout headers_t hdr,
 #ifndef WITHOUT_AGGREGATION
                 if ((meta.egress_work & EGRESS_AGG_RESULT) != 0) {
                     aggregation.apply(hdr, std_meta);     // a result replica: to its worker
+                }
+#endif
+#ifndef WITHOUT_TRIMMING
+                if ((meta.egress_work & EGRESS_TRIM_DEPARTURE) != 0) {
+                    trim_departure.apply(std_meta);       // before INT: a report clone keeps EGRESS_INT only
                 }
 #endif
 #ifndef WITHOUT_LOAD_BALANCING

@@ -208,7 +208,8 @@ def dashboards() -> list[Dashboard]:
               [Target(f"rate({total(m.INT_FLOW_REPORTS)}{FLOW}[{WINDOW}])", "{{flow}}")], unit="reqps"),
     ], [FLOW_VAR])
 
-    drops = Dashboard("fabric-drops", "Drops", "Drops counted by the switches, and INT drop reports.", [
+    drops = Dashboard("fabric-drops", "Drops", "Drops counted by the switches, INT drop reports, and the packets "
+                      "trimming kept from a drop.", [
         Panel("Switch drops /s by switch and reason",
               [Target(f"sum by (switch, reason) (rate({total(m.FABRIC_DROPS)}{SW}[{WINDOW}]))",
                       "{{switch}} {{reason}}")], unit="pps"),
@@ -219,6 +220,9 @@ def dashboards() -> list[Dashboard]:
                       "{{switch}} {{reason}}")], unit="reqps"),
         Panel("INT drop reports by reason (since the collector started)",
               [Target(f"sum by (reason) ({total(m.INT_DROP_REPORTS)}{SW})")], "table"),
+        Panel("Packets trimmed /s instead of dropped (per port/queue)",
+              [Target(f"rate({total(m.FEATURE_METRICS['fabric_trimmed'])}{SW}[{WINDOW}])",
+                      "{{switch}} port/queue {{port_queue}}")], unit="pps"),
     ], [SWITCH_VAR])
     pfc = m.FEATURE_METRICS
     per_cell = "{{switch}} port/class {{port_class}}"

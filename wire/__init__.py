@@ -8,4 +8,5 @@ int_telemetry.py   INT v2.1 and Telemetry Report v2.0, metadata codec, reference
 source_routing.py  the fabric's source route (INT probes, heartbeats)
 aggregation.py     in-network aggregation (SwitchML/ATP-style) packets and codec
 plane_failover.py  host plane failover's flow data and acks
+trimming.py        a trimmed packet (packet trimming): its DSCP, and the model of a trim
 """

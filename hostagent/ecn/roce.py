@@ -147,6 +147,14 @@ def delay_percentiles(delays_ns: list[int]) -> dict | None:
 
 # --------------------------------------------------------------------------
 
+def _record_delay(delays: list[int], rx: bytes) -> None:
+    """The one-way delay of a packet the sender stamped (a trimmed header keeps its stamp)."""
+    if len(rx) >= STAMP_AT + 8:
+        sent_ns = int.from_bytes(rx[STAMP_AT:STAMP_AT + 8], "big")
+        if 0 < sent_ns <= time.monotonic_ns():        # stamped by a sender on this machine
+            delays.append(time.monotonic_ns() - sent_ns)
+
+
 def flow_sport(qp: int, k: int = 0) -> int:
     """The UDP source port of queue pair `qp`'s k-th 5-tuple (RoCEv2's range, 0xC000 up)."""
     return 0xC000 | ((qp + k) & 0x3FFF)
@@ -305,6 +313,8 @@ def run_receiver(a, progress=None, write: bool = True) -> dict:
         sock.settimeout(0.002)             # resumes go out on time
     flows: dict = {}
     delays: dict[str, list[int]] = {}              # flow -> one-way delays (ns)
+    trim_delays: dict[str, list[int]] = {}         # flow -> one-way delays of its trimmed headers (ns)
+    trimmed_dscp = getattr(a, "trimmed_dscp", None)
     cnp_frames: dict = {}
     ignored: defaultdict[str, int] = defaultdict(int)
     # flow -> bin -> [pkts, ce, lost, reorder buffer max occupancy]; with --reorder, lost = declared lost
@@ -350,7 +360,11 @@ def run_receiver(a, progress=None, write: bool = True) -> dict:
         f = flows.get(key)
         if f is None:
             f = flows[key] = {"src": src, "qp": qp, "packets": 0, "bytes": 0, "ce": 0, "cnps_sent": 0,
-                              "max_psn": -1, "first_s": now}
+                              "trimmed": 0, "max_psn": -1, "first_s": now}
+        if trimmed_dscp is not None and rx[O.ip_tos] >> 2 == trimmed_dscp:
+            f["trimmed"] += 1                # a trimmed header (wire/trimming.py): its packet was not delivered
+            _record_delay(trim_delays.setdefault(key, []), rx)
+            continue
         psn = _u24(rx, O.bth_psn)
         b = bins[key][int(now / a.bin_s)]
         b[0] += 1
@@ -361,10 +375,7 @@ def run_receiver(a, progress=None, write: bool = True) -> dict:
             b[2] += psn - f["max_psn"] - 1  # a gap: lost packets, noticed now
         f["packets"] += 1
         f["bytes"] += len(rx)
-        if len(rx) >= STAMP_AT + 8:
-            sent_ns = int.from_bytes(rx[STAMP_AT:STAMP_AT + 8], "big")
-            if 0 < sent_ns <= time.monotonic_ns():        # stamped by a sender on this machine
-                delays.setdefault(key, []).append(time.monotonic_ns() - sent_ns)
+        _record_delay(delays.setdefault(key, []), rx)
         f["max_psn"] = max(f["max_psn"], psn)
         f["last_s"] = now
         if rx[O.ip_tos] & 0b11 == CE:
@@ -382,6 +393,7 @@ def run_receiver(a, progress=None, write: bool = True) -> dict:
     for key, f in flows.items():
         f["lost"] = f["max_psn"] + 1 - f["packets"]  # PSN gaps (no reordering on a single path)
         f["delay_ms"] = delay_percentiles(delays.get(key, []))
+        f["trim_delay_ms"] = delay_percentiles(trim_delays.get(key, []))
         if rob is not None:
             f["reorder"] = rob[key].summary()
             f["lost"] = f["reorder"]["missing"]      # robust to reordering, duplicates and PSN wrap
@@ -444,6 +456,8 @@ def main(argv=None) -> int:
     r.add_argument("--cnp-interval-s", type=float, default=DcqcnParams.cnp_interval_s,
                    help="N: at most one CNP per flow per interval")
     r.add_argument("--bin-s", type=float, default=0.05, help="time-series bin width")
+    r.add_argument("--trimmed-dscp", type=int, choices=range(64), default=None, metavar="D",
+                   help="a packet marked D is a trimmed header (packet trimming): counted apart, not delivered")
     add_reorder_arguments(r)
     r.add_argument("--drain-pps", type=float, default=None,
                    help="a slow receiver: the host takes this many packets/s of the class off its NIC, "

@@ -26,6 +26,8 @@ const bit<16> ETHERTYPE_VALIANT = 0x88B6;        // IEEE "local experimental 2":
 // ipv4_t's merged fields (headers.p4): version 4 with a 20-byte header; the
 // fragment offset and the DF flag in identification ++ flags ++ offset.
 const bit<8>  IPV4_VERSION_IHL = 0x45;
+const bit<16> ETHERNET_BYTES = 14;
+const bit<16> IPV4_BYTES = 20;                   // without options (the parser takes no others)
 const bit<32> IPV4_FRAG_OFFSET_MASK = 0x1FFF;
 const bit<32> IPV4_FLAG_DF = 0x4000;
 #define IPV4_IHL(ip) ((ip).version_ihl[3:0])
@@ -97,6 +99,7 @@ const bit<32> NONMINIMAL_COUNTS = 3;
 const bit<8> EGRESS_INT = 1;            // INT is on at this switch (int_telemetry_egress.p4; report clones keep it)
 const bit<8> EGRESS_LB_LOAD = 2;        // adaptive load balancing: record the queue depth this packet saw
 const bit<8> EGRESS_AGG_RESULT = 4;     // an aggregation result replica: egress addresses it to its worker
+const bit<8> EGRESS_TRIM_DEPARTURE = 8; // trimming: a packet counted into its queue's occupancy leaves it (trimming.p4)
 
 // In-band network telemetry (INT v2.1, Telemetry Report v2.0): the wire
 // contract is docs/protocols/int_telemetry.md; wire/int_telemetry.py holds the same values.

@@ -369,6 +369,17 @@ header ecn_scratch_t {           // ecn.p4: the port's marking profile
     bit<2>   pad;                // BMv2: whole bytes
 }
 
+header trimming_scratch_t {      // trimming.p4: the queue's entry and its occupancy
+    bit<32>  threshold;          // packets in the queue from which a packet is trimmed
+    bit<32>  admitted;           // trim_admitted, trim_departed of the cell
+    bit<32>  departed;
+    bit<16>  bytes;              // what a trimmed packet keeps
+    bit<12>  cell;               // priority ++ egress port
+    bit<3>   header_queue;
+    bit<6>   dscp;               // a trimmed packet's
+    bit<3>   pad;                // BMv2: whole bytes
+}
+
 header nonminimal_scratch_t {    // nonminimal_routing.p4
     bit<32>  flow_hash;          // the 5-tuple's hash times this switch's seed
     bit<16>  target;             // the intermediate: drawn at the source, the tag's in transit
@@ -438,6 +449,9 @@ struct local_metadata_t {
 #endif
 #ifndef WITHOUT_NONMINIMAL_ROUTING
     nonminimal_scratch_t nonmin;
+#endif
+#ifndef WITHOUT_TRIMMING
+    trimming_scratch_t trim;
 #endif
 #ifndef WITHOUT_LOSSLESS
     // A lossless packet's state between ingress and egress (PFC_CARRY_*),

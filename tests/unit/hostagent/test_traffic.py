@@ -155,11 +155,18 @@ def test_a_receiver_stopped_by_sigterm_still_writes_what_it_measured(tmp_path):
     out = tmp_path / "rx"
     proc = subprocess.Popen([sys.executable, "-m", "hostagent.traffic", "receive", "--iface", "lo",
                              "--src-ip", "127.0.0.1", "--src-mac", "00:00:00:00:00:01", "--gw-mac", "00:00:00:00:00:02",
-                             "--duration", "60", "--progress-s", "0", "--out", str(out)],
+                             "--duration", "60", "--progress-s", "30", "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    time.sleep(1.5)
+    # Its first progress line says the receive loop runs, its signal handlers
+    # installed (a fixed sleep was too short for a loaded machine's imports).
+    deadline = time.monotonic() + 60
+    first = ""
+    while not first.startswith("[") and time.monotonic() < deadline and proc.poll() is None:
+        first = proc.stdout.readline()
+    assert first.startswith("["), f"the receiver never started its loop: {first!r}"
     proc.send_signal(signal.SIGTERM)
     output, _ = proc.communicate(timeout=20)
+    output = first + output
     assert proc.returncode == 0, output
     summary = __import__("json").loads((tmp_path / "rx.json").read_text())
     assert summary["role"] == "receiver"
