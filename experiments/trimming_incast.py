@@ -110,6 +110,7 @@ def run_case(case: Case, run: int, profile: TrimProfile, topo, net: Network, ctl
         "trimming": str(profile) if case.trimming else "off (tail drop)",
         "sent": sent, "delivered": delivered, "trimmed_headers": headers, "switch_trims": trims,
         "lost_silently": sent - delivered - headers,
+        "lost_before_pipeline": sum(verdict.input_path.values()),     # of those, the emulator's own (fidelity)
         "data_delay_p50_ms": _pct(flows, "delay_ms", "p50"), "data_delay_p99_ms": _pct(flows, "delay_ms", "p99"),
         "header_delay_p50_ms": _pct(flows, "trim_delay_ms", "p50"),
         "header_delay_p99_ms": _pct(flows, "trim_delay_ms", "p99"),

@@ -65,6 +65,8 @@ RETH_OPCODES = {WRITE_FIRST, WRITE_ONLY}                              # the RETH
 SYNDROME_ACK = 0x1F
 SYNDROME_NAK_PSN_SEQUENCE_ERROR = 0x60
 SYNDROME_NAK_INVALID_REQUEST = 0x61     # here: the receiver refuses the sender's terms
+SYNDROME_NAK_TRIMMED = 0x6F             # here (IBA reserves NAK code 15): the packet of this PSN reached the
+                                        # receiver trimmed (packet trimming): resend it now; the SACK as a NAK's
 SYNDROME_KIND_MASK = 0xE0
 SYNDROME_KIND_ACK, SYNDROME_KIND_NAK = 0x00, 0x60
 

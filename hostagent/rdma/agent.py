@@ -277,7 +277,7 @@ def run_receiver(a, sock=None) -> dict:
             except (NotOurs, Malformed) as e:
                 ignored[str(e).split(" (")[0][:60]] += 1
                 p = None
-            if p is not None and p.kind != "data":
+            if p is not None and p.kind not in ("data", "trimmed"):
                 ignored[f"{p.kind} to a receiver"] += 1
             elif p is not None:
                 key = (p.src_ip, p.qp)
@@ -285,7 +285,11 @@ def run_receiver(a, sock=None) -> dict:
                     flows[key] = (Responder(params, peer=p.src_ip, qp=p.qp, cc=a.cc),
                                   FrameBuilder(a.src_mac, a.gw_mac, a.src_ip, p.src_ip,
                                                sport=0xC000 | (p.qp & 0x3FFF), dscp=a.dscp))
-                if rob is None or (key in rob and psn_diff(p.psn, rob[key].next_psn or 0) < 0):
+                if p.kind == "trimmed":          # lost, known now: NAK it (no reorder buffer to wait in)
+                    rsp, back = flows[key]
+                    for ack in rsp.on_trimmed(p.psn, now):
+                        send(back.ack(p.qp, ack.psn, ack.syndrome, ack.msn, ack.sack, ack.hops, ack.terms))
+                elif rob is None or (key in rob and psn_diff(p.psn, rob[key].next_psn or 0) < 0):
                     take(key, p, now)         # (a retransmission of what the buffer gave up: straight on)
                 else:
                     for d in rob.push(key, p.psn, now, item=p).delivered:

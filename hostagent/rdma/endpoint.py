@@ -345,7 +345,7 @@ class Endpoint:
             return
         now = self.clock()
         key = (p.src_ip, p.qp)
-        if p.kind == "data":
+        if p.kind in ("data", "trimmed"):
             if self.accept_qps is not None and p.qp not in self.accept_qps:
                 self.ignored["data for another endpoint's queue pair"] += 1
                 return
@@ -354,6 +354,10 @@ class Endpoint:
                                          FrameBuilder(self.mac, self.gateway_mac, self.ip, p.src_ip,
                                                       sport=0xC000 | (p.qp & 0x3FFF), dscp=self.dscp))
             rsp, back = self._responders[key]
+            if p.kind == "trimmed":                # lost, and known lost now: NAK it for a resend
+                for ack in rsp.on_trimmed(p.psn, now):
+                    self._send_ack(back, p.qp, ack)
+                return
             refused = rsp.error is not None
             acks, done, cnp = rsp.on_data(p.psn, p.opcode, p.payload, now, ackreq=p.ackreq, ce=p.ce, hops=p.hops,
                                           terms=p.terms)

@@ -23,6 +23,7 @@ from wire.rdma import (ACKNOWLEDGE, AETH_BYTES, BTH_BYTES, DATA_OPCODES, ICRC_BY
                        HopRecord, MalformedAck, MalformedTerms, Terms, decode_ack_extension, decode_aeth, decode_bth,
                        decode_terms, encode_ack_extension, encode_aeth, encode_bth)
 from wire.roce import CNP, ROCEV2_UDP_PORT
+from wire.trimming import TRIMMED_DSCP
 
 ETH, IP_BYTES, UDP_BYTES = 14, 20, 8
 L4 = ETH + IP_BYTES                 # UDP header
@@ -49,7 +50,7 @@ def _checksum(header: bytes) -> int:
 @dataclass(frozen=True)
 class Parsed:
     """A frame of the transport: data, ACK/NAK or CNP."""
-    kind: str                        # "data", "ack", "cnp"
+    kind: str                        # "data", "ack", "cnp", "trimmed" (a data packet a switch cut: its BTH only)
     src_ip: str
     qp: int
     psn: int
@@ -70,6 +71,8 @@ class FrameBuilder:
     RoCEv2 allows)."""
 
     def __init__(self, src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, sport: int, dscp: int = 0):
+        if dscp == TRIMMED_DSCP:
+            raise ValueError(f"DSCP {dscp} marks trimmed packets (wire/trimming.py): the transport's need another")
         template = bytes(Ether(src=src_mac, dst=dst_mac) / IP(src=src_ip, dst=dst_ip, tos=dscp_tos(dscp, ECT0),
                                                                 flags="DF")
                          / UDP(sport=sport, dport=ROCEV2_UDP_PORT, chksum=0))
@@ -139,8 +142,10 @@ def _int_hops(frame: bytes, end: int) -> tuple[int, tuple[HopRecord, ...]]:
     return bth, tuple(hops)
 
 
-def parse(frame: bytes) -> Parsed:
-    """The transport's view of a frame, or NotOurs / Malformed naming why."""
+def parse(frame: bytes, trimmed_dscp: Optional[int] = TRIMMED_DSCP) -> Parsed:
+    """The transport's view of a frame, or NotOurs / Malformed naming why. A
+    data packet marked `trimmed_dscp` is a trimmed one (packet trimming:
+    wire/trimming.py), whatever its length says is left: kind "trimmed"."""
     if len(frame) < BTH_AT:
         raise NotOurs("shorter than Ethernet/IPv4/UDP")
     if frame[12:14] != b"\x08\x00" or frame[ETH] >> 4 != 4:
@@ -152,6 +157,8 @@ def parse(frame: bytes) -> Parsed:
     dport = int.from_bytes(frame[L4 + 2:L4 + 4], "big")
     if dport != ROCEV2_UDP_PORT and dport != INT_UDP_PORT:
         raise NotOurs("not RoCEv2 (UDP 4791)")
+    if trimmed_dscp is not None and frame[ETH + 1] >> 2 == trimmed_dscp:
+        return _trimmed(frame, dport)
     end = ETH + int.from_bytes(frame[ETH + 2:ETH + 4], "big") - ICRC_BYTES   # Ethernet may pad short frames
     if end + ICRC_BYTES > len(frame) or end < BTH_AT + BTH_BYTES:
         raise Malformed(f"IPv4 length {end + ICRC_BYTES - ETH} leaves no BTH and ICRC in a {len(frame)}-byte frame")
@@ -186,3 +193,15 @@ def parse(frame: bytes) -> Parsed:
     if op == CNP:
         return Parsed("cnp", src, qp, psn, op)
     raise Malformed(f"opcode 0x{op:02x} is not one this transport uses")
+
+
+def _trimmed(frame: bytes, dport: int) -> Parsed:
+    """A trimmed data packet: what is left of it up to its BTH (no payload, no ICRC)."""
+    if dport != ROCEV2_UDP_PORT:
+        raise Malformed("a trimmed packet with INT before its BTH (the trim may have cut it)")
+    if len(frame) < BTH_AT + BTH_BYTES:
+        raise Malformed(f"a trimmed packet of {len(frame)} bytes, shorter than its BTH")
+    op, qp, psn, _ = decode_bth(frame, BTH_AT)
+    if op not in DATA_OPCODES:
+        raise Malformed(f"a trimmed packet of opcode 0x{op:02x}: only data is trimmed")
+    return Parsed("trimmed", _ip(frame, ETH + 12), qp, psn, op)

@@ -69,7 +69,8 @@ from typing import Optional
 from hostagent.rdma.cc.base import CongestionControl, Feedback, HopInfo
 from wire.rdma import (DATA_OPCODES, FIRST_OPCODES, GO_BACK_N, LAST_OPCODES, MODES, MSN_MOD, PSN_MOD, SACK_BITS,
                        SELECTIVE_REPEAT, SEND_FIRST, SEND_LAST, SEND_MIDDLE, SEND_ONLY, SYNDROME_ACK,
-                       SYNDROME_NAK_INVALID_REQUEST, SYNDROME_NAK_PSN_SEQUENCE_ERROR, WRITE_FIRST, WRITE_LAST,
+                       SYNDROME_NAK_INVALID_REQUEST, SYNDROME_NAK_PSN_SEQUENCE_ERROR, SYNDROME_NAK_TRIMMED,
+                       WRITE_FIRST, WRITE_LAST,
                        WRITE_MIDDLE, WRITE_ONLY, HopRecord, Terms, terms_bits)
 
 # GO_BACK_N, SELECTIVE_REPEAT, MODES: the retransmission modes, named where the wire codes them
@@ -168,6 +169,10 @@ class Ack:
     def is_refusal(self) -> bool:
         return self.syndrome == SYNDROME_NAK_INVALID_REQUEST
 
+    @property
+    def is_trim_nak(self) -> bool:
+        return self.syndrome == SYNDROME_NAK_TRIMMED
+
 
 @dataclass
 class Message:
@@ -189,6 +194,7 @@ class RequesterStats:
     lost_again: int = 0           # selective repeat: retransmissions found lost by a later packet's SACK
     acks: int = 0
     naks: int = 0
+    trim_naks: int = 0            # selective repeat: NAKs for a packet that reached the receiver trimmed
     stale_acks: int = 0           # ACKs for PSNs outside the window (old, or nonsense)
 
 
@@ -405,9 +411,15 @@ class Requester:
                                   f"this end sends {self.terms}, {self.peer} receives {ack.terms}"), now)
             return 0
         named = unwrap((ack.psn - self.initial_psn) % PSN_MOD, self.una)
-        if ack.is_nak:
+        trimmed: Optional[int] = None
+        if ack.is_trim_nak and ack.sack is not None:
+            self.stats.trim_naks += 1
+            trimmed = named                # resent now; the SACK's base is the receiver's next expected
+            expected = unwrap((ack.sack[0] - self.initial_psn) % PSN_MOD, self.una)
+            acked_to = expected
+        elif ack.is_nak:
             self.stats.naks += 1
-            expected: Optional[int] = named
+            expected = named
             acked_to = named               # everything before the expected PSN arrived
         else:
             self.stats.acks += 1
@@ -452,6 +464,10 @@ class Requester:
                 self._queue_resend(range(expected, self.next_seq))
             else:
                 self._selective(expected, ack.sack)
+                if trimmed is not None and self.una <= trimmed < self.next_seq and trimmed not in self._sacked \
+                        and trimmed not in self._resend_set:
+                    self._recovered.add(trimmed)          # resent in this recovery: once, unless lost again
+                    self._queue_resend([trimmed])
         self.cc.on_ack(Feedback(now=now, acked_packets=newly, acked_seq=self.una, rtt_s=rtt, ecn_echo=ecn_echo,
                                 hops=hops, next_seq=self.next_seq))
         return newly
@@ -515,6 +531,7 @@ class ResponderStats:
     cnps: int = 0
     malformed: int = 0                # an opcode out of place (a MIDDLE with no FIRST, ...)
     refused: int = 0                  # data packets refused: terms that differ, or the error state
+    trimmed: int = 0                  # data packets that arrived trimmed (their payload cut by a switch)
 
 
 @dataclass
@@ -604,6 +621,31 @@ class Responder:
         if ackreq or self._pending >= self.params.ack_every or self._held or filled:
             acks.append(self._nak() if self._held else self._ack())
         return acks, delivered, cnp
+
+    def on_trimmed(self, psn: int, now: float) -> list[Ack]:
+        """A data packet that arrived trimmed: a switch cut its payload rather
+        than drop it (packet trimming), so it is lost, and known lost now.
+        Selective repeat: a NAK naming it (SYNDROME_NAK_TRIMMED, with the
+        SACK), and the requester resends it at once. Go-back-N: if it is the
+        packet expected next, the NAK go-back-N sends for a gap (every time:
+        a resend cut again is new news); a later one is resent from the gap
+        anyway. Nothing is delivered."""
+        self.stats.received += 1
+        if self.error is not None:
+            return []
+        self.stats.trimmed += 1
+        seq = unwrap((psn - self.initial_psn) % PSN_MOD, self.expected)
+        if seq < self.expected or seq in self._held:
+            return [self._ack()]                       # a copy already arrived whole: say where we are
+        if self.params.mode == SELECTIVE_REPEAT:
+            if seq - self.expected > SACK_BITS:
+                return []                              # beyond what a SACK names: the requester's timeout
+            nak = self._nak()
+            return [Ack(psn, SYNDROME_NAK_TRIMMED, nak.msn, sack=nak.sack, hops=nak.hops)]
+        if seq == self.expected:                       # each time: a cut resend is news, not the same gap
+            self._nak_sent_for = self.expected
+            return [self._nak()]
+        return []
 
     def _accept(self, opcode: int, payload: bytes, now: float, delivered: list[Delivered]) -> bool:
         """The packet with the expected PSN; False if its opcode is out of place (dropped, counted)."""

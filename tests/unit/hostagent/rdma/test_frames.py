@@ -139,3 +139,20 @@ def test_unknown_terms_are_malformed():
 
 def test_every_congestion_control_of_the_agent_has_a_code_on_the_wire():
     assert sorted(congestion_controls()) == sorted(CONGESTION_CONTROLS)
+
+
+def test_a_trimmed_data_packet_is_read_as_trimmed_whatever_is_left():
+    """A switch's trim (wire/trimming.py's model) of a data packet: its BTH
+    is read (PSN, queue pair), its cut payload is not taken for data."""
+    from wire.trimming import TRIMMED_DSCP, trimmed
+    frame = B.data(7, 100, SEND_ONLY, b"x" * 300)
+    for keep in (54, 64, 200):
+        p = parse(trimmed(frame, keep=keep))
+        assert (p.kind, p.qp, p.psn, p.opcode, p.payload, p.src_ip) == ("trimmed", 7, 100, SEND_ONLY, b"", IPS[0])
+    with pytest.raises(Malformed, match="shorter than its BTH"):
+        parse(trimmed(frame, keep=50))
+    with pytest.raises(Malformed, match="only data is trimmed"):
+        parse(trimmed(B.ack(7, 9, SYNDROME_NAK_PSN_SEQUENCE_ERROR, 4, sack=(9, 0b110)), keep=54))
+    assert parse(trimmed(frame), trimmed_dscp=None).kind == "data", "no DSCP for trims: read as data"
+    with pytest.raises(ValueError, match=f"DSCP {TRIMMED_DSCP} marks trimmed packets"):
+        FrameBuilder(*MACS, *IPS, sport=49153, dscp=TRIMMED_DSCP)

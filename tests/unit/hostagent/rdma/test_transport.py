@@ -15,7 +15,8 @@ from hostagent.rdma.cc.dcqcn import Dcqcn
 from hostagent.rdma.transport import (GO_BACK_N, MISMATCHED_ENDS, MODES, REFUSED, RETRY_EXCEEDED, SELECTIVE_REPEAT,
                                       Ack, Requester, Responder, TransportParams, unwrap)
 from wire.rdma import (PSN_MOD, SEND_FIRST, SEND_LAST, SEND_MIDDLE, SEND_ONLY, SYNDROME_ACK,
-                       SYNDROME_NAK_INVALID_REQUEST, SYNDROME_NAK_PSN_SEQUENCE_ERROR, WRITE_ONLY, Terms)
+                       SYNDROME_NAK_INVALID_REQUEST, SYNDROME_NAK_PSN_SEQUENCE_ERROR, SYNDROME_NAK_TRIMMED, WRITE_ONLY,
+                       Terms)
 
 
 @dataclass
@@ -27,12 +28,15 @@ class Channel:
     loss: float = 0.0
     dup: float = 0.0
     jitter: float = 0.0
+    trim: float = 0.0                  # a switch cut it (packet trimming): it arrives as ("trimmed", item)
     queue: list = field(default_factory=list)
     n: int = 0
 
     def send(self, now: float, item) -> None:
         if self.rng.random() < self.loss:
             return
+        if self.rng.random() < self.trim:
+            item = ("trimmed", item)
         for _ in range(2 if self.rng.random() < self.dup else 1):
             self.n += 1
             heapq.heappush(self.queue, (now + self.delay + self.rng.random() * self.jitter, self.n, item))
@@ -43,7 +47,7 @@ class Channel:
 
 
 def transfer(mode: str, sizes, *, loss=0.0, dup=0.0, jitter=0.0, ack_loss=None, seed=1, initial_psn=0,
-             limit_s=60.0, params=None):
+             limit_s=60.0, params=None, trim=0.0):
     rng = random.Random(seed)
     p = params or TransportParams(mode=mode, mtu_bytes=256)
     req = Requester(p, Dcqcn(DcqcnParams(line_rate_pps=5000)), initial_psn=initial_psn)
@@ -51,7 +55,7 @@ def transfer(mode: str, sizes, *, loss=0.0, dup=0.0, jitter=0.0, ack_loss=None, 
     data = [rng.randbytes(n) for n in sizes]
     for d in data:
         req.post(len(d), 0.0, data=d)
-    fwd = Channel(rng, loss=loss, dup=dup, jitter=jitter)
+    fwd = Channel(rng, loss=loss, dup=dup, jitter=jitter, trim=trim)
     rev = Channel(rng, loss=loss if ack_loss is None else ack_loss, dup=dup, jitter=jitter)
     delivered = []
     now, step = 0.0, 0.0001
@@ -60,6 +64,10 @@ def transfer(mode: str, sizes, *, loss=0.0, dup=0.0, jitter=0.0, ack_loss=None, 
         if pkt is not None:
             fwd.send(now, pkt)
         for pkt in fwd.due(now):
+            if isinstance(pkt, tuple):
+                for a in rsp.on_trimmed(pkt[1].psn, now):
+                    rev.send(now, a)
+                continue
             acks, done, _cnp = rsp.on_data(pkt.psn, pkt.opcode, pkt.payload, now, ackreq=pkt.ackreq,
                                            terms=req.terms)
             delivered += done
@@ -391,3 +399,49 @@ def test_a_refusal_stating_no_terms_fails_the_queue_pair_too():
     req.next_packet(0.0)
     req.on_ack(Ack(0, SYNDROME_NAK_INVALID_REQUEST, 0), 0.001)
     assert req.error is not None and req.error.cause == REFUSED and req.messages[0].error is req.error
+
+
+# -- packet trimming: a packet a switch cut reaches the responder as its headers
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_trimmed_packets_are_resent_at_once_never_by_a_timeout(mode, seed):
+    """A tenth of the data packets (first sends and resends alike) arrive
+    trimmed: every message is delivered once, in order, and no packet waited
+    for the timeout, not even the last one."""
+    data, delivered, req, rsp, _ = transfer(mode, [2000] * 20, trim=0.1, seed=seed)
+    assert [d.data for d in delivered] == data and req.done
+    assert rsp.stats.trimmed > 0 and req.stats.timeouts == 0
+    if mode == SELECTIVE_REPEAT:
+        assert req.stats.trim_naks == rsp.stats.trimmed, "one NAK a trim, each answered"
+
+
+def test_selective_repeat_responder_naks_a_trimmed_packet_by_its_psn_with_the_sack():
+    r = Responder(TransportParams(mode=SELECTIVE_REPEAT, ack_every=100))
+    r.on_data(0, SEND_FIRST, b"a", 0.0)
+    r.on_data(2, SEND_MIDDLE, b"c", 0.0)
+    assert r.on_trimmed(3, 0.0) == [Ack(3, SYNDROME_NAK_TRIMMED, 0, sack=(1, 0b1))], "3 cut; 1 missing, 2 held"
+    assert r.on_trimmed(0, 0.0) == [Ack(0, SYNDROME_ACK, 0)], "a trimmed copy of what arrived: where we are"
+    assert r.on_trimmed(2, 0.0)[0].syndrome == SYNDROME_ACK, "held already"
+    assert r.stats.trimmed == 3 and r.expected == 1 and r.stats.delivered_messages == 0
+
+
+def test_go_back_n_responder_naks_a_trimmed_packet_it_expects_every_time():
+    r = Responder(TransportParams(mode=GO_BACK_N, ack_every=100))
+    r.on_data(0, SEND_ONLY, b"a", 0.0)
+    nak = Ack(1, SYNDROME_NAK_PSN_SEQUENCE_ERROR, 1)
+    assert r.on_trimmed(1, 0.0) == [nak], "the packet it expects: the NAK go-back-N answers"
+    assert r.on_trimmed(2, 0.0) == [], "beyond it: dropped as any out-of-order packet"
+    assert r.on_trimmed(1, 0.0) == [nak], "its resend cut too: NAKed again (no timeout)"
+
+
+def test_a_trim_nak_resends_that_packet_now_and_takes_the_cumulative_ack_from_the_sack():
+    req = Requester(TransportParams(mode=SELECTIVE_REPEAT, mtu_bytes=256), Dcqcn(DcqcnParams(line_rate_pps=5000)))
+    req.post(256 * 5, 0.0)
+    sent = [req.next_packet(t / 1000) for t in range(0, 20)]
+    assert [p.seq for p in sent if p] == [0, 1, 2, 3, 4]
+    assert req.on_ack(Ack(4, SYNDROME_NAK_TRIMMED, 0, sack=(2, 0b1)), 0.021) == 2, "0 and 1 arrived"
+    again = req.next_packet(0.022)
+    assert again is not None and again.retransmission and {again.seq, req.next_packet(0.03).seq} == {2, 4}, \
+        "the trimmed 4 and the hole 2 below the SACKed 3: no timeout"
+    assert req.stats.trim_naks == 1 and req.stats.timeouts == 0
