@@ -55,15 +55,21 @@ class TrimProfile:
     dscp: int = TRIMMED_DSCP
     bytes: int = TRIM_BYTES
 
-    def params(self) -> dict[str, int]:
+    def params(self, port: int, queue: int) -> dict[str, int]:
+        """trim_above's parameters for (port, queue): `cell` indexes its counts as trimming.p4 does."""
         return {"threshold": self.threshold, "header_queue": self.header_queue, "trimmed_dscp": self.dscp,
-                "trim_bytes": self.bytes}
+                "trim_bytes": self.bytes, "cell": cell(port, queue)}
 
     def __str__(self) -> str:
         return f"trim from {self.threshold} queued to {self.bytes} B, DSCP {self.dscp}, queue {self.header_queue}"
 
 
 ProfileKey = tuple[str, int, int]      # (switch, port, queue)
+
+
+def cell(port: int, queue: int) -> int:
+    """The (port, queue)'s index in trimming.p4's registers and counter: queue ++ port."""
+    return queue << PORT_BITS | port
 
 
 def _integer(item: Mapping, key: str, where: str, fail: Fail, lo: int, hi: int, default: int | None,
@@ -143,7 +149,7 @@ def trimming_state(p4info: P4Info, profiles: Mapping[tuple[int, int], TrimProfil
     state = SwitchState(managed_tables={p4info.table(TABLE).preamble.id})
     for (port, queue), profile in sorted(profiles.items()):
         state.table_entries.append(p4info.table_entry(TABLE, {"std_meta.egress_spec": port, "std_meta.priority": queue},
-                                                      action="trim_above", params=profile.params()))
+                                                      action="trim_above", params=profile.params(port, queue)))
     return state
 
 

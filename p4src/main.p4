@@ -200,7 +200,7 @@ control FabricEgress(inout headers_t hdr,
 #endif
 #ifndef WITHOUT_TRIMMING
                 if ((meta.egress_work & EGRESS_TRIM_DEPARTURE) != 0) {
-                    trim_departure.apply(std_meta);       // before INT: a report clone keeps EGRESS_INT only
+                    trim_departure.apply(meta);       // before INT: a report clone keeps EGRESS_INT only
                 }
 #endif
 #ifndef WITHOUT_LOAD_BALANCING

@@ -373,11 +373,11 @@ header trimming_scratch_t {      // trimming.p4: the queue's entry and its occup
     bit<32>  threshold;          // packets in the queue from which a packet is trimmed
     bit<32>  admitted;           // trim_admitted, trim_departed of the cell
     bit<32>  departed;
-    bit<16>  bytes;              // what a trimmed packet keeps
-    bit<12>  cell;               // priority ++ egress port
+    bit<32>  bytes;              // what a trimmed packet keeps (truncate's width)
+    bit<32>  cell;               // priority ++ egress port (a register index's width)
     bit<3>   header_queue;
     bit<6>   dscp;               // a trimmed packet's
-    bit<3>   pad;                // BMv2: whole bytes
+    bit<7>   pad;                // BMv2: whole bytes
 }
 
 header nonminimal_scratch_t {    // nonminimal_routing.p4

@@ -39,18 +39,27 @@
 
 // Cells: priority (3 bits) ++ port (9 bits), queue_depth.p4's layout.
 const bit<32> TRIM_CELLS = PORT_COUNT * 8;
-register<bit<32>, bit<12>>(TRIM_CELLS) trim_admitted;    // ingress: packets admitted into the cell's queue
-register<bit<32>, bit<12>>(TRIM_CELLS) trim_departed;    // egress: of those, the packets that left it
+register<bit<32>, bit<32>>(TRIM_CELLS) trim_admitted;    // ingress: packets admitted into the cell's queue
+register<bit<32>, bit<32>>(TRIM_CELLS) trim_departed;    // egress: of those, the packets that left it
 
 control Trimming(inout headers_t hdr, inout local_metadata_t meta, inout standard_metadata_t std_meta) {
-    counter<bit<12>>(TRIM_CELLS, CounterType.packets) trim_counter;   // packets trimmed, by the cell they would have joined
+    counter<bit<32>>(TRIM_CELLS, CounterType.packets) trim_counter;   // packets trimmed, by the cell they would have joined
 
-    action trim_above(bit<32> threshold, bit<3> header_queue, bit<6> trimmed_dscp, bit<16> trim_bytes) {
+    // The entry's parameters, and the cell's counts read at once. `cell` is
+    // the key's (queue ++ port, from the control plane): an index computed
+    // here would be a temporary, and BMv2 zeroes every temporary of every
+    // packet, trimming on or off (as it would a statement's in the apply
+    // block: a concatenation, a register read, a table's hit).
+    action trim_above(bit<32> threshold, bit<3> header_queue, bit<6> trimmed_dscp, bit<32> trim_bytes,
+                      bit<32> cell) {
         meta.trim.setValid();
         meta.trim.threshold = threshold;
         meta.trim.header_queue = header_queue;
         meta.trim.dscp = trimmed_dscp;
         meta.trim.bytes = trim_bytes;
+        meta.trim.cell = cell;
+        trim_admitted.read(meta.trim.admitted, meta.trim.cell);
+        trim_departed.read(meta.trim.departed, meta.trim.cell);
     }
 
     table trim_queue {
@@ -66,48 +75,55 @@ control Trimming(inout headers_t hdr, inout local_metadata_t meta, inout standar
         size = PORT_COUNT * 8;
     }
 
+    action to_header_queue() {
+        std_meta.priority = meta.trim.header_queue;
+    }
+
     action trim() {
-        truncate((bit<32>) meta.trim.bytes);
+        truncate(meta.trim.bytes);
         hdr.ipv4.dscp = meta.trim.dscp;
-        hdr.ipv4.total_len = meta.trim.bytes - ETHERNET_BYTES;
-        hdr.udp.length = meta.trim.bytes - ETHERNET_BYTES - IPV4_BYTES;   // no-op on an invalid header
+        hdr.ipv4.total_len = (bit<16>) meta.trim.bytes - ETHERNET_BYTES;
+        hdr.udp.length = (bit<16>) meta.trim.bytes - ETHERNET_BYTES - IPV4_BYTES;   // not emitted when UDP is not there
         hdr.udp.checksum = 0;
         std_meta.priority = meta.trim.header_queue;
         trim_counter.count(meta.trim.cell);
     }
 
     action admit() {
-        trim_admitted.write(meta.trim.cell, meta.trim.admitted + 1);
+        meta.trim.admitted = meta.trim.admitted + 1;      // then written: an expression written is a temporary
+        trim_admitted.write(meta.trim.cell, meta.trim.admitted);
         meta.egress_work = meta.egress_work | EGRESS_TRIM_DEPARTURE;
     }
 
     apply {
-        if (trim_queue.apply().hit) {
-            if (hdr.ipv4.isValid() && hdr.ipv4.dscp == meta.trim.dscp) {
-                std_meta.priority = meta.trim.header_queue;   // trimmed upstream: a header here too, never trimmed
-            } else if (std_meta.mcast_grp == 0) {             // replicas would leave a cell more often than they joined
-                meta.trim.cell = std_meta.priority ++ std_meta.egress_spec;
-                trim_admitted.read(meta.trim.admitted, meta.trim.cell);
-                trim_departed.read(meta.trim.departed, meta.trim.cell);
-                if (meta.trim.admitted - meta.trim.departed >= meta.trim.threshold
-                        && std_meta.packet_length > (bit<32>) meta.trim.bytes && hdr.ipv4.isValid()) {
-                    trim();
-                } else {
-                    admit();
+        switch (trim_queue.apply().action_run) {
+            trim_above: {
+                if (hdr.ipv4.isValid() && hdr.ipv4.dscp == meta.trim.dscp) {
+                    to_header_queue();                      // trimmed upstream: a header here too, never trimmed
+                } else if (std_meta.mcast_grp == 0) {       // replicas would leave a cell more often than they joined
+                    if (meta.trim.admitted - meta.trim.departed >= meta.trim.threshold
+                            && std_meta.packet_length > meta.trim.bytes && hdr.ipv4.isValid()) {
+                        trim();
+                    } else {
+                        admit();
+                    }
                 }
             }
         }
     }
 }
 
-// Egress, for a packet ingress counted into a cell: it left the queue.
-control TrimDeparture(in standard_metadata_t std_meta) {
-    bit<32> departed;
+// Egress, for a packet ingress counted into its cell (meta.trim.cell: its
+// queue ++ port, as BMv2 queued it): it left the queue.
+control TrimDeparture(inout local_metadata_t meta) {
+    action depart() {
+        trim_departed.read(meta.trim.departed, meta.trim.cell);
+        meta.trim.departed = meta.trim.departed + 1;
+        trim_departed.write(meta.trim.cell, meta.trim.departed);
+    }
 
     apply {
-        bit<12> cell = std_meta.priority ++ std_meta.egress_port;
-        trim_departed.read(departed, cell);
-        trim_departed.write(cell, departed + 1);
+        depart();
     }
 }
 

@@ -93,7 +93,7 @@ def test_entries_and_queues_of_a_switch(p4info):
     state = tr.switch_state(p4info, topo, "s1")
     assert entries(p4info, state, tr.TABLE) == [
         ({"std_meta.egress_spec": port, "std_meta.priority": 0}, "trim_above",
-         {"threshold": 16, "header_queue": 2, "trimmed_dscp": 5, "trim_bytes": 100})]
+         {"threshold": 16, "header_queue": 2, "trimmed_dscp": 5, "trim_bytes": 100, "cell": port})]
     plan = tr.queues(topo, "s1")
     link_pps = 800                                   # 9.6 Mbit/s at 1500-byte packets
     assert plan.count == 3
