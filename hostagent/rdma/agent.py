@@ -44,11 +44,12 @@ from hostagent.rdma.cc.dcqcn import Dcqcn
 from hostagent.rdma.cc.hpcc import Hpcc, HpccParams
 from hostagent.rdma.cc.swift import Swift, SwiftParams
 from hostagent.rdma.cc.timely import Timely, TimelyParams
-from hostagent.rdma.frames import FrameBuilder, Malformed, NotOurs, parse
+from hostagent.rdma.frames import FrameBuilder, Malformed, NotOurs, check_dscp, parse
 from hostagent.rdma.transport import MODES, SEND, WRITE, Ack, Requester, Responder, TransportParams
 from hostagent.sender import add_host_arguments
 from hostagent.start import add_start_arguments, wait_for_start
 from wire.rdma import RETH_OPCODES, HopRecord
+from wire.trimming import TRIMMED_DSCP
 
 SAMPLE_S = 0.01
 IDLE_WAIT_S = 0.001          # a sender with nothing to send waits for a frame this long at most (timers' grain)
@@ -152,7 +153,7 @@ def run_sender(a, sock=None) -> dict:
             if pfc is not None and pfc.on_frame(rx, now):
                 continue
             try:
-                p = parse(rx)
+                p = parse(rx, a.trimmed_dscp)
             except (NotOurs, Malformed) as e:
                 ignored[str(e).split(" (")[0][:60]] += 1
                 continue
@@ -273,7 +274,7 @@ def run_receiver(a, sock=None) -> dict:
             rx = None
         if rx is not None:
             try:
-                p = parse(rx)
+                p = parse(rx, a.trimmed_dscp)
             except (NotOurs, Malformed) as e:
                 ignored[str(e).split(" (")[0][:60]] += 1
                 p = None
@@ -342,6 +343,8 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--mtu", type=int, default=1024, help="payload bytes per packet")
         p.add_argument("--ack-every", type=int, default=4, help="receiver: an ACK every N packets")
         p.add_argument("--dscp", type=int, default=0, help="DSCP of the packets (the switches' traffic class)")
+        p.add_argument("--trimmed-dscp", type=int, default=TRIMMED_DSCP, choices=range(64), metavar="D",
+                       help="the DSCP of a packet a switch trimmed (packet trimming; default %(default)s)")
         p.add_argument("--duration", type=float, default=10.0)
         p.add_argument("--dilation", type=float, default=1.0,
                        help="the network runs this many times slower than the defaults describe: every default "
@@ -379,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
     try:
         transport_params(a)
+        check_dscp(a.dscp, a.trimmed_dscp)
         if a.role == "send" and a.message_bytes < 1:
             raise ValueError(f"--message-bytes must be >= 1, got {a.message_bytes}")
         if a.role == "send" and (a.poisson_per_s < 0 or (a.poisson_per_s and a.messages)):

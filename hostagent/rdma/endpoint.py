@@ -65,9 +65,10 @@ from hostagent.ecn.roce import open_socket, recv_stamped, stamp_arrivals
 from hostagent.lossless import PauseState
 from hostagent.rdma.agent import hop_info
 from hostagent.rdma.cc.base import CongestionControl
-from hostagent.rdma.frames import FrameBuilder, Malformed, NotOurs, parse
+from hostagent.rdma.frames import FrameBuilder, Malformed, NotOurs, check_dscp, parse
 from hostagent.rdma.transport import SEND, Ack, Message, QpError, Requester, Responder, TransportParams
 from wire.lossless import CLASSES
+from wire.trimming import TRIMMED_DSCP
 
 QP_MIN, QP_MAX = 1, (1 << 24) - 1
 SOCKET_BUFFER_BYTES = 4 << 20     # a burst of many connections' packets and ACKs
@@ -188,7 +189,8 @@ class Endpoint:
     def __init__(self, link: Link, ip: str, mac: str, gateway_mac: str, params: TransportParams,
                  congestion_control: Callable[[], CongestionControl], dscp: int = 0,
                  clock: Optional[Callable[[], float]] = None, accept_qps: Optional[range] = None,
-                 tclass: Optional[int] = None, link_mbps: float = 100.0):
+                 tclass: Optional[int] = None, link_mbps: float = 100.0,
+                 trimmed_dscp: Optional[int] = TRIMMED_DSCP):
         """accept_qps: the queue pairs this endpoint answers data on (None:
         all); another endpoint on the same host (another job) has others.
         clock: seconds, by default since this endpoint was made (the
@@ -197,7 +199,9 @@ class Endpoint:
         period since boot, tens of seconds of a collective's first step).
         tclass: the lossless class whose PFC pauses it honours (the class
         `dscp` maps to; None: it honours none); link_mbps: the host link's
-        rate, the length of a pause quantum."""
+        rate, the length of a pause quantum; trimmed_dscp: what marks a
+        packet a switch trimmed (wire/trimming.py; None: no trimming)."""
+        check_dscp(dscp, trimmed_dscp)
         if tclass is not None and not 0 <= tclass < CLASSES:
             raise ValueError(f"traffic class must be within 0..{CLASSES - 1}, got {tclass}")
         self.link = link
@@ -207,6 +211,7 @@ class Endpoint:
         self.make_cc = congestion_control
         self.cc_name = congestion_control().name       # what this endpoint's responders expect of their peers
         self.dscp = dscp
+        self.trimmed_dscp = trimmed_dscp
         if clock is None:
             t0 = time.monotonic()
             clock = lambda: time.monotonic() - t0    # noqa: E731
@@ -339,7 +344,7 @@ class Endpoint:
             self.ignored["not addressed to this host"] += 1
             return
         try:
-            p = parse(frame)
+            p = parse(frame, self.trimmed_dscp)
         except (NotOurs, Malformed) as e:
             self.ignored[str(e).split(" (")[0][:60]] += 1
             return

@@ -71,8 +71,6 @@ class FrameBuilder:
     RoCEv2 allows)."""
 
     def __init__(self, src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, sport: int, dscp: int = 0):
-        if dscp == TRIMMED_DSCP:
-            raise ValueError(f"DSCP {dscp} marks trimmed packets (wire/trimming.py): the transport's need another")
         template = bytes(Ether(src=src_mac, dst=dst_mac) / IP(src=src_ip, dst=dst_ip, tos=dscp_tos(dscp, ECT0),
                                                                 flags="DF")
                          / UDP(sport=sport, dport=ROCEV2_UDP_PORT, chksum=0))
@@ -140,6 +138,12 @@ def _int_hops(frame: bytes, end: int) -> tuple[int, tuple[HopRecord, ...]]:
             return bth, ()
         hops.append(HopRecord(h.tx_bytes, h.tx_timestamp, h.queue_occupancy, h.link_rate_mbps))
     return bth, tuple(hops)
+
+
+def check_dscp(dscp: int, trimmed_dscp: Optional[int]) -> None:
+    """The transport's packets may not wear the DSCP that marks trimmed ones."""
+    if trimmed_dscp is not None and dscp == trimmed_dscp:
+        raise ValueError(f"DSCP {dscp} marks trimmed packets (wire/trimming.py): the transport's need another")
 
 
 def parse(frame: bytes, trimmed_dscp: Optional[int] = TRIMMED_DSCP) -> Parsed:

@@ -132,3 +132,9 @@ def test_dilation_slows_the_agents_time_constants_and_keeps_what_is_given():
     receive = agent.parser().parse_args(["receive", *RX, "--dilation", "2"])
     assert agent.transport_params(receive).cnp_interval_s == 2 * agent.TransportParams.cnp_interval_s
     assert agent.main([*SEND, "--dilation", "0.5"]) == 2       # refused before any socket opens
+
+
+def test_data_may_not_wear_the_dscp_that_marks_trimmed_packets(capsys):
+    assert agent.main([*SEND, "--dscp", "5"]) == 2                      # refused before any socket opens
+    assert "DSCP 5 marks trimmed packets" in capsys.readouterr().err
+    assert agent.parser().parse_args([*SEND, "--dscp", "5", "--trimmed-dscp", "9"]).trimmed_dscp == 9

@@ -7,7 +7,7 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
 from hostagent.rdma.agent import congestion_controls
-from hostagent.rdma.frames import FrameBuilder, Malformed, NotOurs, parse
+from hostagent.rdma.frames import FrameBuilder, Malformed, NotOurs, check_dscp, parse
 from wire.ecn import CE, ECT0
 from wire.rdma import (ACKNOWLEDGE, AETH, BTH, CONGESTION_CONTROLS, GO_BACK_N, RETH, SELECTIVE_REPEAT, SEND_LAST,
                        SEND_ONLY, SYNDROME_NAK_INVALID_REQUEST, SYNDROME_NAK_PSN_SEQUENCE_ERROR, WRITE_ONLY,
@@ -154,5 +154,8 @@ def test_a_trimmed_data_packet_is_read_as_trimmed_whatever_is_left():
     with pytest.raises(Malformed, match="only data is trimmed"):
         parse(trimmed(B.ack(7, 9, SYNDROME_NAK_PSN_SEQUENCE_ERROR, 4, sack=(9, 0b110)), keep=54))
     assert parse(trimmed(frame), trimmed_dscp=None).kind == "data", "no DSCP for trims: read as data"
+    assert parse(trimmed(frame, trimmed_dscp=9), trimmed_dscp=9).kind == "trimmed", "the DSCP the fabric uses"
     with pytest.raises(ValueError, match=f"DSCP {TRIMMED_DSCP} marks trimmed packets"):
-        FrameBuilder(*MACS, *IPS, sport=49153, dscp=TRIMMED_DSCP)
+        check_dscp(TRIMMED_DSCP, TRIMMED_DSCP)
+    check_dscp(TRIMMED_DSCP, None)
+    check_dscp(TRIMMED_DSCP, 9)
