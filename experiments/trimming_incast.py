@@ -44,10 +44,10 @@ from emulator.calibration import Flow
 from emulator.network import BMV2_QUEUE_DEPTH, Network
 from features import load_topology
 from features.trimming import SECTION, TRIM_COUNTER, TrimProfile
+from features.trimming import cell as trim_cell
 from wire.trimming import TRIMMED_DSCP
 
 BOTTLENECK, RECEIVER = "s1", "h5"
-PORT_BITS = 9
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def run_case(case: Case, run: int, profile: TrimProfile, topo, net: Network, ctl
     receiver = topo.hosts[RECEIVER]
     senders = [h for h in topo.hosts.values() if h.role == "sender"]
     ctl.feature(SECTION).set_profile(BOTTLENECK, port, profile if case.trimming else None)
-    cell = port                                    # queue 0 ++ port
+    cell = trim_cell(port, 0)
     trims_before = ctl.counter(BOTTLENECK, TRIM_COUNTER, cell).get(cell, (0, 0))[0]
     case_dir = out / f"{case.name}-{run}"
     case_dir.mkdir(parents=True, exist_ok=True)

@@ -121,12 +121,16 @@ def parse_section(raw: Any, topo, fail: Fail) -> dict[ProfileKey, TrimProfile]:
             header_queue=header_queue, dscp=dscp,
             bytes=_integer(item, "bytes", where, fail, MIN_TRIM_BYTES, MAX_TRIM_BYTES, TRIM_BYTES,
                            "bytes kept (Ethernet, IPv4 and UDP headers at least)"))
+        matched = 0
         for sw in (topo.switches if name == "all" else [name]):
             ports = _ports(topo, sw, item, where, fail)
+            matched += len(ports)
             for port in ports:
                 if (sw, port, queue) in profiles:
                     fail(where, f"{sw} port {port} queue {queue} already has a trimming entry")
                 profiles[(sw, port, queue)] = profile
+        if not matched:
+            fail(f"{where}.towards", f"no switch has a link to {item['towards']!r}")
     return profiles
 
 

@@ -26,8 +26,8 @@
 // those that leave it, and their difference is the queue's occupancy when
 // the next packet arrives. Each register has one writer (ingress is one
 // thread; a port's packets all leave through one of BMv2's egress threads),
-// so no update is lost. Only unicast IPv4-or-not packets that hit an entry
-// are counted; the control plane keeps the threshold below the queue's
+// so no update is lost. Every unicast packet that hits an entry and is not
+// trimmed is counted (multicast replicas are not); the control plane keeps the threshold below the queue's
 // depth, so BMv2's traffic manager never drops a counted packet (which
 // would leave it counted for good: docs/features/trimming.md).
 #ifndef TRIMMING_P4

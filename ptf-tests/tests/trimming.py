@@ -24,7 +24,7 @@ from scapy.packet import Raw
 
 from emulator import queue_depth
 from emulator.bmv2_thrift import Bmv2Thrift
-from features.trimming import TRIM_COUNTER, TrimProfile, trimming_state
+from features.trimming import TRIM_COUNTER, TrimProfile, cell, trimming_state
 from hostagent.sender import RawSender
 from wire.roce import roce_data
 from wire.trimming import TRIM_BYTES, TRIMMED_DSCP, dscp, trimmed
@@ -85,13 +85,13 @@ class TrimmingTest(P4RuntimeTest):
         return got
 
     def trims(self) -> int:
-        return self.counter(TRIM_COUNTER, (DATA_QUEUE << 9) | OUT_PORT)[0]
+        return self.counter(TRIM_COUNTER, cell(OUT_PORT, DATA_QUEUE))[0]
 
     def occupancy(self) -> int:
         """What the switch counts in the data queue: admitted - departed (trimming.p4)."""
-        cell = (DATA_QUEUE << 9) | OUT_PORT
-        return (self.thrift.register_read("trim_admitted", cell)
-                - self.thrift.register_read("trim_departed", cell)) & 0xFFFFFFFF
+        index = cell(OUT_PORT, DATA_QUEUE)
+        return (self.thrift.register_read("trim_admitted", index)
+                - self.thrift.register_read("trim_departed", index)) & 0xFFFFFFFF
 
     def left_from(self, queue: int) -> bool:
         """Some packet left OUT_PORT's `queue` since setUp cleared its record."""

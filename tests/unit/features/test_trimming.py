@@ -61,6 +61,11 @@ def test_bad_entries_are_named(item, field, what):
         incast([{"switch": "s1", **item}])
 
 
+def test_towards_on_every_switch_must_name_a_neighbour_of_one():
+    with pytest.raises(TopologyError, match=r"trimming\[0\]\.towards: no switch has a link to 'h9'"):
+        incast([{"switch": "all", "towards": "h9", "threshold": 8}])
+
+
 def test_port_and_towards_are_exclusive_and_one_is_needed():
     for item in ({"threshold": 8}, {"port": 1, "towards": "h1", "threshold": 8}):
         with pytest.raises(TopologyError, match=r"trimming\[0\]: give exactly one of port"):
