@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Iterable, NoReturn, Optional, Sequence
 import yaml
 
 from control.feature import check_features
+from control.link_defaults import DEFAULT_LINK
 
 if TYPE_CHECKING:
     from control.feature import Feature
@@ -45,7 +46,6 @@ HOST_TABLE_BASE = 100
 HOST_RULE_PRIORITY_BASE = 1000
 # Besides these, each feature's section (control/feature.py validates it).
 BASE_FIELDS = {"name", "description", "defaults", "switches", "hosts", "links"}
-DEFAULT_LINK = {"bandwidth_mbps": 100.0, "delay_ms": 0.0, "loss_pct": 0.0}
 
 TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"
 

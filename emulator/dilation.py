@@ -24,7 +24,7 @@ import dataclasses
 import math
 from typing import Any, TypeVar
 
-from control.topology import DEFAULT_LINK
+from control.link_defaults import DEFAULT_LINK
 
 TIME_SUFFIXES = ("_s", "_ms", "_us")
 RATE_SUFFIXES = ("_pps", "_mbps")

@@ -271,7 +271,7 @@ class _nothing:
 
 def jobs(topo, args, out: Path, net, ctl) -> list[dict]:
     rows = []
-    for k in range(1, len(SHARED_JOBS) + 1):
+    for k in args.jobs:
         chosen = list(SHARED_JOBS[:k])
         print(f"==> {k} job(s) at once sharing the pool: jobs {chosen}", flush=True)
         with judged(f"{k} jobs", net, ctl) as judgement:
@@ -577,6 +577,8 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", default="2,4,8", help="goodput: worker counts (of 2, 4, 8)")
     ap.add_argument("--loss", default="0,1,2,5", help="loss sweep, percent")
     ap.add_argument("--windows", default="8,16,32,64,128", help="window: packets in flight a worker (at most 128)")
+    ap.add_argument("--jobs", default=",".join(str(k) for k in range(1, len(SHARED_JOBS) + 1)),
+                    help=f"jobs: how many jobs share the pool at once, each run (of 1..{len(SHARED_JOBS)})")
     ap.add_argument("--epochs", type=int, default=30)
     ap.add_argument("--tree-elements", type=int, default=1 << 18, help="levels, tree_loss: float32 elements")
     ap.add_argument("--tree-topologies", default="leaf-spine,fat-tree-k4", help="levels: of leaf-spine, fat-tree-k4")
@@ -591,6 +593,9 @@ def main(argv=None) -> int:
     args.workers = [int(n) for n in args.workers.split(",")]
     if any(n not in JOB_OF_N for n in args.workers):
         ap.error(f"--workers: each of {', '.join(map(str, JOB_OF_N))}")
+    args.jobs = [int(k) for k in args.jobs.split(",")]
+    if any(not 1 <= k <= len(SHARED_JOBS) for k in args.jobs):
+        ap.error(f"--jobs: each of 1..{len(SHARED_JOBS)} (jobs {', '.join(map(str, SHARED_JOBS))} share the pool)")
     args.loss = [float(x) if "." in x else int(x) for x in args.loss.split(",")]
     args.windows = [int(w) for w in args.windows.split(",")]
     if any(not 1 <= w <= WINDOW_SLOTS for w in args.windows):

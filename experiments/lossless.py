@@ -630,6 +630,14 @@ def valiant_qps(topo, flows, via: tuple[int, ...]) -> list[int]:
     return qps
 
 
+# A deadlocked case still holds packets in its switches DEADLOCK_DRAIN_S after its senders stopped; a
+# flowing one has sent them all on by then. The receivers listen on for DEADLOCK_LISTEN_S, past the
+# drain, so that what left the switches in it is counted (the wait on the switches runs while they
+# listen: a case's traffic, drain and count take duration + DEADLOCK_LISTEN_S, not + both).
+DEADLOCK_DRAIN_S = 2.0
+DEADLOCK_LISTEN_S = 3.0
+
+
 def run_deadlock_case(case: DeadlockCase, args, out: Path) -> dict:
     """Each flow at 300 packets/s in class 3, senders honouring PFC. On the
     ring (h_i -> h_(i+2)) each ring link carries two flows (one's first hop,
@@ -680,22 +688,22 @@ def run_deadlock_case(case: DeadlockCase, args, out: Path) -> dict:
             return n
 
         gate = StartGate(case_dir)
-        # The receivers listen 3 s past the senders: what the switches held drains (up to the 2 s below)
-        procs = [roce_agent(dst, "receive", start_at=gate, out_dir=case_dir,
-                            extra=["--duration", str(args.duration + 3.0)]) for dst in receivers]
-        for qp, (src, dst) in zip(qps, flows):
-            procs.append(roce_agent(src, "send", start_at=gate, out_dir=case_dir, extra=[
-                "--duration", str(args.duration), "--dst-ip", dst.ip, "--qp", str(qp),
-                "--line-rate-pps", str(case.rate_pps), "--fixed-rate", "--not-ect", "--dscp", str(DSCP),
-                "--tclass", str(TCLASS), "--link-mbps", str(topo.switches[src.switch].ports[src.switch_port]
-                                                             .link.bandwidth_mbps)]))
+        # The receivers listen DEADLOCK_LISTEN_S past the senders: what the switches held drains (up to the
+        # DEADLOCK_DRAIN_S below, which runs while they listen) and reaches them
+        receiving = [roce_agent(dst, "receive", start_at=gate, out_dir=case_dir,
+                                extra=["--duration", str(args.duration + DEADLOCK_LISTEN_S)]) for dst in receivers]
+        sending = [roce_agent(src, "send", start_at=gate, out_dir=case_dir, extra=[
+            "--duration", str(args.duration), "--dst-ip", dst.ip, "--qp", str(qp),
+            "--line-rate-pps", str(case.rate_pps), "--fixed-rate", "--not-ect", "--dscp", str(DSCP),
+            "--tclass", str(TCLASS), "--link-mbps", str(topo.switches[src.switch].ports[src.switch_port]
+                                                         .link.bandwidth_mbps)]) for qp, (src, dst) in zip(qps, flows)]
         fidelity = case_fidelity(net, ctl)
-        fidelity.traffic_starts(gate.open(procs))
-        finish(name, procs, net, args)
-        stuck_at_end = in_switches()
-        time.sleep(2.0)                 # nothing is sent any more: does what is in the switches drain?
+        fidelity.traffic_starts(gate.open([*receiving, *sending]))
+        finish(name, sending, net, args)
+        stuck_at_end = in_switches()    # as the senders stop
+        time.sleep(DEADLOCK_DRAIN_S)    # nothing is sent any more: does what is in the switches drain?
         stuck_later = in_switches()
-        net.check_alive()
+        finish(name, receiving, net, args)
         verdict = fidelity.verdict(json.loads((case_dir / f"send-{src.name}.json").read_text())["send_late_s"]
                                    for src, _ in flows)
         headroom = drop_reasons()["LOSSLESS_HEADROOM"]

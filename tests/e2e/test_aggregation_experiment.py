@@ -1,5 +1,5 @@
 """The aggregation experiment end to end, shortened (16384 elements, n = 2
-and 4, loss 0 and 2%, one to four shared jobs, one training epoch): it runs,
+and 4, loss 0 and 2%, one and four shared jobs, one training epoch): it runs,
 writes its CSV and PNG files, and what it measures has the shape the
 protocol implies: in-network aggregation sends each block once plus the
 window's exponent-only packets (1.5 S at this size, blocks of 256) while
@@ -22,6 +22,10 @@ from wire import aggregation as ah
 
 REPO = Path(__file__).resolve().parents[2]
 ELEMENTS = 16384
+# Jobs sharing the slot pool at once: one alone, and all four (the pool smaller than their windows together).
+# Two and three run in `make experiments`: each adds 8-9 s here and only the same outcome (every job exact)
+# between the two ends; test_aggregation_live.py's four shared jobs judge it again, with the pool's collisions.
+SHARED = (1, 4)
 
 
 def rows(path):
@@ -36,8 +40,8 @@ def faithful(row) -> bool:
 def test_aggregation_experiment(tmp_path):
     out = tmp_path / "agg"
     cmd = [sys.executable, "-m", "experiments.aggregation", "--elements", str(ELEMENTS), "--workers", "2,4",
-           "--loss", "0,2", "--windows", "8,64", "--epochs", "1", "--tree-elements", "16384", "--tree-topologies", "leaf-spine",
-           "--out", str(out)]
+           "--loss", "0,2", "--windows", "8,64", "--jobs", ",".join(map(str, SHARED)), "--epochs", "1",
+           "--tree-elements", "16384", "--tree-topologies", "leaf-spine", "--out", str(out)]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"results in {out}" in proc.stdout
@@ -65,7 +69,8 @@ def test_aggregation_experiment(tmp_path):
     assert [r["all_within_bound"] for r in loss] == ["True", "True"]
     assert int(loss[1]["retransmissions_per_worker"]) > 0
     jobs = rows(out / "jobs.csv")
-    assert len(jobs) == 1 + 2 + 3 + 4 and all(r["exact_or_within_bound"] == "True" for r in jobs)
+    assert sorted({int(r["jobs"]) for r in jobs}) == list(SHARED) and len(jobs) == sum(SHARED)
+    assert all(r["exact_or_within_bound"] == "True" for r in jobs)
     training = rows(out / "training.csv")
     assert len(training) == 1 and float(training[0]["ina_loss_rel_diff"]) < 1e-4
 
@@ -89,6 +94,6 @@ def test_aggregation_experiment(tmp_path):
     judged = [*goodput, *window, *loss, *jobs, *levels.values(), *tree_loss, *tree_ecn.values()]
     assert all(r["fidelity"] == "ok" or r["fidelity"].startswith("violated: ") for r in judged), judged
     assert training[0]["ina_fidelity"] and training[0]["ring_fidelity"]
-    # 4 goodput, 2 window, 2 loss, 4 jobs, 2 training, 3 levels, 2 tree_loss, 5 tree_ecn cases
-    assert re.search(r"fidelity: (every case faithful \(24 of 24\)|\d+ of 24 cases violated)", proc.stdout), \
+    # 4 goodput, 2 window, 2 loss, 2 jobs, 2 training, 3 levels, 2 tree_loss, 5 tree_ecn cases
+    assert re.search(r"fidelity: (every case faithful \(22 of 22\)|\d+ of 22 cases violated)", proc.stdout), \
         proc.stdout[-3000:]
