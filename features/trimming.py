@@ -25,7 +25,7 @@ it trims by stays exact (trimming.p4).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from control.feature import CounterMetric, Fail, FeatureSpec, Pieces, QueuePlan, QueueSetting, priority_queues, \
@@ -54,6 +54,7 @@ class TrimProfile:
     header_queue: int = HEADER_QUEUE
     dscp: int = TRIMMED_DSCP
     bytes: int = TRIM_BYTES
+    on: bool = True           # False: switched off at runtime; its header queue stays (a switch's count is fixed)
 
     def params(self, port: int, queue: int) -> dict[str, int]:
         """trim_above's parameters for (port, queue): `cell` indexes its counts as trimming.p4 does."""
@@ -152,6 +153,8 @@ def trimming_state(p4info: P4Info, profiles: Mapping[tuple[int, int], TrimProfil
     """Entities for one switch: {(egress port, queue): profile}. Others are never trimmed."""
     state = SwitchState(managed_tables={p4info.table(TABLE).preamble.id})
     for (port, queue), profile in sorted(profiles.items()):
+        if not profile.on:
+            continue
         state.table_entries.append(p4info.table_entry(TABLE, {"std_meta.egress_spec": port, "std_meta.priority": queue},
                                                       action="trim_above", params=profile.params(port, queue)))
     return state
@@ -201,8 +204,9 @@ class TrimmingRuntime:
         self.ctl = controller
 
     def set_profile(self, switch: str, port: int, profile: "TrimProfile | None", *, queue: int = 0):
-        """Change (or remove, with None) the trimming of one egress port's queue.
-        The header queue must be one the switch runs: their count is fixed when it starts."""
+        """Change (or switch off, with None) the trimming of one egress port's
+        queue. The header queue must be one the switch runs: their count is
+        fixed when it starts (a profile switched off keeps its queue counted)."""
         topo = self.ctl.topo
         if switch not in topo.switches:
             raise EntryError(f"no switch {switch!r}")
@@ -214,7 +218,8 @@ class TrimmingRuntime:
                              f"must be one of them, above the trimmed queue ({queue})")
         profiles = topo.features.setdefault(SECTION, {})
         if profile is None:
-            profiles.pop((switch, port, queue), None)
+            if (switch, port, queue) in profiles:     # off, its header queue still counted (queues())
+                profiles[(switch, port, queue)] = replace(profiles[(switch, port, queue)], on=False)
         else:
             profiles[(switch, port, queue)] = profile
         return self.ctl.program_switch(switch)

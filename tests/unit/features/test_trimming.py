@@ -3,11 +3,13 @@ validation naming the entry and field, its expansion to (switch, port,
 queue), the lossless classes it keeps clear of, the entries, the header
 queues a switch runs, and the runtime handle's refusals."""
 import pytest
+import yaml
 
+from control.feature import REPO
 from control.p4info import EntryError
 from control.topology import TopologyError
+from features import topology_from_dict
 from features import trimming as tr
-from tests.unit.features import switch_state
 from tests.unit.features.switch_state import entries
 
 LOSSLESS = {"classes": [{"name": "collective", "class": 3, "dscp": [26], "lossless": True},
@@ -15,16 +17,10 @@ LOSSLESS = {"classes": [{"name": "collective", "class": 3, "dscp": [26], "lossle
 
 
 def incast(section, lossless=None):
-    data = {"lossless": lossless} if lossless else {}
-    return switch_state.shipped("incast", tr.SECTION, section) if not data else _with(data, section)
-
-
-def _with(extra, section):
-    import yaml
-    from control.feature import REPO
-    from features import topology_from_dict
+    """topologies/incast.yaml with this `trimming:` section (and `lossless:` one)."""
     data = yaml.safe_load((REPO / "topologies" / "incast.yaml").read_text())
-    data.update(extra)
+    if lossless:
+        data["lossless"] = lossless
     data[tr.SECTION] = section
     return topology_from_dict(data, "incast.yaml")
 
@@ -126,13 +122,21 @@ class _Controller:
         return switch
 
 
-def test_runtime_changes_a_profile_and_refuses_a_queue_the_switch_does_not_run():
+def test_runtime_changes_a_profile_and_refuses_a_queue_the_switch_does_not_run(p4info):
+    def entries_of(topo):
+        return entries(p4info, tr.switch_state(p4info, topo, "s1"), tr.TABLE)
+
     topo = incast([{"switch": "s1", "port": 1, "threshold": 8}])     # s1 runs queues 0..1
     runtime = tr.TrimmingRuntime(_Controller(topo))
     runtime.set_profile("s1", 2, tr.TrimProfile(4))
     assert topo.features[tr.SECTION][("s1", 2, 0)] == tr.TrimProfile(4)
     runtime.set_profile("s1", 2, None)
-    assert ("s1", 2, 0) not in topo.features[tr.SECTION]
+    assert topo.features[tr.SECTION][("s1", 2, 0)] == tr.TrimProfile(4, on=False)
+    assert [m["std_meta.egress_spec"] for m, _a, _p in entries_of(topo)] == [1], "off: no entry"
+    runtime.set_profile("s1", 1, None)
+    assert entries_of(topo) == [] and tr.queues(topo, "s1").count == 2, "the header queue s1 started with stays"
+    runtime.set_profile("s1", 1, tr.TrimProfile(8))
+    assert len(entries_of(topo)) == 1
     with pytest.raises(EntryError, match="runs queues 0..1: the header queue \\(3\\)"):
         runtime.set_profile("s1", 2, tr.TrimProfile(4, header_queue=3))
     with pytest.raises(EntryError, match="no switch 'x'"):
