@@ -14,6 +14,8 @@ import pytest
 
 from features import load_topology
 from features.lossless import COUNTERS as LOSSLESS_COUNTERS, PAUSED_REGISTER, cell
+from features.trimming import TRIM_COUNTER
+from features.trimming import cell as trim_cell
 from telemetry import dashboards, prometheus_config
 from telemetry.collector import Collector
 from telemetry.prometheus import PrometheusProcess, find_prometheus
@@ -46,7 +48,7 @@ def sent_datagrams() -> list[bytes]:
 class GrowingReader:
     """Known switch readings: port counters grow 100 packets per read, leaf1's drop
     counter and queue depths stay fixed, every PFC counter counts on (port 3,
-    class 3); spine2 cannot be read."""
+    class 3), trims on (port 3, queue 0) two a read; spine2 cannot be read."""
 
     def __init__(self):
         self.reads = 0
@@ -67,6 +69,7 @@ class GrowingReader:
         interface_rx = {p: 101 * n + p for p in sw.ports}
         return SwitchReadings(sw.name, {"ingress_port_counter": ports, "egress_port_counter": ports,
                                         "drop_counter": drops, "ecn_marked_counter": {3: (n, 0)},
+                                        TRIM_COUNTER: {trim_cell(3, 0): (2 * n, 0)},
                                         **lossless_counters}, qdepth, interface_rx=interface_rx)
 
     def close(self):
@@ -160,6 +163,7 @@ def test_promql_returns_what_was_sent(stack, expr, expected):
 def test_counters_move_between_scrapes(stack):
     stack.prom.wait_query('rate(fabric_port_rx_packets_total{switch="leaf1",port="1"}[1m]) > 0', timeout=30)
     stack.prom.wait_query('fabric_exporter_read_errors_total{switch="spine2",source="reader"} > 1', timeout=30)
+    stack.prom.wait_query('rate(fabric_trimmed_total{switch="leaf1",port_queue="3/0"}[1m]) > 0', timeout=30)
 
 
 def substitute(expr: str, variables: list[dict]) -> str:
