@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from experiments.common import percentile
-from experiments.tuning import Check, Response, longest_pair_hosts, missing
+from experiments.tuning import Check, Response, cli_number, longest_pair_hosts, missing
 from fabric.tune import choose_dilation, lossless_class
 from features import load_topology, topology_from_dict
 from features.tuning import HOP_S, Paths, derive, headroom_packets, overlay
@@ -83,3 +83,8 @@ def test_missing_counts_the_packets_after_the_last_one_received_too():
     rx = {"flows": {"a": {"packets": 90, "lost": 2}, "b": {"packets": 100, "lost": 0}}}
     assert missing(rx, {"h1": {"sent": 92}, "h2": {"sent": 100}}) == (192, 190, 2)     # gaps inside a flow
     assert missing(rx, {"h1": {"sent": 97}, "h2": {"sent": 100}}) == (197, 190, 7)     # and after its last packet
+
+
+def test_derived_values_reach_the_agents_as_their_options_parse_them():
+    assert cli_number(12_830_400) == "12830400", "an int option: no exponent"
+    assert cli_number(0.0625) == "0.0625" and float(cli_number(1234567.25)) == 1234567.25
