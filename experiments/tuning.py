@@ -466,10 +466,12 @@ class Validation:
 
 
 def cli_number(value: float) -> str:
-    """A derived value as an agent's option takes it: an integer as one (`:g`
-    wrote a byte counter derived at x28 as 1.28304e+07, which the agent's
-    int option refused), a float in full."""
-    return str(value) if isinstance(value, int) else repr(float(value))
+    """A derived value as an agent's option takes it: a whole number as an
+    integer, whether it came as an int or a float (`:g` wrote a byte counter
+    derived at x28 as 1.28304e+07, which the agent's int option refused; an
+    overlay's value is a float), anything else as a float in full."""
+    v = float(value)
+    return str(int(v)) if v.is_integer() else repr(v)
 
 
 def missing(rx: dict, tx: Mapping[str, dict]) -> tuple[int, int, int]:

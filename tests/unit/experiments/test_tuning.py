@@ -87,4 +87,5 @@ def test_missing_counts_the_packets_after_the_last_one_received_too():
 
 def test_derived_values_reach_the_agents_as_their_options_parse_them():
     assert cli_number(12_830_400) == "12830400", "an int option: no exponent"
+    assert cli_number(356076.0) == "356076", "a whole number that came as a float (an overlay's)"
     assert cli_number(0.0625) == "0.0625" and float(cli_number(1234567.25)) == 1234567.25
