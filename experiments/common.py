@@ -162,6 +162,23 @@ def sample_queue(thrift: Bmv2Thrift, port: int, stop: threading.Event, t0: float
         time.sleep(0.005)
 
 
+def wait_sampling_queue(thrift_port: int, port: int, start_at: float, procs: Sequence[subprocess.Popen],
+                        timeout: float) -> list[tuple[float, int]]:
+    """Wait for the agents `procs` (started for wall-clock `start_at`) while
+    sampling `port`'s queue 0 from start_at (sample_queue); the samples."""
+    samples: list[tuple[float, int]] = []
+    stop = threading.Event()
+    with Bmv2Thrift(thrift_port) as thrift:
+        time.sleep(max(0.0, start_at - time.time()))
+        sampler = threading.Thread(target=sample_queue, args=(thrift, port, stop, start_at, samples))
+        sampler.start()
+        for p in procs:
+            p.wait(timeout=timeout)
+        stop.set()
+        sampler.join()
+    return samples
+
+
 PING_TIME = re.compile(r"time=([0-9.]+) ms")
 
 

@@ -33,7 +33,6 @@ import json
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -46,10 +45,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from experiments.common import announce_budget, case_fidelity, experiment_parser, lost_before_pipeline, print_fidelity, \
-    roce_agent, sample_queue, save_figure, write_csv
+    roce_agent, save_figure, wait_sampling_queue, write_csv
 
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
-from emulator.bmv2_thrift import Bmv2Thrift
 from emulator.build import compile_p4
 from emulator.calibration import Flow
 from control.controller import FabricController
@@ -112,18 +110,9 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
         extra = ["--dst-ip", receiver.ip, "--qp", str(i), "--line-rate-pps", str(args.sender_rate), *rp_args]
         extra += [] if case.dcqcn else ["--fixed-rate", "--not-ect"]
         procs.append(agent(h, "send", extra))
-    samples: list = []
-    stop = threading.Event()
     fidelity = case_fidelity(net, ctl)
     fidelity.traffic_starts(start_at)
-    with Bmv2Thrift(sw.thrift_port) as thrift:
-        time.sleep(max(0.0, start_at - time.time()))
-        sampler = threading.Thread(target=sample_queue, args=(thrift, port, stop, start_at, samples))
-        sampler.start()
-        for p in procs:
-            p.wait(timeout=args.duration + 30)
-        stop.set()
-        sampler.join()
+    samples = wait_sampling_queue(sw.thrift_port, port, start_at, procs, args.duration + 30)
     net.check_alive()
     if any(p.returncode for p in procs):
         raise RuntimeError(f"{case.name}: an agent failed (exit codes {[p.returncode for p in procs]})")

@@ -25,7 +25,6 @@ import json
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,12 +32,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 from experiments.common import announce_budget, case_fidelity, experiment_parser, lost_before_pipeline, print_fidelity, \
-    roce_agent, sample_queue, save_figure, write_csv
+    print_table, roce_agent, save_figure, wait_sampling_queue, write_csv
 
 from control.controller import FabricController
 from control.topology import TopologyError
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
-from emulator.bmv2_thrift import Bmv2Thrift
 from emulator.build import compile_p4
 from emulator.calibration import Flow
 from emulator.network import BMV2_QUEUE_DEPTH, Network
@@ -80,18 +78,9 @@ def run_case(case: Case, run: int, profile: TrimProfile, topo, net: Network, ctl
     for i, h in enumerate(senders, start=1):
         procs.append(agent(h, "send", ["--dst-ip", receiver.ip, "--qp", str(i), "--line-rate-pps",
                                        str(args.sender_rate), "--fixed-rate", "--not-ect"]))
-    samples: list = []
-    stop = threading.Event()
     fidelity = case_fidelity(net, ctl)
     fidelity.traffic_starts(start_at)
-    with Bmv2Thrift(topo.switches[BOTTLENECK].thrift_port) as thrift:
-        time.sleep(max(0.0, start_at - time.time()))
-        sampler = threading.Thread(target=sample_queue, args=(thrift, port, stop, start_at, samples))
-        sampler.start()
-        for p in procs:
-            p.wait(timeout=args.duration + 30)
-        stop.set()
-        sampler.join()
+    samples = wait_sampling_queue(topo.switches[BOTTLENECK].thrift_port, port, start_at, procs, args.duration + 30)
     net.check_alive()
     if any(p.returncode for p in procs):
         raise RuntimeError(f"{case.name}: an agent failed (exit codes {[p.returncode for p in procs]})")
@@ -196,9 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     png = plot(results, out)
     cols = ["case", "run", "sent", "delivered", "trimmed_headers", "switch_trims", "lost_silently",
             "data_delay_p50_ms", "header_delay_p50_ms", "queue_mean"]
-    print("\n" + " ".join(f"{c:>19s}" for c in cols))
-    for r in results:
-        print(" ".join(f"{r[c]!s:>19s}" for c in cols))
+    print_table([{c: r[c] for c in cols} for r in results], width=19)
     print_fidelity(results)
     print(f"\nresults: {out}/summary.csv, {png}, and per case <case>-<run>/ (the agents' JSON and CSV)")
     return 0
