@@ -96,17 +96,23 @@ def test_fat_tree_four_trees_of_three_levels_sum_a_million_int32(tmp_path):
     """One worker in each pod (h1, h5, h9, h13): edge switches send each
     block up to the pod's aggregation switch of its tree, which sends the
     pod's partial to the tree's core; each of the four cores completes a
-    quarter of the blocks."""
+    quarter of the blocks. On a loaded machine a worker may send a block 5
+    times without a result and give it to the parameter server, which then
+    asks every worker for it (a worker that had not sent it yet sends it
+    only there): such blocks, at most 1%, complete at no switch."""
     topo = tree_topology("fat-tree-k4", {"job": 1, "workers": ["h1", "h5", "h9", "h13"], "server": "h2",
                                          "slots": 32, "trees": 4})
     results, ev = run_over_trees(topo, tmp_path, 0, "int32")
     packets = MILLION // ah.DEFAULT_BLOCK_ELEMENTS
+    by_server = results[0]["server"].get("blocks_completed", 0)
+    assert by_server <= packets // 100
     for edge in ("e11", "e21", "e31", "e41"):
-        assert ev[edge]["partial_up"] == packets, (edge, ev[edge])
+        assert packets - by_server <= ev[edge]["partial_up"] <= packets, (edge, ev[edge], by_server)
     for pod in "1234":
-        assert ev[f"a{pod}1"]["partial_up"] + ev[f"a{pod}2"]["partial_up"] == packets
+        assert packets - by_server <= ev[f"a{pod}1"]["partial_up"] + ev[f"a{pod}2"]["partial_up"] <= packets
+    assert packets - by_server <= sum(ev[core]["complete"] for core in ("c1", "c2", "c3", "c4")) <= packets
     for core in ("c1", "c2", "c3", "c4"):
-        assert ev[core]["complete"] == packets // 4, (core, ev[core])
+        assert packets // 4 - by_server <= ev[core]["complete"] <= packets // 4, (core, ev[core], by_server)
 
 
 @pytest.fixture(scope="module")
