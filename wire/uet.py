@@ -68,6 +68,7 @@ CC_CREDIT = 1
 # NACK codes (UE 1.0)
 NACK_TRIMMED = 0x01                 # the packet arrived trimmed: resend it
 NACK_PSN_OUT_OF_WINDOW = 0x0B       # beyond what the receiver tracks
+NACK_INVALID_DPDCID = 0x0E          # no SYN, and the receiver has no PDC of that id
 NACK_MODE_MISMATCH = 0x16           # the ends disagree (the project: on the congestion control)
 
 # CONTROL packet types (the prologue's next-header bits)
