@@ -42,10 +42,13 @@ from hostagent.lossless import PauseState
 from hostagent.rdma.cc.base import CongestionControl, HopInfo
 from hostagent.rdma.cc.dcqcn import Dcqcn
 from hostagent.rdma.cc.hpcc import Hpcc, HpccParams
+from hostagent.rdma.cc.nscc import Nscc, NsccParams
 from hostagent.rdma.cc.swift import Swift, SwiftParams
 from hostagent.rdma.cc.timely import Timely, TimelyParams
 from hostagent.rdma.frames import FrameBuilder, Malformed, NotOurs, check_dscp, parse
+from hostagent.rdma.output import percentiles, write_summary
 from hostagent.rdma.transport import MODES, SEND, WRITE, Ack, Requester, Responder, TransportParams
+from hostagent.rdma.uet_agent import UET, run_uet_receiver, run_uet_sender, uet_params
 from hostagent.sender import add_host_arguments
 from hostagent.start import add_start_arguments, wait_for_start
 from wire.rdma import RETH_OPCODES, HopRecord
@@ -77,15 +80,10 @@ def congestion_controls() -> dict[str, Callable[[argparse.Namespace], Congestion
         "timely": lambda a: Timely(dilation(a).params(TimelyParams, line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu)),
         "swift": lambda a: Swift(dilation(a).params(SwiftParams, line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu)),
         "hpcc": lambda a: Hpcc(dilation(a).params(HpccParams, line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu)),
+        "nscc": lambda a: Nscc(dilation(a).params(NsccParams, line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu)),
     }
 
 
-def _percentiles(values: list[float]) -> Optional[dict]:
-    if not values:
-        return None
-    v = sorted(values)
-    return {"p50": round(v[len(v) // 2], 3), "p99": round(v[min(len(v) - 1, int(0.99 * len(v)))], 3),
-            "max": round(v[-1], 3)}
 
 
 def dilation(a: argparse.Namespace) -> Dilation:
@@ -194,7 +192,7 @@ def run_sender(a, sock=None) -> dict:
         "message_bytes": a.message_bytes, "messages_posted": posted, "messages_completed": len(completed),
         "messages_failed": sum(m.error is not None for m in req.messages),
         "error": None if req.error is None else str(req.error), "stopped_by_signal": _stopping,
-        "completion_ms": _percentiles(fct_ms), "goodput_bytes_per_s": round(len(completed) * a.message_bytes
+        "completion_ms": percentiles(fct_ms), "goodput_bytes_per_s": round(len(completed) * a.message_bytes
                                                                             / elapsed, 1) if elapsed else 0.0,
         "sent": req.stats.sent, "retransmitted": req.stats.retransmitted, "timeouts": req.stats.timeouts,
         "retries": req.retries,
@@ -204,7 +202,7 @@ def run_sender(a, sock=None) -> dict:
                    "smoothed": round(1000 * req.srtt, 3) if req.srtt is not None else None},
         "pfc": pfc.summary() if pfc is not None else None,
     }
-    _write(a, summary, ("t", "rate_pps", "window_packets", "outstanding", "sent", "retransmitted"), series)
+    write_summary(a, summary, ("t", "rate_pps", "window_packets", "outstanding", "sent", "retransmitted"), series)
     if a.out is not None:
         with open(Path(a.out).with_suffix(".messages.csv"), "w", newline="") as f:
             w = csv.writer(f)
@@ -313,23 +311,12 @@ def run_receiver(a, sock=None) -> dict:
                   for (src, qp), (rsp, _) in sorted(flows.items())}
     summary = {"role": "receiver", "ip": a.src_ip, "mode": a.mode, "cc": a.cc, "errors": errors,
                "ignored": dict(ignored),
-               "int_last_hop_queue_packets": _percentiles([float(q) for q in last_hop_queue]), "flows": flow_stats,
+               "int_last_hop_queue_packets": percentiles([float(q) for q in last_hop_queue]), "flows": flow_stats,
                "reorder": rob.summary() if rob is not None else None}
-    _write(a, summary)
+    write_summary(a, summary)
     return summary
 
 
-def _write(a, summary: dict, header: tuple = (), rows=()) -> None:
-    if a.out is None:
-        print(json.dumps(summary, indent=2))
-        return
-    out = Path(a.out)
-    out.with_suffix(".json").write_text(json.dumps(summary, indent=2))
-    if header:
-        with open(out.with_suffix(".csv"), "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(header)
-            w.writerows(rows)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -338,8 +325,9 @@ def parser() -> argparse.ArgumentParser:
     for role in ("send", "receive"):
         p = sub.add_parser(role)
         add_host_arguments(p)
-        p.add_argument("--mode", choices=MODES, default=MODES[0], help="retransmission: go-back-N or IRN's "
-                                                                       "selective repeat (both ends alike)")
+        p.add_argument("--mode", choices=(*MODES, UET), default=MODES[0],
+                       help="transport: RoCEv2 RC with go-back-N or IRN's selective repeat, or UET's reliable "
+                            "unordered delivery (both ends alike)")
         p.add_argument("--mtu", type=int, default=1024, help="payload bytes per packet")
         p.add_argument("--ack-every", type=int, default=4, help="receiver: an ACK every N packets")
         p.add_argument("--dscp", type=int, default=0, help="DSCP of the packets (the switches' traffic class)")
@@ -373,6 +361,8 @@ def parser() -> argparse.ArgumentParser:
                    help="retries after timeouts without progress before the queue pair fails (verbs' retry_cnt)")
     s.add_argument("--drain-s", type=float, default=1.0, help="after --duration: time to finish what is in flight "
                                                                   "(with --poisson-per-s: what was posted)")
+    s.add_argument("--entropies", type=int, default=16,
+                   help="--mode uet: UDP source ports (entropy values) to spray the PDC's packets over")
     s.add_argument("--tclass", type=int, default=None, help="honour PFC pauses of this class (a lossless NIC)")
     s.add_argument("--link-mbps", type=float, default=100.0, help="the host link's rate: the pause quantum")
     return ap
@@ -381,7 +371,14 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
     try:
-        transport_params(a)
+        if a.mode == UET:
+            if a.role == "send" and (a.tclass is not None or a.poisson_per_s or a.write):
+                raise ValueError("--mode uet takes no --tclass, --poisson-per-s or --write (RC's)")
+            if a.role == "receive" and a.reorder:
+                raise ValueError("--mode uet delivers unordered: no --reorder")
+            uet = uet_params(a, dilation(a))
+        else:
+            transport_params(a)
         check_dscp(a.dscp, a.trimmed_dscp)
         if a.role == "send" and a.message_bytes < 1:
             raise ValueError(f"--message-bytes must be >= 1, got {a.message_bytes}")
@@ -393,9 +390,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     signal.signal(signal.SIGTERM, _stop)
     if a.role == "send":
-        failure = sender_failure(a, run_sender(a))
+        summary = (run_uet_sender(a, congestion_controls()[a.cc](a), uet, lambda: _stopping) if a.mode == UET
+                   else run_sender(a))
+        failure = sender_failure(a, summary)
     else:
-        errors = run_receiver(a)["errors"]
+        errors = (run_uet_receiver(a, uet, lambda: _stopping) if a.mode == UET else run_receiver(a))["errors"]
         failure = f"{len(errors)} queue pair(s) refused (reported above)" if errors else None
     if failure is not None:
         print(f"hostagent.rdma: {a.role}: {failure}", file=sys.stderr)

@@ -1,0 +1,270 @@
+"""The UET mode of the RDMA agent: `python -m hostagent.rdma send|receive
+--mode uet` runs UET's reliable unordered delivery (uet.py) over a raw
+socket, its frames Ether / IPv4 / UDP(sport = the packet's entropy, dport
+4793) / PDS (wire/uet.py), built from a template and parsed without Scapy.
+
+The sender sprays: every packet leaves with the next entropy value of the
+PDC's set (`--entropies N`: N UDP source ports, from a base taken from the
+PDC id), and the switches' ECMP hash spreads them over the paths. The
+receiver serves every PDC of every sender that reaches it. Both write the
+agent's summary (<out>.json) and the sender its messages
+(<out>.messages.csv) as the RC mode does.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import select
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Union
+
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+
+from hostagent.ecn.roce import open_socket, recv_stamped, stamp_arrivals
+from hostagent.rdma.frames import ETH, IP_BYTES, L4, UDP_BYTES, Malformed, NotOurs, _checksum, _ip
+from hostagent.rdma.output import percentiles, write_summary
+from hostagent.rdma.uet import UetParams, UetReceiver, UetSender
+from wire.ecn import CE, ECT0
+from wire.lossless import dscp_tos
+from wire.uet import (ACK_CC, NACK, REQUEST_TYPES, UET_PORT, AckCc, MalformedPds, Nack, Request, decode_ack,
+                      decode_nack, decode_request, encode_ack, encode_nack, encode_request, pds_type,
+                      request_payload_at)
+
+UET = "uet"
+PDS_AT = L4 + UDP_BYTES
+ENTROPY_BASE = 0xC000
+SAMPLE_S = 0.01
+IDLE_WAIT_S = 0.001
+
+
+def entropies(pdc: int, count: int) -> tuple[int, ...]:
+    """`count` UDP source ports for PDC `pdc`: consecutive from a base the
+    PDC id chooses, within 0xC000..0xFFFF."""
+    if not 1 <= count <= 4096:
+        raise ValueError(f"--entropies must be within 1..4096, got {count}")
+    base = (pdc * count) % (0x4000 - count + 1)
+    return tuple(ENTROPY_BASE + base + i for i in range(count))
+
+
+class UetFrames:
+    """Frames from one host to one peer: Ethernet (to the gateway), IPv4 (DF,
+    the class's DSCP; ECT(0) for data), UDP to 4793 (checksum 0)."""
+
+    def __init__(self, src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, dscp: int = 0):
+        self._head = bytearray(bytes(Ether(src=src_mac, dst=dst_mac)
+                                     / IP(src=src_ip, dst=dst_ip, tos=dscp_tos(dscp, ECT0), flags="DF")
+                                     / UDP(sport=ENTROPY_BASE, dport=UET_PORT, chksum=0)))
+        self._tos_data, self._tos_ctrl = dscp_tos(dscp, ECT0), dscp_tos(dscp, 0)
+
+    def _frame(self, tos: int, sport: int, pds: bytes) -> bytes:
+        h = self._head
+        h[ETH + 1] = tos
+        ip_len = IP_BYTES + UDP_BYTES + len(pds)
+        h[ETH + 2:ETH + 4] = ip_len.to_bytes(2, "big")
+        h[ETH + 10:ETH + 12] = b"\x00\x00"
+        h[ETH + 10:ETH + 12] = _checksum(bytes(h[ETH:L4])).to_bytes(2, "big")
+        h[L4:L4 + 2] = sport.to_bytes(2, "big")
+        h[L4 + 4:L4 + 6] = (ip_len - IP_BYTES).to_bytes(2, "big")
+        return bytes(h) + pds
+
+    def data(self, entropy: int, request: Request, payload: bytes) -> bytes:
+        return self._frame(self._tos_data, entropy, encode_request(request) + payload)
+
+    def reply(self, sport: int, reply: Union[AckCc, Nack]) -> bytes:
+        """An ACK_CC or NACK, back on the entropy of the packet it answers."""
+        return self._frame(self._tos_ctrl, sport, encode_ack(reply) if isinstance(reply, AckCc)
+                           else encode_nack(reply))
+
+
+@dataclass(frozen=True)
+class UetParsed:
+    kind: str                       # "data", "trimmed", "ack", "nack"
+    src_ip: str
+    sport: int
+    ce: bool = False
+    request: Optional[Request] = None
+    payload: bytes = b""
+    ack: Optional[AckCc] = None
+    nack: Optional[Nack] = None
+
+
+def parse_uet(frame: bytes, trimmed_dscp: Optional[int]) -> UetParsed:
+    """The UET view of a frame, or NotOurs / Malformed naming why."""
+    if len(frame) < PDS_AT:
+        raise NotOurs("shorter than Ethernet/IPv4/UDP")
+    if frame[12:14] != b"\x08\x00" or frame[ETH] >> 4 != 4:
+        raise NotOurs("not IPv4")
+    if frame[ETH] & 0x0F != 5:
+        raise NotOurs("IPv4 options")
+    if frame[ETH + 9] != 17 or int.from_bytes(frame[L4 + 2:L4 + 4], "big") != UET_PORT:
+        raise NotOurs("not UET (UDP 4793)")
+    src, sport = _ip(frame, ETH + 12), int.from_bytes(frame[L4:L4 + 2], "big")
+    end = min(len(frame), ETH + int.from_bytes(frame[ETH + 2:ETH + 4], "big"))   # Ethernet may pad short frames
+    pds = bytes(frame[PDS_AT:end])
+    try:
+        kind = pds_type(pds)
+        if trimmed_dscp is not None and frame[ETH + 1] >> 2 == trimmed_dscp:
+            if kind not in REQUEST_TYPES:
+                raise Malformed(f"a trimmed packet of PDS type {kind}: only requests are trimmed")
+            return UetParsed("trimmed", src, sport, request=decode_request(pds, headers_only=True))
+        if kind in REQUEST_TYPES:
+            return UetParsed("data", src, sport, ce=frame[ETH + 1] & 3 == CE, request=decode_request(pds),
+                             payload=pds[request_payload_at(pds):])
+        if kind == ACK_CC:
+            return UetParsed("ack", src, sport, ack=decode_ack(pds))
+        if kind == NACK:
+            return UetParsed("nack", src, sport, nack=decode_nack(pds))
+    except MalformedPds as e:
+        raise Malformed(str(e)) from None
+    raise Malformed(f"PDS type {kind} is not one this transport uses")
+
+
+def uet_params(a: argparse.Namespace, dilation) -> UetParams:
+    given = {"rto_s": a.rto_s} if getattr(a, "rto_s", None) is not None else {}
+    given.update({"retry_cnt": a.retry_cnt} if hasattr(a, "retry_cnt") else {})
+    given.update({"entropies": entropies(a.qp, a.entropies)} if hasattr(a, "qp") else {})
+    return dilation.params(UetParams, mtu_bytes=a.mtu, ack_every=a.ack_every, **given)
+
+
+def run_uet_sender(a, cc, params: UetParams, stopping, sock=None) -> dict:
+    """`stopping()`: whether SIGTERM asked the agent to stop."""
+    snd = UetSender(params, cc, spdcid=a.qp, peer=a.dst_ip)
+    frames = UetFrames(a.src_mac, a.gw_mac, a.src_ip, a.dst_ip, dscp=a.dscp)
+    sock = sock or open_socket(a.iface)
+    sock.setblocking(False)
+    stamped = stamp_arrivals(sock)
+    ignored: defaultdict[str, int] = defaultdict(int)
+    series = []
+    t0 = time.monotonic()
+    posted = 0
+    next_sample = 0.0
+    while True:
+        now = time.monotonic() - t0
+        if snd.error is not None:
+            break
+        while posted < a.messages if a.messages else now < a.duration and \
+                sum(m.completed_at is None for m in snd.messages[-3:]) < 2:
+            snd.post(a.message_bytes, now)
+            posted += 1
+        if (a.messages and snd.done) or stopping() or now >= a.duration + (a.drain_s if not a.messages else 0.0):
+            break
+        while True:
+            try:
+                rx, received = recv_stamped(sock) if stamped else (sock.recv(4096), None)
+            except BlockingIOError:
+                break
+            try:
+                p = parse_uet(rx, a.trimmed_dscp)
+            except (NotOurs, Malformed) as e:
+                ignored[str(e).split(" (")[0][:60]] += 1
+                continue
+            if p.src_ip != a.dst_ip:
+                ignored["another peer"] += 1
+            elif p.ack is not None and p.ack.dpdcid == a.qp:
+                snd.on_ack(p.ack, now, arrived=None if received is None else received - t0)
+            elif p.nack is not None and p.nack.dpdcid == a.qp:
+                snd.on_nack(p.nack, now)
+            else:
+                ignored["another PDC, or data to a sender"] += 1
+        if now >= next_sample:
+            series.append((round(now, 4), round(cc.rate_pps, 2),
+                           None if cc.window_packets is None else round(cc.window_packets, 2),
+                           snd.outstanding, snd.stats.sent, snd.stats.retransmitted))
+            next_sample += SAMPLE_S
+        now = time.monotonic() - t0
+        out = snd.next_packet(now) if now < a.duration or a.messages else None
+        if out is not None:
+            try:
+                sock.send(frames.data(out.entropy, out.request, out.payload))
+            except OSError:
+                ignored["tx-error"] += 1
+        else:
+            wait = snd.next_send_time() - (time.monotonic() - t0)
+            select.select([sock], [], [], min(wait, 0.0005) if wait > 0 else IDLE_WAIT_S)
+    completed = [m for m in snd.messages if m.completed_at is not None and m.error is None]
+    fct_ms = [1000 * (m.completed_at - m.posted_at) for m in completed if m.completed_at is not None]
+    elapsed = max((m.completed_at for m in completed if m.completed_at is not None), default=0.0)
+    summary = {
+        "role": "sender", "qp": a.qp, "src": a.src_ip, "dst": a.dst_ip, "cc": a.cc, "mode": UET,
+        "message_bytes": a.message_bytes, "messages_posted": posted, "messages_completed": len(completed),
+        "messages_failed": sum(m.error is not None for m in snd.messages),
+        "error": None if snd.error is None else str(snd.error), "stopped_by_signal": stopping(),
+        "completion_ms": percentiles(fct_ms),
+        "goodput_bytes_per_s": round(len(completed) * a.message_bytes / elapsed, 1) if elapsed else 0.0,
+        "sent": snd.stats.sent, "retransmitted": snd.stats.retransmitted, "timeouts": snd.stats.timeouts,
+        "trim_nacks": snd.stats.trim_nacks, "lost": snd.stats.lost, "penalties": snd.stats.penalties,
+        "acks": snd.stats.acks, "stale": snd.stats.stale, "retries": snd.retries,
+        "entropies_used": len(snd.stats.by_entropy), "ignored": dict(ignored),
+        "rtt_ms": {"smoothed": round(1000 * snd.srtt, 3) if snd.srtt is not None else None},
+    }
+    write_summary(a, summary, ("t", "rate_pps", "window_packets", "outstanding", "sent", "retransmitted"), series)
+    if a.out is not None:
+        with open(Path(a.out).with_suffix(".messages.csv"), "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(("message", "bytes", "posted_s", "completed_s", "error"))
+            w.writerows((m.id, m.size, round(m.posted_at, 6),
+                         "" if m.completed_at is None or m.error is not None else round(m.completed_at, 6),
+                         "" if m.error is None else m.error.cause) for m in snd.messages)
+    return summary
+
+
+def run_uet_receiver(a, params: UetParams, stopping, sock=None) -> dict:
+    sock = sock or open_socket(a.iface)
+    sock.settimeout(0.0005)
+    peers: dict[str, tuple[UetReceiver, UetFrames]] = {}
+    delivered_bytes: defaultdict[str, int] = defaultdict(int)
+    last_sport: dict[str, int] = {}
+    ignored: defaultdict[str, int] = defaultdict(int)
+
+    def send(frame: bytes) -> None:
+        try:
+            sock.send(frame)
+        except OSError:
+            ignored["tx-error"] += 1
+
+    t0 = time.monotonic()
+    while (now := time.monotonic() - t0) < a.duration and not stopping():
+        try:
+            rx = sock.recv(4096)
+        except OSError:            # (TimeoutError included: nothing came)
+            rx = None
+        if rx is not None:
+            try:
+                p = parse_uet(rx, a.trimmed_dscp)
+            except (NotOurs, Malformed) as e:
+                ignored[str(e).split(" (")[0][:60]] += 1
+                p = None
+            if p is not None and p.request is None:
+                ignored[f"{p.kind} to a receiver"] += 1
+            elif p is not None and p.request is not None:
+                if p.src_ip not in peers:
+                    peers[p.src_ip] = (UetReceiver(params, peer=p.src_ip),
+                                       UetFrames(a.src_mac, a.gw_mac, a.src_ip, p.src_ip, dscp=a.dscp))
+                rcv, back = peers[p.src_ip]
+                last_sport[p.src_ip] = p.sport
+                if p.kind == "trimmed":
+                    replies = rcv.on_trimmed(p.request, now)
+                else:
+                    replies, done = rcv.on_request(p.request, p.payload, now, ce=p.ce)
+                    delivered_bytes[p.src_ip] += sum(len(m.data) for m in done)
+                for r in replies:
+                    send(back.reply(p.sport, r))
+        for ip, (rcv, back) in peers.items():
+            for r in rcv.poll(now):
+                send(back.reply(last_sport[ip], r))
+    peer_stats = {ip: {"delivered_messages": rcv.stats.delivered_messages, "delivered_bytes": delivered_bytes[ip],
+                       "received": rcv.stats.received, "duplicates": rcv.stats.duplicates,
+                       "out_of_order": rcv.stats.out_of_order, "trimmed": rcv.stats.trimmed,
+                       "acks": rcv.stats.acks, "nacks": rcv.stats.nacks, "malformed": rcv.stats.malformed,
+                       "unknown_pdc": rcv.stats.unknown_pdc, "pdcs": len(rcv.pdcs)}
+                  for ip, (rcv, _) in sorted(peers.items())}
+    summary = {"role": "receiver", "ip": a.src_ip, "mode": UET, "errors": [], "ignored": dict(ignored),
+               "flows": peer_stats}
+    write_summary(a, summary)
+    return summary
+
+
