@@ -43,11 +43,13 @@ from hostagent.rdma.cc.base import CongestionControl, HopInfo
 from hostagent.rdma.cc.dcqcn import Dcqcn
 from hostagent.rdma.cc.hpcc import Hpcc, HpccParams
 from hostagent.rdma.cc.nscc import Nscc, NsccParams
+from hostagent.rdma.cc.rccc import Rccc, RcccParams
 from hostagent.rdma.cc.swift import Swift, SwiftParams
 from hostagent.rdma.cc.timely import Timely, TimelyParams
 from hostagent.rdma.frames import FrameBuilder, Malformed, NotOurs, check_dscp, parse
 from hostagent.rdma.output import percentiles, write_summary
 from hostagent.rdma.transport import MODES, SEND, WRITE, Ack, Requester, Responder, TransportParams
+from hostagent.rdma.uet import UetParams
 from hostagent.rdma.uet_agent import UET, run_uet_receiver, run_uet_sender, uet_params
 from hostagent.sender import add_host_arguments
 from hostagent.start import add_start_arguments, wait_for_start
@@ -81,6 +83,7 @@ def congestion_controls() -> dict[str, Callable[[argparse.Namespace], Congestion
         "swift": lambda a: Swift(dilation(a).params(SwiftParams, line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu)),
         "hpcc": lambda a: Hpcc(dilation(a).params(HpccParams, line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu)),
         "nscc": lambda a: Nscc(dilation(a).params(NsccParams, line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu)),
+        "rccc": lambda a: Rccc(dilation(a).params(RcccParams, line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu)),
     }
 
 
@@ -341,6 +344,12 @@ def parser() -> argparse.ArgumentParser:
         add_start_arguments(p)
         p.add_argument("--out", help="output prefix: <out>.json (and the sender's <out>.csv); default: stdout")
     add_reorder_arguments(sub.choices["receive"])
+    sub.choices["receive"].add_argument("--credit-pps", type=float, default=0.0,
+                                        help="--mode uet: grant RCCC's senders credit for this host's link of this "
+                                             "many packets/s (0: grant none, refuse them)")
+    sub.choices["receive"].add_argument("--credit-rtt-s", type=float, default=0.0072,
+                                        help="--mode uet: the round trip a credit covers: at most one link rate x "
+                                             "this granted and unused (default %(default)s s)")
     sub.choices["receive"].add_argument("--cc", choices=sorted(congestion_controls()), default=None,
                                         help="refuse senders running another congestion control (default: any; "
                                              "the receiver's part serves every one)")
@@ -370,13 +379,19 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
+    uet: Optional[UetParams] = None
     try:
         if a.mode == UET:
             if a.role == "send" and (a.tclass is not None or a.poisson_per_s or a.write):
                 raise ValueError("--mode uet takes no --tclass, --poisson-per-s or --write (RC's)")
             if a.role == "receive" and a.reorder:
                 raise ValueError("--mode uet delivers unordered: no --reorder")
+            if a.role == "receive" and (a.credit_pps < 0 or a.credit_rtt_s <= 0):
+                raise ValueError(f"--credit-pps must be >= 0 and --credit-rtt-s > 0, got {a.credit_pps} and "
+                                 f"{a.credit_rtt_s}")
             uet = uet_params(a, dilation(a))
+        elif a.cc == "rccc":
+            raise ValueError("--cc rccc is UET's receiver credit: it runs with --mode uet only")
         else:
             transport_params(a)
         check_dscp(a.dscp, a.trimmed_dscp)
@@ -390,11 +405,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     signal.signal(signal.SIGTERM, _stop)
     if a.role == "send":
-        summary = (run_uet_sender(a, congestion_controls()[a.cc](a), uet, lambda: _stopping) if a.mode == UET
+        summary = (run_uet_sender(a, congestion_controls()[a.cc](a), uet, lambda: _stopping) if uet is not None
                    else run_sender(a))
         failure = sender_failure(a, summary)
     else:
-        errors = (run_uet_receiver(a, uet, lambda: _stopping) if a.mode == UET else run_receiver(a))["errors"]
+        errors = (run_uet_receiver(a, uet, lambda: _stopping) if uet is not None else run_receiver(a))["errors"]
         failure = f"{len(errors)} queue pair(s) refused (reported above)" if errors else None
     if failure is not None:
         print(f"hostagent.rdma: {a.role}: {failure}", file=sys.stderr)

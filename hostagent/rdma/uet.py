@@ -46,14 +46,16 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, cast
 
-from hostagent.rdma.cc.base import CongestionControl, Feedback
-from wire.uet import (CC_NSCC, NACK_INVALID_DPDCID, NACK_PSN_OUT_OF_WINDOW, NACK_TRIMMED, PSN_MOD, SACK_BITS,
-                      SYN_OFFSET_MAX, AckCc, Nack, Request)
+from hostagent.rdma.cc.base import CongestionControl, CreditBased, Feedback
+from hostagent.rdma.cc.rccc import CreditScheduler
+from wire.uet import (CC_CREDIT, CC_NSCC, NACK_INVALID_DPDCID, NACK_MODE_MISMATCH, NACK_PSN_OUT_OF_WINDOW,
+                      NACK_TRIMMED, PSN_MOD, SACK_BITS, SYN_OFFSET_MAX, AckCc, Credit, Nack, Request)
 
 RETRY_EXCEEDED = "retry count exceeded"
 UNKNOWN_PDC = "unknown to the receiver"
+MISMATCHED_ENDS = "mismatched ends"
 MAX_RETRY_CNT = 7
 TRACKED_PSNS = 1 << 14          # the receiver keeps PSNs up to this far beyond the cumulative one
 
@@ -145,6 +147,9 @@ class UetSender:
     def __init__(self, params: UetParams, cc: CongestionControl, now: float = 0.0, start_psn: int = 0,
                  spdcid: int = 1, peer: str = "the peer"):
         self.p, self.cc, self.peer = params, cc, peer
+        # RCCC: new packets go against the receiver's credit
+        self.credits: Optional[CreditBased] = cast(CreditBased, cc) if getattr(cc, "credit_based", False) else None
+        self._unsent_bytes = 0                    # posted, never sent: RCCC's credit target
         self.spdcid, self.dpdcid = spdcid, 0          # the receiver's PDC id: known from its first ACK
         self.start_psn = start_psn % PSN_MOD
         self.error: Optional[UetError] = None
@@ -185,6 +190,7 @@ class UetSender:
             chunk = data[i * mtu:(i + 1) * mtu] if data is not None else bytes(min(mtu, size - i * mtu))
             self._packets[self.posted_seq + i] = (msg, i * mtu, chunk)
         self.posted_seq += n
+        self._unsent_bytes += size
         self.messages.append(msg)
         if self.error is not None:
             self._complete_with_error(now)
@@ -225,8 +231,14 @@ class UetSender:
             if self.next_seq >= self.posted_seq or self.outstanding >= self.window() \
                     or self.next_seq - self.una >= self.p.max_outstanding:
                 return None
+            size = len(self._packets[self.next_seq][2])
+            if self.credits is not None:
+                if not self.credits.may_send(size, self.outstanding):
+                    return None
+                self.credits.spend(size)
             seq = self.next_seq
             self.next_seq += 1
+            self._unsent_bytes -= size
         else:
             self.stats.retransmitted += 1
             self._retransmitted.add(seq)
@@ -243,7 +255,8 @@ class UetSender:
         request = Request(psn=(self.start_psn + seq) % PSN_MOD, spdcid=self.spdcid, dpdcid=self.dpdcid,
                           msg_id=msg.id, offset=offset, length=msg.size, ackreq=seq == msg.last_seq,
                           retrans=seq in self._retransmitted, syn=syn, syn_offset=seq if syn else 0,
-                          clear_psn_offset=min(seq - self.una, 0xFFFF))
+                          clear_psn_offset=min(seq - self.una, 0xFFFF),
+                          credit_target=None if self.credits is None else self._unsent_bytes)
         return Outgoing(request, payload, entropy)
 
     def next_send_time(self) -> float:
@@ -344,6 +357,8 @@ class UetSender:
             rtt = (arrived if arrived is not None and sent_at < arrived <= now else now) - sent_at
         if ack.ecn_marked:
             self._penalise(answered, now)
+        if self.credits is not None and ack.cc_type == CC_CREDIT and ack.credit:
+            self.credits.on_credit(now, ack.credit)
         for s in newly:
             self._acknowledge(s, now)
         while self.una in self._acked:
@@ -404,9 +419,17 @@ class UetSender:
             if loss is not None:
                 loss(now)
             self._queue_resend([s])
+        elif nack.code == NACK_MODE_MISMATCH:
+            self.fail(UetError(self.peer, self.spdcid, MISMATCHED_ENDS,
+                               f"this end runs {self.cc.name}, which needs credit; {self.peer} grants none"), now)
         elif nack.code == NACK_INVALID_DPDCID:
             self.fail(UetError(self.peer, self.spdcid, UNKNOWN_PDC,
                                f"{self.peer} has no PDC {self.spdcid} (restarted?)"), now)
+
+    def on_credit(self, credit: Credit, now: float) -> None:
+        """A CREDIT packet: RCCC's credit without an ACK to carry it."""
+        if self.error is None and self.credits is not None:
+            self.credits.on_credit(now, credit.credit)
 
     def _rtt_sample(self, rtt: float) -> None:
         if self.srtt is None:
@@ -434,6 +457,8 @@ class ReceiverStats:
     trimmed: int = 0
     malformed: int = 0            # a message header that contradicts itself or an earlier packet
     unknown_pdc: int = 0          # no SYN, and no PDC of that id
+    refused: int = 0              # RCCC's packets to a receiver that grants no credit
+    credits: int = 0              # CREDIT packets sent
 
 
 @dataclass
@@ -453,6 +478,7 @@ class _Assembly:
 @dataclass
 class _Pdc:
     """A receiver's state for one sender's PDC."""
+    peer: str                     # the sender's address
     dpdcid: int                   # the sender's id
     spdcid: int                   # ours
     start_psn: int
@@ -465,25 +491,32 @@ class _Pdc:
     pending_bytes: int = 0
     ce_pending: bool = False
     last_seq: int = 0
+    credit_based: bool = False    # its sender runs RCCC: its ACKs carry credit
+    credit_pending: int = 0       # bytes granted, not yet sent
 
 
 class UetReceiver:
-    """The receiving half of every PDC from one peer, by the sender's PDC id."""
+    """The receiving half of every PDC that reaches a host, by the sender's
+    address and PDC id. `credit`: RCCC's scheduler of the host's link; None:
+    this end grants no credit and refuses RCCC's packets."""
 
-    def __init__(self, params: UetParams, peer: str = "the peer", first_spdcid: int = 1):
-        self.p, self.peer = params, peer
+    def __init__(self, params: UetParams, first_spdcid: int = 1, credit: Optional[CreditScheduler] = None):
+        self.p, self.credit = params, credit
         self.stats = ReceiverStats()
-        self.pdcs: dict[int, _Pdc] = {}
+        self.pdcs: dict[tuple[str, int], _Pdc] = {}
         self._next_id = first_spdcid
 
-    def on_request(self, r: Request, payload: bytes, now: float,
-                   ce: bool = False) -> tuple[list[AckCc | Nack], list[DeliveredMessage]]:
-        """A data packet: (ACKs/NACKs to send now, messages completed)."""
+    def on_request(self, r: Request, payload: bytes, now: float, ce: bool = False,
+                   peer: str = "the peer") -> tuple[list[AckCc | Nack], list[DeliveredMessage]]:
+        """A data packet from `peer`: (ACKs/NACKs to send it now, messages completed)."""
         self.stats.received += 1
-        pdc = self._pdc(r)
+        pdc = self._pdc(r, peer)
         if pdc is None:
             self.stats.unknown_pdc += 1
             return [Nack(NACK_INVALID_DPDCID, r.psn, spdcid=0, dpdcid=r.spdcid)], []
+        if r.credit_target is not None and self.credit is None:
+            self.stats.refused += 1
+            return [Nack(NACK_MODE_MISMATCH, r.psn, spdcid=pdc.spdcid, dpdcid=pdc.dpdcid)], []
         seq = self._seq(pdc, r.psn)
         if seq - pdc.cum >= TRACKED_PSNS:
             self.stats.nacks += 1
@@ -497,6 +530,9 @@ class UetReceiver:
             return [], []
         if seq > pdc.cum:
             self.stats.out_of_order += 1
+        if r.credit_target is not None and self.credit is not None:
+            pdc.credit_based = True
+            self.credit.on_data((peer, pdc.dpdcid), r.credit_target, len(payload))
         delivered = self._place(pdc, r, payload, now)
         pdc.above.add(seq)
         filled = seq == pdc.cum and len(pdc.above) > 1
@@ -513,12 +549,12 @@ class UetReceiver:
             return [self._ack(pdc, seq)], delivered
         return [], delivered
 
-    def on_trimmed(self, r: Request, now: float) -> list[AckCc | Nack]:
+    def on_trimmed(self, r: Request, now: float, peer: str = "the peer") -> list[AckCc | Nack]:
         """A data packet whose payload a switch cut (its PDS header is all
         that counts): NACK it, so the sender resends it now."""
         self.stats.received += 1
         self.stats.trimmed += 1
-        pdc = self._pdc(r)
+        pdc = self._pdc(r, peer)
         if pdc is None:
             self.stats.unknown_pdc += 1
             return [Nack(NACK_INVALID_DPDCID, r.psn, spdcid=0, dpdcid=r.spdcid)]
@@ -528,12 +564,23 @@ class UetReceiver:
         self.stats.nacks += 1
         return [Nack(NACK_TRIMMED, r.psn, spdcid=pdc.spdcid, dpdcid=pdc.dpdcid)]
 
-    def poll(self, now: float) -> list[AckCc]:
-        """ACKs due by their delay."""
-        out = []
+    def poll(self, now: float) -> list[tuple[str, AckCc | Credit]]:
+        """(peer, reply): ACKs due by their delay, then RCCC's credit granted
+        now, in a CREDIT packet."""
+        out: list[tuple[str, AckCc | Credit]] = []
         for pdc in self.pdcs.values():
             if pdc.pending and pdc.pending_since is not None and now - pdc.pending_since >= self.p.ack_delay_s:
-                out.append(self._ack(pdc, pdc.last_seq))
+                out.append((pdc.peer, self._ack(pdc, pdc.last_seq)))
+        if self.credit is not None:
+            for key, nbytes in self.credit.grant(now).items():
+                owner = self.pdcs.get(key)
+                if owner is not None:
+                    owner.credit_pending += nbytes
+            for pdc in self.pdcs.values():
+                if pdc.credit_pending:
+                    out.append((pdc.peer, Credit(pdc.credit_pending, spdcid=pdc.spdcid, dpdcid=pdc.dpdcid)))
+                    pdc.credit_pending = 0
+                    self.stats.credits += 1
         return out
 
     def next_timer(self) -> Optional[float]:
@@ -541,12 +588,12 @@ class UetReceiver:
                  if pdc.pending and pdc.pending_since is not None]
         return min(times, default=None)
 
-    def _pdc(self, r: Request) -> Optional[_Pdc]:
-        pdc = self.pdcs.get(r.spdcid)
+    def _pdc(self, r: Request, peer: str) -> Optional[_Pdc]:
+        pdc = self.pdcs.get((peer, r.spdcid))
         if pdc is None and r.syn:
-            pdc = _Pdc(dpdcid=r.spdcid, spdcid=self._next_id, start_psn=(r.psn - r.syn_offset) % PSN_MOD)
+            pdc = _Pdc(peer=peer, dpdcid=r.spdcid, spdcid=self._next_id, start_psn=(r.psn - r.syn_offset) % PSN_MOD)
             self._next_id = self._next_id % 0xFFFF + 1
-            self.pdcs[r.spdcid] = pdc
+            self.pdcs[(peer, r.spdcid)] = pdc
         return pdc
 
     @staticmethod
@@ -588,8 +635,10 @@ class UetReceiver:
         ack = AckCc(cack_psn=(pdc.start_psn + pdc.cum - 1) % PSN_MOD,
                     ack_psn=(pdc.start_psn + answered) % PSN_MOD, spdcid=pdc.spdcid, dpdcid=pdc.dpdcid,
                     ecn_marked=pdc.ce_pending, sack_base=(pdc.start_psn + pdc.cum + 1) % PSN_MOD,
-                    sack_bitmap=bitmap, cc_type=CC_NSCC, rcvd_bytes=pdc.pending_bytes & 0xFFFFFF,
+                    sack_bitmap=bitmap, cc_type=CC_CREDIT if pdc.credit_based else CC_NSCC,
+                    rcvd_bytes=pdc.pending_bytes & 0xFFFFFF, credit=pdc.credit_pending,
                     ooo_count=min(len(pdc.above), 0xFFFF))
         pdc.pending, pdc.pending_since, pdc.pending_bytes, pdc.ce_pending = 0, None, 0, False
+        pdc.credit_pending = 0
         self.stats.acks += 1
         return ack

@@ -27,12 +27,13 @@ from scapy.layers.l2 import Ether
 from hostagent.ecn.roce import open_socket, recv_stamped, stamp_arrivals
 from hostagent.rdma.frames import ETH, IP_BYTES, L4, UDP_BYTES, Malformed, NotOurs, _checksum, _ip
 from hostagent.rdma.output import percentiles, write_summary
+from hostagent.rdma.cc.rccc import CreditScheduler
 from hostagent.rdma.uet import UetParams, UetReceiver, UetSender
 from wire.ecn import CE, ECT0
 from wire.lossless import dscp_tos
-from wire.uet import (ACK_CC, NACK, REQUEST_TYPES, UET_PORT, AckCc, MalformedPds, Nack, Request, decode_ack,
-                      decode_nack, decode_request, encode_ack, encode_nack, encode_request, pds_type,
-                      request_payload_at)
+from wire.uet import (ACK_CC, CONTROL, NACK, REQUEST_TYPES, UET_PORT, AckCc, Credit, MalformedPds, Nack, Request,
+                      decode_ack, decode_credit, decode_nack, decode_request, encode_ack, encode_credit, encode_nack,
+                      encode_request, pds_type, request_payload_at)
 
 UET = "uet"
 PDS_AT = L4 + UDP_BYTES
@@ -74,15 +75,16 @@ class UetFrames:
     def data(self, entropy: int, request: Request, payload: bytes) -> bytes:
         return self._frame(self._tos_data, entropy, encode_request(request) + payload)
 
-    def reply(self, sport: int, reply: Union[AckCc, Nack]) -> bytes:
-        """An ACK_CC or NACK, back on the entropy of the packet it answers."""
-        return self._frame(self._tos_ctrl, sport, encode_ack(reply) if isinstance(reply, AckCc)
-                           else encode_nack(reply))
+    def reply(self, sport: int, reply: Union[AckCc, Nack, Credit]) -> bytes:
+        """An ACK_CC, NACK or CREDIT, back on the entropy of the packet it answers."""
+        pds = (encode_ack(reply) if isinstance(reply, AckCc) else encode_nack(reply) if isinstance(reply, Nack)
+               else encode_credit(reply))
+        return self._frame(self._tos_ctrl, sport, pds)
 
 
 @dataclass(frozen=True)
 class UetParsed:
-    kind: str                       # "data", "trimmed", "ack", "nack"
+    kind: str                       # "data", "trimmed", "ack", "nack", "credit"
     src_ip: str
     sport: int
     ce: bool = False
@@ -90,6 +92,7 @@ class UetParsed:
     payload: bytes = b""
     ack: Optional[AckCc] = None
     nack: Optional[Nack] = None
+    credit: Optional[Credit] = None
 
 
 def parse_uet(frame: bytes, trimmed_dscp: Optional[int]) -> UetParsed:
@@ -118,6 +121,8 @@ def parse_uet(frame: bytes, trimmed_dscp: Optional[int]) -> UetParsed:
             return UetParsed("ack", src, sport, ack=decode_ack(pds))
         if kind == NACK:
             return UetParsed("nack", src, sport, nack=decode_nack(pds))
+        if kind == CONTROL:
+            return UetParsed("credit", src, sport, credit=decode_credit(pds))
     except MalformedPds as e:
         raise Malformed(str(e)) from None
     raise Malformed(f"PDS type {kind} is not one this transport uses")
@@ -168,6 +173,8 @@ def run_uet_sender(a, cc, params: UetParams, stopping, sock=None) -> dict:
                 snd.on_ack(p.ack, now, arrived=None if received is None else received - t0)
             elif p.nack is not None and p.nack.dpdcid == a.qp:
                 snd.on_nack(p.nack, now)
+            elif p.credit is not None and p.credit.dpdcid == a.qp:
+                snd.on_credit(p.credit, now)
             else:
                 ignored["another PDC, or data to a sender"] += 1
         if now >= next_sample:
@@ -213,12 +220,21 @@ def run_uet_sender(a, cc, params: UetParams, stopping, sock=None) -> dict:
 
 
 def run_uet_receiver(a, params: UetParams, stopping, sock=None) -> dict:
+    """Every PDC that reaches this host; with --credit-pps R, RCCC's credit
+    for this host's link of R packets/s."""
     sock = sock or open_socket(a.iface)
     sock.settimeout(0.0005)
-    peers: dict[str, tuple[UetReceiver, UetFrames]] = {}
-    delivered_bytes: defaultdict[str, int] = defaultdict(int)
+    credit = (CreditScheduler(a.credit_pps, params.mtu_bytes, base_rtt_s=a.credit_rtt_s) if a.credit_pps
+              else None)
+    rcv = UetReceiver(params, credit=credit)
+    back: dict[str, UetFrames] = {}
+    per_peer: defaultdict[str, defaultdict[str, int]] = defaultdict(lambda: defaultdict(int))
     last_sport: dict[str, int] = {}
     ignored: defaultdict[str, int] = defaultdict(int)
+
+    def count(peer: str, kind: str) -> None:
+        per_peer[peer]["received"] += 1
+        per_peer[peer]["trimmed"] += kind == "trimmed"
 
     def send(frame: bytes) -> None:
         try:
@@ -241,29 +257,24 @@ def run_uet_receiver(a, params: UetParams, stopping, sock=None) -> dict:
             if p is not None and p.request is None:
                 ignored[f"{p.kind} to a receiver"] += 1
             elif p is not None and p.request is not None:
-                if p.src_ip not in peers:
-                    peers[p.src_ip] = (UetReceiver(params, peer=p.src_ip),
-                                       UetFrames(a.src_mac, a.gw_mac, a.src_ip, p.src_ip, dscp=a.dscp))
-                rcv, back = peers[p.src_ip]
+                if p.src_ip not in back:
+                    back[p.src_ip] = UetFrames(a.src_mac, a.gw_mac, a.src_ip, p.src_ip, dscp=a.dscp)
                 last_sport[p.src_ip] = p.sport
+                count(p.src_ip, p.kind)
                 if p.kind == "trimmed":
-                    replies = rcv.on_trimmed(p.request, now)
+                    replies = rcv.on_trimmed(p.request, now, peer=p.src_ip)
                 else:
-                    replies, done = rcv.on_request(p.request, p.payload, now, ce=p.ce)
-                    delivered_bytes[p.src_ip] += sum(len(m.data) for m in done)
+                    replies, done = rcv.on_request(p.request, p.payload, now, ce=p.ce, peer=p.src_ip)
+                    per_peer[p.src_ip]["delivered_messages"] += len(done)
+                    per_peer[p.src_ip]["delivered_bytes"] += sum(len(m.data) for m in done)
                 for r in replies:
-                    send(back.reply(p.sport, r))
-        for ip, (rcv, back) in peers.items():
-            for r in rcv.poll(now):
-                send(back.reply(last_sport[ip], r))
-    peer_stats = {ip: {"delivered_messages": rcv.stats.delivered_messages, "delivered_bytes": delivered_bytes[ip],
-                       "received": rcv.stats.received, "duplicates": rcv.stats.duplicates,
-                       "out_of_order": rcv.stats.out_of_order, "trimmed": rcv.stats.trimmed,
-                       "acks": rcv.stats.acks, "nacks": rcv.stats.nacks, "malformed": rcv.stats.malformed,
-                       "unknown_pdc": rcv.stats.unknown_pdc, "pdcs": len(rcv.pdcs)}
-                  for ip, (rcv, _) in sorted(peers.items())}
+                    send(back[p.src_ip].reply(p.sport, r))
+        for ip, due in rcv.poll(now):
+            send(back[ip].reply(last_sport[ip], due))
     summary = {"role": "receiver", "ip": a.src_ip, "mode": UET, "errors": [], "ignored": dict(ignored),
-               "flows": peer_stats}
+               "flows": {ip: dict(v) for ip, v in sorted(per_peer.items())},
+               "receiver": vars(rcv.stats), "pdcs": len(rcv.pdcs),
+               "credit_granted_bytes": credit.granted_bytes if credit is not None else None}
     write_summary(a, summary)
     return summary
 

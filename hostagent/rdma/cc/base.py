@@ -61,3 +61,17 @@ class CongestionControl(Protocol):
     def on_timeout(self, now: float) -> None: ...
 
     def advance(self, now: float) -> None: ...
+
+
+class CreditBased(Protocol):
+    """A congestion control the receiver drives with credit (RCCC, rccc.py):
+    the transport asks it before each new packet, and hands it the credit
+    the receiver's ACKs and CREDIT packets carry."""
+    credit_bytes: float
+
+    def may_send(self, nbytes: int, in_flight: int) -> bool: ...
+
+    def spend(self, nbytes: int) -> None: ...
+
+    def on_credit(self, now: float, nbytes: int) -> None: ...
+

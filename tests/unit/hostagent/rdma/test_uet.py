@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 import pytest
 
 from hostagent.rdma.cc.nscc import Nscc, NsccParams
+from hostagent.rdma.cc.rccc import CreditScheduler, Rccc, RcccParams
 from hostagent.rdma.cc.base import Feedback
-from hostagent.rdma.uet import RETRY_EXCEEDED, UNKNOWN_PDC, UetParams, UetReceiver, UetSender
-from wire.uet import (NACK_INVALID_DPDCID, NACK_TRIMMED, PSN_MOD, REQUEST_BYTES, AckCc, MalformedPds, Nack, Request,
-                      decode_ack, decode_nack, decode_request, encode_ack, encode_nack, encode_request,
-                      request_payload_at)
+from hostagent.rdma.uet import MISMATCHED_ENDS, RETRY_EXCEEDED, UNKNOWN_PDC, UetParams, UetReceiver, UetSender
+from wire.uet import (NACK_INVALID_DPDCID, NACK_MODE_MISMATCH, NACK_TRIMMED, PSN_MOD, REQUEST_BYTES, AckCc, Credit,
+                      MalformedPds, Nack, Request, decode_ack, decode_credit, decode_nack, decode_request, encode_ack,
+                      encode_credit, encode_nack, encode_request, request_payload_at)
 
 TRIM_KEEP = 64 - 42                  # what a 64-byte trim leaves after Ethernet, IPv4 and UDP
 
@@ -76,15 +77,18 @@ def send_back(fabric: Fabric, now: float, replies) -> None:
     for r in replies:
         if isinstance(r, AckCc):
             fabric.backward(now, "ack", encode_ack(r))
+        elif isinstance(r, Credit):
+            fabric.backward(now, "credit", encode_credit(r))
         else:
             fabric.backward(now, "nack", encode_nack(r))
 
 
-def transfer(sizes, paths, *, back=None, seed=1, start_psn=0, limit_s=60.0, params=None, rate=5000.0):
+def transfer(sizes, paths, *, back=None, seed=1, start_psn=0, limit_s=60.0, params=None, rate=5000.0, cc=None,
+             credit=None):
     rng = random.Random(seed)
     p = params or UetParams(mtu_bytes=256)
-    snd = UetSender(p, Nscc(NsccParams(line_rate_pps=rate, base_rtt_s=0.004)), start_psn=start_psn, spdcid=7)
-    rcv = UetReceiver(p)
+    snd = UetSender(p, cc or Nscc(NsccParams(line_rate_pps=rate, base_rtt_s=0.004)), start_psn=start_psn, spdcid=7)
+    rcv = UetReceiver(p, credit=credit)
     data = [rng.randbytes(n) for n in sizes]
     for d in data:
         snd.post(len(d), 0.0, data=d)
@@ -104,9 +108,11 @@ def transfer(sizes, paths, *, back=None, seed=1, start_psn=0, limit_s=60.0, para
                 send_back(fabric, now, replies)
             elif kind == "ack":
                 snd.on_ack(decode_ack(frame), now)
+            elif kind == "credit":
+                snd.on_credit(decode_credit(frame), now)
             else:
                 snd.on_nack(decode_nack(frame), now)
-        send_back(fabric, now, rcv.poll(now))
+        send_back(fabric, now, [reply for _, reply in rcv.poll(now)])
         now += step
     return data, delivered, snd, rcv, fabric, now
 
@@ -182,7 +188,7 @@ def test_the_receiver_learns_the_start_psn_from_any_syn_packet_and_psns_wrap():
     data, delivered, snd, rcv, _, _ = transfer([3000] * 4, paths, start_psn=PSN_MOD - 5,
                                                params=UetParams(mtu_bytes=256, entropies=(0xC001, 0xC000)))
     assert by_id(delivered) == dict(enumerate(data))
-    pdc = rcv.pdcs[7]
+    pdc = rcv.pdcs[("the peer", 7)]
     assert pdc.start_psn == PSN_MOD - 5 and snd.dpdcid == pdc.spdcid
 
 
@@ -226,7 +232,7 @@ def test_receiver_sacks_what_arrived_beyond_the_hole_and_acks_at_once_when_it_fi
     rcv = UetReceiver(UetParams(ack_every=100))
     for psn in (0, 2, 3, 5):
         rcv.on_request(req(psn, msg_id=psn), b"x", 0.0)
-    (ack,) = rcv.poll(1.0)
+    ((_, ack),) = rcv.poll(1.0)
     assert ack.cack_psn == 0 and ack.sack_base == 2 and ack.sack_bitmap == 0b1011 and ack.ooo_count == 3
     acks, _ = rcv.on_request(req(1, msg_id=1), b"x", 1.0)
     assert [(a.cack_psn, a.sack_base, a.sack_bitmap) for a in acks] == [(3, 5, 0b1)]
@@ -289,6 +295,56 @@ def test_bad_parameters_are_named(kw, words):
 def test_a_request_cut_before_its_pds_header_ends_is_refused():
     with pytest.raises(MalformedPds):
         decode_request(encode_request(req(0))[:REQUEST_BYTES - 1], headers_only=True)
+
+
+# -- RCCC ------------------------------------------------------------------------
+
+def test_rccc_delivers_everything_against_the_receivers_credit():
+    """The sender starts with a BDP of credit; the rest of its 120 kB comes
+    as the receiver grants it, at the receiver's link rate."""
+    credit = CreditScheduler(rate_pps=2000, mtu_bytes=256, base_rtt_s=0.004)
+    cc = Rccc(RcccParams(line_rate_pps=5000, base_rtt_s=0.004, mtu_bytes=256))
+    initial = cc.credit_bytes
+    data, delivered, snd, rcv, _, now = transfer([4000] * 30, four_paths(), cc=cc, credit=credit)
+    assert by_id(delivered) == dict(enumerate(data)) and snd.done
+    assert credit.granted_bytes >= 30 * 4000 - initial - 256 * 4, "what the initial credit did not cover was granted"
+    assert rcv.stats.credits > 0
+    assert now >= (30 * 4000 - initial) / (2000 * 256) * 0.9, "paced by the receiver's rate, not the sender's"
+
+
+def test_an_rccc_sender_waits_for_credit_but_asks_with_one_packet_when_nothing_is_in_flight():
+    cc = Rccc(RcccParams(initial_credit_packets=0, mtu_bytes=100))
+    snd = UetSender(UetParams(mtu_bytes=100), cc)
+    snd.post(1000, 0.0)
+    first = snd.next_packet(0.0)
+    assert first is not None and first.request.credit_target == 900, "nothing in flight: a packet asks"
+    assert snd.next_packet(0.01) is None, "no credit, one in flight: wait"
+    snd.on_credit(Credit(250, spdcid=1, dpdcid=1), 0.02)
+    sent = [snd.next_packet(0.02 + i * 0.01) for i in range(3)]
+    assert [o.request.credit_target for o in sent if o is not None] == [800, 700]
+
+
+def test_the_credit_scheduler_shares_its_rate_round_robin_and_keeps_at_most_a_bdp_unused():
+    s = CreditScheduler(rate_pps=1000, mtu_bytes=100, base_rtt_s=0.01, burst_s=0.005)
+    for pdc in ("a", "b", "c"):
+        s.on_data(pdc, credit_target=10_000, nbytes=100)
+    grants = s.grant(0.003)                       # 3 ms at 1000 packets/s: 3 packets' worth
+    assert grants == {"a": 100, "b": 100, "c": 100}
+    s.grant(1.0)
+    assert sum(s.unused.values()) <= s.bdp_bytes == 1000, "a BDP of the receiver's link at most"
+    s.on_data("a", credit_target=0, nbytes=400)
+    assert "a" not in s.grant(2.0), "nothing left to send: no credit"
+
+
+def test_an_rccc_sender_to_a_receiver_granting_no_credit_fails_naming_both_ends():
+    rcv = UetReceiver(UetParams())
+    snd = UetSender(UetParams(), Rccc(), peer="10.0.0.2")
+    snd.post(10, 0.0)
+    out = snd.next_packet(0.0)
+    (nack,), _ = rcv.on_request(out.request, out.payload, 0.0)
+    assert nack.code == NACK_MODE_MISMATCH and rcv.stats.refused == 1
+    snd.on_nack(nack, 0.001)
+    assert snd.error is not None and snd.error.cause == MISMATCHED_ENDS and "grants none" in str(snd.error)
 
 
 # -- NSCC ------------------------------------------------------------------------

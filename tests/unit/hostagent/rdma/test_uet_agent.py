@@ -88,7 +88,21 @@ def test_the_uet_sender_and_receiver_deliver_every_message_over_every_entropy(li
     assert code == 0 and tx["messages_completed"] == 20 and tx["error"] is None
     assert tx["entropies_used"] == 16 and tx["mode"] == "uet"
     flow = rx["flows"]["10.0.1.1"]
-    assert flow["delivered_messages"] == 20 and flow["delivered_bytes"] == 20 * 5000 and flow["pdcs"] == 1
+    assert flow["delivered_messages"] == 20 and flow["delivered_bytes"] == 20 * 5000 and rx["pdcs"] == 1
+
+
+def test_rccc_senders_are_served_by_a_receiver_that_grants_credit(link, tmp_path):
+    args = agent.parser().parse_args(["receive", *RX, "--mode", "uet", "--duration", "4", "--credit-pps", "5000",
+                                      "--out", str(tmp_path / "rx")])
+    params = agent.uet_params(args, agent.dilation(args))
+    t = threading.Thread(target=agent.run_uet_receiver, args=(args, params, lambda: False), kwargs={"sock": link["rx0"]})
+    t.start()
+    code = agent.main([*SEND[:-1], "rccc", "--messages", "10", "--message-bytes", "20000", "--line-rate-pps", "5000",
+                       "--duration", "10", "--out", str(tmp_path / "tx")])
+    t.join()
+    rx = json.loads((tmp_path / "rx.json").read_text())
+    assert code == 0 and rx["flows"]["10.0.1.1"]["delivered_bytes"] == 10 * 20000
+    assert rx["credit_granted_bytes"] > 0 and rx["receiver"]["credits"] > 0
 
 
 def test_a_uet_sender_whose_receiver_is_gone_fails_within_the_retry_limit(link, tmp_path, capsys):
@@ -100,6 +114,7 @@ def test_a_uet_sender_whose_receiver_is_gone_fails_within_the_retry_limit(link, 
 
 
 @pytest.mark.parametrize("extra,words", [(["--tclass", "3"], "--mode uet takes no --tclass"),
+                                         (["--mode", "selective-repeat", "--cc", "rccc"], "runs with --mode uet only"),
                                          (["--write"], "--mode uet takes no"),
                                          (["--entropies", "0"], "--entropies must be within 1..4096")])
 def test_rc_options_uet_cannot_honour_are_refused(extra, words, capsys):
