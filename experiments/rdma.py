@@ -99,6 +99,8 @@ MESSAGE_BYTES = 65536
 MTU = 1024
 HPCC_INSTRUCTIONS = ["node_id", "l1_ports", "queue", "tx_bytes", "tx_time", "link_rate"]
 DCQCN_K = 10                 # leaf3 marks CE at this queue depth (packets) for DCQCN
+CCS = ("dcqcn", "hpcc", "swift", "timely")     # the algorithms compared by default
+MARKED_CCS = ("dcqcn", "nscc")        # the congestion controls ECN marks are for (step profile at DCQCN_K)
 
 
 LOSSLESS_CLASS, LOSSLESS_DSCP = 3, 26
@@ -204,23 +206,25 @@ class CaseRun:
 
 
 def run_flows(name: str, cc: str, flows: list[Flow], pfc: bool, topo, net: Network, ctl: FabricController, args,
-              out: Path) -> CaseRun:
+              out: Path, mode: Optional[str] = None, receiver_extra: tuple[str, ...] = (),
+              sender_extra: tuple[str, ...] = ()) -> CaseRun:
     """Every flow's sender and the receiver on their hosts, `cc` on each, in
-    the lossless class when `pfc`; the bottleneck queue sampled throughout."""
+    the lossless class when `pfc`; the bottleneck queue sampled throughout.
+    `mode`: the transport (default args.mode; "uet": UET's, experiments/uet.py)."""
     receiver = topo.hosts[RECEIVER]
     port = receiver.switch_port
     queue = LOSSLESS_CLASS if pfc else 0
     for q in (0, LOSSLESS_CLASS):
         ctl.feature("ecn").set_profile(BOTTLENECK_SWITCH, port, None, queue=q)
-    ctl.feature("ecn").set_profile(BOTTLENECK_SWITCH, port, EcnProfile.step(DCQCN_K) if cc == "dcqcn" else None,
+    ctl.feature("ecn").set_profile(BOTTLENECK_SWITCH, port, EcnProfile.step(DCQCN_K) if cc in MARKED_CCS else None,
                                    queue=queue)
     case_dir = out / name
     case_dir.mkdir(parents=True, exist_ok=True)
     gate = StartGate(case_dir)       # every agent ready before any sends (agents/start.py)
     end_s = max(f.start_s + f.duration_s + f.drain_s * args.dilation.factor for f in flows)
-    common = agent_options(args, args.mode)
+    common = agent_options(args, mode or args.mode)
     procs = [rdma_agent(receiver, "receive", start_at=gate, out_dir=case_dir,
-                        extra=[*common, "--duration", str(end_s + 3.0)])]
+                        extra=[*common, "--duration", str(end_s + 3.0), *receiver_extra])]
     capacity = queue_rate_pps(topo.switches[BOTTLENECK_SWITCH].ports[port].link.bandwidth_mbps)
     for f in flows:
         h = topo.hosts[f.host]
@@ -229,7 +233,7 @@ def run_flows(name: str, cc: str, flows: list[Flow], pfc: bool, topo, net: Netwo
             "--duration", str(f.duration_s),
             "--drain-s", str(f.drain_s * args.dilation.factor), "--line-rate-pps", str(capacity),
             *(["--dscp", str(LOSSLESS_DSCP), "--tclass", str(LOSSLESS_CLASS), "--link-mbps",
-               str(topo.access_link(h).bandwidth_mbps)] if pfc else []), *f.extra]))
+               str(topo.access_link(h).bandwidth_mbps)] if pfc else []), *sender_extra, *f.extra]))
     samples: list = []
     stop = threading.Event()
     sw = topo.switches[BOTTLENECK_SWITCH]
@@ -664,7 +668,8 @@ PHASES = ("incast", "mix", "converge", "loss", "spray")
 def main(argv: list[str] | None = None) -> int:
     ap = experiment_parser("rdma", __doc__)
     ap.add_argument("--phases", nargs="*", default=list(PHASES), choices=PHASES)
-    ap.add_argument("--ccs", nargs="*", default=sorted(congestion_controls()), choices=sorted(congestion_controls()))
+    ap.add_argument("--ccs", nargs="*", default=list(CCS), choices=sorted(congestion_controls()),
+                    help="congestion controls (default %(default)s; NSCC runs on RC too: --ccs nscc)")
     ap.add_argument("--senders", nargs="*", type=int, default=list(INCAST_SIZES), choices=INCAST_SIZES,
                     help="incast phase: queue pairs into the receiver")
     ap.add_argument("--losses", nargs="*", type=float, default=[0, 0.01, 0.1, 1, 2, 5], help="loss phase: percent")

@@ -83,8 +83,14 @@ def congestion_controls() -> dict[str, Callable[[argparse.Namespace], Congestion
         "swift": lambda a: Swift(dilation(a).params(SwiftParams, line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu)),
         "hpcc": lambda a: Hpcc(dilation(a).params(HpccParams, line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu)),
         "nscc": lambda a: Nscc(dilation(a).params(NsccParams, line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu)),
-        "rccc": lambda a: Rccc(dilation(a).params(RcccParams, line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu)),
     }
+
+
+def uet_congestion_controls() -> dict[str, Callable[[argparse.Namespace], CongestionControl]]:
+    """What --mode uet runs: every one of the RC transport's, and RCCC (the
+    receiver's credit, which RC cannot carry)."""
+    return {**congestion_controls(),
+            "rccc": lambda a: Rccc(dilation(a).params(RcccParams, line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu))}
 
 
 
@@ -356,7 +362,8 @@ def parser() -> argparse.ArgumentParser:
     s = sub.choices["send"]
     s.add_argument("--dst-ip", required=True)
     s.add_argument("--qp", type=int, required=True, help="destination queue pair number")
-    s.add_argument("--cc", choices=sorted(congestion_controls()), default="dcqcn")
+    s.add_argument("--cc", choices=sorted(uet_congestion_controls()), default="dcqcn",
+                   help="congestion control (rccc: --mode uet only)")
     s.add_argument("--line-rate-pps", type=float, default=1000.0, help="the NIC's rate, packets/s")
     s.add_argument("--message-bytes", type=int, default=65536)
     s.add_argument("--messages", type=int, default=0, help="send this many messages, then stop (0: --duration)")
@@ -405,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     signal.signal(signal.SIGTERM, _stop)
     if a.role == "send":
-        summary = (run_uet_sender(a, congestion_controls()[a.cc](a), uet, lambda: _stopping) if uet is not None
+        summary = (run_uet_sender(a, uet_congestion_controls()[a.cc](a), uet, lambda: _stopping) if uet is not None
                    else run_sender(a))
         failure = sender_failure(a, summary)
     else:

@@ -29,6 +29,7 @@ from hostagent.rdma.frames import ETH, IP_BYTES, L4, UDP_BYTES, Malformed, NotOu
 from hostagent.rdma.output import percentiles, write_summary
 from hostagent.rdma.cc.rccc import CreditScheduler
 from hostagent.rdma.uet import UetParams, UetReceiver, UetSender
+from hostagent.start import wait_for_start
 from wire.ecn import CE, ECT0
 from wire.lossless import dscp_tos
 from wire.uet import (ACK_CC, CONTROL, NACK, REQUEST_TYPES, UET_PORT, AckCc, Credit, MalformedPds, Nack, Request,
@@ -144,6 +145,7 @@ def run_uet_sender(a, cc, params: UetParams, stopping, sock=None) -> dict:
     stamped = stamp_arrivals(sock)
     ignored: defaultdict[str, int] = defaultdict(int)
     series = []
+    late_s = wait_for_start(a)
     t0 = time.monotonic()
     posted = 0
     next_sample = 0.0
@@ -196,7 +198,7 @@ def run_uet_sender(a, cc, params: UetParams, stopping, sock=None) -> dict:
     fct_ms = [1000 * (m.completed_at - m.posted_at) for m in completed if m.completed_at is not None]
     elapsed = max((m.completed_at for m in completed if m.completed_at is not None), default=0.0)
     summary = {
-        "role": "sender", "qp": a.qp, "src": a.src_ip, "dst": a.dst_ip, "cc": a.cc, "mode": UET,
+        "role": "sender", "started_late_s": round(late_s, 3), "qp": a.qp, "src": a.src_ip, "dst": a.dst_ip, "cc": a.cc, "mode": UET,
         "message_bytes": a.message_bytes, "messages_posted": posted, "messages_completed": len(completed),
         "messages_failed": sum(m.error is not None for m in snd.messages),
         "error": None if snd.error is None else str(snd.error), "stopped_by_signal": stopping(),
@@ -242,6 +244,7 @@ def run_uet_receiver(a, params: UetParams, stopping, sock=None) -> dict:
         except OSError:
             ignored["tx-error"] += 1
 
+    wait_for_start(a)
     t0 = time.monotonic()
     while (now := time.monotonic() - t0) < a.duration and not stopping():
         try:

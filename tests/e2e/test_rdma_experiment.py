@@ -24,7 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hostagent.rdma.agent import congestion_controls
+from experiments.rdma import CCS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -50,7 +50,7 @@ def test_each_congestion_control_holds_an_incast(tmp_path):
                           text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {r["cc"]: r for r in csv.DictReader(open(out / "incast" / "summary.csv"))}
-    assert set(rows) == set(congestion_controls())
+    assert set(rows) == set(CCS)
     for cc, r in rows.items():
         assert_every_loss_named(r)
         assert int(r["messages"]) > 0 and float(r["utilisation"]) > 0, r
@@ -160,7 +160,7 @@ def test_short_messages_among_long_flows_and_flows_joining_and_leaving(tmp_path)
                           timeout=1200)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     mix = {r["cc"]: r for r in csv.DictReader(open(out / "mix" / "summary.csv"))}
-    assert set(mix) == set(congestion_controls())
+    assert set(mix) == set(CCS)
     for cc, r in mix.items():
         assert int(r["short_messages"]) >= 50 and int(r["short_completed"]) > 0, r
         assert 0.8 <= float(r["slowdown_p50"]) <= float(r["slowdown_p99"]), r
@@ -182,7 +182,7 @@ def test_short_messages_among_long_flows_and_flows_joining_and_leaving(tmp_path)
     assert (out / "mix" / "slowdown_cdf.png").stat().st_size > 10_000
     converge = {r["cc"]: r for r in csv.DictReader(open(out / "converge" / "summary.csv"))}
     events = list(csv.DictReader(open(out / "converge" / "events.csv")))
-    for cc in congestion_controls():
+    for cc in CCS:
         mine = [e for e in events if e["cc"] == cc]
         assert [(e["event"], int(e["flows"])) for e in mine] == [("join", 2), ("join", 3), ("join", 4),
                                                                 ("leave", 3), ("leave", 2), ("leave", 1)], mine

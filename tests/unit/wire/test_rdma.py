@@ -91,7 +91,7 @@ def test_terms_codes_are_indices_and_none_stated_is_zero():
 
 @pytest.mark.parametrize("bits,what", [(0x01, "without the terms flag"),
                                        (TERMS_STATED | 2 << 3, "unknown retransmission mode code 2"),
-                                       (TERMS_STATED | 6, "unknown congestion control code 6"),
+                                       (TERMS_STATED | 5, "unknown congestion control code 5"),
                                        (TERMS_STATED | 0x20, "a reserved bit set")])
 def test_unknown_terms_are_refused_by_name(bits, what):
     with pytest.raises(MalformedTerms, match=what):
