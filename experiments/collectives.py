@@ -122,7 +122,7 @@ from emulator.network import Network
 from emulator.fidelity import FidelityMonitor, Verdict, report
 from experiments.common import (agent_python, case_fidelity, experiment_parser, lost_before_pipeline, print_table,
                                 roce_agent, save_figure, write_csv)
-from experiments.failover_timeline import fail_link
+from experiments.common import fail_link
 from features import topology_from_dict
 from features.failover.heartbeat import running_heartbeats
 from features.failover.rerouting import Rerouter

@@ -21,6 +21,7 @@ from control.controller import FabricController
 from emulator.calibration import CalibrationError, Flow, demand, plan
 from emulator.calibration import load as load_calibration
 from emulator.fidelity import FidelityMonitor, Limits, Verdict, report
+from emulator.impairments import blackhole
 from emulator import queue_depth
 from emulator.network import interface_rx_packets
 from emulator.toolchain import record as record_toolchain
@@ -146,6 +147,13 @@ def kill_switch(net, ctl, name: str, lock: threading.Lock | None = None):
             net.restart_switch(name)
             ctl.recover_switch(name)
     return undo
+
+
+def fail_link(topo, a: str, b: str):
+    """Black-hole both directions of link a-b (the ports stay up: nothing
+    reroutes on a port event); return the undo."""
+    undos = [blackhole(p.iface) for x, y in ((a, b), (b, a)) for p in topo.switches[x].ports.values() if p.peer == y]
+    return lambda: [undo() for undo in undos]
 
 
 def sample_queue(thrift: Bmv2Thrift, port: int, stop: threading.Event, t0: float, out: list,

@@ -63,11 +63,11 @@ from features.failover import diagnose
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from emulator.build import compile_p4
 from control.controller import FabricController
-from emulator.impairments import blackhole
 from emulator.network import Network
 from features.failover.rerouting import Rerouter
 from features import topology_from_dict
-from experiments.common import case_fidelity, experiment_parser, kill_switch, lost_before_pipeline, print_fidelity
+from experiments.common import case_fidelity, experiment_parser, fail_link, kill_switch, lost_before_pipeline, \
+    print_fidelity
 from experiments.common import save_figure, write_csv
 from features.failover.heartbeat import running_heartbeats
 
@@ -101,12 +101,6 @@ def pairs(topo) -> dict[str, dict[str, list[str]]]:
     return {a: {b: [n.ip for n in sorted(topo.hosts[b].nics.values(), key=lambda n: n.index)]
                 for b in topo.hosts if first[b] != first[a]}
             for a in topo.hosts}
-
-
-def fail_link(topo, a: str, b: str):
-    """Black-hole both directions of link a-b (the ports stay up); return the undo."""
-    undos = [blackhole(p.iface) for x, y in ((a, b), (b, a)) for p in topo.switches[x].ports.values() if p.peer == y]
-    return lambda: [undo() for undo in undos]
 
 
 def drops_by_reason(before, after) -> str:

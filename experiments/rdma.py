@@ -70,7 +70,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -207,10 +207,14 @@ class CaseRun:
 
 def run_flows(name: str, cc: str, flows: list[Flow], pfc: bool, topo, net: Network, ctl: FabricController, args,
               out: Path, mode: Optional[str] = None, receiver_extra: tuple[str, ...] = (),
-              sender_extra: tuple[str, ...] = ()) -> CaseRun:
+              sender_extra: tuple[str, ...] = (), at_start: Optional[Callable[[float], None]] = None,
+              senders_may_fail: bool = False) -> CaseRun:
     """Every flow's sender and the receiver on their hosts, `cc` on each, in
     the lossless class when `pfc`; the bottleneck queue sampled throughout.
-    `mode`: the transport (default args.mode; "uet": UET's, experiments/uet.py)."""
+    `mode`: the transport (default args.mode; "uet": UET's, experiments/uet.py);
+    `at_start(t)`: called with the wall-clock start once every agent is
+    ready (to schedule a fault); `senders_may_fail`: a sender's error is a
+    result (in its summary), not the case's failure."""
     receiver = topo.hosts[RECEIVER]
     port = receiver.switch_port
     queue = LOSSLESS_CLASS if pfc else 0
@@ -242,6 +246,8 @@ def run_flows(name: str, cc: str, flows: list[Flow], pfc: bool, topo, net: Netwo
     with Bmv2Thrift(sw.thrift_port) as thrift:
         start_at = gate.open(procs)
         fidelity.traffic_starts(start_at)
+        if at_start is not None:
+            at_start(start_at)
         time.sleep(max(0.0, start_at - time.time()))
         sampler = threading.Thread(target=sample_queue, args=(thrift, port, stop, start_at, samples, queue))
         sampler.start()
@@ -252,7 +258,7 @@ def run_flows(name: str, cc: str, flows: list[Flow], pfc: bool, topo, net: Netwo
         procs[0].terminate()
         procs[0].wait(timeout=15)
     net.check_alive()
-    if any(p.returncode for p in procs[1:]):
+    if any(p.returncode for p in procs[1:]) and not senders_may_fail:
         raise RuntimeError(f"{name}: a sender failed (exit codes {[p.returncode for p in procs[1:]]})")
     with open(case_dir / "queue.csv", "w", newline="") as fh:
         w = csv.writer(fh)
