@@ -19,6 +19,7 @@ transport. The composition (docs/train.md):
 | `--paths` | path-aware source ports, 2 channels a peer pair | ecmp (1 channel) |
 | `--spray` | off | - (spraying with selective repeat, when asked) |
 | failover | on: heartbeats, slots moved in the data plane, the controller rerouting | off |
+| `--transport` | rc: RoCEv2's reliable connection | uet: UET's unordered delivery, NSCC, lossy with trimming on every switch port, every packet sprayed (a row of its own, docs/rdma.md) |
 
 A line per step (time, the global batch's loss against the single-process
 reference's, packets resent, PFC pauses the switches sent and those the
@@ -76,7 +77,7 @@ from hostagent.aggregation.runs import start_server, stop_server
 from hostagent.collectives import schedule as sc
 from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, CHANNEL_CHOICES, FIXED, IN_NETWORK, LEAST_LOADED, \
     default_sport
-from hostagent.rdma.agent import congestion_controls
+from hostagent.rdma.agent import uet_congestion_controls
 from hostagent.rdma.transport import SELECTIVE_REPEAT, TransportParams
 from control.switch import MONITOR_CREDENTIALS
 from telemetry import metrics as m
@@ -90,6 +91,8 @@ ALGORITHMS = ALL_REDUCE_ALGORITHMS
 AGGREGATION_JOB, AGGREGATION_TREES, AGGREGATION_SLOTS = 1, 2, 32
 PARAMETER_SERVER = "ps"        # in-network: the job's parameter server, a host added beside the ranks
 TRAFFIC_CLASSES = ("lossless", "lossy")
+TRANSPORTS = ("rc", "uet")     # RoCEv2's RC (hostagent/rdma/transport.py), or UET's (hostagent/rdma/uet.py)
+UET_TRIM_THRESHOLD = 16        # --transport uet: every switch port trims its lossy queue above this (packets)
 PATHS = ("path-aware", "central", "ecmp", "spray")
 CHANNELS = 2                   # connections per peer pair with path-aware ports or central routing
 LOSS_TOLERANCE = 1e-4          # |loss - reference| per step: float32 rounding of the gradients' sum order
@@ -130,6 +133,7 @@ class Composition:
     paths: str = "path-aware"
     channel_choice: str = LEAST_LOADED
     failover: bool = True
+    transport: str = "rc"
 
     @property
     def channels(self) -> int:
@@ -138,11 +142,11 @@ class Composition:
     @property
     def label(self) -> str:
         split = f" ({self.channels} channels, {self.channel_choice})" if self.channels > 1 else ""
-        return (f"{self.algorithm}, {self.traffic_class}, {self.cc}, {self.paths}{split}, "
-                f"failover {'on' if self.failover else 'off'}")
+        return (f"{'UET, ' if self.transport == 'uet' else ''}{self.algorithm}, {self.traffic_class}, {self.cc}, "
+                f"{self.paths}{split}, failover {'on' if self.failover else 'off'}")
 
 
-TECHNIQUES = ("traffic-class", "cc", "paths", "channel-choice", "failover", "algorithm")
+TECHNIQUES = ("traffic-class", "cc", "paths", "channel-choice", "failover", "algorithm", "transport")
 
 
 def ablations(c: Composition, only: tuple[str, ...] = TECHNIQUES) -> list[tuple[str, Composition]]:
@@ -157,7 +161,12 @@ def ablations(c: Composition, only: tuple[str, ...] = TECHNIQUES) -> list[tuple[
              "channel-choice": (f"fixed split instead of {c.channel_choice}",
                                 c.channels > 1 and c.channel_choice != FIXED, replace(c, channel_choice=FIXED)),
              "failover": ("no failover", c.failover, replace(c, failover=False)),
-             "algorithm": (f"ring instead of {c.algorithm}", c.algorithm != sc.RING, replace(c, algorithm=sc.RING))}
+             "algorithm": (f"ring instead of {c.algorithm}", c.algorithm != sc.RING, replace(c, algorithm=sc.RING)),
+             # the other transport, with what it runs on: UET lossy with trimming and NSCC, RC lossless with HPCC
+             "transport": (("UET (trimming, spraying, nscc) instead of RC" if c.transport == "rc" else
+                            "RC (lossless, hpcc) instead of UET"), c.algorithm != IN_NETWORK,
+                           replace(c, transport="uet", traffic_class="lossy", cc="nscc") if c.transport == "rc" else
+                           replace(c, transport="rc", traffic_class="lossless", cc="hpcc"))}
     return [("composed", c)] + [(name, off) for t in TECHNIQUES if t in only
                                 for name, on, off in [plain[t]] if on]
 
@@ -257,7 +266,7 @@ class Failure:
                 "blackhole": f"switch {self.target} black-holing"}[self.kind]
 
 
-COMPOSED_SECTIONS = ("int", "aggregation", "load_balancing", "failover", "lossless", "nonminimal_routing")
+COMPOSED_SECTIONS = ("int", "aggregation", "load_balancing", "failover", "lossless", "nonminimal_routing", "trimming")
 OVERLAY_ADDS = ("ecn",)          # sections an overlay may add: no technique of the composition decides them
 
 
@@ -299,6 +308,8 @@ def composed_topology(name: str, c: Composition, ranks: list[str],
         raw["lossless"] = LOSSLESS_SECTION
     if c.paths == "spray":
         raw["load_balancing"] = [{"switch": "all", "mode": "spray"}]
+    if c.transport == "uet":          # a lossy fabric that trims rather than drops (docs/features/trimming.md)
+        raw["trimming"] = [{"switch": "all", "port": "all", "threshold": UET_TRIM_THRESHOLD}]
     if c.failover:
         heartbeat_ms, timeout_ms = FAILOVER_MS.get(path.stem, DEFAULT_FAILOVER_MS)
         raw["failover"] = {"heartbeat_ms": heartbeat_ms, "timeout_ms": timeout_ms}
@@ -406,7 +417,9 @@ def rank_command(rank: int, hosts: list, c: Composition, steps: int, line_rate_p
         cmd += ["--channels", str(c.channels), "--channel-choice", c.channel_choice]
     if c.paths == "path-aware":
         cmd += ["--paths", str(topo_file)]
-    if c.paths == "spray":
+    if c.transport == "uet":
+        cmd += ["--mode", "uet"]
+    elif c.paths == "spray":
         cmd += ["--mode", SELECTIVE_REPEAT]
     return cmd
 
@@ -953,8 +966,13 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--ranks", type=int, help="ranks, on the first hosts (default: every host)")
     ap.add_argument("--steps", type=int, default=40, help="global batches of 64 digits (default %(default)s)")
     ap.add_argument("--algorithm", choices=ALGORITHMS, default=sc.RING)
-    ap.add_argument("--traffic-class", choices=TRAFFIC_CLASSES, default="lossless")
-    ap.add_argument("--cc", choices=sorted(congestion_controls()), default="hpcc")
+    ap.add_argument("--transport", choices=TRANSPORTS, default="rc",
+                    help="rc: RoCEv2's reliable connection; uet: UET's unordered delivery over a lossy fabric that "
+                         "trims (default %(default)s)")
+    ap.add_argument("--traffic-class", choices=TRAFFIC_CLASSES, default=None,
+                    help="default: lossless with rc, lossy with uet (UET has no PFC)")
+    ap.add_argument("--cc", choices=sorted(uet_congestion_controls()), default=None,
+                    help="default: hpcc with rc, nscc with uet (rccc: uet only)")
     ap.add_argument("--paths", choices=PATHS, default="path-aware")
     ap.add_argument("--channel-choice", choices=CHANNEL_CHOICES, default=LEAST_LOADED,
                     help=f"with {CHANNELS} channels (path-aware, central): each piece on the channel with the fewest "
@@ -1005,8 +1023,15 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--steps {args.steps}: at least 2")
         if args.runs < 1:
             raise ValueError(f"--runs {args.runs}: at least 1")
+        uet = args.transport == "uet"
+        args.traffic_class = args.traffic_class or ("lossy" if uet else "lossless")
+        args.cc = args.cc or ("nscc" if uet else "hpcc")
+        if uet and args.traffic_class == "lossless":
+            raise ValueError("--transport uet runs lossy (trimming, no PFC): not with --traffic-class lossless")
+        if not uet and args.cc == "rccc":
+            raise ValueError("--cc rccc is UET's receiver credit: with --transport uet only")
         composition = Composition(args.algorithm, args.traffic_class, args.cc, args.paths, args.channel_choice,
-                                  not args.no_failover)
+                                  not args.no_failover, args.transport)
         cases = ablations(composition, tuple(t.strip() for t in args.ablate.split(","))) if args.ablate \
             else [("composed", composition)]
         # checked before anything starts (a case's sections add no switch nor link): every case's

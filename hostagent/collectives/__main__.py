@@ -58,10 +58,10 @@ from wire import aggregation as ah
 from hostagent.collectives import schedule as sc
 from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, CHANNEL_CHOICES, FIXED, IN_NETWORK, \
     IN_NETWORK_DTYPES, MAX_JOBS, CallRecord, CollectiveError, Communicator, default_sport, nccl_tests_table, \
-    open_communicator
+    TRANSPORT_MODES, open_communicator
 from hostagent.collectives.paths import PathModel, path_aware_sports
 from hostagent.collectives.workload import DataParallel, MixtureOfExperts, Pipeline, StepResult, run_steps
-from hostagent.rdma.agent import congestion_controls
+from hostagent.rdma.agent import uet_congestion_controls
 from hostagent.rdma.transport import MODES
 from hostagent.sender import add_host_arguments
 
@@ -147,8 +147,10 @@ def add_group_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--paths", metavar="TOPOLOGY", help="path-aware: choose the channels' source ports so that a "
                                                        "peer pair's channels take disjoint paths in this topology "
                                                        "(the file the fabric runs; ECMP mode)")
-    p.add_argument("--cc", choices=sorted(congestion_controls()), default="dcqcn")
-    p.add_argument("--mode", choices=MODES, default=MODES[0])
+    p.add_argument("--cc", choices=sorted(uet_congestion_controls()), default="dcqcn",
+                   help="congestion control (rccc: --mode uet only)")
+    p.add_argument("--mode", choices=TRANSPORT_MODES, default=MODES[0],
+                   help="the transport: RC with go-back-N or selective repeat, or UET's unordered delivery")
     p.add_argument("--mtu", type=int, default=1024, help="payload bytes per packet")
     p.add_argument("--line-rate-pps", type=float, default=1000.0, help="each connection's top rate, packets/s")
     p.add_argument("--dscp", type=int, default=0, help="DSCP of the packets (the switches' traffic class)")

@@ -1,5 +1,7 @@
 """A communicator: one rank of a group of hosts running collectives over the
-RC transport (hostagent/rdma/endpoint.py), by the schedules of schedule.py.
+RC transport (hostagent/rdma/endpoint.py), or UET's (mode "uet":
+hostagent/rdma/uet_endpoint.py, which hands each connection's messages up
+in the order they were posted), by the schedules of schedule.py.
 
 Each ordered pair of ranks is joined by `channels` connections (queue pairs
 CHANNEL_QP_BASE + c, each from its own UDP source port, as NCCL opens
@@ -53,9 +55,14 @@ from control.path_assignment import default_sport
 from hostagent.aggregation.allreduce import AggregationWorker, AllReduceTimeout
 from wire import aggregation as ah
 from hostagent.collectives import schedule as sc
-from hostagent.rdma.agent import congestion_controls
+from hostagent.rdma.agent import congestion_controls, uet_congestion_controls
 from hostagent.rdma.endpoint import Connection, Endpoint, RawLink
 from hostagent.rdma.transport import MODES, Message, TransportParams
+from hostagent.rdma.uet import UetMessage, UetParams
+from hostagent.rdma.uet_agent import UET
+from hostagent.rdma.uet_endpoint import UetConnection, UetEndpoint
+
+TRANSPORT_MODES = (*MODES, UET)
 
 CHANNEL_QP_BASE = 0x100          # queue pair of channel c between two ranks: base + c
 MAX_CHANNELS = 64
@@ -137,7 +144,7 @@ class _Want:
 
 
 class Communicator:
-    def __init__(self, endpoint: Endpoint, addresses: Sequence[str], rank: int, channels: int = 1,
+    def __init__(self, endpoint: Endpoint | UetEndpoint, addresses: Sequence[str], rank: int, channels: int = 1,
                  sport_of: Callable[[int, int, int], int] = default_sport, timeout_s: float = 60.0,
                  qp_base: int = CHANNEL_QP_BASE, aggregation: AggregationWorker | None = None,
                  channel_choice: str = FIXED):
@@ -169,7 +176,7 @@ class Communicator:
         self.timeout_s = timeout_s
         self.qp_base = qp_base
         self._rank_of = {ip: r for r, ip in enumerate(self.addresses)}
-        self._out: dict[tuple[int, int], Connection] = {}
+        self._out: dict[tuple[int, int], Connection | UetConnection] = {}
         for peer in range(self.size):
             if peer != rank:
                 for c in range(channels):
@@ -539,7 +546,7 @@ class Communicator:
         self.channel_bytes[channel] += len(piece)
         self._posted(self._out[(peer, channel)].post(piece, now), peer, what)
 
-    def _posted(self, msg: Message, peer: int, what: str) -> None:
+    def _posted(self, msg: Message | UetMessage, peer: int, what: str) -> None:
         """A piece posted to `peer`: on a failed connection it failed at once.
         (Called with the lock held.)"""
         if msg.error is not None:
@@ -623,19 +630,33 @@ def open_communicator(rank: int, addresses: Sequence[str], iface: str, src_ip: s
     all-reduce. channel_choice: one of CHANNEL_CHOICES, the same on every
     rank. tclass: the lossless class `dscp` maps to, whose PFC pauses the
     rank's NIC honours (None: none), link_mbps the host link's rate (the
-    pause quantum)."""
+    pause quantum). mode "uet": UET's transport (lossy: no class; with cc
+    "rccc" the rank grants its peers credit for its link at line_rate_pps)."""
     if not 0 <= job < MAX_JOBS:
         raise ValueError(f"job must be within 0..{MAX_JOBS - 1}, got {job}")
     if channels > JOB_QPS:
         raise ValueError(f"channels must be at most {JOB_QPS} (a job's queue pairs), got {channels}")
-    params = TransportParams(mode=mode, mtu_bytes=mtu)
-    make_cc = congestion_controls()[cc]
+    if mode not in TRANSPORT_MODES:
+        raise ValueError(f"mode must be one of {', '.join(TRANSPORT_MODES)}, got {mode!r}")
+    if mode == UET and tclass is not None:
+        raise ValueError(f"UET is lossy (trimming, not PFC): no traffic class to honour, got tclass {tclass}")
+    ccs = uet_congestion_controls() if mode == UET else congestion_controls()
+    if cc not in ccs:
+        raise ValueError(f"congestion control must be one of {', '.join(sorted(ccs))} with mode {mode}, got {cc!r}")
+    make_cc = ccs[cc]
     options = argparse.Namespace(line_rate_pps=line_rate_pps, mtu=mtu)
     qp_base = CHANNEL_QP_BASE + JOB_QPS * job
+    accept = range(qp_base, qp_base + JOB_QPS)
     link = RawLink(iface)
+    endpoint: Endpoint | UetEndpoint
     try:
-        endpoint = Endpoint(link, src_ip, src_mac, gw_mac, params, lambda: make_cc(options), dscp=dscp,
-                            accept_qps=range(qp_base, qp_base + JOB_QPS), tclass=tclass, link_mbps=link_mbps)
+        if mode == UET:
+            endpoint = UetEndpoint(link, src_ip, src_mac, gw_mac, UetParams(mtu_bytes=mtu), lambda: make_cc(options),
+                                   dscp=dscp, accept_qps=accept, credit_pps=line_rate_pps if cc == "rccc" else None)
+        else:
+            endpoint = Endpoint(link, src_ip, src_mac, gw_mac, TransportParams(mode=mode, mtu_bytes=mtu),
+                                lambda: make_cc(options), dscp=dscp, accept_qps=accept, tclass=tclass,
+                                link_mbps=link_mbps)
     except ValueError:          # (a class or link rate it cannot honour)
         link.close()
         raise

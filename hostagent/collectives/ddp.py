@@ -78,9 +78,9 @@ from hostagent.collectives import schedule as sc
 from control.topology import TopologyError
 from features import load_topology
 from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, CHANNEL_CHOICES, FIXED, IN_NETWORK, \
-    CollectiveError, Communicator, default_sport, open_communicator
+    TRANSPORT_MODES, CollectiveError, Communicator, default_sport, open_communicator
 from hostagent.collectives.paths import PathModel, path_aware_sports
-from hostagent.rdma.agent import congestion_controls
+from hostagent.rdma.agent import uet_congestion_controls
 from hostagent.rdma.transport import MODES
 from hostagent.sender import add_host_arguments
 
@@ -252,8 +252,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--aggregation-server", metavar="IP", help=f"{IN_NETWORK}: the job's parameter server")
     ap.add_argument("--aggregation-block-elements", type=int, default=ah.DEFAULT_BLOCK_ELEMENTS,
                     help=f"{IN_NETWORK}: the job's block_elements (default {ah.DEFAULT_BLOCK_ELEMENTS})")
-    ap.add_argument("--cc", choices=sorted(congestion_controls()), default="dcqcn")
-    ap.add_argument("--mode", choices=MODES, default=MODES[0], help="the transport's retransmission mode")
+    ap.add_argument("--cc", choices=sorted(uet_congestion_controls()), default="dcqcn",
+                    help="congestion control (rccc: --mode uet only)")
+    ap.add_argument("--mode", choices=TRANSPORT_MODES, default=MODES[0],
+                    help="the transport: RC with go-back-N or selective repeat, or UET's unordered delivery")
     ap.add_argument("--line-rate-pps", type=float, default=1000.0)
     ap.add_argument("--channels", type=int, default=1, help="connections per peer pair (distinct source ports)")
     ap.add_argument("--channel-choice", choices=CHANNEL_CHOICES, default=FIXED,

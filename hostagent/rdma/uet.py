@@ -150,6 +150,7 @@ class UetSender:
         # RCCC: new packets go against the receiver's credit
         self.credits: Optional[CreditBased] = cast(CreditBased, cc) if getattr(cc, "credit_based", False) else None
         self._unsent_bytes = 0                    # posted, never sent: RCCC's credit target
+        self._unacked_bytes = 0                   # posted, not acknowledged
         self.spdcid, self.dpdcid = spdcid, 0          # the receiver's PDC id: known from its first ACK
         self.start_psn = start_psn % PSN_MOD
         self.error: Optional[UetError] = None
@@ -191,6 +192,7 @@ class UetSender:
             self._packets[self.posted_seq + i] = (msg, i * mtu, chunk)
         self.posted_seq += n
         self._unsent_bytes += size
+        self._unacked_bytes += size
         self.messages.append(msg)
         if self.error is not None:
             self._complete_with_error(now)
@@ -199,6 +201,11 @@ class UetSender:
     @property
     def done(self) -> bool:
         return self.una == self.posted_seq
+
+    @property
+    def unacked_bytes(self) -> int:
+        """Payload bytes posted and not yet acknowledged (0 in the error state)."""
+        return self._unacked_bytes
 
     @property
     def outstanding(self) -> int:
@@ -319,6 +326,7 @@ class UetSender:
             if msg.completed_at is None:
                 msg.completed_at, msg.error = now, self.error
         self._packets.clear()
+        self._unacked_bytes = 0
 
     # -- feedback --------------------------------------------------------------
 
@@ -383,6 +391,7 @@ class UetSender:
             d.pop(s, None)
         self._retransmitted.discard(s)
         if entry is not None:
+            self._unacked_bytes -= len(entry[2])
             msg = entry[0]
             msg._missing -= 1
             if msg._missing == 0 and msg.completed_at is None:

@@ -24,18 +24,33 @@ def test_the_composition_writes_its_sections_and_nothing_else():
     assert topo.features["failover"] is not None
 
 
+def test_the_uet_composition_trims_on_every_switch_port_and_has_no_lossless_class():
+    c = Composition(traffic_class="lossy", cc="nscc", transport="uet")
+    topo, raw = train.composed_topology("leaf-spine", c, ["h1", "h2", "h3", "h4"])
+    assert raw["trimming"] == [{"switch": "all", "port": "all", "threshold": train.UET_TRIM_THRESHOLD}]
+    assert "lossless" not in raw and "int" not in raw
+    assert len(topo.features["trimming"]) == sum(len(sw.ports) for sw in topo.switches.values())
+    cmd = train.rank_command(0, [topo.hosts[n].primary for n in ("h1", "h2", "h3", "h4")], c, 4, 400.0, topo,
+                             Path("t.yaml"), Path("/tmp"))
+    assert cmd[cmd.index("--mode") + 1] == "uet" and "--tclass" not in cmd
+
+
 def test_ablation_switches_off_one_technique_a_case():
     cases = train.ablations(Composition())
     assert [name for name, _ in cases] == ["composed", "lossy class (no PFC)", "dcqcn instead of hpcc",
                                            "ecmp instead of path-aware", "fixed split instead of least-loaded",
-                                           "no failover"]
-    fields = ("algorithm", "traffic_class", "cc", "paths", "channel_choice", "failover")
-    for (_, c), changed in zip(cases[1:], ("traffic_class", "cc", "paths", "channel_choice", "failover")):
-        assert [f for f in fields if getattr(c, f) != getattr(Composition(), f)] == [changed]
+                                           "no failover", "UET (trimming, spraying, nscc) instead of RC"]
+    fields = ("algorithm", "traffic_class", "cc", "paths", "channel_choice", "failover", "transport")
+    for (_, c), changed in zip(cases[1:], (["traffic_class"], ["cc"], ["paths"], ["channel_choice"], ["failover"],
+                                           ["traffic_class", "cc", "transport"])):
+        assert [f for f in fields if getattr(c, f) != getattr(Composition(), f)] == changed
+    uet = cases[-1][1]
+    assert (uet.transport, uet.traffic_class, uet.cc) == ("uet", "lossy", "nscc")
+    assert [n for n, _ in train.ablations(uet, ("transport",))] == ["composed", "RC (lossless, hpcc) instead of UET"]
     assert Composition().channels == 2 and Composition(paths="ecmp").channels == 1
     assert Composition(algorithm="in-network").channels == 1       # its packets are not the RC transport's
     assert [n for n, _ in train.ablations(Composition("tree", "lossy", "dcqcn", "ecmp", "least-loaded", False))] == \
-        ["composed", "ring instead of tree"]
+        ["composed", "ring instead of tree", "UET (trimming, spraying, nscc) instead of RC"]
     # --ablate channel-choice,failover: only those
     assert [n for n, _ in train.ablations(Composition(), ("failover", "channel-choice"))] == \
         ["composed", "fixed split instead of least-loaded", "no failover"]
