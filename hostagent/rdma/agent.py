@@ -23,15 +23,12 @@ arguments.
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import random
 import select
 import signal
 import sys
 import time
 from collections import defaultdict
-from pathlib import Path
 from typing import Callable, Optional
 
 from emulator.dilation import Dilation
@@ -47,7 +44,7 @@ from hostagent.rdma.cc.rccc import Rccc, RcccParams
 from hostagent.rdma.cc.swift import Swift, SwiftParams
 from hostagent.rdma.cc.timely import Timely, TimelyParams
 from hostagent.rdma.frames import FrameBuilder, Malformed, NotOurs, check_dscp, parse
-from hostagent.rdma.output import percentiles, write_summary
+from hostagent.rdma.output import percentiles, write_messages, write_summary
 from hostagent.rdma.transport import MODES, SEND, WRITE, Ack, Requester, Responder, TransportParams
 from hostagent.rdma.uet import UetParams
 from hostagent.rdma.uet_agent import UET, run_uet_receiver, run_uet_sender, uet_params
@@ -212,13 +209,7 @@ def run_sender(a, sock=None) -> dict:
         "pfc": pfc.summary() if pfc is not None else None,
     }
     write_summary(a, summary, ("t", "rate_pps", "window_packets", "outstanding", "sent", "retransmitted"), series)
-    if a.out is not None:
-        with open(Path(a.out).with_suffix(".messages.csv"), "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(("message", "bytes", "posted_s", "completed_s", "error"))
-            w.writerows((m.id, m.size, round(m.posted_at, 6),
-                         "" if m.completed_at is None or m.error is not None else round(m.completed_at, 6),
-                         "" if m.error is None else m.error.cause) for m in req.messages)
+    write_messages(a, req.messages)
     return summary
 
 

@@ -16,6 +16,18 @@ def percentiles(values: list[float]) -> Optional[dict]:
             "max": round(v[-1], 3)}
 
 
+def write_messages(a, messages) -> None:
+    """A sender's messages, one row each: <out>.messages.csv (nothing without --out)."""
+    if a.out is None:
+        return
+    with open(Path(a.out).with_suffix(".messages.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(("message", "bytes", "posted_s", "completed_s", "error"))
+        w.writerows((m.id, m.size, round(m.posted_at, 6),
+                     "" if m.completed_at is None or m.error is not None else round(m.completed_at, 6),
+                     "" if m.error is None else m.error.cause) for m in messages)
+
+
 def write_summary(a, summary: dict, header: tuple = (), rows=()) -> None:
     if a.out is None:
         print(json.dumps(summary, indent=2))

@@ -118,6 +118,25 @@ class TransportParams:
             raise ValueError("invalid transport parameters: " + "; ".join(problems))
 
 
+def capped_window(cc: CongestionControl, cap: int) -> int:
+    """Packets in flight at most: the congestion control's window (at least
+    1), within `cap`; `cap` when it has none."""
+    w = cc.window_packets
+    return cap if w is None else max(1, min(cap, int(w)))
+
+
+def rtt_sample(srtt: Optional[float], rttvar: float, rtt: float) -> tuple[float, float]:
+    """RFC 6298's smoothed RTT and its variation after one sample."""
+    if srtt is None:
+        return rtt, rtt / 2
+    return 0.875 * srtt + 0.125 * rtt, 0.75 * rttvar + 0.25 * abs(srtt - rtt)
+
+
+def rto_of(srtt: Optional[float], rttvar: float, lo: float, hi: float) -> float:
+    """srtt + 4 rttvar, at least `lo` (RFC 6298, with this minimum), at most `hi`."""
+    return lo if srtt is None else min(hi, max(lo, srtt + 4 * rttvar))
+
+
 class QpError(RuntimeError):
     """A queue pair in the error state (verbs: IBV_QPS_ERR) and why: the
     status every message it had, or is given later, completes with."""
@@ -305,9 +324,7 @@ class Requester:
         return self.una == self.posted_seq
 
     def window(self) -> int:
-        w = self.cc.window_packets
-        cap = self.p.max_outstanding
-        return cap if w is None else max(1, min(cap, int(w)))
+        return capped_window(self.cc, self.p.max_outstanding)
 
     # -- sending ---------------------------------------------------------------
 
@@ -473,19 +490,11 @@ class Requester:
         return newly
 
     def _rtt_sample(self, rtt: float) -> None:
-        """RFC 6298's smoothed RTT and its variation."""
         self.min_rtt = rtt if self.min_rtt is None else min(self.min_rtt, rtt)
-        if self.srtt is None:
-            self.srtt, self.rttvar = rtt, rtt / 2
-        else:
-            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
-            self.srtt = 0.875 * self.srtt + 0.125 * rtt
+        self.srtt, self.rttvar = rtt_sample(self.srtt, self.rttvar, rtt)
 
     def _rto(self) -> float:
-        """srtt + 4 rttvar, at least rto_s (RFC 6298, with this minimum), at most rto_max_s."""
-        if self.srtt is None:
-            return self.p.rto_s
-        return min(self.p.rto_max_s, max(self.p.rto_s, self.srtt + 4 * self.rttvar))
+        return rto_of(self.srtt, self.rttvar, self.p.rto_s, self.p.rto_max_s)
 
     def _selective(self, expected: int, sack: Optional[tuple[int, int]]) -> None:
         """Resend the holes below the highest SACKed packet, each once per

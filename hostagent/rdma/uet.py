@@ -50,6 +50,7 @@ from typing import Optional, cast
 
 from hostagent.rdma.cc.base import CongestionControl, CreditBased, Feedback
 from hostagent.rdma.cc.rccc import CreditScheduler
+from hostagent.rdma.transport import capped_window, rto_of, rtt_sample
 from wire.uet import (CC_CREDIT, CC_NSCC, NACK_INVALID_DPDCID, NACK_MODE_MISMATCH, NACK_PSN_OUT_OF_WINDOW,
                       NACK_TRIMMED, PSN_MOD, SACK_BITS, SYN_OFFSET_MAX, AckCc, Credit, Nack, Request)
 
@@ -213,9 +214,7 @@ class UetSender:
         return self.next_seq - self.una - len(self._acked)
 
     def window(self) -> int:
-        w = self.cc.window_packets
-        cap = self.p.max_outstanding
-        return cap if w is None else max(1, min(cap, int(w)))
+        return capped_window(self.cc, self.p.max_outstanding)
 
     # -- sending ---------------------------------------------------------------
 
@@ -441,16 +440,10 @@ class UetSender:
             self.credits.on_credit(now, credit.credit)
 
     def _rtt_sample(self, rtt: float) -> None:
-        if self.srtt is None:
-            self.srtt, self.rttvar = rtt, rtt / 2
-        else:
-            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
-            self.srtt = 0.875 * self.srtt + 0.125 * rtt
+        self.srtt, self.rttvar = rtt_sample(self.srtt, self.rttvar, rtt)
 
     def _rto(self) -> float:
-        if self.srtt is None:
-            return self.p.rto_s
-        return min(self.p.rto_max_s, max(self.p.rto_s, self.srtt + 4 * self.rttvar))
+        return rto_of(self.srtt, self.rttvar, self.p.rto_s, self.p.rto_max_s)
 
 
 # ---- receiver ------------------------------------------------------------------

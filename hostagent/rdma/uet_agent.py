@@ -13,12 +13,10 @@ agent's summary (<out>.json) and the sender its messages
 from __future__ import annotations
 
 import argparse
-import csv
 import select
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional, Union
 
 from scapy.layers.inet import IP, UDP
@@ -26,7 +24,7 @@ from scapy.layers.l2 import Ether
 
 from hostagent.ecn.roce import open_socket, recv_stamped, stamp_arrivals
 from hostagent.rdma.frames import ETH, IP_BYTES, L4, UDP_BYTES, Malformed, NotOurs, _checksum, _ip
-from hostagent.rdma.output import percentiles, write_summary
+from hostagent.rdma.output import percentiles, write_messages, write_summary
 from hostagent.rdma.cc.rccc import CreditScheduler
 from hostagent.rdma.uet import UetParams, UetReceiver, UetSender
 from hostagent.start import wait_for_start
@@ -211,13 +209,7 @@ def run_uet_sender(a, cc, params: UetParams, stopping, sock=None) -> dict:
         "rtt_ms": {"smoothed": round(1000 * snd.srtt, 3) if snd.srtt is not None else None},
     }
     write_summary(a, summary, ("t", "rate_pps", "window_packets", "outstanding", "sent", "retransmitted"), series)
-    if a.out is not None:
-        with open(Path(a.out).with_suffix(".messages.csv"), "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(("message", "bytes", "posted_s", "completed_s", "error"))
-            w.writerows((m.id, m.size, round(m.posted_at, 6),
-                         "" if m.completed_at is None or m.error is not None else round(m.completed_at, 6),
-                         "" if m.error is None else m.error.cause) for m in snd.messages)
+    write_messages(a, snd.messages)
     return summary
 
 
