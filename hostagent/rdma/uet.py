@@ -163,7 +163,7 @@ class UetSender:
         self.una = 0                  # the oldest packet not acknowledged
         self._acked: set[int] = set()           # acknowledged above una
         self._sent_at: dict[int, float] = {}
-        self._order: dict[int, int] = {}         # seq -> number of its latest transmission
+        self._order: dict[int, int] = {}         # seq -> number of its latest transmission, in that order
         self._entropy_of: dict[int, int] = {}
         self._retransmitted: set[int] = set()
         self._resend: deque[int] = deque()
@@ -253,6 +253,7 @@ class UetSender:
         self.stats.sent += 1
         self.stats.by_entropy[entropy] = self.stats.by_entropy.get(entropy, 0) + 1
         self._sent_at[seq] = now
+        self._order.pop(seq, None)                # (re)inserted last: the dict stays in transmission order
         self._order[seq] = self.stats.sent
         self._entropy_of[seq] = entropy
         self.cc.on_send(now, len(payload))
@@ -400,8 +401,12 @@ class UetSender:
         """Packets sent `reorder_packets` transmissions before the newest
         acknowledged one and still missing are lost: resend them now."""
         horizon = self._newest_acked_order - self.p.reorder_packets
-        lost = [s for s, order in self._order.items()
-                if order <= horizon and s not in self._acked and s not in self._resend_set]
+        lost = []
+        for s, order in self._order.items():      # oldest transmission first
+            if order > horizon:
+                break
+            if s not in self._resend_set:
+                lost.append(s)
         for s in lost:
             self.stats.lost += 1
             self._penalise(s, now)
