@@ -11,8 +11,10 @@ from 0), each carrying the message id, its byte offset and the message's
 length, so the receiver can place it whatever the order. Every packet
 leaves with an entropy value (the UDP source port the switches hash), the
 next in rotation among the PDC's `entropies`, skipping any value that
-brought an ECN mark, a trim or a loss within `penalty_s` (REPS-like path
-penalties: a sender steers away from the paths that complain). New packets
+brought an ECN mark, a trim or a loss within its rest (REPS-like path
+penalties: a sender steers away from the paths that complain). A rest is
+`penalty_s`, doubled for each penalty since the entropy's last clean ACK
+(up to 64 times: a dead path is tried again rarely, a hot one soon). New packets
 go while fewer than the congestion control's window are unacknowledged, at
 its pace. Until its first ACK the PDC is being set up: its packets carry
 SYN and their offset from the start PSN, so the receiver learns the start
@@ -58,7 +60,8 @@ RETRY_EXCEEDED = "retry count exceeded"
 UNKNOWN_PDC = "unknown to the receiver"
 MISMATCHED_ENDS = "mismatched ends"
 MAX_RETRY_CNT = 7
-TRACKED_PSNS = 1 << 14          # the receiver keeps PSNs up to this far beyond the cumulative one
+TRACKED_PSNS = 1 << 14
+MAX_PENALTY_DOUBLINGS = 6       # a rest is at most 64 x penalty_s          # the receiver keeps PSNs up to this far beyond the cumulative one
 
 
 @dataclass(frozen=True)
@@ -171,6 +174,7 @@ class UetSender:
         self._newest_acked_order = 0             # the latest transmission number acknowledged
         self._rotation = 0
         self._rested_until: dict[int, float] = {}
+        self._strikes: dict[int, int] = {}        # entropy -> penalties since its last clean ACK
         self._next_send = now
         self._last_progress = now
         self.rto = params.rto_s
@@ -285,7 +289,9 @@ class UetSender:
     def _penalise(self, seq: int, now: float) -> None:
         e = self._entropy_of.get(seq)
         if e is not None and len(self.p.entropies) > 1:
-            self._rested_until[e] = now + self.p.penalty_s
+            strikes = self._strikes.get(e, 0)
+            self._rested_until[e] = now + self.p.penalty_s * (1 << min(strikes, MAX_PENALTY_DOUBLINGS))
+            self._strikes[e] = strikes + 1
             self.stats.penalties += 1
 
     def _check_timeout(self, now: float) -> None:
@@ -365,6 +371,8 @@ class UetSender:
             rtt = (arrived if arrived is not None and sent_at < arrived <= now else now) - sent_at
         if ack.ecn_marked:
             self._penalise(answered, now)
+        elif answered in self._entropy_of:
+            self._strikes.pop(self._entropy_of[answered], None)      # a clean answer: its path is good again
         if self.credits is not None and ack.cc_type == CC_CREDIT and ack.credit:
             self.credits.on_credit(now, ack.credit)
         for s in newly:

@@ -163,14 +163,16 @@ def test_trimmed_packets_are_resent_on_their_nack_never_by_a_timeout(seed):
 def test_a_dead_path_is_left_after_its_losses_without_a_reroute():
     """One of four paths drops everything (a link failed, the routes not yet
     changed): packets sprayed onto it are found lost by the later packets'
-    ACKs, resent elsewhere, and its entropies rest: everything is delivered,
-    and the dead path carries far less than its share."""
+    ACKs, resent elsewhere, and its entropies rest, longer at each penalty
+    without a clean ACK between: everything is delivered, and the dead path
+    carries a few packets where each live one carries hundreds (20 against
+    640 each; with a fixed 50 ms rest it carried 72)."""
     paths = four_paths()
     paths[2].dead = True
-    data, delivered, snd, _, fabric, _ = transfer([4000] * 30, paths)
+    data, delivered, snd, _, fabric, _ = transfer([4000] * 120, paths)
     assert by_id(delivered) == dict(enumerate(data)) and snd.error is None
     assert snd.stats.lost > 0 and snd.stats.penalties > 0
-    assert fabric.carried[2] < 0.5 * min(fabric.carried[i] for i in (0, 1, 3))
+    assert fabric.carried[2] < 0.05 * min(fabric.carried[i] for i in (0, 1, 3)), fabric.carried
 
 
 def test_a_marking_path_carries_less_than_the_others():
