@@ -29,6 +29,11 @@ if TYPE_CHECKING:
     from control.feature import Feature
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,9}$")  # "<name>-eth<NN>" must fit IFNAMSIZ
+# Names a node may not take: the Kathara export (fabric/kathara.py) makes a
+# device or a lab folder of each (the controller's device, the lab's CA,
+# Kathara's shared folder), and a node of that name would merge with it.
+RESERVED_NAMES = {"controller": "the Kathara lab's controller device", "pki": "the Kathara lab's CA folder",
+                  "shared": "Kathara's shared folder"}
 NIC_NAME_RE = re.compile(r"^[a-z][a-z0-9]*$")
 PLANE_RE = re.compile(r"^[a-z0-9]{1,8}$")
 IFNAME_MAX = 15  # Linux IFNAMSIZ (16) less the terminating NUL
@@ -697,6 +702,8 @@ class _Validator:
         if not isinstance(name, str) or not NAME_RE.match(name):
             self.fail(f"{where}.name", f"{name!r} is not a valid node name "
                       "(lowercase letter, then up to 9 lowercase letters/digits)")
+        if name in RESERVED_NAMES:
+            self.fail(f"{where}.name", f"{name!r} is reserved ({RESERVED_NAMES[name]}): choose another name")
         if name in seen:
             self.fail(f"{where}.name", f"duplicate node name {name!r}")
         seen.add(name)

@@ -127,8 +127,6 @@ def devices(topo: Topology, switch_image: str = SWITCH_IMAGE, host_image: str = 
         dev.interfaces = [(domain_of[id(p.link)], p.mac) for p in ports] + [(MANAGEMENT, "")]
         mgmt, ip = f"eth{len(ports)}", management_ip(topo, sw.name)
         dev.startup += [f"ip addr add {ip}/{prefix} dev {mgmt}", f"ip link set {mgmt} up"]
-        dev.startup += [shlex.join(["sysctl", "-qw", f"net.ipv6.conf.eth{i}.disable_ipv6=1"])
-                        for i in range(len(ports))]
         dev.startup += _netem(topo, sw.name, {id(p.link): f"eth{i}" for i, p in enumerate(ports)})
         cmd = switch_command("simple_switch_grpc", device_id=sw.device_id, thrift_port=sw.thrift_port,
                              grpc_addr=f"{ip}:{GRPC_PORT_BASE}", ports={p.number: f"eth{i}" for i, p in enumerate(ports)},
@@ -149,7 +147,8 @@ def devices(topo: Topology, switch_image: str = SWITCH_IMAGE, host_image: str = 
             dev.interfaces.append((domain_of[id(link)], nic.mac))
             renamed[nic.iface] = f"eth{i}"
         for nic in host.nics.values():
-            dev.startup += [shlex.join(c) for c in nic_commands(nic, renamed[nic.iface])]
+            # (not its IPv6 sysctl: Kathara's default containers are unprivileged, and refuse it)
+            dev.startup += [shlex.join(c) for c in nic_commands(nic, renamed[nic.iface]) if c[0] != "sysctl"]
         dev.startup += _netem(topo, host.name, {id(links[n]): renamed[n] for n in links})
         dev.startup += [shlex.join(c) for c in host_routing_commands(topo, host.name, renamed.__getitem__)]
     ctl = out[CONTROLLER] = Device(CONTROLLER, host_image, [(MANAGEMENT, "")])
