@@ -15,7 +15,8 @@ queue (headers in priority queue 5). The cases:
               (PFC; the senders honour pauses), one path per queue pair (ECMP)
   roce-lossy  the same without PFC or trimming: tail drop
   uet-nscc    UET's reliable unordered delivery, NSCC, lossy with trimming,
-              every packet sprayed (16 entropy values a PDC)
+              every packet sprayed (16 entropy values a PDC, chosen with the
+              fabric's hash model: as many on each path)
   uet-rccc    the same with RCCC: the receiver hands out its link as credit
 
 Phase incast: N senders (h1-h8) post 64 KB messages back to back for
@@ -41,7 +42,7 @@ import statistics
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -55,6 +56,7 @@ from experiments.common import announce_budget, experiment_parser, fail_link, pe
     print_table, save_figure, write_csv
 from experiments.rdma import (BOTTLENECK_SWITCH, LOSSLESS_CLASS, MESSAGE_BYTES, MTU, RECEIVER, Flow as RdmaFlow,
                               bottleneck_pps, incast_flows, jain, judged, phase_demand, run_flows, with_int_to_host)
+from hostagent.collectives.paths import PathModel, path_aware_entropies
 from features.trimming import SECTION as TRIMMING, TRIM_COUNTER, TrimProfile
 from features.trimming import cell as trim_cell
 
@@ -101,7 +103,10 @@ def run_case(case: Case, phase: str, run: int, flows: list[RdmaFlow], topo, net:
     profile = topo.features[TRIMMING][(BOTTLENECK_SWITCH, port, 0)]
     ctl.feature(TRIMMING).set_profile(BOTTLENECK_SWITCH, port, profile if case.trimming else None)
     capacity = bottleneck_pps(topo)
-    sender_extra = ("--entropies", str(ENTROPIES)) if case.mode == "uet" else ()
+    if case.mode == "uet":            # each sender's entropies spread evenly over its paths, by the hash model
+        model, r1 = PathModel(topo), topo.hosts[RECEIVER].primary.ip
+        flows = [replace(f, extra=(*f.extra, "--entropy-ports", ",".join(
+            map(str, path_aware_entropies(model, topo.hosts[f.host].primary.ip, ENTROPIES)(r1))))) for f in flows]
     receiver_extra = ("--credit-pps", str(capacity)) if case.cc == "rccc" else ()
     undo: list = []
     timer: list[threading.Timer] = []
@@ -117,7 +122,7 @@ def run_case(case: Case, phase: str, run: int, flows: list[RdmaFlow], topo, net:
     trims_before = trims(ctl, topo)
     try:
         r = run_flows(f"{phase}-{case.name}-{run}", case.cc, flows, case.pfc, topo, net, ctl, args, out, mode=case.mode,
-                      receiver_extra=receiver_extra, sender_extra=sender_extra, at_start=schedule_failure,
+                      receiver_extra=receiver_extra, at_start=schedule_failure,
                       senders_may_fail=fail_at_s is not None)
     finally:
         for t in timer:

@@ -59,7 +59,8 @@ from hostagent.collectives import schedule as sc
 from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, CHANNEL_CHOICES, FIXED, IN_NETWORK, \
     IN_NETWORK_DTYPES, MAX_JOBS, CallRecord, CollectiveError, Communicator, default_sport, nccl_tests_table, \
     TRANSPORT_MODES, open_communicator
-from hostagent.collectives.paths import PathModel, path_aware_sports
+from hostagent.collectives.paths import PathModel, path_aware_entropies, path_aware_sports
+from hostagent.rdma.uet_agent import UET
 from hostagent.collectives.workload import DataParallel, MixtureOfExperts, Pipeline, StepResult, run_steps
 from hostagent.rdma.agent import uet_congestion_controls
 from hostagent.rdma.transport import MODES
@@ -249,9 +250,11 @@ def steps(a: argparse.Namespace, comm: Communicator) -> int:
 
 def communicator(a: argparse.Namespace) -> Communicator:
     addresses = [x.strip() for x in a.addresses.split(",") if x.strip()]
-    sport_of = default_sport
+    sport_of, entropies_of = default_sport, None
     if a.paths:
-        sport_of = path_aware_sports(PathModel(load_topology(a.paths)), addresses, a.channels)
+        model = PathModel(load_topology(a.paths))
+        sport_of = path_aware_sports(model, addresses, a.channels)
+        entropies_of = path_aware_entropies(model, a.src_ip) if a.mode == UET else None
         for peer in range(len(addresses)):      # unknown addresses fail here, before anything is sent
             if peer != a.rank:
                 sport_of(a.rank, peer, 0)
@@ -270,7 +273,8 @@ def communicator(a: argparse.Namespace) -> Communicator:
     return open_communicator(a.rank, addresses, a.iface, a.src_ip, a.src_mac, a.gw_mac, cc=a.cc, mode=a.mode,
                              line_rate_pps=a.line_rate_pps, mtu=a.mtu, channels=a.channels, timeout_s=a.timeout_s,
                              dscp=a.dscp, job=a.job, sport_of=sport_of, aggregation=aggregation,
-                             channel_choice=a.channel_choice, tclass=a.tclass, link_mbps=a.link_mbps)
+                             channel_choice=a.channel_choice, tclass=a.tclass, link_mbps=a.link_mbps,
+                             entropies_of=entropies_of)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -622,7 +622,8 @@ def open_communicator(rank: int, addresses: Sequence[str], iface: str, src_ip: s
                       sport_of: Callable[[int, int, int], int] = default_sport,
                       aggregation: tuple[int, str, int, int] | None = None,
                       channel_choice: str = FIXED, tclass: int | None = None,
-                      link_mbps: float = 100.0) -> Communicator:
+                      link_mbps: float = 100.0,
+                      entropies_of: Callable[[str], Sequence[int]] | None = None) -> Communicator:
     """A communicator on the host's interface (raw socket), as the fabric's
     hosts use: `job`'s queue pairs only, so jobs share hosts. aggregation:
     (aggregation job, its parameter server's address, first sequence number,
@@ -631,7 +632,9 @@ def open_communicator(rank: int, addresses: Sequence[str], iface: str, src_ip: s
     rank. tclass: the lossless class `dscp` maps to, whose PFC pauses the
     rank's NIC honours (None: none), link_mbps the host link's rate (the
     pause quantum). mode "uet": UET's transport (lossy: no class; with cc
-    "rccc" the rank grants its peers credit for its link at line_rate_pps)."""
+    "rccc" the rank grants its peers credit for its link at line_rate_pps;
+    entropies_of(peer): the entropy values of the connections to it, the
+    path model's: collectives/paths.py path_aware_entropies)."""
     if not 0 <= job < MAX_JOBS:
         raise ValueError(f"job must be within 0..{MAX_JOBS - 1}, got {job}")
     if channels > JOB_QPS:
@@ -652,7 +655,8 @@ def open_communicator(rank: int, addresses: Sequence[str], iface: str, src_ip: s
     try:
         if mode == UET:
             endpoint = UetEndpoint(link, src_ip, src_mac, gw_mac, UetParams(mtu_bytes=mtu), lambda: make_cc(options),
-                                   dscp=dscp, accept_qps=accept, credit_pps=line_rate_pps if cc == "rccc" else None)
+                                   dscp=dscp, accept_qps=accept, credit_pps=line_rate_pps if cc == "rccc" else None,
+                                   entropies_of=entropies_of)
         else:
             endpoint = Endpoint(link, src_ip, src_mac, gw_mac, TransportParams(mode=mode, mtu_bytes=mtu),
                                 lambda: make_cc(options), dscp=dscp, accept_qps=accept, tclass=tclass,

@@ -79,7 +79,8 @@ from control.topology import TopologyError
 from features import load_topology
 from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, CHANNEL_CHOICES, FIXED, IN_NETWORK, \
     TRANSPORT_MODES, CollectiveError, Communicator, default_sport, open_communicator
-from hostagent.collectives.paths import PathModel, path_aware_sports
+from hostagent.collectives.paths import PathModel, path_aware_entropies, path_aware_sports
+from hostagent.rdma.uet_agent import UET
 from hostagent.rdma.agent import uet_congestion_controls
 from hostagent.rdma.transport import MODES
 from hostagent.sender import add_host_arguments
@@ -318,14 +319,16 @@ def main(argv: list[str] | None = None) -> int:
             dist.broadcast_object_list(agreed, src=0)
             aggregation = (a.aggregation_job, a.aggregation_server, agreed[0], a.aggregation_block_elements)
         try:
-            sport_of = default_sport
+            sport_of, entropies_of = default_sport, None
             if a.paths:
-                sport_of = path_aware_sports(PathModel(load_topology(a.paths)), addresses, a.channels)
+                path_model = PathModel(load_topology(a.paths))
+                sport_of = path_aware_sports(path_model, addresses, a.channels)
+                entropies_of = path_aware_entropies(path_model, a.src_ip) if a.mode == UET else None
             comm = open_communicator(a.rank, addresses, a.iface, a.src_ip, a.src_mac, a.gw_mac, cc=a.cc,
                                      mode=a.mode, line_rate_pps=a.line_rate_pps, channels=a.channels,
                                      timeout_s=a.timeout_s, dscp=a.dscp, sport_of=sport_of,
                                      aggregation=aggregation, channel_choice=a.channel_choice, tclass=a.tclass,
-                                     link_mbps=a.link_mbps)
+                                     link_mbps=a.link_mbps, entropies_of=entropies_of)
         except (ValueError, TopologyError) as e:
             print(f"hostagent.collectives.ddp: {e}", file=sys.stderr)
             return 2

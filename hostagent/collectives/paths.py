@@ -29,6 +29,7 @@ from control.topology import Nic, Route, Topology
 from features.int_telemetry import IntConfig, WatchRule
 from wire.int_telemetry import INT_UDP_PORT
 from wire.roce import ROCEV2_UDP_PORT
+from wire.uet import UET_PORT as UET_UDP_PORT
 
 IP_PROTO_UDP = 17
 SPORT_RANGE = range(0xC000, 0x10000)   # RoCEv2 source ports
@@ -99,15 +100,16 @@ class PathModel:
         return rule is not None and rule.sample == 1
 
     def choose_ports(self, src_ip: str, dst_ip: str, channels: int, start: int = SPORT_RANGE.start,
-                     candidates: int = 512) -> list[int]:
+                     candidates: int = 512, dport: int = ROCEV2_UDP_PORT) -> list[int]:
         """Source ports for `channels` connections from src to dst, each on a
         path no other channel uses while there are unused ones (then spread
-        evenly over the paths), the lowest fitting port first."""
+        evenly over the paths), the lowest fitting port first. `dport`: the
+        flows' destination port (UET's 4793: a PDC's entropy values)."""
         if channels < 1:
             raise ValueError(f"channels must be >= 1, got {channels}")
         by_path: dict[Path, list[int]] = {}
         for sport in range(start, min(start + candidates, SPORT_RANGE.stop)):
-            by_path.setdefault(self.path(src_ip, dst_ip, sport), []).append(sport)
+            by_path.setdefault(self.path(src_ip, dst_ip, sport, dport), []).append(sport)
         use: Counter[Path] = Counter({p: 0 for p in by_path})
         chosen = []
         for _ in range(channels):
@@ -121,6 +123,18 @@ class PathModel:
     def paths_between(self, src_ip: str, dst_ip: str, candidates: int = 512) -> set[Path]:
         """The distinct paths the candidate source ports reach."""
         return {self.path(src_ip, dst_ip, s) for s in range(SPORT_RANGE.start, SPORT_RANGE.start + candidates)}
+
+
+def path_aware_entropies(model: PathModel, src_ip: str, count: int = 16):
+    """A UET endpoint's `entropies_of` (peer) -> ports: `count` entropy values
+    spread evenly over the paths to the peer (UDP 4793's hash), per peer."""
+    cache: dict[str, tuple[int, ...]] = {}
+
+    def entropies_of(peer: str) -> tuple[int, ...]:
+        if peer not in cache:
+            cache[peer] = tuple(model.choose_ports(src_ip, peer, count, dport=UET_UDP_PORT))
+        return cache[peer]
+    return entropies_of
 
 
 def path_aware_sports(model: PathModel, addresses: Sequence[str], channels: int):

@@ -369,7 +369,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--drain-s", type=float, default=1.0, help="after --duration: time to finish what is in flight "
                                                                   "(with --poisson-per-s: what was posted)")
     s.add_argument("--entropies", type=int, default=16,
-                   help="--mode uet: UDP source ports (entropy values) to spray the PDC's packets over")
+                   help="--mode uet: UDP source ports (entropy values) to spray the PDC's packets over, "
+                        "consecutive from a base the PDC id picks")
+    s.add_argument("--entropy-ports", metavar="P1,P2,...",
+                   help="--mode uet: these entropy values instead (a launcher that knows the fabric picks them "
+                        "spread over the paths: hostagent/collectives/paths.py)")
     s.add_argument("--tclass", type=int, default=None, help="honour PFC pauses of this class (a lossless NIC)")
     s.add_argument("--link-mbps", type=float, default=100.0, help="the host link's rate: the pause quantum")
     return ap

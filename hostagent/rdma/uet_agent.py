@@ -127,10 +127,23 @@ def parse_uet(frame: bytes, trimmed_dscp: Optional[int]) -> UetParsed:
     raise Malformed(f"PDS type {kind} is not one this transport uses")
 
 
+def entropy_ports(text: str) -> tuple[int, ...]:
+    """--entropy-ports: comma-separated UDP source ports, distinct, 0xC000..0xFFFF."""
+    try:
+        ports = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise ValueError(f"--entropy-ports: expected comma-separated port numbers, got {text!r}") from None
+    bad = [p for p in ports if not 0xC000 <= p <= 0xFFFF]
+    if bad or len(set(ports)) != len(ports) or not ports:
+        raise ValueError(f"--entropy-ports: distinct ports within 49152..65535, at least one, got {text!r}")
+    return ports
+
+
 def uet_params(a: argparse.Namespace, dilation) -> UetParams:
     given = {"rto_s": a.rto_s} if getattr(a, "rto_s", None) is not None else {}
     given.update({"retry_cnt": a.retry_cnt} if hasattr(a, "retry_cnt") else {})
-    given.update({"entropies": entropies(a.qp, a.entropies)} if hasattr(a, "qp") else {})
+    if hasattr(a, "qp"):
+        given["entropies"] = entropy_ports(a.entropy_ports) if a.entropy_ports else entropies(a.qp, a.entropies)
     return dilation.params(UetParams, mtu_bytes=a.mtu, ack_every=a.ack_every, **given)
 
 

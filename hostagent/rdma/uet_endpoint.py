@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import defaultdict, deque
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from hostagent.rdma.cc.base import CongestionControl
 from hostagent.rdma.cc.rccc import CreditScheduler
@@ -65,9 +65,13 @@ class UetEndpoint:
                  congestion_control: Callable[[], CongestionControl], dscp: int = 0,
                  clock: Optional[Callable[[], float]] = None, accept_qps: Optional[range] = None,
                  trimmed_dscp: Optional[int] = TRIMMED_DSCP, entropies: int = 16,
-                 credit_pps: Optional[float] = None):
+                 credit_pps: Optional[float] = None,
+                 entropies_of: Optional[Callable[[str], Sequence[int]]] = None):
         """credit_pps: this host's link in packets/s, for RCCC senders'
-        credit (None: grant none, refuse them)."""
+        credit (None: grant none, refuse them); entropies_of(peer): the
+        entropy values of the connections to `peer` (the path model's, spread
+        over the paths: collectives/paths.py path_aware_entropies; None:
+        `entropies` consecutive ports from each connection's port)."""
         check_dscp(dscp, trimmed_dscp)
         if not 1 <= entropies <= 4096:
             raise ValueError(f"entropies must be within 1..4096, got {entropies}")
@@ -77,6 +81,7 @@ class UetEndpoint:
         self.params = params
         self.make_cc = congestion_control
         self.dscp, self.trimmed_dscp, self.entropies = dscp, trimmed_dscp, entropies
+        self.entropies_of = entropies_of
         if clock is None:
             t0 = time.monotonic()
             clock = lambda: time.monotonic() - t0    # noqa: E731
@@ -101,8 +106,9 @@ class UetEndpoint:
         key = (peer, qp)
         if key in self.connections:
             raise ValueError(f"a connection to {peer} on PDC {qp} exists already")
-        values = tuple(ENTROPY_RANGE.start + (sport - ENTROPY_RANGE.start + i) % len(ENTROPY_RANGE)
-                       for i in range(self.entropies))
+        values = (tuple(self.entropies_of(peer)) if self.entropies_of is not None else
+                  tuple(ENTROPY_RANGE.start + (sport - ENTROPY_RANGE.start + i) % len(ENTROPY_RANGE)
+                        for i in range(self.entropies)))
         params = dataclasses.replace(self.params, entropies=values)
         conn = UetConnection(peer, qp, sport, UetSender(params, self.make_cc(), now=self.clock(), spdcid=qp,
                                                         peer=peer),
