@@ -144,8 +144,10 @@ class FabricController:
         # at once: BMv2 loads a pipeline in its own process (0.39 s a switch, one after the other)
         pushed = dict(zip(names, [False] * len(names) if dry_run else first_error(
             each_switch(lambda name: self.connections[name].push_pipeline(self.pipeline), names))))
-        return [SwitchResult(name, pushed[name], self._sync(name, skeletons[name], dry_run))
-                for name in self.connections]
+        # each switch read and written on its own thread: one switch's writes wait on its BMv2 process while
+        # the next one's entries are compared
+        reports = first_error(each_switch(lambda name: self._sync(name, skeletons[name], dry_run), names))
+        return [SwitchResult(name, pushed[name], report) for name, report in zip(names, reports)]
 
     def primary_of(self) -> dict[str, bool]:
         """Switch -> whether this controller is its primary now."""
