@@ -43,7 +43,7 @@ from control.feature import priority_queues
 from emulator.impairments import drop_fraction, netem_available, remove_impairment
 from control.tls import Pki
 from emulator.toolchain import require
-from control.topology import Host, Nic, Switch, Topology
+from control.topology import Host, LinkSpec, Nic, Switch, Topology
 
 QUEUE_RATE_PACKET_BYTES = 1500  # link bandwidth -> BMv2 queue rate (pps) assumes MTU-sized packets
 BMV2_QUEUE_DEPTH = 64              # packets: simple_switch's default depth of every egress queue
@@ -65,6 +65,21 @@ def sh(*args: str, check: bool = True, netns: str | None = None, timeout: float 
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise NetworkError(f"command failed ({proc.returncode}): {shlex.join(cmd)}\n{proc.stderr.strip()}")
+    return proc
+
+
+def ip_batch(lines: list[str], netns: str | None = None, check: bool = True,
+             timeout: float = 60) -> subprocess.CompletedProcess:
+    """Several `ip` commands (each without the leading "ip") in one process,
+    `ip -batch`, inside `netns` when given (`ip -n`, as `ip netns exec`
+    would run them): a bring-up of torus-4x4 ran 400 processes one by one.
+    Without `check` every line is tried (-force) and failures are ignored."""
+    cmd = ["ip", *(["-n", netns] if netns else []), *([] if check else ["-force"]), "-batch", "-"]
+    proc = subprocess.run(cmd, input="".join(f"{line}\n" for line in lines), capture_output=True, text=True,
+                          timeout=timeout)
+    if check and proc.returncode != 0:
+        raise NetworkError(f"command failed ({proc.returncode}): {shlex.join(cmd)} with\n"
+                           + "\n".join(lines) + f"\n{proc.stderr.strip()}")
     return proc
 
 
@@ -222,12 +237,11 @@ class Network:
         if self.pki is not None:
             self.pki.ensure({sw.name: [sw.grpc_addr.rsplit(":", 1)[0]] for sw in self.topo.switches.values()})
         self._guard_thrift()
+        self._add_hosts()
+        ends = self._add_links()
         for host in self.topo.hosts.values():
-            self._add_host(host)
-        for link in self.topo.links:
-            self._add_link(link)
-        for host in self.topo.hosts.values():
-            self._configure_host_routing(host)
+            self._configure_host(host)
+        self._emulate_links(ends)
         for sw in self.topo.switches.values():
             written_log(self.run_dir / sw.name).unlink(missing_ok=True)   # BMv2 appends: this run's log only
             self._start_switch(binary, sw)                                # (a restart appends to it)
@@ -290,59 +304,72 @@ class Network:
         sh("nft", "add", "rule", "inet", table, "input", "iifname", "!=", "lo", "tcp", "dport",
            "{ " + ", ".join(map(str, ports)) + " }", "drop")
 
-    def _add_host(self, host: Host) -> None:
-        if host.name in sh("ip", "netns", "list").stdout.split():
-            raise NetworkError(f"network namespace {host.name!r} already exists and was not made by this "
-                               f"launcher; remove it (ip netns del {host.name}) or rename the host")
-        self._record("netns", host.name)
-        sh("ip", "netns", "add", host.name)
-        sh("ip", "link", "set", "lo", "up", netns=host.name)
-        etc = NETNS_ETC / host.name
-        if not etc.exists():                # (a user's own /etc/netns/HOST is left alone)
-            self._record("netns_etc", str(etc))
-            etc.mkdir(parents=True)
-            (etc / "resolv.conf").write_text(NO_RESOLVER)
-        sh("sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1",
-           netns=host.name)
+    def _add_hosts(self) -> None:
+        """A namespace per host, each with a resolv.conf naming no resolver;
+        none is made if one of the names is taken."""
+        taken = set(sh("ip", "netns", "list").stdout.split())
+        for host in self.topo.hosts.values():
+            if host.name in taken:
+                raise NetworkError(f"network namespace {host.name!r} already exists and was not made by this "
+                                   f"launcher; remove it (ip netns del {host.name}) or rename the host")
+        for host in self.topo.hosts.values():
+            self._record("netns", host.name)
+            sh("ip", "netns", "add", host.name)     # (not batched: `netns add` moves its process into the new one)
+            etc = NETNS_ETC / host.name
+            if not etc.exists():                # (a user's own /etc/netns/HOST is left alone)
+                self._record("netns_etc", str(etc))
+                etc.mkdir(parents=True)
+                (etc / "resolv.conf").write_text(NO_RESOLVER)
 
-    def _add_link(self, link) -> None:
-        def iface_of(node: str) -> str:
+    def _add_links(self) -> list[tuple[LinkSpec, str, str, str | None]]:
+        """Every link as a veth pair: a switch's end up in the root namespace
+        (IPv6 off), a host's end moved into the host's namespace (configured
+        with its host, _configure_host). Returns (link, node, interface,
+        namespace) of every end, for _emulate_links."""
+        def iface_of(link: LinkSpec, node: str) -> str:
             if node in self.topo.hosts:
                 return self.topo.link_nic(link, node).iface
             return next(p.iface for p in self.topo.switches[node].ports.values() if p.link is link)
 
-        a_if, b_if = iface_of(link.a), iface_of(link.b)
-        # Record the end that stays in the root namespace: deleting it removes the pair.
-        self._record("veth", a_if if link.a in self.topo.switches else b_if)
-        sh("ip", "link", "add", a_if, "type", "veth", "peer", "name", b_if)
-        for node, iface in ((link.a, a_if), (link.b, b_if)):
+        pairs = [(link, iface_of(link, link.a), iface_of(link, link.b)) for link in self.topo.links]
+        for link, a_if, b_if in pairs:
+            # Record the end that stays in the root namespace: deleting it removes the pair.
+            self._record("veth", a_if if link.a in self.topo.switches else b_if)
+        ip_batch([f"link add {a_if} type veth peer name {b_if}" for _link, a_if, b_if in pairs])
+        ends = [(link, node, iface, node if node in self.topo.hosts else None)
+                for link, a_if, b_if in pairs for node, iface in ((link.a, a_if), (link.b, b_if))]
+        switch_ends = [iface for _link, _node, iface, ns in ends if ns is None]
+        if switch_ends:
+            sh("sysctl", "-qw", *(f"net.ipv6.conf.{iface}.disable_ipv6=1" for iface in switch_ends))
+        ip_batch([f"link set {iface} up" if ns is None else f"link set {iface} netns {ns}"
+                  for _link, _node, iface, ns in ends])
+        return ends
+
+    def _configure_host(self, host: Host) -> None:
+        """A host's namespace once its NICs' ends are in it: IPv6 off, loopback
+        up, each NIC set up (nic_commands), its routes (host_routing_commands);
+        the `ip` commands in one batch, the sysctls in one call."""
+        cmds = [cmd for nic in host.nics.values() for cmd in nic_commands(nic, nic.iface)]
+        cmds += host_routing_commands(self.topo, host.name)
+        sysctls = ["net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"]
+        sysctls += [arg for cmd in cmds if cmd[:2] == ["sysctl", "-qw"] for arg in cmd[2:]]
+        sh("sysctl", "-qw", *sysctls, netns=host.name)
+        ip_batch(["link set lo up"] + [shlex.join(cmd[1:]) for cmd in cmds if cmd[0] == "ip"], netns=host.name)
+        for cmd in cmds:
+            if cmd[0] not in ("ip", "sysctl"):
+                sh(*cmd, netns=host.name)
+
+    def _emulate_links(self, ends: list[tuple[LinkSpec, str, str, str | None]]) -> None:
+        """Each link's delay and loss at both its ends (netem; loss without netem: nftables)."""
+        for link, _node, iface, ns in ends:
             netem = ["delay", f"{link.delay_ms}ms"] if link.delay_ms else []
             netem += ["loss", f"{link.loss_pct}%"] if link.loss_pct else []
-            if node in self.topo.hosts:
-                self._configure_nic(self.topo.link_nic(link, node))
-                ns = node
-            else:
-                sh("sysctl", "-qw", f"net.ipv6.conf.{iface}.disable_ipv6=1")
-                sh("ip", "link", "set", iface, "up")
-                ns = None
             if netem and netem_available():
                 sh("tc", "qdisc", "add", "dev", iface, "root", "netem", *netem, netns=ns)
             elif link.loss_pct:                  # no netem (and no delay, checked at start): nftables
                 drop_fraction(iface, link.loss_pct / 100, netns=ns)
                 if ns is None:                   # a host's rules go with its namespace
                     self._record("nft", iface)
-
-    def _configure_nic(self, nic: Nic) -> None:
-        """Move a NIC's veth end into its host's namespace: MAC, address, up,
-        and a static ARP entry for its gateway (the switch port's MAC)."""
-        ns, dev = nic.host, nic.iface
-        sh("ip", "link", "set", dev, "netns", ns)
-        for cmd in nic_commands(nic, dev):
-            sh(*cmd, netns=ns)
-
-    def _configure_host_routing(self, host: Host) -> None:
-        for cmd in host_routing_commands(self.topo, host.name):
-            sh(*cmd, netns=host.name)
 
     def restart_switch(self, name: str, timeout: float = 15.0) -> None:
         """Start a switch whose process died again, same ports and addresses.
@@ -461,10 +488,10 @@ def _remove(made: dict) -> None:
         remove_impairment(iface)
     for family, table in made.get("nft_tables", []):
         sh("nft", "delete", "table", family, table, check=False)
-    for veth in made.get("veth", []):
-        sh("ip", "link", "del", veth, check=False)  # deletes the pair (also when one end is in a netns)
-    for ns in made.get("netns", []):
-        sh("ip", "netns", "del", ns, check=False)
+    if made.get("veth"):     # deleting one end deletes the pair (also when the other end is in a netns)
+        ip_batch([f"link del {veth}" for veth in made["veth"]], check=False)
+    if made.get("netns"):
+        ip_batch([f"netns del {ns}" for ns in made["netns"]], check=False)
     for etc in made.get("netns_etc", []):
         with contextlib.suppress(OSError):
             (Path(etc) / "resolv.conf").unlink(missing_ok=True)

@@ -41,11 +41,10 @@ def ready_markers(start_file: Path) -> list[Path]:
     return sorted(start_file.parent.glob(f"{start_file.name}.*.ready"))
 
 
-def wait_for_start(a: argparse.Namespace) -> float:
-    """Return at the start time: --start-at's, or the one the launcher
-    writes to --start-file once every agent said it is ready (plus
-    --start-after). Return how late the agent was for it (s; 0 on time or
-    with no start time)."""
+def start_time(a: argparse.Namespace) -> float:
+    """The start time: --start-at's, or the one the launcher writes to
+    --start-file once every agent said it is ready (this agent says so here,
+    and waits for it); 0.0 with neither. Not --start-after."""
     start_at = getattr(a, "start_at", 0.0)
     start_file = getattr(a, "start_file", None)    # (callers that build their own Namespace may leave both out)
     if start_file:
@@ -57,6 +56,15 @@ def wait_for_start(a: argparse.Namespace) -> float:
                 raise SystemExit(f"no start time in {path} after {READY_TIMEOUT_S:.0f} s: the launcher gave up")
             time.sleep(POLL_S)
         start_at = float(path.read_text())
+    return start_at
+
+
+def wait_for_start(a: argparse.Namespace) -> float:
+    """Return at the start time: --start-at's, or the one the launcher
+    writes to --start-file once every agent said it is ready (plus
+    --start-after). Return how late the agent was for it (s; 0 on time or
+    with no start time)."""
+    start_at = start_time(a)
     if not start_at:
         return 0.0
     start_at += getattr(a, "start_after", 0.0)

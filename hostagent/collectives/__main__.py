@@ -49,6 +49,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -65,6 +66,7 @@ from hostagent.collectives.workload import DataParallel, MixtureOfExperts, Pipel
 from hostagent.rdma.agent import uet_congestion_controls
 from hostagent.rdma.transport import MODES
 from hostagent.sender import add_host_arguments
+from hostagent.start import start_time
 
 DTYPES = {"float32": np.float32, "int32": np.int32, "int64": np.int64, "float64": np.float64}
 ABORT_DELIVERY_S = 2.0     # how long a rank that gave up keeps its transport going, to deliver its abort
@@ -162,6 +164,10 @@ def add_group_arguments(p: argparse.ArgumentParser) -> None:
                    help="the host link's rate, Mbit/s: the length of a pause quantum (default %(default)s)")
     p.add_argument("--timeout-s", type=float, default=60.0, help="a step waiting longer for a peer fails")
     p.add_argument("--start-at", type=float, default=0.0, help="wall-clock start time (ranks start together)")
+    p.add_argument("--start-file", help="once ready (its channels planned), create <file>.<pid>.ready, wait for "
+                                        "the launcher to write the wall-clock start time to this file, then open "
+                                        "the rank's sockets and start then (hostagent/start.py): no rank's sockets "
+                                        "busy while the others still start")
     p.add_argument("--job", type=int, default=0, help=f"the job (0..{MAX_JOBS - 1}): its own queue pairs, so jobs share hosts")
     p.add_argument("--out", help="output prefix (PREFIX.json, PREFIX.csv); default: stdout")
     p.add_argument("--aggregation-job", type=int, help="in-network: the topology's aggregation job (its workers "
@@ -248,27 +254,49 @@ def steps(a: argparse.Namespace, comm: Communicator) -> int:
     return 0
 
 
-def communicator(a: argparse.Namespace) -> Communicator:
+SportOf = Callable[[int, int, int], int]
+
+
+def channel_sports(a: argparse.Namespace) -> SportOf:
+    """Each channel's source port: path-aware with --paths (the topology's
+    paths planned here, before the rank says it is ready), else the
+    library's default."""
     addresses = [x.strip() for x in a.addresses.split(",") if x.strip()]
-    sport_of, entropies_of = default_sport, None
-    if a.paths:
-        model = PathModel(load_topology(a.paths))
-        sport_of = path_aware_sports(model, addresses, a.channels)
-        entropies_of = path_aware_entropies(model, a.src_ip) if a.mode == UET else None
-        for peer in range(len(addresses)):      # unknown addresses fail here, before anything is sent
-            if peer != a.rank:
-                sport_of(a.rank, peer, 0)
+    if not a.paths:
+        return default_sport
+    sport_of = path_aware_sports(PathModel(load_topology(a.paths)), addresses, a.channels)
+    for peer in range(len(addresses)):      # unknown addresses fail here, before anything is sent
+        if peer != a.rank:
+            sport_of(a.rank, peer, 0)
+    return sport_of
+
+
+def check_aggregation(a: argparse.Namespace) -> bool:
+    """Whether the rank is a worker of an in-network all-reduce (its options checked)."""
+    if not (a.algorithm == IN_NETWORK or a.aggregation_job is not None or a.aggregation_server is not None):
+        return False
+    if a.aggregation_job is None or a.aggregation_server is None:
+        raise ValueError(f"--algorithm {IN_NETWORK} needs --aggregation-job and --aggregation-server "
+                         "(the topology's aggregation job of these ranks, and its parameter server)")
+    if not (a.start_at or getattr(a, "start_file", None)):
+        raise ValueError(f"--algorithm {IN_NETWORK} needs --start-at or --start-file: the ranks number the job's "
+                         "packets from the start time, so a run never repeats an earlier run's numbers the switch "
+                         "still holds")
+    if getattr(a, "dtype", "float32") not in IN_NETWORK_DTYPES:
+        raise ValueError(f"--algorithm {IN_NETWORK} carries {' or '.join(IN_NETWORK_DTYPES)}, "
+                         f"got --dtype {a.dtype}")
+    return True
+
+
+def communicator(a: argparse.Namespace, sport_of: SportOf | None = None) -> Communicator:
+    """The rank's communicator (its sockets open); a.start_at set when in-network."""
+    addresses = [x.strip() for x in a.addresses.split(",") if x.strip()]
+    if sport_of is None:
+        sport_of = channel_sports(a)
+    entropies_of = (path_aware_entropies(PathModel(load_topology(a.paths)), a.src_ip) if a.paths and a.mode == UET
+                    else None)     # UET: each connection's entropy values, as many on each path
     aggregation = None
-    if a.algorithm == IN_NETWORK or a.aggregation_job is not None or a.aggregation_server is not None:
-        if a.aggregation_job is None or a.aggregation_server is None:
-            raise ValueError(f"--algorithm {IN_NETWORK} needs --aggregation-job and --aggregation-server "
-                             "(the topology's aggregation job of these ranks, and its parameter server)")
-        if not a.start_at:
-            raise ValueError(f"--algorithm {IN_NETWORK} needs --start-at: the ranks number the job's packets "
-                             "from it, so a run never repeats an earlier run's numbers the switch still holds")
-        if getattr(a, "dtype", "float32") not in IN_NETWORK_DTYPES:
-            raise ValueError(f"--algorithm {IN_NETWORK} carries {' or '.join(IN_NETWORK_DTYPES)}, "
-                             f"got --dtype {a.dtype}")
+    if check_aggregation(a):
         aggregation = (a.aggregation_job, a.aggregation_server, seq_base_at(a.start_at), a.aggregation_block_elements)
     return open_communicator(a.rank, addresses, a.iface, a.src_ip, a.src_mac, a.gw_mac, cc=a.cc, mode=a.mode,
                              line_rate_pps=a.line_rate_pps, mtu=a.mtu, channels=a.channels, timeout_s=a.timeout_s,
@@ -299,7 +327,11 @@ def main(argv: list[str] | None = None) -> int:
                     raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
             if a.compute_ms is not None and a.compute_ms < 0:
                 raise ValueError(f"--compute-ms must be >= 0, got {a.compute_ms}")
-        comm = communicator(a)
+        sport_of = channel_sports(a)
+        check_aggregation(a)
+        if a.start_file:        # ready: the start time once every rank is (the sockets open after it)
+            a.start_at = start_time(a)
+        comm = communicator(a, sport_of)
     except ValueError as e:          # (a TopologyError is one)
         print(f"hostagent.collectives: {e}", file=sys.stderr)
         return 2

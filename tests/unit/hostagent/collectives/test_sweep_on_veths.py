@@ -10,10 +10,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from experiments.common import StartGate
 
 REPO = Path(__file__).resolve().parents[4]
 HOSTS = ["coll-a", "coll-b", "coll-c"]
@@ -104,10 +105,14 @@ def test_sweep_on_a_lossy_bridge(lossy_bridge, tmp_path, collective, algorithm, 
 
 def test_two_jobs_of_training_steps_share_the_hosts(lossy_bridge, tmp_path):
     """Job 0 data-parallel steps and job 1 pipeline steps on the same three
-    hosts at once (one agreed start time: without it one job could finish
-    before the other's processes were up), each on its own queue pairs."""
+    hosts at once (one start time, given once all six processes are ready,
+    as the collectives experiment starts its jobs: without it one job could
+    finish before the other's processes were up), each on its own queue
+    pairs."""
     addresses = ",".join(ip_of(i) for i in range(len(HOSTS)))
-    start_at = time.time() + 12      # six processes starting on two cores: CI once had job 1 up after job 0 ended
+    # (a fixed start 12 s ahead waited on six processes ready in about three: on two cores CI once had job 1
+    # up after job 0 ended with less)
+    gate = StartGate(tmp_path, timeout_s=120)
     # Ten steps each, so the jobs overlap even when one job's first step comes late: with three,
     # a CI run had job 1 send only after job 0 had finished (job 0 saw none of job 1's frames)
     steps = 10
@@ -119,9 +124,10 @@ def test_two_jobs_of_training_steps_share_the_hosts(lossy_bridge, tmp_path):
                    "--workload", workload, "--steps", str(steps), "--compute-ms", "4", "--model-bytes", "32768",
                    "--activation-bytes", "8192", "--job", str(job), "--rank", str(i), "--addresses", addresses,
                    "--iface", f"{ns}0", "--src-ip", ip_of(i), "--src-mac", mac_of(i), "--gw-mac", GW_MAC,
-                   "--line-rate-pps", "20000", "--timeout-s", "30", "--start-at", str(start_at), "--out", str(out)]
+                   "--line-rate-pps", "20000", "--timeout-s", "30", *gate.args(), "--out", str(out)]
             procs.append((subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), out, job))
+    start_at = gate.open([p for p, _out, _job in procs])
     others_seen = {0: 0, 1: 0}
     for p, out, job in procs:
         stdout, stderr = p.communicate(timeout=300)
@@ -129,6 +135,8 @@ def test_two_jobs_of_training_steps_share_the_hosts(lossy_bridge, tmp_path):
         summary = json.loads(out.with_suffix(".json").read_text())
         assert summary["steps"] == steps and summary["step_s"]["median"] > 0
         others_seen[job] += summary["ignored"].get("data for another endpoint's queue pair", 0)
+        ends = [float(line.rsplit(" ", 1)[1]) for line in stdout.splitlines() if line.startswith("step ")]
+        assert all(end > start_at for end in ends), (start_at, ends)     # (rank 0 prints its steps)
         rows = out.with_suffix(".collectives.csv").read_text().splitlines()
         assert len(rows) - 1 == (steps * 4 if job == 0 else 0)   # 4 buckets a step; the pipeline has none
     assert others_seen[0] > 0 and others_seen[1] > 0, others_seen   # each job's hosts got the other's frames
