@@ -51,7 +51,7 @@ from control.controller import FabricController
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from emulator.build import compile_p4
 from emulator.dilation import Dilation
-from emulator.network import Network
+from emulator.network import BMV2_QUEUE_DEPTH, Network
 from experiments.common import announce_budget, experiment_parser, fail_link, percentile, print_fidelity, \
     print_table, save_figure, write_csv
 from experiments.rdma import (BOTTLENECK_SWITCH, LOSSLESS_CLASS, MESSAGE_BYTES, MTU, RECEIVER, Flow as RdmaFlow,
@@ -82,13 +82,13 @@ CASES = {c.name: c for c in (Case("roce-pfc", "selective-repeat", "dcqcn", True,
                              Case("uet-rccc", "uet", "rccc", False, True))}
 
 
-def topology(dilation: Dilation):
+def topology(dilation: Dilation, trim_threshold: int = TRIM_THRESHOLD):
     """experiments/rdma.py's incast fabric (INT to the host, the lossless
     class), trimming configured on the bottleneck port (so leaf3 runs the
     header queue; the cases switch it on and off)."""
     topo = with_int_to_host(REPO / "topologies" / "incast-leaf-spine.yaml", dilation)
     port = topo.hosts[RECEIVER].switch_port
-    topo.features[TRIMMING] = {(BOTTLENECK_SWITCH, port, 0): TrimProfile(TRIM_THRESHOLD, header_queue=HEADER_QUEUE)}
+    topo.features[TRIMMING] = {(BOTTLENECK_SWITCH, port, 0): TrimProfile(trim_threshold, header_queue=HEADER_QUEUE)}
     return topo
 
 
@@ -100,7 +100,7 @@ def trims(ctl: FabricController, topo) -> int:
 def run_case(case: Case, phase: str, run: int, flows: list[RdmaFlow], topo, net: Network, ctl: FabricController,
              args, out: Path, fail_at_s: float | None = None) -> dict:
     port = topo.hosts[RECEIVER].switch_port
-    profile = topo.features[TRIMMING][(BOTTLENECK_SWITCH, port, 0)]
+    profile = replace(topo.features[TRIMMING][(BOTTLENECK_SWITCH, port, 0)], on=True)   # (an earlier case's "off")
     ctl.feature(TRIMMING).set_profile(BOTTLENECK_SWITCH, port, profile if case.trimming else None)
     capacity = bottleneck_pps(topo)
     if case.mode == "uet":            # each sender's entropies spread evenly over its paths, by the hash model
@@ -196,14 +196,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--senders", type=int, default=8, choices=(4, 8), help="incast phase: senders into r1")
     ap.add_argument("--runs", type=int, default=3, help="rounds of every case")
     ap.add_argument("--duration", type=float, default=8.0, help="seconds of traffic per run")
+    ap.add_argument("--trim-threshold", type=int, default=TRIM_THRESHOLD,
+                    help="the bottleneck trims its lossy queue from this many packets (default %(default)s; "
+                         "ECN marks from 10)")
     ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "uet"),
                     help="results directory (default %(default)s)")
     ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS)
     args = ap.parse_args(argv)
     if args.runs < 1 or args.duration <= 0:
         ap.error(f"--runs must be >= 1 and --duration > 0, got {args.runs} and {args.duration}")
+    if not 1 <= args.trim_threshold < BMV2_QUEUE_DEPTH:
+        ap.error(f"--trim-threshold: expected 1..{BMV2_QUEUE_DEPTH - 1}, got {args.trim_threshold}")
     args.dilation, args.mode = Dilation(1.0), "selective-repeat"
-    topo = topology(args.dilation)
+    topo = topology(args.dilation, args.trim_threshold)
     args.budget = announce_budget(topo, phase_demand(topo, ["incast"], args.senders), "training", ack_share=0.25,
                                   agents="rdma")
     out = Path(args.out)

@@ -25,8 +25,9 @@ it arrived), the PSN it answers and a 64-bit SACK after the cumulative one.
 A message completes when all its packets are acknowledged, in any order.
 Loss: a NACK for a trimmed packet resends that packet at once (no timer); a
 packet still unacknowledged when `reorder_packets` packets sent after it
-are acknowledged is lost (spraying reorders, so the threshold is in
-packets, RACK's rule in send order) and resent at once; the retransmission
+are acknowledged, or a smoothed RTT and a quarter after it was sent while
+a later one is acknowledged, is lost (RACK's rules: spraying reorders) and
+resent at once; the retransmission
 timeout (RFC 6298 from packets sent once, at least rto_s) of the oldest
 unacknowledged packet resends every packet not acknowledged, and doubles. After `retry_cnt` timeouts
 without progress the PDC enters the error state: every message not
@@ -406,14 +407,18 @@ class UetSender:
                 msg.completed_at = now
 
     def _detect_losses(self, now: float) -> None:
-        """Packets sent `reorder_packets` transmissions before the newest
-        acknowledged one and still missing are lost: resend them now."""
+        """A packet still missing, sent before the newest acknowledged one,
+        is lost (RACK, RFC 8985, in both its forms): when `reorder_packets`
+        transmissions after it are acknowledged, or when it has been out a
+        smoothed RTT and a quarter longer (a small window never has 16
+        packets after it). Resend them now."""
         horizon = self._newest_acked_order - self.p.reorder_packets
+        waited = (self.srtt if self.srtt is not None else self.p.rto_s) * 1.25
         lost = []
         for s, order in self._order.items():      # oldest transmission first
-            if order > horizon:
+            if order >= self._newest_acked_order:
                 break
-            if s not in self._resend_set:
+            if s not in self._resend_set and (order <= horizon or now - self._sent_at.get(s, now) >= waited):
                 lost.append(s)
         for s in lost:
             self.stats.lost += 1
@@ -657,3 +662,47 @@ class UetReceiver:
         pdc.credit_pending = 0
         self.stats.acks += 1
         return ack
+
+
+class AckSpray:
+    """Which entropy (UDP source port) a receiver's ACKs to one peer leave
+    with. The reverse path is the switches' hash of the ACK's own flow key,
+    not the data's, so an ACK sent on the entropy of the packet it answers
+    may take a dead or hot path the data avoided. The receiver rotates its
+    ACKs over the last `keep` entropy values the peer used, and a duplicate
+    data packet (the peer resent it: its ACK was lost, or the data was)
+    rests the entropy of the ACK sent before it, as the sender rests its
+    own: `rest_s`, doubled for each rest since that entropy's last ACK
+    followed by new data, up to 64 times."""
+
+    def __init__(self, keep: int = 16, rest_s: float = 0.050):
+        self.seen: deque[int] = deque(maxlen=keep)
+        self.rest_s = rest_s
+        self._rested_until: dict[int, float] = {}
+        self._strikes: dict[int, int] = {}
+        self._turn = 0
+        self.last: Optional[int] = None
+
+    def on_data(self, entropy: int, duplicate: bool, now: float) -> None:
+        if entropy not in self.seen:
+            self.seen.append(entropy)
+        if duplicate and self.last is not None:
+            strikes = self._strikes.get(self.last, 0)
+            self._rested_until[self.last] = now + self.rest_s * (1 << min(strikes, MAX_PENALTY_DOUBLINGS))
+            self._strikes[self.last] = strikes + 1
+        elif not duplicate and self.last is not None:
+            self._strikes.pop(self.last, None)        # new data after that ACK: it (probably) arrived
+
+    def pick(self, now: float, default: int) -> int:
+        """The entropy of the next ACK: the next one seen and not resting
+        (all resting, or none seen: `default`, the data packet's)."""
+        n = len(self.seen)
+        for i in range(n):
+            e = self.seen[(self._turn + i) % n]
+            if self._rested_until.get(e, 0.0) <= now:
+                self._turn = (self._turn + i + 1) % n
+                self.last = e
+                return e
+        self.last = default
+        return default
+

@@ -26,7 +26,7 @@ from hostagent.ecn.roce import open_socket, recv_stamped, stamp_arrivals
 from hostagent.rdma.frames import ETH, IP_BYTES, L4, UDP_BYTES, Malformed, NotOurs, _checksum, _ip
 from hostagent.rdma.output import percentiles, write_messages, write_summary
 from hostagent.rdma.cc.rccc import CreditScheduler
-from hostagent.rdma.uet import UetParams, UetReceiver, UetSender
+from hostagent.rdma.uet import AckSpray, UetParams, UetReceiver, UetSender
 from hostagent.start import wait_for_start
 from wire.ecn import CE, ECT0
 from wire.lossless import dscp_tos
@@ -237,6 +237,7 @@ def run_uet_receiver(a, params: UetParams, stopping, sock=None) -> dict:
     back: dict[str, UetFrames] = {}
     per_peer: defaultdict[str, defaultdict[str, int]] = defaultdict(lambda: defaultdict(int))
     last_sport: dict[str, int] = {}
+    sprays: dict[str, AckSpray] = {}         # per peer: the entropies its ACKs leave with
     ignored: defaultdict[str, int] = defaultdict(int)
 
     def count(peer: str, kind: str) -> None:
@@ -269,16 +270,19 @@ def run_uet_receiver(a, params: UetParams, stopping, sock=None) -> dict:
                     back[p.src_ip] = UetFrames(a.src_mac, a.gw_mac, a.src_ip, p.src_ip, dscp=a.dscp)
                 last_sport[p.src_ip] = p.sport
                 count(p.src_ip, p.kind)
+                spray = sprays.setdefault(p.src_ip, AckSpray())
+                duplicates = rcv.stats.duplicates
                 if p.kind == "trimmed":
                     replies = rcv.on_trimmed(p.request, now, peer=p.src_ip)
                 else:
                     replies, done = rcv.on_request(p.request, p.payload, now, ce=p.ce, peer=p.src_ip)
                     per_peer[p.src_ip]["delivered_messages"] += len(done)
                     per_peer[p.src_ip]["delivered_bytes"] += sum(len(m.data) for m in done)
+                spray.on_data(p.sport, rcv.stats.duplicates > duplicates, now)
                 for r in replies:
-                    send(back[p.src_ip].reply(p.sport, r))
+                    send(back[p.src_ip].reply(spray.pick(now, p.sport), r))
         for ip, due in rcv.poll(now):
-            send(back[ip].reply(last_sport[ip], due))
+            send(back[ip].reply(sprays[ip].pick(now, last_sport[ip]), due))
     summary = {"role": "receiver", "ip": a.src_ip, "mode": UET, "errors": [], "ignored": dict(ignored),
                "flows": {ip: dict(v) for ip, v in sorted(per_peer.items())},
                "receiver": vars(rcv.stats), "pdcs": len(rcv.pdcs),

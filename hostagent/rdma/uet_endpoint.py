@@ -30,7 +30,7 @@ from hostagent.rdma.cc.base import CongestionControl
 from hostagent.rdma.cc.rccc import CreditScheduler
 from hostagent.rdma.endpoint import QP_MIN, Link, PauseStats, Received
 from hostagent.rdma.frames import Malformed, NotOurs, check_dscp
-from hostagent.rdma.uet import UetError, UetMessage, UetParams, UetReceiver, UetSender
+from hostagent.rdma.uet import AckSpray, UetError, UetMessage, UetParams, UetReceiver, UetSender
 from hostagent.rdma.uet_agent import UetFrames, parse_uet
 from wire.trimming import TRIMMED_DSCP
 
@@ -93,6 +93,7 @@ class UetEndpoint:
         self.receiver = UetReceiver(params, credit=credit)
         self._back: dict[str, UetFrames] = {}
         self._back_sport: dict[str, int] = {}
+        self._sprays: dict[str, AckSpray] = {}      # per peer: the entropies this host's ACKs leave with
         self._next_msg: defaultdict[tuple[str, int], int] = defaultdict(int)     # (peer, PDC) -> next id up
         self._early: dict[tuple[str, int], dict[int, Received]] = defaultdict(dict)
         self.ignored: defaultdict[str, int] = defaultdict(int)
@@ -151,7 +152,9 @@ class UetEndpoint:
             if conn.requester.error is not None:
                 self.errors.append(conn.requester.error)
         for peer, reply in self.receiver.poll(now):
-            self._reply(peer, self._back_sport.get(peer, ENTROPY_RANGE.start), reply)
+            default = self._back_sport.get(peer, ENTROPY_RANGE.start)
+            spray = self._sprays.get(peer)
+            self._reply(peer, spray.pick(now, default) if spray is not None else default, reply)
         if not received and wait > 0:
             pause = wait if next_send is None else min(wait, max(0.0, next_send - self.clock()))
             frame = self.link.recv(pause) if pause > 0 else None
@@ -181,14 +184,17 @@ class UetEndpoint:
                 self.ignored["data for another endpoint's PDC"] += 1
                 return
             self._back_sport[p.src_ip] = p.sport
+            spray = self._sprays.setdefault(p.src_ip, AckSpray())
+            duplicates = self.receiver.stats.duplicates
             if p.kind == "trimmed":
                 replies = self.receiver.on_trimmed(p.request, now, peer=p.src_ip)
             else:
                 replies, done = self.receiver.on_request(p.request, p.payload, now, ce=p.ce, peer=p.src_ip)
                 for m in done:
                     self._deliver((p.src_ip, qp), m.msg_id, Received(p.src_ip, qp, m.data, m.at), received)
+            spray.on_data(p.sport, self.receiver.stats.duplicates > duplicates, now)
             for r in replies:
-                self._reply(p.src_ip, p.sport, r)
+                self._reply(p.src_ip, spray.pick(now, p.sport), r)
             return
         number = p.ack.dpdcid if p.ack is not None else p.nack.dpdcid if p.nack is not None else \
             p.credit.dpdcid if p.credit is not None else None

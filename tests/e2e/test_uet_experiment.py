@@ -1,10 +1,11 @@
 """The RoCE-against-UET experiment end to end, shortened (one run, 4 s a
-case, RoCE with PFC and UET with NSCC): it runs, writes its CSV and PNG, and
-what it measures has the shape the mechanisms imply. Incast: both deliver,
-RoCE's senders are paused and UET's packets trimmed, never the other way
-round. A link black-holed mid-transfer: every UET message completes (its
-senders moved off the dead spine), while a RoCE queue pair hashed onto it
-can only wait out its retries."""
+case, RoCE with PFC and UET with NSCC, trimming from 4 packets queued so
+that NSCC's queue reaches it): it runs, writes its CSV and PNG, and what it
+measures has the shape the mechanisms imply. Incast: both deliver, RoCE's
+senders are paused and UET's packets trimmed (and resent on their NACKs),
+never the other way round. A link black-holed mid-transfer: every UET
+message completes (its senders, and its receiver's ACKs, moved off the
+dead spine) and none fails."""
 import csv
 import subprocess
 import sys
@@ -16,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_roce_pauses_where_uet_trims_and_uet_sprays_around_a_dead_link(tmp_path):
     out = tmp_path / "uet"
     proc = subprocess.run([sys.executable, "-m", "experiments.uet", "--cases", "roce-pfc", "uet-nscc", "--runs", "1",
-                           "--duration", "4", "--senders", "4", "--out", str(out)], cwd=REPO, capture_output=True,
+                           "--duration", "4", "--senders", "4", "--trim-threshold", "4", "--out", str(out)], cwd=REPO, capture_output=True,
                           text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"results: {out}/summary.csv" in proc.stdout
@@ -26,7 +27,7 @@ def test_roce_pauses_where_uet_trims_and_uet_sprays_around_a_dead_link(tmp_path)
     for r in (roce, uet):
         assert int(r["messages"]) > 0 and int(r["senders_failed"]) == 0, r
     assert int(roce["pauses"]) > 0 and int(roce["trims"]) == 0, roce
-    assert int(uet["trims"]) > 0 and int(uet["pauses"]) == 0, uet
+    assert int(uet["trims"]) > 0 and int(uet["pauses"]) == 0 and int(uet["retransmitted"]) > 0, uet
     failed = rows[("failure", "uet-nscc")]
     assert int(failed["senders_failed"]) == 0 and int(failed["messages_failed"]) == 0, failed
     assert int(failed["messages"]) > 0

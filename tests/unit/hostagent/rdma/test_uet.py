@@ -395,3 +395,17 @@ def test_nscc_quick_adapts_to_what_was_delivered_on_a_trim_and_stays_within_boun
     for i in range(200):
         cc.on_ack(Feedback(now=0.2 + i * 0.001, acked_packets=1, acked_seq=i, rtt_s=0.010))
     assert cc.cwnd == pytest.approx(15.0), "at most 1.5 x the BDP"
+
+
+def test_acks_rotate_over_the_peers_entropies_and_one_before_a_duplicate_rests():
+    from hostagent.rdma.uet import AckSpray
+    spray = AckSpray(rest_s=0.05)
+    assert spray.pick(0.0, 7) == 7, "nothing seen yet: the data packet's own"
+    for e in (1, 2, 3):
+        spray.on_data(e, duplicate=False, now=0.0)
+    assert [spray.pick(0.0, 9) for _ in range(4)] == [1, 2, 3, 1]
+    spray.on_data(2, duplicate=True, now=0.01)          # the ACK on 1 was (perhaps) lost: 1 rests
+    assert [spray.pick(0.02, 9) for _ in range(4)] == [2, 3, 2, 3]
+    spray.on_data(2, duplicate=True, now=0.03)          # and now 3 (the last ACK's)
+    assert [spray.pick(0.04, 9) for _ in range(2)] == [2, 2]
+    assert 1 in [spray.pick(0.07, 9) for _ in range(3)], "back after its rest"
