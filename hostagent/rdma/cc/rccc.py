@@ -20,6 +20,11 @@ halves:
                    hold and have not used), with at most a BDP of its link
                    granted and not yet used in all: N senders share the
                    link, none can queue more than a BDP at its last hop.
+                   Credit whose data never came (the packets it paid for
+                   were lost: a dead path) is written off after
+                   `credit_ttl_rtts` base RTTs without data from that PDC,
+                   or the sender would wait for a timeout with nothing to
+                   spend.
 
 Scaling: base_rtt as NSCC's (7.2 ms on a leaf-spine path here); the
 receiver's rate is its link's packets/s (the agent's --credit-pps).
@@ -111,6 +116,8 @@ class CreditScheduler:
     tokens: float = 0.0
     want: dict = field(default_factory=dict)            # PDC -> bytes it has left to send (its latest target)
     unused: dict = field(default_factory=dict)          # PDC -> bytes granted, not yet arrived as data
+    credit_ttl_rtts: float = 4.0      # credit unused this many base RTTs after its PDC's last data: lost
+    last_data: dict = field(default_factory=dict)       # PDC -> when its last data packet arrived
     granted_bytes: int = 0
     _turn: int = 0
 
@@ -127,16 +134,21 @@ class CreditScheduler:
         `credit_target` bytes still to come."""
         self.want[pdc] = credit_target
         self.unused[pdc] = max(0, self.unused.get(pdc, 0) - nbytes)
+        self.last_data[pdc] = self.now
 
     def forget(self, pdc: Hashable) -> None:
         self.want.pop(pdc, None)
         self.unused.pop(pdc, None)
+        self.last_data.pop(pdc, None)
 
     def grant(self, now: float) -> dict:
         """Credit to hand out now: {PDC: bytes}."""
         self.tokens = min(self.tokens + (now - self.now) * self.rate_pps * self.mtu_bytes,
                           max(self.mtu_bytes, self.burst_s * self.rate_pps * self.mtu_bytes))
         self.now = now
+        for p, when in self.last_data.items():    # granted, and nothing came for a while: that credit was lost
+            if self.unused.get(p) and now - when >= self.credit_ttl_rtts * self.base_rtt_s:
+                self.unused[p] = 0
         out: dict = {}
         needy = [p for p in self.want if self.want[p] - self.unused.get(p, 0) > 0]
         while needy and self.tokens >= self.mtu_bytes and sum(self.unused.values()) < self.bdp_bytes:

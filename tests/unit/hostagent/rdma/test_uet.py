@@ -409,3 +409,16 @@ def test_acks_rotate_over_the_peers_entropies_and_one_before_a_duplicate_rests()
     spray.on_data(2, duplicate=True, now=0.03)          # and now 3 (the last ACK's)
     assert [spray.pick(0.04, 9) for _ in range(2)] == [2, 2]
     assert 1 in [spray.pick(0.07, 9) for _ in range(3)], "back after its rest"
+
+
+def test_credit_whose_data_never_came_is_written_off():
+    """A sender's packets lost on a dead path: the credit they used never
+    comes back as data; without a write-off the receiver, its BDP granted,
+    would grant nothing more."""
+    s = CreditScheduler(rate_pps=1000, mtu_bytes=100, base_rtt_s=0.01, burst_s=0.005)
+    s.on_data("a", credit_target=100_000, nbytes=100)       # at 0 s
+    for t in (0.005, 0.010, 0.015):
+        s.grant(t)
+    assert sum(s.unused.values()) >= s.bdp_bytes == 1000
+    assert s.grant(0.030) == {}, "a BDP out and unused: nothing more"
+    assert s.grant(0.045).get("a", 0) > 0, "4 RTTs (40 ms) without data: written off, granted again"
