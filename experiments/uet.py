@@ -54,8 +54,10 @@ from emulator.dilation import Dilation
 from emulator.network import BMV2_QUEUE_DEPTH, Network
 from experiments.common import announce_budget, experiment_parser, fail_link, percentile, print_fidelity, \
     print_table, save_figure, write_csv
+from emulator.calibration import CalibrationError
 from experiments.rdma import (BOTTLENECK_SWITCH, LOSSLESS_CLASS, MESSAGE_BYTES, MTU, RECEIVER, Flow as RdmaFlow,
-                              bottleneck_pps, incast_flows, jain, judged, phase_demand, run_flows, with_int_to_host)
+                              bottleneck_pps, budget_dilation, incast_flows, jain, judged, phase_demand, run_flows,
+                              with_int_to_host)
 from hostagent.collectives.paths import PathModel, path_aware_entropies
 from features.trimming import SECTION as TRIMMING, TRIM_COUNTER, TrimProfile
 from features.trimming import cell as trim_cell
@@ -185,7 +187,10 @@ def plot(rows: list[dict], out: Path) -> Path:
             ax.errorbar(i, m, yerr=[[m - min(vs)], [max(vs) - m]], color="black", capsize=4)
         ax.set_xticks(range(len(cases)), cases)
         ax.set_ylabel("message completion p99 (ms)" if phase == "incast" else "goodput (Mbit/s)")
-        ax.set_title(f"{phase}: median of runs, bars the range")
+        mine = [r for r in rows if r["phase"] == phase]
+        faithful = sum(r["fidelity"] == "ok" for r in mine)
+        ax.set_title(f"{phase}: median of runs, bars the range\n{faithful} of {len(mine)} runs faithful"
+                     + ("" if faithful == len(mine) else ": not a result about the network"))
     return save_figure(fig, out / "summary.png")
 
 
@@ -202,12 +207,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "uet"),
                     help="results directory (default %(default)s)")
     ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS)
+    ap.add_argument("--dilation", default="1", metavar="{auto,D}",
+                    help="run the network D times slower (emulator/dilation.py): link and line rates divided by D, "
+                         "the agents' time constants and --duration multiplied by it; auto: the D the budget asks "
+                         "for --senders' incast at the bottleneck's rate (default 1: none)")
     args = ap.parse_args(argv)
     if args.runs < 1 or args.duration <= 0:
         ap.error(f"--runs must be >= 1 and --duration > 0, got {args.runs} and {args.duration}")
     if not 1 <= args.trim_threshold < BMV2_QUEUE_DEPTH:
         ap.error(f"--trim-threshold: expected 1..{BMV2_QUEUE_DEPTH - 1}, got {args.trim_threshold}")
-    args.dilation, args.mode = Dilation(1.0), "selective-repeat"
+    args.mode = "selective-repeat"
+    try:
+        args.dilation = (budget_dilation(topology(Dilation(1.0), args.trim_threshold), ["incast"], args.senders)
+                         if args.dilation == "auto" else Dilation(float(args.dilation)))
+    except (ValueError, CalibrationError) as exc:
+        ap.error(f"--dilation: {exc}")
+    if args.dilation.factor > 1:
+        print(f"dilation {args.dilation}: rates / {args.dilation.factor:g}, time constants and --duration "
+              f"x {args.dilation.factor:g}; times in the results are the dilated network's, goodputs its own",
+              flush=True)
+        args.duration *= args.dilation.factor
     topo = topology(args.dilation, args.trim_threshold)
     args.budget = announce_budget(topo, phase_demand(topo, ["incast"], args.senders), "training", ack_share=0.25,
                                   agents="rdma")

@@ -27,7 +27,8 @@ Loss: a NACK for a trimmed packet resends that packet at once (no timer); a
 packet still unacknowledged when `reorder_packets` packets sent after it
 are acknowledged, or a smoothed RTT and a quarter after it was sent while
 a later one is acknowledged, is lost (RACK's rules: spraying reorders) and
-resent at once; the retransmission
+resent at once; a tail loss probe (2 SRTT of silence) resends the newest
+packet once, so its ACK's SACK shows what else was lost; the retransmission
 timeout (RFC 6298 from packets sent once, at least rto_s) of the oldest
 unacknowledged packet resends every packet not acknowledged, and doubles. After `retry_cnt` timeouts
 without progress the PDC enters the error state: every message not
@@ -137,6 +138,7 @@ class SenderStats:
     sent: int = 0
     retransmitted: int = 0
     timeouts: int = 0
+    probes: int = 0               # tail loss probes: the newest packet resent, no ACK for 2 SRTT
     trim_nacks: int = 0
     lost: int = 0                 # found lost by later packets' acknowledgements
     acks: int = 0
@@ -176,6 +178,8 @@ class UetSender:
         self._rotation = 0
         self._rested_until: dict[int, float] = {}
         self._strikes: dict[int, int] = {}        # entropy -> penalties since its last clean ACK
+        self._last_send = now
+        self._probed = False                      # a tail loss probe went since the last progress
         self._next_send = now
         self._last_progress = now
         self.rto = params.rto_s
@@ -263,6 +267,7 @@ class UetSender:
         self._entropy_of[seq] = entropy
         self.cc.on_send(now, len(payload))
         self._next_send = max(self._next_send + 1.0 / max(self.cc.rate_pps, 1e-3), now - 0.01)
+        self._last_send = now
         syn = self.dpdcid == 0
         request = Request(psn=(self.start_psn + seq) % PSN_MOD, spdcid=self.spdcid, dpdcid=self.dpdcid,
                           msg_id=msg.id, offset=offset, length=msg.size, ackreq=seq == msg.last_seq,
@@ -298,6 +303,7 @@ class UetSender:
     def _check_timeout(self, now: float) -> None:
         if self.done or self.una >= self.next_seq or self.una in self._resend_set:
             return
+        self._probe_tail(now)
         sent_at = self._sent_at.get(self.una, self._last_progress)
         if now - sent_at < self.rto:
             return
@@ -313,6 +319,22 @@ class UetSender:
         self._queue_resend(range(self.una, self.next_seq))     # what is not acknowledged
         self.rto = min(self.rto * 2, self.p.rto_max_s)
         self._last_progress = now
+
+    def _probe_tail(self, now: float) -> None:
+        """A tail loss probe (RFC 8985): nothing sent and no ACK for 2 SRTT
+        (at least 10 ms) while packets are out: resend the newest one, once
+        per silence, on the next entropy. Its ACK's SACK lets RACK find the
+        others lost, instead of waiting for the timeout (a packet at the end
+        of a burst, on a dead path, has no later packet to be found by)."""
+        if self._probed or not self._order or self._resend:
+            return
+        pto = max(2 * (self.srtt if self.srtt is not None else self.p.rto_s / 2), 0.010)
+        if now - max(self._last_send, self._last_progress) < pto or now - self._last_send >= self.rto:
+            return
+        newest = next(reversed(self._order))
+        self._probed = True
+        self.stats.probes += 1
+        self._queue_resend([newest])
 
     def _queue_resend(self, seqs) -> None:
         for s in seqs:
@@ -384,6 +406,7 @@ class UetSender:
         if newly:
             self.retries = 0
             self._last_progress = now
+            self._probed = False
             if rtt is not None:
                 self._rtt_sample(rtt)
             self.rto = self._rto()

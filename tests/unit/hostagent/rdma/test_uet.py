@@ -422,3 +422,15 @@ def test_credit_whose_data_never_came_is_written_off():
     assert sum(s.unused.values()) >= s.bdp_bytes == 1000
     assert s.grant(0.030) == {}, "a BDP out and unused: nothing more"
     assert s.grant(0.045).get("a", 0) > 0, "4 RTTs (40 ms) without data: written off, granted again"
+
+
+def test_a_lost_tail_packet_is_probed_not_left_to_the_timeout():
+    """A message's last packet takes a dead path (entropies alternate over
+    two paths, the second dead): no later packet can show it lost, so the
+    tail loss probe resends it after 2 SRTT on the next entropy, well before
+    the 200 ms timeout."""
+    paths = [Path(delay=0.001), Path(delay=0.001, dead=True)]
+    p = UetParams(mtu_bytes=256, entropies=(0xC000, 0xC001))
+    data, delivered, snd, _, _, now = transfer([512], paths, params=p)
+    assert by_id(delivered) == dict(enumerate(data)) and snd.done
+    assert snd.stats.probes >= 1 and snd.stats.timeouts == 0 and now < 0.1, (snd.stats, now)
