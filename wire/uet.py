@@ -208,6 +208,15 @@ def pds_type(b: bytes, at: int = 0) -> int:
     return b[at] >> 3
 
 
+def _fixed(b: bytes, at: int, kind: int, size: int, name: str) -> None:
+    """The header at `at` is a `name` (PDS type `kind`) of `size` bytes, all there."""
+    found = pds_type(b, at)
+    if found != kind:
+        raise MalformedPds(f"PDS type {found} is not {name} ({kind})")
+    if len(b) - at < size:
+        raise MalformedPds(f"{name} has {size} bytes, {len(b) - at} there")
+
+
 @dataclass(frozen=True)
 class Request:
     """A data packet's PDS request and message header, decoded."""
@@ -315,11 +324,7 @@ def encode_ack(a: AckCc) -> bytes:
 
 
 def decode_ack(b: bytes, at: int = 0) -> AckCc:
-    kind = pds_type(b, at)
-    if kind != ACK_CC:
-        raise MalformedPds(f"PDS type {kind} is not an ACK_CC ({ACK_CC})")
-    if len(b) - at < ACK_CC_BYTES:
-        raise MalformedPds(f"an ACK_CC has {ACK_CC_BYTES} bytes, {len(b) - at} there")
+    _fixed(b, at, ACK_CC, ACK_CC_BYTES, "an ACK_CC")
     pro, ack_off, cack, spdcid, dpdcid = _ACK.unpack_from(b, at)
     cc_byte, _mpr, sack_off, bitmap, s0, s1, s2, ooo = _ACK_CC.unpack_from(b, at + ACK_BYTES)
     cc_type = cc_byte >> 4
@@ -348,11 +353,7 @@ def encode_nack(n: Nack) -> bytes:
 
 
 def decode_nack(b: bytes, at: int = 0) -> Nack:
-    kind = pds_type(b, at)
-    if kind != NACK:
-        raise MalformedPds(f"PDS type {kind} is not a NACK ({NACK})")
-    if len(b) - at < NACK_BYTES:
-        raise MalformedPds(f"a NACK has {NACK_BYTES} bytes, {len(b) - at} there")
+    _fixed(b, at, NACK, NACK_BYTES, "a NACK")
     pro, code, _vendor, psn, spdcid, dpdcid, payload = _NACK.unpack_from(b, at)
     return Nack(code=code, psn=psn, spdcid=spdcid, dpdcid=dpdcid, ecn_marked=bool(pro & 0x20), payload=payload)
 
@@ -371,11 +372,7 @@ def encode_credit(c: Credit) -> bytes:
 
 
 def decode_credit(b: bytes, at: int = 0) -> Credit:
-    kind = pds_type(b, at)
-    if kind != CONTROL:
-        raise MalformedPds(f"PDS type {kind} is not a CONTROL packet ({CONTROL})")
-    if len(b) - at < CONTROL_BYTES:
-        raise MalformedPds(f"a CONTROL packet has {CONTROL_BYTES} bytes, {len(b) - at} there")
+    _fixed(b, at, CONTROL, CONTROL_BYTES, "a CONTROL packet")
     pro, _opaque, _psn, spdcid, dpdcid, payload = _CONTROL.unpack_from(b, at)
     if pro >> 7 & 0xF != CONTROL_CREDIT:
         raise MalformedPds(f"CONTROL packet of type {pro >> 7 & 0xF}, not CREDIT ({CONTROL_CREDIT})")

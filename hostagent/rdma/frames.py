@@ -47,6 +47,18 @@ def _checksum(header: bytes) -> int:
     return ~s & 0xFFFF
 
 
+def set_lengths(head: bytearray, tos: int, udp_payload_bytes: int) -> None:
+    """An Ethernet/IPv4/UDP header template made ready for a UDP payload of
+    that many bytes: the TOS byte, the IPv4 total length and checksum, the
+    UDP length (its checksum stays 0)."""
+    head[ETH + 1] = tos
+    ip_len = IP_BYTES + UDP_BYTES + udp_payload_bytes
+    head[ETH + 2:ETH + 4] = ip_len.to_bytes(2, "big")
+    head[ETH + 10:ETH + 12] = b"\x00\x00"
+    head[ETH + 10:ETH + 12] = _checksum(bytes(head[ETH:L4])).to_bytes(2, "big")
+    head[L4 + 4:L4 + 6] = (ip_len - IP_BYTES).to_bytes(2, "big")
+
+
 @dataclass(frozen=True)
 class Parsed:
     """A frame of the transport: data, ACK/NAK or CNP."""
@@ -80,14 +92,8 @@ class FrameBuilder:
         self.sport = sport
 
     def _frame(self, tos: int, transport: bytes) -> bytes:
-        h = self._head
-        h[ETH + 1] = tos
-        ip_len = IP_BYTES + UDP_BYTES + len(transport) + ICRC_BYTES
-        h[ETH + 2:ETH + 4] = ip_len.to_bytes(2, "big")
-        h[ETH + 10:ETH + 12] = b"\x00\x00"
-        h[ETH + 10:ETH + 12] = _checksum(bytes(h[ETH:L4])).to_bytes(2, "big")
-        h[L4 + 4:L4 + 6] = (ip_len - IP_BYTES).to_bytes(2, "big")
-        return bytes(h) + transport + ICRC
+        set_lengths(self._head, tos, len(transport) + ICRC_BYTES)
+        return bytes(self._head) + transport + ICRC
 
     def data(self, qp: int, psn: int, opcode: int, payload: bytes, ackreq: bool = False,
              reth: tuple[int, int, int] | None = None, terms: Terms | None = None) -> bytes:

@@ -447,10 +447,15 @@ class UetSender:
             self.stats.lost += 1
             self._penalise(s, now)
         if lost:
-            loss = getattr(self.cc, "on_loss", None)
-            if loss is not None:
-                loss(now)
+            self._tell_loss(now)
         self._queue_resend(sorted(lost))
+
+    def _tell_loss(self, now: float) -> None:
+        """A packet known lost (trimmed, or found by RACK): the congestion
+        controls that react to it have on_loss (NSCC's quick adapt)."""
+        loss = getattr(self.cc, "on_loss", None)
+        if loss is not None:
+            loss(now)
 
     def on_nack(self, nack: Nack, now: float) -> None:
         """A NACK: NACK_TRIMMED resends the packet named at once; the PDC's
@@ -464,9 +469,7 @@ class UetSender:
         if nack.code == NACK_TRIMMED:
             self.stats.trim_nacks += 1
             self._penalise(s, now)
-            loss = getattr(self.cc, "on_loss", None)
-            if loss is not None:
-                loss(now)
+            self._tell_loss(now)
             self._queue_resend([s])
         elif nack.code == NACK_MODE_MISMATCH:
             self.fail(UetError(self.peer, self.spdcid, MISMATCHED_ENDS,

@@ -23,7 +23,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from hostagent.ecn.roce import open_socket, recv_stamped, stamp_arrivals
-from hostagent.rdma.frames import ETH, IP_BYTES, L4, UDP_BYTES, Malformed, NotOurs, _checksum, _ip
+from hostagent.rdma.frames import ETH, L4, UDP_BYTES, Malformed, NotOurs, _ip, set_lengths
 from hostagent.rdma.output import percentiles, write_messages, write_summary
 from hostagent.rdma.cc.rccc import CreditScheduler
 from hostagent.rdma.uet import AckSpray, UetParams, UetReceiver, UetSender
@@ -61,15 +61,9 @@ class UetFrames:
         self._tos_data, self._tos_ctrl = dscp_tos(dscp, ECT0), dscp_tos(dscp, 0)
 
     def _frame(self, tos: int, sport: int, pds: bytes) -> bytes:
-        h = self._head
-        h[ETH + 1] = tos
-        ip_len = IP_BYTES + UDP_BYTES + len(pds)
-        h[ETH + 2:ETH + 4] = ip_len.to_bytes(2, "big")
-        h[ETH + 10:ETH + 12] = b"\x00\x00"
-        h[ETH + 10:ETH + 12] = _checksum(bytes(h[ETH:L4])).to_bytes(2, "big")
-        h[L4:L4 + 2] = sport.to_bytes(2, "big")
-        h[L4 + 4:L4 + 6] = (ip_len - IP_BYTES).to_bytes(2, "big")
-        return bytes(h) + pds
+        self._head[L4:L4 + 2] = sport.to_bytes(2, "big")
+        set_lengths(self._head, tos, len(pds))
+        return bytes(self._head) + pds
 
     def data(self, entropy: int, request: Request, payload: bytes) -> bytes:
         return self._frame(self._tos_data, entropy, encode_request(request) + payload)
