@@ -18,6 +18,9 @@ Measured on the bench's veth pairs (benchmarks/cases.py), BMv2's logging off:
                        (data and ACKs, each sent and received) per CPU-second
                        of the two, at RDMA_OFFERED_PPS: its per-packet work is
                        many times the sender loop's
+  uet_agent_pps_per_core
+                       the same for its UET mode (--mode uet, NSCC): unordered
+                       delivery, per-packet entropies, SACK bitmaps
 
 Compositions: `fabric` (every feature off) and `training` (lossless class,
 INT as HPCC needs it, failover heartbeat state: each feature's bench state).
@@ -101,21 +104,23 @@ def switch_cost(case: Case, offered_pps: float = OFFERED_PPS) -> tuple[float, fl
     return forwarded / busy, idle, forwarded
 
 
-def rdma_agent_cost(offered_pps: float = RDMA_OFFERED_PPS) -> float:
+def rdma_agent_cost(offered_pps: float = RDMA_OFFERED_PPS, mode: str = "go-back-n", cc: str = "dcqcn") -> float:
     """Packets the RDMA sender and receiver handle per CPU-second of the
     two (each data packet and ACK counted where it is sent and where it is
     received), measured over MEASURE_S after WARMUP_S, on a veth pair of
-    the bench (no switch: each agent's gateway is the other)."""
+    the bench (no switch: each agent's gateway is the other); `mode` and
+    `cc` the transport's (go-back-n and DCQCN: the RC agents; uet and
+    NSCC: the UET agents)."""
     start_at = time.time() + 2.0                    # both imported and bound before either sends
     total = WARMUP_S + MEASURE_S + 0.5
-    common = ["--duration", f"{total:g}", "--start-at", f"{start_at:.3f}"]
+    common = ["--duration", f"{total:g}", "--start-at", f"{start_at:.3f}", "--mode", mode]
     receiver = subprocess.Popen(
         [sys.executable, "-m", "hostagent.rdma", "receive", "--iface", PAIRS[IN_PORT][0], "--src-ip", DST_IP,
          "--src-mac", SWITCH_MAC, "--gw-mac", HOST_MAC, *common],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     sender = subprocess.Popen(
         [sys.executable, "-m", "hostagent.rdma", "send", "--iface", PAIRS[IN_PORT][1], "--src-ip", SRC_IP,
-         "--src-mac", HOST_MAC, "--gw-mac", SWITCH_MAC, "--dst-ip", DST_IP, "--qp", "1", "--cc", "dcqcn",
+         "--src-mac", HOST_MAC, "--gw-mac", SWITCH_MAC, "--dst-ip", DST_IP, "--qp", "1", "--cc", cc,
          "--line-rate-pps", f"{offered_pps:g}", *common, "--drain-s", "0.5"],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     procs = (sender, receiver)
@@ -135,7 +140,7 @@ def rdma_agent_cost(offered_pps: float = RDMA_OFFERED_PPS) -> float:
     handled = 2 * (f1 - f0) / (t1 - t0)     # each frame sent by one agent and received by the other
     busy = (c1 - c0) / (t1 - t0)
     if handled <= 0 or busy <= 0:
-        raise RuntimeError(f"calibration of the RDMA agents: {handled:.0f} packets handled using {busy:.3f} cores: "
+        raise RuntimeError(f"calibration of the RDMA agents ({mode}, {cc}): {handled:.0f} packets handled using {busy:.3f} cores: "
                            f"nothing to measure ({'; '.join(e.strip()[-300:] for e in errors if e.strip())})")
     return handled / busy
 
@@ -156,10 +161,12 @@ def calibrate(say=print) -> Calibration:
         say(f"calibrate: host agent {agent:7.0f} pps on one core")
         rdma = rdma_agent_cost()
         say(f"calibrate: RDMA agents {rdma:7.0f} packets handled per core (sender and receiver, data and ACKs)")
+        uet = rdma_agent_cost(mode="uet", cc="nscc")
+        say(f"calibrate: UET agents  {uet:7.0f} packets handled per core (the same, --mode uet, NSCC)")
     finally:
         remove_veths()
     cal = Calibration(ident, dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), rates,
-                      round(max(idle), 4), round(agent, 1), round(rdma, 1),
+                      round(max(idle), 4), round(agent, 1), round(rdma, 1), round(uet, 1),
                       {"offered_pps": f"{OFFERED_PPS:g}", "method": "benchmarks/calibration.py"})
     return cal
 
@@ -187,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"calibration ({CALIBRATION_FILE}): switch pps per core "
           + ", ".join(f"{k} {v:.0f}" for k, v in cal.switch_pps_per_core.items())
           + f"; idle switch {cal.switch_idle_cores:.3f} cores; host agent {cal.agent_pps_per_core:.0f} pps per core, "
-          f"RDMA agents {cal.rdma_agent_pps_per_core:.0f}; "
+          f"RDMA agents {cal.rdma_agent_pps_per_core:.0f}, UET agents {cal.uet_agent_pps_per_core:.0f}; "
           f"{cal.identity.cores} cores ({cal.identity.cpu_model}), BMv2 {cal.identity.bmv2}, measured {cal.measured_at}")
     return 0
 

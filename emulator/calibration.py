@@ -47,7 +47,7 @@ MAX_AGE = dt.timedelta(days=7)
 BUDGET_SHARE = 0.5          # of the machine's cores a faithful run may ask for
 SWITCH_SHARE = 0.5          # of one core one switch may ask for: BMv2's ingress is one thread
 COMPOSITIONS = ("fabric", "training")
-AGENTS = ("roce", "rdma")     # the host agents a budget can count (plan(agents=))
+AGENTS = ("roce", "rdma", "uet")   # the host agents a budget can count (plan(agents=))
 
 
 class CalibrationError(RuntimeError):
@@ -96,6 +96,7 @@ class Calibration:
     switch_idle_cores: float                           # cores an idle switch process uses
     agent_pps_per_core: float                          # packets/s a host agent sends on one core
     rdma_agent_pps_per_core: float                     # packets the RDMA agents handle per core (sent or received)
+    uet_agent_pps_per_core: float                      # the same for the UET transport's agents (--mode uet, NSCC)
     notes: dict[str, str] = field(default_factory=dict)
 
     def age(self, now: dt.datetime | None = None) -> dt.timedelta:
@@ -123,9 +124,11 @@ class Calibration:
             if missing:
                 raise CalibrationError(f"no switch rate for {', '.join(missing)}")
             rates = {k: float(v) for k, v in raw["switch_pps_per_core"].items()}
-            if "rdma_agent_pps_per_core" not in raw:
-                raise CalibrationError("no RDMA agents' rate (measured by an older `fabric calibrate`)")
-            agents = float(raw["agent_pps_per_core"]), float(raw["rdma_agent_pps_per_core"])
+            for key, what in (("rdma_agent_pps_per_core", "RDMA"), ("uet_agent_pps_per_core", "UET")):
+                if key not in raw:
+                    raise CalibrationError(f"no {what} agents' rate (measured by an older `fabric calibrate`)")
+            agents = (float(raw["agent_pps_per_core"]), float(raw["rdma_agent_pps_per_core"]),
+                      float(raw["uet_agent_pps_per_core"]))
             if any(v <= 0 for v in (*rates.values(), *agents)):
                 raise CalibrationError("a rate is not positive")
             return cls(Identity(**raw["identity"]), raw["measured_at"], rates, float(raw["switch_idle_cores"]),
@@ -263,8 +266,9 @@ def plan(need: Demand, cal: Calibration, composition: str = "fabric", share: flo
          agents: str = "roce") -> Plan:
     """What `need` costs and the dilation that fits it; `agents` the hosts
     run: "roce" (the fast sender loop of hostagent.ecn, the collectives and
-    the traffic tools) or "rdma" (hostagent.rdma's transport, many times
-    the work a packet)."""
+    the traffic tools), "rdma" (hostagent.rdma's RC transport, many times
+    the work a packet) or "uet" (its UET mode, more again: per-packet
+    entropies, SACK bitmaps, ACK spraying)."""
     if composition not in cal.switch_pps_per_core:
         raise ValueError(f"no calibration for composition {composition!r} "
                          f"(have: {', '.join(cal.switch_pps_per_core)})")
@@ -272,7 +276,8 @@ def plan(need: Demand, cal: Calibration, composition: str = "fabric", share: flo
         raise ValueError(f"no calibration for agents {agents!r} (have: {', '.join(AGENTS)})")
     per_core = cal.switch_pps_per_core[composition]
     switching = need.traversals_pps / per_core
-    agent_per_core = cal.rdma_agent_pps_per_core if agents == "rdma" else cal.agent_pps_per_core
+    agent_per_core = {"roce": cal.agent_pps_per_core, "rdma": cal.rdma_agent_pps_per_core,
+                      "uet": cal.uet_agent_pps_per_core}[agents]
     needed = switching + need.host_pps / agent_per_core + need.switches * cal.switch_idle_cores
     budget = share * cal.identity.cores
     busiest = max(need.switch_pps, key=lambda s: need.switch_pps[s], default="-")

@@ -73,14 +73,20 @@ class StartGate:
 
     def open(self, procs: Sequence[subprocess.Popen]) -> float:
         """Wait until each of `procs` is ready, then give them a start time
-        lead_s ahead; return it."""
+        lead_s ahead; return it. When one exits first or they are not ready
+        in time, the others are stopped before the error is raised: no agent
+        waits on for a start (and a network torn down under it)."""
         deadline = time.monotonic() + self.timeout_s
         while (ready := len(ready_markers(self.path))) < len(procs):
+            failure = None
             if any(p.poll() is not None for p in procs):
-                raise RuntimeError(f"an agent exited before the start (exit codes "
-                                   f"{[p.poll() for p in procs]}; {ready} of {len(procs)} ready)")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{ready} of {len(procs)} agents ready after {self.timeout_s:.0f} s")
+                failure = (f"an agent exited before the start (exit codes "
+                           f"{[p.poll() for p in procs]}; {ready} of {len(procs)} ready)")
+            elif time.monotonic() > deadline:
+                failure = f"{ready} of {len(procs)} agents ready after {self.timeout_s:.0f} s"
+            if failure is not None:
+                stop_all(procs)
+                raise RuntimeError(failure)
             time.sleep(0.02)
         start_at = time.time() + self.lead_s
         tmp = self.path.with_name(self.path.name + ".tmp")
@@ -89,6 +95,20 @@ class StartGate:
         for marker in ready_markers(self.path):     # read once: not left among the case's results
             marker.unlink(missing_ok=True)
         return start_at
+
+
+def stop_all(procs: Sequence[subprocess.Popen], timeout_s: float = 15.0) -> None:
+    """Terminate every one of `procs` still running and reap them (killed if
+    SIGTERM was not enough within timeout_s)."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def _agent(module: str, host, role: str, start_at: float | StartGate, out_dir: Path, extra: Sequence[str],

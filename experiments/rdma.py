@@ -133,16 +133,17 @@ def with_int_to_host(topo_path: Path, dilation: Dilation = Dilation()):
 
 
 
-def budget_dilation(topo, phases, senders: int) -> Dilation:
+def budget_dilation(topo, phases, senders: int, agents: str = "rdma") -> Dilation:
     """The dilation the budget asks for (emulator/calibration.py) for the
     most demanding of `phases` (phase_demand), ACKed every 4th packet: what
     the switches forward (the training composition: INT and the lossless
-    class are on) and what the RDMA agents cost."""
+    class are on) and what the `agents` cost (the RC agents; "uet": the UET
+    mode's)."""
     cal = load_calibration()
     if cal is None:
         raise CalibrationError("no calibration: run `fabric calibrate` first")
     return Dilation.rounded_up(plan(demand(topo, phase_demand(topo, phases, senders), ack_share=0.25), cal, "training",
-                                    agents="rdma").dilation)
+                                    agents=agents).dilation)
 
 
 def phase_demand(topo, phases, senders: int) -> list[CalFlow]:

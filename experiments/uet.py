@@ -2,8 +2,8 @@
 """RoCEv2 with PFC against Ultra Ethernet's transport, on the same fabric and
 rates: what each answer to congestion and failure costs.
 
-    fabric experiment uet [--phases incast failure] [--cases roce-pfc roce-lossy uet-nscc uet-rccc]
-                          [--senders 8] [--runs 3] [--duration 8] [--out experiments/results/uet]
+    fabric experiment uet [--phases incast failure allreduce] [--cases roce-pfc roce-lossy uet-nscc uet-rccc]
+                          [--senders 8] [--runs 3] [--duration 8] [--dilation auto] [--out experiments/results/uet]
 
 topologies/incast-leaf-spine.yaml on BMv2 (experiments/rdma.py's set-up:
 host links 10 Mbit/s, 833 packets/s; the receiver r1's port on leaf3 the
@@ -32,13 +32,27 @@ fails after its retry limit; a UET sender's packets sprayed onto spine2
 are found lost and its entropies through spine2 rest. Recorded: messages
 completed and failed, goodput after the failure, timeouts.
 
+Phase allreduce: topologies/fat-tree-k4.yaml with the incast's rates (10
+Mbit/s links, 833 packets/s), the same lossless class, ECN and trimming on
+every switch port. Four ranks, one a pod (h1, h5, h9, h13: every ring hop
+crosses the cores), run RING_ITERATIONS ring all-reduces of
+RING_BYTES (hostagent.collectives sweep: each result checked exact) while
+a long flow of the case's transport goes from h2 to h6, beside the ring's
+first hop: on RoCE its queue pair is chosen so that ECMP hashes it onto
+that hop's path (the collision spraying is meant to dissolve); on UET both
+spray. Recorded: all-reduce time p50/p99, wrong results, the competing
+flow's goodput, timeouts and retransmissions, pauses, trims.
+
 --runs rounds of every case; summary.csv has one row per run, spread.csv
 each case's median and range; summary.png the medians with their ranges.
 Prints the tables, every run's fidelity and where the files went.
 """
 from __future__ import annotations
 
+import json
+import os
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -47,18 +61,28 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
+import yaml
+
 from control.controller import FabricController
+from control.path_assignment import default_sport
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from emulator.build import compile_p4
 from emulator.dilation import Dilation
 from emulator.network import BMV2_QUEUE_DEPTH, Network
-from experiments.common import announce_budget, experiment_parser, fail_link, percentile, print_fidelity, \
-    print_table, save_figure, write_csv
-from emulator.calibration import CalibrationError
-from experiments.rdma import (BOTTLENECK_SWITCH, LOSSLESS_CLASS, MESSAGE_BYTES, MTU, RECEIVER, Flow as RdmaFlow,
+from experiments.common import StartGate, agent_python, announce_budget, case_fidelity, experiment_parser, \
+    fail_link, lost_before_pipeline, percentile, print_fidelity, print_table, rdma_agent, save_figure, stop_all, \
+    write_csv
+from emulator.calibration import Flow as CalFlow
+from emulator.network import queue_rate_pps
+from emulator.calibration import CalibrationError, demand, load as load_calibration, plan
+from experiments.rdma import (BOTTLENECK_SWITCH, DCQCN_K, LOSSLESS_CLASS, LOSSLESS_DSCP, LOSSLESS_HEADROOM,
+                              LOSSLESS_HOLD_PPS, MARKED_CCS, MESSAGE_BYTES, MTU, RECEIVER, Flow as RdmaFlow,
                               bottleneck_pps, budget_dilation, incast_flows, jain, judged, phase_demand, run_flows,
-                              with_int_to_host)
+                              switch_drops, with_int_to_host)
+from features import topology_from_dict
+from features.ecn import EcnProfile
 from hostagent.collectives.paths import PathModel, path_aware_entropies
+from hostagent.collectives.placement import Rank
 from features.trimming import SECTION as TRIMMING, TRIM_COUNTER, TrimProfile
 from features.trimming import cell as trim_cell
 
@@ -67,6 +91,15 @@ HEADER_QUEUE = 5             # the trimmed headers' priority queue: above the lo
 ENTROPIES = 16
 FAILURE_SENDERS = ("h1", "h2", "h5", "h6")
 FAILED_LINK = (BOTTLENECK_SWITCH, "spine2")
+PHASES = ("incast", "failure", "allreduce")
+# Phase allreduce: a ring of one rank a pod on fat-tree-k4, a competing flow beside its first hop
+RING_TOPOLOGY = "fat-tree-k4"
+RING_RANKS = ("h1", "h5", "h9", "h13")
+COMPETING = ("h2", "h6")          # h1's edge switch to h5's: the ring's first hop's way
+RING_LINK_MBPS = 10.0             # the incast's links: 833 packets/s, what BMv2 on two cores can be sized to
+RING_BYTES = 64 * 1024            # each all-reduce: 64 KB of float32 (a rank sends 1.5x that on a ring of four)
+RING_ITERATIONS = 8               # timed all-reduces a run (after one warm-up)
+RING_TIMEOUT_S = 20.0             # a rank waiting longer for a peer gives up (network time: x the dilation)
 
 
 @dataclass(frozen=True)
@@ -154,19 +187,162 @@ def run_case(case: Case, phase: str, run: int, flows: list[RdmaFlow], topo, net:
     }
 
 
+def ring_topology(dilation: Dilation, trim_threshold: int = TRIM_THRESHOLD):
+    """fat-tree-k4 at the incast's link rate, with its lossless class (DSCP
+    26 is class 3) and every switch port's lossy queue trimming from
+    `trim_threshold` packets (the cases switch it on and off); the raw
+    mapping too (the ranks' path model reads it from a file)."""
+    raw = yaml.safe_load((REPO / "topologies" / f"{RING_TOPOLOGY}.yaml").read_text())
+    raw = {k: raw[k] for k in ("name", "description", "defaults", "switches", "hosts", "links") if k in raw}
+    raw["defaults"] = {**raw.get("defaults", {}), "link": {**raw.get("defaults", {}).get("link", {}),
+                                                           "bandwidth_mbps": RING_LINK_MBPS}}
+    raw["lossless"] = {"queues": 8, "classes": [{"name": "rdma", "class": LOSSLESS_CLASS, "dscp": [LOSSLESS_DSCP],
+                                                 "lossless": True}],
+                       "pfc": {"xoff": 24, "xon": 12, "headroom": LOSSLESS_HEADROOM},
+                       "hold_rate_pps": LOSSLESS_HOLD_PPS}
+    raw["trimming"] = [{"switch": "all", "port": "all", "queue": 0, "threshold": trim_threshold,
+                        "header_queue": HEADER_QUEUE}]
+    raw = dilation.topology(raw)
+    return topology_from_dict(raw, f"{RING_TOPOLOGY}.yaml at {RING_LINK_MBPS:g} Mbit/s + a lossless class + trimming"
+                              + (f", dilated {dilation}" if dilation.factor > 1 else "")), raw
+
+
+def ring_demand(topo) -> list[CalFlow]:
+    """What the budget counts: every ring hop and the competing flow at the links' rate."""
+    cap = queue_rate_pps(RING_LINK_MBPS)
+    return ([CalFlow(a, b, cap) for a, b in zip(RING_RANKS, RING_RANKS[1:] + RING_RANKS[:1])]
+            + [CalFlow(*COMPETING, cap)])
+
+
+def colliding_qp(model: PathModel, topo) -> int:
+    """The lowest queue pair whose RoCEv2 flow from COMPETING[0] to
+    COMPETING[1] takes the ring's first hop's way (ECMP hashes it onto the
+    same aggregation and core switches as rank 0's connection to rank 1)."""
+    src, dst = (topo.hosts[h].ip for h in COMPETING)
+    a, b = (topo.hosts[h].ip for h in RING_RANKS[:2])
+    ring = [sw for sw, _ in model.path(a, b, default_sport(0, 1, 0)).hops[1:-1]]
+    for qp in range(1, 1024):
+        if [sw for sw, _ in model.path(src, dst, 0xC000 | qp).hops[1:-1]] == ring:
+            return qp
+    raise ValueError(f"no queue pair 1..1023 takes {COMPETING[0]} -> {COMPETING[1]} over {'-'.join(ring)}")
+
+
+def set_ring_case(case: Case, topo, ctl: FabricController) -> None:
+    """Trimming on every port's lossy queue for UET (off for RoCE); ECN
+    marks for DCQCN and NSCC on the queue the case's data uses."""
+    for (sw, port, queue), profile in topo.features[TRIMMING].items():
+        ctl.feature(TRIMMING).set_profile(sw, port, replace(profile, on=True) if case.trimming else None, queue=queue)
+    marked = LOSSLESS_CLASS if case.pfc else 0
+    for sw in topo.switches.values():
+        for port in sw.ports:
+            for q in (0, LOSSLESS_CLASS):
+                ctl.feature("ecn").set_profile(sw.name, port, EcnProfile.step(DCQCN_K)
+                                               if case.cc in MARKED_CCS and q == marked else None, queue=q)
+
+
+def all_trims(ctl: FabricController, topo) -> int:
+    return sum(ctl.counter(sw, TRIM_COUNTER, trim_cell(port, queue)).get(trim_cell(port, queue), (0, 0))[0]
+               for sw, port, queue in topo.features[TRIMMING])
+
+
+def run_ring_case(case: Case, run: int, topo, topo_file: Path, net: Network, ctl: FabricController, args,
+                  out: Path) -> dict:
+    """RING_ITERATIONS ring all-reduces on RING_RANKS beside the competing flow: one row."""
+    set_ring_case(case, topo, ctl)
+    name = f"allreduce-{case.name}-{run}"
+    case_dir = out / name
+    case_dir.mkdir(parents=True, exist_ok=True)
+    d = args.dilation.factor
+    cap = queue_rate_pps(topo.access_link(topo.hosts[RING_RANKS[0]]).bandwidth_mbps)
+    model = PathModel(topo)
+    transport = ["--mode", case.mode, "--mtu", str(MTU), "--dilation", f"{d:g}", "--line-rate-pps", str(cap)]
+    lossless = (["--dscp", str(LOSSLESS_DSCP), "--tclass", str(LOSSLESS_CLASS), "--link-mbps",
+                 str(topo.access_link(topo.hosts[RING_RANKS[0]]).bandwidth_mbps)] if case.pfc else [])
+    gate = StartGate(case_dir)
+    ranks = [Rank.of(topo.hosts[h].primary) for h in RING_RANKS]
+    addresses = ",".join(r.ip for r in ranks)
+    procs = []
+    for i, r in enumerate(ranks):
+        cmd = ["ip", "netns", "exec", r.host, agent_python(), "-m", "hostagent.collectives", "sweep",
+               "--collective", "all-reduce", "--algorithm", "ring", "--min-bytes", str(RING_BYTES),
+               "--max-bytes", str(RING_BYTES), "--iterations", str(RING_ITERATIONS), "--rank", str(i),
+               "--addresses", addresses, "--iface", r.iface, "--src-ip", r.ip, "--src-mac", r.mac,
+               "--gw-mac", r.gateway_mac, "--cc", case.cc, *transport, *lossless,
+               "--timeout-s", f"{RING_TIMEOUT_S * d:g}", *gate.args(), "--out", str(case_dir / f"rank{i}"),
+               *(["--paths", str(topo_file)] if case.mode == "uet" else [])]
+        with open(case_dir / f"rank{i}.log", "w") as log:
+            procs.append(subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                                          stdout=log, stderr=subprocess.STDOUT))
+    src, dst = (topo.hosts[h] for h in COMPETING)
+    if case.mode == "uet":
+        qp, steer = 1, ["--entropy-ports", ",".join(map(str, path_aware_entropies(model, src.ip, ENTROPIES)(dst.ip)))]
+    else:
+        qp, steer = colliding_qp(model, topo), []
+    long_s = 600.0 * d                   # stopped once the ring is done
+    receiver = rdma_agent(dst, "receive", start_at=gate, out_dir=case_dir, extra=[
+        *transport[:6], "--duration", f"{long_s:g}", *(["--credit-pps", str(cap)] if case.cc == "rccc" else [])])
+    sender = rdma_agent(src, "send", start_at=gate, out_dir=case_dir, stem="competing", extra=[
+        *transport, "--dst-ip", dst.ip, "--qp", str(qp), "--cc", case.cc, "--duration", f"{long_s:g}",
+        "--message-bytes", str(MESSAGE_BYTES), "--drain-s", "0", *lossless, *steer])
+    trims_before, drops_before = all_trims(ctl, topo), switch_drops(ctl, topo)
+    fidelity = case_fidelity(net, ctl)
+    started = ended = time.time()
+    try:
+        started = gate.open([*procs, receiver, sender])
+        fidelity.traffic_starts(started)
+        for p in procs:
+            p.wait(timeout=RING_TIMEOUT_S * d * (RING_ITERATIONS + 2) + 120)
+    finally:
+        ended = time.time()
+        stop_all([*procs, sender, receiver])     # the competing flow's end; every agent's, on an error
+    verdict = fidelity.verdict()
+    net.check_alive()
+    # exit 1 with a summary: a result was wrong (counted below); without one, the rank gave up
+    failed = [f"rank {i} (exit {p.returncode}): {(case_dir / f'rank{i}.log').read_text().strip()[-600:]}"
+              for i, p in enumerate(procs) if p.returncode and not (case_dir / f"rank{i}.json").exists()]
+    if failed:
+        raise RuntimeError(f"{name}: " + "\n".join(failed))
+    summaries = [json.loads((case_dir / f"rank{i}.json").read_text()) for i in range(len(ranks))]
+    times = [max(t) for t in zip(*[[float(line.split(",")[6]) for line in
+                                    (case_dir / f"rank{i}.csv").read_text().splitlines()[1:]]
+                                   for i in range(len(ranks))])]
+    competing = json.loads((case_dir / "competing.json").read_text())
+    drops = {k: n - drops_before.get(k, 0) for k, n in switch_drops(ctl, topo).items()}
+    return {
+        "phase": "allreduce", "case": case.name, "run": run, "senders": len(ranks) + 1,
+        "allreduces": len(times), "wrong_results": sum(r["wrong_results"] for r in summaries),
+        "allreduce_p50_ms": round(1000 * statistics.median(times), 1) if times else "",
+        "allreduce_p99_ms": round(1000 * percentile(times, 0.99), 1) if times else "",
+        "competing_goodput_mbps": round(competing["messages_completed"] * MESSAGE_BYTES * 8 / 1e6
+                                        / max(1e-9, ended - started), 3),
+        "timeouts": sum(r["timeouts"] for r in summaries) + competing["timeouts"],
+        "retransmitted": sum(r["retransmitted"] for r in summaries) + competing["retransmitted"],
+        "pauses": sum(r["pauses_received"] for r in summaries),
+        "trims": all_trims(ctl, topo) - trims_before,
+        "switch_drops": " ".join(f"{k}:{n}" for k, n in sorted(drops.items()) if n),
+        **judged(args, lost_before_pipeline(name, verdict), str(verdict)),
+    }
+
+
 def spread(rows: list[dict]) -> list[dict]:
     """Per phase and case: the runs, and the median [min, max] of what varies."""
     out = []
-    keys = ("fct_p50_ms", "fct_p99_ms", "goodput_mbps", "timeouts", "pauses", "trims", "messages_failed")
+    keys = ("fct_p50_ms", "fct_p99_ms", "goodput_mbps", "allreduce_p50_ms", "allreduce_p99_ms",
+            "competing_goodput_mbps", "wrong_results", "timeouts", "pauses", "trims", "messages_failed")
     for phase, case in dict.fromkeys((r["phase"], r["case"]) for r in rows):
         mine = [r for r in rows if (r["phase"], r["case"]) == (phase, case)]
         row: dict = {"phase": phase, "case": case, "runs": len(mine),
                      "faithful": sum(r["fidelity"] == "ok" for r in mine)}
         for k in keys:
-            vs = [float(r[k]) for r in mine if r[k] != ""]
-            row[k] = (f"{statistics.median(vs):g} [{min(vs):g}, {max(vs):g}]" if vs else "")
+            if any(k in r for r in mine):
+                vs = [float(r[k]) for r in mine if r.get(k, "") != ""]
+                row[k] = (f"{statistics.median(vs):g} [{min(vs):g}, {max(vs):g}]" if vs else "")
         out.append(row)
     return out
+
+
+PLOTTED = {"incast": ("fct_p99_ms", "message completion p99 (ms)"), "failure": ("goodput_mbps", "goodput (Mbit/s)"),
+           "allreduce": ("allreduce_p50_ms", "ring all-reduce p50 (ms)")}
 
 
 def plot(rows: list[dict], out: Path) -> Path:
@@ -177,7 +353,7 @@ def plot(rows: list[dict], out: Path) -> Path:
     fig, axes = plt.subplots(1, len(phases), figsize=(6 * len(phases), 4.2), squeeze=False)
     for ax, phase in zip(axes[0], phases):
         cases = list(dict.fromkeys(r["case"] for r in rows if r["phase"] == phase))
-        metric = "fct_p99_ms" if phase == "incast" else "goodput_mbps"
+        metric = PLOTTED[phase][0]
         for i, case in enumerate(cases):
             vs = [float(r[metric]) for r in rows if (r["phase"], r["case"]) == (phase, case) and r[metric] != ""]
             if not vs:
@@ -186,7 +362,7 @@ def plot(rows: list[dict], out: Path) -> Path:
             ax.bar(i, m, color="tab:blue" if case.startswith("roce") else "tab:green")
             ax.errorbar(i, m, yerr=[[m - min(vs)], [max(vs) - m]], color="black", capsize=4)
         ax.set_xticks(range(len(cases)), cases)
-        ax.set_ylabel("message completion p99 (ms)" if phase == "incast" else "goodput (Mbit/s)")
+        ax.set_ylabel(PLOTTED[phase][1])
         mine = [r for r in rows if r["phase"] == phase]
         faithful = sum(r["fidelity"] == "ok" for r in mine)
         ax.set_title(f"{phase}: median of runs, bars the range\n{faithful} of {len(mine)} runs faithful"
@@ -194,15 +370,24 @@ def plot(rows: list[dict], out: Path) -> Path:
     return save_figure(fig, out / "summary.png")
 
 
+def auto_dilation(topo, flows: list[CalFlow], agents: str) -> Dilation:
+    """The dilation the budget asks for `flows` on `topo` (the training
+    composition: the lossless class is on; ACKed every 4th packet)."""
+    cal = load_calibration()
+    if cal is None:
+        raise CalibrationError("no calibration: run `fabric calibrate` first")
+    return Dilation.rounded_up(plan(demand(topo, flows, ack_share=0.25), cal, "training", agents=agents).dilation)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = experiment_parser("uet", __doc__)
-    ap.add_argument("--phases", nargs="*", default=["incast", "failure"], choices=["incast", "failure"])
+    ap.add_argument("--phases", nargs="*", default=list(PHASES), choices=PHASES)
     ap.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
     ap.add_argument("--senders", type=int, default=8, choices=(4, 8), help="incast phase: senders into r1")
     ap.add_argument("--runs", type=int, default=3, help="rounds of every case")
-    ap.add_argument("--duration", type=float, default=8.0, help="seconds of traffic per run")
+    ap.add_argument("--duration", type=float, default=8.0, help="seconds of traffic per run (incast and failure)")
     ap.add_argument("--trim-threshold", type=int, default=TRIM_THRESHOLD,
-                    help="the bottleneck trims its lossy queue from this many packets (default %(default)s; "
+                    help="a trimming port trims its lossy queue from this many packets (default %(default)s; "
                          "ECN marks from 10)")
     ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "uet"),
                     help="results directory (default %(default)s)")
@@ -210,59 +395,97 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dilation", default="1", metavar="{auto,D}",
                     help="run the network D times slower (emulator/dilation.py): link and line rates divided by D, "
                          "the agents' time constants and --duration multiplied by it; auto: the D the budget asks "
-                         "for --senders' incast at the bottleneck's rate (default 1: none)")
+                         "for each fabric (incast-leaf-spine: --senders' incast; fat-tree-k4: the ring and its "
+                         "competing flow) (default 1: none)")
     args = ap.parse_args(argv)
     if args.runs < 1 or args.duration <= 0:
         ap.error(f"--runs must be >= 1 and --duration > 0, got {args.runs} and {args.duration}")
     if not 1 <= args.trim_threshold < BMV2_QUEUE_DEPTH:
         ap.error(f"--trim-threshold: expected 1..{BMV2_QUEUE_DEPTH - 1}, got {args.trim_threshold}")
+    if not args.phases or not args.cases:
+        ap.error("--phases and --cases take at least one each")
     args.mode = "selective-repeat"
+    # every case of a fabric runs at one dilation, sized for the costliest agents among them (UET's)
+    agents = "uet" if any(CASES[c].mode == "uet" for c in args.cases) else "rdma"
+    incast_phases = [ph for ph in args.phases if ph in ("incast", "failure")]
+    dilations: dict[str, Dilation] = {}
     try:
-        args.dilation = (budget_dilation(topology(Dilation(1.0), args.trim_threshold), ["incast"], args.senders)
-                         if args.dilation == "auto" else Dilation(float(args.dilation)))
+        if incast_phases:
+            dilations["incast-leaf-spine"] = (
+                budget_dilation(topology(Dilation(1.0), args.trim_threshold), ["incast"], args.senders, agents)
+                if args.dilation == "auto" else Dilation(float(args.dilation)))
+        if "allreduce" in args.phases:
+            undilated, _ = ring_topology(Dilation(1.0), args.trim_threshold)
+            dilations[RING_TOPOLOGY] = (auto_dilation(undilated, ring_demand(undilated), agents)
+                                        if args.dilation == "auto" else Dilation(float(args.dilation)))
     except (ValueError, CalibrationError) as exc:
         ap.error(f"--dilation: {exc}")
-    if args.dilation.factor > 1:
-        print(f"dilation {args.dilation}: rates / {args.dilation.factor:g}, time constants and --duration "
-              f"x {args.dilation.factor:g}; times in the results are the dilated network's, goodputs its own",
-              flush=True)
-        args.duration *= args.dilation.factor
-    topo = topology(args.dilation, args.trim_threshold)
-    args.budget = announce_budget(topo, phase_demand(topo, ["incast"], args.senders), "training", ack_share=0.25,
-                                  agents="rdma")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     compile_p4()
     rows: list[dict] = []
-    with Network(topo, REPO / "build" / "experiments" / "uet", log_level=args.log_level) as net, \
-            FabricController(topo) as ctl:
-        ctl.program()
-        net.apply_queue_rates()
-        for run in range(1, args.runs + 1):
-            for name in args.cases:
-                case = CASES[name]
-                if "incast" in args.phases:
-                    print(f"==> incast {name} (run {run}/{args.runs}): {args.duration:g}s of {args.senders}:1 into "
-                          f"{RECEIVER}", flush=True)
-                    rows.append(run_case(case, "incast", run, incast_flows(args.senders, args.duration), topo, net,
-                                         ctl, args, out / "incast"))
-                if "failure" in args.phases:
-                    fail_at = args.duration / 3
-                    print(f"==> failure {name} (run {run}/{args.runs}): {len(FAILURE_SENDERS)} senders into "
-                          f"{RECEIVER}, {'-'.join(FAILED_LINK)} black-holed at {fail_at:.1f}s", flush=True)
-                    flows = [RdmaFlow(h, qp, 0.0, args.duration, ("--message-bytes", str(MESSAGE_BYTES)))
-                             for qp, h in enumerate(FAILURE_SENDERS, 1)]
-                    rows.append(run_case(case, "failure", run, flows, topo, net, ctl, args, out / "failure",
-                                         fail_at_s=fail_at))
+    duration = args.duration
+    if incast_phases:
+        args.dilation = dilations["incast-leaf-spine"]
+        announce_dilation(args.dilation, "incast-leaf-spine")
+        args.duration = duration * args.dilation.factor
+        topo = topology(args.dilation, args.trim_threshold)
+        args.budget = announce_budget(topo, phase_demand(topo, ["incast"], args.senders), "training", ack_share=0.25,
+                                      agents=agents)
+        with Network(topo, REPO / "build" / "experiments" / "uet", log_level=args.log_level) as net, \
+                FabricController(topo) as ctl:
+            ctl.program()
+            net.apply_queue_rates()
+            for run in range(1, args.runs + 1):
+                for name in args.cases:
+                    case = CASES[name]
+                    if "incast" in args.phases:
+                        print(f"==> incast {name} (run {run}/{args.runs}): {args.duration:g}s of {args.senders}:1 "
+                              f"into {RECEIVER}", flush=True)
+                        rows.append(run_case(case, "incast", run, incast_flows(args.senders, args.duration), topo,
+                                             net, ctl, args, out / "incast"))
+                    if "failure" in args.phases:
+                        fail_at = args.duration / 3
+                        print(f"==> failure {name} (run {run}/{args.runs}): {len(FAILURE_SENDERS)} senders into "
+                              f"{RECEIVER}, {'-'.join(FAILED_LINK)} black-holed at {fail_at:.1f}s", flush=True)
+                        flows = [RdmaFlow(h, qp, 0.0, args.duration, ("--message-bytes", str(MESSAGE_BYTES)))
+                                 for qp, h in enumerate(FAILURE_SENDERS, 1)]
+                        rows.append(run_case(case, "failure", run, flows, topo, net, ctl, args, out / "failure",
+                                             fail_at_s=fail_at))
+    if "allreduce" in args.phases:
+        args.dilation = dilations[RING_TOPOLOGY]
+        announce_dilation(args.dilation, RING_TOPOLOGY)
+        topo, raw = ring_topology(args.dilation, args.trim_threshold)
+        (out / "allreduce").mkdir(parents=True, exist_ok=True)
+        topo_file = out / "allreduce" / "topology.yaml"          # the UET ranks' path model reads it
+        topo_file.write_text(yaml.safe_dump(raw, sort_keys=False))
+        args.budget = announce_budget(topo, ring_demand(topo), "training", ack_share=0.25, agents=agents)
+        with Network(topo, REPO / "build" / "experiments" / "uet-allreduce", log_level=args.log_level) as net, \
+                FabricController(topo) as ctl:
+            ctl.program()
+            net.apply_queue_rates()
+            for run in range(1, args.runs + 1):
+                for name in args.cases:
+                    print(f"==> allreduce {name} (run {run}/{args.runs}): {RING_ITERATIONS} ring all-reduces of "
+                          f"{RING_BYTES // 1024} KB on {', '.join(RING_RANKS)} beside {'->'.join(COMPETING)}",
+                          flush=True)
+                    rows.append(run_ring_case(CASES[name], run, topo, topo_file, net, ctl, args, out / "allreduce"))
     written = [write_csv(out / "summary.csv", rows), write_csv(out / "spread.csv", spread(rows)), plot(rows, out)]
-    print_table([{k: r[k] for k in ("phase", "case", "run", "messages", "messages_failed", "fct_p50_ms", "fct_p99_ms",
-                                    "utilisation", "timeouts", "pauses", "trims")} for r in rows], width=14)
+    print_table([{k: r.get(k, "") for k in ("phase", "case", "run", "messages", "messages_failed", "fct_p99_ms",
+                                            "allreduce_p50_ms", "allreduce_p99_ms", "timeouts", "pauses", "trims")}
+                 for r in rows], width=14)
     print()
     print_table(spread(rows), width=22)
     print_fidelity(rows)
     print(f"\nresults: {', '.join(map(str, written))}, and per run <phase>/<phase>-<case>-<run>/ (the agents' JSON "
           f"and CSV, timeseries)")
     return 0
+
+
+def announce_dilation(dilation: Dilation, fabric: str) -> None:
+    if dilation.factor > 1:
+        print(f"{fabric}: dilation {dilation}: rates / {dilation.factor:g}, time constants and --duration "
+              f"x {dilation.factor:g}; times in the results are the dilated network's, goodputs its own", flush=True)
 
 
 if __name__ == "__main__":

@@ -160,6 +160,9 @@ def add_group_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tclass", type=int, default=None,
                    help="honour the switches' PFC pauses of this class (the lossless class --dscp maps to); "
                         "default: honour none")
+    p.add_argument("--dilation", type=float, default=1.0,
+                   help="the network runs D times slower (emulator/dilation.py): the transport's and congestion "
+                        "control's default time constants x D; --line-rate-pps and --timeout-s as given")
     p.add_argument("--link-mbps", type=float, default=100.0,
                    help="the host link's rate, Mbit/s: the length of a pause quantum (default %(default)s)")
     p.add_argument("--timeout-s", type=float, default=60.0, help="a step waiting longer for a peer fails")
@@ -302,7 +305,7 @@ def communicator(a: argparse.Namespace, sport_of: SportOf | None = None) -> Comm
                              line_rate_pps=a.line_rate_pps, mtu=a.mtu, channels=a.channels, timeout_s=a.timeout_s,
                              dscp=a.dscp, job=a.job, sport_of=sport_of, aggregation=aggregation,
                              channel_choice=a.channel_choice, tclass=a.tclass, link_mbps=a.link_mbps,
-                             entropies_of=entropies_of)
+                             entropies_of=entropies_of, dilation=a.dilation)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -52,6 +52,7 @@ import argparse
 import numpy as np
 
 from control.path_assignment import default_sport
+from emulator.dilation import Dilation
 from hostagent.aggregation.allreduce import AggregationWorker, AllReduceTimeout
 from wire import aggregation as ah
 from hostagent.collectives import schedule as sc
@@ -623,7 +624,8 @@ def open_communicator(rank: int, addresses: Sequence[str], iface: str, src_ip: s
                       aggregation: tuple[int, str, int, int] | None = None,
                       channel_choice: str = FIXED, tclass: int | None = None,
                       link_mbps: float = 100.0,
-                      entropies_of: Callable[[str], Sequence[int]] | None = None) -> Communicator:
+                      entropies_of: Callable[[str], Sequence[int]] | None = None,
+                      dilation: float = 1.0) -> Communicator:
     """A communicator on the host's interface (raw socket), as the fabric's
     hosts use: `job`'s queue pairs only, so jobs share hosts. aggregation:
     (aggregation job, its parameter server's address, first sequence number,
@@ -634,7 +636,10 @@ def open_communicator(rank: int, addresses: Sequence[str], iface: str, src_ip: s
     pause quantum). mode "uet": UET's transport (lossy: no class; with cc
     "rccc" the rank grants its peers credit for its link at line_rate_pps;
     entropies_of(peer): the entropy values of the connections to it, the
-    path model's: collectives/paths.py path_aware_entropies)."""
+    path model's: collectives/paths.py path_aware_entropies). dilation: the
+    network runs this many times slower (emulator/dilation.py): the
+    transport's and the congestion control's default time constants are
+    multiplied by it, as the RDMA agent's --dilation does."""
     if not 0 <= job < MAX_JOBS:
         raise ValueError(f"job must be within 0..{MAX_JOBS - 1}, got {job}")
     if channels > JOB_QPS:
@@ -647,18 +652,19 @@ def open_communicator(rank: int, addresses: Sequence[str], iface: str, src_ip: s
     if cc not in ccs:
         raise ValueError(f"congestion control must be one of {', '.join(sorted(ccs))} with mode {mode}, got {cc!r}")
     make_cc = ccs[cc]
-    options = argparse.Namespace(line_rate_pps=line_rate_pps, mtu=mtu)
+    slow = Dilation(dilation)           # (a factor below 1 is refused here, by name)
+    options = argparse.Namespace(line_rate_pps=line_rate_pps, mtu=mtu, dilation=dilation)
     qp_base = CHANNEL_QP_BASE + JOB_QPS * job
     accept = range(qp_base, qp_base + JOB_QPS)
     link = RawLink(iface)
     endpoint: Endpoint | UetEndpoint
     try:
         if mode == UET:
-            endpoint = UetEndpoint(link, src_ip, src_mac, gw_mac, UetParams(mtu_bytes=mtu), lambda: make_cc(options),
+            endpoint = UetEndpoint(link, src_ip, src_mac, gw_mac, slow.params(UetParams, mtu_bytes=mtu), lambda: make_cc(options),
                                    dscp=dscp, accept_qps=accept, credit_pps=line_rate_pps if cc == "rccc" else None,
                                    entropies_of=entropies_of)
         else:
-            endpoint = Endpoint(link, src_ip, src_mac, gw_mac, TransportParams(mode=mode, mtu_bytes=mtu),
+            endpoint = Endpoint(link, src_ip, src_mac, gw_mac, slow.params(TransportParams, mode=mode, mtu_bytes=mtu),
                                 lambda: make_cc(options), dscp=dscp, accept_qps=accept, tclass=tclass,
                                 link_mbps=link_mbps)
     except ValueError:          # (a class or link rate it cannot honour)

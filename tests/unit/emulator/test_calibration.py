@@ -19,7 +19,8 @@ NOW = dt.datetime(2026, 11, 28, 12, 0, tzinfo=dt.timezone.utc)
 def calibration(**over) -> Calibration:
     fields = dict(identity=ID, measured_at="2026-11-27T12:00:00+00:00",
                   switch_pps_per_core={"fabric": 10_000.0, "training": 5_000.0}, switch_idle_cores=0.01,
-                  agent_pps_per_core=20_000.0, rdma_agent_pps_per_core=4_000.0)
+                  agent_pps_per_core=20_000.0, rdma_agent_pps_per_core=4_000.0,
+                  uet_agent_pps_per_core=2_500.0)
     return Calibration(**{**fields, **over})
 
 
@@ -122,10 +123,20 @@ def test_an_older_calibration_without_the_rdma_agents_rate_is_measured_again(tmp
     assert cal is None and "RDMA agents' rate" in why
 
 
+def test_an_older_calibration_without_the_uet_agents_rate_is_measured_again(tmp_path):
+    path = tmp_path / "calibration.json"
+    old = calibration().to_json().replace('  "uet_agent_pps_per_core": 2500.0,\n', "")
+    assert "uet" not in old
+    path.write_text(old)
+    cal, why = current(ID, path)
+    assert cal is None and "UET agents' rate" in why
+
+
 def test_the_rdma_agents_cost_what_they_were_measured_to():
     need = Demand({"s1": 0.0}, host_pps=4_000.0, switches=1)
     cal = calibration(switch_idle_cores=0.0)
     assert plan(need, cal).needed_cores == pytest.approx(0.2)               # the fast loop: 20,000 a core
     assert plan(need, cal, agents="rdma").needed_cores == pytest.approx(1.0)    # 4,000 a core
+    assert plan(need, cal, agents="uet").needed_cores == pytest.approx(1.6)     # 2,500 a core
     with pytest.raises(ValueError, match="agents 'dpdk'"):
         plan(need, cal, agents="dpdk")

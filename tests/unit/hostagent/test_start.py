@@ -54,5 +54,12 @@ def test_an_agent_that_dies_before_the_start_is_an_error(tmp_path):
     procs = [agent(0.0, gate), subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])]
     with pytest.raises(RuntimeError, match=r"an agent exited before the start .*[01] of 2 ready"):
         gate.open(procs)
-    procs[0].kill()
-    procs[0].wait()
+    assert procs[0].poll() is not None, "the agent still waiting was stopped: none outlives its case"
+
+
+def test_agents_not_ready_in_time_are_stopped(tmp_path):
+    gate = StartGate(tmp_path, timeout_s=0.5)
+    procs = [agent(30.0, gate)]
+    with pytest.raises(RuntimeError, match=r"0 of 1 agents ready after"):
+        gate.open(procs)
+    assert procs[0].poll() is not None
