@@ -5,7 +5,9 @@ measures has the shape the mechanisms imply. Incast: both deliver, RoCE's
 senders are paused and UET's packets trimmed (and resent on their NACKs),
 never the other way round. A link black-holed mid-transfer: every UET
 message completes (its senders, and its receiver's ACKs, moved off the
-dead spine) and none fails."""
+dead spine) and none fails. A ring all-reduce on fat-tree-k4 beside a
+competing flow: every all-reduce completes, each result exact, on both
+transports."""
 import csv
 import subprocess
 import sys
@@ -14,15 +16,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_roce_pauses_where_uet_trims_and_uet_sprays_around_a_dead_link(tmp_path):
+def test_roce_pauses_where_uet_trims_uet_sprays_around_a_dead_link_and_both_all_reduce_exactly(tmp_path):
     out = tmp_path / "uet"
     proc = subprocess.run([sys.executable, "-m", "experiments.uet", "--cases", "roce-pfc", "uet-nscc", "--runs", "1",
-                           "--duration", "4", "--senders", "4", "--trim-threshold", "4", "--out", str(out)], cwd=REPO, capture_output=True,
-                          text=True, timeout=900)
+                           "--duration", "4", "--senders", "4", "--trim-threshold", "4", "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"results: {out}/summary.csv" in proc.stdout
     rows = {(r["phase"], r["case"]): r for r in csv.DictReader(open(out / "summary.csv"))}
-    assert set(rows) == {(p, c) for p in ("incast", "failure") for c in ("roce-pfc", "uet-nscc")}
+    assert set(rows) == {(p, c) for p in ("incast", "failure", "allreduce") for c in ("roce-pfc", "uet-nscc")}
     roce, uet = rows[("incast", "roce-pfc")], rows[("incast", "uet-nscc")]
     for r in (roce, uet):
         assert int(r["messages"]) > 0 and int(r["senders_failed"]) == 0, r
@@ -31,6 +33,11 @@ def test_roce_pauses_where_uet_trims_and_uet_sprays_around_a_dead_link(tmp_path)
     failed = rows[("failure", "uet-nscc")]
     assert int(failed["senders_failed"]) == 0 and int(failed["messages_failed"]) == 0, failed
     assert int(failed["messages"]) > 0
+    for case in ("roce-pfc", "uet-nscc"):
+        ring = rows[("allreduce", case)]
+        assert int(ring["allreduces"]) == 8 and int(ring["wrong_results"]) == 0, ring
+        assert float(ring["competing_goodput_mbps"]) > 0, ring
+    assert int(rows[("allreduce", "roce-pfc")]["trims"]) == 0 and int(rows[("allreduce", "uet-nscc")]["pauses"]) == 0
     assert (out / "summary.png").stat().st_size > 10_000
     spread = list(csv.DictReader(open(out / "spread.csv")))
     assert {(r["phase"], r["case"]) for r in spread} == set(rows)
