@@ -10,7 +10,7 @@ receives and raises sampling to every packet where the reports show a sign:
   `ecn_marks` CE-marked reports of a flow  within the quiet period: the flow is hot
   `drops` drop reports of a flow           within the quiet period (a black hole, a failed
                                            link: drop reports come from every packet, sampled
-                                           or not): the flow is hot
+                                           or not; a trim's are not drops): the flow is hot
 
 A hot flow is raised at its first switch (an entry of its own, every
 packet); a host port with more than `max_flows` hot flows is raised as a
@@ -45,6 +45,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
+from control.p4constants import drop_reasons
 from control.topology import Topology
 from features.int_telemetry import (SECTION, AdaptiveSettings, FlowKey, IntConfig, IntConfigError, Raised,
                                     flow_sources, watching_rule)
@@ -52,6 +53,7 @@ from telemetry.decode import HopMetadata, MalformedReport, ReportPacket, decode_
 from wire.ecn import CE
 
 log = logging.getLogger(__name__)
+TRIMMED = drop_reasons()["TRIMMED"]    # a trim's drop report: not a drop (the header was forwarded)
 CHANGES_PORT = 32767        # where the loop beside `fabric run` receives what the collector sends on (loopback)
 
 
@@ -98,7 +100,7 @@ class AdaptiveSampling:
             for r in pkt.reports:
                 flow = self._flow(r.inner)
                 meta = r.metadata or HopMetadata()
-                if r.d:
+                if r.d and meta.drop_reason != TRIMMED:       # a trim's report: the packet was forwarded
                     if flow is not None and self._count(self.drops, flow, t) >= self.settings.drops:
                         self._hot_flow(flow, t, f"drop report from {self._switch(pkt.node_id)}")
                     continue

@@ -59,8 +59,9 @@ READ_ERRORS_FOR = "2m"
 CONTROLLER_FOR = "30s"
 
 # -- drops -------------------------------------------------------------------
-# Drop reasons that are not losses: a PFC frame the switch acted on and consumed.
-NOT_LOSSES = ("pfc_frame",)
+# Drop reasons that are not losses: a PFC frame the switch acted on and consumed;
+# a trimmed packet, forwarded as its header (drop_counter never counts it: kept out anyway).
+NOT_LOSSES = ("pfc_frame", "trimmed")
 # Reasons with a rule of their own, at any rate (lossless headroom drops).
 OWN_RULE = ("lossless_headroom",)
 # 5 drops/s: 1% of the ~500 packets/s a BMv2 switch forwards here. RoCE's
@@ -221,7 +222,7 @@ def groups() -> list[Group]:
         Rule("SwitchDropsHigh", f"{drop_rate} > {DROP_RATE_PER_S:g}", DROPS_FOR, "warning",
              f"{SW} drops {REASON} packets",
              f"{SW} has dropped more than {DROP_RATE_PER_S:g} packets/s (a rate over {RATE_WINDOW}) for reason "
-             f"{REASON}, for {DROPS_FOR}. Consumed PFC frames are not counted; lossless headroom drops have their "
+             f"{REASON}, for {DROPS_FOR}. Consumed PFC frames and trims are not counted; lossless headroom drops have their "
              "own alert. `fabric diagnose` names the most likely faulty link or switch."),
         Rule("SwitchDropRateRising",
              f"predict_linear(({drop_rate})[{TREND_RANGE}:{TREND_STEP}], {TREND_HORIZON_S}) > {DROP_RATE_PER_S:g} "

@@ -251,7 +251,7 @@ def _num(x: Optional[float]) -> str:
 def progress_line(elapsed: float, t: dict[str, int], rate: float) -> str:
     return (f"[{elapsed:6.0f}s] reports {t['packets']} ({rate:.0f}/s)  lost {t['lost']}  reordered "
             f"{t['reordered']}  duplicates {t['duplicates']}  malformed {t['malformed']}  flows {t['flows']}  "
-            f"drops {t['drops']}  congestion {t['congestion']}  kept back {t['kept_back']}")
+            f"drops {t['drops']}  trims {t['trims']}  congestion {t['congestion']}  kept back {t['kept_back']}")
 
 
 def _bucket_arg(name: str) -> Callable[[str], int]:

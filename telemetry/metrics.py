@@ -65,7 +65,7 @@ INT_REPORT_MALFORMED = MetricSpec("int_report_malformed", "counter",
                                   "Datagrams ignored because they are not well-formed reports", ("reason",))
 INT_REPORTS = MetricSpec("int_reports", "counter",
                          "Individual reports, by association flag (tracked_flow, drop, congestion, "
-                         "intermediate, other)", (*NODE, "kind"))
+                         "intermediate, other; trim: a drop report of reason trimmed)", (*NODE, "kind"))
 INT_REPORTS_UNCHANGED = MetricSpec("int_reports_unchanged", "counter",
                                    "Tracked-flow reports the collector kept back from reports.csv and its change "
                                    "listeners: same path and queue and latency buckets as the flow's last sent "
@@ -93,8 +93,8 @@ INT_QUEUE_OCCUPANCY = MetricSpec("int_queue_occupancy", "gauge",
 INT_PORT_TX_RATE = MetricSpec("int_port_tx_rate_bps", "gauge",
                               "Egress port transmit rate from INT tx bytes and their timestamps (HPCC)",
                               (*NODE, "egress_port"))
-INT_DROP_REPORTS = MetricSpec("int_drop_reports", "counter", "Drop reports by node and drop reason",
-                              (*NODE, "reason"))
+INT_DROP_REPORTS = MetricSpec("int_drop_reports", "counter",
+                              "Drop reports by node and drop reason (trimmed: a trim, not a drop)", (*NODE, "reason"))
 INT_CONGESTION_REPORTS = MetricSpec("int_congestion_reports", "counter", "Queue congestion reports",
                                     (*NODE, "queue_id"))
 INT_CONGESTION_QUEUE = MetricSpec("int_congestion_queue_occupancy", "gauge",

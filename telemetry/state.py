@@ -12,7 +12,10 @@ Which report updates what:
   end-to-end latency (sink egress timestamp - source ingress timestamp, when
   both are there), and the per-node metrics of every hop on it.
 - D=1: a drop, by node and reason (RepMdBits bit 15); Q=1: a congestion
-  event, by node and queue id, with its occupancy.
+  event, by node and queue id, with its occupancy. A D=1 report whose reason
+  is "trimmed" (NOT_DROPS) is a trim: the packet was cut to its headers and
+  forwarded. It is counted by node as a trim (kind "trim", int_drop_reports
+  with reason="trimmed"), never as a drop (drops, a flow's drops).
 
 Given change settings (telemetry/changes.py), a tracked flow's report that
 is neither a drop nor a congestion report is marked sent (Outcome.sent)
@@ -42,6 +45,9 @@ from telemetry.sequence import DEFAULT_WINDOW, StreamTable
 from control.p4constants import drop_reasons
 
 TX_COUNTER_MODULUS = 1 << 32
+# Reasons a drop report may carry that are not drops: a packet cut to its
+# headers by trimming (DROP_TRIMMED), its header forwarded.
+NOT_DROPS = ("trimmed",)
 
 
 def drop_reason_names() -> dict[int, str]:
@@ -133,6 +139,7 @@ class TelemetryState:
         self.packets = 0
         self.malformed: dict[str, int] = {}
         self.drops: dict[tuple[int, str], int] = {}
+        self.trims: dict[int, int] = {}       # node -> trim reports (a D=1 report of reason "trimmed")
         self.congestion: dict[tuple[int, int], dict[str, int]] = {}
         self.tx_rate: dict[tuple[int, int], float] = {}
         self._tx_last: dict[tuple[int, int], tuple[int, int]] = {}
@@ -185,20 +192,24 @@ class TelemetryState:
 
     def _individual(self, pkt: ReportPacket, r: IndividualReport, now: float) -> Outcome:
         node = self._node(pkt.node_id)
-        kinds = [k for k, flag in (("tracked_flow", r.f), ("drop", r.d), ("congestion", r.q),
+        meta = r.metadata or HopMetadata()
+        reason = self.reason_name(meta.drop_reason) if r.d else ""
+        trim = reason in NOT_DROPS
+        kinds = [k for k, flag in (("tracked_flow", r.f), ("trim" if trim else "drop", r.d), ("congestion", r.q),
                                    ("intermediate", r.i)) if flag] or ["other"]
         for kind in kinds:
             self.metric[m.INT_REPORTS.name].labels(*node, kind).inc()
-        out = Outcome(kinds, flow=r.inner.flow if r.inner else "")
-        meta = r.metadata or HopMetadata()
+        out = Outcome(kinds, flow=r.inner.flow if r.inner else "", drop_reason=reason)
         flow = self._flow(out.flow) if out.flow else None
         if r.d:
-            out.drop_reason = self.reason_name(meta.drop_reason)
-            key = (pkt.node_id, out.drop_reason)
-            self.drops[key] = self.drops.get(key, 0) + 1
-            self.metric[m.INT_DROP_REPORTS.name].labels(*node, out.drop_reason).inc()
-            if flow is not None:
-                flow.drops += 1
+            self.metric[m.INT_DROP_REPORTS.name].labels(*node, reason).inc()
+            if trim:
+                self.trims[pkt.node_id] = self.trims.get(pkt.node_id, 0) + 1
+            else:
+                key = (pkt.node_id, reason)
+                self.drops[key] = self.drops.get(key, 0) + 1
+                if flow is not None:
+                    flow.drops += 1
         if r.q:
             queue = meta.queue_id if meta.queue_id is not None else meta.drop_queue_id
             out.congestion_queue, out.congestion_occupancy = queue, meta.queue_occupancy
@@ -343,6 +354,8 @@ class TelemetryState:
             "untracked_flow_reports": self.untracked_flow_reports,
             "drops": [{"node_id": node, "switch": self.switch(node), "reason": reason, "reports": n}
                       for (node, reason), n in sorted(self.drops.items())],
+            "trims": [{"node_id": node, "switch": self.switch(node), "reports": n}
+                      for node, n in sorted(self.trims.items())],
             "congestion": [{"node_id": node, "switch": self.switch(node), "queue_id": None if q < 0 else q, **v}
                            for (node, q), v in sorted(self.congestion.items())],
             "tx_rate_bps": [{"node_id": node, "switch": self.switch(node), "egress_port": port, "rate": rate}
@@ -355,5 +368,6 @@ class TelemetryState:
         return {"packets": self.packets, "lost": sum(s.lost for s in stats),
                 "reordered": sum(s.reordered for s in stats), "duplicates": sum(s.duplicates for s in stats),
                 "malformed": sum(self.malformed.values()), "flows": len(self.flows),
-                "drops": sum(self.drops.values()), "congestion": sum(v["events"] for v in self.congestion.values()),
+                "drops": sum(self.drops.values()), "trims": sum(self.trims.values()),
+                "congestion": sum(v["events"] for v in self.congestion.values()),
                 "sent": self.sent, "kept_back": self.kept_back}

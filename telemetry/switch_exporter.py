@@ -48,7 +48,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 
 from telemetry import metrics as m
-from telemetry.state import drop_reason_names as all_reasons
+from telemetry.state import NOT_DROPS, drop_reason_names as all_reasons
 from control.feature import priority_queues
 from control.topology import TopologyError
 from features import load_topology
@@ -115,8 +115,10 @@ def at_instant(before: dict[int, int], before_s: float, after: dict[int, int], a
 
 
 def drop_reason_names() -> dict[int, str]:
-    """drop_counter index -> reason name (lower case), DROP_NONE left out."""
-    return {code: name for code, name in all_reasons().items() if code != 0}
+    """drop_counter index -> reason name (lower case), DROP_NONE left out,
+    and the reasons that are not drops (NOT_DROPS: trimmed, which
+    drop_counter never counts; fabric_trimmed_total counts trims)."""
+    return {code: name for code, name in all_reasons().items() if code != 0 and name not in NOT_DROPS}
 
 
 def samples(topo, readings: Iterable[SwitchReadings], reasons: dict[int, str],

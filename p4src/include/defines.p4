@@ -1,6 +1,6 @@
 // Constants shared by every control of the pipeline: one place to change a
 // size, a protocol number or a drop reason. The control plane reads the
-// DROP_* constants from this file (core/p4constants.py), so a new drop
+// DROP_* constants from this file (control/p4constants.py), so a new drop
 // reason only needs a line here.
 #ifndef DEFINES_P4
 #define DEFINES_P4
@@ -84,7 +84,9 @@ const drop_reason_t DROP_PFC_PORT_OFF = 14;      // a PFC frame on a port withou
 const drop_reason_t DROP_PFC_MALFORMED = 15;     // a MAC control frame that is not a whole PFC frame
 const drop_reason_t DROP_AGG_NOT_PARENT = 16;    // an aggregation result that did not come from this switch's parent in the job's tree
 const drop_reason_t DROP_AGG_BLOCK_SIZE = 17;    // a contribution whose block size is not the one its job declared
-const bit<32> DROP_REASON_COUNT = 18;
+const drop_reason_t DROP_TRIMMED = 18;           // cut to its headers by trimming: the header was forwarded, the payload lost
+                                                 // (not a drop: never counted in drop_counter; drop reports only, trimming.p4)
+const bit<32> DROP_REASON_COUNT = 19;
 
 // nonminimal_packets (nonminimal_routing.p4): what a switch did with a packet
 const bit<32> NONMINIMAL_PUSHED = 0;             // a Valiant tag pushed: sent non-minimally

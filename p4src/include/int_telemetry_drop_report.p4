@@ -1,7 +1,9 @@
 // Drop reports (Telemetry Report v2.0, D flag, INT-XD style): a packet the
 // ingress drops is cloned to the collector with its drop reason, from the
 // switch where it happened (a PFC frame the switch acted on is not a loss,
-// and not reported). Rate-limited per drop reason: at most one report
+// and not reported). A trimmed packet is reported too, as DROP_TRIMMED
+// (main.p4: its payload was lost; the packet itself, cut, is forwarded
+// with EGRESS_INT as its only egress work). Rate-limited per drop reason: at most one report
 // per reason per interval, so a storm of drops cannot flood the collector;
 // the ones held back are counted (int_report_counter, REPORT_DROP_LIMITED).
 // Off (no default action set by the controller): one table miss, on the
@@ -25,7 +27,7 @@ control IntDropReport(inout local_metadata_t meta, in standard_metadata_t std_me
     action report_drops(bit<32> min_interval_us) {
         meta.int_scratch.setValid();
         meta.int_scratch.interval_us = min_interval_us;
-        meta.egress_work = EGRESS_INT;    // the packet is dropped; its report clone keeps this field: INT's work only
+        meta.egress_work = EGRESS_INT;    // the packet is dropped (or trimmed); its report clone keeps this field: INT's work only
         meta.int_scratch.now_us = (bit<32>) std_meta.ingress_global_timestamp;
         drop_report_time.read(meta.int_scratch.last_us, meta.drop_reason);
     }

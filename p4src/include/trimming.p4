@@ -87,6 +87,7 @@ control Trimming(inout headers_t hdr, inout local_metadata_t meta, inout standar
         hdr.udp.checksum = 0;
         std_meta.priority = meta.trim.header_queue;
         trim_counter.count(meta.trim.cell);
+        meta.drop_reason = DROP_TRIMMED;        // for a drop report (main.p4); the packet is forwarded
     }
 
     action admit() {

@@ -18,18 +18,22 @@ the queue depth record (queue_depth.p4: every queue's last departure time).
 from __future__ import annotations
 
 from ptf_lib.base_test import HOST_MAC, SWITCH_MAC, P4RuntimeTest, neighbour_mac, port_mac
-from scapy.layers.inet import IP, TCP
+from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
+from control.p4constants import drop_reasons
 from emulator import queue_depth
 from emulator.bmv2_thrift import Bmv2Thrift
+from features.int_telemetry import ReportPath, ReportSettings, int_state, report_counts
 from features.trimming import TRIM_COUNTER, TrimProfile, cell, trimming_state
 from hostagent.sender import RawSender
+from wire.int_telemetry import (REPORT_UDP_PORT, HopMetadata, INTReportMain, TelemetryReportGroup,
+                                TelemetryReportIndividual, report_frame)
 from wire.roce import roce_data
 from wire.trimming import TRIM_BYTES, TRIMMED_DSCP, dscp, trimmed
 
-IN_PORT, OUT_PORT = 1, 2
+IN_PORT, OUT_PORT, COLLECTOR_PORT = 1, 2, 4
 DATA_QUEUE, HEADER_QUEUE = 0, 1
 UNLIMITED_PPS = 10_000_000
 PAYLOAD = 1000
@@ -203,3 +207,102 @@ class TrimmingOffLeavesEveryPacketTest(TrimmingTest):
         self.assertEqual(self.trims(), 0)
         self.assertFalse(self.left_from(HEADER_QUEUE))
         self.assertEqual(self.occupancy(), 0)
+
+
+# -- trims in INT drop reports (int_telemetry_drop_report.p4, reason DROP_TRIMMED) ---------
+
+NODE_ID = 7
+REPORT = ReportPath(COLLECTOR_PORT, port_mac(COLLECTOR_PORT), neighbour_mac(COLLECTOR_PORT),
+                    "10.255.0.7", "10.0.9.1", REPORT_UDP_PORT)
+TRIMMED_REASON = drop_reasons()["TRIMMED"]
+
+
+def drop_report_frame(dropped: bytes, *, seq_no: int, ingress_ts: int, reason: int = TRIMMED_REASON) -> bytes:
+    """The drop report the switch sends for `dropped` (as it arrived on
+    IN_PORT): Telemetry Report v2.0, D and I set, RepMdBits 1, 4 and 15 (no
+    egress port: 0xFFFF), Report Length 0xFF, the packet from IPv4 on cut to
+    64 bytes; outer IPv4 id 0, DF, TTL 64, UDP checksum 0."""
+    meta = HopMetadata(ingress_port=IN_PORT, egress_port=0xFFFF, ingress_ts=ingress_ts, drop_queue_id=0,
+                       drop_reason=reason)
+    report = (TelemetryReportGroup(hw_id=0, seq_no=seq_no, node_id=NODE_ID)
+              / TelemetryReportIndividual(in_type=4, report_length=0xFF, md_length=4, d=1, i=1)
+              / INTReportMain(rep_md_bits=0x4801, metadata=meta) / Raw(bytes(Ether(dropped)[IP])[:64]))
+    frame = report_frame(report, src_mac=REPORT.src_mac, dst_mac=REPORT.dst_mac, src_ip=REPORT.src_ip,
+                         dst_ip=REPORT.collector_ip, sport=REPORT_UDP_PORT, dport=REPORT.collector_port)
+    frame[IP].id, frame[IP].ttl, frame[UDP].chksum = 0, 64, 0
+    return bytes(Ether(bytes(frame)))
+
+
+class TrimReportTest(TrimmingTest):
+    """Trimming on OUT_PORT's data queue and INT on at the switch (no sinks,
+    no watchlist: only drop reports, to COLLECTOR_PORT)."""
+    THRESHOLD = 4
+
+    def set_reports(self, drop_report_interval_ms: float | None) -> None:
+        feature = trimming_state(self.p4info, {(OUT_PORT, DATA_QUEUE): TrimProfile(self.THRESHOLD,
+                                                                                 header_queue=HEADER_QUEUE)})
+        feature.merge(int_state(self.p4info, node_id=NODE_ID, ports={p: 1000 for p in self.ports}, sink_ports=set(),
+                                rules=(), report=REPORT,
+                                reports=ReportSettings(refresh_ms=0, drop_report_interval_ms=drop_report_interval_ms)))
+        self.state.clone_sessions = list(feature.clone_sessions)
+        self.with_feature(feature)
+
+    def trimmed_burst(self) -> tuple[list[bytes], list[int]]:
+        """A burst that is trimmed above the threshold, each packet leaving
+        whole or as the model's trim of it (as without reports); returns what
+        was sent and the sequence numbers trimmed."""
+        sent = [data_packet(seq) for seq in range(self.COUNT)]
+        got = self.burst(sent)
+        whole = {routed(f): i for i, f in enumerate(sent)}
+        cut = {trimmed(routed(f)): i for i, f in enumerate(sent)}
+        trimmed_seqs = []
+        for n, frame in enumerate(got):
+            if frame in cut:
+                trimmed_seqs.append(cut[frame])
+            else:
+                self.assertIn(frame, whole, f"frame {n} is neither a routed packet nor the model's trim of one")
+        self.assertIn(self.COUNT - 1, trimmed_seqs, "the last packet of the burst found the queue full: trimmed")
+        self.assertEqual(self.trims(), len(trimmed_seqs), "the counter counts each trim")
+        self.assertEqual(self.occupancy(), 0, "every packet counted into the queue was counted out")
+        self.assertEqual(self.drops("TRIMMED"), 0, "a trim is not a drop")
+        return sent, sorted(trimmed_seqs)
+
+
+class TrimIsReportedAsADropTest(TrimReportTest):
+    """Drop reports on: the trimmed packets leave exactly as without them,
+    and the first trim makes a drop report of reason TRIMMED, its bytes the
+    wire model's (the packet as it arrived, cut to 64 bytes); the other
+    trims of the burst, within the rate limit's interval, are counted as
+    limited, not reported. Nothing is counted as a drop."""
+
+    def runTest(self):
+        self.set_reports(drop_report_interval_ms=60_000)
+        before = report_counts(self.sw, self.p4info)
+        sent, trimmed_seqs = self.trimmed_burst()
+        reports = self.receive_all(COLLECTOR_PORT, timeout=0.5)
+        self.assertEqual(len(reports), 1, "one report per reason per interval")
+        report = Ether(reports[0])
+        group = TelemetryReportGroup(bytes(report[UDP].payload))
+        meta = group.reports[0][INTReportMain].metadata
+        self.assertEqual(meta.drop_reason, TRIMMED_REASON)
+        self.assertEqual(reports[0], drop_report_frame(sent[trimmed_seqs[0]], seq_no=group.seq_no,
+                                                       ingress_ts=meta.ingress_ts),
+                         "the first trim's report: the packet as it arrived, cut to 64 bytes")
+        after = report_counts(self.sw, self.p4info)
+        self.assertEqual(after["drop"] - before["drop"], 1)
+        self.assertEqual(self.counter("drop_reports_limited", TRIMMED_REASON)[0], len(trimmed_seqs) - 1,
+                         "the other trims: held back by the rate limit, counted")
+        self.assertEqual(sum(self.counter("drop_counter", i)[0] for i in drop_reasons().values()), 0,
+                         "nothing counted as a drop")
+
+
+class TrimNotReportedWithDropReportsOffTest(TrimReportTest):
+    """INT on but drop reports off: the same burst is trimmed the same way,
+    and nothing goes to the collector."""
+
+    def runTest(self):
+        self.set_reports(drop_report_interval_ms=None)
+        _, trimmed_seqs = self.trimmed_burst()
+        self.assertTrue(trimmed_seqs)
+        self.assertEqual(self.receive_all(COLLECTOR_PORT, timeout=0.5), [], "no report")
+        self.assertEqual(self.counter("drop_reports_limited", TRIMMED_REASON)[0], 0)

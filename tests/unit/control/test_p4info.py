@@ -70,7 +70,7 @@ ROUTE = {"action": "set_next_id", "params": {"next_id": 1}}
     pytest.param(lambda i: i.table_entry("ipv4_lpm", {"hdr.ipv4.dst_addr": "10.0.0.0/8"}, action="route",
                                          params={"port": 1, "src_mac": "0a:zz", "dst_mac": 0}),
                  "cannot read '0a:zz'", id="bad-mac"),
-    pytest.param(lambda i: i.counter_entry("drop_counter", 99), "index 99 outside 0..17", id="counter-index"),
+    pytest.param(lambda i: i.counter_entry("drop_counter", 99), "index 99 outside 0..18", id="counter-index"),
     pytest.param(lambda i: i.table_entry("ecn_profile", {"std_meta.egress_port": 1, "std_meta.priority": 0}, action="mark_step",
                                          params={"k": 1 << 19}), "does not fit in 19 bits", id="k-too-deep"),
 ])

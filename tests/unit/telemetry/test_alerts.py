@@ -109,6 +109,7 @@ CASES: dict[str, tuple[Case, Case]] = {
              [{"switch": "leaf1", "reason": "no_route"}]),
         Case([series(DROPS, "0+5x60", switch="leaf1", reason="no_route"),                # 1/s
               series(DROPS, "0+500x60", switch="leaf1", reason="pfc_frame"),             # consumed, not lost
+              series(DROPS, "0+500x60", switch="leaf1", reason="trimmed"),               # forwarded as a header
               series(DROPS, "0+50x60", switch="leaf1", reason="lossless_headroom")], "3m")),   # its own rule
     "SwitchDropRateRising": (
         Case([series(DROPS, rising_drops(21), switch="leaf1", reason="no_route")], "20m",   # 3.8/s, rising
@@ -229,7 +230,7 @@ def test_drop_reasons_and_labels_are_checked_when_written():
         alerts.reasons("no_such_reason")
     with pytest.raises(ValueError, match="has no label"):
         alerts.labels(m.FABRIC_DROPS, "port")
-    assert alerts.reasons(*alerts.NOT_LOSSES) == "pfc_frame"
+    assert alerts.reasons(*alerts.NOT_LOSSES) == "pfc_frame|trimmed"
 
 
 def test_prometheus_loads_the_rules():

@@ -104,6 +104,24 @@ def test_drops_congestion_and_tx_rate():
     assert state.totals()["drops"] == 3 and state.totals()["congestion"] == 1
 
 
+def test_a_trims_drop_report_is_a_trim_not_a_drop():
+    """DROP_TRIMMED (a packet cut to its headers, the header forwarded):
+    named "trimmed", counted as a trim by node, in no drop count."""
+    from control.p4constants import drop_reasons
+    state = TelemetryState(node_names=NAMES)
+    (_, (out,)), _ = feed(state, drop_report(FLOW, node_id=3, seq_no=0, reason=drop_reasons()["TRIMMED"]),
+                          drop_report(FLOW, node_id=3, seq_no=1, reason=drop_reasons()["NO_ROUTE"]))
+    assert out.drop_reason == "trimmed" and out.kinds == ["trim"]
+    assert sample(state, "int_drop_reports_total", node_id="3", switch="leaf1", reason="trimmed") == 1
+    assert sample(state, "int_reports_total", node_id="3", switch="leaf1", kind="trim") == 1
+    assert sample(state, "int_reports_total", node_id="3", switch="leaf1", kind="drop") == 1    # the no_route one
+    summary = state.summary()
+    assert summary["trims"] == [{"node_id": 3, "switch": "leaf1", "reports": 1}]
+    assert summary["drops"] == [{"node_id": 3, "switch": "leaf1", "reason": "no_route", "reports": 1}]
+    assert summary["flows"][LABEL]["drops"] == 1
+    assert state.totals()["drops"] == 1 and state.totals()["trims"] == 1
+
+
 def test_sequence_samples_and_duplicates_are_not_counted_twice():
     state = TelemetryState(node_names=NAMES)
     reports = {s: flow_report(FLOW, PATH_A, seq_no=s, start_ts=s, latencies=[1, 1, 1], queues=[0, 0, 0])

@@ -54,6 +54,8 @@ def test_samples_from_readings():
     assert {r for (n, labels), _ in d.items() if n == "fabric_drops_total"
             for k, r in labels if k == "reason"} >= {"parser_error", "bad_ipv4_checksum", "not_ipv4",
                                                     "no_route", "ttl_expired"}
+    assert value(d, "fabric_drops_total", switch="leaf1", reason="trimmed") is None, \
+        "a trim is not a drop: fabric_trimmed_total counts trims"
 
 
 def test_what_the_kernel_delivered_to_a_port_is_exported_beside_what_the_pipeline_counted():
