@@ -112,12 +112,13 @@ LOSSLESS_CLASS, LOSSLESS_DSCP = 3, 26
 LOSSLESS_HEADROOM, LOSSLESS_HOLD_PPS = 64, 500
 
 
-def with_int_to_host(topo_path: Path, dilation: Dilation = Dilation()):
+def with_int_to_host(topo_path: Path, dilation: Dilation = Dilation(), classes: tuple[dict, ...] = ()):
     """The topology with an `int:` section (RoCEv2, UDP 4791, gets INT with
     HPCC's instructions, delivered to the receiving host) and a `lossless:`
     section (DSCP 26 is class 3, lossless: the fabric cases with PFC mark
     their packets so; the others send DSCP 0, no class); its links and hold
-    rate slowed by `dilation`."""
+    rate slowed by `dilation`; `classes`: more traffic classes (the
+    section's entries)."""
     import yaml
     raw = yaml.safe_load(topo_path.read_text())
     # no drop reports: no collector listens on the receiver, whose kernel would answer each with an ICMP
@@ -125,7 +126,7 @@ def with_int_to_host(topo_path: Path, dilation: Dilation = Dilation()):
     raw["int"] = {"collector": RECEIVER, "drop_report_interval_ms": None, "watchlist": [
         {"protocol": "udp", "dst_ports": 4791, "instructions": HPCC_INSTRUCTIONS, "max_hops": 4, "to_host": True}]}
     raw["lossless"] = {"queues": 8, "classes": [{"name": "rdma", "class": LOSSLESS_CLASS, "dscp": [LOSSLESS_DSCP],
-                                                 "lossless": True}],
+                                                 "lossless": True}, *classes],
                        "pfc": {"xoff": 24, "xon": 12, "headroom": LOSSLESS_HEADROOM},
                        "hold_rate_pps": LOSSLESS_HOLD_PPS}
     return topology_from_dict(dilation.topology(raw), f"{topo_path.name} + INT to the host + a lossless class"

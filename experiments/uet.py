@@ -89,6 +89,12 @@ from features.trimming import cell as trim_cell
 TRIM_THRESHOLD = 16          # packets queued in the lossy queue before the bottleneck trims (BMv2 holds 64)
 HEADER_QUEUE = 5             # the trimmed headers' priority queue: above the lossy 0, not class 3 nor the hold queue
 ENTROPIES = 16
+# UE's control traffic class: UET's ACKs, NACKs and credits in a lossy class of their own, served above the
+# data (queue 0) and never trimmed (a trimmed ACK says nothing: with trimming on every port of the fat tree,
+# ACKs that shared a queue with data were cut, and RCCC's ranks gave up after their retry limit)
+CONTROL_CLASS, CONTROL_DSCP = 4, 46
+CONTROL = {"name": "uet-control", "class": CONTROL_CLASS, "dscp": [CONTROL_DSCP]}
+UET_CONTROL = ("--control-dscp", str(CONTROL_DSCP))
 FAILURE_SENDERS = ("h1", "h2", "h5", "h6")
 FAILED_LINK = (BOTTLENECK_SWITCH, "spine2")
 PHASES = ("incast", "failure", "allreduce")
@@ -121,7 +127,7 @@ def topology(dilation: Dilation, trim_threshold: int = TRIM_THRESHOLD):
     """experiments/rdma.py's incast fabric (INT to the host, the lossless
     class), trimming configured on the bottleneck port (so leaf3 runs the
     header queue; the cases switch it on and off)."""
-    topo = with_int_to_host(REPO / "topologies" / "incast-leaf-spine.yaml", dilation)
+    topo = with_int_to_host(REPO / "topologies" / "incast-leaf-spine.yaml", dilation, classes=(CONTROL,))
     port = topo.hosts[RECEIVER].switch_port
     topo.features[TRIMMING] = {(BOTTLENECK_SWITCH, port, 0): TrimProfile(trim_threshold, header_queue=HEADER_QUEUE)}
     return topo
@@ -140,9 +146,10 @@ def run_case(case: Case, phase: str, run: int, flows: list[RdmaFlow], topo, net:
     capacity = bottleneck_pps(topo)
     if case.mode == "uet":            # each sender's entropies spread evenly over its paths, by the hash model
         model, r1 = PathModel(topo), topo.hosts[RECEIVER].primary.ip
-        flows = [replace(f, extra=(*f.extra, "--entropy-ports", ",".join(
+        flows = [replace(f, extra=(*f.extra, *UET_CONTROL, "--entropy-ports", ",".join(
             map(str, path_aware_entropies(model, topo.hosts[f.host].primary.ip, ENTROPIES)(r1))))) for f in flows]
-    receiver_extra = ("--credit-pps", str(capacity)) if case.cc == "rccc" else ()
+    receiver_extra = ((*UET_CONTROL, *(("--credit-pps", str(capacity)) if case.cc == "rccc" else ()))
+                      if case.mode == "uet" else ())
     undo: list = []
     timer: list[threading.Timer] = []
 
@@ -197,7 +204,7 @@ def ring_topology(dilation: Dilation, trim_threshold: int = TRIM_THRESHOLD):
     raw["defaults"] = {**raw.get("defaults", {}), "link": {**raw.get("defaults", {}).get("link", {}),
                                                            "bandwidth_mbps": RING_LINK_MBPS}}
     raw["lossless"] = {"queues": 8, "classes": [{"name": "rdma", "class": LOSSLESS_CLASS, "dscp": [LOSSLESS_DSCP],
-                                                 "lossless": True}],
+                                                 "lossless": True}, CONTROL],
                        "pfc": {"xoff": 24, "xon": 12, "headroom": LOSSLESS_HEADROOM},
                        "hold_rate_pps": LOSSLESS_HOLD_PPS}
     raw["trimming"] = [{"switch": "all", "port": "all", "queue": 0, "threshold": trim_threshold,
@@ -208,8 +215,8 @@ def ring_topology(dilation: Dilation, trim_threshold: int = TRIM_THRESHOLD):
 
 
 def ring_demand(topo) -> list[CalFlow]:
-    """What the budget counts: every ring hop and the competing flow at the links' rate."""
-    cap = queue_rate_pps(RING_LINK_MBPS)
+    """What the budget counts: every ring hop and the competing flow at the (dilated) links' rate."""
+    cap = queue_rate_pps(topo.access_link(topo.hosts[RING_RANKS[0]]).bandwidth_mbps)
     return ([CalFlow(a, b, cap) for a, b in zip(RING_RANKS, RING_RANKS[1:] + RING_RANKS[:1])]
             + [CalFlow(*COMPETING, cap)])
 
@@ -255,7 +262,8 @@ def run_ring_case(case: Case, run: int, topo, topo_file: Path, net: Network, ctl
     d = args.dilation.factor
     cap = queue_rate_pps(topo.access_link(topo.hosts[RING_RANKS[0]]).bandwidth_mbps)
     model = PathModel(topo)
-    transport = ["--mode", case.mode, "--mtu", str(MTU), "--dilation", f"{d:g}", "--line-rate-pps", str(cap)]
+    transport = ["--mode", case.mode, "--mtu", str(MTU), "--dilation", f"{d:g}",
+                 *(UET_CONTROL if case.mode == "uet" else ()), "--line-rate-pps", str(cap)]
     lossless = (["--dscp", str(LOSSLESS_DSCP), "--tclass", str(LOSSLESS_CLASS), "--link-mbps",
                  str(topo.access_link(topo.hosts[RING_RANKS[0]]).bandwidth_mbps)] if case.pfc else [])
     gate = StartGate(case_dir)
@@ -280,7 +288,7 @@ def run_ring_case(case: Case, run: int, topo, topo_file: Path, net: Network, ctl
         qp, steer = colliding_qp(model, topo), []
     long_s = 600.0 * d                   # stopped once the ring is done
     receiver = rdma_agent(dst, "receive", start_at=gate, out_dir=case_dir, extra=[
-        *transport[:6], "--duration", f"{long_s:g}", *(["--credit-pps", str(cap)] if case.cc == "rccc" else [])])
+        *transport[:-2], "--duration", f"{long_s:g}", *(["--credit-pps", str(cap)] if case.cc == "rccc" else [])])
     sender = rdma_agent(src, "send", start_at=gate, out_dir=case_dir, stem="competing", extra=[
         *transport, "--dst-ip", dst.ip, "--qp", str(qp), "--cc", case.cc, "--duration", f"{long_s:g}",
         "--message-bytes", str(MESSAGE_BYTES), "--drain-s", "0", *lossless, *steer])
@@ -444,6 +452,7 @@ def main(argv: list[str] | None = None) -> int:
                               f"into {RECEIVER}", flush=True)
                         rows.append(run_case(case, "incast", run, incast_flows(args.senders, args.duration), topo,
                                              net, ctl, args, out / "incast"))
+                        write_csv(out / "summary.csv", rows)      # as it goes: a later failure keeps these
                     if "failure" in args.phases:
                         fail_at = args.duration / 3
                         print(f"==> failure {name} (run {run}/{args.runs}): {len(FAILURE_SENDERS)} senders into "
@@ -452,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
                                  for qp, h in enumerate(FAILURE_SENDERS, 1)]
                         rows.append(run_case(case, "failure", run, flows, topo, net, ctl, args, out / "failure",
                                              fail_at_s=fail_at))
+                        write_csv(out / "summary.csv", rows)
     if "allreduce" in args.phases:
         args.dilation = dilations[RING_TOPOLOGY]
         announce_dilation(args.dilation, RING_TOPOLOGY)
@@ -470,6 +480,7 @@ def main(argv: list[str] | None = None) -> int:
                           f"{RING_BYTES // 1024} KB on {', '.join(RING_RANKS)} beside {'->'.join(COMPETING)}",
                           flush=True)
                     rows.append(run_ring_case(CASES[name], run, topo, topo_file, net, ctl, args, out / "allreduce"))
+                    write_csv(out / "summary.csv", rows)
     written = [write_csv(out / "summary.csv", rows), write_csv(out / "spread.csv", spread(rows)), plot(rows, out)]
     print_table([{k: r.get(k, "") for k in ("phase", "case", "run", "messages", "messages_failed", "fct_p99_ms",
                                             "allreduce_p50_ms", "allreduce_p99_ms", "timeouts", "pauses", "trims")}

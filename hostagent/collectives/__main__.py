@@ -157,6 +157,8 @@ def add_group_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mtu", type=int, default=1024, help="payload bytes per packet")
     p.add_argument("--line-rate-pps", type=float, default=1000.0, help="each connection's top rate, packets/s")
     p.add_argument("--dscp", type=int, default=0, help="DSCP of the packets (the switches' traffic class)")
+    p.add_argument("--control-dscp", type=int, default=None, choices=range(64), metavar="D",
+                   help="--mode uet: the DSCP of ACKs, NACKs and credits (UE's control class; default: --dscp)")
     p.add_argument("--tclass", type=int, default=None,
                    help="honour the switches' PFC pauses of this class (the lossless class --dscp maps to); "
                         "default: honour none")
@@ -305,7 +307,7 @@ def communicator(a: argparse.Namespace, sport_of: SportOf | None = None) -> Comm
                              line_rate_pps=a.line_rate_pps, mtu=a.mtu, channels=a.channels, timeout_s=a.timeout_s,
                              dscp=a.dscp, job=a.job, sport_of=sport_of, aggregation=aggregation,
                              channel_choice=a.channel_choice, tclass=a.tclass, link_mbps=a.link_mbps,
-                             entropies_of=entropies_of, dilation=a.dilation)
+                             entropies_of=entropies_of, dilation=a.dilation, control_dscp=a.control_dscp)
 
 
 def main(argv: list[str] | None = None) -> int:

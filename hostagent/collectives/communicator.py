@@ -625,7 +625,7 @@ def open_communicator(rank: int, addresses: Sequence[str], iface: str, src_ip: s
                       channel_choice: str = FIXED, tclass: int | None = None,
                       link_mbps: float = 100.0,
                       entropies_of: Callable[[str], Sequence[int]] | None = None,
-                      dilation: float = 1.0) -> Communicator:
+                      dilation: float = 1.0, control_dscp: int | None = None) -> Communicator:
     """A communicator on the host's interface (raw socket), as the fabric's
     hosts use: `job`'s queue pairs only, so jobs share hosts. aggregation:
     (aggregation job, its parameter server's address, first sequence number,
@@ -639,7 +639,9 @@ def open_communicator(rank: int, addresses: Sequence[str], iface: str, src_ip: s
     path model's: collectives/paths.py path_aware_entropies). dilation: the
     network runs this many times slower (emulator/dilation.py): the
     transport's and the congestion control's default time constants are
-    multiplied by it, as the RDMA agent's --dilation does."""
+    multiplied by it, as the RDMA agent's --dilation does. control_dscp
+    (UET only): the DSCP of its ACKs, NACKs and credits, UE's control
+    class."""
     if not 0 <= job < MAX_JOBS:
         raise ValueError(f"job must be within 0..{MAX_JOBS - 1}, got {job}")
     if channels > JOB_QPS:
@@ -648,6 +650,8 @@ def open_communicator(rank: int, addresses: Sequence[str], iface: str, src_ip: s
         raise ValueError(f"mode must be one of {', '.join(TRANSPORT_MODES)}, got {mode!r}")
     if mode == UET and tclass is not None:
         raise ValueError(f"UET is lossy (trimming, not PFC): no traffic class to honour, got tclass {tclass}")
+    if mode != UET and control_dscp is not None:
+        raise ValueError(f"control_dscp is UET's control class: mode {mode} sends its ACKs as its data")
     ccs = uet_congestion_controls() if mode == UET else congestion_controls()
     if cc not in ccs:
         raise ValueError(f"congestion control must be one of {', '.join(sorted(ccs))} with mode {mode}, got {cc!r}")
@@ -662,7 +666,7 @@ def open_communicator(rank: int, addresses: Sequence[str], iface: str, src_ip: s
         if mode == UET:
             endpoint = UetEndpoint(link, src_ip, src_mac, gw_mac, slow.params(UetParams, mtu_bytes=mtu), lambda: make_cc(options),
                                    dscp=dscp, accept_qps=accept, credit_pps=line_rate_pps if cc == "rccc" else None,
-                                   entropies_of=entropies_of)
+                                   entropies_of=entropies_of, control_dscp=control_dscp)
         else:
             endpoint = Endpoint(link, src_ip, src_mac, gw_mac, slow.params(TransportParams, mode=mode, mtu_bytes=mtu),
                                 lambda: make_cc(options), dscp=dscp, accept_qps=accept, tclass=tclass,

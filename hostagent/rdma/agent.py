@@ -331,6 +331,9 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--mtu", type=int, default=1024, help="payload bytes per packet")
         p.add_argument("--ack-every", type=int, default=4, help="receiver: an ACK every N packets")
         p.add_argument("--dscp", type=int, default=0, help="DSCP of the packets (the switches' traffic class)")
+        p.add_argument("--control-dscp", type=int, default=None, choices=range(64), metavar="D",
+                       help="--mode uet: the DSCP of ACKs, NACKs and credits (UE's control class: a queue where "
+                            "trimming does not reach them; default: --dscp)")
         p.add_argument("--trimmed-dscp", type=int, default=TRIMMED_DSCP, choices=range(64), metavar="D",
                        help="the DSCP of a packet a switch trimmed (packet trimming; default %(default)s)")
         p.add_argument("--duration", type=float, default=10.0)
@@ -394,9 +397,13 @@ def main(argv: list[str] | None = None) -> int:
             uet = uet_params(a, dilation(a))
         elif a.cc == "rccc":
             raise ValueError("--cc rccc is UET's receiver credit: it runs with --mode uet only")
+        elif a.control_dscp is not None:
+            raise ValueError("--control-dscp is UET's control class: it runs with --mode uet only")
         else:
             transport_params(a)
         check_dscp(a.dscp, a.trimmed_dscp)
+        if a.control_dscp is not None:
+            check_dscp(a.control_dscp, a.trimmed_dscp)
         if a.role == "send" and a.message_bytes < 1:
             raise ValueError(f"--message-bytes must be >= 1, got {a.message_bytes}")
         if a.role == "send" and (a.poisson_per_s < 0 or (a.poisson_per_s and a.messages)):

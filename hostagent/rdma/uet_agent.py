@@ -52,13 +52,18 @@ def entropies(pdc: int, count: int) -> tuple[int, ...]:
 
 class UetFrames:
     """Frames from one host to one peer: Ethernet (to the gateway), IPv4 (DF,
-    the class's DSCP; ECT(0) for data), UDP to 4793 (checksum 0)."""
+    the class's DSCP; ECT(0) for data), UDP to 4793 (checksum 0). ACKs,
+    NACKs and credits wear `control_dscp` when given (UE's control traffic
+    class: a queue of its own, where trimming and data's queueing do not
+    reach them), else the data's DSCP."""
 
-    def __init__(self, src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, dscp: int = 0):
+    def __init__(self, src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, dscp: int = 0,
+                 control_dscp: Optional[int] = None):
         self._head = bytearray(bytes(Ether(src=src_mac, dst=dst_mac)
                                      / IP(src=src_ip, dst=dst_ip, tos=dscp_tos(dscp, ECT0), flags="DF")
                                      / UDP(sport=ENTROPY_BASE, dport=UET_PORT, chksum=0)))
-        self._tos_data, self._tos_ctrl = dscp_tos(dscp, ECT0), dscp_tos(dscp, 0)
+        self._tos_data = dscp_tos(dscp, ECT0)
+        self._tos_ctrl = dscp_tos(dscp if control_dscp is None else control_dscp, 0)
 
     def _frame(self, tos: int, sport: int, pds: bytes) -> bytes:
         self._head[L4:L4 + 2] = sport.to_bytes(2, "big")
@@ -144,7 +149,7 @@ def uet_params(a: argparse.Namespace, dilation) -> UetParams:
 def run_uet_sender(a, cc, params: UetParams, stopping, sock=None) -> dict:
     """`stopping()`: whether SIGTERM asked the agent to stop."""
     snd = UetSender(params, cc, spdcid=a.qp, peer=a.dst_ip)
-    frames = UetFrames(a.src_mac, a.gw_mac, a.src_ip, a.dst_ip, dscp=a.dscp)
+    frames = UetFrames(a.src_mac, a.gw_mac, a.src_ip, a.dst_ip, dscp=a.dscp, control_dscp=a.control_dscp)
     sock = sock or open_socket(a.iface)
     sock.setblocking(False)
     stamped = stamp_arrivals(sock)
@@ -261,7 +266,8 @@ def run_uet_receiver(a, params: UetParams, stopping, sock=None) -> dict:
                 ignored[f"{p.kind} to a receiver"] += 1
             elif p is not None and p.request is not None:
                 if p.src_ip not in back:
-                    back[p.src_ip] = UetFrames(a.src_mac, a.gw_mac, a.src_ip, p.src_ip, dscp=a.dscp)
+                    back[p.src_ip] = UetFrames(a.src_mac, a.gw_mac, a.src_ip, p.src_ip, dscp=a.dscp,
+                                               control_dscp=a.control_dscp)
                 last_sport[p.src_ip] = p.sport
                 count(p.src_ip, p.kind)
                 spray = sprays.setdefault(p.src_ip, AckSpray())

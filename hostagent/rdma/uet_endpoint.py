@@ -66,13 +66,17 @@ class UetEndpoint:
                  clock: Optional[Callable[[], float]] = None, accept_qps: Optional[range] = None,
                  trimmed_dscp: Optional[int] = TRIMMED_DSCP, entropies: int = 16,
                  credit_pps: Optional[float] = None,
-                 entropies_of: Optional[Callable[[str], Sequence[int]]] = None):
+                 entropies_of: Optional[Callable[[str], Sequence[int]]] = None,
+                 control_dscp: Optional[int] = None):
         """credit_pps: this host's link in packets/s, for RCCC senders'
         credit (None: grant none, refuse them); entropies_of(peer): the
         entropy values of the connections to `peer` (the path model's, spread
         over the paths: collectives/paths.py path_aware_entropies; None:
-        `entropies` consecutive ports from each connection's port)."""
+        `entropies` consecutive ports from each connection's port);
+        control_dscp: the DSCP of its ACKs, NACKs and credits (None: `dscp`)."""
         check_dscp(dscp, trimmed_dscp)
+        if control_dscp is not None:
+            check_dscp(control_dscp, trimmed_dscp)
         if not 1 <= entropies <= 4096:
             raise ValueError(f"entropies must be within 1..4096, got {entropies}")
         self.link = link
@@ -81,6 +85,7 @@ class UetEndpoint:
         self.params = params
         self.make_cc = congestion_control
         self.dscp, self.trimmed_dscp, self.entropies = dscp, trimmed_dscp, entropies
+        self.control_dscp = control_dscp
         self.entropies_of = entropies_of
         if clock is None:
             t0 = time.monotonic()
@@ -113,7 +118,8 @@ class UetEndpoint:
         params = dataclasses.replace(self.params, entropies=values)
         conn = UetConnection(peer, qp, sport, UetSender(params, self.make_cc(), now=self.clock(), spdcid=qp,
                                                         peer=peer),
-                             UetFrames(self.mac, self.gateway_mac, self.ip, peer, dscp=self.dscp))
+                             UetFrames(self.mac, self.gateway_mac, self.ip, peer, dscp=self.dscp,
+                                       control_dscp=self.control_dscp))
         self.connections[key] = conn
         self._order.append(conn)
         return conn
@@ -165,7 +171,8 @@ class UetEndpoint:
     def _reply(self, peer: str, sport: int, reply) -> None:
         back = self._back.get(peer)
         if back is None:
-            back = self._back[peer] = UetFrames(self.mac, self.gateway_mac, self.ip, peer, dscp=self.dscp)
+            back = self._back[peer] = UetFrames(self.mac, self.gateway_mac, self.ip, peer, dscp=self.dscp,
+                                                control_dscp=self.control_dscp)
         self.link.send(back.reply(sport, reply))
 
     def _on_frame(self, frame: bytes, received: list[Received]) -> None:

@@ -42,6 +42,8 @@ def test_the_budget_counts_every_ring_hop_and_the_competing_flow():
     flows = ring_demand(topo)
     assert {(f.src, f.dst) for f in flows} == {("h1", "h5"), ("h5", "h9"), ("h9", "h13"), ("h13", "h1"), COMPETING}
     assert {f.pps for f in flows} == {833}
+    slow, _ = ring_topology(Dilation(4.0))
+    assert {f.pps for f in ring_demand(slow)} == {208}, "the dilated links' rate"
 
 
 def test_a_communicator_refuses_a_dilation_below_one_before_it_opens_a_socket():

@@ -74,6 +74,9 @@ def test_a_dead_rank_is_named_within_the_retry_limit():
 
 
 def test_uet_takes_no_traffic_class_and_rccc_only_on_uet():
+    with pytest.raises(ValueError, match="control_dscp is UET's control class"):
+        open_communicator(0, ["10.0.1.1", "10.0.2.1"], "lo", "10.0.1.1", "02:00:00:00:00:01", "02:00:00:00:00:fe",
+                          mode="go-back-n", control_dscp=46)
     with pytest.raises(ValueError, match="UET is lossy"):
         open_communicator(0, ["10.0.1.1", "10.0.2.1"], "lo", "10.0.1.1", "02:00:00:00:00:01", "02:00:00:00:00:fe",
                           cc="nscc", mode="uet", tclass=3)

@@ -41,6 +41,16 @@ def test_data_frames_are_scapys_and_parse_back():
     assert parse_uet(f.reply(0xC123, Nack(1, 9, 1, 3)), 5).nack == Nack(1, 9, 1, 3)
 
 
+def test_acks_nacks_and_credits_wear_the_control_class_and_data_its_own():
+    f = UetFrames("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.1.1", "10.0.2.1", dscp=3, control_dscp=46)
+    ack = AckCc(cack_psn=8, ack_psn=9, spdcid=1, dpdcid=3, sack_base=10)
+    assert IP(f.reply(0xC123, ack)[14:]).tos == dscp_tos(46, 0)
+    assert IP(f.reply(0xC123, Nack(1, 9, 1, 3))[14:]).tos == dscp_tos(46, 0)
+    assert IP(f.data(0xC123, REQ, b"x")[14:]).tos == dscp_tos(3, ECT0)
+    plain = UetFrames("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.1.1", "10.0.2.1", dscp=3)
+    assert IP(plain.reply(0xC123, ack)[14:]).tos == dscp_tos(3, 0), "without a control class: the data's DSCP"
+
+
 @pytest.mark.parametrize("frame,error,words", [
     (b"\x00" * 20, NotOurs, "shorter than"),
     (bytes(Ether() / IP() / UDP(dport=4791) / (b"\x00" * 20)), NotOurs, "not UET"),
@@ -116,7 +126,10 @@ def test_a_uet_sender_whose_receiver_is_gone_fails_within_the_retry_limit(link, 
 @pytest.mark.parametrize("extra,words", [(["--tclass", "3"], "--mode uet takes no --tclass"),
                                          (["--mode", "selective-repeat", "--cc", "rccc"], "runs with --mode uet only"),
                                          (["--write"], "--mode uet takes no"),
-                                         (["--entropies", "0"], "--entropies must be within 1..4096")])
+                                         (["--entropies", "0"], "--entropies must be within 1..4096"),
+                                         (["--mode", "selective-repeat", "--control-dscp", "46"],
+                                          "--control-dscp is UET's control class"),
+                                         (["--control-dscp", "5"], "DSCP 5 marks trimmed packets")])
 def test_rc_options_uet_cannot_honour_are_refused(extra, words, capsys):
     assert agent.main([*SEND, *extra]) == 2
     assert words in capsys.readouterr().err
