@@ -234,6 +234,12 @@ def colliding_qp(model: PathModel, topo) -> int:
     raise ValueError(f"no queue pair 1..1023 takes {COMPETING[0]} -> {COMPETING[1]} over {'-'.join(ring)}")
 
 
+def ring_ideal_s(ranks: int, link_pps: float) -> float:
+    """A ring all-reduce of RING_BYTES at the links' rate, latency left out:
+    each rank sends 2(N-1)/N of the buffer, in MTU-sized packets."""
+    return 2 * (ranks - 1) / ranks * RING_BYTES / MTU / link_pps
+
+
 def set_ring_case(case: Case, topo, ctl: FabricController) -> None:
     """Trimming on every port's lossy queue for UET (off for RoCE); ECN
     marks for DCQCN and NSCC on the queue the case's data uses."""
@@ -321,6 +327,11 @@ def run_ring_case(case: Case, run: int, topo, topo_file: Path, net: Network, ctl
         "allreduces": len(times), "wrong_results": sum(r["wrong_results"] for r in summaries),
         "allreduce_p50_ms": round(1000 * statistics.median(times), 1) if times else "",
         "allreduce_p99_ms": round(1000 * percentile(times, 0.99), 1) if times else "",
+        # dimensionless, so runs at different dilations compare: the median against the links' time for
+        # what a rank sends (2(N-1)/N of the buffer), and the competing flow's share of its link
+        "allreduce_vs_ideal": round(statistics.median(times) / ring_ideal_s(len(ranks), cap), 2) if times else "",
+        "competing_link_share": round(competing["messages_completed"] * MESSAGE_BYTES / MTU / cap
+                                      / max(1e-9, ended - started), 3),
         "competing_goodput_mbps": round(competing["messages_completed"] * MESSAGE_BYTES * 8 / 1e6
                                         / max(1e-9, ended - started), 3),
         "timeouts": sum(r["timeouts"] for r in summaries) + competing["timeouts"],
@@ -332,25 +343,35 @@ def run_ring_case(case: Case, run: int, topo, topo_file: Path, net: Network, ctl
     }
 
 
+def judged_runs(rows: list[dict]) -> tuple[list[dict], str]:
+    """The runs a case's figures come from: its faithful ones, or all of
+    them (said so) when none was."""
+    faithful = [r for r in rows if r["fidelity"] == "ok"]
+    return (faithful, "faithful runs") if faithful else (rows, "all runs, none faithful")
+
+
 def spread(rows: list[dict]) -> list[dict]:
-    """Per phase and case: the runs, and the median [min, max] of what varies."""
+    """Per phase and case: the runs, and the median [min, max] of what
+    varies over its faithful runs (over all, said so, when none was)."""
     out = []
     keys = ("fct_p50_ms", "fct_p99_ms", "goodput_mbps", "allreduce_p50_ms", "allreduce_p99_ms",
-            "competing_goodput_mbps", "wrong_results", "timeouts", "pauses", "trims", "messages_failed")
+            "allreduce_vs_ideal", "competing_goodput_mbps", "competing_link_share", "wrong_results", "timeouts",
+            "pauses", "trims", "messages_failed")
     for phase, case in dict.fromkeys((r["phase"], r["case"]) for r in rows):
         mine = [r for r in rows if (r["phase"], r["case"]) == (phase, case)]
+        judged, over = judged_runs(mine)
         row: dict = {"phase": phase, "case": case, "runs": len(mine),
-                     "faithful": sum(r["fidelity"] == "ok" for r in mine)}
+                     "faithful": sum(r["fidelity"] == "ok" for r in mine), "over": over}
         for k in keys:
-            if any(k in r for r in mine):
-                vs = [float(r[k]) for r in mine if r.get(k, "") != ""]
+            if any(k in r for r in judged):
+                vs = [float(r[k]) for r in judged if r.get(k, "") != ""]
                 row[k] = (f"{statistics.median(vs):g} [{min(vs):g}, {max(vs):g}]" if vs else "")
         out.append(row)
     return out
 
 
 PLOTTED = {"incast": ("fct_p99_ms", "message completion p99 (ms)"), "failure": ("goodput_mbps", "goodput (Mbit/s)"),
-           "allreduce": ("allreduce_p50_ms", "ring all-reduce p50 (ms)")}
+           "allreduce": ("allreduce_vs_ideal", "ring all-reduce p50 / the links' time")}
 
 
 def plot(rows: list[dict], out: Path) -> Path:
@@ -362,19 +383,24 @@ def plot(rows: list[dict], out: Path) -> Path:
     for ax, phase in zip(axes[0], phases):
         cases = list(dict.fromkeys(r["case"] for r in rows if r["phase"] == phase))
         metric = PLOTTED[phase][0]
+        labels = []
         for i, case in enumerate(cases):
-            vs = [float(r[metric]) for r in rows if (r["phase"], r["case"]) == (phase, case) and r[metric] != ""]
+            judged, over = judged_runs([r for r in rows if (r["phase"], r["case"]) == (phase, case)])
+            labels.append(case if over == "faithful runs" else f"{case}\n(none faithful)")
+            vs = [float(r[metric]) for r in judged if r[metric] != ""]
             if not vs:
                 continue
             m = statistics.median(vs)
-            ax.bar(i, m, color="tab:blue" if case.startswith("roce") else "tab:green")
+            ax.bar(i, m, color="tab:blue" if case.startswith("roce") else "tab:green",
+                   hatch="" if over == "faithful runs" else "//")
             ax.errorbar(i, m, yerr=[[m - min(vs)], [max(vs) - m]], color="black", capsize=4)
-        ax.set_xticks(range(len(cases)), cases)
+        ax.set_xticks(range(len(cases)), labels)
         ax.set_ylabel(PLOTTED[phase][1])
         mine = [r for r in rows if r["phase"] == phase]
         faithful = sum(r["fidelity"] == "ok" for r in mine)
-        ax.set_title(f"{phase}: median of runs, bars the range\n{faithful} of {len(mine)} runs faithful"
-                     + ("" if faithful == len(mine) else ": not a result about the network"))
+        ax.set_title(f"{phase}: median of the faithful runs, bars the range\n{faithful} of {len(mine)} runs faithful"
+                     + ("" if faithful == len(mine) else
+                        ": the others left out" if faithful else ": not a result about the network"))
     return save_figure(fig, out / "summary.png")
 
 

@@ -4,7 +4,8 @@ import pytest
 
 from control.path_assignment import default_sport
 from emulator.dilation import Dilation, DilationError
-from experiments.uet import COMPETING, HEADER_QUEUE, RING_RANKS, colliding_qp, ring_demand, ring_topology
+from experiments.uet import COMPETING, HEADER_QUEUE, RING_RANKS, colliding_qp, ring_demand, ring_ideal_s, \
+    ring_topology, spread
 from features.trimming import SECTION as TRIMMING
 from hostagent.collectives.communicator import open_communicator
 from hostagent.collectives.paths import PathModel
@@ -50,3 +51,19 @@ def test_a_communicator_refuses_a_dilation_below_one_before_it_opens_a_socket():
     with pytest.raises(DilationError, match="a dilation factor is a number >= 1"):
         open_communicator(0, ["10.0.1.1", "10.0.2.1"], "no-such-iface", "10.0.1.1", "0a:00:00:00:00:01",
                           "0a:00:00:00:00:02", dilation=0.5)
+
+
+def test_the_rings_ideal_is_what_a_rank_sends_at_the_links_rate():
+    # a ring of four: each rank sends 2 x 3/4 of 64 KB, 96 packets of 1 KB
+    assert ring_ideal_s(4, 833) == pytest.approx(96 / 833)
+    assert ring_ideal_s(4, 833 / 12) == pytest.approx(12 * 96 / 833), "dilated links: as much longer"
+
+
+def test_a_cases_spread_comes_from_its_faithful_runs_or_says_none_was():
+    def row(case, v, fidelity):
+        return {"phase": "allreduce", "case": case, "allreduce_vs_ideal": v, "fidelity": fidelity}
+    rows = [row("a", 1.0, "ok"), row("a", 9.0, "violated: cpu"), row("a", 3.0, "ok"),
+            row("b", 5.0, "violated: cpu"), row("b", 7.0, "violated: input_path")]
+    a, b = spread(rows)
+    assert (a["faithful"], a["over"], a["allreduce_vs_ideal"]) == (2, "faithful runs", "2 [1, 3]")
+    assert (b["faithful"], b["over"], b["allreduce_vs_ideal"]) == (0, "all runs, none faithful", "6 [5, 7]")
