@@ -4,9 +4,11 @@ authority, a server certificate per switch and a client certificate per role.
 Every switch the project starts runs its P4Runtime server with TLS and
 requires a client certificate signed by the project's CA
 (`--grpc-server-with-client-auth`); the controller, the switch exporter and
-an operator's p4runtime-shell each present one. BMv2 checks only that the
-client's certificate chains to the CA: every holder of a client certificate
-may connect, and P4Runtime's election id still decides who may write.
+an operator's p4runtime-shell each present one. A client certificate names
+its role (CLIENT_ROLES) as the subject's organisational unit
+(certificate_role). BMv2 checks only that the client's certificate chains
+to the CA; what each role may do is enforced by the authorizing proxy in
+front of the switch (control/authorization.py, emulator/p4runtime_proxy.py).
 
     pki = Pki(PKI_DIR)                       # build/pki, made on first use
     server = pki.server("leaf1", "127.0.0.1")  # leaf1's certificate, for its address
@@ -17,10 +19,12 @@ Layout of the directory (keys 0600, the directory 0700):
     ca.pem  ca.key                      the CA (ECDSA P-256, CA_DAYS)
     switches/<switch>.pem .key          server certificates: the switch's name
                                         and the address its P4Runtime listens on
-    clients/<role>.pem .key             client certificates (CLIENT_ROLES)
+    clients/<role>.pem .key             client certificates (CLIENT_ROLES): CN fabric-<role>,
+                                        OU <role>
 
 Everything is made once and reused: a certificate is made again only when
 it is missing, expires within RENEW_BEFORE_DAYS, was signed by another CA,
+names another subject (a client certificate made before roles were named)
 or (a switch's) names other addresses. Making a CA replaces every
 certificate it signed. Concurrent users (two launchers) serialise on a lock
 file, and every file is written whole (a temporary file renamed).
@@ -49,6 +53,7 @@ LEAF_DAYS = 365
 RENEW_BEFORE_DAYS = 30
 CLIENT_ROLES = ("controller", "monitor", "operator")   # fabric controller and shell; switch exporter; by hand
 ORGANISATION = "p4-ai-fabric"
+ROLE_ATTRIBUTE = NameOID.ORGANIZATIONAL_UNIT_NAME      # where a client certificate names its role
 
 
 class PkiError(RuntimeError):
@@ -127,6 +132,20 @@ def _pair(key: ec.EllipticCurvePrivateKey, cert: x509.Certificate) -> bool:
     return key.public_key().public_bytes(*spki) == cert.public_key().public_bytes(*spki)
 
 
+def certificate_role(cert: x509.Certificate) -> str | None:
+    """The role a client certificate names (its one ROLE_ATTRIBUTE); None
+    when it names none, or more than one."""
+    values = cert.subject.get_attributes_for_oid(ROLE_ATTRIBUTE)
+    return str(values[0].value) if len(values) == 1 else None
+
+
+def _subject(common_name: str, role: str | None = None) -> x509.Name:
+    attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, ORGANISATION)]
+    if role is not None:
+        attributes.append(x509.NameAttribute(ROLE_ATTRIBUTE, role))
+    return x509.Name([*attributes, x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
 def subject_alt_names(cert: x509.Certificate) -> set[str]:
     try:
         san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
@@ -165,7 +184,8 @@ class Pki:
         with self._locked():
             ca_cert, ca_key = self._ca()
             names = sorted({switch, *addresses})
-            self._leaf(creds.cert, creds.key, ca_cert, ca_key, switch, names, ExtendedKeyUsageOID.SERVER_AUTH)
+            self._leaf(creds.cert, creds.key, ca_cert, ca_key, _subject(switch), names,
+                       ExtendedKeyUsageOID.SERVER_AUTH)
         return creds
 
     def client(self, role: str = "controller") -> ClientCredentials:
@@ -173,7 +193,8 @@ class Pki:
         creds = self.client_credentials(role)
         with self._locked():
             ca_cert, ca_key = self._ca()
-            self._leaf(creds.cert, creds.key, ca_cert, ca_key, f"fabric-{role}", [], ExtendedKeyUsageOID.CLIENT_AUTH)
+            self._leaf(creds.cert, creds.key, ca_cert, ca_key, _subject(f"fabric-{role}", role), [],
+                       ExtendedKeyUsageOID.CLIENT_AUTH)
         return creds
 
     def ensure(self, switches: dict[str, list[str]]) -> dict[str, ServerCredentials]:
@@ -223,15 +244,14 @@ class Pki:
         return cert, key
 
     def _leaf(self, cert_path: Path, key_path: Path, ca_cert: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey,
-              common_name: str, names: list[str], usage: x509.ObjectIdentifier) -> None:
+              subject: x509.Name, names: list[str], usage: x509.ObjectIdentifier) -> None:
         if cert_path.exists() and key_path.exists() and \
-                self._still_good(cert_path, key_path, ca_cert, names):
+                self._still_good(cert_path, key_path, ca_cert, subject, names):
             return
         key = _new_key()
         now = _now()
         builder = (x509.CertificateBuilder()
-                   .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, ORGANISATION),
-                                            x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+                   .subject_name(subject)
                    .issuer_name(ca_cert.subject).public_key(key.public_key())
                    .serial_number(x509.random_serial_number())
                    .not_valid_before(now - datetime.timedelta(minutes=5))
@@ -247,14 +267,15 @@ class Pki:
         _write(cert_path, cert.public_bytes(serialization.Encoding.PEM))
 
     @staticmethod
-    def _still_good(cert_path: Path, key_path: Path, ca_cert: x509.Certificate, names: list[str]) -> bool:
+    def _still_good(cert_path: Path, key_path: Path, ca_cert: x509.Certificate, subject: x509.Name,
+                    names: list[str]) -> bool:
         try:
             cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
             key = serialization.load_pem_private_key(key_path.read_bytes(), None)
             cert.verify_directly_issued_by(ca_cert)
         except (ValueError, TypeError, InvalidSignature):
             return False
-        if not isinstance(key, ec.EllipticCurvePrivateKey) or not _pair(key, cert):
+        if not isinstance(key, ec.EllipticCurvePrivateKey) or not _pair(key, cert) or cert.subject != subject:
             return False
         if cert.not_valid_after_utc - _now() <= datetime.timedelta(days=RENEW_BEFORE_DAYS):
             return False

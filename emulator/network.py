@@ -22,6 +22,13 @@ resolver's timeout, 5 s a try, and its queries were NO_ROUTE drops at the
 first switch. `ip netns exec` reads /etc/netns/HOST/ over /etc: the launcher
 writes a resolv.conf there naming the namespace's own loopback, where
 nothing answers, so a lookup fails at once (and removes it with the host).
+
+With `p4runtime_proxy` (what `fabric run` does), each switch's public
+P4Runtime address is served by the authorizing proxy (emulator/p4runtime_proxy.py,
+one process for the whole network) and BMv2 listens on a unix socket in a
+0700 directory of its own; without it (experiments, the test suites, the
+benchmarks) clients reach BMv2 directly, as before. docs/operations.md
+says what the proxy costs and why.
 """
 from __future__ import annotations
 
@@ -29,9 +36,11 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,13 +50,17 @@ from emulator.bmv2 import DEFAULT_INTERACTIVE_LOG_LEVEL, check_log_level, switch
 from emulator.bmv2_thrift import Bmv2Thrift
 from control.feature import priority_queues
 from emulator.impairments import drop_fraction, netem_available, remove_impairment
+from control.authorization import DEFAULT_OPERATOR_ACCESS, check_access
 from control.tls import Pki
+from emulator.p4runtime_proxy import REPO, ProxiedSwitch, ProxyConfig, backend_address, backend_answers, proxy_command
 from emulator.toolchain import require
 from control.topology import Host, LinkSpec, Nic, Switch, Topology
 
 QUEUE_RATE_PACKET_BYTES = 1500  # link bandwidth -> BMv2 queue rate (pps) assumes MTU-sized packets
 BMV2_QUEUE_DEPTH = 64              # packets: simple_switch's default depth of every egress queue
 STATE_FILE = "network-state.json"
+PROXY_LOG = "p4runtime-proxy.txt"
+MADE_KINDS = ("netns", "netns_etc", "veth", "pids", "nft", "nft_tables", "dirs")
 NETNS_ETC = Path("/etc/netns")    # ip netns exec: /etc/netns/HOST/FILE is the host's /etc/FILE
 NO_RESOLVER = "# written by emulator/network.py: no resolver in the fabric\nnameserver 127.0.0.1\noptions timeout:1 attempts:1\n"
 
@@ -200,21 +213,33 @@ class Network:
     the default, build/pki, is where the controller, exporter and shell look
     for theirs); None runs plain gRPC. Either way each switch's Thrift port,
     which BMv2 binds to every address, answers on loopback only (an
-    nftables rule, _guard_thrift)."""
+    nftables rule, _guard_thrift).
+
+    p4runtime_proxy: the switches' P4Runtime addresses are the authorizing
+    proxy's, BMv2 listens on unix sockets behind it (needs `pki`: roles come
+    from certificates); `operator_access` is the operator role's entry in
+    the policy (control/authorization.py: full or read-only)."""
 
     def __init__(self, topo: Topology, run_dir: Path, log_level: str = DEFAULT_INTERACTIVE_LOG_LEVEL,
-                 pcap: bool = False, pki: Pki | None = Pki()):
+                 pcap: bool = False, pki: Pki | None = Pki(), p4runtime_proxy: bool = False,
+                 operator_access: str = DEFAULT_OPERATOR_ACCESS):
         try:
             self.log_level = check_log_level(log_level)  # before anything starts
+            self.operator_access = check_access(operator_access)
         except ValueError as exc:
             raise NetworkError(str(exc)) from None
+        if p4runtime_proxy and pki is None:
+            raise NetworkError("the authorizing P4Runtime proxy reads roles from client certificates: it needs TLS")
         self.topo = topo
         self.run_dir = Path(run_dir)
         self.pcap = pcap
         self.pki = pki
+        self.p4runtime_proxy = p4runtime_proxy
+        self.proxy: subprocess.Popen | None = None
+        self.backends: dict[str, str] = {}     # switch -> BMv2's P4Runtime address behind the proxy
         self.switches: dict[str, SwitchProcess] = {}
         self.queues_applied = False  # apply_queue_rates() ran: a restarted switch gets its queues back
-        self._made: dict[str, list] = {"netns": [], "netns_etc": [], "veth": [], "pids": [], "nft": [], "nft_tables": []}
+        self._made: dict[str, list] = {kind: [] for kind in MADE_KINDS}
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -242,13 +267,27 @@ class Network:
         for host in self.topo.hosts.values():
             self._configure_host(host)
         self._emulate_links(ends)
+        if self.p4runtime_proxy:
+            sockets = Path(tempfile.mkdtemp(prefix="fabric-p4rt-"))     # 0700; short (a socket path is < 108 bytes)
+            self._record("dirs", str(sockets))
+            self.backends = {name: backend_address(sockets, name) for name in self.topo.switches}
         for sw in self.topo.switches.values():
             written_log(self.run_dir / sw.name).unlink(missing_ok=True)   # BMv2 appends: this run's log only
             self._start_switch(binary, sw)                                # (a restart appends to it)
+        if self.p4runtime_proxy:
+            self._start_proxy()
         self.check_alive()
 
     def stop(self) -> None:
         made_something = any(self._made.values())
+        if self.proxy is not None:
+            self.proxy.terminate()
+            try:
+                self.proxy.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proxy.kill()
+                self.proxy.wait()
+            self.proxy = None
         for sp in self.switches.values():
             if sp.proc.poll() is None:
                 sp.proc.terminate()
@@ -260,7 +299,8 @@ class Network:
                 sp.proc.wait()
         self.switches.clear()
         _remove(self._made)
-        self._made = {"netns": [], "netns_etc": [], "veth": [], "pids": [], "nft": [], "nft_tables": []}
+        self._made = {kind: [] for kind in MADE_KINDS}
+        self.backends = {}
         state = self.run_dir / STATE_FILE
         if state.exists():
             state.unlink()
@@ -273,6 +313,10 @@ class Network:
             report = sp.died()
             if report:
                 raise SwitchDied(report)
+        if self.proxy is not None and self.proxy.poll() is not None:
+            log = self.run_dir / PROXY_LOG
+            raise NetworkError(f"the P4Runtime proxy (pid {self.proxy.pid}) exited with code {self.proxy.returncode}\n"
+                               f"--- tail of {log} ---\n{tail(log)}")
 
     # -- building ------------------------------------------------------------
 
@@ -386,7 +430,11 @@ class Network:
             if self.switches[name].died():
                 raise NetworkError(self.switches[name].died())
             with contextlib.suppress(OSError):
-                socket.create_connection(("127.0.0.1", int(sp.switch.grpc_addr.rsplit(":", 1)[1])), 0.5).close()
+                if name in self.backends:              # behind the proxy, whose address stays open
+                    if not backend_answers(self.backends[name]):
+                        raise OSError
+                else:
+                    socket.create_connection(("127.0.0.1", int(sp.switch.grpc_addr.rsplit(":", 1)[1])), 0.5).close()
                 if self.queues_applied:
                     self._apply_queue_settings(sp.switch)
                 return
@@ -402,16 +450,33 @@ class Network:
         pcap_dir = self.run_dir / "pcap" if self.pcap else None
         if pcap_dir:
             pcap_dir.mkdir(exist_ok=True)
-        cmd = switch_command(binary, device_id=sw.device_id, thrift_port=sw.thrift_port, grpc_addr=sw.grpc_addr,
+        behind_proxy = sw.name in self.backends
+        cmd = switch_command(binary, device_id=sw.device_id, thrift_port=sw.thrift_port,
+                             grpc_addr=self.backends[sw.name] if behind_proxy else sw.grpc_addr,
                              ports={p.number: p.iface for p in sw.ports.values()},
                              log_level=self.log_level, log_file=log, pcap_dir=pcap_dir,
                              priority_queues=self.priority_queues(sw.name),
-                             tls=self.pki.server_credentials(sw.name) if self.pki else None)
+                             tls=self.pki.server_credentials(sw.name) if self.pki and not behind_proxy else None)
         with open(stdout, "w") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
         self._record("pids", proc.pid)
         self.switches[sw.name] = SwitchProcess(sw, proc, written_log(log), stdout)
+
+    def _start_proxy(self) -> None:
+        """The authorizing proxy on every switch's public P4Runtime address
+        (it opens each once that switch's BMv2 answers on its socket)."""
+        assert self.pki is not None
+        switches = tuple(ProxiedSwitch(sw.name, sw.grpc_addr, self.backends[sw.name],
+                                       str(self.pki.server_credentials(sw.name).cert),
+                                       str(self.pki.server_credentials(sw.name).key))
+                         for sw in self.topo.switches.values())
+        config = ProxyConfig(str(self.pki.ca_cert_path), switches, self.operator_access).write(
+            self.run_dir / "p4runtime-proxy.json")
+        with open(self.run_dir / PROXY_LOG, "w") as out:
+            self.proxy = subprocess.Popen(proxy_command(config), stdout=out, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, start_new_session=True, cwd=REPO)
+        self._record("pids", self.proxy.pid)
 
     # -- after the pipeline is in --------------------------------------------
 
@@ -473,7 +538,7 @@ def _remove(made: dict) -> None:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if b"simple_switch" in cmdline:
+        if b"simple_switch" in cmdline or b"emulator.p4runtime_proxy" in cmdline:
             try:
                 os.killpg(pid, signal.SIGTERM)
             except ProcessLookupError:
@@ -492,6 +557,8 @@ def _remove(made: dict) -> None:
         ip_batch([f"link del {veth}" for veth in made["veth"]], check=False)
     if made.get("netns"):
         ip_batch([f"netns del {ns}" for ns in made["netns"]], check=False)
+    for directory in made.get("dirs", []):
+        shutil.rmtree(directory, ignore_errors=True)
     for etc in made.get("netns_etc", []):
         with contextlib.suppress(OSError):
             (Path(etc) / "resolv.conf").unlink(missing_ok=True)

@@ -21,7 +21,8 @@ from emulator.bmv2 import DEFAULT_INTERACTIVE_LOG_LEVEL, LOG_LEVELS
 from emulator.build import CompileError, compile_p4
 from fabric.shell import FabricCLI
 from control.controller import FabricController
-from emulator.network import Network, NetworkError, queue_rate_pps
+from emulator.network import PROXY_LOG, Network, NetworkError, queue_rate_pps
+from control.authorization import ACCESS, DEFAULT_OPERATOR_ACCESS
 from control.p4info import EntryError
 from control.switch import CONTROLLER_CREDENTIALS, CONTROLLER_ELECTION_ID, SwitchError, parse_election_id
 from control.tls import Pki, PkiError
@@ -106,7 +107,8 @@ def summary(topo: Topology, net: Network, ctl: FabricController, results, reach:
     print(f"{lines[0]}  ({took:.1f}s from start)")
     for line in lines[1:]:
         print(line)
-    print(f"Logs: {net.run_dir}/<switch>.txt (BMv2, level {net.log_level}) and <switch>.stdout")
+    proxy = f", {PROXY_LOG} (the P4Runtime proxy)" if net.proxy is not None else ""
+    print(f"Logs: {net.run_dir}/<switch>.txt (BMv2, level {net.log_level}) and <switch>.stdout{proxy}")
     print("=" * 72)
     return ok
 
@@ -132,9 +134,13 @@ def run(args) -> int:
     pipeline = compile_p4()
     run_dir = Path(args.run_dir)
     step(f"starting {topo.name}: {len(topo.switches)} BMv2 switches, {len(topo.hosts)} hosts (logs in {run_dir})")
+    proxy = not (args.no_tls or args.no_proxy)       # roles come from client certificates: no proxy without TLS
     tls = "plain gRPC (--no-tls)" if args.no_tls else f"mutual TLS, certificates in {Pki().dir}"
-    step(f"P4Runtime: {tls}")
-    with Network(topo, run_dir, log_level=args.log_level, pcap=args.pcap, pki=None if args.no_tls else Pki()) as net, \
+    roles = (f", behind the authorizing proxy (controller full, operator {args.operator_access}, monitor read-only)"
+             if proxy else ", straight to BMv2 (no roles: any client certificate may write)")
+    step(f"P4Runtime: {tls}{roles}")
+    with Network(topo, run_dir, log_level=args.log_level, pcap=args.pcap, pki=None if args.no_tls else Pki(),
+                 p4runtime_proxy=proxy, operator_access=args.operator_access) as net, \
             FabricController(topo, pipeline, election_id=args.election_id,
                              credentials=None if args.no_tls else CONTROLLER_CREDENTIALS) as ctl:
         step("connecting P4Runtime, pushing the pipeline, writing routes and ECMP groups")
@@ -210,7 +216,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="the controller's P4Runtime election id HIGH,LOW (default %s,%s; the highest "
                          "connected client is primary and alone may write)" % CONTROLLER_ELECTION_ID)
     ap.add_argument("--no-tls", action="store_true", help="P4Runtime over plain gRPC (default: mutual TLS with the "
-                    "project's certificates in build/pki, made at start)")
+                    "project's certificates in build/pki, made at start); implies --no-proxy")
+    ap.add_argument("--no-proxy", action="store_true", help="clients reach BMv2's P4Runtime directly, without the "
+                    "authorizing proxy (default: the proxy enforces each client certificate's role)")
+    ap.add_argument("--operator-access", default=DEFAULT_OPERATOR_ACCESS, choices=tuple(ACCESS),
+                    help="what the operator's certificate may do through the proxy (default %(default)s; "
+                         "read-only: reads and a backup's stream, as the monitor)")
     args = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
     try:
