@@ -76,7 +76,7 @@ def switches(mode: str, plan: list[tuple[str, int, str, int]]) -> Iterator[subpr
             cmd = switch_command(require("simple_switch_grpc"), device_id=device_id, thrift_port=thrift,
                                  grpc_addr=grpc_addr, ports={}, log_level="off", tls=creds[name] if mode == "tls" else None)
             procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
-        if sockets:
+        if sockets and pki is not None:          # (mode "proxy": TLS, so there is a PKI)
             config = ProxyConfig(str(pki.ca_cert_path), tuple(
                 ProxiedSwitch(name, addr, backend_address(sockets, name), str(creds[name].cert), str(creds[name].key))
                 for name, _, addr, _ in plan)).write(sockets / "proxy.json")

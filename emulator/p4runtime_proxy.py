@@ -154,10 +154,11 @@ class SwitchProxy(grpc.GenericRpcHandler):
             except Refused as exc:
                 raise Refused(f"{rpc} refused: {exc}") from None
             self.policy.check_rpc(role, rpc)
+            return role
         except Refused as exc:
             log.warning("%s: %s (peer %s)", self.switch.name, exc, context.peer())
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"{self.switch.name}: {exc}")
-        return role
+            raise                                # (abort raised already: the call ended there)
 
     def _unary(self, rpc: str):
         async def forward(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
@@ -166,6 +167,7 @@ class SwitchProxy(grpc.GenericRpcHandler):
                 return await self._calls[rpc](request, timeout=context.time_remaining())
             except grpc.aio.AioRpcError as exc:
                 await context.abort(exc.code(), exc.details() or "", _trailing(exc))
+                raise                            # (abort raised already: BMv2's status went back)
         return forward
 
     async def _read(self, request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
@@ -231,7 +233,7 @@ async def serve(config: ProxyConfig) -> None:
         loop.add_signal_handler(sig, stop.set)
     log.info("roles: %s", ", ".join(f"{role} {access.name}" for role, access in sorted(policy.table.items())))
     stopping = asyncio.create_task(stop.wait())
-    starting = {asyncio.create_task(p.start()) for p in proxies}
+    starting: set[asyncio.Task] = {asyncio.create_task(p.start()) for p in proxies}
     try:
         while starting and not stop.is_set():
             done, starting = await asyncio.wait(starting | {stopping}, return_when=asyncio.FIRST_COMPLETED)
