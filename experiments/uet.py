@@ -511,8 +511,8 @@ def main(argv: list[str] | None = None) -> int:
     print_table([{k: r.get(k, "") for k in ("phase", "case", "run", "messages", "messages_failed", "fct_p99_ms",
                                             "allreduce_p50_ms", "allreduce_p99_ms", "timeouts", "pauses", "trims")}
                  for r in rows], width=14)
-    print()
-    print_table(spread(rows), width=22)
+    for phase in dict.fromkeys(r["phase"] for r in rows):      # a table a phase: each its own columns
+        print_table([r for r in spread(rows) if r["phase"] == phase], width=22)
     print_fidelity(rows)
     print(f"\nresults: {', '.join(map(str, written))}, and per run <phase>/<phase>-<case>-<run>/ (the agents' JSON "
           f"and CSV, timeseries)")
