@@ -25,6 +25,7 @@ from typing import Any
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
+from emulator import toolchain
 from benchmarks.cases import DST_IP, HOST_MAC, MAIN, OUT_PORT, SRC_IP, SWITCH_MAC, Case, fabric_state
 from benchmarks.instructions_per_packet import OUT_DIR, measure_each, write_results
 from control.p4info import P4Info
@@ -95,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"block sizes to measure (default {' '.join(map(str, ah.BLOCK_SIZES))})")
     ap.add_argument("--readme", type=Path, help="rewrite the aggregation table (between its markers) in this file")
     args = ap.parse_args(argv)
+    toolchain.use_fast_bmv2()      # the build the experiments run on, as `fabric bench` (unless $P4_TOOLCHAIN_BIN)
     for n in args.sizes:
         try:
             ah.check_block_elements(n)

@@ -240,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fabric", type=Path, default=MAIN, help="measure this P4 program as the fabric")
     ap.add_argument("--readme", type=Path, help="rewrite the instructions table (between its markers) in this file")
     args = ap.parse_args(argv)
+    toolchain.use_fast_bmv2()      # the build the experiments run on, as `fabric bench` (unless $P4_TOOLCHAIN_BIN)
     chosen = select(cases(args.fabric), args.only)
     counts = measure_each(chosen, args.packets)
     summary = summarise([{"program": name, "instructions_per_packet": round(n)} for name, n in counts.items()])
