@@ -49,6 +49,7 @@ Prints the tables, every run's fidelity and where the files went.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -58,6 +59,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Iterator
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -466,10 +468,7 @@ def main(argv: list[str] | None = None) -> int:
         topo = topology(args.dilation, args.trim_threshold)
         args.budget = announce_budget(topo, phase_demand(topo, ["incast"], args.senders), "training", ack_share=0.25,
                                       agents=agents)
-        with Network(topo, REPO / "build" / "experiments" / "uet", log_level=args.log_level) as net, \
-                FabricController(topo) as ctl:
-            ctl.program()
-            net.apply_queue_rates()
+        with programmed(topo, "uet", args) as (net, ctl):
             for run in range(1, args.runs + 1):
                 for name in args.cases:
                     case = CASES[name]
@@ -496,10 +495,7 @@ def main(argv: list[str] | None = None) -> int:
         topo_file = out / "allreduce" / "topology.yaml"          # the UET ranks' path model reads it
         topo_file.write_text(yaml.safe_dump(raw, sort_keys=False))
         args.budget = announce_budget(topo, ring_demand(topo), "training", ack_share=0.25, agents=agents)
-        with Network(topo, REPO / "build" / "experiments" / "uet-allreduce", log_level=args.log_level) as net, \
-                FabricController(topo) as ctl:
-            ctl.program()
-            net.apply_queue_rates()
+        with programmed(topo, "uet-allreduce", args) as (net, ctl):
             for run in range(1, args.runs + 1):
                 for name in args.cases:
                     print(f"==> allreduce {name} (run {run}/{args.runs}): {RING_ITERATIONS} ring all-reduces of "
@@ -517,6 +513,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nresults: {', '.join(map(str, written))}, and per run <phase>/<phase>-<case>-<run>/ (the agents' JSON "
           f"and CSV, timeseries)")
     return 0
+
+
+@contextlib.contextmanager
+def programmed(topo, name: str, args) -> Iterator[tuple[Network, FabricController]]:
+    """The fabric started (build/experiments/<name>), programmed, its queues rated; torn down after."""
+    with Network(topo, REPO / "build" / "experiments" / name, log_level=args.log_level) as net, \
+            FabricController(topo) as ctl:
+        ctl.program()
+        net.apply_queue_rates()
+        yield net, ctl
 
 
 def announce_dilation(dilation: Dilation, fabric: str) -> None:

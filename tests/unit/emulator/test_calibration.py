@@ -114,22 +114,15 @@ def test_the_fitting_rate_fills_the_budget_exactly():
     assert fitting_rate(LEAF_SPINE, pairs, cal, ack_share=0.25) < rate
 
 
-def test_an_older_calibration_without_the_rdma_agents_rate_is_measured_again(tmp_path):
+@pytest.mark.parametrize("line,named", [('  "rdma_agent_pps_per_core": 4000.0,\n', "RDMA agents' rate"),
+                                         ('  "uet_agent_pps_per_core": 2500.0,\n', "UET agents' rate")])
+def test_an_older_calibration_without_an_agents_rate_is_measured_again(tmp_path, line, named):
     path = tmp_path / "calibration.json"
-    old = calibration().to_json().replace('  "rdma_agent_pps_per_core": 4000.0,\n', "")
-    assert "rdma" not in old
-    path.write_text(old)
+    old = calibration().to_json()
+    assert line in old
+    path.write_text(old.replace(line, ""))
     cal, why = current(ID, path)
-    assert cal is None and "RDMA agents' rate" in why
-
-
-def test_an_older_calibration_without_the_uet_agents_rate_is_measured_again(tmp_path):
-    path = tmp_path / "calibration.json"
-    old = calibration().to_json().replace('  "uet_agent_pps_per_core": 2500.0,\n', "")
-    assert "uet" not in old
-    path.write_text(old)
-    cal, why = current(ID, path)
-    assert cal is None and "UET agents' rate" in why
+    assert cal is None and named in why
 
 
 def test_the_rdma_agents_cost_what_they_were_measured_to():
