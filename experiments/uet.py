@@ -256,8 +256,12 @@ def set_ring_case(case: Case, topo, ctl: FabricController) -> None:
 
 
 def all_trims(ctl: FabricController, topo) -> int:
-    return sum(ctl.counter(sw, TRIM_COUNTER, trim_cell(port, queue)).get(trim_cell(port, queue), (0, 0))[0]
-               for sw, port, queue in topo.features[TRIMMING])
+    """Packets every trimming cell of every switch trimmed so far (each switch's counter read once)."""
+    cells: dict[str, set[int]] = {}
+    for sw, port, queue in topo.features[TRIMMING]:
+        cells.setdefault(sw, set()).add(trim_cell(port, queue))
+    return sum(packets for sw, mine in cells.items()
+               for cell, (packets, _) in ctl.counter(sw, TRIM_COUNTER).items() if cell in mine)
 
 
 def run_ring_case(case: Case, run: int, topo, topo_file: Path, net: Network, ctl: FabricController, args,
@@ -268,12 +272,14 @@ def run_ring_case(case: Case, run: int, topo, topo_file: Path, net: Network, ctl
     case_dir = out / name
     case_dir.mkdir(parents=True, exist_ok=True)
     d = args.dilation.factor
-    cap = queue_rate_pps(topo.access_link(topo.hosts[RING_RANKS[0]]).bandwidth_mbps)
+    link_mbps = topo.access_link(topo.hosts[RING_RANKS[0]]).bandwidth_mbps
+    cap = queue_rate_pps(link_mbps)
     model = PathModel(topo)
-    transport = ["--mode", case.mode, "--mtu", str(MTU), "--dilation", f"{d:g}",
-                 *(UET_CONTROL if case.mode == "uet" else ()), "--line-rate-pps", str(cap)]
-    lossless = (["--dscp", str(LOSSLESS_DSCP), "--tclass", str(LOSSLESS_CLASS), "--link-mbps",
-                 str(topo.access_link(topo.hosts[RING_RANKS[0]]).bandwidth_mbps)] if case.pfc else [])
+    common = ["--mode", case.mode, "--mtu", str(MTU), "--dilation", f"{d:g}",
+              *(UET_CONTROL if case.mode == "uet" else ())]          # every agent's, receivers' too
+    transport = [*common, "--line-rate-pps", str(cap)]               # senders' and ranks'
+    lossless = (["--dscp", str(LOSSLESS_DSCP), "--tclass", str(LOSSLESS_CLASS), "--link-mbps", str(link_mbps)]
+                if case.pfc else [])
     gate = StartGate(case_dir)
     ranks = [Rank.of(topo.hosts[h].primary) for h in RING_RANKS]
     addresses = ",".join(r.ip for r in ranks)
@@ -296,7 +302,7 @@ def run_ring_case(case: Case, run: int, topo, topo_file: Path, net: Network, ctl
         qp, steer = colliding_qp(model, topo), []
     long_s = 600.0 * d                   # stopped once the ring is done
     receiver = rdma_agent(dst, "receive", start_at=gate, out_dir=case_dir, extra=[
-        *transport[:-2], "--duration", f"{long_s:g}", *(["--credit-pps", str(cap)] if case.cc == "rccc" else [])])
+        *common, "--duration", f"{long_s:g}", *(["--credit-pps", str(cap)] if case.cc == "rccc" else [])])
     sender = rdma_agent(src, "send", start_at=gate, out_dir=case_dir, stem="competing", extra=[
         *transport, "--dst-ip", dst.ip, "--qp", str(qp), "--cc", case.cc, "--duration", f"{long_s:g}",
         "--message-bytes", str(MESSAGE_BYTES), "--drain-s", "0", *lossless, *steer])
