@@ -35,7 +35,7 @@ completed and failed, goodput after the failure, timeouts.
 Phase allreduce: topologies/fat-tree-k4.yaml with the incast's rates (10
 Mbit/s links, 833 packets/s), the same lossless class, ECN and trimming on
 every switch port. Four ranks, one a pod (h1, h5, h9, h13: every ring hop
-crosses the cores), run RING_ITERATIONS ring all-reduces of
+crosses the cores), run --ring-iterations (8) ring all-reduces of
 RING_BYTES (hostagent.collectives sweep: each result checked exact) while
 a long flow of the case's transport goes from h2 to h6, beside the ring's
 first hop: on RoCE its queue pair is chosen so that ECMP hashes it onto
@@ -266,7 +266,7 @@ def all_trims(ctl: FabricController, topo) -> int:
 
 def run_ring_case(case: Case, run: int, topo, topo_file: Path, net: Network, ctl: FabricController, args,
                   out: Path) -> dict:
-    """RING_ITERATIONS ring all-reduces on RING_RANKS beside the competing flow: one row."""
+    """--ring-iterations ring all-reduces on RING_RANKS beside the competing flow: one row."""
     set_ring_case(case, topo, ctl)
     name = f"allreduce-{case.name}-{run}"
     case_dir = out / name
@@ -287,7 +287,7 @@ def run_ring_case(case: Case, run: int, topo, topo_file: Path, net: Network, ctl
     for i, r in enumerate(ranks):
         cmd = ["ip", "netns", "exec", r.host, agent_python(), "-m", "hostagent.collectives", "sweep",
                "--collective", "all-reduce", "--algorithm", "ring", "--min-bytes", str(RING_BYTES),
-               "--max-bytes", str(RING_BYTES), "--iterations", str(RING_ITERATIONS), "--rank", str(i),
+               "--max-bytes", str(RING_BYTES), "--iterations", str(args.ring_iterations), "--rank", str(i),
                "--addresses", addresses, "--iface", r.iface, "--src-ip", r.ip, "--src-mac", r.mac,
                "--gw-mac", r.gateway_mac, "--cc", case.cc, *transport, *lossless,
                "--timeout-s", f"{RING_TIMEOUT_S * d:g}", *gate.args(), "--out", str(case_dir / f"rank{i}"),
@@ -313,7 +313,7 @@ def run_ring_case(case: Case, run: int, topo, topo_file: Path, net: Network, ctl
         started = gate.open([*procs, receiver, sender])
         fidelity.traffic_starts(started)
         for p in procs:
-            p.wait(timeout=RING_TIMEOUT_S * d * (RING_ITERATIONS + 2) + 120)
+            p.wait(timeout=RING_TIMEOUT_S * d * (args.ring_iterations + 2) + 120)
     finally:
         ended = time.time()
         stop_all([*procs, sender, receiver])     # the competing flow's end; every agent's, on an error
@@ -428,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--senders", type=int, default=8, choices=(4, 8), help="incast phase: senders into r1")
     ap.add_argument("--runs", type=int, default=3, help="rounds of every case")
     ap.add_argument("--duration", type=float, default=8.0, help="seconds of traffic per run (incast and failure)")
+    ap.add_argument("--ring-iterations", type=int, default=RING_ITERATIONS,
+                    help="allreduce phase: timed all-reduces a run, after one warm-up (default %(default)s)")
     ap.add_argument("--trim-threshold", type=int, default=TRIM_THRESHOLD,
                     help="a trimming port trims its lossy queue from this many packets (default %(default)s; "
                          "ECN marks from 10)")
@@ -440,8 +442,9 @@ def main(argv: list[str] | None = None) -> int:
                          "for each fabric (incast-leaf-spine: --senders' incast; fat-tree-k4: the ring and its "
                          "competing flow) (default 1: none)")
     args = ap.parse_args(argv)
-    if args.runs < 1 or args.duration <= 0:
-        ap.error(f"--runs must be >= 1 and --duration > 0, got {args.runs} and {args.duration}")
+    if args.runs < 1 or args.duration <= 0 or args.ring_iterations < 1:
+        ap.error(f"--runs and --ring-iterations must be >= 1 and --duration > 0, got {args.runs}, "
+                 f"{args.ring_iterations} and {args.duration}")
     if not 1 <= args.trim_threshold < BMV2_QUEUE_DEPTH:
         ap.error(f"--trim-threshold: expected 1..{BMV2_QUEUE_DEPTH - 1}, got {args.trim_threshold}")
     if not args.phases or not args.cases:
@@ -504,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
         with programmed(topo, "uet-allreduce", args) as (net, ctl):
             for run in range(1, args.runs + 1):
                 for name in args.cases:
-                    print(f"==> allreduce {name} (run {run}/{args.runs}): {RING_ITERATIONS} ring all-reduces of "
+                    print(f"==> allreduce {name} (run {run}/{args.runs}): {args.ring_iterations} ring all-reduces of "
                           f"{RING_BYTES // 1024} KB on {', '.join(RING_RANKS)} beside {'->'.join(COMPETING)}",
                           flush=True)
                     rows.append(run_ring_case(CASES[name], run, topo, topo_file, net, ctl, args, out / "allreduce"))

@@ -43,8 +43,8 @@ from emulator.dilation import Dilation, DilationError
 from emulator.network import queue_rate_pps
 from experiments.train import LOSSLESS_SECTION
 from experiments.common import percentile
-from experiments.tuning import (CHECKS, INCAST_LOAD, RESPONSE_PROBE_PFC, RESPONSE_PROBE_S, Check, Validation, Values,
-                                longest_pair_hosts, with_watchdog)
+from experiments.tuning import (CHECKS, INCAST_LOAD, RESPONSE_MARGIN_PACKETS, RESPONSE_PROBE_PFC, RESPONSE_PROBE_S,
+                                Check, Validation, Values, longest_pair_hosts, with_watchdog)
 from features import FEATURES, load_topology, topology_from_dict
 from features.lossless import SECTION as LOSSLESS
 from features.tuning import HOP_S, Paths, Tuning, derive, overlay, report
@@ -214,7 +214,7 @@ def on_the_live_fabric(args: argparse.Namespace, validation: Validation, paths_d
     print(f"pause response under the incast ({RESPONSE_PROBE_S:g} s, xoff {RESPONSE_PROBE_PFC.xoff}, headroom "
           f"{RESPONSE_PROBE_PFC.headroom}; each cell's peak, pfc_occupancy_peak): at most {response.beyond_xoff} "
           f"packets arrived after a pause (at {response.where}, r = {response.rate_pps:g} packets/s), so t_hop "
-          f"under load = (beyond - 2 - 2 d r) / 2 r = {response.hop_s() * 1000:.3f} ms; derived with t_hop = "
+          f"under load = (beyond + margin {RESPONSE_MARGIN_PACKETS} - 2 - 2 d r) / 2 r = {response.hop_s() * 1000:.3f} ms; derived with t_hop = "
           f"{hop * 1000:.3f} ms", flush=True)
     ecn_mode = args.ecn or (None if validation.topo.features.get("ecn") else "step")
     tuning = derive(validation.topo, rtt_s=p90, hop_s=hop, flows=args.flows, ecn_mode=ecn_mode,

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from experiments.common import percentile
-from experiments.tuning import Check, Response, cli_number, longest_pair_hosts, missing
+from experiments.tuning import RESPONSE_MARGIN_PACKETS, Check, Response, cli_number, longest_pair_hosts, missing
 from fabric.tune import choose_dilation, lossless_class
 from features import load_topology, topology_from_dict
 from features.tuning import HOP_S, Paths, derive, headroom_packets, overlay
@@ -69,14 +69,16 @@ def test_percentile_is_a_sample_of_the_values():
     assert percentile([5.0], 0.9) == 5.0 and percentile([], 0.5) == 0.0
 
 
-def test_the_pause_response_gives_the_t_hop_that_makes_the_headroom_formula_hold_it():
-    # 5 packets arrived after a pause at a 740 packets/s port with no cable delay: 2 + 2 t_hop r = 5
-    r = Response(beyond_xoff=5, where="leaf1:2", rate_pps=740.0, delay_s=0.0)
+def test_the_pause_response_gives_the_t_hop_that_makes_the_headroom_formula_hold_it_and_the_margin():
+    # 3 packets arrived after a pause at a 740 packets/s port with no cable delay, 2 more for the runs to
+    # come (RESPONSE_MARGIN_PACKETS): 2 + 2 t_hop r = 5
+    assert RESPONSE_MARGIN_PACKETS == 2
+    r = Response(beyond_xoff=3, where="leaf1:2", rate_pps=740.0, delay_s=0.0)
     assert r.hop_s() * 1000 == pytest.approx(2.027, abs=1e-3)
     assert headroom_packets(740.0, 0.0, r.hop_s()) == pytest.approx(5.0)
-    with_cable = Response(beyond_xoff=5, where="s1:1", rate_pps=100.0, delay_s=0.005)   # the cable holds 1
+    with_cable = Response(beyond_xoff=3, where="s1:1", rate_pps=100.0, delay_s=0.005)   # the cable holds 1
     assert headroom_packets(100.0, 0.005, with_cable.hop_s()) == pytest.approx(5.0)
-    assert Response(beyond_xoff=1, where="s1:1", rate_pps=740.0, delay_s=0.0).hop_s() == 0.0   # never below 0
+    assert Response(beyond_xoff=0, where="s1:1", rate_pps=740.0, delay_s=0.0).hop_s() == 0.0   # never below 0
 
 
 def test_missing_counts_the_packets_after_the_last_one_received_too():
