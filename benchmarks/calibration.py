@@ -24,10 +24,10 @@ Measured on the bench's veth pairs (benchmarks/cases.py), BMv2's logging off:
 
 Compositions: `fabric` (every feature off) and `training` (lossless class,
 INT as HPCC needs it, failover heartbeat state: each feature's bench state).
-Stored in build/calibration.json; `fabric calibrate --if-stale` measures only
-when the stored one does not hold (another CPU, BMv2 build or pipeline, or
-older than a week), as `fabric train`, `fabric experiment` and `make bench`
-do before they start.
+Stored in build/calibration/, a file a BMv2 build; `fabric calibrate
+--if-stale` measures only when the stored one does not hold (another CPU,
+pipeline, or older than a week), as `fabric train`, `fabric experiment` and
+`make bench` do before they start.
 """
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ from benchmarks.cases import DST_IP, HOST_MAC, IN_PORT, MAIN, OUT_PORT, PAIRS, R
 from benchmarks.forwarding_rate import _blast, measure_agent
 from control.p4info import P4Info
 from control.sync import SwitchState
-from emulator.calibration import CALIBRATION_FILE, Calibration, current, store, this_machine
+from emulator.calibration import Calibration, calibration_file, current, store, this_machine
 from features import FEATURES
 
 OFFERED_PPS = 2000.0      # the load the per-packet CPU is measured at: below what the training composition forwards
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         cal = calibrate()
         print(f"calibrate: written to {store(cal)}")
-    print(f"calibration ({CALIBRATION_FILE}): switch pps per core "
+    print(f"calibration ({calibration_file(cal.identity)}): switch pps per core "
           + ", ".join(f"{k} {v:.0f}" for k, v in cal.switch_pps_per_core.items())
           + f"; idle switch {cal.switch_idle_cores:.3f} cores; host agent {cal.agent_pps_per_core:.0f} pps per core, "
           f"RDMA agents {cal.rdma_agent_pps_per_core:.0f}, UET agents {cal.uet_agent_pps_per_core:.0f}; "

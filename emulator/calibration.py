@@ -10,8 +10,9 @@ records, for one machine and one BMv2 build and pipeline:
 - the CPU an idle switch spends (cores): BMv2's threads with no traffic;
 - the packets per second a host agent sends per core.
 
-It is stored in build/calibration.json with what identifies the
-measurement; one that is older than MAX_AGE or was taken on another CPU,
+It is stored in build/calibration/<BMv2 version>-<hash>.json, one file a
+BMv2 build (the tests' and the experiments' fast one each keep theirs),
+with what identifies the measurement; one that is older than MAX_AGE or was taken on another CPU,
 core count, BMv2 build or pipeline is not current, and is measured again.
 
 The budget: a run's demand (packets per second through each switch, and
@@ -42,7 +43,7 @@ from emulator.build import compile_p4
 from emulator.toolchain import require
 
 REPO = Path(__file__).resolve().parent.parent
-CALIBRATION_FILE = REPO / "build" / "calibration.json"
+CALIBRATION_DIR = REPO / "build" / "calibration"
 MAX_AGE = dt.timedelta(days=7)
 BUDGET_SHARE = 0.5          # of the machine's cores a faithful run may ask for
 SWITCH_SHARE = 0.5          # of one core one switch may ask for: BMv2's ingress is one thread
@@ -137,7 +138,17 @@ class Calibration:
             raise CalibrationError(f"malformed calibration: {exc!r}") from None
 
 
-def store(cal: Calibration, path: Path = CALIBRATION_FILE) -> Path:
+def calibration_file(identity: Identity) -> Path:
+    """Where the calibration of `identity`'s BMv2 build is kept: a file a
+    build, so that runs on the default and the fast build, in turn, do not
+    each measure the machine again (and size themselves by another
+    measurement's noise)."""
+    _path, version, digest = identity.bmv2.rsplit(" ", 2)
+    return CALIBRATION_DIR / f"{version}-{digest.removeprefix('sha256:')}.json"
+
+
+def store(cal: Calibration, path: Path | None = None) -> Path:
+    path = path or calibration_file(cal.identity)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(cal.to_json())
@@ -145,7 +156,7 @@ def store(cal: Calibration, path: Path = CALIBRATION_FILE) -> Path:
     return path
 
 
-def load(path: Path = CALIBRATION_FILE) -> Calibration | None:
+def load(path: Path) -> Calibration | None:
     """The stored calibration, None if there is none; CalibrationError if it is malformed."""
     try:
         text = path.read_text()
@@ -154,8 +165,17 @@ def load(path: Path = CALIBRATION_FILE) -> Calibration | None:
     return Calibration.from_json(text)
 
 
-def current(identity: Identity, path: Path = CALIBRATION_FILE) -> tuple[Calibration | None, str]:
+def stored(identity: Identity | None = None) -> Calibration | None:
+    """The calibration stored for the BMv2 build a run here uses
+    (this_machine()'s unless given), current or not: what a run sizes
+    itself and says it costs by; None if there is none, CalibrationError if
+    it is malformed."""
+    return load(calibration_file(identity or this_machine()))
+
+
+def current(identity: Identity, path: Path | None = None) -> tuple[Calibration | None, str]:
     """(the stored calibration if it holds for `identity` now, else None; why not)."""
+    path = path or calibration_file(identity)
     try:
         cal = load(path)
     except CalibrationError as exc:

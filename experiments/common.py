@@ -19,7 +19,7 @@ from typing import Sequence
 from emulator.bmv2_thrift import Bmv2Thrift
 from control.controller import FabricController
 from emulator.calibration import CalibrationError, Flow, demand, plan
-from emulator.calibration import load as load_calibration
+from emulator.calibration import stored as stored_calibration
 from emulator.fidelity import FidelityMonitor, Limits, Verdict, report
 from emulator.impairments import blackhole
 from emulator import queue_depth
@@ -299,7 +299,7 @@ def announce_budget(topo, flows: Sequence[Flow], composition: str = "fabric", ac
     Returns the row's `budget` text ("within", "over x1.73", or "unknown"
     without a calibration)."""
     try:
-        cal = load_calibration()
+        cal = stored_calibration()
     except CalibrationError as exc:
         cal, why = None, str(exc)
     else:

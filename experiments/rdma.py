@@ -77,7 +77,7 @@ REPO = Path(__file__).resolve().parent.parent
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from emulator.bmv2_thrift import Bmv2Thrift
 from emulator.build import compile_p4
-from emulator.calibration import CalibrationError, Flow as CalFlow, demand, load as load_calibration, plan
+from emulator.calibration import CalibrationError, Flow as CalFlow, demand, plan, stored as stored_calibration
 from emulator.dilation import Dilation
 from control.controller import FabricController
 from emulator.impairments import drop_fraction
@@ -140,7 +140,7 @@ def budget_dilation(topo, phases, senders: int, agents: str = "rdma") -> Dilatio
     the switches forward (the training composition: INT and the lossless
     class are on) and what the `agents` cost (the RC agents; "uet": the UET
     mode's)."""
-    cal = load_calibration()
+    cal = stored_calibration()
     if cal is None:
         raise CalibrationError("no calibration: run `fabric calibrate` first")
     return Dilation.rounded_up(plan(demand(topo, phase_demand(topo, phases, senders), ack_share=0.25), cal, "training",

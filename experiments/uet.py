@@ -76,7 +76,7 @@ from experiments.common import StartGate, agent_python, announce_budget, case_fi
     write_csv
 from emulator.calibration import Flow as CalFlow
 from emulator.network import queue_rate_pps
-from emulator.calibration import CalibrationError, demand, load as load_calibration, plan
+from emulator.calibration import CalibrationError, demand, plan, stored as stored_calibration
 from experiments.rdma import (BOTTLENECK_SWITCH, DCQCN_K, LOSSLESS_CLASS, LOSSLESS_DSCP, LOSSLESS_HEADROOM,
                               LOSSLESS_HOLD_PPS, MARKED_CCS, MESSAGE_BYTES, MTU, RECEIVER, Flow as RdmaFlow,
                               bottleneck_pps, budget_dilation, incast_flows, jain, judged, phase_demand, run_flows,
@@ -415,7 +415,7 @@ def plot(rows: list[dict], out: Path) -> Path:
 def auto_dilation(topo, flows: list[CalFlow], agents: str) -> Dilation:
     """The dilation the budget asks for `flows` on `topo` (the training
     composition: the lossless class is on; ACKed every 4th packet)."""
-    cal = load_calibration()
+    cal = stored_calibration()
     if cal is None:
         raise CalibrationError("no calibration: run `fabric calibrate` first")
     return Dilation.rounded_up(plan(demand(topo, flows, ack_share=0.25), cal, "training", agents=agents).dilation)

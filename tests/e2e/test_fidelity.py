@@ -6,6 +6,7 @@ was not faithful, while the same case at rates within budget is announced
 within budget and judged faithful."""
 import csv
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +28,9 @@ def incast(out: Path, rate: int) -> tuple[dict, str]:
 def test_calibrated_rates_are_faithful_and_an_overloaded_run_says_it_is_not(tmp_path):
     proc = subprocess.run([str(FABRIC), "calibrate"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    cal = json.loads((REPO / "build" / "calibration.json").read_text())
+    written = re.search(r"calibrate: written to (\S+\.json)", proc.stdout)
+    assert written, proc.stdout
+    cal = json.loads(Path(written.group(1)).read_text())
     print("\n" + proc.stdout)
     assert set(cal["switch_pps_per_core"]) == {"fabric", "training"}
     assert all(v > 0 for v in cal["switch_pps_per_core"].values()) and cal["agent_pps_per_core"] > 0

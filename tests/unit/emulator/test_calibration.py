@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from emulator.calibration import (Calibration, CalibrationError, Demand, Flow, Identity, cpu_model, current, demand,
-                                  fitting_rate, plan, store)
+from emulator.calibration import (CALIBRATION_DIR, Calibration, CalibrationError, Demand, Flow, Identity,
+                                  calibration_file, cpu_model, current, demand, fitting_rate, plan, store)
 from features import load_topology
 
 REPO = Path(__file__).resolve().parents[3]
@@ -36,6 +36,14 @@ def test_a_calibration_holds_on_its_machine_build_and_pipeline_for_a_week():
     assert "another bmv2" in calibration().stale_because(fast, NOW)
     assert "another pipeline" in calibration().stale_because(Identity(ID.cpu_model, 2, ID.bmv2, "43"), NOW)
     assert "8 days ago" in calibration(measured_at="2026-11-20T11:00:00+00:00").stale_because(ID, NOW)
+
+
+def test_each_bmv2_build_keeps_its_own_calibration_file():
+    fast = Identity(ID.cpu_model, 2, "/opt/p4-fast/bin/simple_switch_grpc 1.15.5-9674187f sha256:fedcba987654", "42")
+    assert calibration_file(ID) == CALIBRATION_DIR / "1.15.5-0123456789ab.json"
+    assert calibration_file(fast) == CALIBRATION_DIR / "1.15.5-9674187f-fedcba987654.json"
+    spaced = Identity(ID.cpu_model, 2, "/opt/my p4/bin/simple_switch_grpc 1.15.5 sha256:0123456789ab", "42")
+    assert calibration_file(spaced) == calibration_file(ID)        # the build, wherever it is installed
 
 
 def test_stored_and_read_back_and_a_malformed_file_is_named(tmp_path):
