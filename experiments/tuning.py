@@ -72,6 +72,12 @@ INCAST_S = 5.0                  # seconds of traffic per check (real time)
 CONGESTION_S = 6.0              # at least; CONGESTION_RTTS round trips where that is longer, up to CONGESTION_MAX_S:
 CONGESTION_RTTS = 3000          # DCQCN's derived timers scale with the RTT, so its convergence takes as many
 CONGESTION_MAX_S = 20.0         # round trips at any dilation (x26, 6 s = 960 RTTs: utilisation 0.65; x11: 0.84)
+# What the checks' agents cost, for the budget: hostagent.ecn.roce's paced senders, honouring PFC, wake
+# every 0.5 ms whatever their rate; measured 0.33-0.37 cores for 2,220 packets/s sent and received (the
+# incast at x15; 6.3k a core), far from the unpaced sender loop's calibrated cost and nearest the RDMA
+# agents'. Counted as the fast loop, the incast was sized at x13.25, where 4 of 6 runs were not faithful
+# (threads waited for a core 30-53% of the time; another process was busy for 0-10 s of each run).
+INCAST_AGENTS = "rdma"
 UTILISATION_TARGET = 0.75       # the incast's bottleneck used at least this much (after the first 20%): 0.81-1.00
 CONGESTION_UTILISATION = 0.5    # DCQCN's (derived constants, K 1): 0.61-0.96 in 10 leaf-spine runs, 0.61 once
 WARM_SHARE = 0.2

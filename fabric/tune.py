@@ -43,8 +43,8 @@ from emulator.dilation import Dilation, DilationError
 from emulator.network import queue_rate_pps
 from experiments.train import LOSSLESS_SECTION
 from experiments.common import percentile
-from experiments.tuning import (CHECKS, INCAST_LOAD, RESPONSE_MARGIN_PACKETS, RESPONSE_PROBE_PFC, RESPONSE_PROBE_S,
-                                Check, Validation, Values, longest_pair_hosts, with_watchdog)
+from experiments.tuning import (CHECKS, INCAST_AGENTS, INCAST_LOAD, RESPONSE_MARGIN_PACKETS, RESPONSE_PROBE_PFC,
+                                RESPONSE_PROBE_S, Check, Validation, Values, longest_pair_hosts, with_watchdog)
 from features import FEATURES, load_topology, topology_from_dict
 from features.lossless import SECTION as LOSSLESS
 from features.tuning import HOP_S, Paths, Tuning, derive, overlay, report
@@ -143,7 +143,7 @@ def choose_dilation(topo: Topology, asked: str, pair: tuple[str, str]) -> tuple[
     receiver, senders = longest_pair_hosts(topo, pair)
     cap = queue_rate_pps(topo.access_link(topo.hosts[receiver]).bandwidth_mbps)
     flows = [Flow(h, receiver, INCAST_LOAD * cap / len(senders)) for h in senders]
-    p = plan(demand(topo, flows), cal, "training")
+    p = plan(demand(topo, flows), cal, "training", agents=INCAST_AGENTS)
     return Dilation.rounded_up(p.dilation), f"the calibration: the incast {p}"
 
 
