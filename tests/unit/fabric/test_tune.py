@@ -20,7 +20,7 @@ CLASSES = {"lossless": {"queues": 8, "classes": [{"name": "collective", "class":
                         "pfc": {"xoff": 24, "xon": 12, "headroom": 32}}}
 
 
-def test_leaf_spine_prints_every_derivation_and_has_nothing_to_write(capsys):
+def test_leaf_spine_prints_every_derivation_and_the_congestion_controls_constants_to_write(capsys):
     assert tune.main(["--topology", str(REPO / "topologies" / "leaf-spine.yaml")]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"fabric tune: {REPO / 'topologies' / 'leaf-spine.yaml'} (leaf-spine)\n")
@@ -29,12 +29,17 @@ def test_leaf_spine_prints_every_derivation_and_has_nothing_to_write(capsys):
     assert "\n  ecn.k[spine1:1,2 spine2:1,2 leaf1:1-4 leaf2:1-4] = 5 packets  (max(1, ceil(BDP / 7)); " \
            "r = 8333 packets/s, RTT = 3.6 ms, BDP = r RTT = 30 packets) [dctcp]\n" in out
     assert "\n  dcqcn.rate_timer_s = 0.0198 s  (T_ref x s; T_ref = 55 us, s = 360) [dcqcn]\n" in out
-    assert "carried by: python -m hostagent.ecn.roce send --rate-timer-s; fabric experiment ecn_incast " \
-           "--dcqcn rate_timer_s=VALUE" in out
+    assert "carried by: overlay: congestion_control.dcqcn.rate_timer_s (fabric train, fabric experiment rdma " \
+           "--overlay: python -m hostagent.rdma send --cc-param rate_timer_s=VALUE); python -m hostagent.ecn.roce " \
+           "send --rate-timer-s; fabric experiment ecn_incast --dcqcn rate_timer_s=VALUE" in out
     assert "\n  hpcc.w_ai[NIC line rate 8333 packets/s] = 0.5 packets  (W_init (1 - eta) / N; W_init = 30 packets, " \
            "eta = 0.95, N = 3) [hpcc]\n" in out
-    assert "carried by: no flag yet: HpccParams.base_rtt_s" in out
-    assert out.rstrip().endswith("overlay: nothing to write (no lossless class, no ECN profile: see the notes above)")
+    assert "carried by: overlay: congestion_control.hpcc.base_rtt_s (fabric train, fabric experiment rdma " \
+           "--overlay: python -m hostagent.rdma send --cc-param base_rtt_s=VALUE)" in out
+    # no lossless class, no ECN profile written: the overlay holds the congestion controls' constants only
+    overlay = out.split("apply it):\n", 1)[1]
+    assert list(yaml.safe_load(overlay)) == ["congestion_control"]
+    assert "\n  hpcc: {base_rtt_s: 0.0036, eta: 0.95, max_stage: 5, expected_flows: 3}\n" in overlay
 
 
 def test_the_front_door_runs_it_and_the_overlay_it_writes_loads(tmp_path, capsys):
@@ -43,12 +48,15 @@ def test_the_front_door_runs_it_and_the_overlay_it_writes_loads(tmp_path, capsys
                      "--out", str(out_file)]) == 0
     out = capsys.readouterr().out
     assert "\n  rtt = 7.2 ms  (given (--rtt-us); unloaded, the topology's longest = 3.6 ms) [project]\n" in out
-    assert f"overlay written: {out_file} (ecn); apply it with fabric run --topology leaf-spine --overlay " \
-           f"{out_file}" in out
+    assert f"overlay written: {out_file} (ecn, congestion_control); apply it with fabric run --topology leaf-spine " \
+           f"--overlay {out_file}" in out
     text = out_file.read_text()
     assert text.startswith("# Overlay derived by `fabric tune --topology leaf-spine --rtt-us 7200 --ecn step` from ")
-    assert yaml.safe_load(text) == {"ecn": [{"switch": s, "port": "all", "mode": "step", "k": 9}
-                                            for s in ("spine1", "spine2", "leaf1", "leaf2")]}
+    written = yaml.safe_load(text)
+    assert written["ecn"] == [{"switch": s, "port": "all", "mode": "step", "k": 9}
+                              for s in ("spine1", "spine2", "leaf1", "leaf2")]
+    assert written["congestion_control"]["timely"]["min_rtt_s"] == 0.0072 and list(written) == ["ecn",
+                                                                                                "congestion_control"]
     topo = load_topology("leaf-spine", overlays=[out_file])
     assert topo.features["ecn"][("leaf1", 3, None)] == EcnProfile.step(9)
 
@@ -67,8 +75,10 @@ def test_a_lossless_topology_gets_its_pfc_section_written(tmp_path, capsys):
     assert "\n  lossless.pfc.headroom[section] = 12 packets  (max over ports and classes" in out
     written = yaml.safe_load(out_file.read_text())
     # the hold loop at the fastest lossless port's rate (100 Mbit/s: 8333 packets/s)
-    assert written == {"lossless": {**CLASSES["lossless"], "hold_rate_pps": 8333,
-                                    "pfc": {"xoff": 12, "xon": 10, "headroom": 12, "pause_quanta": 65535}}}
+    assert written["lossless"] == {**CLASSES["lossless"], "hold_rate_pps": 8333,
+                                   "pfc": {"xoff": 12, "xon": 10, "headroom": 12, "pause_quanta": 65535}}
+    # DCQCN's per-line-rate constants: one entry per NIC line rate (the senders' 100 Mbit/s, h5's 9.6)
+    assert [e["line_rate_pps"] for e in written["congestion_control"]["dcqcn"]["at_line_rate"]] == [800, 8333]
     assert f"fabric run --topology incast --overlay {classes} --overlay {out_file}" in out
     topo = load_topology("incast", overlays=[classes, out_file])
     assert topo.features["lossless"].pfc == PfcThresholds(12, 10, 12)
