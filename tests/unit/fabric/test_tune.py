@@ -2,14 +2,19 @@
 overlay it writes, and the overlay taken by `fabric run`, `fabric train`
 and the ECN and lossless experiments, a bad one refused by name before
 anything starts."""
+import dataclasses
 import signal
 from pathlib import Path
 
 import pytest
 import yaml
 
-from experiments import ecn_incast, lossless, train
-from features import load_topology
+from emulator.dilation import Dilation
+from experiments import ecn_incast, lossless, rdma, train
+from features import load_topology, topology_from_dict
+from features.tuning import derive, overlay
+from hostagent.collectives import ddp
+from hostagent.rdma import agent as rdma_agent
 from features.ecn import EcnProfile
 from features.lossless import PfcThresholds
 from fabric import cli, run, tune
@@ -167,3 +172,81 @@ def test_the_lossless_experiments_incast_takes_pfc_and_marking_from_an_overlay(t
     with pytest.raises(SystemExit) as exc:
         lossless.main(["--overlay", str(bad_overlay(tmp_path))])
     assert exc.value.code == 2
+
+
+AGENT = ["send", "--iface", "h1-eth0", "--src-ip", "10.0.1.1", "--src-mac", "02:00:00:00:00:01",
+         "--gw-mac", "02:00:00:00:00:02", "--dst-ip", "10.0.2.1", "--qp", "1"]
+
+
+def built_params(cc: str, line_rate_pps: float, cc_args: list[str], dilation: float = 1.0) -> dict:
+    """The Params the RDMA agent builds from these options, as a mapping."""
+    a = rdma_agent.parser().parse_args([*AGENT, "--cc", cc, "--line-rate-pps", f"{line_rate_pps:g}",
+                                        "--dilation", f"{dilation:g}", *cc_args])
+    made = rdma_agent.congestion_controls()[cc](a)
+    return dataclasses.asdict(made.params if cc == "dcqcn" else made.p)
+
+
+def test_the_overlays_constants_reach_the_agents_the_experiments_start_as_written(tmp_path, capsys):
+    """fabric tune --out, then the rdma experiment's and fabric train's agents: the same numbers."""
+    tuned = tmp_path / "tuned.yaml"
+    assert tune.main(["--topology", "incast-leaf-spine", "--out", str(tuned)]) == 0
+    written = yaml.safe_load(tuned.read_text())["congestion_control"]
+    assert written["dilation"] == 1
+    topo = rdma.with_int_to_host(REPO / "topologies" / "incast-leaf-spine.yaml", overlays=[tuned])
+    capacity = rdma.bottleneck_pps(topo)                           # 833 packets/s: the NICs' line rate
+    for cc in ("dcqcn", "hpcc", "timely", "swift"):
+        args = rdma.cc_arguments(topo, cc, "send", capacity, Dilation())
+        params = built_params(cc, capacity, args)
+        expected = {k: v for k, v in written[cc].items() if k != "at_line_rate"}
+        for entry in written[cc].get("at_line_rate", []):
+            if entry["line_rate_pps"] == capacity:
+                expected.update({k: v for k, v in entry.items() if k != "line_rate_pps"})
+        assert expected and {k: params[k] for k in expected} == expected, cc
+    assert [sorted(e) for e in written["dcqcn"]["at_line_rate"]] == [["byte_counter_bytes", "line_rate_pps",
+                                                                      "r_ai_pps"]]      # one NIC line rate here
+    receiver = rdma.cc_arguments(topo, "dcqcn", "receive", capacity, Dilation())
+    assert receiver == ["--cc-param", f"cnp_interval_s={written['dcqcn']['cnp_interval_s']!r}"]
+    rx = rdma_agent.parser().parse_args(["receive", *AGENT[1:9], *receiver])
+    assert rdma_agent.transport_params(rx).cnp_interval_s == written["dcqcn"]["cnp_interval_s"]
+    assert rdma.check_cc_constants(topo, ["hpcc"], capacity, Dilation()) == [
+        "hpcc from the overlay's congestion_control: " + ", ".join(f"{k} = {v:g}" for k, v in written["hpcc"].items())]
+    # fabric train: the ranks' command lines (hostagent.collectives.ddp) carry the same numbers
+    ranks = ["h1", "h2", "h3", "h4"]
+    composition = train.Composition(cc="timely")
+    topo_t, _ = train.composed_topology("incast-leaf-spine", composition, ranks, [tuned])
+    given, unmatched = train.cc_constants(topo_t, "timely", 400.0)
+    assert given == written["timely"] and unmatched == ""
+    hosts = [topo_t.hosts[n].primary for n in ranks]
+    cmd = train.rank_command(0, hosts, composition, 5, 400.0, topo_t, tmp_path / "t.yaml", tmp_path, given)
+    rank = ddp.parser().parse_args(cmd[cmd.index("hostagent.collectives.ddp") + 1:])
+    assert rdma_agent.cc_param_values(rank.cc, rank.cc_param, "send", rank.line_rate_pps) == written["timely"]
+    # DCQCN's per-line-rate constants have no entry at the ranks' 400 packets/s: said, not guessed
+    assert "no entry at the agents' line rate 400 packets/s (entries at 833)" in \
+        train.cc_constants(topo_t, "dcqcn", 400.0)[1]
+
+
+def test_values_derived_on_a_dilated_fabric_are_not_dilated_again(tmp_path):
+    """What fabric tune --validate writes (derived on the fabric dilated 4 times, its section's dilation 4):
+    a run at 4 gives the agents those numbers; a run at 2 rescales them from 4, not from 1."""
+    path = REPO / "topologies" / "incast-leaf-spine.yaml"
+    raw_d = Dilation(4).topology(yaml.safe_load(path.read_text()))
+    tuning = derive(topology_from_dict(raw_d))
+    args = tune.parser().parse_args(["--topology", "incast-leaf-spine", "--validate"])
+    tuned = tmp_path / "tuned.yaml"
+    tuned.write_text(tune.render(overlay(tuning, raw_d, 4.0), tuning.source, args, Dilation(4)))
+    text = tuned.read_text()
+    assert "--validate --dilation 4` from" in text and "values are the fabric's at dilation 4" in text
+    written = yaml.safe_load(text)["congestion_control"]
+    assert written["dilation"] == 4 and written["timely"]["min_rtt_s"] == pytest.approx(tuning.rtt_s, rel=1e-5)
+    at_4 = rdma.with_int_to_host(path, Dilation(4), overlays=[tuned])
+    capacity = rdma.bottleneck_pps(at_4)                          # 208 packets/s: 833 / 4, rounded down
+    assert capacity == 208 and [e["line_rate_pps"] for e in written["dcqcn"]["at_line_rate"]] == [208]
+    params = built_params("timely", capacity, rdma.cc_arguments(at_4, "timely", "send", capacity, Dilation(4)), 4)
+    assert {k: params[k] for k in written["timely"]} == written["timely"]
+    dcqcn = built_params("dcqcn", capacity, rdma.cc_arguments(at_4, "dcqcn", "send", capacity, Dilation(4)), 4)
+    assert dcqcn["rate_timer_s"] == written["dcqcn"]["rate_timer_s"]
+    assert dcqcn["r_ai_pps"] == written["dcqcn"]["at_line_rate"][0]["r_ai_pps"]
+    at_2 = rdma.with_int_to_host(path, Dilation(2), overlays=[tuned])
+    capacity = rdma.bottleneck_pps(at_2)
+    params = built_params("timely", capacity, rdma.cc_arguments(at_2, "timely", "send", capacity, Dilation(2)), 2)
+    assert params["min_rtt_s"] == pytest.approx(written["timely"]["min_rtt_s"] / 2)
