@@ -125,7 +125,7 @@ class Dilation:
             given = section_dilation(section)
             if given is not None and given != self.factor:
                 self._rescale(section, given)
-                section[DILATION_KEY] = int(self.factor) if self.factor.is_integer() else self.factor
+                section[DILATION_KEY] = int(self.factor) if float(self.factor).is_integer() else self.factor
         if self.factor == 1.0:
             return out
         links = out.setdefault("defaults", {}).setdefault("link", {})

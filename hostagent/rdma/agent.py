@@ -115,8 +115,16 @@ def uet_congestion_controls() -> dict[str, Callable[[argparse.Namespace], Conges
 
 
 def cc_params(a: argparse.Namespace) -> dict[str, float]:
-    """The congestion control's constants given (--cc-param; none where the options have none)."""
-    return dict(getattr(a, "cc_params", None) or {})
+    """The congestion control's constants given: what main() checked
+    (a.cc_params), else the --cc-param pairs parsed, checked now (none
+    where the options have none)."""
+    given = getattr(a, "cc_params", None)
+    if given is None:
+        pairs = getattr(a, "cc_param", None) or []
+        given = cc_param_values(getattr(a, "cc", None), pairs, getattr(a, "role", "send"),
+                                getattr(a, "line_rate_pps", 1000.0), getattr(a, "mtu", 1024),
+                                getattr(a, "dilation", 1.0)) if pairs else {}
+    return dict(given)
 
 
 def cc_param_fields(cc: str) -> dict[str, type]:
@@ -160,7 +168,7 @@ def cc_param_values(cc: Optional[str], given: Sequence[tuple[str, float]] | Mapp
     pairs = list(given.items()) if isinstance(given, Mapping) else list(given)
     if role == "receive":
         fields: dict[str, type] = {name: float for name in RECEIVER_CC_PARAMS}
-        whose = "the receiver's (DCQCN's CNP interval; the other constants are the sender's)"
+        whose = "the receiver keeps DCQCN's CNP interval only; the other constants are the sender's"
     elif cc is None or cc not in CC_PARAMS:
         raise ValueError(f"no congestion control {cc!r} (congestion controls: {', '.join(sorted(CC_PARAMS))})")
     else:
