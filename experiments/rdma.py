@@ -136,7 +136,6 @@ def with_int_to_host(topo_path: Path, dilation: Dilation = Dilation(), classes: 
     sources: dict[str, str] = {}
     if overlays:
         merged, given = apply_overlays(raw, overlays, FEATURES, SECTIONS)
-        raw.pop(CONGESTION_CONTROL, None)
         if CONGESTION_CONTROL in given:
             raw[CONGESTION_CONTROL] = merged[CONGESTION_CONTROL]
             sources[CONGESTION_CONTROL] = given[CONGESTION_CONTROL]

@@ -250,3 +250,22 @@ def test_values_derived_on_a_dilated_fabric_are_not_dilated_again(tmp_path):
     capacity = rdma.bottleneck_pps(at_2)
     params = built_params("timely", capacity, rdma.cc_arguments(at_2, "timely", "send", capacity, Dilation(2)), 2)
     assert params["min_rtt_s"] == pytest.approx(written["timely"]["min_rtt_s"] / 2)
+
+
+def test_the_rdma_experiment_refuses_a_bad_section_before_anything_starts(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"congestion_control": {"dilation": 1, "timely": {"t_lo_s": 0.01}}}))
+    with pytest.raises(SystemExit) as exit_:
+        rdma.main(["--overlay", str(bad), "--out", str(tmp_path / "out")])
+    assert exit_.value.code == 2
+    assert f"--overlay: {bad} (overlay on " in capsys.readouterr().err
+    # fields each valid, together not: TIMELY's T_low above its T_high, refused as the agent would
+    crossed = tmp_path / "crossed.yaml"
+    crossed.write_text(yaml.safe_dump({"congestion_control": {"dilation": 1,
+                                                              "timely": {"t_low_s": 0.05, "t_high_s": 0.01}}}))
+    with pytest.raises(SystemExit):
+        rdma.main(["--overlay", str(crossed), "--ccs", "timely", "--phases", "incast", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert "--overlay: congestion_control.timely: t_high_s, t_low_s: invalid TIMELY parameters: t_low_s must be > 0 " \
+           "and below t_high_s" in err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "o").exists()
