@@ -1076,7 +1076,6 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TopologyError) as e:
         print(f"fabric train: {e}")
         return 2
-    compile_p4()
     if not args.line_rate_pps:
         args.line_rate_pps, how = line_rate_for(args.topology, rank_names, composition, args.overlay)
         print(f"line rate: {args.line_rate_pps:g} packets/s a connection ({how})", flush=True)
@@ -1086,6 +1085,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"fabric train: {e}")
         return 2
+    compile_p4()
     args.out.mkdir(parents=True, exist_ok=True)
     reference = Reference(args.steps, args.out)
     results = []

@@ -269,3 +269,15 @@ def test_the_rdma_experiment_refuses_a_bad_section_before_anything_starts(tmp_pa
     assert "--overlay: congestion_control.timely: t_high_s, t_low_s: invalid TIMELY parameters: t_low_s must be > 0 " \
            "and below t_high_s" in err
     assert not (tmp_path / "out").exists() and not (tmp_path / "o").exists()
+
+
+def test_fabric_train_refuses_constants_its_ranks_would_refuse_before_anything_starts(tmp_path, capsys,
+                                                                                     sigterm_kept, monkeypatch):
+    crossed = tmp_path / "crossed.yaml"
+    crossed.write_text(yaml.safe_dump({"congestion_control": {"dilation": 1,
+                                                              "hpcc": {"eta": 0.9, "min_window_packets": 0}}}))
+    monkeypatch.setattr(train, "compile_p4", lambda: pytest.fail("compiled before the overlay was checked"))
+    assert train.main(["--topology", "leaf-spine", "--overlay", str(crossed), "--line-rate-pps", "400",
+                       "--out", str(tmp_path / "out")]) == 2
+    assert "fabric train: congestion_control.hpcc: eta, min_window_packets: invalid HPCC parameters: " \
+           "min_window_packets must be > 0, got 0" in capsys.readouterr().out
