@@ -255,6 +255,31 @@ def one_mode(bench_state: Callable[[P4Info, int], SwitchState]) -> Callable[[P4I
     return _OneMode(bench_state)
 
 
+@dataclass(frozen=True)
+class HostSection:
+    """A topology section that is no pipeline feature's: settings the hosts'
+    agents are given (the congestion controls' constants), with nothing for
+    the switches. Loaded as a feature's section is: in the topology file or
+    an overlay, `parse_section(raw, topo, fail)` validates it (`fail` names
+    the field) and its result lands in topo.features[section]."""
+    section: str
+    summary: str
+    parse_section: Callable[[Any, "Topology", Fail], Any]
+
+
+def check_sections(features: Sequence[Feature], sections: Sequence[HostSection]) -> dict[str, Any]:
+    """{section name: its Feature or HostSection}, the features checked
+    (check_features) and no two of either sharing a section."""
+    out: dict[str, Any] = {f.section: f for f in check_features(features)}
+    for s in sections:
+        if not isinstance(s, HostSection):
+            raise TypeError(f"{s!r} is not a HostSection (control/feature.py)")
+        if s.section in out:
+            raise TypeError(f"the section {s.section!r} is both a feature's and a host section's")
+        out[s.section] = s
+    return out
+
+
 def check_features(features: Sequence[Feature]) -> tuple[Feature, ...]:
     """The features, checked to have the whole interface and distinct names and sections."""
     seen: dict[str, Feature] = {}

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterable, NoReturn, Optional, Sequence
 
 import yaml
 
-from control.feature import check_features
+from control.feature import HostSection, check_sections
 from control.link_defaults import DEFAULT_LINK
 
 if TYPE_CHECKING:
@@ -249,7 +249,7 @@ class Topology:
     switches: dict[str, Switch]
     hosts: dict[str, Host]
     links: list[LinkSpec]
-    features: dict[str, Any] = field(default_factory=dict)  # parsed feature sections, e.g. "ecn"
+    features: dict[str, Any] = field(default_factory=dict)  # parsed sections: features' ("ecn"), host sections'
     known_features: tuple = ()   # the Features it was loaded with (control/feature.py): what a controller programs
     overlays: tuple[str, ...] = ()   # overlay files applied over `source`, in order (load(..., overlays=))
 
@@ -452,22 +452,24 @@ def _read_yaml(path: Path, what: str) -> Any:
 
 
 def load(path: str | Path, features: Sequence["Feature"] = (),
-         overlays: Sequence[str | Path] = ()) -> Topology:
+         overlays: Sequence[str | Path] = (), sections: Sequence[HostSection] = ()) -> Topology:
     """Load and validate a topology file (a name in topologies/ or a path),
-    its feature sections parsed by `features` (features.FEATURES for all;
-    a section no feature given knows is an error), with `overlays` (files
+    its feature sections parsed by `features` (features.FEATURES for all)
+    and its host sections by `sections` (features.SECTIONS; a section
+    neither knows is an error), with `overlays` (files
     of feature sections, `fabric tune --out` writes one) applied over it in
     order: see apply_overlays. The result is validated whole, as a file
     would be: a bad overlay is an error naming the overlay file and the
     field, and nothing of it is applied."""
     path = resolve(path)
     data = _read_yaml(path, "topology file")
-    data, sources = apply_overlays(data, overlays, features)
+    data, sources = apply_overlays(data, overlays, features, sections)
     return from_dict(data, source=str(path), features=features, section_sources=sources,
-                     overlays=tuple(str(o) for o in overlays))
+                     overlays=tuple(str(o) for o in overlays), sections=sections)
 
 
-def read_overlay(path: str | Path, features: Sequence["Feature"] = ()) -> dict[str, Any]:
+def read_overlay(path: str | Path, features: Sequence["Feature"] = (),
+                 host_sections: Sequence[HostSection] = ()) -> dict[str, Any]:
     """An overlay file: a mapping of feature sections (`lossless:`, `ecn:`,
     ...) and nothing else; a section set to null removes the topology's.
     The sections' contents are checked when the overlay is applied (by the
@@ -475,7 +477,7 @@ def read_overlay(path: str | Path, features: Sequence["Feature"] = ()) -> dict[s
     path = Path(path)
     data = _read_yaml(path, "overlay")
     v = _Validator(f"{path} (overlay)")
-    sections = {f.section for f in check_features(features)}
+    sections = set(check_sections(features, host_sections))
     if not isinstance(data, dict) or not data:
         v.fail("", f"expected a mapping of feature sections ({', '.join(sorted(sections))}), got "
                    f"{type(data).__name__ if data is not None else 'nothing'}")
@@ -488,8 +490,8 @@ def read_overlay(path: str | Path, features: Sequence["Feature"] = ()) -> dict[s
     return data
 
 
-def apply_overlays(data: Any, overlays: Sequence[str | Path], features: Sequence["Feature"] = ()
-                   ) -> tuple[Any, dict[str, str]]:
+def apply_overlays(data: Any, overlays: Sequence[str | Path], features: Sequence["Feature"] = (),
+                   sections: Sequence[HostSection] = ()) -> tuple[Any, dict[str, str]]:
     """A topology's mapping with `overlays` applied in order, section by
     section: an overlay's section replaces the topology's whole (or adds
     it); null removes it. Returns the new mapping (the given one is not
@@ -500,7 +502,7 @@ def apply_overlays(data: Any, overlays: Sequence[str | Path], features: Sequence
     merged = dict(data) if isinstance(data, dict) else data
     sources: dict[str, str] = {}
     for overlay in overlays:
-        for section, value in read_overlay(overlay, features).items():
+        for section, value in read_overlay(overlay, features, sections).items():
             if not isinstance(merged, dict):
                 break                           # from_dict names what is wrong with the topology itself
             if value is None:
@@ -513,12 +515,14 @@ def apply_overlays(data: Any, overlays: Sequence[str | Path], features: Sequence
 
 
 def from_dict(data: Any, source: str = "<topology>", features: Sequence["Feature"] = (), *,
-              section_sources: Optional[dict[str, str]] = None, overlays: tuple[str, ...] = ()) -> Topology:
-    """Validate a topology's mapping. `section_sources` names, for a feature
-    section an overlay gave, the overlay file: its errors name that file
-    (as `<overlay> (overlay on <source>): <field>: ...`)."""
+              section_sources: Optional[dict[str, str]] = None, overlays: tuple[str, ...] = (),
+              sections: Sequence[HostSection] = ()) -> Topology:
+    """Validate a topology's mapping, its feature sections parsed by
+    `features` and its host sections by `sections`. `section_sources`
+    names, for a section an overlay gave, the overlay file: its errors name
+    that file (as `<overlay> (overlay on <source>): <field>: ...`)."""
     v = _Validator(source)
-    feature_sections = {f.section: f for f in check_features(features)}
+    feature_sections = check_sections(features, sections)
     top_fields = BASE_FIELDS | set(feature_sections)
     if not isinstance(data, dict):
         v.fail("", f"expected a mapping with keys {sorted(top_fields)}, got {type(data).__name__}")

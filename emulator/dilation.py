@@ -16,6 +16,11 @@ field or key ending in `_s`, `_ms` or `_us` is a time, one ending in `_pps`
 or `_mbps` a rate; anything else is left as it is. The factor is what the
 budget asks for (emulator/calibration.py: Plan.dilation) or given by hand;
 the emulator's own per-packet cost does not dilate, and that is the point.
+
+A topology section may say which dilation its numbers are already in (a
+`dilation:` key, as `fabric tune --validate` writes the congestion
+controls' constants it derived on a dilated fabric): it is rescaled from
+that dilation to the run's, never dilated twice (DILATION_KEY).
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ from control.link_defaults import DEFAULT_LINK
 
 TIME_SUFFIXES = ("_s", "_ms", "_us")
 RATE_SUFFIXES = ("_pps", "_mbps")
+DILATION_KEY = "dilation"       # a section's: the dilation its numbers are in (1: the undilated network's)
 
 P = TypeVar("P")
 
@@ -43,6 +49,29 @@ def kind(name: str) -> str | None:
     if name.endswith(RATE_SUFFIXES):
         return "rate"
     return None
+
+
+def rescaled(name: str, value: float, given_at: float, wanted_at: float) -> float:
+    """`value` of the parameter `name`, in the units of a network dilated
+    `given_at` times, in those of one dilated `wanted_at` times (a time x
+    wanted/given, a rate / it; anything else as it is)."""
+    what = kind(name)
+    if what == "time":
+        return value * wanted_at / given_at
+    if what == "rate":
+        return value * given_at / wanted_at
+    return value
+
+
+def section_dilation(section: Any) -> float | None:
+    """The dilation a section says its numbers are in (its `dilation:` key),
+    or None: it says none, or not as a number >= 1 (its loader names that)."""
+    if not isinstance(section, dict) or DILATION_KEY not in section:
+        return None
+    given = section[DILATION_KEY]
+    if isinstance(given, bool) or not isinstance(given, (int, float)) or not (math.isfinite(given) and given >= 1):
+        return None
+    return float(given)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,8 +116,16 @@ class Dilation:
         """A topology file's mapping (as yaml loads it) with every link's
         bandwidth and delay dilated, the defaults' included, and any
         section's `..._pps`/`..._s`/`..._ms` numbers (a hold rate, a
-        heartbeat period; whole numbers stay whole); a copy."""
+        heartbeat period; whole numbers stay whole); a copy. A section that
+        says the dilation its numbers are in (`dilation: D`, e.g. derived on
+        a fabric dilated D times) is rescaled from D to this factor instead
+        (fractions kept) and then says this factor: never dilated twice."""
         out = copy.deepcopy(raw)
+        for key, section in out.items():
+            given = section_dilation(section)
+            if given is not None and given != self.factor:
+                self._rescale(section, given)
+                section[DILATION_KEY] = int(self.factor) if float(self.factor).is_integer() else self.factor
         if self.factor == 1.0:
             return out
         links = out.setdefault("defaults", {}).setdefault("link", {})
@@ -96,9 +133,21 @@ class Dilation:
         for entry in [links, *(link for link in out.get("links", []) if isinstance(link, dict))]:
             self._dilate(entry, whole=False)
         for key, section in out.items():
-            if key not in ("defaults", "links", "switches", "hosts") and isinstance(section, dict):
+            if key not in ("defaults", "links", "switches", "hosts") and isinstance(section, dict) \
+                    and section_dilation(section) is None:
                 self._dilate(section, whole=True)
         return out
+
+    def _rescale(self, value: Any, given_at: float) -> None:
+        """Rescale the numbers in `value` (mappings and lists, in place)
+        from a network dilated `given_at` times to this one."""
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for key, item in list(items):
+            if isinstance(item, (dict, list)):
+                self._rescale(item, given_at)
+            elif isinstance(item, (int, float)) and not isinstance(item, bool) and isinstance(key, str) \
+                    and key != DILATION_KEY:
+                value[key] = rescaled(key, item, given_at, self.factor)
 
     def _dilate(self, mapping: dict, whole: bool) -> None:
         """Dilate `mapping`'s numbers in place; with `whole`, a whole number

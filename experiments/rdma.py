@@ -4,7 +4,7 @@ TIMELY, Swift, HPCC), and its two retransmission modes under random loss.
 
     fabric experiment rdma [--phases incast mix converge loss spray] [--ccs dcqcn timely swift hpcc]
                            [--senders 4 8 16] [--fabrics lossy pfc] [--losses 0 0.01 0.1 1 2 5] [--duration 10]
-                           [--mode go-back-n] [--out experiments/results/rdma]
+                           [--mode go-back-n] [--out experiments/results/rdma] [--overlay tuned.yaml]
 
 Phase incast:
 
@@ -57,6 +57,14 @@ order is a NAK and a resend of all after it), go-back-N with the
 receiver's reorder buffer (hostagent/load_balancing/reorder.py) in front of
 the transport, and selective repeat.
 
+--overlay FILE (repeatable; `fabric tune --topology incast-leaf-spine
+--out FILE` writes one, docs/tuning.md): its `congestion_control:`
+section's constants go to every agent of the congestion control they are
+for (--cc-param: the senders' at their line rate, the receiver's CNP
+interval for DCQCN), rescaled to the run's --dilation; its other sections
+are the experiment's own (int, lossless) or set per case (ECN), and are
+left out, said so.
+
 CSV and PNG under --out/<phase>;
 prints a table per phase and where files went.
 """
@@ -70,7 +78,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -85,10 +93,12 @@ from emulator.network import Network, queue_rate_pps
 from control.p4constants import drop_reasons
 from experiments.common import StartGate, announce_budget, case_fidelity, experiment_parser, lost_before_pipeline, \
     percentile, print_fidelity, print_table, rdma_agent, sample_queue, save_figure, write_csv
-from features import topology_from_dict
+from control.topology import TopologyError, apply_overlays, from_dict
+from features import FEATURES, SECTIONS
+from features.congestion_control import SECTION as CONGESTION_CONTROL
 from features.ecn import EcnProfile
 from features.load_balancing import LbMode
-from hostagent.rdma.agent import congestion_controls
+from hostagent.rdma.agent import RECEIVER_CC_PARAMS, cc_param_values, congestion_controls
 from hostagent.rdma.transport import MODES
 
 RECEIVER, BOTTLENECK_SWITCH = "r1", "leaf3"
@@ -112,15 +122,23 @@ LOSSLESS_CLASS, LOSSLESS_DSCP = 3, 26
 LOSSLESS_HEADROOM, LOSSLESS_HOLD_PPS = 64, 500
 
 
-def with_int_to_host(topo_path: Path, dilation: Dilation = Dilation(), classes: tuple[dict, ...] = ()):
+def with_int_to_host(topo_path: Path, dilation: Dilation = Dilation(), classes: tuple[dict, ...] = (),
+                     overlays: Sequence[str | Path] = ()):
     """The topology with an `int:` section (RoCEv2, UDP 4791, gets INT with
     HPCC's instructions, delivered to the receiving host) and a `lossless:`
     section (DSCP 26 is class 3, lossless: the fabric cases with PFC mark
     their packets so; the others send DSCP 0, no class); its links and hold
     rate slowed by `dilation`; `classes`: more traffic classes (the
-    section's entries)."""
+    section's entries); `overlays`' congestion_control section, if any
+    (rescaled to `dilation`; their other sections left out: overlay_left_out)."""
     import yaml
     raw = yaml.safe_load(topo_path.read_text())
+    sources: dict[str, str] = {}
+    if overlays:
+        merged, given = apply_overlays(raw, overlays, FEATURES, SECTIONS)
+        if CONGESTION_CONTROL in given:
+            raw[CONGESTION_CONTROL] = merged[CONGESTION_CONTROL]
+            sources[CONGESTION_CONTROL] = given[CONGESTION_CONTROL]
     # no drop reports: no collector listens on the receiver, whose kernel would answer each with an ICMP
     # port unreachable to the reporting switch's address, which the fabric does not route (NO_ROUTE drops)
     raw["int"] = {"collector": RECEIVER, "drop_report_interval_ms": None, "watchlist": [
@@ -129,8 +147,50 @@ def with_int_to_host(topo_path: Path, dilation: Dilation = Dilation(), classes: 
                                                  "lossless": True}, *classes],
                        "pfc": {"xoff": 24, "xon": 12, "headroom": LOSSLESS_HEADROOM},
                        "hold_rate_pps": LOSSLESS_HOLD_PPS}
-    return topology_from_dict(dilation.topology(raw), f"{topo_path.name} + INT to the host + a lossless class"
-                              + (f", dilated {dilation}" if dilation.factor > 1 else ""))
+    return from_dict(dilation.topology(raw), f"{topo_path.name} + INT to the host + a lossless class"
+                     + (f", dilated {dilation}" if dilation.factor > 1 else ""), FEATURES, section_sources=sources,
+                     overlays=tuple(map(str, overlays)), sections=SECTIONS)
+
+
+def overlay_left_out(overlays: Sequence[str | Path]) -> list[str]:
+    """The overlays' sections this experiment does not take (all but congestion_control)."""
+    _, given = apply_overlays({}, overlays, FEATURES, SECTIONS)
+    return sorted(s for s in given if s != CONGESTION_CONTROL)
+
+
+def cc_arguments(topo, cc: str, role: str, line_rate_pps: float, dilation: Dilation) -> list[str]:
+    """--cc-param for an agent of `cc` in `role` from the topology's
+    congestion_control section (an overlay's, at the run's dilation): a
+    sender's fields at its line rate, the receiver's its part
+    (RECEIVER_CC_PARAMS); none without the section."""
+    section = topo.features.get(CONGESTION_CONTROL)
+    if section is None:
+        return []
+    values = section.params(cc, line_rate_pps, dilation.factor)
+    if role == "receive":
+        values = {k: v for k, v in values.items() if k in RECEIVER_CC_PARAMS}
+    return [arg for k, v in values.items() for arg in ("--cc-param", f"{k}={v!r}")]
+
+
+def check_cc_constants(topo, ccs: Sequence[str], line_rate_pps: float, dilation: Dilation) -> list[str]:
+    """The congestion_control section's constants for each of `ccs`,
+    checked as their agents will take them (ValueError naming the field);
+    a line per congestion control saying what it is given."""
+    section = topo.features.get(CONGESTION_CONTROL)
+    if section is None:
+        return []
+    lines = []
+    for cc in ccs:
+        values = section.params(cc, line_rate_pps, dilation.factor)
+        try:
+            cc_param_values(cc, values, "send", line_rate_pps, MTU, dilation.factor)
+        except ValueError as exc:
+            raise ValueError(f"{CONGESTION_CONTROL}.{cc}: {exc}") from None
+        unmatched = section.unmatched(cc, line_rate_pps, dilation.factor)
+        lines.append(f"{cc} from the overlay's {CONGESTION_CONTROL}: "
+                     + (", ".join(f"{k} = {v:g}" for k, v in values.items()) or "nothing")
+                     + (f"; {unmatched}" if unmatched else ""))
+    return lines
 
 
 
@@ -229,13 +289,15 @@ def run_flows(name: str, cc: str, flows: list[Flow], pfc: bool, topo, net: Netwo
     gate = StartGate(case_dir)       # every agent ready before any sends (agents/start.py)
     end_s = max(f.start_s + f.duration_s + f.drain_s * args.dilation.factor for f in flows)
     common = agent_options(args, mode or args.mode)
-    procs = [rdma_agent(receiver, "receive", start_at=gate, out_dir=case_dir,
-                        extra=[*common, "--duration", str(end_s + 3.0), *receiver_extra])]
     capacity = queue_rate_pps(topo.switches[BOTTLENECK_SWITCH].ports[port].link.bandwidth_mbps)
+    receiver_cc = [] if (mode or args.mode) == "uet" else cc_arguments(topo, cc, "receive", capacity, args.dilation)
+    procs = [rdma_agent(receiver, "receive", start_at=gate, out_dir=case_dir,
+                        extra=[*common, "--duration", str(end_s + 3.0), *receiver_cc, *receiver_extra])]
     for f in flows:
         h = topo.hosts[f.host]
         procs.append(rdma_agent(h, "send", start_at=gate, out_dir=case_dir, stem=f.stem, extra=[
             *common, "--start-after", str(f.start_s), "--dst-ip", receiver.ip, "--qp", str(f.qp), "--cc", cc,
+            *cc_arguments(topo, cc, "send", capacity, args.dilation),
             "--duration", str(f.duration_s),
             "--drain-s", str(f.drain_s * args.dilation.factor), "--line-rate-pps", str(capacity),
             *(["--dscp", str(LOSSLESS_DSCP), "--tclass", str(LOSSLESS_CLASS), "--link-mbps",
@@ -377,10 +439,12 @@ def run_loss_case(mode: str, loss_pct: float, topo, net: Network, ctl: FabricCon
         gate = StartGate(case_dir)
         common = agent_options(args, mode)
         rx = rdma_agent(receiver, "receive", start_at=gate, out_dir=case_dir,
-                        extra=[*common, "--duration", str(args.duration + 3.0)])
+                        extra=[*common, "--duration", str(args.duration + 3.0),
+                               *cc_arguments(topo, "dcqcn", "receive", capacity, args.dilation)])
         tx = rdma_agent(sender, "send", start_at=gate, out_dir=case_dir, extra=[
             *common, "--dst-ip", receiver.ip, "--qp", "1", "--cc", "dcqcn", "--duration", str(args.duration),
-            "--message-bytes", str(MESSAGE_BYTES), "--line-rate-pps", str(capacity)])
+            "--message-bytes", str(MESSAGE_BYTES), "--line-rate-pps", str(capacity),
+            *cc_arguments(topo, "dcqcn", "send", capacity, args.dilation)])
         fidelity = case_fidelity(net, ctl)
         fidelity.traffic_starts(gate.open([rx, tx]))
         tx.wait(timeout=args.duration + 60)
@@ -414,10 +478,12 @@ def run_spray_case(mode: str, reorder: bool, topo, net: Network, ctl: FabricCont
     gate = StartGate(case_dir)
     common = agent_options(args, mode)
     rx = rdma_agent(receiver, "receive", start_at=gate, out_dir=case_dir,
-                    extra=[*common, "--duration", str(args.duration + 3.0), *(["--reorder"] if reorder else [])])
+                    extra=[*common, "--duration", str(args.duration + 3.0), *(["--reorder"] if reorder else []),
+                           *cc_arguments(topo, "dcqcn", "receive", capacity, args.dilation)])
     tx = rdma_agent(sender, "send", start_at=gate, out_dir=case_dir, extra=[
         *common, "--dst-ip", receiver.ip, "--qp", "1", "--cc", "dcqcn", "--duration", str(args.duration),
-        "--message-bytes", str(MESSAGE_BYTES), "--line-rate-pps", str(capacity)])
+        "--message-bytes", str(MESSAGE_BYTES), "--line-rate-pps", str(capacity),
+        *cc_arguments(topo, "dcqcn", "send", capacity, args.dilation)])
     fidelity = case_fidelity(net, ctl)
     fidelity.traffic_starts(gate.open([rx, tx]))
     tx.wait(timeout=args.duration + 60)
@@ -688,6 +754,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "rdma"),
                     help="results directory (default %(default)s)")
     ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS)
+    ap.add_argument("--overlay", action="append", default=[], metavar="FILE",
+                    help="its congestion_control section (fabric tune --out) for every agent of the congestion "
+                         "control it names (repeatable; its other sections are left out)")
     ap.add_argument("--dilation", default="1", metavar="{auto,D}",
                     help="run the network D times slower (emulator/dilation.py): link and line rates divided by "
                          "D, the agents' time constants and --duration multiplied by it; auto: the D the budget "
@@ -698,6 +767,11 @@ def main(argv: list[str] | None = None) -> int:
     args.fabrics = [f == "pfc" for f in args.fabrics]
     out = Path(args.out)
     topo_file = REPO / "topologies" / "incast-leaf-spine.yaml"
+    try:
+        with_int_to_host(topo_file, overlays=args.overlay)      # a bad overlay is named before anything starts
+        left_out = overlay_left_out(args.overlay) if args.overlay else []
+    except TopologyError as exc:
+        ap.error(f"--overlay: {exc}")
     try:
         args.dilation = budget_dilation(with_int_to_host(topo_file), args.phases, max(args.senders)) \
             if args.dilation == "auto" \
@@ -710,7 +784,16 @@ def main(argv: list[str] | None = None) -> int:
               f"in the results are the dilated network's (x{args.dilation.factor:g}), goodputs its own "
               f"(/{args.dilation.factor:g})", flush=True)
         args.duration *= args.dilation.factor
-    topo = with_int_to_host(topo_file, args.dilation)
+    topo = with_int_to_host(topo_file, args.dilation, overlays=args.overlay)
+    if left_out:
+        print(f"from the overlays: {CONGESTION_CONTROL} only; left out: {', '.join(left_out)} (the experiment's own "
+              f"or set per case)", flush=True)
+    try:
+        ccs = sorted({*args.ccs, *(["dcqcn"] if {"mix", "loss", "spray"} & set(args.phases) else [])})
+        for line in check_cc_constants(topo, ccs, bottleneck_pps(topo), args.dilation):
+            print(line, flush=True)
+    except ValueError as exc:
+        ap.error(f"--overlay: {exc}")
     args.budget = announce_budget(topo, phase_demand(topo, args.phases, max(args.senders)), "training", ack_share=0.25,
                                   agents="rdma")
     compile_p4()

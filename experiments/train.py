@@ -40,6 +40,10 @@ tunes the composition: its sections replace those the composition has (the
 `lossless:` section must keep the ranks' class, DSCP 26 in lossless class
 3), and its `ecn:` section, which no technique decides, is added; a section
 of a technique the composition (or an ablation case) has off is left off.
+Its `congestion_control:` section (the constants `fabric tune` derives) is
+given to every rank for the case's congestion control (the RDMA agent's
+--cc-param; the run is undilated: values derived on a dilated fabric are
+rescaled to it).
 """
 from __future__ import annotations
 
@@ -57,7 +61,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import yaml
 
@@ -72,12 +76,13 @@ from control.p4constants import drop_reasons
 from control.topology import Topology, TopologyError, apply_overlays, from_dict
 from experiments.common import REPO, agent_python, case_fidelity, kill_switch, median_ratio_interval, percentile, \
     ping_round_trips, print_fidelity, print_table, save_figure, write_csv
-from features import FEATURES, topology_from_dict
+from features import FEATURES, SECTIONS, topology_from_dict
+from features.congestion_control import SECTION as CONGESTION_CONTROL
 from hostagent.aggregation.runs import start_server, stop_server
 from hostagent.collectives import schedule as sc
 from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, CHANNEL_CHOICES, FIXED, IN_NETWORK, LEAST_LOADED, \
     default_sport
-from hostagent.rdma.agent import uet_congestion_controls
+from hostagent.rdma.agent import cc_param_values, uet_congestion_controls
 from hostagent.rdma.transport import SELECTIVE_REPEAT, TransportParams
 from control.switch import MONITOR_CREDENTIALS
 from telemetry import metrics as m
@@ -267,7 +272,7 @@ class Failure:
 
 
 COMPOSED_SECTIONS = ("int", "aggregation", "load_balancing", "failover", "lossless", "nonminimal_routing", "trimming")
-OVERLAY_ADDS = ("ecn",)          # sections an overlay may add: no technique of the composition decides them
+OVERLAY_ADDS = ("ecn", CONGESTION_CONTROL)   # sections an overlay may add: no technique of the composition decides them
 
 
 def overlay_sections(raw: dict, overlays: Sequence[str | Path]) -> tuple[dict, dict[str, str], list[str]]:
@@ -275,7 +280,7 @@ def overlay_sections(raw: dict, overlays: Sequence[str | Path]) -> tuple[dict, d
     sections replace the composition's, add ECN, and leave a technique the
     composition has off, off. Returns (mapping, {section: overlay file},
     the sections left out)."""
-    merged, sources = apply_overlays(raw, overlays, FEATURES)
+    merged, sources = apply_overlays(raw, overlays, FEATURES, SECTIONS)
     left_out = []
     for section in list(sources):
         if section not in raw and section not in OVERLAY_ADDS:
@@ -324,7 +329,7 @@ def composed_topology(name: str, c: Composition, ranks: list[str],
         return topology_from_dict(raw, f"{path.stem} for training ({c.label})"), raw
     raw, sources, _ = overlay_sections(raw, overlays)
     topo = from_dict(raw, f"{path.stem} for training ({c.label})", FEATURES, section_sources=sources,
-                     overlays=tuple(map(str, overlays)))
+                     overlays=tuple(map(str, overlays)), sections=SECTIONS)
     if "lossless" in sources:
         config = topo.features["lossless"]
         if not any(k.lossless and k.tclass == LOSSLESS_CLASS and LOSSLESS_DSCP in k.dscp for k in config.classes):
@@ -397,8 +402,24 @@ def counter_total(ctl: FabricController, counter: str, lock: threading.Lock) -> 
     return sum(counter_by_index(ctl, counter, lock).values())
 
 
+def cc_constants(topo: Topology, cc: str, line_rate_pps: float) -> tuple[dict[str, float], str]:
+    """What the topology's `congestion_control:` section (an overlay's)
+    gives the ranks running `cc` at `line_rate_pps` (the run is undilated),
+    checked as the ranks' agents will (ValueError naming the field), and a
+    note when its per-line-rate fields have no entry at that rate."""
+    section = topo.features.get(CONGESTION_CONTROL)
+    if section is None:
+        return {}, ""
+    given = section.params(cc, line_rate_pps)
+    try:
+        values = cc_param_values(cc, given, "send", line_rate_pps, MTU) if given else {}
+    except ValueError as exc:
+        raise ValueError(f"{CONGESTION_CONTROL}.{cc}: {exc}") from None
+    return values, section.unmatched(cc, line_rate_pps)
+
+
 def rank_command(rank: int, hosts: list, c: Composition, steps: int, line_rate_pps: float, topo: Topology,
-                 topo_file: Path, out: Path) -> list[str]:
+                 topo_file: Path, out: Path, cc_params: Mapping[str, float] | None = None) -> list[str]:
     h = hosts[rank]
     cmd = ["ip", "netns", "exec", h.host, "nice", "-n", str(RANK_NICE), agent_python(),
            "-m", "hostagent.collectives.ddp",
@@ -421,6 +442,8 @@ def rank_command(rank: int, hosts: list, c: Composition, steps: int, line_rate_p
         cmd += ["--mode", "uet"]
     elif c.paths == "spray":
         cmd += ["--mode", SELECTIVE_REPEAT]
+    for name, value in (cc_params or {}).items():     # the overlay's congestion_control section (cc_constants)
+        cmd += ["--cc-param", f"{name}={value!r}"]
     return cmd
 
 
@@ -710,6 +733,11 @@ def run_case(case: str, c: Composition, args, reference: Reference, rank_names: 
     for stale in out.glob("rank*.jsonl"):
         stale.unlink()
     say(f"==> {case}: {len(hosts)} ranks on {topo.name}, {args.steps} steps ({c.label})")
+    cc_params, unmatched = cc_constants(topo, c.cc, line_rate)
+    if cc_params or unmatched:
+        say(f"{c.cc} from the overlay's {CONGESTION_CONTROL}: "
+            + (", ".join(f"{k} = {v:g}" for k, v in cc_params.items()) or "nothing") + (f"; {unmatched}" if unmatched
+                                                                                       else ""))
     lines: list[StepLine] = []
     errors: list[str] = []
     injected = False
@@ -738,7 +766,8 @@ def run_case(case: str, c: Composition, args, reference: Reference, rank_names: 
                           f"idle fabric: the ideal step's latency leaves them out")
         latency_ms = all_reduce_latency_ms(c, len(hosts), rtt_ms)
         fidelity = case_fidelity(net, ctl, lock=lock)
-        procs = [subprocess.Popen(rank_command(r, hosts, c, args.steps, line_rate, topo, topo_file, out), cwd=REPO,
+        procs = [subprocess.Popen(rank_command(r, hosts, c, args.steps, line_rate, topo, topo_file, out, cc_params),
+                                  cwd=REPO,
                                   env=rank_env(), stdout=open(out / f"rank{r}.log", "w"), stderr=subprocess.STDOUT)
                  for r in range(len(hosts))]
         try:
@@ -1047,10 +1076,16 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TopologyError) as e:
         print(f"fabric train: {e}")
         return 2
-    compile_p4()
     if not args.line_rate_pps:
         args.line_rate_pps, how = line_rate_for(args.topology, rank_names, composition, args.overlay)
         print(f"line rate: {args.line_rate_pps:g} packets/s a connection ({how})", flush=True)
+    try:                 # the overlay's congestion-control constants, as every case's ranks will take them
+        for case, c in cases:
+            cc_constants(composed_topology(args.topology, c, rank_names, args.overlay)[0], c.cc, args.line_rate_pps)
+    except ValueError as e:
+        print(f"fabric train: {e}")
+        return 2
+    compile_p4()
     args.out.mkdir(parents=True, exist_ok=True)
     reference = Reference(args.steps, args.out)
     results = []

@@ -1,7 +1,9 @@
 """`fabric tune`: lossless and congestion parameters derived from a topology
 (features/tuning.py, docs/tuning.md), each printed with its formula and
 inputs, and written as an overlay that `fabric run --overlay`, `fabric
-train --overlay` and the lossless and ECN experiments take.
+train --overlay` and the lossless, ECN and rdma experiments take (its
+`congestion_control:` section: the constants `fabric train` and the rdma
+experiment give the RDMA agents).
 
     fabric tune --topology incast-leaf-spine                      # print every derivation and the overlay
     fabric tune --topology T --out tuned.yaml [--rtt-us 4200]     # write the overlay (a measured RTT)
@@ -45,7 +47,7 @@ from experiments.train import LOSSLESS_SECTION
 from experiments.common import percentile
 from experiments.tuning import (CHECKS, INCAST_AGENTS, INCAST_LOAD, RESPONSE_MARGIN_PACKETS, RESPONSE_PROBE_PFC,
                                 RESPONSE_PROBE_S, Check, Validation, Values, longest_pair_hosts, with_watchdog)
-from features import FEATURES, load_topology, topology_from_dict
+from features import FEATURES, SECTIONS, load_topology, topology_from_dict
 from features.lossless import SECTION as LOSSLESS
 from features.tuning import HOP_S, Paths, Tuning, derive, overlay, report
 
@@ -91,23 +93,19 @@ def main(argv: Optional[list[str]] = None) -> int:
             raise ValueError(f"--flows must be >= 1, got {args.flows}")
         path = resolve(args.topology)
         topo = load_topology(path, overlays=args.overlay)
-        raw, _ = apply_overlays(yaml.safe_load(path.read_text()), args.overlay, FEATURES)
+        raw, _ = apply_overlays(yaml.safe_load(path.read_text()), args.overlay, FEATURES, SECTIONS)
         tuning = derive(topo, rtt_s=None if args.rtt_us is None else args.rtt_us / 1e6, hop_s=args.hop_us / 1e6,
                         flows=args.flows, ecn_mode=args.ecn)
     except (TopologyError, ValueError, OSError) as exc:
         print(f"fabric tune: {exc}", file=sys.stderr)
         return 2
     print("\n".join(report(tuning)))
-    sections = overlay(tuning, raw)
+    sections = overlay(tuning, raw)         # the congestion controls' constants at least: derived for every topology
     print()
-    if not sections:
-        print("overlay: nothing to write (no lossless class, no ECN profile: see the notes above)")
-        if args.out:
-            print(f"fabric tune: {args.out} not written", file=sys.stderr)
-        return 0
     text = render(sections, tuning.source, args)
     if args.out is None:
-        print("overlay (--out FILE writes it; fabric run / fabric train --overlay FILE apply it):")
+        print("overlay (--out FILE writes it; fabric run / fabric train / fabric experiment rdma --overlay FILE "
+              "apply it):")
         print(text, end="")
         return 0
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -154,12 +152,12 @@ def validate(args: argparse.Namespace) -> int:
         if args.flows is not None and args.flows < 1:
             raise ValueError(f"--flows must be >= 1, got {args.flows}")
         path = resolve(args.topology)
-        raw, _ = apply_overlays(yaml.safe_load(path.read_text()), args.overlay, FEATURES)
+        raw, _ = apply_overlays(yaml.safe_load(path.read_text()), args.overlay, FEATURES, SECTIONS)
         raw, note = lossless_class(raw)
         topo = topology_from_dict(raw, str(path))
         given: Optional[dict[str, Any]] = None
         if args.validate != "derived":
-            given, _ = apply_overlays({}, [args.validate], FEATURES)
+            given, _ = apply_overlays({}, [args.validate], FEATURES, SECTIONS)
         fast = toolchain.use_fast_bmv2()
         if fast:
             print(f"fabric tune: on the fast BMv2 in {fast}", flush=True)
@@ -219,7 +217,7 @@ def on_the_live_fabric(args: argparse.Namespace, validation: Validation, paths_d
     ecn_mode = args.ecn or (None if validation.topo.features.get("ecn") else "step")
     tuning = derive(validation.topo, rtt_s=p90, hop_s=hop, flows=args.flows, ecn_mode=ecn_mode,
                     rtt_source=f"probed: p90 of {len(rtts)} pings {paths_d.pair[0]} -> {paths_d.pair[1]}")
-    sections = overlay(tuning, raw_d)
+    sections = overlay(tuning, raw_d, dilation.factor)
     if given is None:
         print("\n".join(report(tuning)), flush=True)
         values_raw = {**raw_d, **sections}
@@ -298,7 +296,9 @@ def render(sections: dict, source: str, args: argparse.Namespace, dilation: Dila
     validated = f" --validate --dilation {dilation.factor:g}" if getattr(args, "validate", None) else ""
     header = (f"# Overlay derived by `fabric tune --topology {args.topology}{' ' + options if options else ''}"
               f"{validated}` from {source}\n"
-              "# (docs/tuning.md). Apply it with --overlay: each section replaces the topology's whole.\n")
+              "# (docs/tuning.md). Apply it with --overlay: each section replaces the topology's whole.\n"
+              f"# congestion_control's values are the fabric's at dilation {dilation.factor:g} (its `dilation:`; "
+              "1: undilated):\n# a run at another dilation rescales them.\n")
     return header + yaml.safe_dump(sections, sort_keys=False, default_flow_style=None, width=110)
 
 

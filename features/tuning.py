@@ -15,7 +15,10 @@ traversal per switch each way), per port and class where it applies:
              thresholds as multiples of its BDP), per egress port and queue;
   dcqcn, hpcc, timely, swift
              the congestion controls' link-dependent constants, each saying
-             what (an overlay field, a flag, or nothing yet) carries it.
+             what carries it: the overlay's `congestion_control:` section
+             (features/congestion_control.py), which `fabric train` and the
+             rdma experiment give the RDMA agents (--cc-param), and for
+             DCQCN the RoCEv2 agent's flags too.
 
 Every value is a `Derived`: the value, its formula as text, its inputs with
 units, the ports or hosts it applies to and its source, so `fabric tune`
@@ -36,6 +39,7 @@ from typing import Any, Iterable, Mapping, Optional
 
 from control.topology import Topology
 from emulator.network import QUEUE_RATE_PACKET_BYTES, queue_rate_pps
+from features.congestion_control import AT_LINE_RATE, FIELDS as CC_FIELDS, LINE_RATE, SECTION as CONGESTION_CONTROL
 from features.ecn import QDEPTH_MAX, EcnProfile
 from features.lossless import SECTION as LOSSLESS, LosslessConfig, TrafficClass
 from wire.lossless import pause_us
@@ -86,18 +90,28 @@ SOURCES = {
     "project": "this project's measurement or rule (docs/tuning.md)",
 }
 
-# What carries each congestion-control constant today (docs/rdma.md, docs/features/ecn.md).
-NO_FLAG = "no flag yet: {cls}.{field} (hostagent/rdma/cc/{module}.py), its default x --dilation in the RDMA " \
-          "agent and fabric train"
+# What carries each congestion-control constant (docs/tuning.md, docs/rdma.md, docs/features/ecn.md).
+RECEIVER_FIELDS = ("cnp_interval_s",)    # DCQCN's notification point is the receiver: its CNP interval N
 
 
-def dcqcn_carried(field: str) -> str:
-    """Where a DCQCN parameter can be set: the RoCEv2 agent's flags (the
-    receiver's for the CNP interval) and ecn_incast's --dcqcn; the RDMA
-    agent takes DcqcnParams' defaults."""
+def carried(cc: str, field: str, line_rate_pps: Optional[float] = None) -> str:
+    """Where a congestion control's constant is carried: the overlay's
+    congestion_control section (per line rate where it depends on it),
+    which fabric train and the rdma experiment give every RDMA agent of
+    `cc` as --cc-param (the receiver too, for DCQCN's CNP interval)."""
+    at = f".{AT_LINE_RATE}[{LINE_RATE} {fmt(line_rate_pps)}]" if line_rate_pps is not None else ""
+    roles = "send and receive" if field in RECEIVER_FIELDS else "send"
+    return (f"overlay: {CONGESTION_CONTROL}.{cc}{at}.{field} (fabric train, fabric experiment rdma --overlay: "
+            f"python -m hostagent.rdma {roles} --cc-param {field}=VALUE)")
+
+
+def dcqcn_carried(field: str, line_rate_pps: Optional[float] = None) -> str:
+    """Where a DCQCN parameter can be set: the overlay's section (the RDMA
+    agents' --cc-param), the RoCEv2 agent's flags (the receiver's for the
+    CNP interval) and ecn_incast's --dcqcn."""
     agent = "receive --cnp-interval-s" if field == "cnp_interval_s" else f"send --{field.replace('_', '-')}"
-    return (f"python -m hostagent.ecn.roce {agent}; fabric experiment ecn_incast --dcqcn {field}=VALUE; "
-            "no flag in the RDMA agent and fabric train (DcqcnParams' default x --dilation)")
+    return (f"{carried('dcqcn', field, line_rate_pps)}; python -m hostagent.ecn.roce {agent}; "
+            f"fabric experiment ecn_incast --dcqcn {field}=VALUE")
 
 
 def fmt(value: float) -> str:
@@ -295,9 +309,26 @@ class Tuning:
     hold_rate_pps: Optional[int] = None              # its hold loop's rate
     ecn: list[dict[str, Any]] = field(default_factory=list)   # the ecn section's items, when one is written
     switch_ports: dict[str, list[int]] = field(default_factory=dict)   # each switch's port numbers, in file order
+    # the congestion controls' constants the overlay carries: cc -> field -> value, and per NIC line rate
+    cc: dict[str, dict[str, float]] = field(default_factory=dict)
+    cc_at_line_rate: dict[str, dict[float, dict[str, float]]] = field(default_factory=dict)
 
     def add(self, section: str, d: Derived) -> Derived:
         self.sections.setdefault(section, []).append(d)
+        return d
+
+    def carry(self, cc: str, d: Derived, line_rate_pps: Optional[float] = None) -> Derived:
+        """`d` (named "<cc>.<field>", a field of the congestion control's
+        Params) added to `cc`'s section and to what the overlay carries."""
+        self.add(cc, d)
+        name = d.name.split(".", 1)[1]
+        if name not in CC_FIELDS[cc]:
+            raise ValueError(f"{d.name}: not a field the {CONGESTION_CONTROL} section carries")
+        value = int(d.value) if CC_FIELDS[cc][name] is int else float(d.value)
+        if line_rate_pps is None:
+            self.cc.setdefault(cc, {})[name] = value
+        else:
+            self.cc_at_line_rate.setdefault(cc, {}).setdefault(line_rate_pps, {})[name] = value
         return d
 
     def note(self, section: str, text: str) -> None:
@@ -591,71 +622,69 @@ def _congestion_controls(t: Tuning, topo: Topology, flows: Optional[int]) -> Non
                             Input("C", DCQCN_RATE_BPS / 1e9, "Gbit/s")), source="dcqcn"))
     for name, ref, unit_ref in (("cnp_interval_s", DCQCN_N_S, "N"), ("alpha_timer_s", DCQCN_T_S, "K"),
                                 ("rate_timer_s", DCQCN_T_S, "T")):
-        t.add("dcqcn", Derived(f"dcqcn.{name}", ref * s, "s", f"{unit_ref}_ref x s",
-                               (Input(f"{unit_ref}_ref", ref * 1e6, "us"), Input("s", s)), source="dcqcn",
-                               carried_by=dcqcn_carried(name)))
+        t.carry("dcqcn", Derived(f"dcqcn.{name}", ref * s, "s", f"{unit_ref}_ref x s",
+                                 (Input(f"{unit_ref}_ref", ref * 1e6, "us"), Input("s", s)), source="dcqcn",
+                                 carried_by=dcqcn_carried(name)))
     for pps in line:
         where = f"NIC line rate {pps} packets/s"
         c_bps = pps * PACKET_BYTES * 8
-        t.add("dcqcn", Derived("dcqcn.byte_counter_bytes", round(DCQCN_B_BYTES * c_bps / DCQCN_RATE_BPS * s), "bytes",
-                               "B_ref x (C / C_ref) x s: as many bytes per timer period as the paper's",
-                               (Input("B_ref", DCQCN_B_BYTES / 1e6, "MB"), Input("C", c_bps / 1e6, "Mbit/s"),
-                                Input("s", s)), where, "dcqcn",
-                               dcqcn_carried("byte_counter_bytes")))
-        t.add("dcqcn", Derived("dcqcn.r_ai_pps", DCQCN_R_AI_BPS / DCQCN_RATE_BPS * pps, "packets/s",
-                               "R_AI_ref / C_ref x line rate: the same share of the line per step",
-                               (Input("R_AI_ref", DCQCN_R_AI_BPS / 1e6, "Mbit/s"),
-                                Input("line rate", pps, "packets/s")), where, "dcqcn",
-                               dcqcn_carried("r_ai_pps")))
+        t.carry("dcqcn", Derived("dcqcn.byte_counter_bytes", round(DCQCN_B_BYTES * c_bps / DCQCN_RATE_BPS * s),
+                                 "bytes", "B_ref x (C / C_ref) x s: as many bytes per timer period as the paper's",
+                                 (Input("B_ref", DCQCN_B_BYTES / 1e6, "MB"), Input("C", c_bps / 1e6, "Mbit/s"),
+                                  Input("s", s)), where, "dcqcn",
+                                 dcqcn_carried("byte_counter_bytes", pps)), line_rate_pps=pps)
+        t.carry("dcqcn", Derived("dcqcn.r_ai_pps", DCQCN_R_AI_BPS / DCQCN_RATE_BPS * pps, "packets/s",
+                                 "R_AI_ref / C_ref x line rate: the same share of the line per step",
+                                 (Input("R_AI_ref", DCQCN_R_AI_BPS / 1e6, "Mbit/s"),
+                                  Input("line rate", pps, "packets/s")), where, "dcqcn",
+                                 dcqcn_carried("r_ai_pps", pps)), line_rate_pps=pps)
     # HPCC
     n = flows if flows is not None else max(1, len(topo.hosts) - 1)
-    hpcc = NO_FLAG.format(module="hpcc", cls="HpccParams", field="{}")
-    t.add("hpcc", Derived("hpcc.base_rtt_s", rtt, "s", "T = the longest base RTT (HPCC's ns-3 GLOBAL_T)", (rtt_in,),
-                          source="hpcc-ns3", carried_by=hpcc.format("base_rtt_s")))
-    t.add("hpcc", Derived("hpcc.eta", HPCC_ETA, "", "the paper's target utilisation", source="hpcc",
-                          carried_by=hpcc.format("eta")))
-    t.add("hpcc", Derived("hpcc.max_stage", HPCC_MAX_STAGE, "", "the paper's", source="hpcc",
-                          carried_by=hpcc.format("max_stage")))
-    t.add("hpcc", Derived("hpcc.expected_flows", n, "", "N = hosts - 1 (every other host into one)" if flows is None
-                          else "given (--flows)", (Input("hosts", len(topo.hosts)),), source="hpcc",
-                          carried_by=hpcc.format("expected_flows")))
+    t.carry("hpcc", Derived("hpcc.base_rtt_s", rtt, "s", "T = the longest base RTT (HPCC's ns-3 GLOBAL_T)",
+                            (rtt_in,), source="hpcc-ns3", carried_by=carried("hpcc", "base_rtt_s")))
+    t.carry("hpcc", Derived("hpcc.eta", HPCC_ETA, "", "the paper's target utilisation", source="hpcc",
+                            carried_by=carried("hpcc", "eta")))
+    t.carry("hpcc", Derived("hpcc.max_stage", HPCC_MAX_STAGE, "", "the paper's", source="hpcc",
+                            carried_by=carried("hpcc", "max_stage")))
+    t.carry("hpcc", Derived("hpcc.expected_flows", n, "", "N = hosts - 1 (every other host into one)"
+                            if flows is None else "given (--flows)", (Input("hosts", len(topo.hosts)),),
+                            source="hpcc", carried_by=carried("hpcc", "expected_flows")))
     for pps in line:
         where = f"NIC line rate {pps} packets/s"
         w_init = pps * rtt
         t.add("hpcc", Derived("hpcc.w_init", w_init, "packets", "line rate x T (one BDP)",
                               (Input("line rate", pps, "packets/s"), rtt_in), where, "hpcc",
-                              "follows from line_rate_pps and base_rtt_s"))
+                              "follows from the agent's line_rate_pps (--line-rate-pps) and base_rtt_s: "
+                              "not in the overlay"))
         t.add("hpcc", Derived("hpcc.w_ai", hpcc_w_ai(w_init, n), "packets", "W_init (1 - eta) / N",
                               (Input("W_init", w_init, "packets"), Input("eta", HPCC_ETA), Input("N", n)), where,
-                              "hpcc", "follows from expected_flows"))
+                              "hpcc", "follows from W_init, eta and expected_flows: not in the overlay"))
     # TIMELY
-    timely = NO_FLAG.format(module="timely", cls="TimelyParams", field="{}")
     slow_in = Input("r_min", slowest, "packets/s")
-    t.add("timely", Derived("timely.min_rtt_s", rtt, "s", "the unloaded RTT (the gradient's scale)", (rtt_in,),
-                            source="timely", carried_by=timely.format("min_rtt_s")))
-    t.add("timely", Derived("timely.t_low_s", rtt + 1 / slowest, "s",
-                            "RTT + 1 / r_min: just above the unloaded RTT, one packet queued at the slowest link",
-                            (rtt_in, slow_in), source="timely", carried_by=timely.format("t_low_s")))
-    t.add("timely", Derived("timely.t_high_s", rtt + BMV2_QUEUE_DEPTH / 2 / slowest, "s",
-                            "RTT + (depth / 2) / r_min: the unloaded RTT and half a full bottleneck queue",
-                            (rtt_in, slow_in, Input("depth", BMV2_QUEUE_DEPTH, "packets")), source="timely",
-                            carried_by=timely.format("t_high_s")))
+    t.carry("timely", Derived("timely.min_rtt_s", rtt, "s", "the unloaded RTT (the gradient's scale)", (rtt_in,),
+                              source="timely", carried_by=carried("timely", "min_rtt_s")))
+    t.carry("timely", Derived("timely.t_low_s", rtt + 1 / slowest, "s",
+                              "RTT + 1 / r_min: just above the unloaded RTT, one packet queued at the slowest link",
+                              (rtt_in, slow_in), source="timely", carried_by=carried("timely", "t_low_s")))
+    t.carry("timely", Derived("timely.t_high_s", rtt + BMV2_QUEUE_DEPTH / 2 / slowest, "s",
+                              "RTT + (depth / 2) / r_min: the unloaded RTT and half a full bottleneck queue",
+                              (rtt_in, slow_in, Input("depth", BMV2_QUEUE_DEPTH, "packets")), source="timely",
+                              carried_by=carried("timely", "t_high_s")))
     # Swift
-    swift = NO_FLAG.format(module="swift", cls="SwiftParams", field="{}")
     hops = t.paths.switches_max
     per_hop = 2 * t.hop_s + 2 * _longest_switch_link_delay(topo)
     base = max(1 / slowest, rtt - hops * per_hop + 1 / slowest)
-    t.add("swift", Derived("swift.hops", hops, "", "switches on the longest host path (the agent reads no TTL)",
-                           source="swift", carried_by=swift.format("hops")))
-    t.add("swift", Derived("swift.per_hop_s", per_hop, "s",
-                           "2 t_hop + 2 d_link: what one more switch adds to an unloaded RTT",
-                           (Input("t_hop", t.hop_s * 1000, "ms"),
-                            Input("d_link", _longest_switch_link_delay(topo) * 1000, "ms")),
-                           source="swift", carried_by=swift.format("per_hop_s")))
-    t.add("swift", Derived("swift.base_target_s", base, "s",
-                           "RTT - hops x per_hop + 1 / r_min: the target is the RTT plus one packet at the slowest "
-                           "link", (rtt_in, Input("hops", hops), Input("per_hop", per_hop * 1000, "ms"), slow_in),
-                           source="swift", carried_by=swift.format("base_target_s")))
+    t.carry("swift", Derived("swift.hops", hops, "", "switches on the longest host path (the agent reads no TTL)",
+                             source="swift", carried_by=carried("swift", "hops")))
+    t.carry("swift", Derived("swift.per_hop_s", per_hop, "s",
+                             "2 t_hop + 2 d_link: what one more switch adds to an unloaded RTT",
+                             (Input("t_hop", t.hop_s * 1000, "ms"),
+                              Input("d_link", _longest_switch_link_delay(topo) * 1000, "ms")),
+                             source="swift", carried_by=carried("swift", "per_hop_s")))
+    t.carry("swift", Derived("swift.base_target_s", base, "s",
+                             "RTT - hops x per_hop + 1 / r_min: the target is the RTT plus one packet at the slowest "
+                             "link", (rtt_in, Input("hops", hops), Input("per_hop", per_hop * 1000, "ms"), slow_in),
+                             source="swift", carried_by=carried("swift", "base_target_s")))
 
 
 def _longest_switch_link_delay(topo: Topology) -> float:
@@ -665,11 +694,13 @@ def _longest_switch_link_delay(topo: Topology) -> float:
 
 # -- the overlay ------------------------------------------------------------------------------------------
 
-def overlay(t: Tuning, raw: Mapping[str, Any]) -> dict[str, Any]:
+def overlay(t: Tuning, raw: Mapping[str, Any], dilation: float = 1.0) -> dict[str, Any]:
     """The sections a topology file has, with the derived values: its
     `lossless:` section (from `raw`, the topology's own mapping) with `pfc`
-    (and `watchdog`, when it has one) derived, and the `ecn:` items. Empty
-    when nothing is written (no lossless class, no ECN)."""
+    (and `watchdog`, when it has one) derived, the `ecn:` items, and the
+    congestion controls' constants (congestion_control_section). Empty when
+    nothing is written. `dilation`: the dilation of the fabric `t` was
+    derived on (its values are that fabric's)."""
     out: dict[str, Any] = {}
     if t.pfc is not None and raw.get(LOSSLESS) is not None:
         section = copy.deepcopy(dict(raw[LOSSLESS]))
@@ -681,7 +712,30 @@ def overlay(t: Tuning, raw: Mapping[str, Any]) -> dict[str, Any]:
         out[LOSSLESS] = section
     if t.ecn:
         out[ECN] = t.ecn
+    if t.cc:
+        out[CONGESTION_CONTROL] = congestion_control_section(t, dilation)
     return out
+
+
+def congestion_control_section(t: Tuning, dilation: float = 1.0) -> dict[str, Any]:
+    """The `congestion_control:` section (features/congestion_control.py):
+    the dilation the values are in, then per congestion control the fields
+    derived, those per NIC line rate as `at_line_rate` entries keyed by
+    their line_rate_pps."""
+    section: dict[str, Any] = {"dilation": int(dilation) if float(dilation).is_integer() else dilation}
+    for cc, values in t.cc.items():
+        section[cc] = {k: _written(v) for k, v in values.items()}
+        at = t.cc_at_line_rate.get(cc)
+        if at:
+            section[cc][AT_LINE_RATE] = [{LINE_RATE: rate, **{k: _written(v) for k, v in fields.items()}}
+                                         for rate, fields in sorted(at.items())]
+    return section
+
+
+def _written(value: float) -> float:
+    """A constant as the overlay holds it: an integer whole, a float to 6
+    significant digits (0.018, not 0.018000000000000002)."""
+    return value if isinstance(value, int) else float(f"{value:.6g}")
 
 
 def report(t: Tuning) -> list[str]:

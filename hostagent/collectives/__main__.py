@@ -63,7 +63,7 @@ from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, CHANNEL_CH
 from hostagent.collectives.paths import PathModel, path_aware_entropies, path_aware_sports
 from hostagent.rdma.uet_agent import UET
 from hostagent.collectives.workload import DataParallel, MixtureOfExperts, Pipeline, StepResult, run_steps
-from hostagent.rdma.agent import uet_congestion_controls
+from hostagent.rdma.agent import add_cc_param_argument, cc_param_values, uet_congestion_controls
 from hostagent.rdma.transport import MODES
 from hostagent.sender import add_host_arguments
 from hostagent.start import start_time
@@ -168,6 +168,7 @@ def add_group_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--link-mbps", type=float, default=100.0,
                    help="the host link's rate, Mbit/s: the length of a pause quantum (default %(default)s)")
     p.add_argument("--timeout-s", type=float, default=60.0, help="a step waiting longer for a peer fails")
+    add_cc_param_argument(p)
     p.add_argument("--start-at", type=float, default=0.0, help="wall-clock start time (ranks start together)")
     p.add_argument("--start-file", help="once ready (its channels planned), create <file>.<pid>.ready, wait for "
                                         "the launcher to write the wall-clock start time to this file, then open "
@@ -307,11 +308,17 @@ def communicator(a: argparse.Namespace, sport_of: SportOf | None = None) -> Comm
                              line_rate_pps=a.line_rate_pps, mtu=a.mtu, channels=a.channels, timeout_s=a.timeout_s,
                              dscp=a.dscp, job=a.job, sport_of=sport_of, aggregation=aggregation,
                              channel_choice=a.channel_choice, tclass=a.tclass, link_mbps=a.link_mbps,
-                             entropies_of=entropies_of, dilation=a.dilation, control_dscp=a.control_dscp)
+                             entropies_of=entropies_of, dilation=a.dilation, control_dscp=a.control_dscp,
+                             cc_params=a.cc_params)
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parser().parse_args(argv)
+    ap = parser()
+    a = ap.parse_args(argv)
+    try:
+        a.cc_params = cc_param_values(a.cc, a.cc_param, "send", a.line_rate_pps, a.mtu, a.dilation)
+    except ValueError as e:
+        ap.error(f"--cc-param {e}")
     try:
         if a.command == "sweep":
             if a.algorithm is None:

@@ -45,7 +45,7 @@ import threading
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import argparse
 
@@ -56,7 +56,7 @@ from emulator.dilation import Dilation
 from hostagent.aggregation.allreduce import AggregationWorker, AllReduceTimeout
 from wire import aggregation as ah
 from hostagent.collectives import schedule as sc
-from hostagent.rdma.agent import congestion_controls, uet_congestion_controls
+from hostagent.rdma.agent import RECEIVER_CC_PARAMS, cc_param_values, congestion_controls, uet_congestion_controls
 from hostagent.rdma.endpoint import Connection, Endpoint, RawLink
 from hostagent.rdma.transport import MODES, Message, TransportParams
 from hostagent.rdma.uet import UetMessage, UetParams
@@ -625,7 +625,8 @@ def open_communicator(rank: int, addresses: Sequence[str], iface: str, src_ip: s
                       channel_choice: str = FIXED, tclass: int | None = None,
                       link_mbps: float = 100.0,
                       entropies_of: Callable[[str], Sequence[int]] | None = None,
-                      dilation: float = 1.0, control_dscp: int | None = None) -> Communicator:
+                      dilation: float = 1.0, control_dscp: int | None = None,
+                      cc_params: Mapping[str, float] | None = None) -> Communicator:
     """A communicator on the host's interface (raw socket), as the fabric's
     hosts use: `job`'s queue pairs only, so jobs share hosts. aggregation:
     (aggregation job, its parameter server's address, first sequence number,
@@ -641,7 +642,11 @@ def open_communicator(rank: int, addresses: Sequence[str], iface: str, src_ip: s
     transport's and the congestion control's default time constants are
     multiplied by it, as the RDMA agent's --dilation does. control_dscp
     (UET only): the DSCP of its ACKs, NACKs and credits, UE's control
-    class."""
+    class. cc_params: constants of the congestion control's Params taken
+    as they are (already the dilated network's; the RDMA agent's
+    --cc-param: a field of another congestion control, or values its
+    Params refuse, are a ValueError naming it); DCQCN's cnp_interval_s
+    also paces the rank's CNPs as a receiver."""
     if not 0 <= job < MAX_JOBS:
         raise ValueError(f"job must be within 0..{MAX_JOBS - 1}, got {job}")
     if channels > JOB_QPS:
@@ -657,7 +662,9 @@ def open_communicator(rank: int, addresses: Sequence[str], iface: str, src_ip: s
         raise ValueError(f"congestion control must be one of {', '.join(sorted(ccs))} with mode {mode}, got {cc!r}")
     make_cc = ccs[cc]
     slow = Dilation(dilation)           # (a factor below 1 is refused here, by name)
-    options = argparse.Namespace(line_rate_pps=line_rate_pps, mtu=mtu, dilation=dilation)
+    given = cc_param_values(cc, cc_params or {}, "send", line_rate_pps, mtu, dilation)
+    options = argparse.Namespace(line_rate_pps=line_rate_pps, mtu=mtu, dilation=dilation, cc_params=given)
+    responder = {k: v for k, v in given.items() if k in RECEIVER_CC_PARAMS}
     qp_base = CHANNEL_QP_BASE + JOB_QPS * job
     accept = range(qp_base, qp_base + JOB_QPS)
     link = RawLink(iface)
@@ -668,7 +675,8 @@ def open_communicator(rank: int, addresses: Sequence[str], iface: str, src_ip: s
                                    dscp=dscp, accept_qps=accept, credit_pps=line_rate_pps if cc == "rccc" else None,
                                    entropies_of=entropies_of, control_dscp=control_dscp)
         else:
-            endpoint = Endpoint(link, src_ip, src_mac, gw_mac, slow.params(TransportParams, mode=mode, mtu_bytes=mtu),
+            endpoint = Endpoint(link, src_ip, src_mac, gw_mac,
+                                slow.params(TransportParams, mode=mode, mtu_bytes=mtu, **responder),
                                 lambda: make_cc(options), dscp=dscp, accept_qps=accept, tclass=tclass,
                                 link_mbps=link_mbps)
     except ValueError:          # (a class or link rate it cannot honour)

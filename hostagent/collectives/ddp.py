@@ -81,7 +81,7 @@ from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, CHANNEL_CH
     TRANSPORT_MODES, CollectiveError, Communicator, default_sport, open_communicator
 from hostagent.collectives.paths import PathModel, path_aware_entropies, path_aware_sports
 from hostagent.rdma.uet_agent import UET
-from hostagent.rdma.agent import uet_congestion_controls
+from hostagent.rdma.agent import add_cc_param_argument, cc_param_values, uet_congestion_controls
 from hostagent.rdma.transport import MODES
 from hostagent.sender import add_host_arguments
 
@@ -271,6 +271,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--link-mbps", type=float, default=100.0,
                     help="the host link's rate, Mbit/s: the length of a pause quantum (default %(default)s)")
     ap.add_argument("--timeout-s", type=float, default=60.0, help="a rank silent this long is an error")
+    add_cc_param_argument(ap)
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--steps", type=int, help="stop after this many global batches (default: every epoch's)")
     ap.add_argument("--steps-out", type=Path, help="one JSON line per step, as it ends (StepRecord)")
@@ -287,7 +288,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parser().parse_args(argv)
+    ap = parser()
+    a = ap.parse_args(argv)
+    try:
+        cc_params = cc_param_values(a.cc, a.cc_param, "send", a.line_rate_pps)
+    except ValueError as e:
+        ap.error(f"--cc-param {e}")
     out = Path(a.out) if a.out else None
     if a.steps is not None:
         if a.steps < 1:
@@ -328,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
                                      mode=a.mode, line_rate_pps=a.line_rate_pps, channels=a.channels,
                                      timeout_s=a.timeout_s, dscp=a.dscp, sport_of=sport_of,
                                      aggregation=aggregation, channel_choice=a.channel_choice, tclass=a.tclass,
-                                     link_mbps=a.link_mbps, entropies_of=entropies_of)
+                                     link_mbps=a.link_mbps, entropies_of=entropies_of, cc_params=cc_params)
         except (ValueError, TopologyError) as e:
             print(f"hostagent.collectives.ddp: {e}", file=sys.stderr)
             return 2

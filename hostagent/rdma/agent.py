@@ -4,6 +4,7 @@
                                      [--cc dcqcn|timely|swift|hpcc] [--mode go-back-n|selective-repeat]
                                      [--message-bytes 65536] [--messages 20 | --duration 10] [--retry-cnt 7]
     python -m hostagent.rdma receive --iface h4-eth0 --src-ip .. --src-mac .. --gw-mac .. [--mode ...] [--cc ...]
+    ... send --cc hpcc --cc-param base_rtt_s=0.0036 --cc-param expected_flows=3     # a constant given
 
 The sender posts messages on one queue pair and sends them with the chosen
 congestion control; the receiver answers every queue pair that sends to it
@@ -12,6 +13,13 @@ the sender also a time series, <out>.csv, and each message's posting and
 completion time, <out>.messages.csv). Frames that are not the
 transport's, or are malformed, are counted by reason and ignored; a
 sender honours PFC pauses of its class (`--tclass`) as a lossless NIC does.
+
+The congestion control's constants are its Params dataclass's defaults,
+dilated (--dilation); `--cc-param NAME=VALUE` (repeatable) sets one as it
+is given, already in the dilated network's units: NAME a field of the
+chosen congestion control's Params (the receiver's: cnp_interval_s, the
+CNP interval of DCQCN's notification point). `fabric train` and the rdma
+experiment give the overlay's `congestion_control:` section so (docs/tuning.md).
 
 Exit status 1, with the reason on stderr: the sender's queue pair failed
 (the retry count exceeded, or the receiver refused its mode or congestion
@@ -23,13 +31,15 @@ arguments.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import math
 import random
 import select
 import signal
 import sys
 import time
 from collections import defaultdict
-from typing import Callable, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from emulator.dilation import Dilation
 from hostagent.ecn.dcqcn import DcqcnParams
@@ -72,14 +82,27 @@ def hop_info(hops: tuple[HopRecord, ...], mtu_bytes: int) -> tuple[HopInfo, ...]
                          link_bytes_per_s=h.link_rate_mbps * 1e6 / 8) for h in hops)
 
 
+# Each congestion control's parameters (its Params dataclass); line_rate_pps and mtu_bytes are the
+# agent's own options (--line-rate-pps, --mtu), not --cc-param's.
+CC_PARAMS: dict[str, type] = {"dcqcn": DcqcnParams, "timely": TimelyParams, "swift": SwiftParams,
+                              "hpcc": HpccParams, "nscc": NsccParams, "rccc": RcccParams}
+AGENT_OPTIONS = {"line_rate_pps": "--line-rate-pps", "mtu_bytes": "--mtu"}
+RECEIVER_CC_PARAMS = ("cnp_interval_s",)     # what the receiver's part takes: DCQCN's CNP interval N
+
+
 def congestion_controls() -> dict[str, Callable[[argparse.Namespace], CongestionControl]]:
-    """name -> a constructor from the agent's options."""
+    """name -> a constructor from the agent's options (its --cc-param values
+    taken as they are, the other constants dilated)."""
     return {
-        "dcqcn": lambda a: Dcqcn(dilation(a).params(DcqcnParams, line_rate_pps=a.line_rate_pps)),
-        "timely": lambda a: Timely(dilation(a).params(TimelyParams, line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu)),
-        "swift": lambda a: Swift(dilation(a).params(SwiftParams, line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu)),
-        "hpcc": lambda a: Hpcc(dilation(a).params(HpccParams, line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu)),
-        "nscc": lambda a: Nscc(dilation(a).params(NsccParams, line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu)),
+        "dcqcn": lambda a: Dcqcn(dilation(a).params(DcqcnParams, line_rate_pps=a.line_rate_pps, **cc_params(a))),
+        "timely": lambda a: Timely(dilation(a).params(TimelyParams, line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu,
+                                                      **cc_params(a))),
+        "swift": lambda a: Swift(dilation(a).params(SwiftParams, line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu,
+                                                    **cc_params(a))),
+        "hpcc": lambda a: Hpcc(dilation(a).params(HpccParams, line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu,
+                                                  **cc_params(a))),
+        "nscc": lambda a: Nscc(dilation(a).params(NsccParams, line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu,
+                                                  **cc_params(a))),
     }
 
 
@@ -87,7 +110,99 @@ def uet_congestion_controls() -> dict[str, Callable[[argparse.Namespace], Conges
     """What --mode uet runs: every one of the RC transport's, and RCCC (the
     receiver's credit, which RC cannot carry)."""
     return {**congestion_controls(),
-            "rccc": lambda a: Rccc(dilation(a).params(RcccParams, line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu))}
+            "rccc": lambda a: Rccc(dilation(a).params(RcccParams, line_rate_pps=a.line_rate_pps, mtu_bytes=a.mtu,
+                                                      **cc_params(a)))}
+
+
+def cc_params(a: argparse.Namespace) -> dict[str, float]:
+    """The congestion control's constants given: what main() checked
+    (a.cc_params), else the --cc-param pairs parsed, checked now (none
+    where the options have none)."""
+    given = getattr(a, "cc_params", None)
+    if given is None:
+        pairs = getattr(a, "cc_param", None) or []
+        given = cc_param_values(getattr(a, "cc", None), pairs, getattr(a, "role", "send"),
+                                getattr(a, "line_rate_pps", 1000.0), getattr(a, "mtu", 1024),
+                                getattr(a, "dilation", 1.0)) if pairs else {}
+    return dict(given)
+
+
+def cc_param_fields(cc: str) -> dict[str, type]:
+    """The fields --cc-param may set for `cc`: its Params dataclass's
+    numbers but line_rate_pps and mtu_bytes, each with its type (int or
+    float; a field whose default is None takes a float)."""
+    defaults = CC_PARAMS[cc]()
+    out: dict[str, type] = {}
+    for f in dataclasses.fields(defaults):
+        value = getattr(defaults, f.name)
+        if f.name in AGENT_OPTIONS or isinstance(value, bool) or not isinstance(value, (int, float, type(None))):
+            continue
+        out[f.name] = int if isinstance(value, int) else float
+    return out
+
+
+def parse_cc_param(text: str) -> tuple[str, float]:
+    """--cc-param's NAME=VALUE: a name and a finite number (argparse's type)."""
+    name, sep, value = text.partition("=")
+    name = name.strip()
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{name}: expected a number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise argparse.ArgumentTypeError(f"{name}: expected a finite number, got {value!r}")
+    return name, number
+
+
+def cc_param_values(cc: Optional[str], given: Sequence[tuple[str, float]] | Mapping[str, float],
+                    role: str = "send", line_rate_pps: float = 1000.0, mtu: int = 1024,
+                    dilated: float = 1.0) -> dict[str, float]:
+    """--cc-param's values for an agent running `cc` in `role`: each NAME a
+    field of the congestion control's Params (cc_param_fields; the
+    receiver's: RECEIVER_CC_PARAMS), given once, an integer where the field
+    is one; the sender's make valid Params with the agent's line rate and
+    MTU and the other constants' defaults dilated `dilated` times.
+    ValueError naming the parameter otherwise."""
+    pairs = list(given.items()) if isinstance(given, Mapping) else list(given)
+    if role == "receive":
+        fields: dict[str, type] = {name: float for name in RECEIVER_CC_PARAMS}
+        whose = "the receiver keeps DCQCN's CNP interval only; the other constants are the sender's"
+    elif cc is None or cc not in CC_PARAMS:
+        raise ValueError(f"no congestion control {cc!r} (congestion controls: {', '.join(sorted(CC_PARAMS))})")
+    else:
+        fields = cc_param_fields(cc)
+        whose = f"{CC_PARAMS[cc].__name__}'s fields"
+    out: dict[str, float] = {}
+    for name, value in pairs:
+        if name in AGENT_OPTIONS:
+            raise ValueError(f"{name}: the agent's own option ({AGENT_OPTIONS[name]}), not a --cc-param")
+        if name not in fields:
+            raise ValueError(f"{name}: not a parameter of {cc or 'the receiver'} (parameters: "
+                             f"{', '.join(sorted(fields))}; {whose})")
+        if name in out:
+            raise ValueError(f"{name}: given twice ({out[name]:g} and {value:g})")
+        if fields[name] is int and not float(value).is_integer():
+            raise ValueError(f"{name}: expected a whole number (the parameter is an integer), got {value:g}")
+        out[name] = int(value) if fields[name] is int else float(value)
+    if role == "send" and cc is not None and out:
+        kind: Any = CC_PARAMS[cc]
+        mtu_given = {"mtu_bytes": mtu} if "mtu_bytes" in {f.name for f in dataclasses.fields(kind)} else {}
+        try:
+            Dilation(dilated).params(kind, line_rate_pps=line_rate_pps, **mtu_given, **out)
+        except ValueError as exc:
+            raise ValueError(f"{', '.join(out)}: {exc}") from None
+    return out
+
+
+def add_cc_param_argument(p: argparse.ArgumentParser) -> None:
+    """--cc-param NAME=VALUE, repeatable (cc_param_values checks them against --cc)."""
+    p.add_argument("--cc-param", dest="cc_param", action="append", default=[], type=parse_cc_param,
+                   metavar="NAME=VALUE",
+                   help="a constant of the congestion control's Params (hostagent/rdma/cc/, hostagent/ecn/dcqcn.py), "
+                        "taken as it is: already in the dilated network's units (the others: their defaults x "
+                        "--dilation); repeatable")
 
 
 
@@ -100,8 +215,9 @@ def dilation(a: argparse.Namespace) -> Dilation:
 def transport_params(a: argparse.Namespace) -> TransportParams:
     """The transport's parameters from the options: its timers dilated, then
     what was given (a sender's --rto-s, taken as it is)."""
-    given = {"rto_s": a.rto_s} if getattr(a, "rto_s", None) is not None else {}
+    given: dict[str, Any] = {"rto_s": a.rto_s} if getattr(a, "rto_s", None) is not None else {}
     given.update({"retry_cnt": a.retry_cnt} if hasattr(a, "retry_cnt") else {})
+    given.update({k: v for k, v in cc_params(a).items() if k in RECEIVER_CC_PARAMS})   # the responder's CNPs
     return dilation(a).params(TransportParams, mode=a.mode, mtu_bytes=a.mtu, ack_every=a.ack_every, **given)
 
 
@@ -342,6 +458,7 @@ def parser() -> argparse.ArgumentParser:
                             "time constant (congestion control, timeouts) multiplied by it and rate divided by it "
                             "(emulator/dilation.py); rates and times given here are taken as they are")
         add_start_arguments(p)
+        add_cc_param_argument(p)
         p.add_argument("--out", help="output prefix: <out>.json (and the sender's <out>.csv); default: stdout")
     add_reorder_arguments(sub.choices["receive"])
     sub.choices["receive"].add_argument("--credit-pps", type=float, default=0.0,
@@ -383,7 +500,16 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parser().parse_args(argv)
+    ap = parser()
+    a = ap.parse_args(argv)
+    if a.cc_param and a.mode == UET and a.role == "receive":
+        ap.error("--cc-param: --mode uet's receiver takes none (the senders' congestion control's constants are "
+                 "the senders')")
+    try:
+        a.cc_params = cc_param_values(a.cc, a.cc_param, a.role, getattr(a, "line_rate_pps", 1000.0), a.mtu,
+                                      a.dilation) if a.cc_param else {}
+    except ValueError as e:
+        ap.error(f"--cc-param {e}")
     uet: Optional[UetParams] = None
     try:
         if a.mode == UET:

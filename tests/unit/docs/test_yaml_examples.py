@@ -4,8 +4,9 @@ The documentation is README.md, docs/**/*.md and topologies/README.md. Each
 fenced ```yaml block there is one case (id: file:line of its fence):
 
 - a mapping with `switches` is a whole topology: features.topology_from_dict;
-- otherwise it is a feature section fragment: a mapping whose single key is
-  a feature's section (ecn, int, load_balancing, aggregation, failover),
+- otherwise it is a section fragment: a mapping whose single key is a
+  feature's section (ecn, int, load_balancing, aggregation, failover) or a
+  host section's (congestion_control),
   merged into topologies/leaf-spine.yaml (replacing that section if the file
   has it) and loaded the same way, so its switch and host names must be
   leaf-spine's;
@@ -23,12 +24,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from features import FEATURES, topology_from_dict
+from features import FEATURES, SECTIONS as HOST_SECTIONS, topology_from_dict
 
 REPO = Path(__file__).resolve().parents[3]
 BASE_TOPOLOGY = REPO / "topologies" / "leaf-spine.yaml"
 NOT_A_TOPOLOGY = "<!-- yaml: not a topology -->"
-SECTIONS = {f.section for f in FEATURES}
+SECTIONS = {f.section for f in FEATURES} | {s.section for s in HOST_SECTIONS}
 FENCE_OPEN = re.compile(r"^(\s*)```yaml\s*$")
 FENCE = re.compile(r"^\s*```")
 

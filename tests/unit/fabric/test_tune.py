@@ -2,14 +2,19 @@
 overlay it writes, and the overlay taken by `fabric run`, `fabric train`
 and the ECN and lossless experiments, a bad one refused by name before
 anything starts."""
+import dataclasses
 import signal
 from pathlib import Path
 
 import pytest
 import yaml
 
-from experiments import ecn_incast, lossless, train
-from features import load_topology
+from emulator.dilation import Dilation
+from experiments import ecn_incast, lossless, rdma, train
+from features import load_topology, topology_from_dict
+from features.tuning import derive, overlay
+from hostagent.collectives import ddp
+from hostagent.rdma import agent as rdma_agent
 from features.ecn import EcnProfile
 from features.lossless import PfcThresholds
 from fabric import cli, run, tune
@@ -20,7 +25,7 @@ CLASSES = {"lossless": {"queues": 8, "classes": [{"name": "collective", "class":
                         "pfc": {"xoff": 24, "xon": 12, "headroom": 32}}}
 
 
-def test_leaf_spine_prints_every_derivation_and_has_nothing_to_write(capsys):
+def test_leaf_spine_prints_every_derivation_and_the_congestion_controls_constants_to_write(capsys):
     assert tune.main(["--topology", str(REPO / "topologies" / "leaf-spine.yaml")]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"fabric tune: {REPO / 'topologies' / 'leaf-spine.yaml'} (leaf-spine)\n")
@@ -29,12 +34,17 @@ def test_leaf_spine_prints_every_derivation_and_has_nothing_to_write(capsys):
     assert "\n  ecn.k[spine1:1,2 spine2:1,2 leaf1:1-4 leaf2:1-4] = 5 packets  (max(1, ceil(BDP / 7)); " \
            "r = 8333 packets/s, RTT = 3.6 ms, BDP = r RTT = 30 packets) [dctcp]\n" in out
     assert "\n  dcqcn.rate_timer_s = 0.0198 s  (T_ref x s; T_ref = 55 us, s = 360) [dcqcn]\n" in out
-    assert "carried by: python -m hostagent.ecn.roce send --rate-timer-s; fabric experiment ecn_incast " \
-           "--dcqcn rate_timer_s=VALUE" in out
+    assert "carried by: overlay: congestion_control.dcqcn.rate_timer_s (fabric train, fabric experiment rdma " \
+           "--overlay: python -m hostagent.rdma send --cc-param rate_timer_s=VALUE); python -m hostagent.ecn.roce " \
+           "send --rate-timer-s; fabric experiment ecn_incast --dcqcn rate_timer_s=VALUE" in out
     assert "\n  hpcc.w_ai[NIC line rate 8333 packets/s] = 0.5 packets  (W_init (1 - eta) / N; W_init = 30 packets, " \
            "eta = 0.95, N = 3) [hpcc]\n" in out
-    assert "carried by: no flag yet: HpccParams.base_rtt_s" in out
-    assert out.rstrip().endswith("overlay: nothing to write (no lossless class, no ECN profile: see the notes above)")
+    assert "carried by: overlay: congestion_control.hpcc.base_rtt_s (fabric train, fabric experiment rdma " \
+           "--overlay: python -m hostagent.rdma send --cc-param base_rtt_s=VALUE)" in out
+    # no lossless class, no ECN profile written: the overlay holds the congestion controls' constants only
+    overlay = out.split("apply it):\n", 1)[1]
+    assert list(yaml.safe_load(overlay)) == ["congestion_control"]
+    assert "\n  hpcc: {base_rtt_s: 0.0036, eta: 0.95, max_stage: 5, expected_flows: 3}\n" in overlay
 
 
 def test_the_front_door_runs_it_and_the_overlay_it_writes_loads(tmp_path, capsys):
@@ -43,12 +53,15 @@ def test_the_front_door_runs_it_and_the_overlay_it_writes_loads(tmp_path, capsys
                      "--out", str(out_file)]) == 0
     out = capsys.readouterr().out
     assert "\n  rtt = 7.2 ms  (given (--rtt-us); unloaded, the topology's longest = 3.6 ms) [project]\n" in out
-    assert f"overlay written: {out_file} (ecn); apply it with fabric run --topology leaf-spine --overlay " \
-           f"{out_file}" in out
+    assert f"overlay written: {out_file} (ecn, congestion_control); apply it with fabric run --topology leaf-spine " \
+           f"--overlay {out_file}" in out
     text = out_file.read_text()
     assert text.startswith("# Overlay derived by `fabric tune --topology leaf-spine --rtt-us 7200 --ecn step` from ")
-    assert yaml.safe_load(text) == {"ecn": [{"switch": s, "port": "all", "mode": "step", "k": 9}
-                                            for s in ("spine1", "spine2", "leaf1", "leaf2")]}
+    written = yaml.safe_load(text)
+    assert written["ecn"] == [{"switch": s, "port": "all", "mode": "step", "k": 9}
+                              for s in ("spine1", "spine2", "leaf1", "leaf2")]
+    assert written["congestion_control"]["timely"]["min_rtt_s"] == 0.0072 and list(written) == ["ecn",
+                                                                                                "congestion_control"]
     topo = load_topology("leaf-spine", overlays=[out_file])
     assert topo.features["ecn"][("leaf1", 3, None)] == EcnProfile.step(9)
 
@@ -67,8 +80,10 @@ def test_a_lossless_topology_gets_its_pfc_section_written(tmp_path, capsys):
     assert "\n  lossless.pfc.headroom[section] = 12 packets  (max over ports and classes" in out
     written = yaml.safe_load(out_file.read_text())
     # the hold loop at the fastest lossless port's rate (100 Mbit/s: 8333 packets/s)
-    assert written == {"lossless": {**CLASSES["lossless"], "hold_rate_pps": 8333,
-                                    "pfc": {"xoff": 12, "xon": 10, "headroom": 12, "pause_quanta": 65535}}}
+    assert written["lossless"] == {**CLASSES["lossless"], "hold_rate_pps": 8333,
+                                   "pfc": {"xoff": 12, "xon": 10, "headroom": 12, "pause_quanta": 65535}}
+    # DCQCN's per-line-rate constants: one entry per NIC line rate (the senders' 100 Mbit/s, h5's 9.6)
+    assert [e["line_rate_pps"] for e in written["congestion_control"]["dcqcn"]["at_line_rate"]] == [800, 8333]
     assert f"fabric run --topology incast --overlay {classes} --overlay {out_file}" in out
     topo = load_topology("incast", overlays=[classes, out_file])
     assert topo.features["lossless"].pfc == PfcThresholds(12, 10, 12)
@@ -157,3 +172,112 @@ def test_the_lossless_experiments_incast_takes_pfc_and_marking_from_an_overlay(t
     with pytest.raises(SystemExit) as exc:
         lossless.main(["--overlay", str(bad_overlay(tmp_path))])
     assert exc.value.code == 2
+
+
+AGENT = ["send", "--iface", "h1-eth0", "--src-ip", "10.0.1.1", "--src-mac", "02:00:00:00:00:01",
+         "--gw-mac", "02:00:00:00:00:02", "--dst-ip", "10.0.2.1", "--qp", "1"]
+
+
+def built_params(cc: str, line_rate_pps: float, cc_args: list[str], dilation: float = 1.0) -> dict:
+    """The Params the RDMA agent builds from these options, as a mapping."""
+    a = rdma_agent.parser().parse_args([*AGENT, "--cc", cc, "--line-rate-pps", f"{line_rate_pps:g}",
+                                        "--dilation", f"{dilation:g}", *cc_args])
+    made = rdma_agent.congestion_controls()[cc](a)
+    return dataclasses.asdict(made.params if cc == "dcqcn" else made.p)
+
+
+def test_the_overlays_constants_reach_the_agents_the_experiments_start_as_written(tmp_path, capsys):
+    """fabric tune --out, then the rdma experiment's and fabric train's agents: the same numbers."""
+    tuned = tmp_path / "tuned.yaml"
+    assert tune.main(["--topology", "incast-leaf-spine", "--out", str(tuned)]) == 0
+    written = yaml.safe_load(tuned.read_text())["congestion_control"]
+    assert written["dilation"] == 1
+    topo = rdma.with_int_to_host(REPO / "topologies" / "incast-leaf-spine.yaml", overlays=[tuned])
+    capacity = rdma.bottleneck_pps(topo)                           # 833 packets/s: the NICs' line rate
+    for cc in ("dcqcn", "hpcc", "timely", "swift"):
+        args = rdma.cc_arguments(topo, cc, "send", capacity, Dilation())
+        params = built_params(cc, capacity, args)
+        expected = {k: v for k, v in written[cc].items() if k != "at_line_rate"}
+        for entry in written[cc].get("at_line_rate", []):
+            if entry["line_rate_pps"] == capacity:
+                expected.update({k: v for k, v in entry.items() if k != "line_rate_pps"})
+        assert expected and {k: params[k] for k in expected} == expected, cc
+    assert [sorted(e) for e in written["dcqcn"]["at_line_rate"]] == [["byte_counter_bytes", "line_rate_pps",
+                                                                      "r_ai_pps"]]      # one NIC line rate here
+    receiver = rdma.cc_arguments(topo, "dcqcn", "receive", capacity, Dilation())
+    assert receiver == ["--cc-param", f"cnp_interval_s={written['dcqcn']['cnp_interval_s']!r}"]
+    rx = rdma_agent.parser().parse_args(["receive", *AGENT[1:9], *receiver])
+    assert rdma_agent.transport_params(rx).cnp_interval_s == written["dcqcn"]["cnp_interval_s"]
+    assert rdma.check_cc_constants(topo, ["hpcc"], capacity, Dilation()) == [
+        "hpcc from the overlay's congestion_control: " + ", ".join(f"{k} = {v:g}" for k, v in written["hpcc"].items())]
+    # fabric train: the ranks' command lines (hostagent.collectives.ddp) carry the same numbers
+    ranks = ["h1", "h2", "h3", "h4"]
+    composition = train.Composition(cc="timely")
+    topo_t, _ = train.composed_topology("incast-leaf-spine", composition, ranks, [tuned])
+    given, unmatched = train.cc_constants(topo_t, "timely", 400.0)
+    assert given == written["timely"] and unmatched == ""
+    hosts = [topo_t.hosts[n].primary for n in ranks]
+    cmd = train.rank_command(0, hosts, composition, 5, 400.0, topo_t, tmp_path / "t.yaml", tmp_path, given)
+    rank = ddp.parser().parse_args(cmd[cmd.index("hostagent.collectives.ddp") + 1:])
+    assert rdma_agent.cc_param_values(rank.cc, rank.cc_param, "send", rank.line_rate_pps) == written["timely"]
+    # DCQCN's per-line-rate constants have no entry at the ranks' 400 packets/s: said, not guessed
+    assert "no entry at the agents' line rate 400 packets/s (entries at 833)" in \
+        train.cc_constants(topo_t, "dcqcn", 400.0)[1]
+
+
+def test_values_derived_on_a_dilated_fabric_are_not_dilated_again(tmp_path):
+    """What fabric tune --validate writes (derived on the fabric dilated 4 times, its section's dilation 4):
+    a run at 4 gives the agents those numbers; a run at 2 rescales them from 4, not from 1."""
+    path = REPO / "topologies" / "incast-leaf-spine.yaml"
+    raw_d = Dilation(4).topology(yaml.safe_load(path.read_text()))
+    tuning = derive(topology_from_dict(raw_d))
+    args = tune.parser().parse_args(["--topology", "incast-leaf-spine", "--validate"])
+    tuned = tmp_path / "tuned.yaml"
+    tuned.write_text(tune.render(overlay(tuning, raw_d, 4.0), tuning.source, args, Dilation(4)))
+    text = tuned.read_text()
+    assert "--validate --dilation 4` from" in text and "values are the fabric's at dilation 4" in text
+    written = yaml.safe_load(text)["congestion_control"]
+    assert written["dilation"] == 4 and written["timely"]["min_rtt_s"] == pytest.approx(tuning.rtt_s, rel=1e-5)
+    at_4 = rdma.with_int_to_host(path, Dilation(4), overlays=[tuned])
+    capacity = rdma.bottleneck_pps(at_4)                          # 208 packets/s: 833 / 4, rounded down
+    assert capacity == 208 and [e["line_rate_pps"] for e in written["dcqcn"]["at_line_rate"]] == [208]
+    params = built_params("timely", capacity, rdma.cc_arguments(at_4, "timely", "send", capacity, Dilation(4)), 4)
+    assert {k: params[k] for k in written["timely"]} == written["timely"]
+    dcqcn = built_params("dcqcn", capacity, rdma.cc_arguments(at_4, "dcqcn", "send", capacity, Dilation(4)), 4)
+    assert dcqcn["rate_timer_s"] == written["dcqcn"]["rate_timer_s"]
+    assert dcqcn["r_ai_pps"] == written["dcqcn"]["at_line_rate"][0]["r_ai_pps"]
+    at_2 = rdma.with_int_to_host(path, Dilation(2), overlays=[tuned])
+    capacity = rdma.bottleneck_pps(at_2)
+    params = built_params("timely", capacity, rdma.cc_arguments(at_2, "timely", "send", capacity, Dilation(2)), 2)
+    assert params["min_rtt_s"] == pytest.approx(written["timely"]["min_rtt_s"] / 2)
+
+
+def test_the_rdma_experiment_refuses_a_bad_section_before_anything_starts(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"congestion_control": {"dilation": 1, "timely": {"t_lo_s": 0.01}}}))
+    with pytest.raises(SystemExit) as exit_:
+        rdma.main(["--overlay", str(bad), "--out", str(tmp_path / "out")])
+    assert exit_.value.code == 2
+    assert f"--overlay: {bad} (overlay on " in capsys.readouterr().err
+    # fields each valid, together not: TIMELY's T_low above its T_high, refused as the agent would
+    crossed = tmp_path / "crossed.yaml"
+    crossed.write_text(yaml.safe_dump({"congestion_control": {"dilation": 1,
+                                                              "timely": {"t_low_s": 0.05, "t_high_s": 0.01}}}))
+    with pytest.raises(SystemExit):
+        rdma.main(["--overlay", str(crossed), "--ccs", "timely", "--phases", "incast", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert "--overlay: congestion_control.timely: t_high_s, t_low_s: invalid TIMELY parameters: t_low_s must be > 0 " \
+           "and below t_high_s" in err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "o").exists()
+
+
+def test_fabric_train_refuses_constants_its_ranks_would_refuse_before_anything_starts(tmp_path, capsys,
+                                                                                     sigterm_kept, monkeypatch):
+    crossed = tmp_path / "crossed.yaml"
+    crossed.write_text(yaml.safe_dump({"congestion_control": {"dilation": 1,
+                                                              "hpcc": {"eta": 0.9, "min_window_packets": 0}}}))
+    monkeypatch.setattr(train, "compile_p4", lambda: pytest.fail("compiled before the overlay was checked"))
+    assert train.main(["--topology", "leaf-spine", "--overlay", str(crossed), "--line-rate-pps", "400",
+                       "--out", str(tmp_path / "out")]) == 2
+    assert "fabric train: congestion_control.hpcc: eta, min_window_packets: invalid HPCC parameters: " \
+           "min_window_packets must be > 0, got 0" in capsys.readouterr().out

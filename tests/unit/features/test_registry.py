@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import features
-from control.feature import Feature, FeatureSpec, check_features
+from control.feature import Feature, FeatureSpec, HostSection, check_features, check_sections
 from control.p4info import P4Info
 from control.topology import TopologyError, from_dict
 from features import FEATURES, topology_from_dict
@@ -88,3 +88,18 @@ def test_a_loaded_topology_pickles_with_its_features(path: Path):
     again = pickle.loads(pickle.dumps(topo))
     assert [f.name for f in again.known_features] == [f.name for f in topo.known_features]
     assert again.features.keys() == topo.features.keys()
+
+
+def test_host_sections_load_as_feature_sections_do_and_may_not_share_one():
+    """A host section (no switch state: the congestion controls' constants) is a topology key beside the
+    features', known to overlays too; one that takes a feature's name, or is not a HostSection, is refused."""
+    topo = topology_from_dict({**STAR, "congestion_control": {"dilation": 1, "hpcc": {"eta": 0.9}}})
+    assert set(topo.features) == {"congestion_control"} and topo.known_features == FEATURES
+    with pytest.raises(TopologyError, match="congestion_control"):
+        from_dict({**STAR, "congestion_control": {"dilation": 1}}, features=FEATURES)     # without SECTIONS
+    ecn = features.by_name("ecn")
+    with pytest.raises(TypeError, match="the section 'ecn' is both a feature's and a host section's"):
+        check_sections(FEATURES, (HostSection("ecn", "a second ecn", ecn.parse_section),))
+    with pytest.raises(TypeError, match="is not a HostSection"):
+        check_sections(FEATURES, (ecn,))      # type: ignore[arg-type]
+    assert [s.section for s in features.SECTIONS] == ["congestion_control"]

@@ -137,8 +137,18 @@ def test_leaf_spine_without_lossless_or_ecn_derives_ecn_and_congestion_control_o
     assert k.value == 5 and k.where == "spine1:1,2 spine2:1,2 leaf1:1-4 leaf2:1-4"
     assert [d.value for d in t.sections["ecn"][1:]] == [3, 63, 0.01]          # Kmax 120 capped below 64
     assert "capped below the queue's depth (64)" in t.sections["ecn"][2].formula
-    assert tn.overlay(t, LEAF_SPINE) == {}
+    written = tn.overlay(t, LEAF_SPINE)
+    assert list(written) == ["congestion_control"]        # no lossless class, no ECN written: the constants only
     values = {d.name: d.value for section in ("dcqcn", "hpcc", "timely", "swift") for d in t.sections[section]}
+    carried = written["congestion_control"]
+    assert carried["dilation"] == 1
+    assert carried["dcqcn"]["cnp_interval_s"] == 0.018           # 6 significant digits, not 0.018000000000000002
+    assert carried["dcqcn"]["rate_timer_s"] == pytest.approx(values["dcqcn.rate_timer_s"], rel=1e-6)
+    assert carried["dcqcn"]["at_line_rate"] == [{"line_rate_pps": 8333, "byte_counter_bytes": 8999640,
+                                                 "r_ai_pps": pytest.approx(values["dcqcn.r_ai_pps"], rel=1e-6)}]
+    assert carried["hpcc"] == {"base_rtt_s": 0.0036, "eta": 0.95, "max_stage": 5,
+                               "expected_flows": 3}             # W_init and W_AI follow from these and the line rate
+    assert carried["swift"] == {"hops": 3, "per_hop_s": 0.0012, "base_target_s": 0.000120005}
     assert values["dcqcn.rate_timer_s"] == pytest.approx(0.0198)
     assert values["dcqcn.cnp_interval_s"] == pytest.approx(0.018)
     assert values["dcqcn.byte_counter_bytes"] == round(10e6 * 8333 * 12000 / 40e9 * 360)
@@ -233,7 +243,10 @@ def test_a_measured_rtt_replaces_the_topologys():
 
 
 def test_what_carries_each_constant_is_true(capsys):
-    """The flags `fabric tune` names exist, and the fields it says no flag carries are fields with no flag."""
+    """The flags `fabric tune` names exist, and every constant of the
+    RDMA agents' congestion controls is carried by the overlay's section,
+    as a --cc-param the agent takes (the receiver's too for DCQCN's N), or
+    said to follow from what is."""
     import argparse
 
     from hostagent.ecn import roce
@@ -251,11 +264,19 @@ def test_what_carries_each_constant_is_true(capsys):
         role = "receive" if field == "cnp_interval_s" else "send"
         flag = "--" + field.replace("_", "-")
         assert f"hostagent.ecn.roce {role} {flag}" in d.carried_by and flag in helps[role]
-    agent_options = {o for a in agent.parser()._actions if isinstance(a, argparse._SubParsersAction)
-                     for p in a.choices.values() for o in p._option_string_actions}
-    for section, params in (("hpcc", HpccParams()), ("timely", TimelyParams()), ("swift", SwiftParams())):
+    agent_options = {p.prog.split()[-1]: set(p._option_string_actions) for a in agent.parser()._actions
+                     if isinstance(a, argparse._SubParsersAction) for p in a.choices.values()}
+    carried = 0
+    for section in ("dcqcn", "hpcc", "timely", "swift"):
         for d in t.sections[section]:
-            if d.carried_by.startswith("no flag"):
-                field = d.name.split(".", 1)[1]
-                assert hasattr(params, field), d.name
-                assert "--" + field.replace("_", "-") not in agent_options, f"{d.name} has a flag now"
+            field = d.name.split(".", 1)[1]
+            if field in ("time_scale", "w_init", "w_ai"):
+                assert field == "time_scale" or "follows from" in d.carried_by, d.name
+                continue
+            assert field in agent.cc_param_fields(section), d.name
+            assert f"congestion_control.{section}" in d.carried_by and f"--cc-param {field}=VALUE" in d.carried_by
+            roles = ("send", "receive") if field in agent.RECEIVER_CC_PARAMS else ("send",)
+            assert f"python -m hostagent.rdma {' and '.join(roles)} --cc-param" in d.carried_by, d.name
+            assert all("--cc-param" in agent_options[role] for role in roles)
+            carried += 1
+    assert carried == 5 + 4 + 3 + 3        # DCQCN's 3 timers and 2 at the line rate; HPCC 4; TIMELY 3; Swift 3

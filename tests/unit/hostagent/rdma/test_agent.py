@@ -138,3 +138,42 @@ def test_data_may_not_wear_the_dscp_that_marks_trimmed_packets(capsys):
     assert agent.main([*SEND, "--dscp", "5"]) == 2                      # refused before any socket opens
     assert "DSCP 5 marks trimmed packets" in capsys.readouterr().err
     assert agent.parser().parse_args([*SEND, "--dscp", "5", "--trimmed-dscp", "9"]).trimmed_dscp == 9
+
+
+def test_cc_param_sets_the_chosen_congestion_controls_constants_as_given():
+    """Given values are the dilated network's already: taken as they are, the others' defaults dilated."""
+    a = agent.parser().parse_args([*SEND, "--cc", "timely", "--line-rate-pps", "208", "--dilation", "4",
+                                   "--cc-param", "t_low_s=0.02", "--cc-param", "hai_after=3"])
+    timely = agent.congestion_controls()["timely"](a).p
+    assert (timely.t_low_s, timely.hai_after) == (0.02, 3) and isinstance(timely.hai_after, int)
+    assert timely.t_high_s == 4 * agent.TimelyParams.t_high_s and timely.line_rate_pps == 208
+    dcqcn = agent.parser().parse_args([*SEND, "--cc", "dcqcn", "--cc-param", "byte_counter_bytes=9e6"])
+    assert agent.congestion_controls()["dcqcn"](dcqcn).params.byte_counter_bytes == 9_000_000
+    # the receiver's part: DCQCN's CNP interval N, which its responder keeps
+    receive = agent.parser().parse_args(["receive", *RX, "--dilation", "2", "--cc-param", "cnp_interval_s=0.05"])
+    assert agent.transport_params(receive).cnp_interval_s == 0.05
+
+
+@pytest.mark.parametrize("args,message", [
+    ([*SEND, "--cc", "hpcc", "--cc-param", "t_low_s=0.01"],
+     "--cc-param t_low_s: not a parameter of hpcc (parameters: base_rtt_s, eta, expected_flows, max_stage, "
+     "min_window_packets; HpccParams's fields)"),
+    ([*SEND, "--cc", "hpcc", "--cc-param", "base_rtt_s=fast"], "argument --cc-param: base_rtt_s: expected a number, "
+                                                              "got 'fast'"),
+    ([*SEND, "--cc", "hpcc", "--cc-param", "base_rtt_s"], "argument --cc-param: expected NAME=VALUE, got 'base_rtt_s'"),
+    ([*SEND, "--cc", "hpcc", "--cc-param", "base_rtt_s=nan"], "base_rtt_s: expected a finite number"),
+    ([*SEND, "--cc", "swift", "--cc-param", "hops=2.5"], "--cc-param hops: expected a whole number"),
+    ([*SEND, "--cc", "swift", "--cc-param", "line_rate_pps=100"],
+     "--cc-param line_rate_pps: the agent's own option (--line-rate-pps), not a --cc-param"),
+    ([*SEND, "--cc", "swift", "--cc-param", "hops=2", "--cc-param", "hops=3"], "--cc-param hops: given twice"),
+    ([*SEND, "--cc", "timely", "--cc-param", "t_low_s=0.3"],
+     "--cc-param t_low_s: invalid TIMELY parameters: t_low_s must be > 0 and below t_high_s, got 0.3 and 0.05"),
+    (["receive", *RX, "--cc-param", "base_rtt_s=0.01"],
+     "--cc-param base_rtt_s: not a parameter of the receiver (parameters: cnp_interval_s;"),
+    (["receive", *RX, "--mode", "uet", "--cc-param", "cnp_interval_s=0.01"], "--mode uet's receiver takes none"),
+])
+def test_a_bad_cc_param_is_refused_by_name_before_any_socket_opens(args, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        agent.main(args)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
