@@ -183,8 +183,10 @@ def xon_packets(rate_pps: float, delay_s: float, hop_s: float) -> int:
     """Enough left in the cell when it resumes to keep its egress busy until
     the upstream's packets arrive again: the resume's trip up and the
     packets' down (2 d) and both ends' response (2 t_hop), at the rate the
-    cell is refilled; at least 1 (the P4 resumes below XON)."""
-    return max(1, ceil(rate_pps * (2 * delay_s + 2 * hop_s)))
+    cell is refilled; and one more, since the P4 resumes below XON (with
+    XON - 1 packets left: at XON 1 the cell is empty when the resume goes
+    up, and its egress idles for the whole round trip)."""
+    return ceil(rate_pps * (2 * delay_s + 2 * hop_s)) + 1
 
 
 def xoff_packets(xon: int, marking_start: Optional[int]) -> int:
@@ -405,8 +407,8 @@ def _pfc(t: Tuning, topo: Topology, config: LosslessConfig, marking_start: dict[
         t.add(LOSSLESS, Derived("lossless.pfc.headroom", h, "packets", "ceil(2 d r + 2 + 2 t_hop r): the cable both "
                                 "ways, a frame at each end, both ends' response", inputs, where, "cisco-pfc"))
         x = xon_packets(rate, delay, t.hop_s)
-        t.add(LOSSLESS, Derived("lossless.pfc.xon", x, "packets", "max(1, ceil(r (2 d + 2 t_hop))): what drains "
-                                "before the upstream's packets arrive again", inputs, where, "project"))
+        t.add(LOSSLESS, Derived("lossless.pfc.xon", x, "packets", "ceil(r (2 d + 2 t_hop)) + 1: what drains before "
+                                "the upstream's packets arrive again, and the one left below XON", inputs, where, "project"))
         off = xoff_packets(x, start)
         t.add(LOSSLESS, Derived("lossless.pfc.xoff", off, "packets",
                                 "max(xon + 2, ECN's marking start + 1): hysteresis, and ECN before PFC",

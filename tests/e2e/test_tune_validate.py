@@ -40,7 +40,11 @@ def test_derived_values_validate_green_and_a_halved_headroom_fails_naming_it(tmp
     assert took < 120
     written = yaml.safe_load(out.read_text())
     assert f"--validate --dilation {dilation:g}" in out.read_text().splitlines()[0]
-    assert set(written) == {"lossless", "ecn"} and written["lossless"]["pfc"]["headroom"] >= beyond
+    assert set(written) == {"lossless", "ecn", "congestion_control"}
+    assert written["lossless"]["pfc"]["headroom"] >= beyond
+    # the congestion controls' constants say the dilation they were derived at (never dilated twice)
+    assert written["congestion_control"]["dilation"] == dilation and {"dcqcn", "hpcc", "timely", "swift"} <= set(
+        written["congestion_control"])
 
     halved = tmp_path / "halved.yaml"
     headroom = written["lossless"]["pfc"]["headroom"] // 2

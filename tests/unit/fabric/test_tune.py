@@ -81,12 +81,12 @@ def test_a_lossless_topology_gets_its_pfc_section_written(tmp_path, capsys):
     written = yaml.safe_load(out_file.read_text())
     # the hold loop at the fastest lossless port's rate (100 Mbit/s: 8333 packets/s)
     assert written["lossless"] == {**CLASSES["lossless"], "hold_rate_pps": 8333,
-                                   "pfc": {"xoff": 12, "xon": 10, "headroom": 12, "pause_quanta": 65535}}
+                                   "pfc": {"xoff": 13, "xon": 11, "headroom": 12, "pause_quanta": 65535}}
     # DCQCN's per-line-rate constants: one entry per NIC line rate (the senders' 100 Mbit/s, h5's 9.6)
     assert [e["line_rate_pps"] for e in written["congestion_control"]["dcqcn"]["at_line_rate"]] == [800, 8333]
     assert f"fabric run --topology incast --overlay {classes} --overlay {out_file}" in out
     topo = load_topology("incast", overlays=[classes, out_file])
-    assert topo.features["lossless"].pfc == PfcThresholds(12, 10, 12)
+    assert topo.features["lossless"].pfc == PfcThresholds(13, 11, 12)
     assert topo.features["lossless"].hold_rate_pps == 8333
 
 

@@ -52,8 +52,9 @@ def test_headroom_in_packets_is_the_same_sum_at_the_emulated_rate():
 
 
 def test_xon_keeps_the_egress_busy_and_xoff_sits_above_it_and_above_ecn():
-    assert tn.xon_packets(8333, 0, 0.0006) == 10                        # 8333 x 1.2 ms
-    assert tn.xon_packets(100, 0, 0.0006) == 1                          # never 0: the P4 resumes below XON
+    assert tn.xon_packets(8333, 0, 0.0006) == 11                        # 8333 x 1.2 ms, and the one left below XON
+    assert tn.xon_packets(100, 0, 0.0006) == 2                          # the P4 resumes below XON: 1 left
+    assert tn.xon_packets(100, 0, 0.0) == 1                             # no round trip: resume when empty
     # HPCC's ns-3 resumes 3 KB below its pause threshold: two of our packets
     assert tn.HYSTERESIS == round(3 * 1024 / tn.PACKET_BYTES) == 2
     assert tn.xoff_packets(10, None) == 12
@@ -182,15 +183,15 @@ def test_a_lossless_class_gets_headroom_xon_xoff_per_port_and_the_section_the_la
     ecn = [{"switch": "leaf1", "towards": "h1", "mode": "step", "k": 10},
            {"switch": "leaf2", "port": "all", "queue": 3, "mode": "wred", "kmin": 5, "kmax": 30, "pmax": 0.2}]
     t = tn.derive(lossless_leaf_spine(ecn))
-    assert t.pfc == {"xoff": 12, "xon": 10, "headroom": 12, "pause_quanta": 65535}
+    assert t.pfc == {"xoff": 13, "xon": 11, "headroom": 12, "pause_quanta": 65535}
     wheres = {d.where for d in by_name(t, "lossless", "lossless.pfc.headroom")}
     assert wheres == {"spine1:1,2 spine2:1,2 class collective", "leaf1:1-4 class collective",
                       "leaf2:1-4 class collective", "section"}          # storage is not lossless: no PFC
     [xoff_leaf1] = by_name(t, "lossless", "lossless.pfc.xoff", "leaf1:1-4 class collective")
-    assert xoff_leaf1.value == 12 and any(i.name == "marking starts at" and i.value == 5 for i in xoff_leaf1.inputs)
-    # ECN: the section's ports, in its modes, the lossless queue's depth (4 ports x 24) for the cap
+    assert xoff_leaf1.value == 13 and any(i.name == "marking starts at" and i.value == 5 for i in xoff_leaf1.inputs)
+    # ECN: the section's ports, in its modes, the lossless queue's depth (4 ports x 25) for the cap
     assert t.ecn == [{"switch": "leaf1", "port": 1, "mode": "step", "k": 5},
-                     {"switch": "leaf2", "port": "all", "queue": 3, "mode": "wred", "kmin": 3, "kmax": 95,
+                     {"switch": "leaf2", "port": "all", "queue": 3, "mode": "wred", "kmin": 3, "kmax": 99,
                       "pmax": 0.01}]
     assert t.watchdog == {"detect_ms": 200, "restore_ms": 400}
     [detect] = t.sections["watchdog"][:1]
@@ -200,7 +201,7 @@ def test_a_lossless_class_gets_headroom_xon_xoff_per_port_and_the_section_the_la
     assert out["lossless"]["watchdog"] == {"detect_ms": 200, "action": "drop", "restore_ms": 400}
     assert out["ecn"] == t.ecn
     topo = topology_from_dict({**LEAF_SPINE, **out}, "ls + overlay")   # what it writes is a valid section
-    assert topo.features["lossless"].pfc.xoff == 12
+    assert topo.features["lossless"].pfc.xoff == 13
 
 
 def test_a_class_capped_by_its_share_arrives_from_switches_at_that_rate():
@@ -219,7 +220,7 @@ def test_ecn_mode_writes_every_switch_port_per_lossless_queue():
     t = tn.derive(lossless_leaf_spine(), ecn_mode="step")
     assert t.ecn == [{"switch": s, "port": "all", "queue": 3, "mode": "step", "k": 5}
                      for s in ("spine1", "spine2", "leaf1", "leaf2")]
-    assert t.pfc is not None and t.pfc["xoff"] == 12                     # 10 + 2 > 5 + 1
+    assert t.pfc is not None and t.pfc["xoff"] == 13                     # 11 + 2 > 5 + 1
     with pytest.raises(ValueError, match="step or wred"):
         tn.derive(lossless_leaf_spine(), ecn_mode="red")
 
