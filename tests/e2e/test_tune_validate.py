@@ -64,8 +64,8 @@ def test_derived_values_validate_green_and_a_halved_headroom_fails_naming_it(tmp
         assert re.search(r"validation: 0 of 1 checks passed in \d+ s; wrong: lossless.pfc.headroom", text)
     else:
         # nothing arrived beyond the halved headroom: it is not blamed, and nothing went missing. The same
-        # incast also judges XON by the link's use (>= 0.75), near its bound at this dilation with XON at 1
-        # packet: 0.71 in the CI run of 2026-11-29 whose first half passed it with the same XON.
+        # incast also judges XON by the link's use (>= 0.75): with the halved headroom's tighter cells a
+        # run may miss it (0.71 in CI's run of 2026-11-29, at XON 1 before XON gained its packet).
         assert "0 missing" in text and "wrong: lossless.pfc.headroom" not in text, text[-3000:]
         assert proc.returncode == 0 or re.search(r"wrong: lossless\.pfc\.xon = \d+ packets$", text, re.M), \
             text[-3000:]
