@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from emulator.bmv2_thrift import Bmv2Thrift
 from control.controller import FabricController
@@ -23,8 +23,10 @@ from emulator.calibration import stored as stored_calibration
 from emulator.fidelity import FidelityMonitor, Limits, Verdict, report
 from emulator.impairments import blackhole
 from emulator import queue_depth
-from emulator.network import interface_rx_packets
+from emulator.network import Network, interface_rx_packets
 from emulator.toolchain import record as record_toolchain
+from features.congestion_control import SECTION as CONGESTION_CONTROL
+from hostagent.rdma.agent import cc_param_values
 from hostagent.start import ready_markers
 
 REPO = Path(__file__).resolve().parent.parent
@@ -267,6 +269,42 @@ def input_path_counts(ctl: FabricController, switches) -> dict[str, int]:
         ingress = ctl.connections[sw.name].counter(entry)
         out[sw.name] = sum(rx.values()) - sum(ingress.get(p, (0, 0))[0] for p in rx)
     return out
+
+
+@contextlib.contextmanager
+def programmed_fabric(topo, name: str, log_level: str) -> Iterator[tuple[Network, FabricController]]:
+    """`topo` started on BMv2 (build/experiments/<name>), programmed, its
+    queue rates applied; torn down after."""
+    with Network(topo, REPO / "build" / "experiments" / name, log_level=log_level) as net, \
+            FabricController(topo) as ctl:
+        ctl.program()
+        net.apply_queue_rates()
+        yield net, ctl
+
+
+def cc_constants(topo, cc: str, line_rate_pps: float, mtu: int, dilation: float = 1.0
+                 ) -> tuple[dict[str, float], str]:
+    """What the topology's `congestion_control:` section (an overlay's)
+    gives an RDMA sender running `cc` at `line_rate_pps` on a network
+    dilated `dilation` times, checked as the agent will take it (ValueError
+    naming the field), and a note when its per-line-rate fields have no
+    entry at that rate ("" when they have, or without the section)."""
+    section = topo.features.get(CONGESTION_CONTROL)
+    if section is None:
+        return {}, ""
+    given = section.params(cc, line_rate_pps, dilation)
+    try:
+        values = cc_param_values(cc, given, "send", line_rate_pps, mtu, dilation) if given else {}
+    except ValueError as exc:
+        raise ValueError(f"{CONGESTION_CONTROL}.{cc}: {exc}") from None
+    return values, section.unmatched(cc, line_rate_pps, dilation)
+
+
+def cc_constants_line(cc: str, values: dict[str, float], unmatched: str) -> str:
+    """What `cc`'s agents are given from the overlay, in a line."""
+    return (f"{cc} from the overlay's {CONGESTION_CONTROL}: "
+            + (", ".join(f"{k} = {v:g}" for k, v in values.items()) or "nothing")
+            + (f"; {unmatched}" if unmatched else ""))
 
 
 def case_fidelity(net, ctl: FabricController, limits: Limits = Limits(),

@@ -72,7 +72,6 @@ files went.
 """
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 import subprocess
@@ -97,7 +96,7 @@ from emulator.network import Network, queue_rate_pps
 from control.p4constants import drop_reasons
 from control.topology import NextHop, TopologyError
 from experiments.common import StartGate, agent_python, announce_budget, experiment_parser, case_fidelity, \
-    lost_before_pipeline, print_fidelity, print_table, roce_agent, save_figure, write_csv
+    lost_before_pipeline, print_fidelity, print_table, programmed_fabric, roce_agent, save_figure, write_csv
 from features import load_topology, topology_from_dict
 from features.ecn import EcnProfile
 from features.nonminimal_routing import SECTION as NONMINIMAL, NonminimalRouting, intermediates
@@ -669,7 +668,7 @@ def run_deadlock_case(case: DeadlockCase, args, out: Path) -> dict:
     changing = {ch.switch for ch in topo.features[SECTION].class_changes}
     case_dir = out / name
     case_dir.mkdir(parents=True, exist_ok=True)
-    with fabric(topo, f"lossless-{name}", args) as (net, ctl):
+    with programmed_fabric(topo, f"lossless-{name}", args.log_level) as (net, ctl):
         pin_routes(ctl, topo, case.pinned)
 
         lossless_classes = (TCLASS, BOUNCED_CLASS, THIRD_CLASS)[:case.classes]
@@ -984,16 +983,6 @@ def end_to_end(phase: str, results: list[dict]) -> dict:
             "headroom_drops": sum(r["headroom_drops"] for r in lossless), "verdict": verdict}
 
 
-@contextlib.contextmanager
-def fabric(topo, name: str, args) -> Iterator[tuple[Network, FabricController]]:
-    """`topo` started on BMv2 (build/experiments/<name>), programmed, its queue rates applied."""
-    with Network(topo, REPO / "build" / "experiments" / name, log_level=args.log_level) as net, \
-            FabricController(topo) as ctl:
-        ctl.program()
-        net.apply_queue_rates()
-        yield net, ctl
-
-
 PHASES = ("incast", "spreading", "storm", "deadlock", "isolation")
 
 
@@ -1045,7 +1034,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"(hand-set: {INCAST_PFC}, {INCAST_MARKING}; --overlay {' '.join(args.overlay)})", flush=True)
         topo.features[SECTION] = section(True, args.incast_tuning[0])   # the switches start with its queues
         results = []
-        with fabric(topo, "lossless", args) as (net, ctl):
+        with programmed_fabric(topo, "lossless", args.log_level) as (net, ctl):
             budget = announce_budget(topo, [Flow(h.name, RECEIVER, args.sender_rate) for h in topo.hosts.values()
                                             if h.role == "sender"], composition="training")
             for run, run_out in runs(out, args.runs):
@@ -1063,7 +1052,7 @@ def main(argv: list[str] | None = None) -> int:
         spreading_out = out / "spreading"
         spreading_out.mkdir(exist_ok=True)
         results = []
-        with fabric(topo, "lossless-spreading", args) as (net, ctl):
+        with programmed_fabric(topo, "lossless-spreading", args.log_level) as (net, ctl):
             for run, run_out in runs(spreading_out, args.runs):
                 for name in args.spreading_cases:
                     print(f"==> {run_label(run, args.runs)}{name}: {args.duration:g}s of incast into r1 on leaf3 "
@@ -1080,7 +1069,7 @@ def main(argv: list[str] | None = None) -> int:
         storm_out = out / "storm"
         storm_out.mkdir(exist_ok=True)
         results = []
-        with fabric(topo, "lossless-storm", args) as (net, ctl):
+        with programmed_fabric(topo, "lossless-storm", args.log_level) as (net, ctl):
             for name in STORM_CASES:
                 print(f"==> {name}: {args.duration:g}s on dumbbell, h4's NIC pausing class {TCLASS} from "
                       f"{0.2 * args.duration:g}s to {0.6 * args.duration:g}s", flush=True)
@@ -1109,7 +1098,7 @@ def main(argv: list[str] | None = None) -> int:
         isolation_out = out / "isolation"
         isolation_out.mkdir(exist_ok=True)
         results = []
-        with fabric(topo, "lossless-isolation", args) as (net, ctl):
+        with programmed_fabric(topo, "lossless-isolation", args.log_level) as (net, ctl):
             for name in ISOLATION_CASES:
                 print(f"==> {name}: {args.duration:g}s on dumbbell, collective h1 -> h3 beside storage h2 -> h4",
                       flush=True)

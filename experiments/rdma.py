@@ -91,14 +91,15 @@ from control.controller import FabricController
 from emulator.impairments import drop_fraction
 from emulator.network import Network, queue_rate_pps
 from control.p4constants import drop_reasons
-from experiments.common import StartGate, announce_budget, case_fidelity, experiment_parser, lost_before_pipeline, \
-    percentile, print_fidelity, print_table, rdma_agent, sample_queue, save_figure, write_csv
+from experiments.common import StartGate, announce_budget, case_fidelity, cc_constants, cc_constants_line, \
+    experiment_parser, lost_before_pipeline, percentile, print_fidelity, print_table, rdma_agent, sample_queue, \
+    save_figure, write_csv
 from control.topology import TopologyError, apply_overlays, from_dict
 from features import FEATURES, SECTIONS
 from features.congestion_control import SECTION as CONGESTION_CONTROL
 from features.ecn import EcnProfile
 from features.load_balancing import LbMode
-from hostagent.rdma.agent import RECEIVER_CC_PARAMS, cc_param_values, congestion_controls
+from hostagent.rdma.agent import RECEIVER_CC_PARAMS, congestion_controls
 from hostagent.rdma.transport import MODES
 
 RECEIVER, BOTTLENECK_SWITCH = "r1", "leaf3"
@@ -176,21 +177,9 @@ def check_cc_constants(topo, ccs: Sequence[str], line_rate_pps: float, dilation:
     """The congestion_control section's constants for each of `ccs`,
     checked as their agents will take them (ValueError naming the field);
     a line per congestion control saying what it is given."""
-    section = topo.features.get(CONGESTION_CONTROL)
-    if section is None:
+    if topo.features.get(CONGESTION_CONTROL) is None:
         return []
-    lines = []
-    for cc in ccs:
-        values = section.params(cc, line_rate_pps, dilation.factor)
-        try:
-            cc_param_values(cc, values, "send", line_rate_pps, MTU, dilation.factor)
-        except ValueError as exc:
-            raise ValueError(f"{CONGESTION_CONTROL}.{cc}: {exc}") from None
-        unmatched = section.unmatched(cc, line_rate_pps, dilation.factor)
-        lines.append(f"{cc} from the overlay's {CONGESTION_CONTROL}: "
-                     + (", ".join(f"{k} = {v:g}" for k, v in values.items()) or "nothing")
-                     + (f"; {unmatched}" if unmatched else ""))
-    return lines
+    return [cc_constants_line(cc, *cc_constants(topo, cc, line_rate_pps, MTU, dilation.factor)) for cc in ccs]
 
 
 

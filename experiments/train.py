@@ -74,15 +74,15 @@ from emulator.network import Network, NetworkError
 from control.p4info import EntryError
 from control.p4constants import drop_reasons
 from control.topology import Topology, TopologyError, apply_overlays, from_dict
-from experiments.common import REPO, agent_python, case_fidelity, kill_switch, median_ratio_interval, percentile, \
-    ping_round_trips, print_fidelity, print_table, save_figure, write_csv
+from experiments.common import REPO, agent_python, case_fidelity, cc_constants, cc_constants_line, kill_switch, \
+    median_ratio_interval, percentile, ping_round_trips, print_fidelity, print_table, save_figure, write_csv
 from features import FEATURES, SECTIONS, topology_from_dict
 from features.congestion_control import SECTION as CONGESTION_CONTROL
 from hostagent.aggregation.runs import start_server, stop_server
 from hostagent.collectives import schedule as sc
 from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, CHANNEL_CHOICES, FIXED, IN_NETWORK, LEAST_LOADED, \
     default_sport
-from hostagent.rdma.agent import cc_param_values, uet_congestion_controls
+from hostagent.rdma.agent import uet_congestion_controls
 from hostagent.rdma.transport import SELECTIVE_REPEAT, TransportParams
 from control.switch import MONITOR_CREDENTIALS
 from telemetry import metrics as m
@@ -402,22 +402,6 @@ def counter_total(ctl: FabricController, counter: str, lock: threading.Lock) -> 
     return sum(counter_by_index(ctl, counter, lock).values())
 
 
-def cc_constants(topo: Topology, cc: str, line_rate_pps: float) -> tuple[dict[str, float], str]:
-    """What the topology's `congestion_control:` section (an overlay's)
-    gives the ranks running `cc` at `line_rate_pps` (the run is undilated),
-    checked as the ranks' agents will (ValueError naming the field), and a
-    note when its per-line-rate fields have no entry at that rate."""
-    section = topo.features.get(CONGESTION_CONTROL)
-    if section is None:
-        return {}, ""
-    given = section.params(cc, line_rate_pps)
-    try:
-        values = cc_param_values(cc, given, "send", line_rate_pps, MTU) if given else {}
-    except ValueError as exc:
-        raise ValueError(f"{CONGESTION_CONTROL}.{cc}: {exc}") from None
-    return values, section.unmatched(cc, line_rate_pps)
-
-
 def rank_command(rank: int, hosts: list, c: Composition, steps: int, line_rate_pps: float, topo: Topology,
                  topo_file: Path, out: Path, cc_params: Mapping[str, float] | None = None) -> list[str]:
     h = hosts[rank]
@@ -733,11 +717,9 @@ def run_case(case: str, c: Composition, args, reference: Reference, rank_names: 
     for stale in out.glob("rank*.jsonl"):
         stale.unlink()
     say(f"==> {case}: {len(hosts)} ranks on {topo.name}, {args.steps} steps ({c.label})")
-    cc_params, unmatched = cc_constants(topo, c.cc, line_rate)
+    cc_params, unmatched = cc_constants(topo, c.cc, line_rate, MTU)
     if cc_params or unmatched:
-        say(f"{c.cc} from the overlay's {CONGESTION_CONTROL}: "
-            + (", ".join(f"{k} = {v:g}" for k, v in cc_params.items()) or "nothing") + (f"; {unmatched}" if unmatched
-                                                                                       else ""))
+        say(cc_constants_line(c.cc, cc_params, unmatched))
     lines: list[StepLine] = []
     errors: list[str] = []
     injected = False
@@ -1081,7 +1063,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"line rate: {args.line_rate_pps:g} packets/s a connection ({how})", flush=True)
     try:                 # the overlay's congestion-control constants, as every case's ranks will take them
         for case, c in cases:
-            cc_constants(composed_topology(args.topology, c, rank_names, args.overlay)[0], c.cc, args.line_rate_pps)
+            cc_constants(composed_topology(args.topology, c, rank_names, args.overlay)[0], c.cc, args.line_rate_pps,
+                         MTU)
     except ValueError as e:
         print(f"fabric train: {e}")
         return 2

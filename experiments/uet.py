@@ -49,7 +49,6 @@ Prints the tables, every run's fidelity and where the files went.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import statistics
@@ -59,7 +58,6 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterator
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -72,8 +70,8 @@ from emulator.build import compile_p4
 from emulator.dilation import Dilation
 from emulator.network import BMV2_QUEUE_DEPTH, Network
 from experiments.common import StartGate, agent_python, announce_budget, case_fidelity, experiment_parser, \
-    fail_link, lost_before_pipeline, percentile, print_fidelity, print_table, rdma_agent, save_figure, stop_all, \
-    write_csv
+    fail_link, lost_before_pipeline, percentile, print_fidelity, print_table, programmed_fabric, rdma_agent, \
+    save_figure, stop_all, write_csv
 from emulator.calibration import Flow as CalFlow
 from emulator.network import queue_rate_pps
 from emulator.calibration import CalibrationError, demand, plan, stored as stored_calibration
@@ -477,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         topo = topology(args.dilation, args.trim_threshold)
         args.budget = announce_budget(topo, phase_demand(topo, ["incast"], args.senders), "training", ack_share=0.25,
                                       agents=agents)
-        with programmed(topo, "uet", args) as (net, ctl):
+        with programmed_fabric(topo, "uet", args.log_level) as (net, ctl):
             for run in range(1, args.runs + 1):
                 for name in args.cases:
                     case = CASES[name]
@@ -504,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
         topo_file = out / "allreduce" / "topology.yaml"          # the UET ranks' path model reads it
         topo_file.write_text(yaml.safe_dump(raw, sort_keys=False))
         args.budget = announce_budget(topo, ring_demand(topo), "training", ack_share=0.25, agents=agents)
-        with programmed(topo, "uet-allreduce", args) as (net, ctl):
+        with programmed_fabric(topo, "uet-allreduce", args.log_level) as (net, ctl):
             for run in range(1, args.runs + 1):
                 for name in args.cases:
                     print(f"==> allreduce {name} (run {run}/{args.runs}): {args.ring_iterations} ring all-reduces of "
@@ -522,16 +520,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nresults: {', '.join(map(str, written))}, and per run <phase>/<phase>-<case>-<run>/ (the agents' JSON "
           f"and CSV, timeseries)")
     return 0
-
-
-@contextlib.contextmanager
-def programmed(topo, name: str, args) -> Iterator[tuple[Network, FabricController]]:
-    """The fabric started (build/experiments/<name>), programmed, its queues rated; torn down after."""
-    with Network(topo, REPO / "build" / "experiments" / name, log_level=args.log_level) as net, \
-            FabricController(topo) as ctl:
-        ctl.program()
-        net.apply_queue_rates()
-        yield net, ctl
 
 
 def announce_dilation(dilation: Dilation, fabric: str) -> None:

@@ -214,7 +214,7 @@ def test_the_overlays_constants_reach_the_agents_the_experiments_start_as_writte
     ranks = ["h1", "h2", "h3", "h4"]
     composition = train.Composition(cc="timely")
     topo_t, _ = train.composed_topology("incast-leaf-spine", composition, ranks, [tuned])
-    given, unmatched = train.cc_constants(topo_t, "timely", 400.0)
+    given, unmatched = train.cc_constants(topo_t, "timely", 400.0, train.MTU)
     assert given == written["timely"] and unmatched == ""
     hosts = [topo_t.hosts[n].primary for n in ranks]
     cmd = train.rank_command(0, hosts, composition, 5, 400.0, topo_t, tmp_path / "t.yaml", tmp_path, given)
@@ -222,7 +222,7 @@ def test_the_overlays_constants_reach_the_agents_the_experiments_start_as_writte
     assert rdma_agent.cc_param_values(rank.cc, rank.cc_param, "send", rank.line_rate_pps) == written["timely"]
     # DCQCN's per-line-rate constants have no entry at the ranks' 400 packets/s: said, not guessed
     assert "no entry at the agents' line rate 400 packets/s (entries at 833)" in \
-        train.cc_constants(topo_t, "dcqcn", 400.0)[1]
+        train.cc_constants(topo_t, "dcqcn", 400.0, train.MTU)[1]
 
 
 def test_values_derived_on_a_dilated_fabric_are_not_dilated_again(tmp_path):
