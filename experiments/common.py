@@ -8,6 +8,7 @@ import csv
 import os
 import random
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -30,6 +31,19 @@ from hostagent.rdma.agent import cc_param_values
 from hostagent.start import ready_markers
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def stop_on_sigterm(signum, frame) -> None:
+    """SIGTERM ends an experiment as Ctrl-C does: its networks, processes and
+    rules torn down on the way out (the `with` blocks' exits), none left running."""
+    raise SystemExit(128 + signum)
+
+
+def exit_on_sigterm() -> None:
+    """From here on, SIGTERM ends this process by stop_on_sigterm (only the
+    main thread may set a handler; elsewhere nothing changes)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop_on_sigterm)
 
 
 def experiment_parser(name: str, doc: str) -> argparse.ArgumentParser:

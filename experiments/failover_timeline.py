@@ -62,6 +62,7 @@ import yaml
 from features.failover import diagnose
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from emulator.build import compile_p4
+from emulator.dilation import Dilation, DilationError
 from control.controller import FabricController
 from emulator.network import Network
 from features.failover.rerouting import Rerouter
@@ -71,21 +72,25 @@ from experiments.common import case_fidelity, experiment_parser, fail_link, kill
 from experiments.common import save_figure, write_csv
 from features.failover.heartbeat import running_heartbeats
 
-HEARTBEAT_MS, TIMEOUT_MS = 20, 100
+HEARTBEAT_MS, TIMEOUT_MS, ACK_MS = 20, 100, 10
+POLL_MS = 200          # the controller's reading of the heartbeat registers (Rerouter)
+DEFAULT_DILATION = 4.0     # every case of a run faithful on a 2-core machine (docs/features/failover.md)
 PROTECTIONS = {"leaf-spine": ("controller", "data plane"), "dual-plane": ("controller", "data plane", "host")}
 FAILURES = ("link", "switch")
 BIN_S = 0.02
 QUIET_S = 0.2          # twice the failover timeout: an outage is continuous loss
 
 
-def fabric(name: str, protection: str):
-    """The topology with no other feature, plus failover for `data plane`."""
+def fabric(name: str, protection: str, dilation: Dilation = Dilation()):
+    """The topology with no other feature, plus failover for `data plane`;
+    its links and the failover's timers dilated."""
     raw = yaml.safe_load((REPO / "topologies" / f"{name}.yaml").read_text())
     for section in ("int", "aggregation", "ecn", "load_balancing", "failover", "monitoring"):
         raw.pop(section, None)
     if protection == "data plane":
         raw["failover"] = {"heartbeat_ms": HEARTBEAT_MS, "timeout_ms": TIMEOUT_MS}
-    return topology_from_dict(raw, f"{name} ({protection})")
+    return topology_from_dict(dilation.topology(raw), f"{name} ({protection})"
+                              + (f", dilated {dilation}" if dilation.factor > 1 else ""))
 
 
 def targets(topo) -> tuple[str, str]:
@@ -133,12 +138,14 @@ def one_run(name: str, topo, net, ctl, protection: str, failure: str, args, rero
     work.mkdir(parents=True, exist_ok=True)
     counters_before = diagnose.snapshot(ctl)
     fidelity = case_fidelity(net, ctl, lock=lock)
-    duration = args.before + args.after + 0.3
-    agents = [Agent(h, ["receive", "--duration", str(duration + 2.0)], work / f"rx-{h}") for h in topo.hosts]
+    d = args.dilation.factor                 # wall time = d x the network's time
+    duration = (args.before + args.after + 0.3) * d
+    agents = [Agent(h, ["receive", "--duration", str(duration + 2.0), "--ack-ms", str(ACK_MS * d)], work / f"rx-{h}")
+              for h in topo.hosts]
     for a in agents:
         a.wait_ready()                       # before any sender starts: nothing is sent to a closed port
-    agents += [Agent(h, ["send", "--host", h, "--sender-id", str(index[h]), "--rate", str(args.rate),
-                         "--timeout-ms", str(TIMEOUT_MS), "--duration", str(duration)]
+    agents += [Agent(h, ["send", "--host", h, "--sender-id", str(index[h]), "--rate", str(args.rate / d),
+                         "--timeout-ms", str(TIMEOUT_MS * d), "--duration", str(duration)]
                      + [f"--peer={p}={','.join(a)}" for p, a in sorted(peers.items())]
                      + ([] if protection == "host" else ["--no-failover"]), work / f"tx-{h}")
                for h, peers in pairs(topo).items() if peers]
@@ -147,7 +154,7 @@ def one_run(name: str, topo, net, ctl, protection: str, failure: str, args, rero
         for a in agents:
             a.wait_ready()
         fidelity.traffic_starts()
-        time.sleep(args.before)
+        time.sleep(args.before * d)
         changes_before = len(rerouter.changes) if rerouter else 0
         t0, t0_wall = time.monotonic(), time.time()
         undo = {"link": lambda: fail_link(topo, leaf, spine),
@@ -161,13 +168,14 @@ def one_run(name: str, topo, net, ctl, protection: str, failure: str, args, rero
     received = [r for (_, role), res in results.items() if role == "receive" for r in res["received"]]
     senders = {h: res for (h, role), res in results.items() if role == "send"}
     got = {(s, f, q) for (_, s, f, q, _) in received}
-    sent = [(t - t0, index[h], f, q) for h, res in senders.items() for (t, _, f, q, _) in res["sent"]]
+    # from here on every time is the network's: the wall clock's over the dilation
+    sent = [((t - t0) / d, index[h], f, q) for h, res in senders.items() for (t, _, f, q, _) in res["sent"]]
     lost = [t for t, s, f, q in sent if (s, f, q) not in got and t < args.after - 0.2]   # the tail is in flight
     lost_before = [t for t in lost if t < 0]
     lost_after = [t for t in lost if t >= 0]
     rerouted = None
     if rerouter and len(rerouter.changes) > changes_before:
-        rerouted = rerouter.changes[changes_before][0] - t0_wall
+        rerouted = (rerouter.changes[changes_before][0] - t0_wall) / d
     row = {"topology": name, "protection": protection, "failure": failure,
            "target": spine if failure == "switch" else f"{leaf}-{spine}",
            "sent_after_t0": sum(1 for t, *_ in sent if t >= 0), "lost": len(lost_after),
@@ -180,7 +188,8 @@ def one_run(name: str, topo, net, ctl, protection: str, failure: str, args, rero
            "last_second_lost": sum(1 for t in lost_after if t >= args.after - 1.2),
            "switch_drops": drops_by_reason(counters_before, counters_after),
            "lost_before_pipeline": lost_before_pipeline(f"{name} {protection} {failure}", verdict),
-           "fidelity": str(verdict)}
+           "fidelity": str(verdict), "dilation": str(args.dilation),
+           "cpu_wait": f"{verdict.cpu.wait_share:.0%}" if verdict.cpu and verdict.cpu.wait_share is not None else ""}
     sent_in = Counter(int((t + args.before) // BIN_S) for t, *_ in sent)
     lost_in = Counter(int((t + args.before) // BIN_S) for t in lost)
     bins = int((args.before + args.after - 0.2) / BIN_S)
@@ -251,10 +260,22 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="runs of each failure")
     ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "failover_timeline"),
                     help="results directory (default %(default)s)")
+    ap.add_argument("--dilation", type=float, default=DEFAULT_DILATION, metavar="D",
+                    help="run the network D times slower (emulator/dilation.py): link rates and --rate divided by D, "
+                         "heartbeats, timeouts, acks and the controller's polling D times longer, the run D times "
+                         "longer; times are reported in the network's time (default %(default)g, what kept every "
+                         "case faithful on a 2-core machine; 1: as the topology says)")
     ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS)
     args = ap.parse_args(argv)
     if args.rate <= 0 or args.before < 0.5 or args.after < 1.5 or args.repeats < 1:
         ap.error("--rate must be positive, --before at least 0.5 s, --after at least 1.5 s, --repeats at least 1")
+    try:
+        args.dilation = Dilation(args.dilation)
+    except DilationError as exc:
+        ap.error(f"--dilation: {exc}")
+    if args.dilation.factor > 1:
+        print(f"dilation: {args.dilation}: the network runs {args.dilation.factor:g} times slower; "
+              f"every time below is the network's", flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     args.run_dir = REPO / "build" / "experiments" / "failover_timeline" / "agents"
@@ -263,17 +284,18 @@ def main(argv=None) -> int:
     plan = [(t, p) for t in args.topologies for p in PROTECTIONS[t]
             if args.protections is None or p in args.protections]
     for n, (name, protection) in enumerate(plan, 1):
-        topo = fabric(name, protection)
+        topo = fabric(name, protection, args.dilation)
         print(f"[{n}/{len(plan)}] {name}, {protection} protection", flush=True)
         with Network(topo, REPO / "build" / "experiments" / "failover_timeline", log_level=args.log_level) as net, \
                 FabricController(topo) as ctl:
             ctl.program()
             protected = protection in ("controller", "data plane")
-            with running_heartbeats(topo, HEARTBEAT_MS / 1000) if protected else contextlib.nullcontext():
+            d = args.dilation.factor
+            with running_heartbeats(topo, HEARTBEAT_MS * d / 1000) if protected else contextlib.nullcontext():
                 lock = threading.Lock()
-                rerouter = Rerouter(ctl, TIMEOUT_MS, lock, on_change=lambda m: None) if protected else None
+                rerouter = Rerouter(ctl, TIMEOUT_MS * d, lock, on_change=lambda m: None) if protected else None
                 stop = threading.Event()
-                thread = threading.Thread(target=rerouter.run, args=(stop,), daemon=True) \
+                thread = threading.Thread(target=rerouter.run, args=(stop, POLL_MS * d / 1000), daemon=True) \
                     if rerouter else None
                 if thread:
                     thread.start()

@@ -52,7 +52,6 @@ import contextlib
 import json
 import math
 import os
-import signal
 import statistics
 import subprocess
 import threading
@@ -74,8 +73,9 @@ from emulator.network import Network, NetworkError
 from control.p4info import EntryError
 from control.p4constants import drop_reasons
 from control.topology import Topology, TopologyError, apply_overlays, from_dict
-from experiments.common import REPO, agent_python, case_fidelity, cc_constants, cc_constants_line, kill_switch, \
-    median_ratio_interval, percentile, ping_round_trips, print_fidelity, print_table, save_figure, write_csv
+from experiments.common import REPO, agent_python, case_fidelity, cc_constants, cc_constants_line, exit_on_sigterm, \
+    kill_switch, median_ratio_interval, percentile, ping_round_trips, print_fidelity, print_table, save_figure, \
+    write_csv
 from features import FEATURES, SECTIONS, topology_from_dict
 from features.congestion_control import SECTION as CONGESTION_CONTROL
 from hostagent.aggregation.runs import start_server, stop_server
@@ -1011,15 +1011,9 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def stop_on_sigterm(signum, frame) -> None:
-    """SIGTERM ends the run as Ctrl-C does: every network, process and rule torn down on the way out."""
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, stop_on_sigterm)
+    exit_on_sigterm()       # the run torn down as on Ctrl-C
     try:
         path = topology_path(args.topology)
         if not path.exists():

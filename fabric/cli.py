@@ -33,6 +33,7 @@ import benchmarks.calibration
 import benchmarks.forwarding_rate
 import experiments
 import experiments.train
+from experiments.common import exit_on_sigterm
 from control import probe_planner
 from emulator import build, toolchain
 from control.generators import dragonfly, slim_fly, torus
@@ -93,6 +94,7 @@ def run_experiment(name: str, argv: list[str]) -> int:
         print(f"fabric: no experiment {name!r} (experiments: {', '.join(experiment_names())})", file=sys.stderr)
         return 2
     module = importlib.import_module(f"experiments.{name}")
+    exit_on_sigterm()       # a killed experiment tears its network down, as on Ctrl-C
     return calibrated(module.main)(argv) or 0
 
 

@@ -1,8 +1,15 @@
 """What the experiments share that needs no network: the ratio of two
-sets of runs' medians and its bootstrap interval."""
+sets of runs' medians and its bootstrap interval; SIGTERM's handler."""
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from experiments.common import median_ratio_interval
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_a_clear_shift_has_an_interval_that_excludes_one_and_contains_the_ratio():
@@ -29,3 +36,23 @@ def test_the_interval_is_reproduced_from_its_runs_and_narrows_with_confidence():
 def test_bad_input_is_named(args, message):
     with pytest.raises(ValueError, match=message):
         median_ratio_interval(*args)
+
+
+def test_sigterm_ends_an_experiment_through_its_cleanup(tmp_path):
+    """`fabric experiment` killed by SIGTERM tears its network down as on
+    Ctrl-C: the handler turns the signal into SystemExit, so `with` blocks
+    and `finally` clauses run (before, the switches were left running)."""
+    marker = tmp_path / "torn-down"
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\n"
+        "from experiments.common import exit_on_sigterm\n"
+        "exit_on_sigterm()\n"
+        "try:\n"
+        "    print('ready', flush=True)\n"
+        "    time.sleep(60)\n"
+        "finally:\n"
+        f"    open({str(marker)!r}, 'w').write('yes')\n")], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(30) == 128 + signal.SIGTERM
+    assert marker.read_text() == "yes"
