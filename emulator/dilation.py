@@ -138,6 +138,27 @@ class Dilation:
                 self._dilate(section, whole=True)
         return out
 
+    def undilated(self, section: Any) -> Any:
+        """A copy of a section whose numbers are this dilated network's
+        (and that says no dilation), in the undilated network's units, as a
+        topology file states them: times / D, rates x D; a whole number
+        stays whole (rounded, at least 1). What `fabric tune --validate`
+        derived on a dilated fabric is written so; a run at any dilation then
+        dilates it as it does the topology's own sections."""
+        out = copy.deepcopy(section)
+        if self.factor != 1.0:
+            self._undilate(out)
+        return out
+
+    def _undilate(self, value: Any) -> None:
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for key, item in list(items):
+            if isinstance(item, (dict, list)):
+                self._undilate(item)
+            elif isinstance(item, (int, float)) and not isinstance(item, bool) and isinstance(key, str) and kind(key):
+                back = rescaled(key, item, self.factor, 1.0)
+                value[key] = max(1, round(back)) if isinstance(item, int) and item else back
+
     def _rescale(self, value: Any, given_at: float) -> None:
         """Rescale the numbers in `value` (mappings and lists, in place)
         from a network dilated `given_at` times to this one."""

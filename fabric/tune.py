@@ -41,7 +41,7 @@ from control.topology import Topology, TopologyError, apply_overlays, resolve
 from emulator import toolchain
 from emulator.build import compile_p4
 from emulator.calibration import Flow, demand, plan
-from emulator.dilation import Dilation, DilationError
+from emulator.dilation import Dilation, DilationError, section_dilation
 from emulator.network import queue_rate_pps
 from experiments.train import LOSSLESS_SECTION
 from experiments.common import percentile
@@ -216,17 +216,19 @@ def on_the_live_fabric(args: argparse.Namespace, validation: Validation, paths_d
           f"{hop * 1000:.3f} ms", flush=True)
     ecn_mode = args.ecn or (None if validation.topo.features.get("ecn") else "step")
     tuning = derive(validation.topo, rtt_s=p90, hop_s=hop, flows=args.flows, ecn_mode=ecn_mode,
-                    rtt_source=f"probed: p90 of {len(rtts)} pings {paths_d.pair[0]} -> {paths_d.pair[1]}")
+                    rtt_source=f"probed: p90 of {len(rtts)} pings {paths_d.pair[0]} -> {paths_d.pair[1]}",
+                    dilation=dilation.factor)
     sections = overlay(tuning, raw_d, dilation.factor)
     if given is None:
         print("\n".join(report(tuning)), flush=True)
         values_raw = {**raw_d, **sections}
         if args.out:
             args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(render(sections, tuning.source, args, dilation))
+            args.out.write_text(render(written(sections, dilation), tuning.source, args, dilation))
             print(f"overlay written: {args.out} ({', '.join(sections)})")
-    else:
-        values_raw = {**raw_d, **{k: v for k, v in sections.items() if k not in given}, **given}
+    else:           # the given file's sections are the undilated network's, as a topology's: dilated as it is
+        given_d = {k: v for k, v in dilation.topology(given).items() if k in given}
+        values_raw = {**raw_d, **{k: v for k, v in sections.items() if k not in given}, **given_d}
         print(f"validating {args.validate}'s sections ({', '.join(given) or 'none'}); the others derived")
     try:
         under_test = topology_from_dict(values_raw, f"{path} with the values under test")
@@ -287,6 +289,14 @@ def marking_text(topo: Topology, validation: Validation) -> str:
     return f"ecn.kmin..kmax = {profile.kmin}..{profile.kmax} (pmax {profile.pmax:g}) at {r.switch}:{r.switch_port}"
 
 
+def written(sections: dict, dilation: Dilation) -> dict:
+    """The sections as the overlay file states them: those that say their
+    dilation (congestion_control) as they are, the others (lossless: the
+    hold rate, the watchdog's timers) in the undilated network's units, as
+    a topology file's, so that a run at any dilation dilates them once."""
+    return {k: v if section_dilation(v) is not None else dilation.undilated(v) for k, v in sections.items()}
+
+
 def render(sections: dict, source: str, args: argparse.Namespace, dilation: Dilation = Dilation()) -> str:
     """The overlay's YAML, with a header saying what it was derived from."""
     given = [*(f"--overlay {o}" for o in args.overlay), f"--rtt-us {args.rtt_us:g}" if args.rtt_us is not None else "",
@@ -298,7 +308,10 @@ def render(sections: dict, source: str, args: argparse.Namespace, dilation: Dila
               f"{validated}` from {source}\n"
               "# (docs/tuning.md). Apply it with --overlay: each section replaces the topology's whole.\n"
               f"# congestion_control's values are the fabric's at dilation {dilation.factor:g} (its `dilation:`; "
-              "1: undilated):\n# a run at another dilation rescales them.\n")
+              "1: undilated):\n# a run at another dilation rescales them."
+              + (f" The other sections' times and rates, derived at x{dilation.factor:g}, are\n# the undilated "
+                 f"network's (times / {dilation.factor:g}, rates x {dilation.factor:g}), as a topology file's."
+                 if dilation.factor > 1 else "") + "\n")
     return header + yaml.safe_dump(sections, sort_keys=False, default_flow_style=None, width=110)
 
 

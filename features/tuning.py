@@ -314,6 +314,7 @@ class Tuning:
     # the congestion controls' constants the overlay carries: cc -> field -> value, and per NIC line rate
     cc: dict[str, dict[str, float]] = field(default_factory=dict)
     cc_at_line_rate: dict[str, dict[float, dict[str, float]]] = field(default_factory=dict)
+    dilation: float = 1.0       # the fabric's (emulator/dilation.py): the network-time constants used are D x longer
 
     def add(self, section: str, d: Derived) -> Derived:
         self.sections.setdefault(section, []).append(d)
@@ -344,12 +345,15 @@ def _class_rate(link_pps: int, tclass: TrafficClass, peer_is_switch: bool) -> fl
 
 
 def derive(topo: Topology, *, rtt_s: Optional[float] = None, hop_s: float = HOP_S, flows: Optional[int] = None,
-           ecn_mode: Optional[str] = None, rtt_source: str = "given (--rtt-us)") -> Tuning:
+           ecn_mode: Optional[str] = None, rtt_source: str = "given (--rtt-us)", dilation: float = 1.0) -> Tuning:
     """Derive every parameter of `topo` (a loaded topology). `rtt_s`: the
     round trip to use (measured); None: the topology's longest unloaded
     host-to-host RTT. `flows`: HPCC's expected flows (default: every other
     host into one). `ecn_mode` ("step" or "wred"): without an `ecn:`
-    section, write profiles of this mode on every switch port."""
+    section, write profiles of this mode on every switch port. `dilation`:
+    the fabric's, when `topo` is a dilated fabric (its links' rates and the
+    measured round trip are already that fabric's; the constants taken from
+    the field, SONiC's 200 ms detection, are made D times longer)."""
     if ecn_mode not in (None, "step", "wred"):
         raise ValueError(f"ecn_mode must be step or wred, got {ecn_mode!r}")
     if rtt_s is not None and not rtt_s > 0:
@@ -359,8 +363,10 @@ def derive(topo: Topology, *, rtt_s: Optional[float] = None, hop_s: float = HOP_
     if flows is not None and flows < 1:
         raise ValueError(f"the expected flows must be >= 1, got {flows!r}")
     paths = Paths.of(topo, hop_s)
+    if not (dilation >= 1.0):
+        raise ValueError(f"a dilation is a number >= 1 (1: none), got {dilation!r}")
     t = Tuning(topo.name, topo.source, rtt_s if rtt_s is not None else paths.rtt_max_s, hop_s, paths,
-               switch_ports={name: sorted(sw.ports) for name, sw in topo.switches.items()})
+               switch_ports={name: sorted(sw.ports) for name, sw in topo.switches.items()}, dilation=dilation)
     if rtt_s is not None:
         t.add("rtt", Derived("rtt", rtt_s * 1000, "ms", rtt_source, source="project",
                              inputs=(Input("unloaded, the topology's longest", paths.rtt_max_s * 1000, "ms"),)))
@@ -440,15 +446,16 @@ def _pfc(t: Tuning, topo: Topology, config: LosslessConfig, marking_start: dict[
     pause_ms = max(pause_us(config.pfc.pause_quanta, link.bandwidth_mbps) for link in topo.links) / 1000
     longest_link = max(link.delay_ms for link in topo.links) / 1000
     healthy = healthy_pause_s(xoff, headroom, xon, slowest, t.paths.switches_max, t.hop_s, longest_link)
-    detect = max(SONIC_DETECT_MS, STORM_MARGIN * healthy * 1000)
+    sonic_ms = SONIC_DETECT_MS * t.dilation
+    detect = max(sonic_ms, STORM_MARGIN * healthy * 1000)
     restore = max(2 * detect, pause_ms)
     wd = config.watchdog
     carried_wd = "overlay: lossless.watchdog.{}" if wd else \
         "the topology's watchdog is off: the overlay leaves it off (lossless.watchdog switches it on)"
     t.add("watchdog", Derived("lossless.watchdog.detect_ms", detect, "ms",
-                              "max(200 ms, 2 x hops x ((xoff + headroom - xon + 1) / r_min + 2 t_hop + 2 d)): "
-                              "SONiC's default, or twice the longest healthy pause",
-                              (Input("hops", t.paths.switches_max), Input("xoff", xoff), Input("headroom", headroom),
+                              "max(200 ms x D, 2 x hops x ((xoff + headroom - xon + 1) / r_min + 2 t_hop + 2 d)): "
+                              "SONiC's default (at the fabric's dilation D), or twice the longest healthy pause",
+                              (Input("SONiC's default x D", sonic_ms, "ms"), Input("hops", t.paths.switches_max), Input("xoff", xoff), Input("headroom", headroom),
                                Input("xon", xon), Input("r_min", slowest, "packets/s"),
                                Input("t_hop", t.hop_s * 1000, "ms"), Input("d (longest link)", longest_link * 1000,
                                                                            "ms"),

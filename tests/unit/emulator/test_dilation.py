@@ -77,3 +77,18 @@ lossless:
     assert Dilation(7.5).topology(raw)["lossless"]["hold_rate_pps"] == 67
     # a file without defaults gets the default link rate, dilated
     assert Dilation(2).topology({"links": []})["defaults"]["link"]["bandwidth_mbps"] == 50.0
+
+
+def test_a_dilated_fabric_s_section_is_stated_undilated_and_dilates_back_to_itself():
+    """What fabric tune --validate derived at x4 is written as a topology
+    file states it (times / 4, rates x 4, whole numbers whole); a run at x4
+    dilates it back to what was validated."""
+    at_4 = {"hold_rate_pps": 2083, "watchdog": {"detect_ms": 800.0, "restore_ms": 1600, "action": "drop"},
+            "pfc": {"xoff": 6, "xon": 4, "headroom": 5}}
+    stated = Dilation(4).undilated(at_4)
+    assert stated == {"hold_rate_pps": 8332, "watchdog": {"detect_ms": 200.0, "restore_ms": 400, "action": "drop"},
+                      "pfc": {"xoff": 6, "xon": 4, "headroom": 5}}
+    assert at_4["watchdog"]["detect_ms"] == 800.0                       # a copy
+    back = Dilation(4).topology({"links": [], "lossless": stated})["lossless"]
+    assert back == at_4
+    assert Dilation().undilated(at_4) == at_4

@@ -252,6 +252,33 @@ def test_values_derived_on_a_dilated_fabric_are_not_dilated_again(tmp_path):
     assert params["min_rtt_s"] == pytest.approx(written["timely"]["min_rtt_s"] / 2)
 
 
+def test_the_lossless_section_derived_on_a_dilated_fabric_is_written_undilated_and_runs_as_validated(tmp_path):
+    """The watchdog's timers and the hold rate fabric tune --validate derived at x4 are written in the
+    undilated network's units (the section says no dilation, as a topology's own); a plain run (x1) gets a
+    quarter of the times, a run at x4 what was validated. SONiC's 200 ms detection is a network time:
+    derived at x4 it is 800 ms of the dilated fabric's."""
+    raw, _ = tune.lossless_class(yaml.safe_load((REPO / "topologies" / "dumbbell.yaml").read_text()))
+    raw["lossless"]["watchdog"] = {"detect_ms": 200, "action": "drop"}
+    raw_d = Dilation(4).topology(raw)
+    tuning = derive(topology_from_dict(raw_d), dilation=4.0)
+    assert tuning.watchdog is not None and tuning.watchdog["detect_ms"] >= 800.0
+    assert derive(topology_from_dict(raw)).watchdog["detect_ms"] >= 200.0
+    args = tune.parser().parse_args(["--topology", "dumbbell", "--validate"])
+    tuned = tmp_path / "tuned.yaml"
+    tuned.write_text(tune.render(tune.written(overlay(tuning, raw_d, 4.0), Dilation(4)), tuning.source, args,
+                                 Dilation(4)))
+    assert "times and rates, derived at x4, are\n# the undilated network's" in tuned.read_text()
+    section = yaml.safe_load(tuned.read_text())["lossless"]
+    assert "dilation" not in section
+    assert section["watchdog"]["detect_ms"] == pytest.approx(tuning.watchdog["detect_ms"] / 4)
+    assert section["hold_rate_pps"] == round(4 * tuning.hold_rate_pps)
+    plain = load_topology(REPO / "topologies" / "dumbbell.yaml", [tuned]).features["lossless"]
+    assert plain.watchdog.detect_ms == pytest.approx(tuning.watchdog["detect_ms"] / 4)
+    again = topology_from_dict(Dilation(4).topology({**raw, "lossless": section})).features["lossless"]
+    assert again.watchdog.detect_ms == pytest.approx(tuning.watchdog["detect_ms"])
+    assert again.hold_rate_pps == tuning.hold_rate_pps and again.pfc == PfcThresholds(**tuning.pfc)
+
+
 def test_the_rdma_experiment_refuses_a_bad_section_before_anything_starts(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"congestion_control": {"dilation": 1, "timely": {"t_lo_s": 0.01}}}))
