@@ -294,7 +294,8 @@ class Validation:
         how many packets a cell takes in after its pause went out, at most."""
         assert self.ctl is not None
         probe = replace(values.lossless, pfc=replace(values.lossless.pfc, **{
-            k: getattr(RESPONSE_PROBE_PFC, k) for k in ("xoff", "xon", "headroom")}), watchdog=None)
+            k: getattr(RESPONSE_PROBE_PFC, k) for k in ("xoff", "xon", "headroom")}), watchdog=None,
+            pfc_ports=())                  # every cell at the probe's thresholds, none at its own
         self.ctl.feature("lossless").apply(probe)
         cap = self._cap(self.receiver)
         senders = [(h, min(INCAST_LOAD * cap / len(self.senders), self._cap(h))) for h in self.senders]

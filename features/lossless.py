@@ -64,12 +64,13 @@ CLASS_TABLE = "traffic_class"
 PORT_TABLE = "pfc_port"
 SOURCE_TABLE = "pfc_source"
 CHANGE_TABLE = "class_change"
+THRESHOLDS_TABLE = "pfc_port_thresholds"   # an (ingress port, class) cell's own XOFF, XON, headroom
 PCP_TABLE = "pcp_to_dscp"
 STORM_ACTIONS = {"drop": constants()["PFC_STORM_DROP"], "forward": constants()["PFC_STORM_FORWARD"],
                  "alert": constants()["PFC_STORM_ALERT"]}
 SESSION_BASE = constants()["PFC_SESSION_BASE"]
 HOLD_QUEUE_DEPTH = 1024          # packets a port can hold while paused (all its lossless classes)
-FIELDS = {"queues", "classes", "pfc", "watchdog", "hold_rate_pps", "class_changes"}
+FIELDS = {"queues", "classes", "pfc", "watchdog", "hold_rate_pps", "class_changes", "pfc_ports"}
 CHANGE_FIELDS = {"switch", "from", "to", "class", "becomes"}
 UP = "up"                        # class_changes: any neighbour in a higher tier (control.topology.Topology.tiers)
 GLOBAL = "global"                # class_changes `from`: any neighbour switch in another group (a Dragonfly's global link)
@@ -77,6 +78,7 @@ ANY = "any"                      # class_changes `to`: any neighbour
 FROM_KEYWORDS, TO_KEYWORDS = (UP, GLOBAL), (UP, ANY)
 CLASS_FIELDS = {"name", "class", "queue", "dscp", "pcp", "lossless", "share"}
 PFC_FIELDS = {"xoff", "xon", "headroom", "pause_quanta"}
+PORT_PFC_FIELDS = {"switch", "from", "class", "xoff", "xon", "headroom"}
 WATCHDOG_FIELDS = {"detect_ms", "restore_ms", "action"}
 
 # Registers and counters (p4src/include/lossless.p4), by (port, class) cell.
@@ -135,6 +137,20 @@ class ClassChange:
 
 
 @dataclass(frozen=True)
+class PortThresholds:
+    """The XOFF, XON and headroom of the packets of lossless class `tclass`
+    that `switch` receives from its neighbour `src`, in place of the
+    section's `pfc` (a port whose link is faster, slower or longer than the
+    others: fabric tune derives them per port)."""
+    switch: str
+    src: str
+    tclass: str
+    xoff: int
+    xon: int
+    headroom: int
+
+
+@dataclass(frozen=True)
 class LosslessConfig:
     queues: int = 8
     classes: tuple[TrafficClass, ...] = ()
@@ -142,6 +158,7 @@ class LosslessConfig:
     watchdog: Optional[Watchdog] = None
     hold_rate_pps: int = 2000
     class_changes: tuple[ClassChange, ...] = ()
+    pfc_ports: tuple[PortThresholds, ...] = ()
 
     def by_name(self, name: str) -> TrafficClass:
         return next(c for c in self.classes if c.name == name)
@@ -171,7 +188,8 @@ def _number(raw: Mapping, key: str, where: str, fail: Fail, default: float) -> f
 
 def parse_config(raw: Any, fail: Fail) -> LosslessConfig:
     """Validate a `lossless:` section (without reference to a topology)."""
-    check_mapping(raw, SECTION, FIELDS, fail, what="{queues, classes, pfc, watchdog, hold_rate_pps, class_changes}")
+    check_mapping(raw, SECTION, FIELDS, fail,
+                  what="{queues, classes, pfc, watchdog, hold_rate_pps, class_changes, pfc_ports}")
     queues = _int(raw, "queues", SECTION, fail, 2, 8, 8)
     if not isinstance(raw.get("classes"), list) or not raw["classes"]:
         fail(f"{SECTION}.classes", "expected a non-empty list of {name, class, dscp, ...}")
@@ -258,6 +276,8 @@ def parse_section(raw: Any, topo, fail: Fail) -> LosslessConfig:
         beyond = [p for p in sw.ports if p >= PFC_PORTS]
         if beyond:
             fail(SECTION, f"the switch keeps PFC state for ports 0..{PFC_PORTS - 1}; {sw.name} has port {beyond[0]}")
+    if raw.get("pfc_ports") is not None:
+        config = replace(config, pfc_ports=_port_thresholds(raw["pfc_ports"], topo, config, fail))
     if raw.get("class_changes") is None:
         return config
     lossless = {c.name for c in config.lossless}
@@ -311,19 +331,58 @@ def parse_section(raw: Any, topo, fail: Fail) -> LosslessConfig:
     return replace(config, class_changes=tuple(changes))
 
 
+def _port_thresholds(raw: Any, topo, config: LosslessConfig, fail: Fail) -> tuple[PortThresholds, ...]:
+    """`pfc_ports`: per switch, ingress neighbour and lossless class (all of
+    them without `class`), XOFF, XON and headroom of their own."""
+    lossless = [c.name for c in config.lossless]
+    out: list[PortThresholds] = []
+    seen: set[tuple[str, str, str]] = set()
+    for where, item, name in section_items(raw, f"{SECTION}.pfc_ports", PORT_PFC_FIELDS, topo, fail,
+                                           what="{switch, from, class, xoff, xon, headroom}"):
+        peers = sorted({p.peer for p in topo.switches[name].ports.values()})
+        if item.get("from") not in peers:
+            fail(f"{where}.from", f"{name} has no link from {item.get('from')!r} (neighbours: {', '.join(peers)})")
+        if "class" in item and item["class"] not in lossless:
+            fail(f"{where}.class", f"expected a lossless class ({', '.join(lossless) or 'none'}), got {item['class']!r}")
+        for key in ("xoff", "xon", "headroom"):
+            if key not in item:
+                fail(f"{where}.{key}", "missing: a port's thresholds are given whole (xoff, xon, headroom)")
+        xoff = _int(item, "xoff", where, fail, 1, QDEPTH_MAX, 0)
+        xon = _int(item, "xon", where, fail, 0, QDEPTH_MAX, 0)
+        if xon >= xoff:
+            fail(f"{where}.xon", f"xon ({xon}) must be below xoff ({xoff})")
+        headroom = _int(item, "headroom", where, fail, 1, QDEPTH_MAX, 0)
+        for tclass in ([item["class"]] if "class" in item else lossless):
+            if (name, item["from"], tclass) in seen:
+                fail(where, f"{name} already has thresholds for class {tclass!r} from {item['from']}")
+            seen.add((name, item["from"], tclass))
+            out.append(PortThresholds(name, item["from"], tclass, xoff, xon, headroom))
+    return tuple(out)
+
+
+def port_thresholds(topo, switch: str, config: LosslessConfig) -> dict[tuple[int, int], PfcThresholds]:
+    """`switch`'s cells with thresholds of their own: {(ingress port, class number): thresholds}."""
+    ports = topo.switches[switch].ports.values()
+    return {(p.number, config.by_name(t.tclass).tclass): replace(config.pfc, xoff=t.xoff, xon=t.xon,
+                                                                  headroom=t.headroom)
+            for t in config.pfc_ports if t.switch == switch for p in ports if p.peer == t.src}
+
+
 def quantum_x1024_us(bandwidth_mbps: float) -> int:
     """A pause quantum of a link, in the unit pfc_port takes (us * 1024)."""
     return max(1, round(quantum_us(bandwidth_mbps) * 1024))
 
 
 def lossless_state(p4info: P4Info, config: Optional[LosslessConfig], ports: Mapping[int, tuple[str, float]],
-                   changes: Mapping[tuple[int, int, str], str] | None = None) -> SwitchState:
-    """Entities for one switch: {port: (its MAC, its link's Mbit/s)}, and its
+                   changes: Mapping[tuple[int, int, str], str] | None = None,
+                   thresholds: Mapping[tuple[int, int], PfcThresholds] | None = None) -> SwitchState:
+    """Entities for one switch: {port: (its MAC, its link's Mbit/s)}, its
     class changes {(in port, out port, class name): name of the class it
-    becomes}. No config: every table empty."""
+    becomes} and its cells' own thresholds {(in port, class number):
+    thresholds} (port_thresholds). No config: every table empty."""
     state = SwitchState(managed_tables={p4info.table(t).preamble.id
                                         for t in (SWITCH_TABLE, CLASS_TABLE, PORT_TABLE, SOURCE_TABLE, CHANGE_TABLE,
-                                                  PCP_TABLE)},
+                                                  PCP_TABLE, THRESHOLDS_TABLE)},
                         managed_clone_sessions={SESSION_BASE + p for p in ports})
     state.table_entries.append(p4info.default_entry(SWITCH_TABLE, "classify" if config else "NoAction"))
     if config is None:
@@ -363,6 +422,10 @@ def lossless_state(p4info: P4Info, config: Optional[LosslessConfig], ports: Mapp
             CHANGE_TABLE, {"meta.tc.in_port": in_port, "std_meta.egress_spec": out_port,
                            "meta.tc.tclass": config.by_name(name).tclass},
             action="change_class", params={"out_class": new.tclass, "queue": new.queue, "dscp": new.marking}))
+    for (in_port, tclass), t in sorted((thresholds or {}).items()):
+        state.table_entries.append(p4info.table_entry(
+            THRESHOLDS_TABLE, {"meta.tc.in_port": in_port, "meta.tc.tclass": tclass}, action="set_port_thresholds",
+            params={"xoff": t.xoff, "xon": t.xon, "headroom": t.headroom}))
     return state
 
 
@@ -380,15 +443,23 @@ def class_changes(topo, switch: str, config: LosslessConfig) -> dict[tuple[int, 
 
 def switch_state(p4info: P4Info, topo, switch: str, *, forwarding: "SwitchState | None" = None) -> SwitchState:
     config = topo.features.get(SECTION)
-    return lossless_state(p4info, config, _ports(topo, switch), class_changes(topo, switch, config) if config else None)
+    return lossless_state(p4info, config, _ports(topo, switch), class_changes(topo, switch, config) if config else None,
+                          port_thresholds(topo, switch, config) if config else None)
 
 
-def queue_plan(config: Optional[LosslessConfig], ports: Mapping[int, tuple[str, float]]) -> QueuePlan:
-    """The priority queues and per-queue settings a switch with `ports` needs."""
+def queue_plan(config: Optional[LosslessConfig], ports: Mapping[int, tuple[str, float]],
+               thresholds: Mapping[tuple[int, int], PfcThresholds] | None = None) -> QueuePlan:
+    """The priority queues and per-queue settings a switch with `ports` (and
+    its cells' own thresholds) needs: a lossless queue holds what every
+    ingress port may send it before its packets are refused, XOFF +
+    headroom of each port (the most over its classes)."""
     if config is None:
         return QueuePlan()
     settings: dict[tuple[int, int], QueueSetting] = {}
-    lossless_depth = min(QDEPTH_MAX, max(64, len(ports) * (config.pfc.xoff + config.pfc.headroom)))
+    cells = thresholds or {}
+    per_port = [max((cells.get((port, c.tclass), config.pfc) for c in config.lossless),
+                    key=lambda t: t.xoff + t.headroom, default=config.pfc) for port in ports]
+    lossless_depth = min(QDEPTH_MAX, max(64, sum(t.xoff + t.headroom for t in per_port)))
     for port, (_, bw) in ports.items():
         link_pps = queue_rate_pps(bw)
         for c in config.classes:
@@ -402,7 +473,8 @@ def queue_plan(config: Optional[LosslessConfig], ports: Mapping[int, tuple[str, 
 
 
 def queues(topo, switch: str) -> QueuePlan:
-    return queue_plan(topo.features.get(SECTION), _ports(topo, switch))
+    config = topo.features.get(SECTION)
+    return queue_plan(config, _ports(topo, switch), port_thresholds(topo, switch, config) if config else None)
 
 
 BENCH_DSCP = 26

@@ -309,6 +309,7 @@ class Tuning:
     pfc: Optional[dict[str, int]] = None             # the lossless section's pfc values (the max over cells)
     watchdog: Optional[dict[str, float]] = None      # its watchdog, when the topology has one
     hold_rate_pps: Optional[int] = None              # its hold loop's rate
+    pfc_ports: list[dict[str, Any]] = field(default_factory=list)   # cells whose values are not the section's
     ecn: list[dict[str, Any]] = field(default_factory=list)   # the ecn section's items, when one is written
     switch_ports: dict[str, list[int]] = field(default_factory=dict)   # each switch's port numbers, in file order
     # the congestion controls' constants the overlay carries: cc -> field -> value, and per NIC line rate
@@ -405,6 +406,7 @@ def _pfc(t: Tuning, topo: Topology, config: LosslessConfig, marking_start: dict[
                                   []).append((sw.name, p.number))
     headroom = xon = xoff = 0
     rates = []
+    cells: list[tuple[str, list[tuple[str, int]], int, int, int]] = []     # (class, ports, xoff, xon, headroom)
     for (name, rate, delay, start), ports in groups.items():
         where = f"{port_list(ports)} class {name}"
         rates.append(rate)
@@ -422,11 +424,22 @@ def _pfc(t: Tuning, topo: Topology, config: LosslessConfig, marking_start: dict[
                                  *((Input("marking starts at", start, "packets"),) if start is not None else ())),
                                 where, "hpcc-ns3"))
         headroom, xon, xoff = max(headroom, h), max(xon, x), max(xoff, off)
+        cells.append((name, ports, off, x, h))
     for key, value in (("headroom", headroom), ("xon", xon), ("xoff", xoff)):
         t.add(LOSSLESS, Derived(f"lossless.pfc.{key}", value, "packets",
-                                "max over ports and classes: the section has one value for every cell",
+                                "max over ports and classes: every cell's that has no values of its own",
                                 where="section", source="project", carried_by=f"overlay: lossless.pfc.{key}"))
     t.pfc = {"xoff": xoff, "xon": xon, "headroom": headroom, "pause_quanta": config.pfc.pause_quanta}
+    # The cells whose values are not the section's get their own (lossless.pfc_ports: pfc_port_thresholds)
+    own = [(name, ports, off, x, h) for name, ports, off, x, h in cells if (off, x, h) != (xoff, xon, headroom)]
+    t.pfc_ports = [{"switch": sw, "from": topo.switches[sw].ports[port].peer, "class": name,
+                    "xoff": off, "xon": x, "headroom": h}
+                   for name, ports, off, x, h in own for sw, port in ports]
+    if own:
+        t.note(LOSSLESS, f"{len(t.pfc_ports)} (port, class) cells have values of their own "
+                         f"(carried by the overlay's lossless.pfc_ports): "
+                         + "; ".join(f"{port_list(ports)} class {name}: xoff {off}, xon {x}, headroom {h}"
+                                     for name, ports, off, x, h in own))
     fastest = max(rates)
     t.hold_rate_pps = ceil(fastest)
     t.add(LOSSLESS, Derived("lossless.hold_rate_pps", t.hold_rate_pps, "packets/s",
@@ -436,10 +449,12 @@ def _pfc(t: Tuning, topo: Topology, config: LosslessConfig, marking_start: dict[
                             (Input("r_max", fastest, "packets/s"), Input("the section's", config.hold_rate_pps,
                                                                          "packets/s")),
                             where="section", source="project", carried_by="overlay: lossless.hold_rate_pps"))
-    depth = {sw: min(QDEPTH_MAX, max(BMV2_QUEUE_DEPTH, len(s.ports) * (xoff + headroom)))
+    room = {(sw, port, name): off + h for name, ports, off, x, h in cells for sw, port in ports}
+    depth = {sw: min(QDEPTH_MAX, max(BMV2_QUEUE_DEPTH, sum(
+                 max(room.get((sw, port, c.name), xoff + headroom) for c in config.lossless) for port in s.ports)))
              for sw, s in topo.switches.items()}
-    t.note(LOSSLESS, "the lossless queues' depth follows (features/lossless.py queue_plan: ports x (xoff + "
-                     f"headroom), at least 64): {', '.join(sorted({fmt(v) for v in depth.values()}, key=int))} "
+    t.note(LOSSLESS, "the lossless queues' depth follows (features/lossless.py queue_plan: the sum over ports of "
+                     f"xoff + headroom, at least 64): {', '.join(sorted({fmt(v) for v in depth.values()}, key=int))} "
                      "packets")
     # The watchdog: detection beyond the longest healthy pause; restoration beyond a storming peer's pause.
     slowest = min(rates)
@@ -714,6 +729,9 @@ def overlay(t: Tuning, raw: Mapping[str, Any], dilation: float = 1.0) -> dict[st
     if t.pfc is not None and raw.get(LOSSLESS) is not None:
         section = copy.deepcopy(dict(raw[LOSSLESS]))
         section["pfc"] = dict(t.pfc)
+        section.pop("pfc_ports", None)
+        if t.pfc_ports:
+            section["pfc_ports"] = [dict(p) for p in t.pfc_ports]
         if t.hold_rate_pps is not None:
             section["hold_rate_pps"] = t.hold_rate_pps
         if t.watchdog is not None:

@@ -19,6 +19,10 @@
 // resume (time 0, an egress clone).
 // At XOFF + headroom a lossless packet is dropped (DROP_LOSSLESS_HEADROOM):
 // the headroom was too small for what the upstream had in flight.
+// XOFF, XON and the headroom are the class's (traffic_class), or an
+// ingress port's own for the class (pfc_port_thresholds: a port whose link
+// is faster, slower or longer than the others needs other values; fabric
+// tune derives them per port).
 //
 // Pauses received: a PFC frame on a port with PFC on (pfc_port) sets
 // pfc_paused_until[port, class] for each class it names; time 0 resumes.
@@ -146,6 +150,28 @@ control Lossless(in headers_t hdr, inout local_metadata_t meta, inout standard_m
         size = 64;
     }
 
+    // A (ingress port, class) cell's own XOFF, XON and headroom, in place of
+    // the class's. A recirculated held packet looks them up by the port it
+    // first came in on (held_ports). No entry: the class's.
+    action set_port_thresholds(bit<32> xoff, bit<32> xon, bit<32> headroom) {
+        meta.tc.xoff = xoff;
+        meta.tc.xon = xon;
+        meta.tc.headroom = headroom;
+    }
+
+    table pfc_port_thresholds {
+        key = {
+            meta.tc.in_port: exact;
+            meta.tc.tclass: exact;
+        }
+        actions = {
+            set_port_thresholds;
+            @defaultonly NoAction;
+        }
+        default_action = NoAction();
+        size = PFC_CELLS;
+    }
+
     // Actions assign; register, counter and clone calls are statements of
     // their own. p4c copies an extern's argument into a temporary (metadata
     // BMv2 zeroes for every packet, lossless or not) when the same action,
@@ -241,6 +267,7 @@ control Lossless(in headers_t hdr, inout local_metadata_t meta, inout standard_m
                         if (meta.pfc_carry != 0) {
                             held_ports();               // a held packet, recirculated
                         }
+                        pfc_port_thresholds.apply();
                         class_change.apply();
                         if (meta.pfc_carry != 0) {
                             back_to_hold();

@@ -101,14 +101,16 @@ class LosslessTest(P4RuntimeTest):
         finally:
             super().tearDown()
 
-    def program(self, cfg: LosslessConfig, changes: dict | None = None, beside: SwitchState | None = None) -> None:
-        """The lossless state `cfg` (and another feature's entries `beside` it) on the switch, its queues set."""
-        feature = lossless_state(self.p4info, cfg, PORTS, changes)
+    def program(self, cfg: LosslessConfig, changes: dict | None = None, beside: SwitchState | None = None,
+                thresholds: dict | None = None) -> None:
+        """The lossless state `cfg` (with its cells' own `thresholds`, and
+        another feature's entries `beside` it) on the switch, its queues set."""
+        feature = lossless_state(self.p4info, cfg, PORTS, changes, thresholds)
         self.state.table_entries = ([e for e in self.forwarding if e.table_id not in feature.managed_tables]
                                     + feature.table_entries + (beside.table_entries if beside else []))
         self.state.clone_sessions = list(feature.clone_sessions) + (list(beside.clone_sessions) if beside else [])
         self.apply()
-        for (port, queue), s in queue_plan(cfg, PORTS).settings.items():
+        for (port, queue), s in queue_plan(cfg, PORTS, thresholds).settings.items():
             if s.rate_pps:
                 self.thrift.set_priority_queue_rate(port, queue, s.rate_pps)
             if s.depth:
@@ -326,6 +328,36 @@ class HeadroomOverflowIsDroppedAndCountedTest(LosslessTest):
                          "the cell's peak counts a refused packet: 5 arrived beyond XOFF (fabric tune reads it)")
         self.pause(0)
         self.assertEqual([psn(f) for f in self.sent_out(OUT_PORT, timeout=1.0)], list(range(12)))
+
+
+class PortThresholdsReplaceTheClassesTest(LosslessTest):
+    """An ingress port's own thresholds for a class (pfc_port_thresholds)
+    replace the class's for its packets only: with the peer behind OUT_PORT
+    pausing, 12 packets from IN_PORT (xoff 4, headroom 4 of its own) are 8
+    admitted and 4 refused, and IN_PORT is paused; 12 from OTHER_PORT (the
+    class's xoff 200) are all admitted and OTHER_PORT is not paused. Once
+    resumed, the admitted leave in order, and IN_PORT is resumed below its
+    own XON (held packets keep their port's thresholds through the hold
+    loop)."""
+
+    def runTest(self):
+        self.program(config(xoff=200, xon=100, headroom=100),
+                     thresholds={(IN_PORT, LOSSLESS): PfcThresholds(xoff=4, xon=2, headroom=4)})
+        self.pause(0xFFFF)
+        self.send(IN_PORT, [data(i) for i in range(12)])
+        self.send(OTHER_PORT, [data(100 + i) for i in range(12)])
+        self.assertEqual(self.sent_out(OUT_PORT, timeout=0.5), [])
+        self.assertEqual(self.drops("LOSSLESS_HEADROOM"), 4, "IN_PORT: 8 admitted (its xoff 4 + headroom 4), 4 refused")
+        self.assertEqual(self.count("pfc_pause_sent", IN_PORT), 1, "IN_PORT paused at its own XOFF")
+        self.assertEqual(self.count("pfc_pause_sent", OTHER_PORT), 0, "OTHER_PORT below the class's XOFF")
+        self.pause(0)
+        out = [psn(f) for f in self.sent_out(OUT_PORT, timeout=1.5)]
+        self.assertEqual(sorted(out), list(range(8)) + list(range(100, 112)), "every admitted packet, none twice")
+        self.assertEqual([p for p in out if p < 100], list(range(8)), "IN_PORT's in order")
+        frames = [pfc_times(f) for f in self.pfc_out(IN_PORT)]
+        self.assertEqual((frames[0], frames[-1]), ({LOSSLESS: 0xFFFF}, {LOSSLESS: 0}), "paused, then resumed")
+        self.assertEqual(self.count("pfc_resume_sent", IN_PORT), 1)
+        self.assertEqual(self.pfc_out(OTHER_PORT, timeout=0.1), [], "OTHER_PORT never paused")
 
 
 class DscpToClassAndQueueTest(LosslessTest):

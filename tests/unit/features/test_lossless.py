@@ -95,7 +95,7 @@ def test_without_the_section_the_tables_are_still_managed(p4info):
     t = topology_from_dict(BASE, "t.yaml")
     state = lossless.switch_state(p4info, t, "s1")
     assert len(state.table_entries) == 1 and state.table_entries[0].is_default_action, "lossless_switch off"
-    assert len(state.managed_tables) == 6
+    assert len(state.managed_tables) == 7
     assert lossless.queues(t, "s1").count == 1
 
 
@@ -112,6 +112,49 @@ def test_queue_plan():
 
 def test_cell():
     assert lossless.cell(2, 3) == 2 << 3 | 3
+
+
+PORT_PFC = {"switch": "s1", "from": "h2", "xoff": 6, "xon": 4, "headroom": 5}   # h2's link is 10 Mbit/s
+
+
+def test_a_port_s_own_thresholds_are_an_entry_per_lossless_class_and_size_the_queue(p4info):
+    t = topo_with({**SECTION, "pfc_ports": [PORT_PFC]})
+    cfg = t.features["lossless"]
+    assert cfg.pfc_ports == (lossless.PortThresholds("s1", "h2", "collective", 6, 4, 5),)
+    assert lossless.port_thresholds(t, "s1", cfg) == {(2, 3): lossless.PfcThresholds(6, 4, 5, 1000)}
+    state = lossless.switch_state(p4info, t, "s1")
+    (entry,) = [e for e in state.table_entries
+                if p4info.by_id(e.table_id).preamble.name.endswith(lossless.THRESHOLDS_TABLE)]
+    assert [int.from_bytes(m.exact.value, "big") for m in entry.match] == [2, 3]
+    assert [int.from_bytes(p.value, "big") for p in entry.action.action.params] == [6, 4, 5]
+    # the lossless queue holds each port's XOFF + headroom: port 1 the section's (50), port 2 its own (11)
+    assert lossless.queues(t, "s1").settings[(1, 3)].depth == 64
+    big = topo_with({**SECTION, "pfc": {"xoff": 40, "xon": 10, "headroom": 60}, "pfc_ports": [
+        {**PORT_PFC, "xoff": 30, "headroom": 50}]})
+    assert lossless.queues(big, "s1").settings[(1, 3)].depth == 100 + 80
+    assert not [e for e in lossless.switch_state(p4info, topo_with(SECTION), "s1").table_entries
+                if p4info.by_id(e.table_id).preamble.name.endswith(lossless.THRESHOLDS_TABLE)]
+
+
+@pytest.mark.parametrize("change,field,what", [
+    ({"switch": "s9"}, "lossless.pfc_ports[0].switch", "unknown switch 's9'"),
+    ({"from": "h7"}, "lossless.pfc_ports[0].from", "s1 has no link from 'h7' (neighbours: h1, h2)"),
+    ({"class": "storage"}, "lossless.pfc_ports[0].class", "a lossless class (collective)"),
+    ({"xon": 6}, "lossless.pfc_ports[0].xon", "below xoff"),
+    ({"headroom": 0}, "lossless.pfc_ports[0].headroom", "1..524287"),
+    ({"xoff": None}, "lossless.pfc_ports[0].xoff", "missing"),
+    ({"speed": 3}, "lossless.pfc_ports[0].speed", "unknown"),
+])
+def test_a_port_s_thresholds_mistakes_are_named(change, field, what):
+    item = {k: v for k, v in {**PORT_PFC, **change}.items() if v is not None}
+    with pytest.raises(TopologyError) as err:
+        topo_with({**SECTION, "pfc_ports": [item]})
+    assert field in str(err.value) and what in str(err.value), str(err.value)
+
+
+def test_a_port_s_thresholds_given_twice_are_refused():
+    with pytest.raises(TopologyError, match=r"pfc_ports\[1\]: s1 already has thresholds for class 'collective' from h2"):
+        topo_with({**SECTION, "pfc_ports": [PORT_PFC, {**PORT_PFC, "class": "collective"}]})
 
 
 RING = {
