@@ -81,7 +81,7 @@ monitoring: setup
 	$(PY) -m pytest tests/monitoring -q
 
 e2e: require-toolchain build
-	$(PY) -m pytest tests/e2e -q --durations=15
+	$(PY) -m pytest tests/e2e -q --durations=40
 
 ifeq ($(HAVE_NATIVE),yes)
 test: typecheck unit monitoring ptf e2e

@@ -5,7 +5,6 @@ forwarding_rate.py (packets per second) and instructions_per_packet.py
 from __future__ import annotations
 
 import subprocess
-import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path

@@ -39,7 +39,6 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 

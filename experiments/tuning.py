@@ -56,7 +56,6 @@ from typing import Callable, Iterator, Mapping, Optional, Sequence
 from control.controller import FabricController
 from control.p4constants import drop_reasons
 from control.topology import Topology
-from emulator import queue_depth
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL
 from emulator.bmv2_thrift import Bmv2Thrift
 from emulator.network import Network, queue_rate_pps
@@ -348,7 +347,7 @@ class Validation:
                     f"XOFF (at {peak_sw}:{peak_port}); switches sent {pauses} pauses and {resumes} resumes, the "
                     f"senders heard {paused_heard} and {resumed_heard}; {storms} storms declared, {storm_dropped} "
                     f"packets the watchdog dropped")
-        target = (f"0 missing, 0 headroom drops, headroom >= what arrived after a pause"
+        target = ("0 missing, 0 headroom drops, headroom >= what arrived after a pause"
                   + (f" ({response.beyond_xoff})" if response is not None else "")
                   + f", pauses sent, no storm, utilisation >= {UTILISATION_TARGET:g}")
         why = ""

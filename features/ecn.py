@@ -23,7 +23,7 @@ over its port's.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from control.feature import CounterMetric, Fail, FeatureSpec, Pieces, one_mode, priority_queues, section_items
 from control.p4info import EntryError, P4Info

@@ -37,7 +37,7 @@ heartbeat.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from control.feature import Fail, check_mapping
 from control.forwarding import ecmp_seed, forwarding_state, slots_on_switch

@@ -54,7 +54,6 @@ import numpy as np
 from control.path_assignment import default_sport
 from emulator.dilation import Dilation
 from hostagent.aggregation.allreduce import AggregationWorker, AllReduceTimeout
-from wire import aggregation as ah
 from hostagent.collectives import schedule as sc
 from hostagent.rdma.agent import RECEIVER_CC_PARAMS, cc_param_values, congestion_controls, uet_congestion_controls
 from hostagent.rdma.endpoint import Connection, Endpoint, RawLink
@@ -432,8 +431,8 @@ class Communicator:
         deadline = time.monotonic() + self.timeout_s
         for i, t in enumerate(remote):
             self._collect(wants, i, (call & 0xFFFF, step_no), buf.itemsize, deadline, what,
-                          f"(do all ranks run the same collectives with the same lengths, dtype and channel "
-                          f"choice?)", f"{sched.collective} call {call} step {step_no}")
+                          "(do all ranks run the same collectives with the same lengths, dtype and channel "
+                          "choice?)", f"{sched.collective} call {call} step {step_no}")
             for off, msg in wants[i].got:
                 self._apply(buf, t, off - t.dst_start, np.frombuffer(msg, dtype=buf.dtype, offset=PIECE_HEADER.size))
 
