@@ -61,7 +61,7 @@ from emulator.bmv2_thrift import Bmv2Thrift
 from emulator.network import Network, queue_rate_pps
 from experiments.common import StartGate, agent_python, case_fidelity, percentile, ping_round_trips, roce_agent, \
     sample_queue
-from features.lossless import PEAK_REGISTER, LosslessConfig, PfcThresholds, Watchdog, cell
+from features.lossless import PEAK_REGISTER, LosslessConfig, PfcThresholds, Watchdog, cell, port_thresholds
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -331,7 +331,14 @@ class Validation:
         cells = self._lossless_cells()
         self._peaks(cells, clear=True)
         rx, tx, verdict = self._traffic("incast", senders, INCAST_S, fixed=True, values=values)
-        (peak_sw, peak_port, _r, _d), peak = max(self._peaks(cells).items(), key=lambda kv: kv[1])
+        # each cell against its own thresholds: the section's pfc, or the cell's (lossless.pfc_ports)
+        own = {sw: port_thresholds(self.topo, sw, values.lossless) for sw in switches}
+
+        def thresholds(sw: str, port: int) -> PfcThresholds:
+            return own[sw].get((port, self.tclass), values.lossless.pfc)
+
+        (peak_sw, peak_port, _r, _d), beyond = max(
+            ((c, n - thresholds(c[0], c[1]).xoff) for c, n in self._peaks(cells).items()), key=lambda kv: kv[1])
         drops = {sw: n - drops0[sw] for sw, n in self._headroom_drops().items() if n > drops0[sw]}
         pauses, resumes, storms, storm_dropped = (self._counter_sum(name, switches) - before[name] for name in counted)
         heard = [t["pfc"] or {} for t in tx.values()]
@@ -343,7 +350,7 @@ class Validation:
         measured = (f"{len(senders)} senders ({', '.join(h for h, _ in senders)}) -> {self.receiver} at "
                     f"{offered:.0f} packets/s ({offered / cap:.1f}x its link) for {INCAST_S:g} s: {received} of {sent} "
                     f"received, utilisation {utilisation:.2f}, {lost} missing at the receiver, "
-                    f"{sum(drops.values())} headroom drops, at most {max(0, peak - values.lossless.pfc.xoff)} beyond "
+                    f"{sum(drops.values())} headroom drops, at most {max(0, beyond)} beyond "
                     f"XOFF (at {peak_sw}:{peak_port}); switches sent {pauses} pauses and {resumes} resumes, the "
                     f"senders heard {paused_heard} and {resumed_heard}; {storms} storms declared, {storm_dropped} "
                     f"packets the watchdog dropped")
@@ -351,7 +358,15 @@ class Validation:
                   + (f" ({response.beyond_xoff})" if response is not None else "")
                   + f", pauses sent, no storm, utilisation >= {UTILISATION_TARGET:g}")
         why = ""
-        if drops:
+        peak_own = own[peak_sw].get((peak_port, self.tclass))     # the cell most beyond its XOFF: its own values?
+        if drops and peak_own is not None:
+            where = " ".join(f"{sw}:{n}" for sw, n in sorted(drops.items()))
+            peer = self.topo.switches[peak_sw].ports[peak_port].peer
+            why = (f"lossless.pfc_ports ({peak_sw} from {peer}) headroom = {peak_own.headroom} packets (xoff "
+                   f"{peak_own.xoff}) is too small: {sum(drops.values())} lossless packets dropped above XOFF + "
+                   f"headroom at {where}, {beyond} arrived after a pause at {peak_sw}:{peak_port} (raise its "
+                   f"headroom to what arrives after a pause)")
+        elif drops:
             where = " ".join(f"{sw}:{n}" for sw, n in sorted(drops.items()))
             why = (f"lossless.pfc.headroom = {pfc.headroom} packets (xoff {pfc.xoff}) is too small: "
                    f"{sum(drops.values())} lossless packets dropped above XOFF + headroom at {where}: more arrives "
@@ -359,7 +374,7 @@ class Validation:
                    f"probe's figure above)")
         elif response is not None and pfc.headroom < response.beyond_xoff:
             why = (f"lossless.pfc.headroom = {pfc.headroom} packets is too small: {response.beyond_xoff} arrived after "
-                   f"a pause at {response.where} in the pause-response probe ({max(0, peak - pfc.xoff)} in this "
+                   f"a pause at {response.where} in the pause-response probe ({max(0, beyond)} in this "
                    f"incast): a longer burst or a busier machine drops the rest")
         elif storms or storm_dropped:
             why = (f"lossless.watchdog.detect_ms = {values.watchdog.detect_ms:g} ms is too short: a healthy incast's "
