@@ -146,29 +146,21 @@ class Dilation:
         derived on a dilated fabric is written so; a run at any dilation then
         dilates it as it does the topology's own sections."""
         out = copy.deepcopy(section)
-        if self.factor != 1.0:
-            self._undilate(out)
+        Dilation()._rescale(out, self.factor, whole=True)
         return out
 
-    def _undilate(self, value: Any) -> None:
-        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-        for key, item in list(items):
-            if isinstance(item, (dict, list)):
-                self._undilate(item)
-            elif isinstance(item, (int, float)) and not isinstance(item, bool) and isinstance(key, str) and kind(key):
-                back = rescaled(key, item, self.factor, 1.0)
-                value[key] = max(1, round(back)) if isinstance(item, int) and item else back
-
-    def _rescale(self, value: Any, given_at: float) -> None:
+    def _rescale(self, value: Any, given_at: float, whole: bool = False) -> None:
         """Rescale the numbers in `value` (mappings and lists, in place)
-        from a network dilated `given_at` times to this one."""
+        from a network dilated `given_at` times to this one; with `whole`, a
+        whole number stays whole (rounded, at least 1)."""
         items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
         for key, item in list(items):
             if isinstance(item, (dict, list)):
-                self._rescale(item, given_at)
+                self._rescale(item, given_at, whole)
             elif isinstance(item, (int, float)) and not isinstance(item, bool) and isinstance(key, str) \
                     and key != DILATION_KEY:
-                value[key] = rescaled(key, item, given_at, self.factor)
+                back = rescaled(key, item, given_at, self.factor)
+                value[key] = max(1, round(back)) if whole and isinstance(item, int) and item and kind(key) else back
 
     def _dilate(self, mapping: dict, whole: bool) -> None:
         """Dilate `mapping`'s numbers in place; with `whole`, a whole number

@@ -44,7 +44,7 @@ hop of a Dragonfly.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 from control.feature import CounterMetric, Fail, FeatureSpec, Pieces, QueuePlan, QueueSetting, check_mapping, one_mode, \
     section_items
@@ -447,19 +447,26 @@ def switch_state(p4info: P4Info, topo, switch: str, *, forwarding: "SwitchState 
                           port_thresholds(topo, switch, config) if config else None)
 
 
-def queue_plan(config: Optional[LosslessConfig], ports: Mapping[int, tuple[str, float]],
-               thresholds: Mapping[tuple[int, int], PfcThresholds] | None = None) -> QueuePlan:
-    """The priority queues and per-queue settings a switch with `ports` (and
-    its cells' own thresholds) needs: a lossless queue holds what every
-    ingress port may send it before its packets are refused, XOFF +
-    headroom of each port (the most over its classes)."""
-    if config is None:
-        return QueuePlan()
-    settings: dict[tuple[int, int], QueueSetting] = {}
+def lossless_queue_depth(config: LosslessConfig, ports: Iterable[int],
+                         thresholds: Mapping[tuple[int, int], PfcThresholds] | None = None) -> int:
+    """A lossless queue's depth on a switch with `ports`: what every ingress
+    port may send it before its packets are refused, XOFF + headroom of
+    each port (the most over its lossless classes, each cell's own
+    `thresholds` or the section's), at least BMv2's default 64."""
     cells = thresholds or {}
     per_port = [max((cells.get((port, c.tclass), config.pfc) for c in config.lossless),
                     key=lambda t: t.xoff + t.headroom, default=config.pfc) for port in ports]
-    lossless_depth = min(QDEPTH_MAX, max(64, sum(t.xoff + t.headroom for t in per_port)))
+    return min(QDEPTH_MAX, max(64, sum(t.xoff + t.headroom for t in per_port)))
+
+
+def queue_plan(config: Optional[LosslessConfig], ports: Mapping[int, tuple[str, float]],
+               thresholds: Mapping[tuple[int, int], PfcThresholds] | None = None) -> QueuePlan:
+    """The priority queues and per-queue settings a switch with `ports` (and
+    its cells' own thresholds) needs (lossless_queue_depth)."""
+    if config is None:
+        return QueuePlan()
+    settings: dict[tuple[int, int], QueueSetting] = {}
+    lossless_depth = lossless_queue_depth(config, ports, thresholds)
     for port, (_, bw) in ports.items():
         link_pps = queue_rate_pps(bw)
         for c in config.classes:

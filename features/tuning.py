@@ -34,14 +34,15 @@ from __future__ import annotations
 import copy
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Optional
 
 from control.topology import Topology
 from emulator.network import QUEUE_RATE_PACKET_BYTES, queue_rate_pps
 from features.congestion_control import AT_LINE_RATE, FIELDS as CC_FIELDS, LINE_RATE, SECTION as CONGESTION_CONTROL
-from features.ecn import QDEPTH_MAX, EcnProfile
-from features.lossless import SECTION as LOSSLESS, LosslessConfig, TrafficClass
+from features.ecn import EcnProfile
+from features.lossless import SECTION as LOSSLESS, LosslessConfig, PfcThresholds, TrafficClass, \
+    lossless_queue_depth
 from wire.lossless import pause_us
 
 ECN = "ecn"
@@ -449,10 +450,12 @@ def _pfc(t: Tuning, topo: Topology, config: LosslessConfig, marking_start: dict[
                             (Input("r_max", fastest, "packets/s"), Input("the section's", config.hold_rate_pps,
                                                                          "packets/s")),
                             where="section", source="project", carried_by="overlay: lossless.hold_rate_pps"))
-    room = {(sw, port, name): off + h for name, ports, off, x, h in cells for sw, port in ports}
-    depth = {sw: min(QDEPTH_MAX, max(BMV2_QUEUE_DEPTH, sum(
-                 max(room.get((sw, port, c.name), xoff + headroom) for c in config.lossless) for port in s.ports)))
-             for sw, s in topo.switches.items()}
+    section = replace(config, pfc=replace(config.pfc, xoff=xoff, xon=xon, headroom=headroom))
+    by_cell: dict[str, dict[tuple[int, int], PfcThresholds]] = {}      # switch -> (port, class) -> its values
+    for name, ports, off, x, h in cells:
+        for switch, port in ports:
+            by_cell.setdefault(switch, {})[(port, config.by_name(name).tclass)] = PfcThresholds(off, x, h)
+    depth = {name: lossless_queue_depth(section, s.ports, by_cell.get(name)) for name, s in topo.switches.items()}
     t.note(LOSSLESS, "the lossless queues' depth follows (features/lossless.py queue_plan: the sum over ports of "
                      f"xoff + headroom, at least 64): {', '.join(sorted({fmt(v) for v in depth.values()}, key=int))} "
                      "packets")
