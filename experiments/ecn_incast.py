@@ -23,8 +23,11 @@ scenario itself (start times, rates) is deterministic.
 --overlay FILE (`fabric tune --topology incast --ecn step|wred --out FILE`,
 docs/tuning.md) loads incast.yaml with that file's sections: the step case
 takes K, and the WRED case Kmin/Kmax/Pmax, from its profile of the
-bottleneck port (s1 towards h5) where it has one of that mode. DCQCN's
-constants go by --dcqcn, as `fabric tune` prints them.
+bottleneck port (s1 towards h5) where it has one of that mode, and the
+DCQCN senders and receiver the `congestion_control:` section's `dcqcn`
+constants (features/congestion_control.py; those per line rate where an
+entry is at --sender-rate), as fabric train and the rdma experiment do.
+--dcqcn NAME=VALUE sets one constant over both.
 """
 from __future__ import annotations
 
@@ -44,8 +47,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from experiments.common import announce_budget, case_fidelity, experiment_parser, lost_before_pipeline, print_fidelity, \
-    roce_agent, save_figure, wait_sampling_queue, write_csv
+from experiments.common import announce_budget, case_fidelity, cc_constants, cc_constants_line, experiment_parser, \
+    lost_before_pipeline, print_fidelity, roce_agent, save_figure, wait_sampling_queue, write_csv
 
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from emulator.build import compile_p4
@@ -55,6 +58,7 @@ from features.ecn import MARKED_COUNTER, EcnProfile
 from emulator.network import Network, queue_rate_pps
 from control.topology import TopologyError
 from features import load_topology
+from hostagent.rdma.agent import cc_param_values
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,7 @@ CASES = [
 ]
 
 BOTTLENECK, RECEIVER = "s1", "h5"
+PACKET_BYTES = 1000       # the agents' payload (hostagent.ecn.roce --payload); DCQCN has no MTU of its own
 
 
 def tuned_cases(topo) -> list[Case]:
@@ -85,6 +90,30 @@ def tuned_cases(topo) -> list[Case]:
     profile = given.get((BOTTLENECK, port, None)) or given.get((BOTTLENECK, port, 0))
     return [replace(c, profile=profile) if profile is not None and c.profile is not None
             and c.profile.mode == profile.mode else c for c in CASES]
+
+
+def dcqcn_constants(topo, line_rate_pps: float, overrides: list[str]) -> dict[str, float]:
+    """The DCQCN constants every agent of a DCQCN case is given: the
+    topology's congestion_control section's (an overlay's) at the senders'
+    line rate, each --dcqcn NAME=VALUE over them; checked as the agents take
+    them (ValueError naming the constant). Prints what came from where."""
+    given, unmatched = cc_constants(topo, "dcqcn", line_rate_pps, PACKET_BYTES)
+    if given or unmatched:
+        print(cc_constants_line("dcqcn", given, unmatched), flush=True)
+    pairs = []
+    for kv in overrides:
+        name, sep, value = kv.partition("=")
+        try:
+            pairs.append((name, float(value if sep else "")))
+        except ValueError:
+            raise ValueError(f"--dcqcn {kv}: expected NAME=VALUE, VALUE a number") from None
+    merged = {**given, **cc_param_values("dcqcn", pairs, "send", line_rate_pps, PACKET_BYTES)}
+    if pairs:
+        print("dcqcn from --dcqcn: " + ", ".join(f"{k} = {v:g}" for k, v in pairs), flush=True)
+    try:
+        return cc_param_values("dcqcn", merged, "send", line_rate_pps, PACKET_BYTES)
+    except ValueError as exc:
+        raise ValueError(f"the overlay's dcqcn with --dcqcn: {exc}") from None
 
 
 def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: Path) -> dict:
@@ -102,9 +131,9 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
         return roce_agent(host, role, start_at=start_at, out_dir=case_dir,
                           extra=["--duration", str(args.duration), *extra])
 
-    dcqcn = dict(kv.split("=", 1) for kv in args.dcqcn)
-    np_args = ["--cnp-interval-s", dcqcn.pop("cnp_interval_s")] if "cnp_interval_s" in dcqcn else []
-    rp_args = [a for k, v in dcqcn.items() for a in ("--" + k.replace("_", "-"), v)]
+    dcqcn = dict(args.dcqcn_constants)
+    np_args = ["--cnp-interval-s", str(dcqcn.pop("cnp_interval_s"))] if "cnp_interval_s" in dcqcn else []
+    rp_args = [a for k, v in dcqcn.items() for a in ("--" + k.replace("_", "-"), str(v))]
     procs = [agent(receiver, "receive", ["--duration", str(args.duration + 1.0), *np_args])]
     for i, h in enumerate(senders, start=1):
         extra = ["--dst-ip", receiver.ip, "--qp", str(i), "--line-rate-pps", str(args.sender_rate), *rp_args]
@@ -212,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=10.0, help="seconds of traffic per case")
     ap.add_argument("--sender-rate", type=float, default=500.0, help="sender line rate, pkts/s (4 senders)")
     ap.add_argument("--dcqcn", action="append", default=[], metavar="NAME=VALUE",
-                    help="override a DCQCN parameter (hostagent.ecn.dcqcn.DcqcnParams), e.g. --dcqcn g=0.0625")
+                    help="set a DCQCN constant (hostagent.ecn.dcqcn.DcqcnParams' field), over the overlay's, e.g. "
+                         "--dcqcn g=0.0625")
     ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "ecn_incast"),
                     help="results directory (default %(default)s)")
     ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS,
@@ -220,11 +250,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", nargs="*", default=[c.name for c in CASES], choices=[c.name for c in CASES])
     ap.add_argument("--overlay", action="append", default=[], metavar="FILE",
                     help="incast.yaml with these sections (`fabric tune --out`): the step and WRED cases take the "
-                         "bottleneck's profile of their mode from them")
+                         "bottleneck's profile of their mode from them, DCQCN its congestion_control constants")
     args = ap.parse_args(argv)
     try:
         topo = load_topology(REPO / "topologies" / "incast.yaml", overlays=args.overlay)
     except TopologyError as exc:
+        ap.error(str(exc))
+    try:
+        args.dcqcn_constants = dcqcn_constants(topo, args.sender_rate, args.dcqcn)
+    except ValueError as exc:
         ap.error(str(exc))
     cases = tuned_cases(topo)
     for case, hand_set in zip(cases, CASES):

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from experiments.lossless import SPREADING_CASES
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -154,14 +156,17 @@ def test_pfc_spreads_up_the_tree_and_stalls_a_victim(tmp_path):
     incast, loses most of its rate; DCQCN at 4:1 cuts the pauses and, once
     it has settled, gives the victim most of its rate back."""
     out = tmp_path / "lossless"
-    # 10 s a case, as `make experiments`: DCQCN takes seconds to settle, and the steady state starts at 20%
+    # 10 s a case, as `make experiments`: DCQCN takes seconds to settle, and the steady state starts at 20%. The
+    # lossy class at 8:1 runs there only: it drops more than at 4:1, which is judged here.
+    cases = [c for c in SPREADING_CASES if c != "lossy-8"]
     proc = subprocess.run([sys.executable, "-m", "experiments.lossless", "--phases", "spreading", "--duration", "10",
-                           "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=900)
+                           "--spreading-cases", *cases, "--out", str(out)], cwd=REPO, capture_output=True, text=True,
+                          timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {r["case"]: r for r in csv.DictReader(open(out / "spreading" / "summary.csv"))}
+    lossy = rows["lossy-4"]
+    assert int(lossy["drops"]) > 0.3 * int(lossy["sent"]), lossy
     for n in ("4", "8"):
-        lossy = rows[f"lossy-{n}"]
-        assert int(lossy["drops"]) > 0.3 * int(lossy["sent"]), lossy
         for pfc in (rows[f"pfc-{n}"], rows[f"pfc-dcqcn-{n}"]):
             # Nothing lost unseen: by the receivers' sequence numbers, every packet arrived, or the run named
             # where it went (lost_before_pipeline: BMv2's input or the kernel, the machine behind; headroom).

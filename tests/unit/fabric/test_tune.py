@@ -36,8 +36,8 @@ def test_leaf_spine_prints_every_derivation_and_the_congestion_controls_constant
            "r = 8333 packets/s, RTT = 3.6 ms, BDP = r RTT = 30 packets) [dctcp]\n" in out
     assert "\n  dcqcn.rate_timer_s = 0.0198 s  (T_ref x s; T_ref = 55 us, s = 360) [dcqcn]\n" in out
     assert "carried by: overlay: congestion_control.dcqcn.rate_timer_s (fabric train, fabric experiment rdma " \
-           "--overlay: python -m hostagent.rdma send --cc-param rate_timer_s=VALUE); python -m hostagent.ecn.roce " \
-           "send --rate-timer-s; fabric experiment ecn_incast --dcqcn rate_timer_s=VALUE" in out
+           "--overlay: python -m hostagent.rdma send --cc-param rate_timer_s=VALUE); fabric experiment ecn_incast " \
+           "--overlay (python -m hostagent.ecn.roce send --rate-timer-s), or --dcqcn rate_timer_s=VALUE" in out
     assert "\n  hpcc.w_ai[NIC line rate 8333 packets/s] = 0.5 packets  (W_init (1 - eta) / N; W_init = 30 packets, " \
            "eta = 0.95, N = 3) [hpcc]\n" in out
     assert "carried by: overlay: congestion_control.hpcc.base_rtt_s (fabric train, fabric experiment rdma " \
@@ -163,6 +163,33 @@ def test_the_ecn_experiment_takes_the_bottlenecks_profile_of_each_mode(tmp_path)
     with pytest.raises(SystemExit) as exc:
         ecn_incast.main(["--overlay", str(bad_overlay(tmp_path))])
     assert exc.value.code == 2
+
+
+def test_the_ecn_experiments_dcqcn_agents_take_the_overlays_constants_and_dcqcn_over_them(tmp_path, capsys):
+    over = tmp_path / "cc.yaml"
+    over.write_text(yaml.safe_dump({"congestion_control": {"dilation": 1, "dcqcn": {
+        "cnp_interval_s": 0.018, "rate_timer_s": 0.0198,
+        "at_line_rate": [{"line_rate_pps": 500, "byte_counter_bytes": 90000, "r_ai_pps": 0.5}]}}}))
+    topo = load_topology("incast", overlays=[over])
+    assert ecn_incast.dcqcn_constants(topo, 500, []) == {"cnp_interval_s": 0.018, "rate_timer_s": 0.0198,
+                                                         "byte_counter_bytes": 90000, "r_ai_pps": 0.5}
+    assert "dcqcn from the overlay's congestion_control: " in capsys.readouterr().out
+    # --dcqcn over the overlay's; at another line rate the per-rate entry does not apply, and it says so
+    got = ecn_incast.dcqcn_constants(topo, 800, ["rate_timer_s=0.05", "g=0.0625"])
+    assert got == {"cnp_interval_s": 0.018, "rate_timer_s": 0.05, "g": 0.0625}
+    out = capsys.readouterr().out
+    assert "has no entry at the agents' line rate 800 packets/s (entries at 500): byte_counter_bytes, r_ai_pps " \
+           "left at their defaults" in out
+    assert "dcqcn from --dcqcn: rate_timer_s = 0.05, g = 0.0625" in out
+    assert ecn_incast.dcqcn_constants(load_topology("incast"), 500, []) == {}
+    for bad, named in (["rate_timer=1"], "rate_timer: not a parameter of dcqcn"), (["g"], "--dcqcn g: expected"), \
+            (["byte_counter_bytes=1.5"], "byte_counter_bytes: expected a whole number"):
+        with pytest.raises(ValueError, match=named):
+            ecn_incast.dcqcn_constants(topo, 500, bad)
+    # the agents get them as their own flags (the CNP interval the receiver's)
+    with pytest.raises(SystemExit) as exc:
+        ecn_incast.main(["--overlay", str(over), "--dcqcn", "min_rate_pps=0"])
+    assert exc.value.code == 2 and "min_rate_pps" in capsys.readouterr().err
 
 
 def test_the_lossless_experiments_incast_takes_pfc_and_marking_from_an_overlay(tmp_path):
