@@ -136,6 +136,9 @@ def _agent(module: str, host, role: str, start_at: float | StartGate, out_dir: P
     return subprocess.Popen(cmd, cwd=REPO)
 
 
+ROCE_PAYLOAD_BYTES = 1000     # the RoCEv2 agent's payload (hostagent.ecn.roce --payload); DCQCN has no MTU of its own
+
+
 def roce_agent(host, role: str, *, start_at: float | StartGate, out_dir: Path,
                extra: Sequence[str] = ()) -> subprocess.Popen:
     """hostagent.ecn.roce `role` ("send" or "receive") in `host`'s namespace,
@@ -319,6 +322,39 @@ def cc_constants_line(cc: str, values: dict[str, float], unmatched: str) -> str:
     return (f"{cc} from the overlay's {CONGESTION_CONTROL}: "
             + (", ".join(f"{k} = {v:g}" for k, v in values.items()) or "nothing")
             + (f"; {unmatched}" if unmatched else ""))
+
+
+def dcqcn_constants(topo, line_rate_pps: float, overrides: Sequence[str] = ()) -> dict[str, float]:
+    """The DCQCN constants the RoCEv2 agents (hostagent.ecn.roce) of a DCQCN
+    case are given: the topology's congestion_control section's (an
+    overlay's) at the senders' line rate, each NAME=VALUE of `overrides` (an
+    experiment's --dcqcn) over them; checked as the agents take them
+    (ValueError naming the constant). Prints what came from where."""
+    given, unmatched = cc_constants(topo, "dcqcn", line_rate_pps, ROCE_PAYLOAD_BYTES)
+    if given or unmatched:
+        print(cc_constants_line("dcqcn", given, unmatched), flush=True)
+    pairs = []
+    for kv in overrides:
+        name, sep, value = kv.partition("=")
+        try:
+            pairs.append((name, float(value if sep else "")))
+        except ValueError:
+            raise ValueError(f"--dcqcn {kv}: expected NAME=VALUE, VALUE a number") from None
+    merged = {**given, **cc_param_values("dcqcn", pairs, "send", line_rate_pps, ROCE_PAYLOAD_BYTES)}
+    if pairs:
+        print("dcqcn from --dcqcn: " + ", ".join(f"{k} = {v:g}" for k, v in pairs), flush=True)
+    try:
+        return cc_param_values("dcqcn", merged, "send", line_rate_pps, ROCE_PAYLOAD_BYTES)
+    except ValueError as exc:
+        raise ValueError(f"the overlay's dcqcn with --dcqcn: {exc}") from None
+
+
+def roce_dcqcn_args(constants: dict[str, float]) -> tuple[list[str], list[str]]:
+    """dcqcn_constants() as the RoCEv2 agent's flags: (the receiver's, its
+    CNP interval; the senders')."""
+    given = dict(constants)
+    receiver = ["--cnp-interval-s", str(given.pop("cnp_interval_s"))] if "cnp_interval_s" in given else []
+    return receiver, [a for k, v in given.items() for a in ("--" + k.replace("_", "-"), str(v))]
 
 
 def case_fidelity(net, ctl: FabricController, limits: Limits = Limits(),

@@ -47,8 +47,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from experiments.common import announce_budget, case_fidelity, cc_constants, cc_constants_line, experiment_parser, \
-    lost_before_pipeline, print_fidelity, roce_agent, save_figure, wait_sampling_queue, write_csv
+from experiments.common import announce_budget, case_fidelity, dcqcn_constants, experiment_parser, lost_before_pipeline, \
+    print_fidelity, roce_agent, roce_dcqcn_args, save_figure, wait_sampling_queue, write_csv
 
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from emulator.build import compile_p4
@@ -58,7 +58,6 @@ from features.ecn import MARKED_COUNTER, EcnProfile
 from emulator.network import Network, queue_rate_pps
 from control.topology import TopologyError
 from features import load_topology
-from hostagent.rdma.agent import cc_param_values
 
 
 @dataclass(frozen=True)
@@ -79,7 +78,6 @@ CASES = [
 ]
 
 BOTTLENECK, RECEIVER = "s1", "h5"
-PACKET_BYTES = 1000       # the agents' payload (hostagent.ecn.roce --payload); DCQCN has no MTU of its own
 
 
 def tuned_cases(topo) -> list[Case]:
@@ -90,30 +88,6 @@ def tuned_cases(topo) -> list[Case]:
     profile = given.get((BOTTLENECK, port, None)) or given.get((BOTTLENECK, port, 0))
     return [replace(c, profile=profile) if profile is not None and c.profile is not None
             and c.profile.mode == profile.mode else c for c in CASES]
-
-
-def dcqcn_constants(topo, line_rate_pps: float, overrides: list[str]) -> dict[str, float]:
-    """The DCQCN constants every agent of a DCQCN case is given: the
-    topology's congestion_control section's (an overlay's) at the senders'
-    line rate, each --dcqcn NAME=VALUE over them; checked as the agents take
-    them (ValueError naming the constant). Prints what came from where."""
-    given, unmatched = cc_constants(topo, "dcqcn", line_rate_pps, PACKET_BYTES)
-    if given or unmatched:
-        print(cc_constants_line("dcqcn", given, unmatched), flush=True)
-    pairs = []
-    for kv in overrides:
-        name, sep, value = kv.partition("=")
-        try:
-            pairs.append((name, float(value if sep else "")))
-        except ValueError:
-            raise ValueError(f"--dcqcn {kv}: expected NAME=VALUE, VALUE a number") from None
-    merged = {**given, **cc_param_values("dcqcn", pairs, "send", line_rate_pps, PACKET_BYTES)}
-    if pairs:
-        print("dcqcn from --dcqcn: " + ", ".join(f"{k} = {v:g}" for k, v in pairs), flush=True)
-    try:
-        return cc_param_values("dcqcn", merged, "send", line_rate_pps, PACKET_BYTES)
-    except ValueError as exc:
-        raise ValueError(f"the overlay's dcqcn with --dcqcn: {exc}") from None
 
 
 def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: Path) -> dict:
@@ -131,9 +105,7 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
         return roce_agent(host, role, start_at=start_at, out_dir=case_dir,
                           extra=["--duration", str(args.duration), *extra])
 
-    dcqcn = dict(args.dcqcn_constants)
-    np_args = ["--cnp-interval-s", str(dcqcn.pop("cnp_interval_s"))] if "cnp_interval_s" in dcqcn else []
-    rp_args = [a for k, v in dcqcn.items() for a in ("--" + k.replace("_", "-"), str(v))]
+    np_args, rp_args = roce_dcqcn_args(args.dcqcn_constants)
     procs = [agent(receiver, "receive", ["--duration", str(args.duration + 1.0), *np_args])]
     for i, h in enumerate(senders, start=1):
         extra = ["--dst-ip", receiver.ip, "--qp", str(i), "--line-rate-pps", str(args.sender_rate), *rp_args]

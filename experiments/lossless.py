@@ -23,8 +23,9 @@ class 3. Four RoCEv2 senders (hostagent.ecn.roce) send class-3 packets at
 With --overlay FILE (`fabric tune --topology incast --out FILE`,
 docs/tuning.md), incast.yaml is loaded with that file's sections: the
 lossless cases take their PFC thresholds (lossless.pfc) and the pfc-dcqcn
-case its bottleneck's step profile (s1 towards h5, ecn:) from it where it
-has them; the other phases, on other topologies, keep their own.
+case its bottleneck's step profile (s1 towards h5, ecn:) and its DCQCN
+constants (congestion_control.dcqcn, as the ECN experiment) from it where
+it has them; the other phases, on other topologies, keep their own.
 
 Recorded per case: packets sent/received, drops (PSN gaps at the receiver,
 and the switch's lossless headroom drops), what the buffer model still
@@ -96,7 +97,8 @@ from emulator.network import Network, queue_rate_pps
 from control.p4constants import drop_reasons
 from control.topology import NextHop, TopologyError
 from experiments.common import StartGate, agent_python, announce_budget, experiment_parser, case_fidelity, \
-    lost_before_pipeline, print_fidelity, print_table, programmed_fabric, roce_agent, save_figure, write_csv
+    dcqcn_constants, lost_before_pipeline, print_fidelity, print_table, programmed_fabric, roce_agent, \
+    roce_dcqcn_args, save_figure, write_csv
 from features import load_topology, topology_from_dict
 from features.ecn import EcnProfile
 from features.nonminimal_routing import SECTION as NONMINIMAL, NonminimalRouting, intermediates
@@ -195,11 +197,12 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
     def agent(host, role: str, extra: list[str]) -> subprocess.Popen:
         return roce_agent(host, role, start_at=gate, out_dir=case_dir, extra=extra)
 
-    procs = [agent(receiver, "receive", ["--duration", str(args.duration + 1.0)])]
+    np_args, rp_args = roce_dcqcn_args(getattr(args, "dcqcn_constants", {}) if case.dcqcn else {})
+    procs = [agent(receiver, "receive", ["--duration", str(args.duration + 1.0), *np_args])]
     for i, h in enumerate(senders, start=1):
         extra = ["--duration", str(args.duration), "--dst-ip", receiver.ip, "--qp", str(i),
                  "--line-rate-pps", str(args.sender_rate), "--dscp", str(DSCP)]
-        extra += [] if case.dcqcn else ["--fixed-rate", "--not-ect"]
+        extra += rp_args if case.dcqcn else ["--fixed-rate", "--not-ect"]
         if case.lossless:      # a lossless NIC: honours pauses of its class, timed on its link
             extra += ["--tclass", str(TCLASS), "--link-mbps", str(topo.access_link(h).bandwidth_mbps)]
         procs.append(agent(h, "send", extra))
@@ -1008,15 +1011,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="incast and spreading: run their cases this many times in a row on one network, "
                          "each lossless case judged at the receivers")
     ap.add_argument("--overlay", action="append", default=[], metavar="FILE",
-                    help="incast: incast.yaml with these sections (`fabric tune --out`): the PFC thresholds and "
-                         "the pfc-dcqcn step profile come from them")
+                    help="incast: incast.yaml with these sections (`fabric tune --out`): the PFC thresholds, "
+                         "the pfc-dcqcn step profile and DCQCN constants come from them")
     args = ap.parse_args(argv)
     if args.runs < 1:
         ap.error(f"--runs must be at least 1, got {args.runs}")
     if args.overlay:                                   # a bad overlay is named before anything starts
         try:
-            load_topology(REPO / "topologies" / "incast.yaml", overlays=args.overlay)
-        except TopologyError as exc:
+            overlaid = load_topology(REPO / "topologies" / "incast.yaml", overlays=args.overlay)
+            if "incast" in args.phases:
+                args.dcqcn_constants = dcqcn_constants(overlaid, args.sender_rate)
+        except (TopologyError, ValueError) as exc:
             ap.error(str(exc))
     if args.spreading_scale <= 0 or args.spreading_load <= 0:
         ap.error("--spreading-scale and --spreading-load must be positive")

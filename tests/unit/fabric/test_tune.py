@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from emulator.dilation import Dilation
-from experiments import ecn_incast, lossless, rdma, train
+from experiments import common, ecn_incast, lossless, rdma, train
 from features import load_topology, topology_from_dict
 from features.tuning import derive, overlay
 from hostagent.collectives import ddp
@@ -165,31 +165,39 @@ def test_the_ecn_experiment_takes_the_bottlenecks_profile_of_each_mode(tmp_path)
     assert exc.value.code == 2
 
 
-def test_the_ecn_experiments_dcqcn_agents_take_the_overlays_constants_and_dcqcn_over_them(tmp_path, capsys):
+def test_the_ecn_and_lossless_experiments_dcqcn_agents_take_the_overlays_constants(tmp_path, capsys):
     over = tmp_path / "cc.yaml"
     over.write_text(yaml.safe_dump({"congestion_control": {"dilation": 1, "dcqcn": {
         "cnp_interval_s": 0.018, "rate_timer_s": 0.0198,
         "at_line_rate": [{"line_rate_pps": 500, "byte_counter_bytes": 90000, "r_ai_pps": 0.5}]}}}))
     topo = load_topology("incast", overlays=[over])
-    assert ecn_incast.dcqcn_constants(topo, 500, []) == {"cnp_interval_s": 0.018, "rate_timer_s": 0.0198,
+    assert common.dcqcn_constants(topo, 500, []) == {"cnp_interval_s": 0.018, "rate_timer_s": 0.0198,
                                                          "byte_counter_bytes": 90000, "r_ai_pps": 0.5}
     assert "dcqcn from the overlay's congestion_control: " in capsys.readouterr().out
     # --dcqcn over the overlay's; at another line rate the per-rate entry does not apply, and it says so
-    got = ecn_incast.dcqcn_constants(topo, 800, ["rate_timer_s=0.05", "g=0.0625"])
+    got = common.dcqcn_constants(topo, 800, ["rate_timer_s=0.05", "g=0.0625"])
     assert got == {"cnp_interval_s": 0.018, "rate_timer_s": 0.05, "g": 0.0625}
     out = capsys.readouterr().out
     assert "has no entry at the agents' line rate 800 packets/s (entries at 500): byte_counter_bytes, r_ai_pps " \
            "left at their defaults" in out
     assert "dcqcn from --dcqcn: rate_timer_s = 0.05, g = 0.0625" in out
-    assert ecn_incast.dcqcn_constants(load_topology("incast"), 500, []) == {}
+    assert common.dcqcn_constants(load_topology("incast"), 500, []) == {}
     for bad, named in (["rate_timer=1"], "rate_timer: not a parameter of dcqcn"), (["g"], "--dcqcn g: expected"), \
             (["byte_counter_bytes=1.5"], "byte_counter_bytes: expected a whole number"):
         with pytest.raises(ValueError, match=named):
-            ecn_incast.dcqcn_constants(topo, 500, bad)
+            common.dcqcn_constants(topo, 500, bad)
     # the agents get them as their own flags (the CNP interval the receiver's)
+    assert common.roce_dcqcn_args({"cnp_interval_s": 0.018, "rate_timer_s": 0.0198, "byte_counter_bytes": 90000}) \
+        == (["--cnp-interval-s", "0.018"], ["--rate-timer-s", "0.0198", "--byte-counter-bytes", "90000"])
     with pytest.raises(SystemExit) as exc:
         ecn_incast.main(["--overlay", str(over), "--dcqcn", "min_rate_pps=0"])
     assert exc.value.code == 2 and "min_rate_pps" in capsys.readouterr().err
+    # the lossless experiment's incast (its pfc-dcqcn case) takes them too, refused by name before it starts
+    bad = tmp_path / "bad-cc.yaml"
+    bad.write_text(yaml.safe_dump({"congestion_control": {"dilation": 1, "dcqcn": {"g": 2.0}}}))
+    with pytest.raises(SystemExit) as exc:
+        lossless.main(["--phases", "incast", "--overlay", str(bad)])
+    assert exc.value.code == 2 and "g must be within (0, 1]" in capsys.readouterr().err
 
 
 def test_the_lossless_experiments_incast_takes_pfc_and_marking_from_an_overlay(tmp_path):
