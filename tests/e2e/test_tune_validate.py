@@ -2,7 +2,10 @@
 trip and its pause response probed, the values derived from them written on
 the live switches and judged green by three checks (an incast into the
 lossless class, a congested port, a watchdog storm) in under two minutes;
-then the same overlay with its headroom halved fails, naming the headroom."""
+then the same overlay with its headroom halved fails, naming the headroom.
+On fat-tree-k4: derived from its own probes (five switches a round trip),
+and its incast into the lossless class validates green (the congested port
+and the storm, judged on leaf-spine, add 45 s here)."""
 import re
 import subprocess
 import sys
@@ -15,8 +18,8 @@ from features import load_topology
 REPO = Path(__file__).resolve().parents[2]
 
 
-def tune(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "fabric.cli", "tune", "--topology", "leaf-spine", "--validate", *args],
+def tune(*args: str, topology: str = "leaf-spine") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fabric.cli", "tune", "--topology", topology, "--validate", *args],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
 
 
@@ -69,3 +72,23 @@ def test_derived_values_validate_green_and_a_halved_headroom_fails_naming_it(tmp
         assert "0 missing" in text and "wrong: lossless.pfc.headroom" not in text, text[-3000:]
         assert proc.returncode == 0 or re.search(r"wrong: lossless\.pfc\.xon = \d+ packets$", text, re.M), \
             text[-3000:]
+
+
+def test_fat_tree_k4_derives_from_its_own_probes_and_its_incast_validates_green(tmp_path):
+    """20 switches on two cores: the calibration dilates them (x40.5 on the tests' BMv2 build) and the incast
+    still ran unfaithfully in 4 runs of 4 (threads waited for a core 54-57% of it; docs/tuning.md), so what
+    is judged is the outcome: every lossless packet received, the run's verdict said. 38-40 s a run."""
+    out = tmp_path / "tuned.yaml"
+    proc = tune("--checks", "incast", "--out", str(out), topology="fat-tree-k4")
+    text = proc.stdout
+    assert proc.returncode == 0, text[-4000:] + proc.stderr[-3000:]
+    assert re.search(r"round trip h1 -> h5 \(5 switches\), \d+ pings: p50 [0-9.]+ ms, p90 [0-9.]+ ms", text)
+    beyond = int(re.search(r"at most (\d+) packets arrived after a pause", text).group(1))
+    incast = re.search(r"^PASS incast into the lossless class: 4 senders \(h1, h3, h7, h10\) -> h5 .*: (\d+) of (\d+) "
+                       r"received, utilisation ([0-9.]+), 0 missing at the receiver, 0 headroom drops", text, re.M)
+    assert incast and int(incast.group(1)) == int(incast.group(2)) > 0, text[-4000:]
+    assert re.search(r"fidelity (ok|violated: )", text)
+    assert re.search(r"validation: 1 of 1 checks passed in \d+ s", text)
+    written = yaml.safe_load(out.read_text())
+    assert set(written) == {"lossless", "ecn", "congestion_control"}
+    assert written["lossless"]["pfc"]["headroom"] >= beyond
