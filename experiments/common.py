@@ -136,9 +136,6 @@ def _agent(module: str, host, role: str, start_at: float | StartGate, out_dir: P
     return subprocess.Popen(cmd, cwd=REPO)
 
 
-ROCE_PAYLOAD_BYTES = 1000     # the RoCEv2 agent's payload (hostagent.ecn.roce --payload); DCQCN has no MTU of its own
-
-
 def roce_agent(host, role: str, *, start_at: float | StartGate, out_dir: Path,
                extra: Sequence[str] = ()) -> subprocess.Popen:
     """hostagent.ecn.roce `role` ("send" or "receive") in `host`'s namespace,
@@ -299,7 +296,7 @@ def programmed_fabric(topo, name: str, log_level: str) -> Iterator[tuple[Network
         yield net, ctl
 
 
-def cc_constants(topo, cc: str, line_rate_pps: float, mtu: int, dilation: float = 1.0
+def cc_constants(topo, cc: str, line_rate_pps: float, mtu: int = 1024, dilation: float = 1.0
                  ) -> tuple[dict[str, float], str]:
     """What the topology's `congestion_control:` section (an overlay's)
     gives an RDMA sender running `cc` at `line_rate_pps` on a network
@@ -324,29 +321,23 @@ def cc_constants_line(cc: str, values: dict[str, float], unmatched: str) -> str:
             + (f"; {unmatched}" if unmatched else ""))
 
 
-def dcqcn_constants(topo, line_rate_pps: float, overrides: Sequence[str] = ()) -> dict[str, float]:
+def dcqcn_constants(topo, line_rate_pps: float, overrides: Sequence[tuple[str, float]] = ()) -> dict[str, float]:
     """The DCQCN constants the RoCEv2 agents (hostagent.ecn.roce) of a DCQCN
     case are given: the topology's congestion_control section's (an
-    overlay's) at the senders' line rate, each NAME=VALUE of `overrides` (an
-    experiment's --dcqcn) over them; checked as the agents take them
-    (ValueError naming the constant). Prints what came from where."""
-    given, unmatched = cc_constants(topo, "dcqcn", line_rate_pps, ROCE_PAYLOAD_BYTES)
+    overlay's) at the senders' line rate, each (name, value) of `overrides`
+    (an experiment's --dcqcn NAME=VALUE, hostagent.rdma.agent.parse_cc_param)
+    over them; checked as the agents take them (ValueError naming the
+    constant). Prints what came from where."""
+    given, unmatched = cc_constants(topo, "dcqcn", line_rate_pps)
     if given or unmatched:
         print(cc_constants_line("dcqcn", given, unmatched), flush=True)
-    pairs = []
-    for kv in overrides:
-        name, sep, value = kv.partition("=")
-        try:
-            pairs.append((name, float(value if sep else "")))
-        except ValueError:
-            raise ValueError(f"--dcqcn {kv}: expected NAME=VALUE, VALUE a number") from None
-    merged = {**given, **cc_param_values("dcqcn", pairs, "send", line_rate_pps, ROCE_PAYLOAD_BYTES)}
-    if pairs:
-        print("dcqcn from --dcqcn: " + ", ".join(f"{k} = {v:g}" for k, v in pairs), flush=True)
-    try:
-        return cc_param_values("dcqcn", merged, "send", line_rate_pps, ROCE_PAYLOAD_BYTES)
-    except ValueError as exc:
-        raise ValueError(f"the overlay's dcqcn with --dcqcn: {exc}") from None
+    for name, _ in overrides:
+        if name == "line_rate_pps":
+            raise ValueError("--dcqcn line_rate_pps: the senders' line rate is the experiment's --sender-rate")
+    chosen = cc_param_values("dcqcn", list(overrides), "send", line_rate_pps)
+    if chosen:
+        print("dcqcn from --dcqcn: " + ", ".join(f"{k} = {v:g}" for k, v in chosen.items()), flush=True)
+    return {**given, **chosen}
 
 
 def roce_dcqcn_args(constants: dict[str, float]) -> tuple[list[str], list[str]]:

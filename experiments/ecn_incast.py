@@ -58,6 +58,7 @@ from features.ecn import MARKED_COUNTER, EcnProfile
 from emulator.network import Network, queue_rate_pps
 from control.topology import TopologyError
 from features import load_topology
+from hostagent.rdma.agent import parse_cc_param
 
 
 @dataclass(frozen=True)
@@ -212,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = experiment_parser("ecn_incast", __doc__)
     ap.add_argument("--duration", type=float, default=10.0, help="seconds of traffic per case")
     ap.add_argument("--sender-rate", type=float, default=500.0, help="sender line rate, pkts/s (4 senders)")
-    ap.add_argument("--dcqcn", action="append", default=[], metavar="NAME=VALUE",
+    ap.add_argument("--dcqcn", action="append", default=[], metavar="NAME=VALUE", type=parse_cc_param,
                     help="set a DCQCN constant (hostagent.ecn.dcqcn.DcqcnParams' field), over the overlay's, e.g. "
                          "--dcqcn g=0.0625")
     ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "ecn_incast"),

@@ -197,7 +197,7 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
     def agent(host, role: str, extra: list[str]) -> subprocess.Popen:
         return roce_agent(host, role, start_at=gate, out_dir=case_dir, extra=extra)
 
-    np_args, rp_args = roce_dcqcn_args(getattr(args, "dcqcn_constants", {}) if case.dcqcn else {})
+    np_args, rp_args = roce_dcqcn_args(args.dcqcn_constants if case.dcqcn else {})
     procs = [agent(receiver, "receive", ["--duration", str(args.duration + 1.0), *np_args])]
     for i, h in enumerate(senders, start=1):
         extra = ["--duration", str(args.duration), "--dst-ip", receiver.ip, "--qp", str(i),
@@ -1016,10 +1016,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.runs < 1:
         ap.error(f"--runs must be at least 1, got {args.runs}")
+    args.dcqcn_constants = {}                          # the pfc-dcqcn case's DCQCN constants: the agents' defaults
     if args.overlay:                                   # a bad overlay is named before anything starts
         try:
             overlaid = load_topology(REPO / "topologies" / "incast.yaml", overlays=args.overlay)
-            if "incast" in args.phases:
+            if "incast" in args.phases and "pfc-dcqcn" in args.cases:
                 args.dcqcn_constants = dcqcn_constants(overlaid, args.sender_rate)
         except (TopologyError, ValueError) as exc:
             ap.error(str(exc))

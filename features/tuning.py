@@ -108,11 +108,12 @@ def carried(cc: str, field: str, line_rate_pps: Optional[float] = None) -> str:
 
 def dcqcn_carried(field: str, line_rate_pps: Optional[float] = None) -> str:
     """Where a DCQCN parameter can be set: the overlay's section (the RDMA
-    agents' --cc-param; the ECN experiment gives it to the RoCEv2 agent's
-    flags, the receiver's for the CNP interval) and ecn_incast's --dcqcn."""
+    agents' --cc-param; the ECN and lossless experiments give it to the
+    RoCEv2 agent's flags, the receiver's for the CNP interval) and
+    ecn_incast's --dcqcn."""
     agent = "receive --cnp-interval-s" if field == "cnp_interval_s" else f"send --{field.replace('_', '-')}"
-    return (f"{carried('dcqcn', field, line_rate_pps)}; fabric experiment ecn_incast --overlay (python -m "
-            f"hostagent.ecn.roce {agent}), or --dcqcn {field}=VALUE")
+    return (f"{carried('dcqcn', field, line_rate_pps)}; fabric experiment ecn_incast|lossless --overlay (python -m "
+            f"hostagent.ecn.roce {agent}), or ecn_incast --dcqcn {field}=VALUE")
 
 
 def fmt(value: float) -> str:

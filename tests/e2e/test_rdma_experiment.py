@@ -195,16 +195,12 @@ def test_short_messages_among_long_flows_and_flows_joining_and_leaving(tmp_path)
         assert (out / "converge" / f"{cc}-pfc" / "rates.png").stat().st_size > 10_000
         if not faithful(converge[cc]):
             continue
-        # Every window between events delivers something (Jain 0: none did). A CI rehearsal of 2026-11-28 saw
-        # DCQCN's three flows all stalled for the 2 s after the third joined (go-back-N timeouts after 673
-        # frames lost before the pipeline, threads waiting for a core 65%): a violated case, not asserted.
+        # Every window between events delivers something (Jain 0: none did). (DCQCN and TIMELY, in `make
+        # experiments`, dip with PFC down to nothing for most of an interval when their losses before the
+        # pipeline stall every flow on go-back-N timeouts: CI rehearsals of 2026-11-27 and 28.)
         assert all(float(e["jain"]) > 0 for e in mine), mine
         if cc == "hpcc":   # it holds the link through joins and leaves (Swift did in CI, 0.76-0.99, and by hand
             # down to 0.59: with its absolute delay target, not asserted; it resends nothing, below)
             assert all(float(e["utilisation"]) > 0.5 for e in mine), mine
-        # DCQCN and TIMELY dip with PFC, down to nothing for most of an interval (a CI run: DCQCN 0.0
-        # after the fourth join; 0.041-0.058 in a run on 2026-11-27) when their losses before the
-        # pipeline (named in summary.csv) stall every flow on go-back-N timeouts
-        if cc in ("hpcc", "swift"):
-            assert int(converge[cc]["retransmitted"]) == 0 or converge[cc]["lost_before_pipeline"], converge[cc]
+        assert int(converge[cc]["retransmitted"]) == 0 or converge[cc]["lost_before_pipeline"], converge[cc]
     assert any(e["converged_after_s"] != "" for e in events), "no algorithm settled after any event"

@@ -82,8 +82,11 @@ def test_fat_tree_k4_derives_from_its_own_probes_and_its_incast_validates_green(
     proc = tune("--checks", "incast", "--out", str(out), topology="fat-tree-k4")
     text = proc.stdout
     assert proc.returncode == 0, text[-4000:] + proc.stderr[-3000:]
-    assert re.search(r"round trip h1 -> h5 \(5 switches\), \d+ pings: p50 [0-9.]+ ms, p90 [0-9.]+ ms", text)
-    beyond = int(re.search(r"at most (\d+) packets arrived after a pause", text).group(1))
+    assert re.search(r"round trip h1 -> h5 \(5 switches\), \d+ pings: p50 [0-9.]+ ms, p90 [0-9.]+ ms", text), \
+        text[-4000:]
+    probe = re.search(r"at most (\d+) packets arrived after a pause", text)
+    assert probe, text[-4000:]
+    beyond = int(probe.group(1))
     incast = re.search(r"^PASS incast into the lossless class: 4 senders \(h1, h3, h7, h10\) -> h5 .*: (\d+) of (\d+) "
                        r"received, utilisation ([0-9.]+), 0 missing at the receiver, 0 headroom drops", text, re.M)
     assert incast and int(incast.group(1)) == int(incast.group(2)) > 0, text[-4000:]

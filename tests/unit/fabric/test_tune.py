@@ -36,8 +36,8 @@ def test_leaf_spine_prints_every_derivation_and_the_congestion_controls_constant
            "r = 8333 packets/s, RTT = 3.6 ms, BDP = r RTT = 30 packets) [dctcp]\n" in out
     assert "\n  dcqcn.rate_timer_s = 0.0198 s  (T_ref x s; T_ref = 55 us, s = 360) [dcqcn]\n" in out
     assert "carried by: overlay: congestion_control.dcqcn.rate_timer_s (fabric train, fabric experiment rdma " \
-           "--overlay: python -m hostagent.rdma send --cc-param rate_timer_s=VALUE); fabric experiment ecn_incast " \
-           "--overlay (python -m hostagent.ecn.roce send --rate-timer-s), or --dcqcn rate_timer_s=VALUE" in out
+           "--overlay: python -m hostagent.rdma send --cc-param rate_timer_s=VALUE); fabric experiment ecn_incast|lossless " \
+           "--overlay (python -m hostagent.ecn.roce send --rate-timer-s), or ecn_incast --dcqcn rate_timer_s=VALUE" in out
     assert "\n  hpcc.w_ai[NIC line rate 8333 packets/s] = 0.5 packets  (W_init (1 - eta) / N; W_init = 30 packets, " \
            "eta = 0.95, N = 3) [hpcc]\n" in out
     assert "carried by: overlay: congestion_control.hpcc.base_rtt_s (fabric train, fabric experiment rdma " \
@@ -175,17 +175,22 @@ def test_the_ecn_and_lossless_experiments_dcqcn_agents_take_the_overlays_constan
                                                          "byte_counter_bytes": 90000, "r_ai_pps": 0.5}
     assert "dcqcn from the overlay's congestion_control: " in capsys.readouterr().out
     # --dcqcn over the overlay's; at another line rate the per-rate entry does not apply, and it says so
-    got = common.dcqcn_constants(topo, 800, ["rate_timer_s=0.05", "g=0.0625"])
+    got = common.dcqcn_constants(topo, 800, [("rate_timer_s", 0.05), ("g", 0.0625)])
     assert got == {"cnp_interval_s": 0.018, "rate_timer_s": 0.05, "g": 0.0625}
     out = capsys.readouterr().out
     assert "has no entry at the agents' line rate 800 packets/s (entries at 500): byte_counter_bytes, r_ai_pps " \
            "left at their defaults" in out
     assert "dcqcn from --dcqcn: rate_timer_s = 0.05, g = 0.0625" in out
     assert common.dcqcn_constants(load_topology("incast"), 500, []) == {}
-    for bad, named in (["rate_timer=1"], "rate_timer: not a parameter of dcqcn"), (["g"], "--dcqcn g: expected"), \
-            (["byte_counter_bytes=1.5"], "byte_counter_bytes: expected a whole number"):
+    for bad, named in ([("rate_timer", 1)], "rate_timer: not a parameter of dcqcn"), \
+            ([("byte_counter_bytes", 1.5)], "byte_counter_bytes: expected a whole number"), \
+            ([("line_rate_pps", 400)], "the senders' line rate is the experiment's --sender-rate"):
         with pytest.raises(ValueError, match=named):
             common.dcqcn_constants(topo, 500, bad)
+    for flag, named in (("g", "expected NAME=VALUE"), ("r_ai_pps=nan", "r_ai_pps: expected a finite number")):
+        with pytest.raises(SystemExit) as exc:
+            ecn_incast.main(["--dcqcn", flag])
+        assert exc.value.code == 2 and named in capsys.readouterr().err
     # the agents get them as their own flags (the CNP interval the receiver's)
     assert common.roce_dcqcn_args({"cnp_interval_s": 0.018, "rate_timer_s": 0.0198, "byte_counter_bytes": 90000}) \
         == (["--cnp-interval-s", "0.018"], ["--rate-timer-s", "0.0198", "--byte-counter-bytes", "90000"])
