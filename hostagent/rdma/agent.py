@@ -57,6 +57,7 @@ from hostagent.rdma.frames import FrameBuilder, Malformed, NotOurs, check_dscp, 
 from hostagent.rdma.output import percentiles, write_messages, write_summary
 from hostagent.rdma.transport import MODES, SEND, WRITE, Ack, Requester, Responder, TransportParams
 from hostagent.rdma.uet import UetParams
+from hostagent.rdma.grain import LoopGrain
 from hostagent.rdma.uet_agent import UET, run_uet_receiver, run_uet_sender, uet_params
 from hostagent.sender import add_host_arguments
 from hostagent.start import add_start_arguments, wait_for_start
@@ -64,7 +65,6 @@ from wire.rdma import RETH_OPCODES, HopRecord
 from wire.trimming import TRIMMED_DSCP
 
 SAMPLE_S = 0.01
-IDLE_WAIT_S = 0.001          # a sender with nothing to send waits for a frame this long at most (timers' grain)
 _stopping = False              # SIGTERM: finish the loop, write the summary
 
 
@@ -230,6 +230,7 @@ def run_sender(a, sock=None) -> dict:
     sock.setblocking(False)
     stamped = stamp_arrivals(sock)
     pfc = PauseState(a.link_mbps) if a.tclass is not None else None
+    grain = LoopGrain.dilated(dilation(a).factor)
     ignored: defaultdict[str, int] = defaultdict(int)
     series = []
     late_s = wait_for_start(a)
@@ -292,7 +293,7 @@ def run_sender(a, sock=None) -> dict:
                            req.outstanding, req.stats.sent, req.stats.retransmitted))
             next_sample += SAMPLE_S
         if pfc is not None and pfc.paused(a.tclass, now):
-            time.sleep(0.0002)
+            time.sleep(grain.paused_s)
             continue
         now = time.monotonic() - t0     # the send time an RTT sample starts from: not before the frames read above
         pkt = req.next_packet(now) if now < a.duration or a.messages or a.poisson_per_s else None
@@ -305,7 +306,7 @@ def run_sender(a, sock=None) -> dict:
                 ignored["tx-error"] += 1
         else:       # paced: until the next send time; held by the window (or idle): until a frame comes
             wait = req.next_send_time() - (time.monotonic() - t0)
-            select.select([sock], [], [], min(wait, 0.0005) if wait > 0 else IDLE_WAIT_S)
+            select.select([sock], [], [], min(wait, grain.pace_s) if wait > 0 else grain.idle_s)
     completed = [m for m in req.messages if m.completed_at is not None and m.error is None]
     fct_ms = [1000 * (m.completed_at - m.posted_at) for m in completed if m.completed_at is not None]
     elapsed = max((m.completed_at for m in completed if m.completed_at is not None), default=0.0)
@@ -345,7 +346,7 @@ def run_receiver(a, sock=None) -> dict:
     params = transport_params(a)
     errors: list[str] = []
     sock = sock or open_socket(a.iface)
-    sock.settimeout(0.0005)
+    sock.settimeout(LoopGrain.dilated(dilation(a).factor).receive_s)
     flows: dict[tuple[str, int], tuple[Responder, FrameBuilder]] = {}
     delivered_bytes: defaultdict[tuple[str, int], int] = defaultdict(int)
     last_hop_queue: list[int] = []          # INT to the host: the queue each packet met at the last switch

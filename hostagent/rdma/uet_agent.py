@@ -26,6 +26,7 @@ from hostagent.ecn.roce import open_socket, recv_stamped, stamp_arrivals
 from hostagent.rdma.frames import ETH, L4, UDP_BYTES, Malformed, NotOurs, _ip, set_lengths
 from hostagent.rdma.output import percentiles, write_messages, write_summary
 from hostagent.rdma.cc.rccc import CreditScheduler
+from hostagent.rdma.grain import LoopGrain
 from hostagent.rdma.uet import AckSpray, UetParams, UetReceiver, UetSender
 from hostagent.start import wait_for_start
 from wire.ecn import CE, ECT0
@@ -38,7 +39,6 @@ UET = "uet"
 PDS_AT = L4 + UDP_BYTES
 ENTROPY_BASE = 0xC000
 SAMPLE_S = 0.01
-IDLE_WAIT_S = 0.001
 
 
 def entropies(pdc: int, count: int) -> tuple[int, ...]:
@@ -153,6 +153,7 @@ def run_uet_sender(a, cc, params: UetParams, stopping, sock=None) -> dict:
     sock = sock or open_socket(a.iface)
     sock.setblocking(False)
     stamped = stamp_arrivals(sock)
+    grain = LoopGrain.dilated(getattr(a, "dilation", 1.0))
     ignored: defaultdict[str, int] = defaultdict(int)
     series = []
     late_s = wait_for_start(a)
@@ -203,7 +204,7 @@ def run_uet_sender(a, cc, params: UetParams, stopping, sock=None) -> dict:
                 ignored["tx-error"] += 1
         else:
             wait = snd.next_send_time() - (time.monotonic() - t0)
-            select.select([sock], [], [], min(wait, 0.0005) if wait > 0 else IDLE_WAIT_S)
+            select.select([sock], [], [], min(wait, grain.pace_s) if wait > 0 else grain.idle_s)
     completed = [m for m in snd.messages if m.completed_at is not None and m.error is None]
     fct_ms = [1000 * (m.completed_at - m.posted_at) for m in completed if m.completed_at is not None]
     elapsed = max((m.completed_at for m in completed if m.completed_at is not None), default=0.0)
@@ -229,7 +230,7 @@ def run_uet_receiver(a, params: UetParams, stopping, sock=None) -> dict:
     """Every PDC that reaches this host; with --credit-pps R, RCCC's credit
     for this host's link of R packets/s."""
     sock = sock or open_socket(a.iface)
-    sock.settimeout(0.0005)
+    sock.settimeout(LoopGrain.dilated(getattr(a, "dilation", 1.0)).receive_s)
     credit = (CreditScheduler(a.credit_pps, params.mtu_bytes, base_rtt_s=a.credit_rtt_s) if a.credit_pps
               else None)
     rcv = UetReceiver(params, credit=credit)

@@ -1,0 +1,34 @@
+"""How long an RDMA agent's loop sleeps when no frame arrives: the grain of
+its pacing, its pauses and its timers.
+
+A frame wakes the loop at once (select, a socket timeout); these bound the
+sleep when none comes. They are in the network's time: on a network dilated
+D times (--dilation, emulator/dilation.py) the gaps between packets, the
+pauses and the timers are all D times longer, so the loop sleeps D times
+longer for the same precision. Undilated, a paced sender and a receiver wake
+2,000 times a second each whatever their rate; at x16 that fixed cost, which
+the budget does not count, would not fall with the dilation.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PACE_S = 0.0005        # a paced sender: the longest sleep before its next send time
+IDLE_S = 0.001         # a sender with nothing to send (its window full, or idle): until a frame or its timers
+PAUSED_S = 0.0002      # a sender whose class PFC pauses: how often it looks at the pause again
+RECEIVE_S = 0.0005     # a receiver: its socket's timeout, the grain of its timers (ACK coalescing, reordering)
+
+
+@dataclass(frozen=True)
+class LoopGrain:
+    """The sleeps of one agent's loop, in seconds of wall time."""
+    pace_s: float = PACE_S
+    idle_s: float = IDLE_S
+    paused_s: float = PAUSED_S
+    receive_s: float = RECEIVE_S
+
+    @classmethod
+    def dilated(cls, factor: float) -> "LoopGrain":
+        """The grain on a network dilated `factor` times (>= 1: never finer than undilated)."""
+        f = max(1.0, factor)
+        return cls(PACE_S * f, IDLE_S * f, PAUSED_S * f, RECEIVE_S * f)

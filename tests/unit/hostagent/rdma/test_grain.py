@@ -1,0 +1,35 @@
+"""The RDMA agents' loop grain (hostagent/rdma/grain.py): in the network's
+time, so a dilated network's agents wake as many times less often."""
+import pytest
+
+from hostagent.rdma import agent
+from hostagent.rdma.grain import IDLE_S, PACE_S, PAUSED_S, RECEIVE_S, LoopGrain
+
+
+def test_undilated_is_the_loops_own_grain_and_a_dilated_one_scales_every_sleep():
+    assert LoopGrain.dilated(1.0) == LoopGrain() == LoopGrain(PACE_S, IDLE_S, PAUSED_S, RECEIVE_S)
+    at16 = LoopGrain.dilated(16)
+    assert at16 == LoopGrain(16 * PACE_S, 16 * IDLE_S, 16 * PAUSED_S, 16 * RECEIVE_S)
+    assert LoopGrain.dilated(0.5) == LoopGrain()          # never finer than undilated
+
+
+class _Socket:
+    """A receiver's socket that records its timeout and stops the loop at the first read."""
+    timeout = None
+
+    def settimeout(self, value):
+        self.timeout = value
+
+    def recv(self, _n):
+        raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("dilation", [1.0, 8.0])
+def test_the_receivers_socket_timeout_is_the_grain_at_its_dilation(dilation):
+    a = agent.parser().parse_args(["receive", "--iface", "h1-eth0", "--src-ip", "10.0.1.1", "--src-mac",
+                                   "02:00:00:00:00:01", "--gw-mac", "02:00:00:00:00:02", "--duration", "0.01",
+                                   "--dilation", f"{dilation:g}"])
+    sock = _Socket()
+    with pytest.raises(KeyboardInterrupt):
+        agent.run_receiver(a, sock=sock)
+    assert sock.timeout == pytest.approx(RECEIVE_S * dilation)
