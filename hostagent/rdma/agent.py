@@ -230,7 +230,7 @@ def run_sender(a, sock=None) -> dict:
     sock.setblocking(False)
     stamped = stamp_arrivals(sock)
     pfc = PauseState(a.link_mbps) if a.tclass is not None else None
-    grain = LoopGrain.dilated(dilation(a).factor)
+    grain = dilation(a).params(LoopGrain)
     ignored: defaultdict[str, int] = defaultdict(int)
     series = []
     late_s = wait_for_start(a)
@@ -346,7 +346,7 @@ def run_receiver(a, sock=None) -> dict:
     params = transport_params(a)
     errors: list[str] = []
     sock = sock or open_socket(a.iface)
-    sock.settimeout(LoopGrain.dilated(dilation(a).factor).receive_s)
+    sock.settimeout(dilation(a).params(LoopGrain).receive_s)
     flows: dict[tuple[str, int], tuple[Responder, FrameBuilder]] = {}
     delivered_bytes: defaultdict[tuple[str, int], int] = defaultdict(int)
     last_hop_queue: list[int] = []          # INT to the host: the queue each packet met at the last switch

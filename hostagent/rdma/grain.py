@@ -13,22 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-PACE_S = 0.0005        # a paced sender: the longest sleep before its next send time
-IDLE_S = 0.001         # a sender with nothing to send (its window full, or idle): until a frame or its timers
-PAUSED_S = 0.0002      # a sender whose class PFC pauses: how often it looks at the pause again
-RECEIVE_S = 0.0005     # a receiver: its socket's timeout, the grain of its timers (ACK coalescing, reordering)
-
 
 @dataclass(frozen=True)
 class LoopGrain:
-    """The sleeps of one agent's loop, in seconds of wall time."""
-    pace_s: float = PACE_S
-    idle_s: float = IDLE_S
-    paused_s: float = PAUSED_S
-    receive_s: float = RECEIVE_S
-
-    @classmethod
-    def dilated(cls, factor: float) -> "LoopGrain":
-        """The grain on a network dilated `factor` times (>= 1: never finer than undilated)."""
-        f = max(1.0, factor)
-        return cls(PACE_S * f, IDLE_S * f, PAUSED_S * f, RECEIVE_S * f)
+    """The sleeps of one agent's loop, in seconds, undilated; an agent on a
+    dilated network takes Dilation(D).params(LoopGrain): every one x D (the
+    `_s` suffix makes each a time)."""
+    pace_s: float = 0.0005      # a paced sender: the longest sleep before its next send time
+    idle_s: float = 0.001       # a sender with nothing to send (its window full, or idle): until a frame or its timers
+    paused_s: float = 0.0002    # a sender whose class PFC pauses: how often it looks at the pause again
+    receive_s: float = 0.0005   # a receiver: its socket's timeout, the grain of its timers (ACK coalescing, reordering)

@@ -2,15 +2,17 @@
 time, so a dilated network's agents wake as many times less often."""
 import pytest
 
+from emulator.dilation import Dilation
 from hostagent.rdma import agent
-from hostagent.rdma.grain import IDLE_S, PACE_S, PAUSED_S, RECEIVE_S, LoopGrain
+from hostagent.rdma.grain import LoopGrain
 
 
 def test_undilated_is_the_loops_own_grain_and_a_dilated_one_scales_every_sleep():
-    assert LoopGrain.dilated(1.0) == LoopGrain() == LoopGrain(PACE_S, IDLE_S, PAUSED_S, RECEIVE_S)
-    at16 = LoopGrain.dilated(16)
-    assert at16 == LoopGrain(16 * PACE_S, 16 * IDLE_S, 16 * PAUSED_S, 16 * RECEIVE_S)
-    assert LoopGrain.dilated(0.5) == LoopGrain()          # never finer than undilated
+    g = LoopGrain()
+    assert (g.pace_s, g.idle_s, g.paused_s, g.receive_s) == (0.0005, 0.001, 0.0002, 0.0005)
+    assert Dilation(1.0).params(LoopGrain) == g
+    assert Dilation(16).params(LoopGrain) == LoopGrain(16 * g.pace_s, 16 * g.idle_s, 16 * g.paused_s,
+                                                       16 * g.receive_s)
 
 
 class _Socket:
@@ -32,4 +34,4 @@ def test_the_receivers_socket_timeout_is_the_grain_at_its_dilation(dilation):
     sock = _Socket()
     with pytest.raises(KeyboardInterrupt):
         agent.run_receiver(a, sock=sock)
-    assert sock.timeout == pytest.approx(RECEIVE_S * dilation)
+    assert sock.timeout == pytest.approx(LoopGrain().receive_s * dilation)
