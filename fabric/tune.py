@@ -45,8 +45,9 @@ from emulator.dilation import Dilation, DilationError, section_dilation
 from emulator.network import queue_rate_pps
 from experiments.train import LOSSLESS_SECTION
 from experiments.common import percentile
-from experiments.tuning import (CHECKS, INCAST_AGENTS, INCAST_LOAD, RESPONSE_MARGIN_PACKETS, RESPONSE_PROBE_PFC,
-                                RESPONSE_PROBE_S, Check, Validation, Values, longest_pair_hosts, with_watchdog)
+from experiments.tuning import (CHECKS, INCAST_AGENTS, INCAST_LOAD, REFINE_ROUNDS, REFINED, RESPONSE_MARGIN_PACKETS,
+                                RESPONSE_PROBE_PFC, RESPONSE_PROBE_S, Check, Validation, Values, longest_pair_hosts,
+                                with_watchdog)
 from features import FEATURES, SECTIONS, load_topology, topology_from_dict
 from features.lossless import SECTION as LOSSLESS
 from features.tuning import HOP_S, Paths, Tuning, derive, overlay, report
@@ -215,29 +216,40 @@ def on_the_live_fabric(args: argparse.Namespace, validation: Validation, paths_d
           f"under load = (beyond + margin {RESPONSE_MARGIN_PACKETS} - 2 - 2 d r) / 2 r = {response.hop_s() * 1000:.3f} ms; derived with t_hop = "
           f"{hop * 1000:.3f} ms", flush=True)
     ecn_mode = args.ecn or (None if validation.topo.features.get("ecn") else "step")
-    tuning = derive(validation.topo, rtt_s=p90, hop_s=hop, flows=args.flows, ecn_mode=ecn_mode,
-                    rtt_source=f"probed: p90 of {len(rtts)} pings {paths_d.pair[0]} -> {paths_d.pair[1]}",
-                    dilation=dilation.factor)
-    sections = overlay(tuning, raw_d, dilation.factor)
+
+    def derived(hop_s: float) -> tuple[Tuning, dict[str, Any]]:
+        t = derive(validation.topo, rtt_s=p90, hop_s=hop_s, flows=args.flows, ecn_mode=ecn_mode,
+                   rtt_source=f"probed: p90 of {len(rtts)} pings {paths_d.pair[0]} -> {paths_d.pair[1]}",
+                   dilation=dilation.factor)
+        return t, overlay(t, raw_d, dilation.factor)
+
+    def under_test_of(sections: dict[str, Any]) -> Optional[Topology]:
+        if given is None:
+            values_raw = {**raw_d, **sections}
+        else:       # the given file's sections are the undilated network's, as a topology's: dilated as it is
+            given_d = {k: v for k, v in dilation.topology(given).items() if k in given}
+            values_raw = {**raw_d, **{k: v for k, v in sections.items() if k not in given}, **given_d}
+        try:
+            return topology_from_dict(values_raw, f"{path} with the values under test")
+        except TopologyError as exc:
+            print(f"fabric tune: the values under test do not load: {exc}", file=sys.stderr)
+            return None
+
+    def applied(tuning: Tuning, under_test: Topology) -> Values:
+        values = Values(with_watchdog(under_test.features[LOSSLESS], *derived_watchdog(tuning)),
+                        dcqcn_values(tuning, validation))
+        validation.apply(values, under_test.features.get("ecn"))
+        return values
+
+    tuning, sections = derived(hop)
     if given is None:
         print("\n".join(report(tuning)), flush=True)
-        values_raw = {**raw_d, **sections}
-        if args.out:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(render(written(sections, dilation), tuning.source, args, dilation))
-            print(f"overlay written: {args.out} ({', '.join(sections)})")
-    else:           # the given file's sections are the undilated network's, as a topology's: dilated as it is
-        given_d = {k: v for k, v in dilation.topology(given).items() if k in given}
-        values_raw = {**raw_d, **{k: v for k, v in sections.items() if k not in given}, **given_d}
+    else:
         print(f"validating {args.validate}'s sections ({', '.join(given) or 'none'}); the others derived")
-    try:
-        under_test = topology_from_dict(values_raw, f"{path} with the values under test")
-    except TopologyError as exc:
-        print(f"fabric tune: the values under test do not load: {exc}", file=sys.stderr)
+    under_test = under_test_of(sections)
+    if under_test is None:
         return None
-    values = Values(with_watchdog(under_test.features[LOSSLESS], *derived_watchdog(tuning)),
-                    dcqcn_values(tuning, validation))
-    validation.apply(values, under_test.features.get("ecn"))
+    values = applied(tuning, under_test)
     pfc = values.lossless.pfc
     print(f"\nvalidating on the live fabric: pfc xoff {pfc.xoff}, xon {pfc.xon}, headroom {pfc.headroom}; "
           f"watchdog detect {values.watchdog.detect_ms:g} ms; {marking_text(under_test, validation)}", flush=True)
@@ -246,12 +258,35 @@ def on_the_live_fabric(args: argparse.Namespace, validation: Validation, paths_d
         t0 = time.monotonic()
         if name == "incast":
             check = validation.incast(values, response)
+            for _ in range(REFINE_ROUNDS if given is None else 0):     # derived values the incast judged wrong
+                if check.passed or check.wrong not in REFINED:
+                    break
+                print("\n".join(check.lines()) + f"  [{time.monotonic() - t0:.0f} s]", flush=True)
+                hop = 2 * hop if hop > 0 else 1 / response.rate_pps
+                refined_tuning, refined_sections = derived(hop)
+                refined = under_test_of(refined_sections)
+                if refined is None:
+                    return None
+                tuning, sections, under_test = refined_tuning, refined_sections, refined
+                values = applied(tuning, under_test)
+                pfc = values.lossless.pfc
+                print(f"refined: {check.wrong} judged wrong, derived again with t_hop doubled to {hop * 1000:.3f} ms "
+                      f"(REFINE_ROUNDS: the probe's figure is one sample of a tail): pfc xoff {pfc.xoff}, xon "
+                      f"{pfc.xon}, headroom {pfc.headroom}"
+                      + (f" ({len(tuning.pfc_ports)} cells their own)" if tuning.pfc_ports else "")
+                      + f"; watchdog detect {values.watchdog.detect_ms:g} ms; the incast again", flush=True)
+                t0 = time.monotonic()
+                check = validation.incast(values, response)
         elif name == "congestion":
             check = validation.congestion(values, marking_text(under_test, validation), tuning.rtt_s)
         else:
             check = validation.storm(values)
         checks.append(check)
         print("\n".join(check.lines()) + f"  [{time.monotonic() - t0:.0f} s]", flush=True)
+    if given is None and args.out:          # the values the checks judged: refined, where the incast refined them
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(render(written(sections, dilation), tuning.source, args, dilation))
+        print(f"overlay written: {args.out} ({', '.join(sections)})")
     return checks
 
 

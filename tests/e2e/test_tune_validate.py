@@ -13,6 +13,7 @@ from pathlib import Path
 
 import yaml
 
+from experiments.tuning import REFINE_ROUNDS
 from features import load_topology
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,8 +35,16 @@ def test_derived_values_validate_green_and_a_halved_headroom_fails_naming_it(tmp
     beyond = int(re.search(r"at most (\d+) packets arrived after a pause", text).group(1))
     assert "probed: p90 of" in text                                      # the RTT the derivation used
     verdicts = re.findall(r"^(PASS|FAIL) (incast into the lossless class|congested port|watchdog storm): ", text, re.M)
-    assert verdicts == [("PASS", "incast into the lossless class"), ("PASS", "congested port"),
-                        ("PASS", "watchdog storm")], text[-4000:]
+    # an incast that judged a value derived from t_hop wrong (the probe's figure is one sample of a tail: 4
+    # of 16 runs) is followed by the values derived again with t_hop doubled, and the incast again
+    refined = re.findall(r"^refined: (lossless\.pfc\.headroom|lossless\.pfc_ports|lossless\.pfc\.xon) judged wrong, "
+                         r"derived again with t_hop doubled", text, re.M)
+    assert len(refined) <= REFINE_ROUNDS
+    assert verdicts == [("FAIL", "incast into the lossless class")] * len(refined) + [
+        ("PASS", "incast into the lossless class"), ("PASS", "congested port"), ("PASS", "watchdog storm")], \
+        text[-4000:]
+    if refined:
+        print(f"refined {len(refined)} time(s): {refined}")
     incast = re.search(r"PASS incast into the lossless class: .*: (\d+) of (\d+) received, utilisation ([0-9.]+), "
                        r"0 missing", text)
     assert incast and int(incast.group(1)) == int(incast.group(2)) > 0

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from experiments.common import percentile
-from experiments.tuning import RESPONSE_MARGIN_PACKETS, Check, Response, cli_number, longest_pair_hosts, missing
+from experiments.tuning import REFINE_ROUNDS, REFINED, RESPONSE_MARGIN_PACKETS, Check, Response, cli_number, longest_pair_hosts, missing
 from fabric.tune import choose_dilation, lossless_class
 from features import load_topology, topology_from_dict
 from features.tuning import HOP_S, Paths, derive, headroom_packets, overlay
@@ -91,3 +91,15 @@ def test_derived_values_reach_the_agents_as_their_options_parse_them():
     assert cli_number(12_830_400) == "12830400", "an int option: no exponent"
     assert cli_number(356076.0) == "356076", "a whole number that came as a float (an overlay's)"
     assert cli_number(0.0625) == "0.0625" and float(cli_number(1234567.25)) == 1234567.25
+
+
+def test_a_failed_check_names_the_parameter_it_judged_wrong_and_the_refinable_ones_are_t_hops():
+    headroom = Check("incast", "lossless.pfc.headroom", False, "", "", why="lossless.pfc.headroom = 4 packets (xoff 5) "
+                     "is too small: 2 lossless packets dropped")
+    cell = Check("incast", "", False, "", "", why="lossless.pfc_ports (leaf1 from h1) headroom = 5 packets (xoff 6)")
+    xon = Check("incast", "", False, "", "", why="lossless.pfc.xon = 4 packets: the receiver's link was used 0.69")
+    lost = Check("incast", "", False, "", "", why="3 lossless packets missing at h3, none dropped at the headroom")
+    assert (headroom.wrong, cell.wrong, xon.wrong, lost.wrong) == ("lossless.pfc.headroom", "lossless.pfc_ports",
+                                                                    "lossless.pfc.xon", "")
+    assert {headroom.wrong, cell.wrong, xon.wrong} == set(REFINED) and REFINE_ROUNDS >= 1
+    assert Check("incast", "", True, "", "").wrong == ""
