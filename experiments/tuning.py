@@ -89,8 +89,8 @@ RESPONSE_PROBE_PFC = PfcThresholds(xoff=8, xon=4, headroom=64)   # room to see i
 # machine the incast that followed saw up to 1 packet more than its probe (leaf-spine x15, 5 paired runs:
 # probe/check 4/4, 3/2, 2/3, 5/4, and CI's 3/4): t_hop under load is derived for the probe's most plus this.
 RESPONSE_MARGIN_PACKETS = 2
-# ... and a sample, too, that can fall short: in 16 paired runs (2026-11-30, leaf-spine x19.5, idle machine)
-# the incast overflowed a headroom derived so in 4 (probe / incast 3/6+, 4/9+, 1/6+; CI's 2/5+: "+", the
+# ... and a sample, too, that can fall short: in 15 paired runs (2026-11-30, leaf-spine x19.5 on the fast BMv2,
+# idle machine) the incast overflowed a headroom derived so in 3 (probe / incast 3/6+, 4/9+, 1/6+; CI's 2/5+: "+", the
 # count ends at a refused packet) and once used the link 0.69 at the XON derived with it. A derived value the
 # incast judges wrong (headroom, a cell's headroom, XON: all from t_hop under load) is derived again with
 # t_hop doubled and the incast run again, at most REFINE_ROUNDS times; values under test from a file are judged,

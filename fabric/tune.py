@@ -20,7 +20,9 @@ experiment or `fabric train` adds, as docs/tuning.md shows).
 the checks' traffic: --dilation auto asks the calibration), probes its
 round trip, derives from it (or takes FILE's values), writes the values on
 the live switches and checks them: an incast into the lossless class, a
-congested port, a watchdog storm (experiments/tuning.py). A topology
+congested port, a watchdog storm (experiments/tuning.py). A derived
+headroom or XON the incast judges wrong is derived again with t_hop
+doubled and judged again, at most twice (REFINE_ROUNDS). A topology
 without a lossless class is validated with `fabric train`'s (class 3,
 DSCP 26). Exit 0 when every check passes, 1 naming the parameter a check
 judged wrong, 2 on bad input.

@@ -35,8 +35,8 @@ def test_derived_values_validate_green_and_a_halved_headroom_fails_naming_it(tmp
     beyond = int(re.search(r"at most (\d+) packets arrived after a pause", text).group(1))
     assert "probed: p90 of" in text                                      # the RTT the derivation used
     verdicts = re.findall(r"^(PASS|FAIL) (incast into the lossless class|congested port|watchdog storm): ", text, re.M)
-    # an incast that judged a value derived from t_hop wrong (the probe's figure is one sample of a tail: 4
-    # of 16 runs) is followed by the values derived again with t_hop doubled, and the incast again
+    # an incast that judged a value derived from t_hop wrong (the probe's figure is one sample of a tail: 3
+    # of 15 runs plus CI's; docs/tuning.md) is followed by the values derived again with t_hop doubled, and the incast again
     refined = re.findall(r"^refined: (lossless\.pfc\.headroom|lossless\.pfc_ports|lossless\.pfc\.xon) judged wrong, "
                          r"derived again with t_hop doubled", text, re.M)
     assert len(refined) <= REFINE_ROUNDS
