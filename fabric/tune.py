@@ -243,6 +243,9 @@ def on_the_live_fabric(args: argparse.Namespace, validation: Validation, paths_d
         validation.apply(values, under_test.features.get("ecn"))
         return values
 
+    def show(check: Check, since: float) -> None:
+        print("\n".join(check.lines()) + f"  [{time.monotonic() - since:.0f} s]", flush=True)
+
     tuning, sections = derived(hop)
     if given is None:
         print("\n".join(report(tuning)), flush=True)
@@ -263,13 +266,12 @@ def on_the_live_fabric(args: argparse.Namespace, validation: Validation, paths_d
             for _ in range(REFINE_ROUNDS if given is None else 0):     # derived values the incast judged wrong
                 if check.passed or check.wrong not in REFINED:
                     break
-                print("\n".join(check.lines()) + f"  [{time.monotonic() - t0:.0f} s]", flush=True)
+                show(check, t0)
                 hop = 2 * hop if hop > 0 else 1 / response.rate_pps
-                refined_tuning, refined_sections = derived(hop)
-                refined = under_test_of(refined_sections)
-                if refined is None:
+                tuning, sections = derived(hop)
+                under_test = under_test_of(sections)
+                if under_test is None:
                     return None
-                tuning, sections, under_test = refined_tuning, refined_sections, refined
                 values = applied(tuning, under_test)
                 pfc = values.lossless.pfc
                 print(f"refined: {check.wrong} judged wrong, derived again with t_hop doubled to {hop * 1000:.3f} ms "
@@ -284,7 +286,7 @@ def on_the_live_fabric(args: argparse.Namespace, validation: Validation, paths_d
         else:
             check = validation.storm(values)
         checks.append(check)
-        print("\n".join(check.lines()) + f"  [{time.monotonic() - t0:.0f} s]", flush=True)
+        show(check, t0)
     if given is None and args.out:          # the values the checks judged: refined, where the incast refined them
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(render(written(sections, dilation), tuning.source, args, dilation))

@@ -57,7 +57,7 @@ from hostagent.rdma.frames import FrameBuilder, Malformed, NotOurs, check_dscp, 
 from hostagent.rdma.output import percentiles, write_messages, write_summary
 from hostagent.rdma.transport import MODES, SEND, WRITE, Ack, Requester, Responder, TransportParams
 from hostagent.rdma.uet import UetParams
-from hostagent.rdma.grain import LoopGrain
+from hostagent.rdma.grain import loop_grain
 from hostagent.rdma.uet_agent import UET, run_uet_receiver, run_uet_sender, uet_params
 from hostagent.sender import add_host_arguments
 from hostagent.start import add_start_arguments, wait_for_start
@@ -230,7 +230,7 @@ def run_sender(a, sock=None) -> dict:
     sock.setblocking(False)
     stamped = stamp_arrivals(sock)
     pfc = PauseState(a.link_mbps) if a.tclass is not None else None
-    grain = dilation(a).params(LoopGrain)
+    grain = loop_grain(a)
     ignored: defaultdict[str, int] = defaultdict(int)
     series = []
     late_s = wait_for_start(a)
@@ -346,7 +346,7 @@ def run_receiver(a, sock=None) -> dict:
     params = transport_params(a)
     errors: list[str] = []
     sock = sock or open_socket(a.iface)
-    sock.settimeout(dilation(a).params(LoopGrain).receive_s)
+    sock.settimeout(loop_grain(a).receive_s)
     flows: dict[tuple[str, int], tuple[Responder, FrameBuilder]] = {}
     delivered_bytes: defaultdict[tuple[str, int], int] = defaultdict(int)
     last_hop_queue: list[int] = []          # INT to the host: the queue each packet met at the last switch

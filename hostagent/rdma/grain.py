@@ -11,7 +11,10 @@ the budget does not count, would not fall with the dilation.
 """
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
+
+from emulator.dilation import Dilation
 
 
 @dataclass(frozen=True)
@@ -23,3 +26,8 @@ class LoopGrain:
     idle_s: float = 0.001       # a sender with nothing to send (its window full, or idle): until a frame or its timers
     paused_s: float = 0.0002    # a sender whose class PFC pauses: how often it looks at the pause again
     receive_s: float = 0.0005   # a receiver: its socket's timeout, the grain of its timers (ACK coalescing, reordering)
+
+
+def loop_grain(a: argparse.Namespace) -> LoopGrain:
+    """The grain at the agent's --dilation (1 where its options have none)."""
+    return Dilation(getattr(a, "dilation", 1.0)).params(LoopGrain)

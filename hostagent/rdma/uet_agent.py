@@ -22,12 +22,11 @@ from typing import Optional, Union
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from emulator.dilation import Dilation
 from hostagent.ecn.roce import open_socket, recv_stamped, stamp_arrivals
 from hostagent.rdma.frames import ETH, L4, UDP_BYTES, Malformed, NotOurs, _ip, set_lengths
 from hostagent.rdma.output import percentiles, write_messages, write_summary
 from hostagent.rdma.cc.rccc import CreditScheduler
-from hostagent.rdma.grain import LoopGrain
+from hostagent.rdma.grain import loop_grain
 from hostagent.rdma.uet import AckSpray, UetParams, UetReceiver, UetSender
 from hostagent.start import wait_for_start
 from wire.ecn import CE, ECT0
@@ -154,7 +153,7 @@ def run_uet_sender(a, cc, params: UetParams, stopping, sock=None) -> dict:
     sock = sock or open_socket(a.iface)
     sock.setblocking(False)
     stamped = stamp_arrivals(sock)
-    grain = Dilation(getattr(a, "dilation", 1.0)).params(LoopGrain)
+    grain = loop_grain(a)
     ignored: defaultdict[str, int] = defaultdict(int)
     series = []
     late_s = wait_for_start(a)
@@ -231,7 +230,7 @@ def run_uet_receiver(a, params: UetParams, stopping, sock=None) -> dict:
     """Every PDC that reaches this host; with --credit-pps R, RCCC's credit
     for this host's link of R packets/s."""
     sock = sock or open_socket(a.iface)
-    sock.settimeout(Dilation(getattr(a, "dilation", 1.0)).params(LoopGrain).receive_s)
+    sock.settimeout(loop_grain(a).receive_s)
     credit = (CreditScheduler(a.credit_pps, params.mtu_bytes, base_rtt_s=a.credit_rtt_s) if a.credit_pps
               else None)
     rcv = UetReceiver(params, credit=credit)

@@ -7,7 +7,8 @@ import pytest
 import yaml
 
 from experiments.common import percentile
-from experiments.tuning import REFINE_ROUNDS, REFINED, RESPONSE_MARGIN_PACKETS, Check, Response, cli_number, longest_pair_hosts, missing
+from experiments.tuning import (REFINE_ROUNDS, REFINED, RESPONSE_MARGIN_PACKETS, Check, Response, cli_number,
+                                longest_pair_hosts, missing)
 from fabric.tune import choose_dilation, lossless_class
 from features import load_topology, topology_from_dict
 from features.tuning import HOP_S, Paths, derive, headroom_packets, overlay
