@@ -188,7 +188,8 @@ def validate(args: argparse.Namespace) -> int:
     except RuntimeError as exc:             # the network, a probe or an agent failed: no verdict
         print(f"fabric tune: {exc}", file=sys.stderr)
         return 2
-    if checks is None:
+    except TopologyError as exc:
+        print(f"fabric tune: the values under test do not load: {exc}", file=sys.stderr)
         return 2
     failed = [c for c in checks if not c.passed]
     unfaithful = [c.name for c in checks if c.passed and c.fidelity != "ok"]
@@ -201,9 +202,9 @@ def validate(args: argparse.Namespace) -> int:
 
 
 def on_the_live_fabric(args: argparse.Namespace, validation: Validation, paths_d: Paths, raw_d: dict,
-                       given: Optional[dict[str, Any]], path: str, dilation: Dilation) -> Optional[list[Check]]:
+                       given: Optional[dict[str, Any]], path: str, dilation: Dilation) -> list[Check]:
     """On the started fabric: probe, derive (or take `given`), write the
-    values, run the checks; None when the values under test do not load."""
+    values, run the checks; TopologyError when the values under test do not load."""
     rtts = validation.probe_rtt()
     p50, p90 = percentile(rtts, 0.5), percentile(rtts, 0.9)
     idle_hop = max(0.0, (p90 - 2 * paths_d.delay_max_s) / (2 * paths_d.switches_max))
@@ -225,23 +226,18 @@ def on_the_live_fabric(args: argparse.Namespace, validation: Validation, paths_d
                    dilation=dilation.factor)
         return t, overlay(t, raw_d, dilation.factor)
 
-    def under_test_of(sections: dict[str, Any]) -> Optional[Topology]:
+    def applied(tuning: Tuning, sections: dict[str, Any]) -> tuple[Topology, Values]:
+        """The values under test (`sections`, or `given`'s) written on the live switches."""
         if given is None:
             values_raw = {**raw_d, **sections}
         else:       # the given file's sections are the undilated network's, as a topology's: dilated as it is
             given_d = {k: v for k, v in dilation.topology(given).items() if k in given}
             values_raw = {**raw_d, **{k: v for k, v in sections.items() if k not in given}, **given_d}
-        try:
-            return topology_from_dict(values_raw, f"{path} with the values under test")
-        except TopologyError as exc:
-            print(f"fabric tune: the values under test do not load: {exc}", file=sys.stderr)
-            return None
-
-    def applied(tuning: Tuning, under_test: Topology) -> Values:
+        under_test = topology_from_dict(values_raw, f"{path} with the values under test")
         values = Values(with_watchdog(under_test.features[LOSSLESS], *derived_watchdog(tuning)),
                         dcqcn_values(tuning, validation))
         validation.apply(values, under_test.features.get("ecn"))
-        return values
+        return under_test, values
 
     def show(check: Check, since: float) -> None:
         print("\n".join(check.lines()) + f"  [{time.monotonic() - since:.0f} s]", flush=True)
@@ -251,10 +247,7 @@ def on_the_live_fabric(args: argparse.Namespace, validation: Validation, paths_d
         print("\n".join(report(tuning)), flush=True)
     else:
         print(f"validating {args.validate}'s sections ({', '.join(given) or 'none'}); the others derived")
-    under_test = under_test_of(sections)
-    if under_test is None:
-        return None
-    values = applied(tuning, under_test)
+    under_test, values = applied(tuning, sections)
     pfc = values.lossless.pfc
     print(f"\nvalidating on the live fabric: pfc xoff {pfc.xoff}, xon {pfc.xon}, headroom {pfc.headroom}; "
           f"watchdog detect {values.watchdog.detect_ms:g} ms; {marking_text(under_test, validation)}", flush=True)
@@ -269,10 +262,7 @@ def on_the_live_fabric(args: argparse.Namespace, validation: Validation, paths_d
                 show(check, t0)
                 hop = 2 * hop if hop > 0 else 1 / response.rate_pps
                 tuning, sections = derived(hop)
-                under_test = under_test_of(sections)
-                if under_test is None:
-                    return None
-                values = applied(tuning, under_test)
+                under_test, values = applied(tuning, sections)
                 pfc = values.lossless.pfc
                 print(f"refined: {check.wrong} judged wrong, derived again with t_hop doubled to {hop * 1000:.3f} ms "
                       f"(REFINE_ROUNDS: the probe's figure is one sample of a tail): pfc xoff {pfc.xoff}, xon "
