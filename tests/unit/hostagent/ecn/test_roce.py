@@ -28,6 +28,12 @@ class FakeSocket:
     def setblocking(self, flag):
         self.blocking = flag
 
+    def fileno(self):
+        """What the sender waits on between packets: never readable (its scripted frames are read each round)."""
+        if not hasattr(self, "_quiet"):
+            self._quiet = socket.socketpair()
+        return self._quiet[0].fileno()
+
     def recv(self, n):
         if self.frames:
             return self.frames.pop(0)
