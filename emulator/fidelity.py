@@ -4,9 +4,8 @@ while it runs and judged at its end (docs/fidelity.md).
 
 | invariant     | what is measured                                          | violated when                       |
 |---------------|-----------------------------------------------------------|-------------------------------------|
-| `cpu`         | the share of the run in which some runnable thread waited | above `Limits.cpu_wait_share` (30%) |
-|               | for a core (Linux PSI, /proc/pressure/cpu "some"); where  |                                     |
-|               | PSI is missing, the share of samples with no idle CPU     |                                     |
+| `cpu`         | the cores' mean idle share over the run (/proc/stat); the  | below `Limits.idle_min` (30%)       |
+|               | PSI wait and the switches' wait a wakeup are reported      |                                     |
 | `input_path`  | frames a switch's interfaces received that its P4 ingress | above `Limits.input_path_frames`    |
 |               | never counted, plus the kernel's own drops (rx_dropped,   |                                     |
 |               | softnet backlog): lost before any P4 counter sees them    |                                     |
@@ -31,7 +30,7 @@ import contextlib
 import statistics
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -43,11 +42,12 @@ SOFTNET = Path("/proc/net/softnet_stat")
 @dataclass(frozen=True)
 class Limits:
     """What a faithful run may not exceed (one table: docs/fidelity.md)."""
-    # of the run's wall time, some thread waited for a core. PSI's "some" counts any wait, however short: on
-    # this 2-core VM the ECN incast at 100 packets/s a sender read 7-17%, at its shipped 500 17-20%, at 2000
-    # (273 frames lost before the pipeline) 24%, at 20000 68% (docs/fidelity.md)
-    cpu_wait_share: float = 0.30
-    idle_floor: float = 0.05         # no PSI: a sample with less idle CPU than this (of all cores) is saturated
+    # the cores' mean idle share, at least: the budget plans a run for half the cores, and below this the
+    # machine, not the network, set the pace. Not PSI's "some" wait, which counts any wait however short: with
+    # 20 switches at 41-51% idle per core it read 36-49% while each wakeup of a switch's thread waited 46-99 us
+    # (1.4-3% of a packet time), and beside a busy process (one core taken) 14-24% while the lossless class lost
+    # 12 and 734 packets (docs/fidelity.md, 2026-11-30)
+    idle_min: float = 0.30
     input_path_frames: int = 0       # frames lost before the pipeline: none
     agent_late_s: float = 0.050      # an agent this late for its schedule
     # of a queue's backlogged departures (`departure_spacing`), the share off the 1/R grid by more than
@@ -141,16 +141,23 @@ class CpuSummary:
     seconds: float
     idle_per_core: list[float]        # mean share of each core left idle
     steal: float                      # mean share stolen by the hypervisor (all cores)
-    wait_share: float | None          # PSI: share of the time some thread waited for a core
-    saturated_share: float            # share of samples with less than Limits.idle_floor idle
+    wait_share: float | None          # PSI: share of the time some thread waited for a core (reported)
+    switch_wait_us: float | None = None     # the switches' threads: mean wait for a core a wakeup (reported)
+
+    @property
+    def idle(self) -> float:
+        """The cores' mean idle share."""
+        return statistics.fmean(self.idle_per_core)
 
     def __str__(self) -> str:
         idle = "/".join(f"{x:.0%}" for x in self.idle_per_core)
         wait = "n/a" if self.wait_share is None else f"{self.wait_share:.0%}"
-        return f"idle per core {idle}, CPU wait {wait}, steal {self.steal:.0%} over {self.seconds:.1f} s"
+        woken = ("" if self.switch_wait_us is None
+                 else f", switches' threads waited {self.switch_wait_us:.0f} us a wakeup")
+        return f"idle per core {idle}, CPU wait {wait}{woken}, steal {self.steal:.0%} over {self.seconds:.1f} s"
 
 
-def summarise_cpu(samples: Sequence[CpuSample], limits: Limits = Limits()) -> CpuSummary | None:
+def summarise_cpu(samples: Sequence[CpuSample]) -> CpuSummary | None:
     if not samples:
         return None
     seconds = sum(s.seconds for s in samples)
@@ -159,8 +166,34 @@ def summarise_cpu(samples: Sequence[CpuSample], limits: Limits = Limits()) -> Cp
     steal = sum(statistics.fmean(s.steal) * s.seconds for s in samples) / seconds
     waits = [s.waited_s for s in samples]
     wait_share = None if any(w is None for w in waits) else sum(waits) / seconds  # type: ignore[arg-type]
-    saturated = sum(s.seconds for s in samples if statistics.fmean(s.idle) < limits.idle_floor) / seconds
-    return CpuSummary(seconds, idle, steal, wait_share, saturated)
+    return CpuSummary(seconds, idle, steal, wait_share)
+
+
+def thread_waits(pids: Iterable[int], proc: Path = Path("/proc")) -> dict[tuple[int, int], tuple[int, int]]:
+    """(pid, thread id) -> (nanoseconds it waited on a run queue, times it
+    ran) of every thread of `pids` (/proc/PID/task/TID/schedstat); a
+    process or thread gone while read is left out."""
+    out = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for tid in (proc / str(pid) / "task").iterdir():
+                with contextlib.suppress(OSError, ValueError):
+                    _run, wait, slices = map(int, (tid / "schedstat").read_text().split())
+                    out[(pid, int(tid.name))] = (wait, slices)
+    return out
+
+
+def wait_per_wakeup_us(before: Mapping[tuple[int, int], tuple[int, int]],
+                       after: Mapping[tuple[int, int], tuple[int, int]]) -> float | None:
+    """The mean wait for a core a thread's wakeup took between two
+    thread_waits() reads (threads that began between them count from 0);
+    None when nothing ran."""
+    waited = woken = 0
+    for key, (wait, slices) in after.items():
+        wait0, slices0 = before.get(key, (0, 0))
+        waited += wait - wait0
+        woken += slices - slices0
+    return waited / woken / 1e3 if woken > 0 else None
 
 
 # -- departures from a rate-limited queue --------------------------------------
@@ -235,13 +268,9 @@ def judge(cpu: CpuSummary | None, input_path: Mapping[str, int], agent_late_s: I
           limits: Limits = Limits(), departures: Iterable[Spacing] = ()) -> Verdict:
     """The verdict on what a run measured (see the module's table)."""
     v = Verdict(cpu=cpu, input_path={k: n for k, n in input_path.items() if n > 0}, departures=list(departures))
-    if cpu is not None:
-        if cpu.wait_share is not None and cpu.wait_share > limits.cpu_wait_share:
-            v.violations.append(f"cpu: threads waited for a core {cpu.wait_share:.0%} of the run "
-                                f"(at most {limits.cpu_wait_share:.0%}; {cpu})")
-        elif cpu.wait_share is None and cpu.saturated_share > limits.cpu_wait_share:
-            v.violations.append(f"cpu: no idle CPU in {cpu.saturated_share:.0%} of the run "
-                                f"(at most {limits.cpu_wait_share:.0%}; {cpu})")
+    if cpu is not None and cpu.idle < limits.idle_min:
+        v.violations.append(f"cpu: the cores were idle {cpu.idle:.0%} of the run (at least {limits.idle_min:.0%}; "
+                            f"{cpu})")
     lost = sum(v.input_path.values())
     if lost > limits.input_path_frames:
         where = " ".join(f"{k}:{n}" for k, n in sorted(v.input_path.items()))
@@ -285,22 +314,26 @@ class FidelityMonitor:
     `input_path()` returns {switch: frames its interfaces received minus
     frames its ingress counted}; `ifaces` names each switch's interfaces
     (for the kernel's drops). Either may be omitted (no switch to read: a
-    benchmark that judges only the CPU)."""
+    benchmark that judges only the CPU). `pids`: the switches' processes,
+    whose threads' wait for a core a wakeup the verdict reports."""
 
     def __init__(self, input_path: Callable[[], Mapping[str, int]] | None = None,
                  ifaces: Mapping[str, Iterable[str]] | None = None, limits: Limits = Limits(),
-                 period_s: float = 0.5):
+                 period_s: float = 0.5, pids: Iterable[int] = ()):
         self._input_path, self._ifaces = input_path, {k: list(v) for k, v in (ifaces or {}).items()}
         self.limits = limits
         self.sampler = CpuSampler(period_s)
         self._before: dict[str, int] = {}
         self._cpu_from = 0.0                    # time.monotonic() from which the CPU is judged
+        self._pids = list(pids)
+        self._waits: dict[tuple[int, int], tuple[int, int]] = {}
 
     def traffic_starts(self, at_wall: float | None = None) -> None:
         """Judge the CPU from now (or from wall-clock `at_wall`) on: what the
         machine did before the traffic (agents importing their modules) is
         not the run. The input path still counts from start()."""
         self._cpu_from = time.monotonic() + (0.0 if at_wall is None else at_wall - time.time())
+        self._waits = thread_waits(self._pids)
 
     def _counts(self) -> dict[str, int]:
         """The input path's counts and the kernel's drops; with an input
@@ -314,6 +347,7 @@ class FidelityMonitor:
 
     def start(self) -> "FidelityMonitor":
         self._before = self._counts()
+        self._waits = thread_waits(self._pids)
         self.sampler.start()
         return self
 
@@ -330,7 +364,10 @@ class FidelityMonitor:
         after = self._counts()
         grown = {k: after[k] - self._before.get(k, 0) for k in after}
         samples = [s for s in self.sampler.samples if s.end > self._cpu_from]
-        return judge(summarise_cpu(samples, self.limits), grown, agent_late_s, self.limits, departures)
+        cpu = summarise_cpu(samples)
+        if cpu is not None and self._pids:
+            cpu = replace(cpu, switch_wait_us=wait_per_wakeup_us(self._waits, thread_waits(self._pids)))
+        return judge(cpu, grown, agent_late_s, self.limits, departures)
 
 
 def report(verdicts: Mapping[str, Verdict | str], what: str = "run") -> str:

@@ -368,7 +368,7 @@ def case_fidelity(net, ctl: FabricController, limits: Limits = Limits(),
     ifaces = {sw.name: [p.iface for p in sw.ports.values()] for sw in net.topo.switches.values()}
     # Sampled every 2 s: at every 0.5 s the lossless spreading case (pfc-8) lost more than 1% of its packets
     # before the pipeline in 2 of 2 runs, at 2 s (and with no sampling) in none of 2, as on main before
-    return FidelityMonitor(input_path, ifaces, limits, period_s=2.0).start()
+    return FidelityMonitor(input_path, ifaces, limits, period_s=2.0, pids=pids.values()).start()
 
 
 def announce_budget(topo, flows: Sequence[Flow], composition: str = "fabric", ack_share: float = 0.0,
