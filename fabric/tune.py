@@ -251,33 +251,37 @@ def on_the_live_fabric(args: argparse.Namespace, validation: Validation, paths_d
     pfc = values.lossless.pfc
     print(f"\nvalidating on the live fabric: pfc xoff {pfc.xoff}, xon {pfc.xon}, headroom {pfc.headroom}; "
           f"watchdog detect {values.watchdog.detect_ms:g} ms; {marking_text(under_test, validation)}", flush=True)
-    checks: list[Check] = []
-    for name in args.checks:
-        t0 = time.monotonic()
+
+    def run(name: str) -> Check:
         if name == "incast":
-            check = validation.incast(values, response)
-            for _ in range(REFINE_ROUNDS if given is None else 0):     # derived values the incast judged wrong
-                if check.passed or check.wrong not in REFINED:
-                    break
-                show(check, t0)
-                hop = 2 * hop if hop > 0 else 1 / response.rate_pps
-                tuning, sections = derived(hop)
-                under_test, values = applied(tuning, sections)
-                pfc = values.lossless.pfc
-                print(f"refined: {check.wrong} judged wrong, derived again with t_hop doubled to {hop * 1000:.3f} ms "
-                      f"(REFINE_ROUNDS: the probe's figure is one sample of a tail): pfc xoff {pfc.xoff}, xon "
-                      f"{pfc.xon}, headroom {pfc.headroom}"
-                      + (f" ({len(tuning.pfc_ports)} cells their own)" if tuning.pfc_ports else "")
-                      + f"; watchdog detect {values.watchdog.detect_ms:g} ms; the incast again", flush=True)
-                t0 = time.monotonic()
-                check = validation.incast(values, response)
-        elif name == "congestion":
-            check = validation.congestion(values, marking_text(under_test, validation), tuning.rtt_s)
-        else:
-            check = validation.storm(values)
-        checks.append(check)
+            return validation.incast(values, response)
+        if name == "congestion":
+            return validation.congestion(values, marking_text(under_test, validation), tuning.rtt_s)
+        return validation.storm(values)
+
+    checks: list[Check] = []
+    pending, rounds = list(args.checks), 0
+    while pending:
+        t0 = time.monotonic()
+        check = run(pending.pop(0))
         show(check, t0)
-    if given is None and args.out:          # the values the checks judged: refined, where the incast refined them
+        if check.passed or given is not None or check.wrong not in REFINED or rounds == REFINE_ROUNDS:
+            checks.append(check)
+            continue
+        # a derived value the check judged wrong: derived again, and every check run again on it
+        rounds += 1
+        hop = 2 * hop if hop > 0 else 1 / response.rate_pps
+        tuning, sections = derived(hop)
+        under_test, values = applied(tuning, sections)
+        pfc = values.lossless.pfc
+        print(f"refined: {check.wrong} judged wrong, derived again with t_hop doubled to {hop * 1000:.3f} ms "
+              f"(REFINE_ROUNDS: the probe's figure is one sample of a tail): pfc xoff {pfc.xoff}, xon "
+              f"{pfc.xon}, headroom {pfc.headroom}"
+              + (f" ({len(tuning.pfc_ports)} cells their own)" if tuning.pfc_ports else "")
+              + f"; watchdog detect {values.watchdog.detect_ms:g} ms; the checks again "
+                f"({', '.join(args.checks)})", flush=True)
+        checks, pending = [], list(args.checks)
+    if given is None and args.out:          # the values the checks judged: refined, where a check refined them
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(render(written(sections, dilation), tuning.source, args, dilation))
         print(f"overlay written: {args.out} ({', '.join(sections)})")

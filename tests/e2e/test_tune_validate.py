@@ -34,22 +34,31 @@ def test_derived_values_validate_green_and_a_halved_headroom_fails_naming_it(tmp
     assert re.search(r"round trip h1 -> h3 \(3 switches\), \d+ pings: p50 [0-9.]+ ms, p90 [0-9.]+ ms", text)
     beyond = int(re.search(r"at most (\d+) packets arrived after a pause", text).group(1))
     assert "probed: p90 of" in text                                      # the RTT the derivation used
+    checks = ["incast into the lossless class", "congested port", "watchdog storm"]
     verdicts = re.findall(r"^(PASS|FAIL) (incast into the lossless class|congested port|watchdog storm): ", text, re.M)
-    # an incast that judged a value derived from t_hop wrong (the probe's figure is one sample of a tail: 3
-    # of 15 runs plus CI's; docs/tuning.md) is followed by the values derived again with t_hop doubled, and the incast again
+    # a check that judged a value derived from t_hop wrong (the probe's figure is one sample of a tail: 3 of 15
+    # runs plus CI's; docs/tuning.md) is followed by the values derived again with t_hop doubled, and every check
+    # again: each refined round is the checks in order up to the one that failed
     refined = re.findall(r"^refined: (lossless\.pfc\.headroom|lossless\.pfc_ports|lossless\.pfc\.xon) judged wrong, "
                          r"derived again with t_hop doubled", text, re.M)
     assert len(refined) <= REFINE_ROUNDS
-    assert verdicts == [("FAIL", "incast into the lossless class")] * len(refined) + [
-        ("PASS", "incast into the lossless class"), ("PASS", "congested port"), ("PASS", "watchdog storm")], \
-        text[-4000:]
+    rounds, current = [], []
+    for verdict, check in verdicts:
+        current.append((verdict, check))
+        if verdict == "FAIL":
+            rounds.append(current)
+            current = []
+    assert len(rounds) == len(refined) and current == [("PASS", c) for c in checks], text[-4000:]
+    for failed in rounds:
+        assert failed == [("PASS", c) for c in checks[:len(failed) - 1]] + [("FAIL", checks[len(failed) - 1])], \
+            text[-4000:]
     if refined:
         print(f"refined {len(refined)} time(s): {refined}")
     incast = re.search(r"PASS incast into the lossless class: .*: (\d+) of (\d+) received, utilisation ([0-9.]+), "
                        r"0 missing", text)
     assert incast and int(incast.group(1)) == int(incast.group(2)) > 0
     took = int(re.search(r"validation: 3 of 3 checks passed in (\d+) s", text).group(1))
-    assert took < 120
+    assert took < 120 * (1 + len(refined))          # under two minutes a round of checks
     written = yaml.safe_load(out.read_text())
     assert f"--validate --dilation {dilation:g}" in out.read_text().splitlines()[0]
     assert set(written) == {"lossless", "ecn", "congestion_control"}
@@ -84,9 +93,10 @@ def test_derived_values_validate_green_and_a_halved_headroom_fails_naming_it(tmp
 
 
 def test_fat_tree_k4_derives_from_its_own_probes_and_its_incast_validates_green(tmp_path):
-    """20 switches on two cores: the calibration dilates them (x40.5 on the tests' BMv2 build) and the incast
-    still ran unfaithfully in 4 runs of 4 (threads waited for a core 54-57% of it; docs/tuning.md), so what
-    is judged is the outcome: every lossless packet received, the run's verdict said. 38-40 s a run."""
+    """20 switches on two cores: the calibration dilates them (x40.5 on the tests' BMv2 build). Judged by PSI
+    the incast ran unfaithfully in 4 runs of 4 (threads waited for a core 54-57% of it; docs/tuning.md); by
+    the cores' idle share (since 2026-11-30) it was faithful in 3 of 3 whole validations on the fast build.
+    What is judged is the outcome: every lossless packet received, the run's verdict said. 38-42 s a run."""
     out = tmp_path / "tuned.yaml"
     proc = tune("--checks", "incast", "--out", str(out), topology="fat-tree-k4")
     text = proc.stdout
