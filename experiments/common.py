@@ -27,6 +27,7 @@ from emulator import queue_depth
 from emulator.network import Network, interface_rx_packets
 from emulator.toolchain import record as record_toolchain
 from features.congestion_control import SECTION as CONGESTION_CONTROL
+from features.lossless import OCCUPANCY_REGISTER, cell
 from hostagent.rdma.agent import cc_param_values
 from hostagent.start import ready_markers
 
@@ -369,6 +370,16 @@ def case_fidelity(net, ctl: FabricController, limits: Limits = Limits(),
     # Sampled every 2 s: at every 0.5 s the lossless spreading case (pfc-8) lost more than 1% of its packets
     # before the pipeline in 2 of 2 runs, at 2 s (and with no sampling) in none of 2, as on main before
     return FidelityMonitor(input_path, ifaces, limits, period_s=2.0, pids=pids.values()).start()
+
+
+def held_in_switches(topo, classes: Sequence[int]) -> int:
+    """Lossless packets of `classes` the switches hold: admitted, not yet
+    sent (each cell's buffer model, pfc_occupancy, over every port)."""
+    n = 0
+    for sw in topo.switches.values():
+        with Bmv2Thrift(sw.thrift_port, sw.thrift_host, name=sw.name) as thrift:
+            n += sum(int(thrift.register_read(OCCUPANCY_REGISTER, cell(p, c))) for p in sw.ports for c in classes)
+    return n
 
 
 def announce_budget(topo, flows: Sequence[Flow], composition: str = "fabric", ack_share: float = 0.0,

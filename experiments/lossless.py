@@ -97,7 +97,7 @@ from emulator.network import Network, queue_rate_pps
 from control.p4constants import drop_reasons
 from control.topology import NextHop, TopologyError
 from experiments.common import StartGate, agent_python, announce_budget, experiment_parser, case_fidelity, \
-    dcqcn_constants, lost_before_pipeline, print_fidelity, print_table, programmed_fabric, roce_agent, \
+    dcqcn_constants, held_in_switches, lost_before_pipeline, print_fidelity, print_table, programmed_fabric, roce_agent, \
     roce_dcqcn_args, save_figure, write_csv
 from features import load_topology, topology_from_dict
 from features.ecn import EcnProfile
@@ -681,14 +681,6 @@ def run_deadlock_case(case: DeadlockCase, args, out: Path) -> dict:
                        for sw, ports in fabric_ports.items() if switches is None or sw in switches
                        for p in ports for c in classes)
 
-        def in_switches() -> int:       # the buffer models: packets admitted, not yet sent (every port)
-            n = 0
-            for sw in topo.switches.values():
-                with Bmv2Thrift(sw.thrift_port) as thrift:
-                    n += sum(thrift.register_read(OCCUPANCY_REGISTER, cell(p, c))
-                             for p in sw.ports for c in lossless_classes)
-            return n
-
         gate = StartGate(case_dir)
         # The receivers listen DEADLOCK_LISTEN_S past the senders: what the switches held drains (up to the
         # DEADLOCK_DRAIN_S below, which runs while they listen) and reaches them
@@ -702,9 +694,9 @@ def run_deadlock_case(case: DeadlockCase, args, out: Path) -> dict:
         fidelity = case_fidelity(net, ctl)
         fidelity.traffic_starts(gate.open([*receiving, *sending]))
         finish(name, sending, net, args)
-        stuck_at_end = in_switches()    # as the senders stop
+        stuck_at_end = held_in_switches(topo, lossless_classes)    # as the senders stop
         time.sleep(DEADLOCK_DRAIN_S)    # nothing is sent any more: does what is in the switches drain?
-        stuck_later = in_switches()
+        stuck_later = held_in_switches(topo, lossless_classes)
         finish(name, receiving, net, args)
         verdict = fidelity.verdict(json.loads((case_dir / f"send-{src.name}.json").read_text())["send_late_s"]
                                    for src, _ in flows)

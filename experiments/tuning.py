@@ -59,10 +59,9 @@ from control.topology import Topology
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL
 from emulator.bmv2_thrift import Bmv2Thrift
 from emulator.network import Network, queue_rate_pps
-from experiments.common import StartGate, agent_python, case_fidelity, percentile, ping_round_trips, roce_agent, \
-    sample_queue
-from features.lossless import OCCUPANCY_REGISTER, PEAK_REGISTER, LosslessConfig, PfcThresholds, Watchdog, cell, \
-    port_thresholds
+from experiments.common import StartGate, agent_python, case_fidelity, held_in_switches, percentile, \
+    ping_round_trips, roce_agent, sample_queue
+from features.lossless import PEAK_REGISTER, LosslessConfig, PfcThresholds, Watchdog, cell, port_thresholds
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -97,10 +96,10 @@ RESPONSE_MARGIN_PACKETS = 2
 # t_hop doubled and the incast run again, at most REFINE_ROUNDS times; values under test from a file are judged,
 # never refined.
 REFINE_ROUNDS = 2
+# The congested port's headroom drops are refined as the incast's (DCQCN's bursts overflowed a derived headroom in 2
+# of 42 runs on the fast BMv2, 28 drops at headroom 3 in one: docs/tuning.md); after a refinement every check runs
+# again, so the checks that passed judged the values written too.
 REFINED = ("lossless.pfc.headroom", "lossless.pfc_ports", "lossless.pfc.xon")
-# The congested port's losses are refined as the incast's (DCQCN's bursts overflowed a derived headroom in 2 of 42
-# runs on the fast BMv2, 28 drops at headroom 3 in one: docs/tuning.md); after a refinement every check runs again,
-# so the checks that passed judged the values written too.
 # Each check starts on an empty fabric: what an earlier one left held in the switches (a paused class drains at
 # its dilated rate: at x225 the pause-response probe's tail still arrived in the incast that followed, with the
 # same queue pairs, and was counted as the incast's: 243 of 206 received) drains first, for at most this long.
@@ -248,6 +247,10 @@ class Validation:
         reason = drop_reasons()["LOSSLESS_HEADROOM"]
         return {sw: self.ctl.counter(sw, "drop_counter", reason).get(reason, (0, 0))[0] for sw in self.topo.switches}
 
+    def _headroom_drops_since(self, before: Mapping[str, int]) -> dict[str, int]:
+        """{switch: headroom drops since `before` (a _headroom_drops() reading)}, the switches that dropped."""
+        return {sw: n - before[sw] for sw, n in self._headroom_drops().items() if n > before[sw]}
+
     def sender_line_rate(self) -> int:
         """The congestion check's senders' line rate, packets/s (their links')."""
         return int(self._cap(self.senders[0]))
@@ -328,18 +331,11 @@ class Validation:
         (sw, port, r, d), most = max(peaks.items(), key=lambda kv: kv[1])
         return Response(max(0, most - RESPONSE_PROBE_PFC.xoff), f"{sw}:{port}", r, d)
 
-    def _held(self) -> int:
-        """Lossless packets the switches hold (admitted, not yet sent: pfc_occupancy over every cell)."""
-        n = 0
-        for sw in self.topo.switches.values():
-            with Bmv2Thrift(sw.thrift_port, sw.thrift_host, name=sw.name) as thrift:
-                n += sum(int(thrift.register_read(OCCUPANCY_REGISTER, cell(p, self.tclass))) for p in sw.ports)
-        return n
-
     def _empty(self, check: str) -> None:
         """Wait until the switches hold nothing of the class (an earlier check's tail), at most EMPTY_TIMEOUT_S."""
         started = time.monotonic()
-        while (held := self._held()) and time.monotonic() - started < EMPTY_TIMEOUT_S:
+        while ((held := held_in_switches(self.topo, [self.tclass]))
+               and time.monotonic() - started < EMPTY_TIMEOUT_S):
             time.sleep(0.2)
         waited = time.monotonic() - started
         if held:
@@ -382,7 +378,7 @@ class Validation:
 
         (peak_sw, peak_port, _r, _d), beyond = max(
             ((c, n - thresholds(c[0], c[1]).xoff) for c, n in self._peaks(cells).items()), key=lambda kv: kv[1])
-        drops = {sw: n - drops0[sw] for sw, n in self._headroom_drops().items() if n > drops0[sw]}
+        drops = self._headroom_drops_since(drops0)
         pauses, resumes, storms, storm_dropped = (self._counter_sum(name, switches) - before[name] for name in counted)
         heard = [t["pfc"] or {} for t in tx.values()]
         paused_heard, resumed_heard = (sum(sum(h.get(k, [0])) for h in heard) for k in ("pauses", "resumes"))
@@ -461,7 +457,7 @@ class Validation:
         rx, tx, verdict = self._traffic("congestion", senders, duration, fixed=False, values=values,
                                         during=sample)
         storms = self._counter_sum("pfc_storms_detected", list(self.topo.switches)) - storms0
-        drops = {sw: n - drops0[sw] for sw, n in self._headroom_drops().items() if n > drops0[sw]}
+        drops = self._headroom_drops_since(drops0)
         utilisation = _utilisation(self.run_dir / "congestion" / f"receive-{self.receiver}.csv", duration, cap)
         depths = [d for t, d in samples if t >= WARM_SHARE * duration]
         p99 = int(percentile(depths, 0.99)) if depths else None
