@@ -15,6 +15,8 @@ rdma experiment give every RDMA agent of the congestion control it names
       hpcc: {base_rtt_s: 0.0036, eta: 0.95, max_stage: 5, expected_flows: 3}
       timely: {min_rtt_s: 0.0036, t_low_s: 0.0048, t_high_s: 0.0420}
       swift: {hops: 3, per_hop_s: 0.0012, base_target_s: 0.0013}
+      nscc: {base_rtt_s: 0.0036, target_qdelay_s: 0.0018}
+      rccc: {base_rtt_s: 0.0036}
 
 Every field is a field of the congestion control's Params dataclass, a
 number >= 0 (an integer where the field is one); `line_rate_pps` and
@@ -42,7 +44,7 @@ AT_LINE_RATE = "at_line_rate"
 LINE_RATE = "line_rate_pps"
 LINE_RATE_TOLERANCE = 0.01        # an entry applies to an agent's line rate within 1% of its own
 # Each congestion control's Params fields the section may set, with their type: the dataclasses'
-# (hostagent/ecn/dcqcn.py DcqcnParams, hostagent/rdma/cc/{hpcc,timely,swift}.py; the features layer
+# (hostagent/ecn/dcqcn.py DcqcnParams, hostagent/rdma/cc/{hpcc,timely,swift,nscc,rccc}.py; the features layer
 # imports no host agent, so tests/unit/features/test_congestion_control.py checks these are theirs)
 # without line_rate_pps and mtu_bytes, which the agent's own options set.
 FIELDS: dict[str, dict[str, type]] = {
@@ -55,6 +57,9 @@ FIELDS: dict[str, dict[str, type]] = {
     "swift": {"base_target_s": float, "per_hop_s": float, "hops": int, "fs_range_s": float, "fs_min_cwnd": float,
               "fs_max_cwnd": float, "ai": float, "beta": float, "max_mdf": float, "min_cwnd": float,
               "max_cwnd": float, "init_cwnd": float, "retx_reset_threshold": int},
+    "nscc": {"base_rtt_s": float, "target_qdelay_s": float, "pi_gain": float, "fi_packets": float, "md_gain": float,
+             "max_md": float, "delay_gain": float, "min_cwnd": float, "init_cwnd": float},
+    "rccc": {"base_rtt_s": float, "initial_credit_packets": float},
 }
 # The Params fields an agent's own options set: not in the section (an entry's line_rate_pps is its key).
 AGENT_OPTIONS = ("line_rate_pps", "mtu_bytes")

@@ -13,7 +13,7 @@ traversal per switch each way), per port and class where it applies:
              watchdog's detection and restoration times;
   ecn        step K (DCTCP's rule) and WRED Kmin/Kmax/Pmax (DCQCN's
              thresholds as multiples of its BDP), per egress port and queue;
-  dcqcn, hpcc, timely, swift
+  dcqcn, hpcc, timely, swift, nscc, rccc
              the congestion controls' link-dependent constants, each saying
              what carries it: the overlay's `congestion_control:` section
              (features/congestion_control.py), which `fabric train` and the
@@ -70,6 +70,9 @@ DCQCN_R_AI_BPS = 40e6           # additive increase
 DCQCN_RTT_S = DCQCN_N_S - DCQCN_KMAX_BYTES * 8 / DCQCN_RATE_BPS
 HPCC_ETA = 0.95                 # HPCC (Li et al., SIGCOMM 2019): target utilisation
 HPCC_MAX_STAGE = 5              # additive steps before a multiplicative one
+# NSCC (UET): the target queueing delay as a share of the network's base RTT where packets are trimmed, as
+# UET runs here (fabric train --transport uet, fabric experiment uet); the whole RTT without trimming.
+NSCC_TARGET_SHARE_TRIMMING = 0.75
 
 SOURCES = {
     "cisco-pfc": "Cisco, Priority Flow Control: Build Reliable Layer 2 Infrastructure (white paper c11-542809): "
@@ -84,6 +87,11 @@ SOURCES = {
             "W_init = line rate x T, W_AI = W_init (1 - eta) / N",
     "timely": "Mittal et al., TIMELY, SIGCOMM 2015 (T_low, T_high); hostagent/rdma/cc/timely.py's rule for BMv2",
     "swift": "Kumar et al., Swift, SIGCOMM 2020 (target = base + hops x per-hop); hostagent/rdma/cc/swift.py",
+    "nscc": "Ultra Ethernet 1.0's NSCC as the UEC's htsim model sets it (spcl/HTSIM htsim/sim/uec.cpp "
+            "initNsccParams): target_Qdelay = 0.75 x the network's RTT with trimming (the RTT without), window "
+            "at most 1.5 x BDP, BDP = line rate x base RTT",
+    "rccc": "Ultra Ethernet 1.0's RCCC (Hoefler et al., arXiv 2508.08906; the UEC's htsim model, initRccc): "
+            "a sender's base RTT and BDP = line rate x base RTT, its credit before the receiver grants any",
     "sonic-pfcwd": "SONiC's PFC watchdog (sonic-utilities pfcwd/main.py: detection 200 ms, restoration 200 ms, "
                    "polled every 200 ms); restoration at least 2 x detection is this project's default "
                    "(features/lossless.py)",
@@ -713,6 +721,26 @@ def _congestion_controls(t: Tuning, topo: Topology, flows: Optional[int]) -> Non
                              "RTT - hops x per_hop + 1 / r_min: the target is the RTT plus one packet at the slowest "
                              "link", (rtt_in, Input("hops", hops), Input("per_hop", per_hop * 1000, "ms"), slow_in),
                              source="swift", carried_by=carried("swift", "base_target_s")))
+    # NSCC and RCCC (UET's): the base RTT is the delay's zero and sizes the BDP the windows and credit follow
+    for cc, role in (("nscc", "queueing delay = RTT - it; the window's BDP"), ("rccc", "the initial credit's BDP")):
+        t.carry(cc, Derived(f"{cc}.base_rtt_s", rtt, "s", f"the unloaded RTT ({role})", (rtt_in,),
+                            source=cc, carried_by=carried(cc, "base_rtt_s")))
+    target = max(NSCC_TARGET_SHARE_TRIMMING * rtt, 1 / slowest)
+    t.carry("nscc", Derived("nscc.target_qdelay_s", target, "s",
+                            "max(0.75 x RTT, 1 / r_min): the UEC model's target with trimming, at least one packet "
+                            "at the slowest link", (rtt_in, slow_in), source="nscc",
+                            carried_by=carried("nscc", "target_qdelay_s")))
+    for pps in line:
+        where = f"NIC line rate {pps} packets/s"
+        bdp = pps * rtt
+        t.add("nscc", Derived("nscc.max_cwnd", 1.5 * bdp, "packets", "1.5 x BDP, BDP = line rate x RTT",
+                              (Input("line rate", pps, "packets/s"), rtt_in), where, "nscc",
+                              "follows from the agent's line_rate_pps (--line-rate-pps) and base_rtt_s: "
+                              "not in the overlay"))
+        t.add("rccc", Derived("rccc.initial_credit_packets", bdp, "packets", "BDP = line rate x RTT",
+                              (Input("line rate", pps, "packets/s"), rtt_in), where, "rccc",
+                              "follows from the agent's line_rate_pps (--line-rate-pps) and base_rtt_s: "
+                              "not in the overlay"))
 
 
 def _longest_switch_link_delay(topo: Topology) -> float:
@@ -778,7 +806,8 @@ def report(t: Tuning) -> list[str]:
              f"(docs/rdma.md's unloaded 3.6 ms over six traversals; --hop-us); rates are the links' emulated ones"]
     titles = {"rtt": "round trip", LOSSLESS: "lossless (PFC; packets of one ingress port in a class)",
               "watchdog": "PFC watchdog", ECN: "ECN (packets in the egress queue)",
-              "dcqcn": "DCQCN", "hpcc": "HPCC", "timely": "TIMELY", "swift": "Swift"}
+              "dcqcn": "DCQCN", "hpcc": "HPCC", "timely": "TIMELY", "swift": "Swift", "nscc": "NSCC (UET)",
+              "rccc": "RCCC (UET)"}
     for key, title in titles.items():
         if key not in t.sections and key not in t.notes:
             continue

@@ -30,6 +30,9 @@ Scaling (paper -> here), with TIMELY's and Swift's RTTs (timely.py):
 | max window | 1.25-1.5 x BDP | 1.5 x BDP | |
 | pi_gain, fi_packets | scaled by BDP | 1.0, 1.0 | the BDP per RTT at an empty path; 1 packet per RTT |
 | md_gain, max_md | 0.8 (Swift's beta), 0.5 | 0.8, 0.5 | |
+
+`fabric tune` derives base_rtt_s and target_qdelay_s for a topology (0.75
+x its RTT, as the UEC's htsim model with trimming: docs/tuning.md).
 """
 from __future__ import annotations
 

@@ -28,6 +28,7 @@ halves:
 
 Scaling: base_rtt as NSCC's (7.2 ms on a leaf-spine path here); the
 receiver's rate is its link's packets/s (the agent's --credit-pps).
+`fabric tune` derives the sender's base_rtt_s for a topology (docs/tuning.md).
 """
 from __future__ import annotations
 

@@ -33,9 +33,10 @@ def parsed(section: dict) -> cc.CongestionControlConstants:
 
 @pytest.mark.parametrize("name", sorted(cc.FIELDS))
 def test_the_fields_are_the_params_dataclasses(name):
-    """The features layer imports no agent: its table is checked against them here."""
+    """The features layer imports no agent: its table is checked against them here
+    (a field whose default is None, NSCC's init_cwnd, takes a float)."""
     params = agent.CC_PARAMS[name]
-    fields = {f.name: type(getattr(params(), f.name)) for f in dataclasses.fields(params)}
+    fields = {f.name: type(getattr(params(), f.name) or 0.0) for f in dataclasses.fields(params)}
     assert cc.FIELDS[name] == {k: v for k, v in fields.items() if k not in cc.AGENT_OPTIONS}
     assert cc.FIELDS[name] == agent.cc_param_fields(name)
     assert set(cc.AGENT_OPTIONS) == set(agent.AGENT_OPTIONS)
@@ -68,8 +69,8 @@ def test_values_at_another_dilation_are_rescaled_from_the_sections():
 
 
 @pytest.mark.parametrize("section,field,message", [
-    ({**SECTION, "cubic": {}}, "congestion_control.cubic", "unknown field (fields: dcqcn, dilation, hpcc, swift, "
-                                                            "timely)"),
+    ({**SECTION, "cubic": {}}, "congestion_control.cubic", "unknown field (fields: dcqcn, dilation, hpcc, nscc, rccc, "
+                                                            "swift, timely)"),
     ({**SECTION, "timely": {"t_low": 0.01}}, "congestion_control.timely.t_low", "unknown field (fields: alpha, "
                                                                                "at_line_rate, beta, delta_pps"),
     ({**SECTION, "hpcc": {"line_rate_pps": 833}}, "congestion_control.hpcc.line_rate_pps", "unknown field"),

@@ -12,6 +12,8 @@ from features import load_topology, topology_from_dict
 from features import tuning as tn
 from hostagent.ecn.dcqcn import DcqcnParams
 from hostagent.rdma.cc.hpcc import HpccParams
+from hostagent.rdma.cc.nscc import NsccParams
+from hostagent.rdma.cc.rccc import RcccParams
 from hostagent.rdma.cc.swift import SwiftParams
 from hostagent.rdma.cc.timely import TimelyParams
 from wire.lossless import pause_us
@@ -150,6 +152,8 @@ def test_leaf_spine_without_lossless_or_ecn_derives_ecn_and_congestion_control_o
     assert carried["hpcc"] == {"base_rtt_s": 0.0036, "eta": 0.95, "max_stage": 5,
                                "expected_flows": 3}             # W_init and W_AI follow from these and the line rate
     assert carried["swift"] == {"hops": 3, "per_hop_s": 0.0012, "base_target_s": 0.000120005}
+    assert carried["nscc"] == {"base_rtt_s": 0.0036, "target_qdelay_s": 0.0027}        # 0.75 x RTT
+    assert carried["rccc"] == {"base_rtt_s": 0.0036}                 # the initial credit follows: a BDP
     assert values["dcqcn.rate_timer_s"] == pytest.approx(0.0198)
     assert values["dcqcn.cnp_interval_s"] == pytest.approx(0.018)
     assert values["dcqcn.byte_counter_bytes"] == round(10e6 * 8333 * 12000 / 40e9 * 360)
@@ -268,10 +272,10 @@ def test_what_carries_each_constant_is_true(capsys):
     agent_options = {p.prog.split()[-1]: set(p._option_string_actions) for a in agent.parser()._actions
                      if isinstance(a, argparse._SubParsersAction) for p in a.choices.values()}
     carried = 0
-    for section in ("dcqcn", "hpcc", "timely", "swift"):
+    for section in ("dcqcn", "hpcc", "timely", "swift", "nscc", "rccc"):
         for d in t.sections[section]:
             field = d.name.split(".", 1)[1]
-            if field in ("time_scale", "w_init", "w_ai"):
+            if field in ("time_scale", "w_init", "w_ai", "max_cwnd", "initial_credit_packets"):
                 assert field == "time_scale" or "follows from" in d.carried_by, d.name
                 continue
             assert field in agent.cc_param_fields(section), d.name
@@ -280,4 +284,24 @@ def test_what_carries_each_constant_is_true(capsys):
             assert f"python -m hostagent.rdma {' and '.join(roles)} --cc-param" in d.carried_by, d.name
             assert all("--cc-param" in agent_options[role] for role in roles)
             carried += 1
-    assert carried == 5 + 4 + 3 + 3        # DCQCN's 3 timers and 2 at the line rate; HPCC 4; TIMELY 3; Swift 3
+    # DCQCN's 3 timers and 2 at the line rate; HPCC 4; TIMELY 3; Swift 3; NSCC 2; RCCC 1
+    assert carried == 5 + 4 + 3 + 3 + 2 + 1
+
+
+def test_nscc_targets_three_quarters_of_the_rtt_as_the_uec_model_does_and_never_below_a_packet():
+    """The UEC's htsim model (spcl/HTSIM uec.cpp initNsccParams) with
+    trimming: target_Qdelay = 0.75 x the network's RTT; at its reference
+    network's 12 us, 9 us. Here at least one packet at the slowest link
+    (leaf-spine's 8333 packets/s: 0.12 ms); windows and credit follow from
+    the line rate and the RTT (not carried)."""
+    topo = load_topology("leaf-spine")
+    value = {d.name: d for cc in ("nscc", "rccc") for d in tn.derive(topo, rtt_s=0.012).sections[cc]}
+    assert value["nscc.target_qdelay_s"].value == pytest.approx(0.009)
+    assert value["nscc.max_cwnd"].value == pytest.approx(1.5 * 8333 * 0.012)
+    assert value["rccc.initial_credit_packets"].value == pytest.approx(8333 * 0.012)
+    assert "not in the overlay" in value["rccc.initial_credit_packets"].carried_by
+    tiny = {d.name: d.value for d in tn.derive(topo, rtt_s=0.0001).sections["nscc"]}
+    assert tiny["nscc.target_qdelay_s"] == pytest.approx(1 / 8333)        # 0.075 ms < one packet's 0.12 ms
+    written = tn.overlay(tn.derive(topo, rtt_s=0.012), LEAF_SPINE)["congestion_control"]
+    assert NsccParams(line_rate_pps=8333, **written["nscc"]).target_qdelay_s == pytest.approx(0.009)
+    assert RcccParams(line_rate_pps=8333, **written["rccc"]).base_rtt_s == 0.012
