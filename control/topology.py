@@ -91,6 +91,17 @@ class Port:
     link: LinkSpec
     peer_nic: str = ""     # the host's NIC when the peer is a host
 
+    @property
+    def peer_iface(self) -> str:
+        """The interface at the other end when the peer is a switch ("" for
+        a host: its NIC is in the host's namespace)."""
+        return switch_iface(self.peer, self.peer_port) if self.peer_port is not None else ""
+
+
+def switch_iface(switch: str, port: int) -> str:
+    """The veth behind a switch's port."""
+    return f"{switch}-eth{port}"
+
 
 @dataclass
 class Switch:
@@ -604,7 +615,7 @@ def _attach(v: "_Validator", switches: dict[str, Switch], hosts: dict[str, Host]
                 next_port[end] += 1
                 if num > 99:
                     v.fail(where, f"switch {end!r} has more than 99 ports")
-                iface = f"{end}-eth{num}"
+                iface = switch_iface(end, num)
                 if len(iface) > IFNAME_MAX:
                     v.fail(where, f"switch {end!r} port {num}: interface name {iface!r} is {len(iface)} characters, "
                            f"Linux allows at most {IFNAME_MAX} (IFNAMSIZ): shorten the switch name")
@@ -624,7 +635,8 @@ def _attach(v: "_Validator", switches: dict[str, Switch], hosts: dict[str, Host]
                 continue
             sw = switches[me]
             peer_nic = link.nic_of(peer) if peer in hosts else ""
-            sw.ports[mp] = Port(me, mp, f"{me}-eth{mp}", switch_port_mac(sw.device_id, mp), peer, pp, link, peer_nic)
+            sw.ports[mp] = Port(me, mp, switch_iface(me, mp), switch_port_mac(sw.device_id, mp), peer, pp, link,
+                                peer_nic)
             if peer in hosts:
                 nic = hosts[peer].nics[peer_nic]
                 nic.switch, nic.switch_port, nic.gateway_mac = me, mp, sw.ports[mp].mac

@@ -114,10 +114,22 @@ def interface_rx_packets(switch) -> dict[int, int]:
     the ports of `switch` whose interface is in this namespace (none for a
     switch on another machine). Against the P4 ingress port counter: what
     BMv2 lost, or still holds, between its packet socket and ingress."""
+    return _rx_packets({number: port.iface for number, port in switch.ports.items()})
+
+
+def peer_rx_packets(switch) -> dict[int, int]:
+    """{port: frames the kernel delivered to the interface at the link's
+    other end} for the ports of `switch` whose peer is a switch with its
+    interface in this namespace. Against the P4 egress port counter: what
+    the link lost."""
+    return _rx_packets({number: port.peer_iface for number, port in switch.ports.items() if port.peer_iface})
+
+
+def _rx_packets(ifaces: dict[int, str]) -> dict[int, int]:
     out = {}
-    for number, port in switch.ports.items():
+    for number, iface in ifaces.items():
         try:
-            out[number] = int(Path(f"/sys/class/net/{port.iface}/statistics/rx_packets").read_text())
+            out[number] = int(Path(f"/sys/class/net/{iface}/statistics/rx_packets").read_text())
         except (OSError, ValueError):
             continue
     return out

@@ -179,20 +179,12 @@ def rate(spec: m.MetricSpec, window: str = RATE_WINDOW, matchers: str = "") -> s
     return f"rate({total(spec)}{matchers}[{window}])"
 
 
-def swap_ends(expr: str) -> str:
-    """`expr` (labels switch, peer) seen from the other end of each link:
-    switch and peer exchanged, so a receiver's series matches its sender's."""
-    return ('label_replace(label_replace(label_replace(%s, "far_end", "$1", "switch", "(.*)"), '
-            '"switch", "$1", "peer", "(.*)"), "peer", "$1", "far_end", "(.*)")' % expr)
-
-
 def groups() -> list[Group]:
     f = m.FEATURE_METRICS
     port = labels(m.FABRIC_PORT_TX_PACKETS, *m.PORT)
     loss_reasons = f'{{reason!~"{reasons(*NOT_LOSSES, *OWN_RULE)}"}}'
     drop_rate = f"sum by ({labels(m.FABRIC_DROPS, 'switch', 'reason')}) ({rate(m.FABRIC_DROPS, matchers=loss_reasons)})"
     tx = rate(m.FABRIC_PORT_TX_PACKETS)
-    link = labels(m.FABRIC_PORT_INTERFACE_RX_PACKETS, "switch", "peer")     # one link a pair (no parallel links)
 
     switches = Group("fabric-switches", (
         Rule("ScrapeTargetDown", f"{PROMETHEUS_SERIES[0]} == 0", TARGET_DOWN_FOR, "critical",
@@ -241,8 +233,7 @@ def groups() -> list[Group]:
              "BMv2's ingress counts them: its input path is behind (an incast, a busy machine) and loses "
              "frames no P4 counter, drop counter or buffer model sees."),
         Rule("LinkFramesLost",
-             f"({tx} - on ({link}) group_left () {swap_ends(rate(m.FABRIC_PORT_INTERFACE_RX_PACKETS))}) "
-             f"/ {tx} > {LINK_LOSS_SHARE:g} and {tx} > {LINK_MIN_PPS:g}",
+             f"({tx} - {rate(m.FABRIC_PORT_PEER_RX_PACKETS)}) / {tx} > {LINK_LOSS_SHARE:g} and {tx} > {LINK_MIN_PPS:g}",
              LINK_LOSS_FOR, "critical",
              f"Link {SW} port {PORT} -> {PEER} loses frames",
              f"More than {LINK_LOSS_SHARE:.0%} of the frames {SW} sends out of port {PORT} never reach {PEER}'s "

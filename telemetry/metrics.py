@@ -121,6 +121,10 @@ FABRIC_PORT_INTERFACE_RX_PACKETS = MetricSpec(
     "frames the kernel delivered to the port's interface, before BMv2 read them; above fabric_port_rx_packets "
     "by what BMv2 lost or still holds in its input path", PORT)
 FABRIC_PORT_TX_PACKETS = MetricSpec("fabric_port_tx_packets", "counter", "egress_port_counter packets", PORT)
+FABRIC_PORT_PEER_RX_PACKETS = MetricSpec(
+    "fabric_port_peer_rx_packets", "counter",
+    "frames the kernel delivered to the interface at the link's other end (a switch's), read at the instant of "
+    "fabric_port_tx_packets; below it by what the link lost", PORT)
 FABRIC_PORT_TX_BYTES = MetricSpec("fabric_port_tx_bytes", "counter", "egress_port_counter bytes", PORT)
 FABRIC_DROPS = MetricSpec("fabric_drops", "counter", "drop_counter packets by drop reason", ("switch", "reason"))
 FABRIC_QUEUE_DEPTH = MetricSpec("fabric_queue_depth_packets", "gauge",
@@ -139,7 +143,7 @@ FABRIC_ECN_MARKED = FEATURE_METRICS["fabric_ecn_marked"]      # the dashboards' 
 FABRIC_INT_REPORTS = FEATURE_METRICS["fabric_int_reports"]
 
 EXPORTER_METRICS = (FABRIC_SWITCH_UP, FABRIC_CONTROLLER_PRIMARY, FABRIC_PORT_RX_PACKETS, FABRIC_PORT_RX_BYTES,
-                    FABRIC_PORT_INTERFACE_RX_PACKETS, FABRIC_PORT_TX_PACKETS,
+                    FABRIC_PORT_INTERFACE_RX_PACKETS, FABRIC_PORT_TX_PACKETS, FABRIC_PORT_PEER_RX_PACKETS,
                     FABRIC_PORT_TX_BYTES, FABRIC_DROPS, FABRIC_QUEUE_DEPTH, *FEATURE_METRICS.values(),
                     FABRIC_READ_ERRORS)
 

@@ -22,14 +22,17 @@ families and needs no switch (tests feed it readings).
 
 Two comparisons the alerts make need counters of one instant: the frames
 the kernel delivered to a port against the pipeline's ingress counter
-(InputPathLoss) and a sender's egress counter against the receiver's
-kernel (LinkFramesLost). A gRPC read under load takes tens of ms, during
-which a busy port receives tens of frames, so the kernel's count is read
-just before and just after the ingress counter and interpolated to the
-instant that read was answered (`at_instant`), and the egress counter is
-read next. Read after every other read instead, the two were hundreds of
-packets apart under load (docs/telemetry.md), enough to hold an alert
-pending for most of a minute after traffic changed.
+(InputPathLoss) and a sender's egress counter against the kernel's count
+at the link's other end (LinkFramesLost). A gRPC read under load takes
+tens of ms, during which a busy port receives tens of frames, so the
+kernel's counts are read just before and just after each counter and
+interpolated to the instant that read was answered (`at_instant`): the
+port's own interfaces around the ingress counter, the far ends' around
+the egress counter. Read after every other read instead, the first two
+were hundreds of packets apart under load (docs/telemetry.md), enough to
+hold an alert pending for most of a minute after traffic changed; the far
+end's, read with its own switch (a read later), held LinkFramesLost
+pending for seconds at each change of rate.
 """
 from __future__ import annotations
 
@@ -60,7 +63,7 @@ from control.tls import ClientCredentials
 from emulator import queue_depth
 from emulator.queue_depth import QueueKey
 from emulator.bmv2_thrift import Bmv2Thrift
-from emulator.network import interface_rx_packets
+from emulator.network import interface_rx_packets, peer_rx_packets
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_P4INFO = REPO / "build" / "main.p4info.txtpb"
@@ -69,6 +72,8 @@ EGRESS_COUNTER = "egress_port_counter"
 DROP_COUNTER = "drop_counter"
 # The fabric's own counters, then every feature's (their counters() hook); the
 # port counters first, read together with the kernel's (see above).
+# The kernel's counts each of these counters is compared with, read around it (at_instant)
+KERNEL_COUNTS = {INGRESS_COUNTER: interface_rx_packets, EGRESS_COUNTER: peer_rx_packets}
 COUNTERS = tuple(dict.fromkeys((INGRESS_COUNTER, EGRESS_COUNTER, DROP_COUNTER,
                                 *(name for c in m.FEATURE_COUNTERS for name in c.counters))))
 
@@ -82,13 +87,17 @@ class SwitchReadings:
     errors: (source, message) of every read that failed. controller_primary:
     whether the switch's primary P4Runtime client has the controller's election
     id (None: not known). interface_rx: port -> frames the kernel delivered to
-    its interface (emulator.network.interface_rx_packets; empty: not on this machine)."""
+    its interface (emulator.network.interface_rx_packets; empty: not on this
+    machine); peer_rx: port -> those delivered to the interface at the link's
+    other end, for a switch's (emulator.network.peer_rx_packets), at the
+    instant of the egress counter."""
     switch: str
     counters: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)
     qdepth: Optional[dict[QueueKey, int]] = None
     errors: tuple[tuple[str, str], ...] = ()
     controller_primary: Optional[bool] = None
     interface_rx: dict[int, int] = field(default_factory=dict)
+    peer_rx: dict[int, int] = field(default_factory=dict)
 
     @property
     def up(self) -> bool:
@@ -147,6 +156,8 @@ def samples(topo, readings: Iterable[SwitchReadings], reasons: dict[int, str],
                     fam[spec.name].add_metric(labels, float(cells.get(number, (0, 0))[which]))
             if number in r.interface_rx:
                 fam[m.FABRIC_PORT_INTERFACE_RX_PACKETS.name].add_metric(labels, float(r.interface_rx[number]))
+            if number in r.peer_rx:
+                fam[m.FABRIC_PORT_PEER_RX_PACKETS.name].add_metric(labels, float(r.peer_rx[number]))
         for (number, queue), depth in sorted((r.qdepth or {}).items()):
             if number in sw.ports:
                 labels = [r.switch, str(number), sw.ports[number].peer, str(queue)]
@@ -197,7 +208,7 @@ class Bmv2Reader:
         errors: list[tuple[str, str]] = []
         counters: dict[str, dict[int, tuple[int, int]]] = {}
         controller_primary = None
-        interface_rx: dict[int, int] = {}
+        kernel: dict[str, dict[int, int]] = {}         # the kernel's counts at the instant of a counter's read
         try:
             conn = self._connection(sw)
             conn.is_primary()                   # takes in the switch's latest arbitration news
@@ -209,15 +220,16 @@ class Bmv2Reader:
                 except EntryError as exc:       # the pipeline has no such counter: say so, read the rest
                     errors.append(("p4info", str(exc)))
                     continue
-                if name != INGRESS_COUNTER:
+                kernel_read = KERNEL_COUNTS.get(name)
+                if kernel_read is None:
                     counters[name] = conn.counter(entry)
                     continue
-                rx_before, before_s = interface_rx_packets(sw), time.monotonic()
+                rx_before, before_s = kernel_read(sw), time.monotonic()
                 counters[name] = conn.counter(entry)
                 answered_s = time.monotonic()
-                rx_after, after_s = interface_rx_packets(sw), time.monotonic()
+                rx_after, after_s = kernel_read(sw), time.monotonic()
                 # the switch took its snapshot during the call: its midpoint is the best guess
-                interface_rx = at_instant(rx_before, before_s, rx_after, after_s, (before_s + answered_s) / 2)
+                kernel[name] = at_instant(rx_before, before_s, rx_after, after_s, (before_s + answered_s) / 2)
         except (Exception, SystemExit) as exc:  # SystemExit: p4runtime-shell exits when arbitration fails
             text = str(exc) or type(exc).__name__
             errors.append(("p4runtime", text if text.startswith(sw.name) else f"{sw.name}: {text}"))
@@ -237,7 +249,8 @@ class Bmv2Reader:
                 errors.append(("thrift", str(exc)))
                 self._drop(self._thrift, sw.name)
         return SwitchReadings(sw.name, counters, qdepth, tuple(errors), controller_primary,
-                              interface_rx or interface_rx_packets(sw))
+                              kernel.get(INGRESS_COUNTER) or interface_rx_packets(sw),
+                              kernel.get(EGRESS_COUNTER) or peer_rx_packets(sw))
 
     def _connection(self, sw):
         conn = self._p4rt.get(sw.name)

@@ -68,7 +68,7 @@ class Case:
 F = m.FEATURE_METRICS
 EXP = job(EXPORTER)
 UP, DROPS, TX = m.FABRIC_SWITCH_UP, m.FABRIC_DROPS, m.FABRIC_PORT_TX_PACKETS
-IFACE_RX, RX = m.FABRIC_PORT_INTERFACE_RX_PACKETS, m.FABRIC_PORT_RX_PACKETS
+IFACE_RX, RX, PEER_RX = m.FABRIC_PORT_INTERFACE_RX_PACKETS, m.FABRIC_PORT_RX_PACKETS, m.FABRIC_PORT_PEER_RX_PACKETS
 PAUSED, DETECTED = F["fabric_pfc_paused_seconds"], F["fabric_pfc_storms_detected"]
 RESTORED, STORM_DROPPED = F["fabric_pfc_storms_restored"], F["fabric_pfc_storm_dropped"]
 CELL = {"switch": "leaf1", "port_class": "2/3"}
@@ -122,12 +122,12 @@ CASES: dict[str, tuple[Case, Case]] = {
         Case([series(IFACE_RX, "0+505x60", switch="leaf1", port="1", peer="h1"),
               series(RX, "0+500x60", switch="leaf1", port="1", peer="h1")], "3m")),
     "LinkFramesLost": (
-        Case([series(TX, "0+500x60", **LINK), series(IFACE_RX, "0+400x60", **BACK),       # 20% lost
-              series(TX, "0+500x60", **BACK), series(IFACE_RX, "0+500x60", **LINK),       # the way back: whole
+        Case([series(TX, "0+500x60", **LINK), series(PEER_RX, "0+400x60", **LINK),        # 20% lost
+              series(TX, "0+500x60", **BACK), series(PEER_RX, "0+500x60", **BACK),        # the way back: whole
               series(TX, "0+500x60", switch="leaf1", port="1", peer="h1")], "3m",         # a host port: no far end
              [{**LINK, **EXP}]),
-        Case([series(TX, "0+500x60", **LINK), series(IFACE_RX, "0+500x60", **BACK),
-              series(TX, "0+25x60", **BACK), series(IFACE_RX, "0+20x60", **LINK)], "3m")),   # 5/s: too few to judge
+        Case([series(TX, "0+500x60", **LINK), series(PEER_RX, "0+500x60", **LINK),
+              series(TX, "0+25x60", **BACK), series(PEER_RX, "0+20x60", **BACK)], "3m")),   # 5/s: too few to judge
     "PortQueueCongested": (
         Case([series(m.FABRIC_QUEUE_DEPTH, "60x36", **LINK, queue="0")], "150s", [{**LINK, "queue": "0", **EXP}]),
         # A queue that went idle has no sample (the exporter leaves it out): two bursts within a minute do not fire.

@@ -68,6 +68,19 @@ def test_what_the_kernel_delivered_to_a_port_is_exported_beside_what_the_pipelin
         "a port whose interface was not read is not exported"
 
 
+def test_what_the_links_other_end_received_is_exported_beside_what_the_port_sent():
+    """leaf1 sent 7 frames to h2 (a host: its NIC's count is not this
+    machine's) and the interface at spine1's end of port 3 received 5: the
+    link lost what egress_port_counter counts above it. The far end is the
+    peer switch's own port (control/topology.py Port.peer_iface)."""
+    d = as_dict(samples(TOPO, [leaf1_readings(peer_rx={3: 5})], drop_reason_names()))
+    assert value(d, "fabric_port_peer_rx_packets_total", switch="leaf1", port="3", peer="spine1") == 5
+    assert not [k for k in d if k[0] == "fabric_port_peer_rx_packets_total" and ("port", "2") in k[1]]
+    ports = TOPO.switches["leaf1"].ports
+    assert ports[3].peer_iface == TOPO.switches["spine1"].ports[ports[3].peer_port].iface
+    assert ports[1].peer_iface == "", "a host's NIC is in its namespace"
+
+
 def test_what_was_not_read_is_not_exported():
     d = as_dict(samples(TOPO, [SwitchReadings("spine1", errors=(("p4runtime", "down"),))], {4: "no_route"},
                         {("spine1", "p4runtime"): 3}))
