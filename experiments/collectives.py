@@ -120,8 +120,8 @@ from emulator.build import compile_p4
 from control.controller import FabricController
 from emulator.network import Network
 from emulator.fidelity import FidelityMonitor, Verdict, report
-from experiments.common import (agent_python, case_fidelity, experiment_parser, lost_before_pipeline, print_table,
-                                roce_agent, save_figure, write_csv)
+from experiments.common import (StartGate, agent_python, case_fidelity, experiment_parser, lost_before_pipeline,
+                                print_table, roce_agent, save_figure, write_csv)
 from experiments.common import fail_link
 from features import topology_from_dict
 from features.failover.heartbeat import running_heartbeats
@@ -150,7 +150,6 @@ PLACEMENT_TIMEOUT_S = 180.0  # a rank's wait, generous: 16 ranks start on two co
                              # seen before 2026-11-26 were the endpoint's clock, docs/collectives.md)
 LINE_RATE_PPS = 1000.0       # each connection's top rate (1 KB payloads): what BMv2 on two cores forwards for
                              # four ranks' channels without dropping (3000 lost hundreds of packets a step)
-START_DELAY_S = 3.0          # ranks start together this long after launch (imports, sockets)
 # Phase topologies: four ranks whose traffic all crosses the top tier, the modes and algorithms run there
 TOPOLOGY_RANKS = {"fat-tree-k4": ("h1", "h5", "h9", "h13"),                  # one host per pod: through the cores
                   "rail-optimized": ("g1.eth0", "g2.eth1", "g3.eth2", "g4.eth3")}  # one NIC per rail: the spines
@@ -203,27 +202,42 @@ def written_topology(raw: dict, path: Path):
     return topology_from_dict(raw, str(path)), path
 
 
-def launch(case: str, job: list[Rank], extra: list[str], args, out: Path, start_at: float,
-           job_id: int = 0) -> list[subprocess.Popen]:
+def launch(case: str, job: list[Rank], extra: list[str], args, out: Path, job_id: int = 0,
+           gate: StartGate | None = None) -> list[subprocess.Popen]:
     """One process per rank of `job`, in its host's namespace, on its NIC,
-    running data-parallel steps from wall-clock `start_at`."""
+    running data-parallel steps; the ranks start together once every one is
+    ready (a StartGate: opened here, unless `gate` is given, which the caller
+    opens with start() once every job sharing it is launched)."""
     case_out = out / case
     case_out.mkdir(parents=True, exist_ok=True)
     if _judged:                      # the case's fidelity, judged by collect()
         _monitors[case] = case_fidelity(*_judged[-1])
-        _monitors[case].traffic_starts(start_at)
+    own = gate is None
+    gate = gate or StartGate(case_out)
     addresses = ",".join(r.ip for r in job)
     procs = []
     for rank, r in enumerate(job):
         cmd = ["ip", "netns", "exec", r.host, agent_python(), "-m", "hostagent.collectives", "step",
                "--workload", "data-parallel", "--steps", str(args.steps), "--rank", str(rank),
                "--addresses", addresses, "--iface", r.iface, "--src-ip", r.ip, "--src-mac", r.mac,
-               "--gw-mac", r.gateway_mac, "--start-at", str(start_at), "--job", str(job_id),
+               "--gw-mac", r.gateway_mac, *gate.args(), "--job", str(job_id),
                "--out", str(case_out / f"rank{rank}"), *extra]
         with open(case_out / f"rank{rank}.log", "w") as log:      # rank 0 prints each step as it ends
             procs.append(subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                                           stdout=log, stderr=subprocess.PIPE, text=True))
+    if own:
+        start(gate, procs, case)
     return procs
+
+
+def start(gate: StartGate, procs: list[subprocess.Popen], *cases: str) -> float:
+    """Open `gate` once each of `procs` (the ranks of `cases`) is ready;
+    each case's fidelity monitor counts from the start time, returned."""
+    start_at = gate.open(procs)
+    for case in cases:
+        if case in _monitors:
+            _monitors[case].traffic_starts(start_at)
+    return start_at
 
 
 def collect(case: str, procs: list[subprocess.Popen], out: Path) -> dict:
@@ -259,7 +273,7 @@ def collect(case: str, procs: list[subprocess.Popen], out: Path) -> dict:
 def run_ranks(case: str, job: list[Rank], extra: list[str], ctl: FabricController, args, out: Path) -> dict:
     """Data-parallel steps on `job`'s ranks; with the packets each spine carried."""
     before = spine_packets(ctl)
-    procs = launch(case, job, extra, args, out, time.time() + START_DELAY_S + 0.1 * len(job))
+    procs = launch(case, job, extra, args, out)
     result = collect(case, procs, out)
     after = spine_packets(ctl)
     carried = {sw: after[sw] - before[sw] for sw in SPINES}
@@ -277,14 +291,15 @@ def run_jobs_case(shared: bool, topo, args, out: Path, ctl: FabricController, ec
     job = [Rank.of(topo.hosts[h].primary) for h in RANKS]
     extra = ["--channels", str(args.channels), "--line-rate-pps", str(LINE_RATE_PPS),
              "--paths", str(REPO / "topologies" / "leaf-spine.yaml")]
-    start_at = time.time() + START_DELAY_S + 0.2 * len(job)
     sharing = ("shared" if shared else "alone") + ("-ecn" if ecn else "")
+    (out / sharing).mkdir(parents=True, exist_ok=True)
+    gate = StartGate(out / sharing)                 # the jobs start together
     marked_before = ce_marked(ctl)
-    runs = [("job0", launch(f"{sharing}-job0", job, extra + ["--algorithm", sc.RING], args, out, start_at, 0),
-             sc.RING)]
+    runs = [("job0", launch(f"{sharing}-job0", job, extra + ["--algorithm", sc.RING], args, out, 0, gate), sc.RING)]
     if shared:
         runs.append(("job1", launch(f"{sharing}-job1", job, extra + ["--algorithm", sc.HALVING_DOUBLING], args, out,
-                                    start_at, 1), sc.HALVING_DOUBLING))
+                                    1, gate), sc.HALVING_DOUBLING))
+    start(gate, [p for _, procs, _ in runs for p in procs], *(f"{sharing}-{name}" for name, _, _ in runs))
     rows = []
     for name, procs, algorithm in runs:
         r = collect(f"{sharing}-{name}", procs, out)
@@ -371,8 +386,7 @@ def run_allreduce_case(name: str, ranks_: tuple[str, ...], algorithm: str, trees
     label, case = allreduce_label(algorithm, trees), allreduce_case(name, len(job), algorithm, trees)
 
     def run(options: list[str]) -> dict:
-        return collect(case, launch(case, job, extra + options, args, out,
-                                    time.time() + START_DELAY_S + 0.1 * len(job)), out)
+        return collect(case, launch(case, job, extra + options, args, out), out)
 
     if algorithm != IN_NETWORK:
         result = {**run([]), "server_blocks": ""}
@@ -462,7 +476,7 @@ def run_torus_case(name: str, how: str, topo, ctl: FabricController, args, out: 
              "--model-bytes", str(PLACEMENT_MODEL_BYTES), "--timeout-s", str(PLACEMENT_TIMEOUT_S)]
     case = f"{name}-{how.replace(' ', '-')}"
     before = switch_crossings(ctl, topo)
-    procs = launch(case, job, extra, args, out, time.time() + START_DELAY_S + 0.1 * len(job))
+    procs = launch(case, job, extra, args, out)
     result = collect(case, procs, out)
     after = switch_crossings(ctl, topo)
     from_hosts, to_switches = (a - b for a, b in zip(after, before))
@@ -531,7 +545,7 @@ def run_topology_case(name: str, mode: str, algorithm: str, topo, topo_file: Pat
            for h, _, n in (r.partition(".") for r in TOPOLOGY_RANKS[name])]
 
     before = spine_packets(ctl, top)
-    procs = launch(f"{name}-{mode}-{algorithm}", job, extra, args, out, time.time() + START_DELAY_S + 0.1 * len(job))
+    procs = launch(f"{name}-{mode}-{algorithm}", job, extra, args, out)
     result = collect(f"{name}-{mode}-{algorithm}", procs, out)
     after = spine_packets(ctl, top)
     per_switch = [after[sw] - before[sw] for sw in top]
@@ -547,9 +561,7 @@ def topology_file(name: str, out: Path):
 
 
 def wait_for_first_step(log: Path, procs: list[subprocess.Popen], timeout_s: float = 120.0) -> float:
-    """When rank 0 ended its first step (it prints each step): the ranks
-    start when all four have imported and opened their sockets, which on two
-    cores can take longer than START_DELAY_S."""
+    """When rank 0 ended its first step (it prints each step)."""
     deadline = time.time() + timeout_s
     while time.time() < deadline:
         if any(line.startswith("step 0:") for line in log.read_text().splitlines()):
@@ -586,8 +598,7 @@ def run_failure_case(protection: str, args, out: Path) -> dict:
             thread.start()
         undo = None
         try:
-            start_at = time.time() + START_DELAY_S + 0.1 * len(job)
-            procs = launch(case, job, extra, args, out, start_at)
+            procs = launch(case, job, extra, args, out)
             first = wait_for_first_step(out / case / "rank0.log", procs)
             time.sleep(max(0.0, first + args.fail_after - time.time()))
             failed_at = time.time()
@@ -737,7 +748,7 @@ def run_least_loaded_case(load: bool, choice: str, topo, topo_file: Path, spines
              "--line-rate-pps", str(LL_LINE_RATE_PPS), "--model-bytes", str(LL_MODEL_BYTES),
              "--buckets", str(LL_BUCKETS)]
     before = spine_packets(ctl)
-    result = collect(case, launch(case, job, extra, args, out, time.time() + START_DELAY_S), out)
+    result = collect(case, launch(case, job, extra, args, out), out)
     after = spine_packets(ctl)
     summaries = [json.loads((out / case / f"rank{r}.json").read_text()) for r in range(len(job))]
     allreduce_s = [float(line.split(",")[5]) for r in range(len(job))
