@@ -6,19 +6,20 @@ The frame layer is Scapy's own (scapy.contrib.mac_control: EtherType 0x8808
 control opcode 0x0101, a class-enable vector (bit n: priority n; the upper
 byte reserved), eight pause times in quanta of 512 bit times (0 = resume),
 zero padding to the 60-byte minimum frame (64 with the FCS the wire adds).
-The host agent's receive path does not dissect with Scapy: `decode_pfc` and
-`encode_pfc` work on bytes, and tests/unit/wire/test_lossless.py checks they
-give and read what the Scapy layer does. The values equal
+The host agents do not use Scapy: `decode_pfc` and `encode_pfc` work on
+bytes, and tests/unit/wire/test_lossless.py checks they give and read what
+the Scapy layer does. Scapy is imported only when a Scapy frame is asked
+for (`pfc_frame`, the re-exported layers): importing it costs a process
+about 0.4 s of CPU, and the agents import this module. The values equal
 p4src/include/defines.p4's (checked by the same test).
 """
 from __future__ import annotations
 
 import struct
-from typing import Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from scapy.contrib.mac_control import MACControl, MACControlClassBasedFlowControl  # noqa: F401  (re-exported)
-from scapy.layers.l2 import Ether
-from scapy.packet import Packet
+if TYPE_CHECKING:
+    from scapy.packet import Packet
 
 ETHERTYPE_MAC_CONTROL = 0x8808
 PFC_OPCODE = 0x0101
@@ -44,8 +45,18 @@ def pause_us(quanta: int, bandwidth_mbps: float) -> float:
     return quanta * quantum_us(bandwidth_mbps)
 
 
+def __getattr__(name: str) -> Any:
+    """Scapy's MAC control layers, re-exported, imported when first asked for."""
+    if name in ("MACControl", "MACControlClassBasedFlowControl"):
+        from scapy.contrib import mac_control
+        return getattr(mac_control, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def pfc_frame(src_mac: str, times: Mapping[int, int]) -> Packet:
     """A PFC frame (Scapy) that pauses each class in `times` for its quanta (0: resume)."""
+    from scapy.contrib.mac_control import MACControlClassBasedFlowControl
+    from scapy.layers.l2 import Ether
     layer = MACControlClassBasedFlowControl()
     for c, quanta in _checked(times).items():
         setattr(layer, f"c{c}_enabled", 1)

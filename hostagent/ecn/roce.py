@@ -44,7 +44,7 @@ from hostagent.lossless import PauseState, ReceiveBuffer
 from hostagent.sender import add_host_arguments
 from hostagent.start import add_start_arguments, wait_for_start
 from wire.ecn import CE, ECT0, NOT_ECT
-from wire.roce import CNP, OFFSETS, RC_SEND_ONLY, ROCEV2_UDP_PORT, roce_cnp, roce_data
+from wire.roce import CNP, OFFSETS, RC_SEND_ONLY, ROCEV2_UDP_PORT, encode_roce_cnp, encode_roce_data
 from hostagent.load_balancing.plb import add_plb_arguments, plb_from_args
 from hostagent.load_balancing.reorder import ReorderBank, ReorderParams, add_reorder_arguments
 
@@ -185,9 +185,9 @@ def run_sender(a, progress=None, write: bool = True) -> dict:
     # to each destination in turn, so each gets its share evenly, spread over
     # `sports` 5-tuples (the flows a network's hashes see); each destination
     # has its own PSNs.
-    frames = [bytearray(bytes(roce_data(a.src_mac, a.gw_mac, a.src_ip, dst, a.qp, payload=a.payload,
-                                        ecn=NOT_ECT if a.not_ect else ECT0, dscp=getattr(a, "dscp", 0), pcp=pcp,
-                                        sport=flow_sport(a.qp, k))))
+    frames = [bytearray(encode_roce_data(a.src_mac, a.gw_mac, a.src_ip, dst, a.qp, payload=a.payload,
+                                         ecn=NOT_ECT if a.not_ect else ECT0, dscp=getattr(a, "dscp", 0), pcp=pcp,
+                                         sport=flow_sport(a.qp, k)))
               for k in range(sports) for dst in dsts]
     frame = frames[0]
     tag = TAG_BYTES if pcp is not None else 0      # the fields below sit that much further in a tagged frame
@@ -394,7 +394,7 @@ def run_receiver(a, progress=None, write: bool = True) -> dict:
             if np_.should_send_cnp(key, now):
                 cnp = cnp_frames.get(key)
                 if cnp is None:
-                    cnp = cnp_frames[key] = bytes(roce_cnp(a.src_mac, a.gw_mac, a.src_ip, src, qp))
+                    cnp = cnp_frames[key] = encode_roce_cnp(a.src_mac, a.gw_mac, a.src_ip, src, qp)
                 sock.send(cnp)
                 f["cnps_sent"] += 1
     restore_signals()

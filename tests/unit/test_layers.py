@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 LAYERS = {"wire": 0, "control": 1, "emulator": 2, "features": 3, "hostagent": 4, "telemetry": 4, "experiments": 5,
           "benchmarks": 5, "fabric": 6}
 # wire imports nothing but Scapy, numpy (array codecs) and a few standard modules.
-WIRE_ALLOWED = {"scapy", "numpy", "__future__", "struct", "dataclasses", "typing", "enum", "functools", "math"}
+WIRE_ALLOWED = {"scapy", "numpy", "__future__", "struct", "dataclasses", "typing", "enum", "functools", "math", "zlib"}
 
 
 def modules() -> dict[str, Path]:

@@ -6,7 +6,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Ether
 
 from wire.ecn import CE, ECT0
-from wire.roce import CNP, OFFSETS, RC_SEND_ONLY, roce_cnp, roce_data
+from wire.roce import CNP, OFFSETS, RC_SEND_ONLY, RoceOffsets, encode_roce_cnp, encode_roce_data, roce_cnp, roce_data
 from hostagent.ecn.roce import classify
 
 MACS = ("0a:00:01:00:00:01", "0a:00:00:00:01:01")
@@ -46,3 +46,35 @@ def test_cnp_is_not_ect_and_classified():
 ])
 def test_classify_malformed_and_unexpected(frame, kind):
     assert classify(frame) == kind
+
+
+def test_the_fixed_offsets_are_the_ones_the_scapy_layers_give():
+    assert OFFSETS == RoceOffsets.derive()
+
+
+@pytest.mark.parametrize("kw", [
+    {},
+    {"psn": 0xABCDEF, "payload": 64, "ecn": CE, "dscp": 26},
+    {"qp": 0x123456, "payload": 0, "sport": 49153},
+    {"pcp": 3, "dscp": 26, "payload": 1000},           # priority-tagged (802.1Q, VLAN 0)
+])
+def test_the_struct_codec_gives_scapys_bytes_icrc_included(kw):
+    args = {"qp": 7, **kw}
+    assert encode_roce_data(*MACS, "10.0.1.1", "10.0.5.1", **args) == \
+        bytes(roce_data(*MACS, "10.0.1.1", "10.0.5.1", **args))
+    for qp in (3, 0xFFFFFF):
+        assert encode_roce_cnp(*MACS, "10.0.5.1", "10.0.1.1", qp) == bytes(roce_cnp(*MACS, "10.0.5.1", "10.0.1.1", qp))
+
+
+def test_the_opcodes_are_scapys():
+    from scapy.contrib.roce import CNP_OPCODE, opcode
+    assert RC_SEND_ONLY == opcode("RC", "SEND_ONLY")[0] and CNP == CNP_OPCODE
+
+
+def test_the_agent_imports_no_scapy():
+    """hostagent/ecn/roce.py and what it imports: a process that starts one pays no Scapy import."""
+    import subprocess
+    import sys
+    code = "import sys, hostagent.ecn.roce; print(sorted(m for m in sys.modules if m.startswith('scapy')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
