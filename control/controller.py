@@ -251,3 +251,10 @@ class FabricController:
     def counter(self, switch: str, counter: str, index: int | None = None) -> dict[int, tuple[int, int]]:
         self.connect()
         return self.connections[switch].counter(self.p4info.counter_entry(counter, index))
+
+    def counter_cells(self, switch: str, counter: str, indexes: Iterable[int]) -> dict[int, tuple[int, int]]:
+        """Cells `indexes` of `counter` on `switch`, in one read. A whole
+        counter is read cell by cell: on fat-tree-k4, trim_counter's 4096
+        cells took 0.19 s a switch, four of them 1.5 ms."""
+        self.connect()
+        return self.connections[switch].counter(*(self.p4info.counter_entry(counter, i) for i in indexes))

@@ -315,10 +315,10 @@ class SwitchConnection:
         except grpc.RpcError as exc:          # e.g. PERMISSION_DENIED: this controller is not primary
             raise SwitchError(f"{self.name}: write refused: {exc.code().name}: {exc.details()}") from None
 
-    def counter(self, entry: p4runtime_pb2.CounterEntry) -> dict[int, tuple[int, int]]:
-        """Read counter cells: index -> (packets, bytes)."""
+    def counter(self, *entries: p4runtime_pb2.CounterEntry) -> dict[int, tuple[int, int]]:
+        """Read counter cells, `entries` in one request: index -> (packets, bytes)."""
         cells = {}
-        for e in self.read([p4runtime_pb2.Entity(counter_entry=entry)]):
+        for e in self.read([p4runtime_pb2.Entity(counter_entry=entry) for entry in entries]):
             c = e.counter_entry
             cells[c.index.index] = (c.data.packet_count, c.data.byte_count)
         return cells

@@ -285,9 +285,8 @@ def run_jobs_case(shared: bool, topo, args, out: Path, ctl: FabricController, ec
     """Job 0 (ring) alone, or job 0 and job 1 (halving-doubling) on the
     same four hosts at once, each on its own queue pairs; with `ecn`, every
     switch port marks CE above ECN_K packets (DCQCN then slows the senders)."""
-    for sw in topo.switches.values():
-        for port in sw.ports:
-            ctl.feature("ecn").set_profile(sw.name, port, EcnProfile.step(ECN_K) if ecn else None)
+    ctl.feature("ecn").set_profiles({(sw.name, port, None): EcnProfile.step(ECN_K) if ecn else None
+                                     for sw in topo.switches.values() for port in sw.ports})
     job = [Rank.of(topo.hosts[h].primary) for h in RANKS]
     extra = ["--channels", str(args.channels), "--line-rate-pps", str(LINE_RATE_PPS),
              "--paths", str(REPO / "topologies" / "leaf-spine.yaml")]
@@ -778,9 +777,8 @@ def least_loaded_phase(args) -> tuple[Path, list[dict]]:
     spines = channel_spines(model, [topo.hosts[h].ip for h in LL_RANKS], 2)
     results = []
     with fabric(topo, args) as ctl:
-        for sw in topo.switches.values():
-            for port in sw.ports:
-                ctl.feature("ecn").set_profile(sw.name, port, EcnProfile.step(ECN_K))
+        ctl.feature("ecn").set_profiles({(sw.name, port, None): EcnProfile.step(ECN_K)
+                                         for sw in topo.switches.values() for port in sw.ports})
         for load in (False, True):
             competing = []
             try:

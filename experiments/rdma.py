@@ -269,10 +269,8 @@ def run_flows(name: str, cc: str, flows: list[Flow], pfc: bool, topo, net: Netwo
     receiver = topo.hosts[RECEIVER]
     port = receiver.switch_port
     queue = LOSSLESS_CLASS if pfc else 0
-    for q in (0, LOSSLESS_CLASS):
-        ctl.feature("ecn").set_profile(BOTTLENECK_SWITCH, port, None, queue=q)
-    ctl.feature("ecn").set_profile(BOTTLENECK_SWITCH, port, EcnProfile.step(DCQCN_K) if cc in MARKED_CCS else None,
-                                   queue=queue)
+    ctl.feature("ecn").set_profiles({(BOTTLENECK_SWITCH, port, q): EcnProfile.step(DCQCN_K)
+                                     if cc in MARKED_CCS and q == queue else None for q in (0, LOSSLESS_CLASS)})
     case_dir = out / name
     case_dir.mkdir(parents=True, exist_ok=True)
     gate = StartGate(case_dir)       # every agent ready before any sends (agents/start.py)

@@ -246,11 +246,10 @@ def set_ring_case(case: Case, topo, ctl: FabricController) -> None:
     for (sw, port, queue), profile in topo.features[TRIMMING].items():
         ctl.feature(TRIMMING).set_profile(sw, port, replace(profile, on=True) if case.trimming else None, queue=queue)
     marked = LOSSLESS_CLASS if case.pfc else 0
-    for sw in topo.switches.values():
-        for port in sw.ports:
-            for q in (0, LOSSLESS_CLASS):
-                ctl.feature("ecn").set_profile(sw.name, port, EcnProfile.step(DCQCN_K)
-                                               if case.cc in MARKED_CCS and q == marked else None, queue=q)
+    ctl.feature("ecn").set_profiles({(sw.name, port, q): EcnProfile.step(DCQCN_K)
+                                     if case.cc in MARKED_CCS and q == marked else None
+                                     for sw in topo.switches.values() for port in sw.ports
+                                     for q in (0, LOSSLESS_CLASS)})
 
 
 def all_trims(ctl: FabricController, topo) -> int:
@@ -258,8 +257,7 @@ def all_trims(ctl: FabricController, topo) -> int:
     cells: dict[str, set[int]] = {}
     for sw, port, queue in topo.features[TRIMMING]:
         cells.setdefault(sw, set()).add(trim_cell(port, queue))
-    return sum(packets for sw, mine in cells.items()
-               for cell, (packets, _) in ctl.counter(sw, TRIM_COUNTER).items() if cell in mine)
+    return sum(packets for sw, mine in cells.items() for packets, _ in ctl.counter_cells(sw, TRIM_COUNTER, mine).values())
 
 
 def run_ring_case(case: Case, run: int, topo, topo_file: Path, net: Network, ctl: FabricController, args,

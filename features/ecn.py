@@ -177,19 +177,29 @@ class EcnRuntime:
     def set_profile(self, switch: str, port: int, profile: "EcnProfile | None", *, queue: Optional[int] = None):
         """Change (or remove, with None) the ECN profile of one egress port,
         or of one priority queue of it."""
+        return self.set_profiles({(switch, port, queue): profile})[switch]
+
+    def set_profiles(self, changes: Mapping[tuple[str, int, Optional[int]], "EcnProfile | None"]) -> dict:
+        """set_profile for each (switch, port, queue) -> profile of `changes`,
+        every one checked before any is applied, each switch programmed once
+        (a switch's sync reads and compares its whole state: once per port
+        and queue, 160 of them took 6 s on fat-tree-k4). The switches' sync
+        reports."""
         topo = self.ctl.topo
-        if switch not in topo.switches:
-            raise EntryError(f"no switch {switch!r}")
-        if port not in topo.switches[switch].ports:
-            raise EntryError(f"{switch} has no port {port}")
-        if queue is not None and not 0 <= queue < priority_queues(topo, switch):
-            raise EntryError(f"{switch} has queues 0..{priority_queues(topo, switch) - 1}, not {queue}")
+        for switch, port, queue in changes:
+            if switch not in topo.switches:
+                raise EntryError(f"no switch {switch!r}")
+            if port not in topo.switches[switch].ports:
+                raise EntryError(f"{switch} has no port {port}")
+            if queue is not None and not 0 <= queue < priority_queues(topo, switch):
+                raise EntryError(f"{switch} has queues 0..{priority_queues(topo, switch) - 1}, not {queue}")
         profiles = topo.features.setdefault(SECTION, {})
-        if profile is None:
-            profiles.pop((switch, port, queue), None)
-        else:
-            profiles[(switch, port, queue)] = profile
-        return self.ctl.program_switch(switch)
+        for key, profile in changes.items():
+            if profile is None:
+                profiles.pop(key, None)
+            else:
+                profiles[key] = profile
+        return {switch: self.ctl.program_switch(switch) for switch in dict.fromkeys(sw for sw, _, _ in changes)}
 
 
 FEATURE = FeatureSpec(

@@ -240,4 +240,5 @@ FEATURE = FeatureSpec(
     runtime=TrimmingRuntime,
     bench_what="trimming on for all traffic: every packet counted (count) or trimmed (trim)",
     counters=(CounterMetric("fabric_trimmed", "trim_counter: packets trimmed, by the (port/queue) they would have "
-                            "joined", (TRIM_COUNTER,), label="port_queue", values=_per_cell),))
+                            "joined", (TRIM_COUNTER,), label="port_queue", values=_per_cell,
+                            cells=lambda sw: [cell(port, queue) for port in sw.ports for queue in range(QUEUES)]),))

@@ -44,7 +44,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional, Protocol
+from typing import Any, Callable, Iterable, Optional, Protocol
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -74,6 +74,12 @@ DROP_COUNTER = "drop_counter"
 # port counters first, read together with the kernel's (see above).
 # The kernel's counts each of these counters is compared with, read around it (at_instant)
 KERNEL_COUNTS = {INGRESS_COUNTER: interface_rx_packets, EGRESS_COUNTER: peer_rx_packets}
+# The cells read on a switch, where not every cell: its ports' (of per-port counters) and what a feature names
+# (CounterMetric.cells). A whole counter is read cell by cell: trim_counter's 4096 took 0.19 s a switch.
+CELLS: dict[str, Callable[[Any], Iterable[int]]] = {
+    **{name: lambda sw: list(sw.ports) for name in (INGRESS_COUNTER, EGRESS_COUNTER)},
+    **{c.counters[0]: lambda sw: list(sw.ports) for c in m.FEATURE_COUNTERS if c.label == "port"},
+    **{name: c.cells for c in m.FEATURE_COUNTERS if c.cells is not None for name in c.counters}}
 COUNTERS = tuple(dict.fromkeys((INGRESS_COUNTER, EGRESS_COUNTER, DROP_COUNTER,
                                 *(name for c in m.FEATURE_COUNTERS for name in c.counters))))
 
@@ -216,16 +222,21 @@ class Bmv2Reader:
                 controller_primary = conn.primary_election_id == self.controller_election_id
             for name in COUNTERS:
                 try:
-                    entry = self.p4info.counter_entry(name)
+                    cells = CELLS.get(name)
+                    entries = ([self.p4info.counter_entry(name, i) for i in cells(sw)] if cells is not None
+                               else [self.p4info.counter_entry(name)])
                 except EntryError as exc:       # the pipeline has no such counter: say so, read the rest
                     errors.append(("p4info", str(exc)))
                     continue
+                if not entries:
+                    counters[name] = {}
+                    continue
                 kernel_read = KERNEL_COUNTS.get(name)
                 if kernel_read is None:
-                    counters[name] = conn.counter(entry)
+                    counters[name] = conn.counter(*entries)
                     continue
                 rx_before, before_s = kernel_read(sw), time.monotonic()
-                counters[name] = conn.counter(entry)
+                counters[name] = conn.counter(*entries)
                 answered_s = time.monotonic()
                 rx_after, after_s = kernel_read(sw), time.monotonic()
                 # the switch took its snapshot during the call: its midpoint is the best guess
