@@ -9,8 +9,9 @@ starved of CPU in that moment loses frames before its pipeline, seen by no
 counter (docs/features/lossless.md).
 
 `--start-file F`: the agent, once set up, creates F.<pid>.ready and waits
-for F, which holds the wall-clock start time; the launcher
-(experiments/common.py, StartGate) writes F once every agent is ready.
+for F, which holds the wall-clock start time; the launcher (StartGate,
+below: the experiments' and hostagent/aggregation/runs.py's) writes F once
+every agent is ready.
 `--start-at T` is the plain form: a fixed time. `--start-after S` delays
 one agent S seconds past the common start (flows that join later).
 """
@@ -18,8 +19,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import time
 from pathlib import Path
+from typing import Sequence
 
 POLL_S = 0.01
 READY_TIMEOUT_S = 120.0      # an agent waits this long for the launcher's start time
@@ -71,3 +74,58 @@ def wait_for_start(a: argparse.Namespace) -> float:
     late_s = time.time() - start_at
     time.sleep(max(0.0, -late_s))
     return max(0.0, late_s)
+
+
+class StartGate:
+    """The launcher's side: starts a case's agents together once every one
+    of them is ready. Give each agent its args() (--start-file), then open()
+    it with the agents started. A fixed start a few seconds ahead is not
+    enough on two cores: eleven agents take more than 4 s to import, and
+    the first ones would send into a machine still starting the rest."""
+
+    def __init__(self, directory: Path, lead_s: float = 0.5, timeout_s: float = 60.0):
+        self.path, self.lead_s, self.timeout_s = directory / "start", lead_s, timeout_s
+        for stale in (self.path, *ready_markers(self.path)):
+            stale.unlink(missing_ok=True)
+
+    def args(self) -> list[str]:
+        return ["--start-file", str(self.path)]
+
+    def open(self, procs: Sequence[subprocess.Popen]) -> float:
+        """Wait until each of `procs` is ready, then give them a start time
+        lead_s ahead; return it. When one exits first or they are not ready
+        in time, the others are stopped before the error is raised: no agent
+        waits on for a start (and a network torn down under it)."""
+        deadline = time.monotonic() + self.timeout_s
+        while (ready := len(ready_markers(self.path))) < len(procs):
+            failure = None
+            if any(p.poll() is not None for p in procs):
+                failure = (f"an agent exited before the start (exit codes "
+                           f"{[p.poll() for p in procs]}; {ready} of {len(procs)} ready)")
+            elif time.monotonic() > deadline:
+                failure = f"{ready} of {len(procs)} agents ready after {self.timeout_s:.0f} s"
+            if failure is not None:
+                stop_all(procs)
+                raise RuntimeError(failure)
+            time.sleep(0.02)
+        start_at = time.time() + self.lead_s
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(repr(start_at))
+        os.replace(tmp, self.path)          # the agents never read half a time
+        for marker in ready_markers(self.path):     # read once: not left among the case's results
+            marker.unlink(missing_ok=True)
+        return start_at
+
+
+def stop_all(procs: Sequence[subprocess.Popen], timeout_s: float = 15.0) -> None:
+    """Terminate every one of `procs` still running and reap them (killed if
+    SIGTERM was not enough within timeout_s)."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

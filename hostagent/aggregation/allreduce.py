@@ -64,7 +64,9 @@ from typing import Optional
 import numpy as np
 
 from hostagent.aggregation.sockets import job_socket
+from hostagent.start import add_start_arguments, start_time
 from wire import aggregation as ah
+
 DEFAULT_WINDOW = 32
 ECT0 = 0x02                   # IP TOS: ECN-capable transport (ECT(0)), with ecn=True
 MIN_RTO_S = 0.05              # retransmission timeout: RFC 6298 from measured round trips, within these
@@ -502,9 +504,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help=f"int32 elements a packet carries: the job's block_elements "
                          f"({', '.join(map(str, ah.BLOCK_SIZES))}; default {ah.DEFAULT_BLOCK_ELEMENTS})")
     ap.add_argument("--timeout-s", type=float, default=300.0, help="give up (exit 1) after this long without finishing")
-    ap.add_argument("--start-at", type=float, default=None, help="wall-clock time to start at (all workers together)")
+    add_start_arguments(ap)
     ap.add_argument("--seq-base", type=int, default=None,
-                    help="the job's first sequence number, the same on every worker (default: --start-at in ms)")
+                    help="the job's first sequence number, the same on every worker (default: the start time in ms)")
     ap.add_argument("--ecn", action="store_true",
                     help="send ECT(0) and halve the window on results flagged CONGESTED (ECN on aggregation)")
     ap.add_argument("--out", default=None, help="write PREFIX.json: timings, counters, check")
@@ -513,7 +515,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         ap.error(f"--rank must be 0..{args.workers - 1}, got {args.rank}")
     if args.elements < 1:
         ap.error("--elements must be at least 1")
-    seq_base = args.seq_base if args.seq_base is not None else seq_base_at(args.start_at or 0.0)
+    start_at = start_time(args)         # with --start-file: once every worker is ready (hostagent/start.py)
+    seq_base = args.seq_base if args.seq_base is not None else seq_base_at(start_at)
     try:
         worker = AggregationWorker(args.job, args.server, args.workers, bind_ip=args.bind, window=args.window,
                                    timeout_s=args.timeout_s, seq_base=seq_base, ecn=args.ecn,
@@ -522,8 +525,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         ap.error(str(exc))
     mine = worker_input(args.seed, args.rank, args.elements, args.dtype)
     everyone = [worker_input(args.seed, r, args.elements, args.dtype) for r in range(args.workers)]
-    if args.start_at:
-        time.sleep(max(0.0, args.start_at - time.time()))
+    if start_at:
+        time.sleep(max(0.0, start_at - time.time()))
     runs, ok = [], True
     for i in range(args.repeat):
         try:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from emulator.impairments import netem_available
+from hostagent.start import StartGate
 
 REPO = Path(__file__).resolve().parents[2]
 PY = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else sys.executable
@@ -65,6 +66,18 @@ def start_server(topo, job: int, out: Path) -> subprocess.Popen:
                                 "--out", str(out / f"server-job{job}")], out / f"server-job{job}.log")
 
 
+def wait_listening(proc: subprocess.Popen, out: Path, job: int, timeout_s: float = 60.0) -> None:
+    """Return once the job's parameter server (start_server) says it is
+    listening: a worker must not send a block it falls back to before."""
+    log = out / f"server-job{job}.log"
+    deadline = time.monotonic() + timeout_s
+    while "parameter server job" not in (log.read_text() if log.exists() else ""):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RunFailed(f"job {job}'s parameter server is not listening (exit {proc.poll()}):\n"
+                            + (log.read_text()[-2000:] if log.exists() else "(no log)"))
+        time.sleep(0.02)
+
+
 def stop_server(proc: subprocess.Popen, out: Path, job: int) -> dict:
     proc.terminate()
     proc.wait(timeout=10)
@@ -73,8 +86,9 @@ def stop_server(proc: subprocess.Popen, out: Path, job: int) -> dict:
 
 
 def ina_workers(topo, job: int, *, elements: int, dtype: str, out: Path, seed: int = 1, repeat: int = 1,
-                window: int = 32, start_at: float, timeout_s: float, ecn: bool = False) -> list[tuple]:
-    """Start the job's workers (not waiting): [(name, proc, log, prefix)]."""
+                window: int = 32, gate: StartGate, timeout_s: float, ecn: bool = False) -> list[tuple]:
+    """Start the job's workers (not waiting; they start when `gate` opens):
+    [(name, proc, log, prefix)]."""
     j = topo.features["aggregation"].job(job)
     server_ip = topo.hosts[j.server].ip
     procs = []
@@ -83,7 +97,7 @@ def ina_workers(topo, job: int, *, elements: int, dtype: str, out: Path, seed: i
         args = ["-m", "hostagent.aggregation.allreduce", "--job", str(job), "--server", server_ip, "--rank", str(rank),
                 "--workers", str(len(j.workers)), "--elements", str(elements), "--dtype", dtype,
                 "--seed", str(seed), "--repeat", str(repeat), "--window", str(window),
-                "--timeout-s", str(timeout_s), "--start-at", str(start_at), "--out", str(prefix),
+                "--timeout-s", str(timeout_s), *gate.args(), "--out", str(prefix),
                 "--block-elements", str(j.block_elements), *(["--ecn"] if ecn else [])]
         procs.append((f"job {job} worker {rank} ({w})", _in_netns(w, args, prefix.with_suffix(".log")),
                       prefix.with_suffix(".log"), prefix))
@@ -96,8 +110,11 @@ def run_ina(topo, job: int, *, elements: int, dtype: str, out: Path, seed: int =
     out.mkdir(parents=True, exist_ok=True)
     server = start_server(topo, job, out)
     try:
+        gate = StartGate(out)
         procs = ina_workers(topo, job, elements=elements, dtype=dtype, out=out, seed=seed, repeat=repeat,
-                            window=window, start_at=time.time() + 2.0, timeout_s=timeout_s, ecn=ecn)
+                            window=window, gate=gate, timeout_s=timeout_s, ecn=ecn)
+        wait_listening(server, out, job)
+        gate.open([p for _, p, _, _ in procs])
         results = _collect(procs, timeout_s + 30)
     finally:
         server_stats = stop_server(server, out, job)
@@ -112,9 +129,12 @@ def run_jobs(topo, jobs: list[int], *, elements: int, dtype: str, out: Path, see
     out.mkdir(parents=True, exist_ok=True)
     servers = {job: start_server(topo, job, out) for job in jobs}
     try:
-        start_at = time.time() + 3.0
+        gate = StartGate(out)                       # every job's workers start together
         procs = {job: ina_workers(topo, job, elements=elements, dtype=dtype, out=out, seed=seed + job,
-                                  window=window, start_at=start_at, timeout_s=timeout_s) for job in jobs}
+                                  window=window, gate=gate, timeout_s=timeout_s) for job in jobs}
+        for job, server in servers.items():
+            wait_listening(server, out, job)
+        gate.open([p for ps in procs.values() for _, p, _, _ in ps])
         results = {job: _collect(p, timeout_s + 30) for job, p in procs.items()}
     finally:
         stats = {job: stop_server(s, out, job) for job, s in servers.items()}
