@@ -1,8 +1,9 @@
 """Agents that start together.
 
 A launcher starts several agents, each a process of its own, and their
-traffic must begin together. Starting takes time: importing Scapy costs
-about 0.8 s of CPU, so eleven agents need more than 4 s of two cores. With
+traffic must begin together. Starting takes time: an RDMA or collectives
+agent imports Scapy and more (0.35-0.9 s of CPU; the RoCEv2 agent, 0.07 s,
+imports no Scapy), so a dozen agents need seconds of two cores. With
 a fixed start time a few seconds ahead (`--start-at`), the first agents
 ready send into a machine still busy starting the rest, and a BMv2 switch
 starved of CPU in that moment loses frames before its pipeline, seen by no
