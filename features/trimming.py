@@ -225,6 +225,11 @@ class TrimmingRuntime:
         return self.ctl.program_switch(switch)
 
 
+def _cells(sw) -> list[int]:
+    """trim_counter's cells of a switch's ports: each of their queues."""
+    return [cell(port, queue) for port in sw.ports for queue in range(QUEUES)]
+
+
 def _per_cell(read) -> dict[str, float]:
     """trim_counter's packets by "port/queue"."""
     mask = (1 << PORT_BITS) - 1
@@ -240,5 +245,4 @@ FEATURE = FeatureSpec(
     runtime=TrimmingRuntime,
     bench_what="trimming on for all traffic: every packet counted (count) or trimmed (trim)",
     counters=(CounterMetric("fabric_trimmed", "trim_counter: packets trimmed, by the (port/queue) they would have "
-                            "joined", (TRIM_COUNTER,), label="port_queue", values=_per_cell,
-                            cells=lambda sw: [cell(port, queue) for port in sw.ports for queue in range(QUEUES)]),))
+                            "joined", (TRIM_COUNTER,), label="port_queue", values=_per_cell, cells=_cells),))
