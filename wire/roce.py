@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from wire.ecn import ECT0, NOT_ECT
 from wire.lossless import dscp_tos
+from wire.trimming import ipv4_checksum
 
 if TYPE_CHECKING:
     from scapy.layers.l2 import Ether
@@ -100,7 +101,7 @@ def _frame(src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, tos: int, sport
     ip_len = _IPV4.size + udp_len
     src, dst = _ipv4(src_ip), _ipv4(dst_ip)
     ip = _IPV4.pack(0x45, tos, ip_len, IP_ID, IP_DF, IP_TTL, IP_PROTO_UDP, 0, src, dst)
-    ip = ip[:10] + _checksum(ip).to_bytes(2, "big") + ip[12:]
+    ip = ip[:10] + ipv4_checksum(ip).to_bytes(2, "big") + ip[12:]
     udp = _UDP.pack(sport, ROCEV2_UDP_PORT, udp_len, 0)
     bth = _BTH.pack(opcode, 0, 0xFFFF, becn << 30 | qp & 0xFFFFFF, psn & 0xFFFFFF)
     # The ICRC (IBA's, as Scapy's BTH computes it): a CRC-32 over 8 bytes of ones standing for the LRH, then
@@ -121,13 +122,6 @@ def _mac(mac: str) -> bytes:
 
 def _ipv4(address: str) -> bytes:
     return bytes(int(x) for x in address.split("."))
-
-
-def _checksum(header: bytes) -> int:
-    s = sum(struct.unpack(f"!{len(header) // 2}H", header))
-    s = (s & 0xFFFF) + (s >> 16)
-    s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
 
 
 @dataclass(frozen=True)
