@@ -70,16 +70,22 @@ DEFAULT_P4INFO = REPO / "build" / "main.p4info.txtpb"
 INGRESS_COUNTER = "ingress_port_counter"
 EGRESS_COUNTER = "egress_port_counter"
 DROP_COUNTER = "drop_counter"
-# The fabric's own counters, then every feature's (their counters() hook); the
-# port counters first, read together with the kernel's (see above).
 # The kernel's counts each of these counters is compared with, read around it (at_instant)
 KERNEL_COUNTS = {INGRESS_COUNTER: interface_rx_packets, EGRESS_COUNTER: peer_rx_packets}
+
+
+def _ports(sw) -> list[int]:
+    return list(sw.ports)
+
+
 # The cells read on a switch, where not every cell: its ports' (of per-port counters) and what a feature names
 # (CounterMetric.cells). A whole counter is read cell by cell: trim_counter's 4096 took 0.19 s a switch.
 CELLS: dict[str, Callable[[Any], Iterable[int]]] = {
-    **{name: lambda sw: list(sw.ports) for name in (INGRESS_COUNTER, EGRESS_COUNTER)},
-    **{c.counters[0]: lambda sw: list(sw.ports) for c in m.FEATURE_COUNTERS if c.label == "port"},
+    **{name: _ports for name in (INGRESS_COUNTER, EGRESS_COUNTER)},
+    **{c.counters[0]: _ports for c in m.FEATURE_COUNTERS if c.label == "port"},
     **{name: c.cells for c in m.FEATURE_COUNTERS if c.cells is not None for name in c.counters}}
+# The fabric's own counters, then every feature's (their counters() hook); the
+# port counters first, read together with the kernel's (see above).
 COUNTERS = tuple(dict.fromkeys((INGRESS_COUNTER, EGRESS_COUNTER, DROP_COUNTER,
                                 *(name for c in m.FEATURE_COUNTERS for name in c.counters))))
 
