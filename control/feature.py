@@ -51,10 +51,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Iterator, Mapping, NoReturn, Optional, Protocol, \
     Sequence, runtime_checkable
 
-from control.p4info import P4Info
-from control.sync import SwitchState
-
-if TYPE_CHECKING:                       # types only: the controller is built on this module
+if TYPE_CHECKING:                       # types only: the controller is built on this module, and a host's
+                                        # process that reads a topology needs no gRPC (control.sync)
+    from control.p4info import P4Info
+    from control.sync import SwitchState
     from control.controller import FabricController
     from control.topology import Topology
 

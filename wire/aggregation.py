@@ -26,18 +26,18 @@ The protocol itself is docs/protocols/aggregation.md.
 
 Scapy dissects UDP to any of the 16 job ports as Aggregation
 (bind_layers); the fast paths (the worker's and the PS's sockets) use
-pack()/unpack() here, which produce the same bytes.
+pack()/unpack() here, which produce the same bytes. The layers are made,
+and bound, when one is first asked for (as in wire/rdma.py): a worker's
+process imports no Scapy.
 """
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
-from scapy.fields import ByteField, FieldListField, FlagsField, IntField, ShortField, SignedIntField, SignedLongField
-from scapy.layers.inet import UDP
-from scapy.packet import Packet, bind_layers
 
 AGG_UDP_PORT_BASE = 0xBEE0       # job j: UDP port AGG_UDP_PORT_BASE + j
 MAX_JOBS = 15                    # jobs 1..15 (port base + 0 is no job)
@@ -89,43 +89,60 @@ def job_port(job: int) -> int:
     return AGG_UDP_PORT_BASE + job
 
 
-class Aggregation(Packet):
-    name = "Aggregation"
-    fields_desc = [
-        FlagsField("flags", 0, 8, FLAG_NAMES),
-        ByteField("job", 1),
-        ByteField("worker", 0),
-        ByteField("exponent", EXPONENT_BIAS),
-        ShortField("slot", 0),
-        ShortField("offset", 0),
-        IntField("seq", 0),
-        # the rest of the datagram: a whole block
-        FieldListField("elements", [0] * DEFAULT_BLOCK_ELEMENTS, SignedIntField("", 0),  # type: ignore[list-item]  # scapy stubs: default is values, not fields
-                       max_count=CHUNK_ELEMENTS * MAX_CHUNKS),
-    ]
-
-    def extract_padding(self, s: bytes):
-        return b"", s
-
-    def mysummary(self) -> str:
-        return self.sprintf("Aggregation job=%job% seq=%seq% slot=%slot% flags=%flags%")
+LAYERS = ("Aggregation", "AggregationWide")
 
 
-class AggregationWide(Packet):
-    """A parameter server's result, or a part of it: int64 sums from element
-    `offset` of the block (flag WIDE)."""
-    name = "AggregationWide"
-    fields_desc = Aggregation.fields_desc[:7] + [
-        FieldListField("elements", [0] * WIDE_PART_ELEMENTS, SignedLongField("", 0),  # type: ignore[list-item]  # as above
-                       max_count=WIDE_PART_ELEMENTS),
-    ]
-
-    def extract_padding(self, s: bytes):
-        return b"", s
+def __getattr__(name: str) -> Any:
+    """The Scapy layers, made (and bound) when one is first asked for."""
+    if name in LAYERS:
+        return _layers()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-for _job in range(1, MAX_JOBS + 1):
-    bind_layers(UDP, Aggregation, dport=AGG_UDP_PORT_BASE + _job)
+@functools.cache
+def _layers() -> dict[str, Any]:
+    from scapy.fields import ByteField, FieldListField, FlagsField, IntField, ShortField, SignedIntField, \
+        SignedLongField
+    from scapy.layers.inet import UDP
+    from scapy.packet import Packet, bind_layers
+
+    class Aggregation(Packet):
+        name = "Aggregation"
+        fields_desc = [
+            FlagsField("flags", 0, 8, FLAG_NAMES),
+            ByteField("job", 1),
+            ByteField("worker", 0),
+            ByteField("exponent", EXPONENT_BIAS),
+            ShortField("slot", 0),
+            ShortField("offset", 0),
+            IntField("seq", 0),
+            # the rest of the datagram: a whole block
+            FieldListField("elements", [0] * DEFAULT_BLOCK_ELEMENTS, SignedIntField("", 0),  # type: ignore[list-item]  # scapy stubs: default is values, not fields
+                           max_count=CHUNK_ELEMENTS * MAX_CHUNKS),
+        ]
+
+        def extract_padding(self, s: bytes):
+            return b"", s
+
+        def mysummary(self) -> str:
+            return self.sprintf("Aggregation job=%job% seq=%seq% slot=%slot% flags=%flags%")
+
+    class AggregationWide(Packet):
+        """A parameter server's result, or a part of it: int64 sums from element
+        `offset` of the block (flag WIDE)."""
+        name = "AggregationWide"
+        fields_desc = Aggregation.fields_desc[:7] + [
+            FieldListField("elements", [0] * WIDE_PART_ELEMENTS, SignedLongField("", 0),  # type: ignore[list-item]  # as above
+                           max_count=WIDE_PART_ELEMENTS),
+        ]
+
+        def extract_padding(self, s: bytes):
+            return b"", s
+
+    for job in range(1, MAX_JOBS + 1):
+        bind_layers(UDP, Aggregation, dport=AGG_UDP_PORT_BASE + job)
+
+    return {"Aggregation": Aggregation, "AggregationWide": AggregationWide}
 
 
 @dataclass

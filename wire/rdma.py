@@ -32,28 +32,28 @@ request stating its own terms the same way. No byte is added.
 
 Every layer has a struct codec for the agent's hot path (encode_* /
 decode_*), tested to give the same bytes as Scapy (tests/unit/wire/test_rdma.py).
+The agents use the codecs alone, so the Scapy layers are made, and bound,
+when one is first asked for (`RETH`, `IntHop`, `AckExtension`, and the
+re-exported `BTH`, `AETH`, `opcode`): importing Scapy costs a process
+about 0.2 s of CPU, and every RDMA agent and collective rank imports this
+module. The opcodes are InfiniBand's numbers (the same test checks them
+against Scapy's table).
 """
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
-from typing import Optional
-
-from scapy.contrib.roce import AETH, BTH, opcode  # noqa: F401  (re-exported)
-from scapy.fields import BitField, ByteField, ConditionalField, FieldLenField, IntField, LongField, PacketListField, \
-    XByteField
-from scapy.packet import Packet, bind_layers
+from typing import Any, Optional
 
 PSN_BITS = 24
 PSN_MOD = 1 << PSN_BITS
 MSN_MOD = 1 << 24
 
-SEND_FIRST, SEND_MIDDLE, SEND_LAST, SEND_ONLY = (opcode("RC", n)[0] for n in
-                                                 ("SEND_FIRST", "SEND_MIDDLE", "SEND_LAST", "SEND_ONLY"))
-WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_ONLY = (opcode("RC", n)[0] for n in
-                                                     ("RDMA_WRITE_FIRST", "RDMA_WRITE_MIDDLE", "RDMA_WRITE_LAST",
-                                                      "RDMA_WRITE_ONLY"))
-ACKNOWLEDGE = opcode("RC", "ACKNOWLEDGE")[0]
+# RC opcodes (InfiniBand Architecture Specification, 9.2.1; scapy.contrib.roce's opcode("RC", name))
+SEND_FIRST, SEND_MIDDLE, SEND_LAST, SEND_ONLY = 0x00, 0x01, 0x02, 0x04
+WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_ONLY = 0x06, 0x07, 0x08, 0x0A     # RDMA_WRITE_*
+ACKNOWLEDGE = 0x11
 DATA_OPCODES = {SEND_FIRST, SEND_MIDDLE, SEND_LAST, SEND_ONLY, WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_ONLY}
 FIRST_OPCODES = {SEND_FIRST, SEND_ONLY, WRITE_FIRST, WRITE_ONLY}      # a message starts
 LAST_OPCODES = {SEND_LAST, SEND_ONLY, WRITE_LAST, WRITE_ONLY}         # a message ends
@@ -132,42 +132,58 @@ def terms_of(bits: int) -> Optional[Terms]:
     return Terms(MODES[mode], None if cc == ANY_CC else CONGESTION_CONTROLS[cc])
 
 
-class RETH(Packet):
-    """RDMA extended transport header: where a WRITE goes in the responder's memory."""
-    name = "RETH"
-    fields_desc = [LongField("va", 0), IntField("rkey", 0), IntField("dma_len", 0)]
+LAYERS = ("RETH", "IntHop", "AckExtension", "BTH", "AETH", "opcode")
 
 
-class IntHop(Packet):
-    """One switch's HPCC data, as the fabric's INT carries it (FABRIC_DS:
-    tx bytes mod 2^32, tx time in us mod 2^32, link rate; baseline: queue
-    occupancy, packets on BMv2), echoed by the receiver."""
-    name = "IntHop"
-    fields_desc = [IntField("tx_bytes", 0), IntField("tx_time_us", 0), IntField("queue_packets", 0),
-                   IntField("link_rate_mbps", 0)]
-
-    def extract_padding(self, s):
-        return b"", s
+def __getattr__(name: str) -> Any:
+    """The Scapy layers, made (and bound) when one is first asked for."""
+    if name in LAYERS:
+        return _layers()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-class AckExtension(Packet):
-    """After an ACK's or NAK's AETH: a selective acknowledgement (IRN) when
-    `flags` has EXT_SACK (PSN `sack_base` is missing; bit i of
-    `sack_bitmap`, least significant first, says PSN sack_base + 1 + i
-    arrived), then `hops` IntHop records (HPCC) when it has EXT_INT."""
-    name = "AckExtension"
-    fields_desc = [XByteField("flags", 0), ByteField("reserved", 0),
-                   FieldLenField("hops", None, count_of="int_hops", fmt="!H"),
-                   ConditionalField(ByteField("sack_reserved", 0), lambda p: p.flags & EXT_SACK),
-                   ConditionalField(BitField("sack_base", 0, 24), lambda p: p.flags & EXT_SACK),
-                   ConditionalField(LongField("sack_bitmap", 0), lambda p: p.flags & EXT_SACK),
-                   PacketListField("int_hops", [], IntHop, count_from=lambda p: p.hops)]
+@functools.cache
+def _layers() -> dict[str, Any]:
+    from scapy.contrib.roce import AETH, BTH, opcode
+    from scapy.fields import BitField, ByteField, ConditionalField, FieldLenField, IntField, LongField, \
+        PacketListField, XByteField
+    from scapy.packet import Packet, bind_layers
 
+    class RETH(Packet):
+        """RDMA extended transport header: where a WRITE goes in the responder's memory."""
+        name = "RETH"
+        fields_desc = [LongField("va", 0), IntField("rkey", 0), IntField("dma_len", 0)]
 
-bind_layers(BTH, RETH, opcode=WRITE_FIRST)
-bind_layers(BTH, RETH, opcode=WRITE_ONLY)
-bind_layers(BTH, AETH, opcode=ACKNOWLEDGE)
-bind_layers(AETH, AckExtension)
+    class IntHop(Packet):
+        """One switch's HPCC data, as the fabric's INT carries it (FABRIC_DS:
+        tx bytes mod 2^32, tx time in us mod 2^32, link rate; baseline: queue
+        occupancy, packets on BMv2), echoed by the receiver."""
+        name = "IntHop"
+        fields_desc = [IntField("tx_bytes", 0), IntField("tx_time_us", 0), IntField("queue_packets", 0),
+                       IntField("link_rate_mbps", 0)]
+
+        def extract_padding(self, s):
+            return b"", s
+
+    class AckExtension(Packet):
+        """After an ACK's or NAK's AETH: a selective acknowledgement (IRN) when
+        `flags` has EXT_SACK (PSN `sack_base` is missing; bit i of
+        `sack_bitmap`, least significant first, says PSN sack_base + 1 + i
+        arrived), then `hops` IntHop records (HPCC) when it has EXT_INT."""
+        name = "AckExtension"
+        fields_desc = [XByteField("flags", 0), ByteField("reserved", 0),
+                       FieldLenField("hops", None, count_of="int_hops", fmt="!H"),
+                       ConditionalField(ByteField("sack_reserved", 0), lambda p: p.flags & EXT_SACK),
+                       ConditionalField(BitField("sack_base", 0, 24), lambda p: p.flags & EXT_SACK),
+                       ConditionalField(LongField("sack_bitmap", 0), lambda p: p.flags & EXT_SACK),
+                       PacketListField("int_hops", [], IntHop, count_from=lambda p: p.hops)]
+
+    bind_layers(BTH, RETH, opcode=WRITE_FIRST)
+    bind_layers(BTH, RETH, opcode=WRITE_ONLY)
+    bind_layers(BTH, AETH, opcode=ACKNOWLEDGE)
+    bind_layers(AETH, AckExtension)
+
+    return {"RETH": RETH, "IntHop": IntHop, "AckExtension": AckExtension, "BTH": BTH, "AETH": AETH, "opcode": opcode}
 
 
 # ---- struct codecs (the agent's hot path) ----------------------------------

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from wire.ecn import ECT0, NOT_ECT
 from wire.lossless import dscp_tos
-from wire.trimming import ipv4_checksum
+from wire.ipv4 import ETHERTYPE_IPV4, IP_DF, IP_ID, IP_PROTO_UDP, IP_TTL, ipv4_bytes, ipv4_checksum, mac_bytes
 
 if TYPE_CHECKING:
     from scapy.layers.l2 import Ether
@@ -37,8 +37,7 @@ _IPV4 = struct.Struct("!BBHHHBBH4s4s")
 _UDP = struct.Struct("!HHHH")
 _BTH = struct.Struct("!BBHII")                # opcode, SE/M/pad/version, P_Key, FECN/BECN/resv6 ++ dest QP,
 #                                               AckReq/resv7 ++ PSN
-ETHERTYPE_IPV4, ETHERTYPE_VLAN = 0x0800, 0x8100
-IP_ID, IP_DF, IP_TTL, IP_PROTO_UDP = 1, 0x4000, 64, 17     # what Scapy's IP() writes
+ETHERTYPE_VLAN = 0x8100
 
 
 def default_sport(qp: int) -> int:
@@ -99,7 +98,7 @@ def _frame(src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, tos: int, sport
            psn: int, becn: bool, body: bytes, pcp: Optional[int]) -> bytes:
     udp_len = _UDP.size + _BTH.size + len(body) + ICRC_BYTES
     ip_len = _IPV4.size + udp_len
-    src, dst = _ipv4(src_ip), _ipv4(dst_ip)
+    src, dst = ipv4_bytes(src_ip), ipv4_bytes(dst_ip)
     ip = _IPV4.pack(0x45, tos, ip_len, IP_ID, IP_DF, IP_TTL, IP_PROTO_UDP, 0, src, dst)
     ip = ip[:10] + ipv4_checksum(ip).to_bytes(2, "big") + ip[12:]
     udp = _UDP.pack(sport, ROCEV2_UDP_PORT, udp_len, 0)
@@ -111,17 +110,9 @@ def _frame(src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, tos: int, sport
               + _UDP.pack(sport, ROCEV2_UDP_PORT, udp_len, 0xFFFF)
               + _BTH.pack(opcode, 0, 0xFFFF, 0xFF << 24 | qp & 0xFFFFFF, psn & 0xFFFFFF) + body)
     icrc = struct.pack("<I", zlib.crc32(masked) & 0xFFFFFFFF)
-    eth = (_ETHER.pack(_mac(dst_mac), _mac(src_mac), ETHERTYPE_VLAN) + _DOT1Q.pack(pcp << 13, ETHERTYPE_IPV4)
-           if pcp is not None else _ETHER.pack(_mac(dst_mac), _mac(src_mac), ETHERTYPE_IPV4))
+    eth = (_ETHER.pack(mac_bytes(dst_mac), mac_bytes(src_mac), ETHERTYPE_VLAN) + _DOT1Q.pack(pcp << 13, ETHERTYPE_IPV4)
+           if pcp is not None else _ETHER.pack(mac_bytes(dst_mac), mac_bytes(src_mac), ETHERTYPE_IPV4))
     return eth + ip + udp + bth + body + icrc
-
-
-def _mac(mac: str) -> bytes:
-    return bytes.fromhex(mac.replace(":", ""))
-
-
-def _ipv4(address: str) -> bytes:
-    return bytes(int(x) for x in address.split("."))
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import struct
 
-ETHERNET_BYTES = 14
-IPV4_BYTES = 20                 # no options: the fabric's parser takes none
-UDP_BYTES = 8
+from wire.ipv4 import ETHERNET_BYTES, IPV4_BYTES, UDP_BYTES, ipv4_checksum   # IPv4 without options: the fabric's
+#                                                                               parser takes none
 MIN_TRIM_BYTES = ETHERNET_BYTES + IPV4_BYTES + UDP_BYTES
 TRIM_BYTES = 64
 TRIMMED_DSCP = 5
@@ -37,13 +36,6 @@ def dscp(frame: bytes) -> int:
 
 def is_trimmed(frame: bytes, trimmed_dscp: int = TRIMMED_DSCP) -> bool:
     return len(frame) > _IPV4 + 1 and dscp(frame) == trimmed_dscp
-
-
-def ipv4_checksum(header: bytes) -> int:
-    total = sum(struct.unpack(f"!{len(header) // 2}H", header))
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    return ~total & 0xFFFF
 
 
 def trimmed(frame: bytes, keep: int = TRIM_BYTES, trimmed_dscp: int = TRIMMED_DSCP) -> bytes:

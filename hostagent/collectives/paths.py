@@ -27,7 +27,7 @@ from typing import Sequence
 from control.forwarding import assign_slots, crc16, ecmp_seed, slot_of
 from control.topology import Nic, Route, Topology
 from features.int_telemetry import IntConfig, WatchRule
-from wire.int_telemetry import INT_UDP_PORT
+from wire.int_telemetry_codec import INT_UDP_PORT
 from wire.roce import ROCEV2_UDP_PORT
 from wire.uet import UET_PORT as UET_UDP_PORT
 

@@ -1,6 +1,6 @@
 """Frames of the RC transport on the wire: built from a header template
-(Scapy builds it once) plus wire/rdma.py's struct codecs, and parsed back
-without Scapy (tens of microseconds a packet would halve what an agent can
+(wire/ipv4.py's, made once a peer) plus wire/rdma.py's struct codecs, and
+parsed back without Scapy (tens of microseconds a packet would halve what an agent can
 send). tests/unit/hostagent/rdma/test_frames.py checks both against Scapy.
 
 A frame that is not the transport's, or is malformed, is refused with a
@@ -13,11 +13,9 @@ import struct
 from dataclasses import dataclass
 from typing import Optional
 
-from scapy.layers.inet import IP, UDP
-from scapy.layers.l2 import Ether
-
 from wire.ecn import CE, ECT0
-from wire.int_telemetry import INT_UDP_PORT, NPT_UDP_PORT, int_layout, split_stack
+from wire.ipv4 import ETHERNET_BYTES, IPV4_BYTES, UDP_BYTES, encode_udp_header, ipv4_checksum
+from wire.int_telemetry_codec import INT_UDP_PORT, NPT_UDP_PORT, int_layout, split_stack
 from wire.lossless import dscp_tos
 from wire.rdma import (ACKNOWLEDGE, AETH_BYTES, BTH_BYTES, DATA_OPCODES, ICRC_BYTES, RETH_BYTES, RETH_OPCODES,
                        HopRecord, MalformedAck, MalformedTerms, Terms, decode_ack_extension, decode_aeth, decode_bth,
@@ -25,7 +23,7 @@ from wire.rdma import (ACKNOWLEDGE, AETH_BYTES, BTH_BYTES, DATA_OPCODES, ICRC_BY
 from wire.roce import CNP, ROCEV2_UDP_PORT
 from wire.trimming import TRIMMED_DSCP
 
-ETH, IP_BYTES, UDP_BYTES = 14, 20, 8
+ETH, IP_BYTES = ETHERNET_BYTES, IPV4_BYTES
 L4 = ETH + IP_BYTES                 # UDP header
 BTH_AT = L4 + UDP_BYTES
 ICRC = b"\x00" * ICRC_BYTES         # the agents neither compute nor check the ICRC (no NIC here does)
@@ -40,13 +38,6 @@ class Malformed(ValueError):
     """A RoCEv2 frame whose transport headers are wrong."""
 
 
-def _checksum(header: bytes) -> int:
-    s = sum(struct.unpack("!10H", header))
-    s = (s & 0xFFFF) + (s >> 16)
-    s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
-
-
 def set_lengths(head: bytearray, tos: int, udp_payload_bytes: int) -> None:
     """An Ethernet/IPv4/UDP header template made ready for a UDP payload of
     that many bytes: the TOS byte, the IPv4 total length and checksum, the
@@ -55,7 +46,7 @@ def set_lengths(head: bytearray, tos: int, udp_payload_bytes: int) -> None:
     ip_len = IP_BYTES + UDP_BYTES + udp_payload_bytes
     head[ETH + 2:ETH + 4] = ip_len.to_bytes(2, "big")
     head[ETH + 10:ETH + 12] = b"\x00\x00"
-    head[ETH + 10:ETH + 12] = _checksum(bytes(head[ETH:L4])).to_bytes(2, "big")
+    head[ETH + 10:ETH + 12] = ipv4_checksum(bytes(head[ETH:L4])).to_bytes(2, "big")
     head[L4 + 4:L4 + 6] = (ip_len - IP_BYTES).to_bytes(2, "big")
 
 
@@ -83,10 +74,8 @@ class FrameBuilder:
     RoCEv2 allows)."""
 
     def __init__(self, src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, sport: int, dscp: int = 0):
-        template = bytes(Ether(src=src_mac, dst=dst_mac) / IP(src=src_ip, dst=dst_ip, tos=dscp_tos(dscp, ECT0),
-                                                                flags="DF")
-                         / UDP(sport=sport, dport=ROCEV2_UDP_PORT, chksum=0))
-        self._head = bytearray(template)
+        self._head = bytearray(encode_udp_header(src_mac, dst_mac, src_ip, dst_ip, sport, ROCEV2_UDP_PORT,
+                                                 tos=dscp_tos(dscp, ECT0)))
         self._tos_data = dscp_tos(dscp, ECT0)
         self._tos_ctrl = dscp_tos(dscp, 0)       # ACKs and CNPs are not ECN-capable
         self.sport = sport

@@ -19,17 +19,15 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Optional, Union
 
-from scapy.layers.inet import IP, UDP
-from scapy.layers.l2 import Ether
-
 from hostagent.ecn.roce import open_socket, recv_stamped, stamp_arrivals
-from hostagent.rdma.frames import ETH, L4, UDP_BYTES, Malformed, NotOurs, _ip, set_lengths
+from hostagent.rdma.frames import ETH, L4, Malformed, NotOurs, _ip, set_lengths
 from hostagent.rdma.output import percentiles, write_messages, write_summary
 from hostagent.rdma.cc.rccc import CreditScheduler
 from hostagent.rdma.grain import loop_grain
 from hostagent.rdma.uet import AckSpray, UetParams, UetReceiver, UetSender
 from hostagent.start import wait_for_start
 from wire.ecn import CE, ECT0
+from wire.ipv4 import UDP_BYTES, encode_udp_header
 from wire.lossless import dscp_tos
 from wire.uet import (ACK_CC, CONTROL, NACK, REQUEST_TYPES, UET_PORT, AckCc, Credit, MalformedPds, Nack, Request,
                       decode_ack, decode_credit, decode_nack, decode_request, encode_ack, encode_credit, encode_nack,
@@ -59,9 +57,8 @@ class UetFrames:
 
     def __init__(self, src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, dscp: int = 0,
                  control_dscp: Optional[int] = None):
-        self._head = bytearray(bytes(Ether(src=src_mac, dst=dst_mac)
-                                     / IP(src=src_ip, dst=dst_ip, tos=dscp_tos(dscp, ECT0), flags="DF")
-                                     / UDP(sport=ENTROPY_BASE, dport=UET_PORT, chksum=0)))
+        self._head = bytearray(encode_udp_header(src_mac, dst_mac, src_ip, dst_ip, ENTROPY_BASE, UET_PORT,
+                                                 tos=dscp_tos(dscp, ECT0)))
         self._tos_data = dscp_tos(dscp, ECT0)
         self._tos_ctrl = dscp_tos(dscp if control_dscp is None else control_dscp, 0)
 

@@ -12,6 +12,16 @@ from wire.rdma import (ACKNOWLEDGE, AETH, ANY_CC, BTH, BTH_BYTES, CONGESTION_CON
                        MalformedAck, MalformedTerms, Terms, decode_ack_extension, decode_aeth, decode_bth, decode_terms,
                        encode_ack_extension, encode_aeth, encode_bth, terms_bits, terms_of)
 
+def test_the_opcodes_are_infinibands_as_scapy_names_them():
+    from scapy.contrib.roce import opcode
+    import wire.rdma as rdma
+    for ours, name in (("SEND_FIRST", "SEND_FIRST"), ("SEND_MIDDLE", "SEND_MIDDLE"), ("SEND_LAST", "SEND_LAST"),
+                       ("SEND_ONLY", "SEND_ONLY"), ("WRITE_FIRST", "RDMA_WRITE_FIRST"),
+                       ("WRITE_MIDDLE", "RDMA_WRITE_MIDDLE"), ("WRITE_LAST", "RDMA_WRITE_LAST"),
+                       ("WRITE_ONLY", "RDMA_WRITE_ONLY"), ("ACKNOWLEDGE", "ACKNOWLEDGE")):
+        assert getattr(rdma, ours) == opcode("RC", name)[0], ours
+
+
 HOPS = (HopRecord(1_000_000, 4_000_000_000, 7, 10), HopRecord(2**32 - 1, 5, 0, 100))
 
 
