@@ -19,6 +19,7 @@ import csv
 import multiprocessing
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -38,7 +39,11 @@ def _busy() -> None:
     kernels) weighs it as one more program on the machine. A process forked
     from this one and left in its session would share one scheduling group
     with pytest and every host agent the tests start (the switches run in
-    sessions of their own), and take its CPU from them alone."""
+    sessions of their own), and take its CPU from them alone. SIGTERM ends
+    it whatever handler the process it was forked from had installed (a
+    test that ran an agent's main() in pytest's process leaves one that only
+    sets a flag)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.setsid()
     while True:
         pass

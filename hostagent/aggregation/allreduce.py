@@ -65,7 +65,7 @@ import numpy as np
 
 from hostagent.aggregation.sockets import job_socket
 from hostagent.start import add_start_arguments, start_time
-from wire import aggregation as ah
+from wire import aggregation_codec as ah
 
 DEFAULT_WINDOW = 32
 ECT0 = 0x02                   # IP TOS: ECN-capable transport (ECT(0)), with ecn=True

@@ -39,7 +39,7 @@ from typing import Optional
 import numpy as np
 
 from hostagent.aggregation.sockets import job_socket
-from wire import aggregation as ah
+from wire import aggregation_codec as ah
 @dataclass
 class ServerStats:
     packets: int = 0

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import socket
 
-from wire import aggregation as ah
+from wire import aggregation_codec as ah
 
 
 def job_socket(job: int, bind_ip: str = "0.0.0.0", buffer_bytes: int = 4 << 20) -> socket.socket:

@@ -51,7 +51,7 @@ from typing import Callable, Sequence
 import numpy as np
 from hostagent.aggregation.allreduce import AggregationWorker, seq_base_at
 from hostagent.aggregation.ring_allreduce import RingAllReduce
-from wire import aggregation as ah
+from wire import aggregation_codec as ah
 
 AllReduce = Callable[[np.ndarray], np.ndarray]
 

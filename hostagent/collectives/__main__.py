@@ -55,7 +55,7 @@ import numpy as np
 
 from features import load_topology
 from hostagent.aggregation.allreduce import seq_base_at
-from wire import aggregation as ah
+from wire import aggregation_codec as ah
 from hostagent.collectives import schedule as sc
 from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, CHANNEL_CHOICES, FIXED, IN_NETWORK, \
     IN_NETWORK_DTYPES, MAX_JOBS, CallRecord, CollectiveError, Communicator, default_sport, nccl_tests_table, \

@@ -73,7 +73,7 @@ import torch.distributed as dist
 from torch import nn
 
 from hostagent.aggregation.allreduce import seq_base_at
-from wire import aggregation as ah
+from wire import aggregation_codec as ah
 from hostagent.collectives import schedule as sc
 from control.topology import TopologyError
 from features import load_topology

@@ -29,7 +29,7 @@ from control.topology import Nic, Route, Topology
 from features.int_telemetry import IntConfig, WatchRule
 from wire.int_telemetry_codec import INT_UDP_PORT
 from wire.roce import ROCEV2_UDP_PORT
-from wire.uet import UET_PORT as UET_UDP_PORT
+from wire.uet_codec import UET_PORT as UET_UDP_PORT
 
 IP_PROTO_UDP = 17
 SPORT_RANGE = range(0xC000, 0x10000)   # RoCEv2 source ports

@@ -61,7 +61,7 @@ from hostagent.rdma.grain import loop_grain
 from hostagent.rdma.uet_agent import UET, run_uet_receiver, run_uet_sender, uet_params
 from hostagent.sender import add_host_arguments
 from hostagent.start import add_start_arguments, wait_for_start
-from wire.rdma import RETH_OPCODES, HopRecord
+from wire.rdma_codec import RETH_OPCODES, HopRecord
 from wire.trimming import TRIMMED_DSCP
 
 SAMPLE_S = 0.01

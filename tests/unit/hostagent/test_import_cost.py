@@ -1,9 +1,9 @@
 """What a host agent's process imports before it can send: no Scapy (about
 0.2 s of CPU) and no gRPC, which experiments pay once per agent, and
 many agents start at once on a case's two cores. The agents build and
-parse their frames with wire/'s struct codecs; Scapy's layers are made
-only where a Scapy packet is asked for (wire/rdma.py, wire/uet.py,
-wire/aggregation.py, wire/roce.py, wire/lossless.py)."""
+parse their frames with wire/'s struct codecs (wire/*_codec.py, which
+import no Scapy; wire/roce.py and wire/lossless.py import it only when a
+Scapy layer is asked for)."""
 import subprocess
 import sys
 
