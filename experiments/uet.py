@@ -243,8 +243,8 @@ def ring_ideal_s(ranks: int, link_pps: float) -> float:
 def set_ring_case(case: Case, topo, ctl: FabricController) -> None:
     """Trimming on every port's lossy queue for UET (off for RoCE); ECN
     marks for DCQCN and NSCC on the queue the case's data uses."""
-    for (sw, port, queue), profile in topo.features[TRIMMING].items():
-        ctl.feature(TRIMMING).set_profile(sw, port, replace(profile, on=True) if case.trimming else None, queue=queue)
+    ctl.feature(TRIMMING).set_profiles({key: replace(profile, on=True) if case.trimming else None
+                                        for key, profile in topo.features[TRIMMING].items()})
     marked = LOSSLESS_CLASS if case.pfc else 0
     ctl.feature("ecn").set_profiles({(sw.name, port, q): EcnProfile.step(DCQCN_K)
                                      if case.cc in MARKED_CCS and q == marked else None

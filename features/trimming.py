@@ -207,22 +207,30 @@ class TrimmingRuntime:
         """Change (or switch off, with None) the trimming of one egress port's
         queue. The header queue must be one the switch runs: their count is
         fixed when it starts (a profile switched off keeps its queue counted)."""
+        return self.set_profiles({(switch, port, queue): profile})[switch]
+
+    def set_profiles(self, changes: Mapping[tuple[str, int, int], "TrimProfile | None"]) -> dict:
+        """set_profile for each (switch, port, queue) -> profile of `changes`,
+        every one checked before any is applied, each switch programmed once
+        (a switch's sync reads and compares its whole state). The switches'
+        sync reports."""
         topo = self.ctl.topo
-        if switch not in topo.switches:
-            raise EntryError(f"no switch {switch!r}")
-        if port not in topo.switches[switch].ports:
-            raise EntryError(f"{switch} has no port {port}")
-        running = priority_queues(topo, switch)
-        if profile is not None and not queue < profile.header_queue < running:
-            raise EntryError(f"{switch} runs queues 0..{running - 1}: the header queue ({profile.header_queue}) "
-                             f"must be one of them, above the trimmed queue ({queue})")
+        for (switch, port, queue), profile in changes.items():
+            if switch not in topo.switches:
+                raise EntryError(f"no switch {switch!r}")
+            if port not in topo.switches[switch].ports:
+                raise EntryError(f"{switch} has no port {port}")
+            running = priority_queues(topo, switch)
+            if profile is not None and not queue < profile.header_queue < running:
+                raise EntryError(f"{switch} runs queues 0..{running - 1}: the header queue ({profile.header_queue}) "
+                                 f"must be one of them, above the trimmed queue ({queue})")
         profiles = topo.features.setdefault(SECTION, {})
-        if profile is None:
-            if (switch, port, queue) in profiles:     # off, its header queue still counted (queues())
-                profiles[(switch, port, queue)] = replace(profiles[(switch, port, queue)], on=False)
-        else:
-            profiles[(switch, port, queue)] = profile
-        return self.ctl.program_switch(switch)
+        for key, profile in changes.items():
+            if profile is not None:
+                profiles[key] = profile
+            elif key in profiles:                       # off, its header queue still counted (queues())
+                profiles[key] = replace(profiles[key], on=False)
+        return {switch: self.ctl.program_switch(switch) for switch in dict.fromkeys(sw for sw, _, _ in changes)}
 
 
 def _cells(sw) -> list[int]:

@@ -143,3 +143,16 @@ def test_runtime_changes_a_profile_and_refuses_a_queue_the_switch_does_not_run(p
         runtime.set_profile("x", 2, tr.TrimProfile(4))
     with pytest.raises(EntryError, match="s1 has no port 42"):
         runtime.set_profile("s1", 42, tr.TrimProfile(4))
+
+
+def test_many_profiles_program_each_switch_once_and_a_bad_one_applies_nothing():
+    topo = incast([{"switch": "all", "port": "all", "threshold": 16}])
+    ctl = _Controller(topo)
+    runtime = tr.TrimmingRuntime(ctl)
+    before = dict(topo.features[tr.SECTION])
+    with pytest.raises(EntryError, match="s1 has no port 42"):
+        runtime.set_profiles({**{key: None for key in before}, ("s1", 42, 0): tr.TrimProfile(4)})
+    assert ctl.programmed == [] and topo.features[tr.SECTION] == before
+    reports = runtime.set_profiles({key: None for key in before})
+    assert sorted(ctl.programmed) == sorted({sw for sw, _, _ in before}) == sorted(reports)
+    assert all(not p.on for p in topo.features[tr.SECTION].values())
