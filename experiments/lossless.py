@@ -677,9 +677,9 @@ def run_deadlock_case(case: DeadlockCase, args, out: Path) -> dict:
         lossless_classes = (TCLASS, BOUNCED_CLASS, THIRD_CLASS)[:case.classes]
 
         def total(counter: str, classes=lossless_classes, switches=None) -> int:
-            return sum(ctl.counter(sw, counter, cell(p, c)).get(cell(p, c), (0, 0))[0]
-                       for sw, ports in fabric_ports.items() if switches is None or sw in switches
-                       for p in ports for c in classes)
+            return sum(packets for sw, ports in fabric_ports.items() if switches is None or sw in switches
+                       for packets, _ in ctl.counter_cells(sw, counter, [cell(p, c) for p in ports
+                                                                         for c in classes]).values())
 
         gate = StartGate(case_dir)
         # The receivers listen DEADLOCK_LISTEN_S past the senders: what the switches held drains (up to the
