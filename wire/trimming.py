@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import struct
 
-from wire.ipv4 import ETHERNET_BYTES, IPV4_BYTES, UDP_BYTES, ipv4_checksum   # IPv4 without options: the fabric's
-#                                                                               parser takes none
+from wire.ipv4 import ETHERNET_BYTES, IPV4_BYTES, UDP_BYTES, ipv4_checksum    # IPv4: no options (the parser takes none)
+
 MIN_TRIM_BYTES = ETHERNET_BYTES + IPV4_BYTES + UDP_BYTES
 TRIM_BYTES = 64
 TRIMMED_DSCP = 5

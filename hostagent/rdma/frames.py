@@ -1,7 +1,7 @@
 """Frames of the RC transport on the wire: built from a header template
-(wire/ipv4.py's, made once a peer) plus wire/rdma_codec.py's struct codecs, and
-parsed back without Scapy (tens of microseconds a packet would halve what an agent can
-send). tests/unit/hostagent/rdma/test_frames.py checks both against Scapy.
+(wire/ipv4.py's, made once a peer) plus wire/rdma_codec.py's struct
+codecs, and parsed back without Scapy (tens of microseconds a packet would
+halve what an agent can send). tests/unit/hostagent/rdma/test_frames.py checks both against Scapy.
 
 A frame that is not the transport's, or is malformed, is refused with a
 reason (`NotOurs`, `Malformed`) that the agent counts; nothing raises past
@@ -17,9 +17,9 @@ from wire.ecn import CE, ECT0
 from wire.ipv4 import ETHERNET_BYTES, IPV4_BYTES, UDP_BYTES, encode_udp_header, ipv4_checksum
 from wire.int_telemetry_codec import INT_UDP_PORT, NPT_UDP_PORT, int_layout, split_stack
 from wire.lossless import dscp_tos
-from wire.rdma_codec import (ACKNOWLEDGE, AETH_BYTES, BTH_BYTES, DATA_OPCODES, ICRC_BYTES, RETH_BYTES, RETH_OPCODES,
-                       HopRecord, MalformedAck, MalformedTerms, Terms, decode_ack_extension, decode_aeth, decode_bth,
-                       decode_terms, encode_ack_extension, encode_aeth, encode_bth)
+from wire.rdma_codec import (ACKNOWLEDGE, AETH_BYTES, BTH_BYTES, DATA_OPCODES, ICRC_BYTES, RETH_BYTES,
+                             RETH_OPCODES, HopRecord, MalformedAck, MalformedTerms, Terms, decode_ack_extension,
+                             decode_aeth, decode_bth, decode_terms, encode_ack_extension, encode_aeth, encode_bth)
 from wire.roce import CNP, ROCEV2_UDP_PORT
 from wire.trimming import TRIMMED_DSCP
 

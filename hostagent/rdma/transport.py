@@ -68,10 +68,10 @@ from typing import Optional
 
 from hostagent.rdma.cc.base import CongestionControl, Feedback, HopInfo
 from wire.rdma_codec import (DATA_OPCODES, FIRST_OPCODES, GO_BACK_N, LAST_OPCODES, MODES, MSN_MOD, PSN_MOD, SACK_BITS,
-                       SELECTIVE_REPEAT, SEND_FIRST, SEND_LAST, SEND_MIDDLE, SEND_ONLY, SYNDROME_ACK,
-                       SYNDROME_NAK_INVALID_REQUEST, SYNDROME_NAK_PSN_SEQUENCE_ERROR, SYNDROME_NAK_TRIMMED,
-                       WRITE_FIRST, WRITE_LAST,
-                       WRITE_MIDDLE, WRITE_ONLY, HopRecord, Terms, terms_bits)
+                             SELECTIVE_REPEAT, SEND_FIRST, SEND_LAST, SEND_MIDDLE, SEND_ONLY, SYNDROME_ACK,
+                             SYNDROME_NAK_INVALID_REQUEST, SYNDROME_NAK_PSN_SEQUENCE_ERROR, SYNDROME_NAK_TRIMMED,
+                             WRITE_FIRST, WRITE_LAST,
+                             WRITE_MIDDLE, WRITE_ONLY, HopRecord, Terms, terms_bits)
 
 # GO_BACK_N, SELECTIVE_REPEAT, MODES: the retransmission modes, named where the wire codes them
 

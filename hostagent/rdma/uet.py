@@ -56,7 +56,7 @@ from hostagent.rdma.cc.base import CongestionControl, CreditBased, Feedback
 from hostagent.rdma.cc.rccc import CreditScheduler
 from hostagent.rdma.transport import capped_window, rto_of, rtt_sample
 from wire.uet_codec import (CC_CREDIT, CC_NSCC, NACK_INVALID_DPDCID, NACK_MODE_MISMATCH, NACK_PSN_OUT_OF_WINDOW,
-                      NACK_TRIMMED, PSN_MOD, SACK_BITS, SYN_OFFSET_MAX, AckCc, Credit, Nack, Request)
+                            NACK_TRIMMED, PSN_MOD, SACK_BITS, SYN_OFFSET_MAX, AckCc, Credit, Nack, Request)
 
 RETRY_EXCEEDED = "retry count exceeded"
 UNKNOWN_PDC = "unknown to the receiver"

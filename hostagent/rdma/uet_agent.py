@@ -29,9 +29,9 @@ from hostagent.start import wait_for_start
 from wire.ecn import CE, ECT0
 from wire.ipv4 import UDP_BYTES, encode_udp_header
 from wire.lossless import dscp_tos
-from wire.uet_codec import (ACK_CC, CONTROL, NACK, REQUEST_TYPES, UET_PORT, AckCc, Credit, MalformedPds, Nack, Request,
-                      decode_ack, decode_credit, decode_nack, decode_request, encode_ack, encode_credit, encode_nack,
-                      encode_request, pds_type, request_payload_at)
+from wire.uet_codec import (ACK_CC, CONTROL, NACK, REQUEST_TYPES, UET_PORT, AckCc, Credit, MalformedPds, Nack,
+                            Request, decode_ack, decode_credit, decode_nack, decode_request, encode_ack, encode_credit,
+                            encode_nack, encode_request, pds_type, request_payload_at)
 
 UET = "uet"
 PDS_AT = L4 + UDP_BYTES
