@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from wire.ecn import ECT0, NOT_ECT
 from wire.lossless import dscp_tos
-from wire.ipv4 import ETHERTYPE_IPV4, IP_DF, IP_ID, IP_PROTO_UDP, IP_TTL, ipv4_bytes, ipv4_checksum, mac_bytes
+from wire.ipv4 import ETHERNET_BYTES, ETHERTYPE_IPV4, IPV4_BYTES, encode_udp_header
 
 if TYPE_CHECKING:
     from scapy.layers.l2 import Ether
@@ -31,10 +31,7 @@ CNP = 0x81                                    # scapy.contrib.roce CNP_OPCODE: c
 CNP_PADDING_BYTES = 16                        # CNPPadding: two reserved 64-bit words
 ICRC_BYTES = 4
 
-_ETHER = struct.Struct("!6s6sH")
 _DOT1Q = struct.Struct("!HH")                 # TCI (PCP, DEI, VLAN id), the EtherType after it
-_IPV4 = struct.Struct("!BBHHHBBH4s4s")
-_UDP = struct.Struct("!HHHH")
 _BTH = struct.Struct("!BBHII")                # opcode, SE/M/pad/version, P_Key, FECN/BECN/resv6 ++ dest QP,
 #                                               AckReq/resv7 ++ PSN
 ETHERTYPE_VLAN = 0x8100
@@ -96,23 +93,21 @@ def encode_roce_cnp(src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, qp: in
 
 def _frame(src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, tos: int, sport: int, opcode: int, qp: int,
            psn: int, becn: bool, body: bytes, pcp: Optional[int]) -> bytes:
-    udp_len = _UDP.size + _BTH.size + len(body) + ICRC_BYTES
-    ip_len = _IPV4.size + udp_len
-    src, dst = ipv4_bytes(src_ip), ipv4_bytes(dst_ip)
-    ip = _IPV4.pack(0x45, tos, ip_len, IP_ID, IP_DF, IP_TTL, IP_PROTO_UDP, 0, src, dst)
-    ip = ip[:10] + ipv4_checksum(ip).to_bytes(2, "big") + ip[12:]
-    udp = _UDP.pack(sport, ROCEV2_UDP_PORT, udp_len, 0)
+    head = encode_udp_header(src_mac, dst_mac, src_ip, dst_ip, sport, ROCEV2_UDP_PORT, tos,
+                             payload_bytes=_BTH.size + len(body) + ICRC_BYTES)
+    eth, ip_udp = head[:ETHERNET_BYTES], head[ETHERNET_BYTES:]
     bth = _BTH.pack(opcode, 0, 0xFFFF, becn << 30 | qp & 0xFFFFFF, psn & 0xFFFFFF)
     # The ICRC (IBA's, as Scapy's BTH computes it): a CRC-32 over 8 bytes of ones standing for the LRH, then
     # IPv4, UDP, BTH and the payload with their variant fields set to ones (TOS, TTL, checksums, FECN, BECN,
     # resv6), sent least significant byte first.
-    masked = (b"\xff" * 8 + _IPV4.pack(0x45, 0xFF, ip_len, IP_ID, IP_DF, 0xFF, IP_PROTO_UDP, 0xFFFF, src, dst)
-              + _UDP.pack(sport, ROCEV2_UDP_PORT, udp_len, 0xFFFF)
-              + _BTH.pack(opcode, 0, 0xFFFF, 0xFF << 24 | qp & 0xFFFFFF, psn & 0xFFFFFF) + body)
-    icrc = struct.pack("<I", zlib.crc32(masked) & 0xFFFFFFFF)
-    eth = (_ETHER.pack(mac_bytes(dst_mac), mac_bytes(src_mac), ETHERTYPE_VLAN) + _DOT1Q.pack(pcp << 13, ETHERTYPE_IPV4)
-           if pcp is not None else _ETHER.pack(mac_bytes(dst_mac), mac_bytes(src_mac), ETHERTYPE_IPV4))
-    return eth + ip + udp + bth + body + icrc
+    masked = bytearray(ip_udp)
+    masked[1] = masked[8] = 0xFF                                                  # IPv4 TOS, TTL
+    masked[10:12] = masked[IPV4_BYTES + 6:IPV4_BYTES + 8] = b"\xff\xff"          # IPv4 and UDP checksums
+    masked_bth = _BTH.pack(opcode, 0, 0xFFFF, 0xFF << 24 | qp & 0xFFFFFF, psn & 0xFFFFFF)
+    icrc = struct.pack("<I", zlib.crc32(b"\xff" * 8 + masked + masked_bth + body) & 0xFFFFFFFF)
+    if pcp is not None:                           # priority-tagged: 802.1Q (VLAN 0) between Ethernet and IPv4
+        eth = eth[:12] + struct.pack("!H", ETHERTYPE_VLAN) + _DOT1Q.pack(pcp << 13, ETHERTYPE_IPV4)
+    return eth + ip_udp + bth + body + icrc
 
 
 @dataclass(frozen=True)
