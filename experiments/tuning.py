@@ -80,6 +80,11 @@ INCAST_AGENTS = "rdma"
 UTILISATION_TARGET = 0.75       # the incast's bottleneck used at least this much (after the first 20%): 0.81-1.00
 CONGESTION_UTILISATION = 0.5    # DCQCN's (derived constants, K 1): 0.61-0.96 in 10 leaf-spine runs, 0.61 once
 WARM_SHARE = 0.2
+# The receiver runs until no packet arrived for this long after the senders stopped: what the paused class still
+# held drains at its link's rate. A fixed second after them was too short at XOFF 31 + headroom 30 on fat-tree-k4
+# (x13.5, 617 packets/s): two flows' last packets arrived 5.985 and 5.988 s into a 6 s receive, and CI's run of
+# 2026-11-30 counted 7 such packets missing.
+RECEIVE_QUIET_S = 0.5
 STORM_DETECT_MARGIN_MS = 100.0  # detection may lag detect_ms by a packet's arrival, the hold loop and the poll
 STORM_LEAD_S = 1.0              # the storm starts this long after the traffic
 PROBES, PROBE_INTERVAL_S = 30, 0.02
@@ -280,7 +285,7 @@ class Validation:
         case_dir.mkdir(parents=True, exist_ok=True)
         gate = StartGate(case_dir)
         fidelity = case_fidelity(self.net, self.ctl)
-        rx_extra = ["--duration", f"{duration + 1.0:g}"]
+        rx_extra = ["--duration", f"{duration:g}", "--until-quiet", f"{RECEIVE_QUIET_S:g}"]
         if not fixed and "cnp_interval_s" in values.dcqcn:
             rx_extra += ["--cnp-interval-s", f"{values.dcqcn['cnp_interval_s']:g}"]
         procs = [roce_agent(self.topo.hosts[self.receiver], "receive", start_at=gate, out_dir=case_dir,
@@ -302,6 +307,9 @@ class Validation:
         tx = {h: json.loads((case_dir / f"send-{h}.json").read_text()) for h, _ in senders}
         rx = json.loads((case_dir / f"receive-{self.receiver}.json").read_text())
         verdict = fidelity.verdict(t["send_late_s"] for t in tx.values())
+        if rx.get("socket_drops"):                       # the receiving agent did not keep up: the machine's loss
+            verdict.violations.append(f"receiver: {self.receiver}'s socket dropped {rx['socket_drops']} frames (the "
+                                      f"agent did not keep up)")
         return rx, tx, str(verdict)
 
     def _lossless_cells(self) -> list[tuple[str, int, float, float]]:

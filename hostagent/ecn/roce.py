@@ -19,6 +19,11 @@ reports each flow's one-way delay percentiles from them. Options for a
 lossless class: `send --tclass C` honours PFC pauses of class C, `send --pcp P`
 priority-tags its frames (802.1Q) with P and honours priority P;
 `receive --drain-pps R` is a slow receiver that pauses its uplink.
+`receive --until-quiet S` keeps receiving after --duration until no packet
+arrived for S seconds: what the fabric still held when the senders stopped
+(a paused lossless class drains at its link's rate) is received, not
+counted missing. The receiver reports the frames its socket dropped (the
+kernel's count: the agent did not keep up), apart from the network's losses.
 Frames are built once with the Scapy layers of wire.roce and sent as
 bytes on one raw socket; malformed or unexpected frames are counted and
 ignored, never fatal.
@@ -51,12 +56,14 @@ from hostagent.load_balancing.reorder import ReorderBank, ReorderParams, add_reo
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
 PACKET_IGNORE_OUTGOING = 23
+PACKET_STATISTICS = 6         # struct tpacket_stats {tp_packets, tp_drops}: read (and reset) once, at the end
 O = OFFSETS
 UDP_SPORT = O.udp_dport - 2   # UDP: source port, then destination port
 PROGRESS_S = 0.5              # how often the loops call their progress hook
 PFC_LISTEN_AFTER_S = 0.5      # a lossless sender keeps reading pauses this long after its last packet
 TAG_BYTES = 4                 # an 802.1Q tag (send --pcp)
 STAMP_AT = O.min_len          # the payload's first 8 bytes: when the sender sent it (monotonic ns)
+QUIET_MAX_S = 30.0            # receive --until-quiet: at most this long after --duration
 
 
 def open_socket(iface: str) -> socket.socket:
@@ -92,6 +99,17 @@ def stamp_arrivals(sock) -> bool:
     except (AttributeError, OSError):    # not a kernel socket (the unit tests' links)
         return False
     return True
+
+
+def socket_dropped(sock: socket.socket) -> int | None:
+    """Frames the kernel dropped because `sock`'s buffer was full (since it
+    was opened or last asked: the count resets when read); None where the
+    kernel does not say."""
+    try:
+        _packets, drops = struct.unpack("II", sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
+    except OSError:
+        return None
+    return drops
 
 
 def recv_stamped(sock, size: int = 4096) -> tuple[bytes, float | None]:
@@ -333,9 +351,11 @@ def run_receiver(a, progress=None, write: bool = True) -> dict:
     t0, t0_wall = time.monotonic(), time.time()
     next_progress = 0.0
     stopped, restore_signals = stop_on_signals()
+    quiet = getattr(a, "until_quiet", None)
+    last_data = 0.0                                # when the last data packet arrived (s since t0)
     while not stopped.is_set():
         now = time.monotonic() - t0
-        if now >= a.duration:
+        if now >= a.duration and (quiet is None or now - last_data >= quiet or now >= a.duration + QUIET_MAX_S):
             break
         if rob is not None:
             for k, rel in rob.advance(now).items():
@@ -376,6 +396,7 @@ def run_receiver(a, progress=None, write: bool = True) -> dict:
             _record_delay(trim_delays.setdefault(key, []), rx)
             continue
         psn = _u24(rx, O.bth_psn)
+        last_data = now
         b = bins[key][int(now / a.bin_s)]
         b[0] += 1
         if rob is not None:
@@ -398,6 +419,7 @@ def run_receiver(a, progress=None, write: bool = True) -> dict:
                 sock.send(cnp)
                 f["cnps_sent"] += 1
     restore_signals()
+    socket_drops = socket_dropped(sock)
     if held is not None:
         held.close()
     for key, f in flows.items():
@@ -408,6 +430,7 @@ def run_receiver(a, progress=None, write: bool = True) -> dict:
             f["reorder"] = rob[key].summary()
             f["lost"] = f["reorder"]["missing"]      # robust to reordering, duplicates and PSN wrap
     summary = {"role": "receiver", "flows": flows, "ignored": dict(ignored), "bin_s": a.bin_s, "t0_wall": t0_wall,
+               "received_until_s": round(time.monotonic() - t0, 4), "socket_drops": socket_drops,
                "reorder": asdict(rob.params) if rob is not None else None,
                "slow_receiver": slow.summary() if slow is not None else None}
     header = ["t_s", "flow", "packets", "ce", "lost"] + (["reorder_held_max"] if rob is not None else [])
@@ -469,6 +492,9 @@ def main(argv=None) -> int:
     r.add_argument("--trimmed-dscp", type=int, choices=range(64), default=None, metavar="D",
                    help="a packet marked D is a trimmed header (packet trimming): counted apart, not delivered")
     add_reorder_arguments(r)
+    r.add_argument("--until-quiet", type=float, default=None, metavar="S",
+                   help="after --duration, keep receiving until no data packet arrived for S seconds (what the "
+                        f"fabric still held), at most {QUIET_MAX_S:g} s more")
     r.add_argument("--drain-pps", type=float, default=None,
                    help="a slow receiver: the host takes this many packets/s of the class off its NIC, "
                         "which pauses the uplink (PFC) as its buffer fills")

@@ -4,6 +4,7 @@ scripted socket in place of the raw one: `receive --reorder` and `send --plb`,
 import csv
 import json
 import socket
+import time
 
 import pytest
 
@@ -48,6 +49,26 @@ class FakeSocket:
     def send(self, frame):
         self.sent.append(bytes(frame))
 
+    def getsockopt(self, level, option, size):
+        assert (level, option, size) == (roce.SOL_PACKET, roce.PACKET_STATISTICS, 8)
+        return (0).to_bytes(4, "little") + getattr(self, "drops", 0).to_bytes(4, "little")
+
+
+class LateFrames(FakeSocket):
+    """recv() returns each frame once its time (s after the first recv) has come, else waits out the timeout."""
+
+    def __init__(self, timed):
+        super().__init__()
+        self.timed, self.t0 = list(timed), None
+
+    def recv(self, n):
+        now = time.monotonic()
+        self.t0 = self.t0 or now
+        if self.timed and self.timed[0][0] <= now - self.t0:
+            return self.timed.pop(0)[1]
+        time.sleep(self.timeout)
+        raise socket.timeout()
+
 
 def data(psn, qp=7, ecn=ECT0, src="10.0.1.1"):
     return bytes(roce_data(*MACS, src, "10.0.5.1", qp=qp, psn=psn, payload=16, ecn=ecn))
@@ -87,6 +108,47 @@ def test_receiver_without_reorder_keeps_its_format(monkeypatch, tmp_path):
     s = json.loads(out.with_suffix(".json").read_text())
     assert "reorder" not in s["flows"]["10.0.1.1/7"] and s["flows"]["10.0.1.1/7"]["lost"] == 1
     assert open(out.with_suffix(".csv")).readline().strip() == "t_s,flow,packets,ce,lost"
+
+
+@pytest.mark.parametrize("quiet, received", [(None, 1), ("0.4", 3)])
+def test_receiver_until_quiet_takes_what_arrives_after_the_duration(monkeypatch, tmp_path, quiet, received):
+    """A paused class drains after its senders stopped: --until-quiet receives it, then stops once quiet."""
+    monkeypatch.setattr(roce, "open_socket", lambda iface: LateFrames([(0.0, data(0)), (0.15, data(1)),
+                                                                       (0.3, data(2))]))
+    out = tmp_path / "rx"
+    assert roce.main(RX + ["--duration", "0.1", "--out", str(out)]
+                     + (["--until-quiet", quiet] if quiet else [])) == 0
+    s = json.loads(out.with_suffix(".json").read_text())
+    assert s["flows"]["10.0.1.1/7"]["packets"] == received
+    if quiet:                       # the last packet at 0.3 s, then 0.4 s quiet
+        assert 0.65 <= s["received_until_s"] < 2.0
+    else:
+        assert s["received_until_s"] < 0.5
+
+
+def test_receiver_reports_what_its_socket_dropped(monkeypatch, tmp_path):
+    fake = FakeSocket([data(0)])
+    fake.drops = 7
+    monkeypatch.setattr(roce, "open_socket", lambda iface: fake)
+    out = tmp_path / "rx"
+    assert roce.main(RX + ["--duration", "0.1", "--out", str(out)]) == 0
+    assert json.loads(out.with_suffix(".json").read_text())["socket_drops"] == 7
+
+
+def test_socket_dropped_is_the_kernels_count_for_a_full_buffer():
+    """A real packet socket that is not read: what its buffer could not hold, counted once (the count resets)."""
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(roce.ETH_P_ALL))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+    sock.bind(("lo", 0))
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        for _ in range(200):
+            udp.sendto(b"x" * 500, ("127.0.0.1", 9))
+        assert roce.socket_dropped(sock) > 100
+        assert roce.socket_dropped(sock) == 0
+    finally:
+        sock.close()
+        udp.close()
 
 
 def test_sender_stops_after_packets(monkeypatch):
