@@ -54,14 +54,13 @@ from pathlib import Path
 from typing import Callable, Iterator, Mapping, Optional, Sequence
 
 from control.controller import FabricController
-from control.p4constants import drop_reasons
 from control.topology import Topology
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL
 from emulator.bmv2_thrift import Bmv2Thrift
 from emulator.network import Network, queue_rate_pps
 from experiments.common import StartGate, agent_python, case_fidelity, held_in_switches, percentile, \
     ping_round_trips, roce_agent, sample_queue
-from features.lossless import PEAK_REGISTER, LosslessConfig, PfcThresholds, Watchdog, cell, port_thresholds
+from features.lossless import HEADROOM_DROPPED, PEAK_REGISTER, LosslessConfig, PfcThresholds, Watchdog, cell, port_thresholds
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -247,14 +246,32 @@ class Validation:
         assert self.ctl is not None
         return sum(v[0] for sw in switches for v in self.ctl.counter(sw, name).values())
 
-    def _headroom_drops(self) -> dict[str, int]:
+    def _headroom_drops(self) -> dict[tuple[str, int], int]:
+        """{(switch, ingress port): the class's packets refused beyond XOFF + headroom} of every cell
+        (pfc_headroom_dropped), one read a switch."""
         assert self.ctl is not None
-        reason = drop_reasons()["LOSSLESS_HEADROOM"]
-        return {sw: self.ctl.counter(sw, "drop_counter", reason).get(reason, (0, 0))[0] for sw in self.topo.switches}
+        out = {}
+        for sw in self.topo.switches.values():
+            got = self.ctl.counter_cells(sw.name, HEADROOM_DROPPED, [cell(p, self.tclass) for p in sw.ports])
+            out.update({(sw.name, p): got.get(cell(p, self.tclass), (0, 0))[0] for p in sw.ports})
+        return out
 
-    def _headroom_drops_since(self, before: Mapping[str, int]) -> dict[str, int]:
-        """{switch: headroom drops since `before` (a _headroom_drops() reading)}, the switches that dropped."""
-        return {sw: n - before[sw] for sw, n in self._headroom_drops().items() if n > before[sw]}
+    def _headroom_drops_since(self, before: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """{(switch, port): headroom drops since `before` (a _headroom_drops() reading)}, the cells that dropped."""
+        return {c: n - before.get(c, 0) for c, n in self._headroom_drops().items() if n > before.get(c, 0)}
+
+    def _short_headroom(self, drops: Mapping[tuple[str, int], int], values: Values) -> tuple[str, str]:
+        """For cells that dropped: (the parameter whose headroom was short, where they dropped). The cell
+        that dropped most names it: its own values (lossless.pfc_ports), or the section's."""
+        (sw, port), _n = max(drops.items(), key=lambda kv: (kv[1], kv[0]))
+        where = " ".join(f"{s}:{p} ({n})" for (s, p), n in sorted(drops.items()))
+        mine = port_thresholds(self.topo, sw, values.lossless).get((port, self.tclass))
+        if mine is not None:
+            peer = self.topo.switches[sw].ports[port].peer
+            return (f"lossless.pfc_ports ({sw} from {peer}) headroom = {mine.headroom} packets (xoff {mine.xoff})",
+                    where)
+        pfc = values.lossless.pfc
+        return f"lossless.pfc.headroom = {pfc.headroom} packets (xoff {pfc.xoff})", where
 
     def sender_line_rate(self) -> int:
         """The congestion check's senders' line rate, packets/s (their links')."""
@@ -405,19 +422,11 @@ class Validation:
                   + (f" ({response.beyond_xoff})" if response is not None else "")
                   + f", pauses sent, no storm, utilisation >= {UTILISATION_TARGET:g}")
         why = ""
-        peak_own = own[peak_sw].get((peak_port, self.tclass))     # the cell most beyond its XOFF: its own values?
-        if drops and peak_own is not None:
-            where = " ".join(f"{sw}:{n}" for sw, n in sorted(drops.items()))
-            peer = self.topo.switches[peak_sw].ports[peak_port].peer
-            why = (f"lossless.pfc_ports ({peak_sw} from {peer}) headroom = {peak_own.headroom} packets (xoff "
-                   f"{peak_own.xoff}) is too small: {sum(drops.values())} lossless packets dropped above XOFF + "
-                   f"headroom at {where}, {beyond} arrived after a pause at {peak_sw}:{peak_port} (raise its "
-                   f"headroom to what arrives after a pause)")
-        elif drops:
-            where = " ".join(f"{sw}:{n}" for sw, n in sorted(drops.items()))
-            why = (f"lossless.pfc.headroom = {pfc.headroom} packets (xoff {pfc.xoff}) is too small: "
-                   f"{sum(drops.values())} lossless packets dropped above XOFF + headroom at {where}: more arrives "
-                   f"after a pause than the headroom holds (raise it to what arrives after a pause: the pause-response "
+        if drops:
+            short, where = self._short_headroom(drops, values)
+            why = (f"{short} is too small: {sum(drops.values())} lossless packets dropped above XOFF + headroom at "
+                   f"{where}, at most {beyond} arrived after a pause (at {peak_sw}:{peak_port}): more arrives after a "
+                   f"pause than the headroom holds (raise it to what arrives after a pause: the pause-response "
                    f"probe's figure above)")
         elif response is not None and pfc.headroom < response.beyond_xoff:
             why = (f"lossless.pfc.headroom = {pfc.headroom} packets is too small: {response.beyond_xoff} arrived after "
@@ -488,9 +497,9 @@ class Validation:
             why = (f"{marking} keeps the link at {utilisation:.2f} of its rate (< {CONGESTION_UTILISATION:g}): marking "
                    f"starts too early for the round trip, or DCQCN's increase is too slow ({_dcqcn_text(values)})")
         elif drops:
-            where = " ".join(f"{sw}:{n}" for sw, n in sorted(drops.items()))
-            why = (f"lossless.pfc.headroom = {pfc.headroom} packets is too small: {sum(drops.values())} lossless "
-                   f"packets dropped above XOFF + headroom at {where} under DCQCN's bursts ({lost} missing)")
+            short, where = self._short_headroom(drops, values)
+            why = (f"{short} is too small: {sum(drops.values())} lossless packets dropped above XOFF + headroom at "
+                   f"{where} under DCQCN's bursts ({lost} missing)")
         elif lost:
             why = (f"{lost} lossless packets missing at {self.receiver} under DCQCN, none dropped at the headroom: "
                    f"lost before a pipeline or on a link (fidelity: {verdict})")

@@ -86,7 +86,8 @@ OCCUPANCY_REGISTER = "pfc_occupancy"
 PEAK_REGISTER = "pfc_occupancy_peak"    # the most a cell held, a refused packet included (fabric tune)
 PAUSED_REGISTER = "pfc_paused_us"
 COUNTERS = ("class_packets", "pfc_pause_sent", "pfc_resume_sent", "pfc_frames_received", "pfc_held",
-            "pfc_storms_detected", "pfc_storms_restored", "pfc_storm_dropped")
+            "pfc_storms_detected", "pfc_storms_restored", "pfc_storm_dropped", "pfc_headroom_dropped")
+HEADROOM_DROPPED = "pfc_headroom_dropped"     # by ingress cell: what arrived beyond XOFF + headroom, refused
 
 
 def cell(port: int, tclass: int) -> int:

@@ -282,12 +282,12 @@ def groups() -> list[Group]:
              f"The PFC watchdog (action drop) dropped packets of the lossless class at {pfc_class} in the last "
              f"{RATE_WINDOW}: the storm there costs the class its no-loss contract."),
         Rule("LosslessHeadroomDrops",
-             f"sum by ({labels(m.FABRIC_DROPS, 'switch')}) (increase({total(m.FABRIC_DROPS)}"
-             f"{{reason=\"{reasons(*OWN_RULE)}\"}}[{RATE_WINDOW}])) > 0",
+             f"increase({total(f['fabric_pfc_headroom_dropped'])}[{RATE_WINDOW}]) > 0",
              LOSSLESS_DROPS_FOR, "critical",
-             f"{SW} drops lossless packets (headroom exceeded)",
-             f"{SW} dropped lossless packets beyond XOFF + headroom in the last {RATE_WINDOW}: the headroom is "
-             "smaller than what the upstream had in flight after the pause (or the pause came late)."),
+             f"{pfc_class} drops lossless packets (headroom exceeded)",
+             f"Lossless packets arriving at {pfc_class} were dropped beyond XOFF + headroom in the last "
+             f"{RATE_WINDOW}: that cell's headroom is smaller than what its upstream had in flight after the "
+             "pause (or the pause came late)."),
     ))
 
     stream = labels(m.INT_REPORT_LOST, *m.STREAM)

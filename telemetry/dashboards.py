@@ -229,9 +229,8 @@ def dashboards() -> list[Dashboard]:
     lossless = Dashboard("fabric-lossless", "Lossless classes and PFC",
                          "Per (port, class): PFC frames sent and received, packets held while paused, watchdog "
                          "storms; lossless drops must stay 0.", [
-        Panel("Lossless headroom drops /s (must stay 0)",
-              [Target(f'sum by (switch) (rate({total(m.FABRIC_DROPS)}{{switch=~"$switch", reason="lossless_headroom"}}[{WINDOW}]))',
-                      "{{switch}}")], unit="pps"),
+        Panel("Lossless headroom drops /s (per ingress port, class: whose headroom was short; must stay 0)",
+              [Target(f"rate({total(pfc['fabric_pfc_headroom_dropped'])}{SW}[{WINDOW}])", per_cell)], unit="pps"),
         Panel("Packets /s per class and egress port",
               [Target(f"rate({total(pfc['fabric_class_packets'])}{SW}[{WINDOW}])", per_cell)], unit="pps"),
         Panel("Pauses sent /s (per ingress port, class)",

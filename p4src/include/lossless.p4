@@ -17,8 +17,9 @@
 // XON (802.1Qbb's XOFF state): the pause is sent again every refresh_us,
 // between XON and XOFF too, and falling below XON on release sends a
 // resume (time 0, an egress clone).
-// At XOFF + headroom a lossless packet is dropped (DROP_LOSSLESS_HEADROOM):
-// the headroom was too small for what the upstream had in flight.
+// At XOFF + headroom a lossless packet is dropped (DROP_LOSSLESS_HEADROOM,
+// and pfc_headroom_dropped for its cell): the headroom was too small for
+// what the upstream had in flight.
 // XOFF, XON and the headroom are the class's (traffic_class), or an
 // ingress port's own for the class (pfc_port_thresholds: a port whose link
 // is faster, slower or longer than the others needs other values; fabric
@@ -71,6 +72,8 @@ register<bit<48>, bit<32>>(PFC_CELLS) pfc_last_pause;     // egress cell: when a
 register<bit<48>, bit<32>>(PFC_CELLS) pfc_storm;          // egress cell: when the watchdog found a storm (us); 0: none
 register<bit<32>, bit<32>>(PFC_CELLS) pfc_hold_tail;      // egress cell: packets held so far
 register<bit<32>, bit<32>>(PFC_CELLS) pfc_hold_head;      // egress cell: held packets released so far
+counter<bit<32>>(PFC_CELLS, CounterType.packets) pfc_headroom_dropped; // ingress cell: lossless packets refused beyond
+                                                                       // XOFF + headroom (which cell's headroom was short)
 counter<bit<32>>(PFC_CELLS, CounterType.packets) pfc_pause_sent;       // ingress cell: pause frames sent upstream
 counter<bit<32>>(PFC_CELLS, CounterType.packets) pfc_resume_sent;      // ingress cell: resume frames (time 0) sent
 counter<bit<32>>(PFC_CELLS, CounterType.packets) pfc_frames_received;  // egress cell: classes named by PFC frames received
@@ -281,6 +284,7 @@ control Lossless(in headers_t hdr, inout local_metadata_t meta, inout standard_m
                             }
                             if (meta.tc.occupancy > meta.tc.xoff + meta.tc.headroom) {
                                 refuse();                   // beyond the headroom
+                                pfc_headroom_dropped.count(meta.tc.in_cell);
                                 meta.tc.setInvalid();
                             } else {
                                 pfc_xoff_sent.read(meta.tc.time, meta.tc.in_cell);

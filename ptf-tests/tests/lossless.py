@@ -315,7 +315,8 @@ class LosslessUnderABurstLargerThanTheQueueTest(LosslessTest):
 
 class HeadroomOverflowIsDroppedAndCountedTest(LosslessTest):
     """Beyond XOFF + headroom a lossless packet is dropped, and counted as
-    such; the cell's peak (pfc_occupancy_peak) counts the first one refused."""
+    such, for the switch and for its cell (pfc_headroom_dropped); the
+    cell's peak (pfc_occupancy_peak) counts the first one refused."""
 
     def runTest(self):
         self.program(config(xoff=8, xon=4, headroom=4))
@@ -324,6 +325,7 @@ class HeadroomOverflowIsDroppedAndCountedTest(LosslessTest):
         self.send(IN_PORT, [data(i) for i in range(20)])
         self.assertEqual(self.sent_out(OUT_PORT, timeout=0.5), [])
         self.assertEqual(self.drops("LOSSLESS_HEADROOM"), 8, "12 admitted, 8 beyond the headroom")
+        self.assertEqual(self.count("pfc_headroom_dropped", IN_PORT), 8, "counted for the cell they arrived in")
         self.assertEqual(self.thrift.register_read(PEAK_REGISTER, cell(IN_PORT, LOSSLESS)), 13,
                          "the cell's peak counts a refused packet: 5 arrived beyond XOFF (fabric tune reads it)")
         self.pause(0)
@@ -348,6 +350,8 @@ class PortThresholdsReplaceTheClassesTest(LosslessTest):
         self.send(OTHER_PORT, [data(100 + i) for i in range(12)])
         self.assertEqual(self.sent_out(OUT_PORT, timeout=0.5), [])
         self.assertEqual(self.drops("LOSSLESS_HEADROOM"), 4, "IN_PORT: 8 admitted (its xoff 4 + headroom 4), 4 refused")
+        self.assertEqual((self.count("pfc_headroom_dropped", IN_PORT), self.count("pfc_headroom_dropped", OTHER_PORT)),
+                         (4, 0), "the refused packets counted for IN_PORT's cell, whose headroom was short")
         self.assertEqual(self.count("pfc_pause_sent", IN_PORT), 1, "IN_PORT paused at its own XOFF")
         self.assertEqual(self.count("pfc_pause_sent", OTHER_PORT), 0, "OTHER_PORT below the class's XOFF")
         self.pause(0)

@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 from experiments.common import percentile
-from experiments.tuning import (REFINE_ROUNDS, REFINED, RESPONSE_MARGIN_PACKETS, Check, Response, cli_number,
-                                longest_pair_hosts, missing)
+from experiments.tuning import (REFINE_ROUNDS, REFINED, RESPONSE_MARGIN_PACKETS, Check, Response, Validation,
+                                Values, cli_number, longest_pair_hosts, missing)
 from fabric.tune import choose_dilation, lossless_class
 from features import load_topology, topology_from_dict
 from features.tuning import HOP_S, Paths, derive, headroom_packets, overlay
@@ -104,3 +104,23 @@ def test_a_failed_check_names_the_parameter_it_judged_wrong_and_the_refinable_on
                                                                     "lossless.pfc.xon", "")
     assert {headroom.wrong, cell.wrong, xon.wrong} == set(REFINED) and REFINE_ROUNDS >= 1
     assert Check("incast", "", True, "", "").wrong == ""
+
+
+def test_a_headroom_drop_blames_the_cell_that_dropped_most_by_its_own_values_or_the_sections(tmp_path):
+    """Headroom drops are counted per cell (pfc_headroom_dropped): the cell that dropped most names the values
+    whose headroom was short, its own (lossless.pfc_ports) where it has them."""
+    raw, _note = lossless_class(yaml.safe_load((REPO / "topologies" / "leaf-spine.yaml").read_text()))
+    raw["lossless"]["pfc_ports"] = [{"switch": "leaf1", "from": "h1", "class": "collective",
+                                     "xoff": 6, "xon": 4, "headroom": 5}]
+    topo = topology_from_dict(raw)
+    h1 = topo.hosts["h1"]
+    spine_port = next(n for n, p in topo.switches["leaf1"].ports.items() if p.peer == "spine1")
+    v = Validation(topo, tmp_path, 3, 26, ("h1", "h3"))
+    values = Values(topo.features["lossless"])
+    pfc = values.lossless.pfc
+    short, where = v._short_headroom({("leaf1", h1.switch_port): 3, ("leaf1", spine_port): 1}, values)
+    assert short == "lossless.pfc_ports (leaf1 from h1) headroom = 5 packets (xoff 6)"
+    assert where == " ".join(sorted([f"leaf1:{h1.switch_port} (3)", f"leaf1:{spine_port} (1)"]))
+    short, _ = v._short_headroom({("leaf1", h1.switch_port): 1, ("leaf1", spine_port): 2}, values)
+    assert short == f"lossless.pfc.headroom = {pfc.headroom} packets (xoff {pfc.xoff})"
+    assert Check("incast", "", False, "", "", why=short + " is too small: ...").wrong == "lossless.pfc.headroom"

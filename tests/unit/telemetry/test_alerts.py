@@ -71,6 +71,7 @@ UP, DROPS, TX = m.FABRIC_SWITCH_UP, m.FABRIC_DROPS, m.FABRIC_PORT_TX_PACKETS
 IFACE_RX, RX, PEER_RX = m.FABRIC_PORT_INTERFACE_RX_PACKETS, m.FABRIC_PORT_RX_PACKETS, m.FABRIC_PORT_PEER_RX_PACKETS
 PAUSED, DETECTED = F["fabric_pfc_paused_seconds"], F["fabric_pfc_storms_detected"]
 RESTORED, STORM_DROPPED = F["fabric_pfc_storms_restored"], F["fabric_pfc_storm_dropped"]
+HEADROOM_DROPPED = F["fabric_pfc_headroom_dropped"]
 CELL = {"switch": "leaf1", "port_class": "2/3"}
 LINK = {"switch": "leaf1", "port": "3", "peer": "spine1"}
 BACK = {"switch": "spine1", "port": "1", "peer": "leaf1"}          # the same link, from spine1
@@ -146,8 +147,8 @@ CASES: dict[str, tuple[Case, Case]] = {
         Case([series(STORM_DROPPED, "1x12 5x24", **CELL)], "90s", [{**CELL, **EXP}]),
         Case([series(STORM_DROPPED, "5x36", **CELL)], "3m")),                      # only old drops
     "LosslessHeadroomDrops": (
-        Case([series(DROPS, "0x24 1x24", switch="leaf1", reason="lossless_headroom")], "150s", [{"switch": "leaf1"}]),
-        Case([series(DROPS, "0x48", switch="leaf1", reason="lossless_headroom"),
+        Case([series(HEADROOM_DROPPED, "0x24 1x24", **CELL)], "150s", [{**CELL, **EXP}]),   # names the cell
+        Case([series(HEADROOM_DROPPED, "0x48", **CELL),
               series(DROPS, "0+50x48", switch="leaf1", reason="no_route")], "3m")),
     "IntReportLoss": (
         Case([series(m.INT_REPORT_LOST, "0+1x100", of=COLLECTOR, **STREAM),
