@@ -60,7 +60,8 @@ from emulator.bmv2_thrift import Bmv2Thrift
 from emulator.network import Network, queue_rate_pps
 from experiments.common import StartGate, agent_python, case_fidelity, held_in_switches, percentile, \
     ping_round_trips, roce_agent, sample_queue
-from features.lossless import HEADROOM_DROPPED, PEAK_REGISTER, LosslessConfig, PfcThresholds, Watchdog, cell, port_thresholds
+from features.lossless import HEADROOM_DROPPED, PEAK_REGISTER, LosslessConfig, PfcThresholds, Watchdog, cell, \
+    port_thresholds
 
 REPO = Path(__file__).resolve().parent.parent
 
