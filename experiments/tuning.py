@@ -152,6 +152,7 @@ class Response:
     where: str                       # "leaf2:3" (switch:ingress port)
     rate_pps: float                  # that port's class rate
     delay_s: float                   # its cable's one-way delay
+    by_cell: Mapping[tuple[str, int], int] = field(default_factory=dict)   # (switch, port) -> its most, every cell
 
     def hop_s(self) -> float:
         """The switch traversal that makes the headroom formula (ceil(2 d r
@@ -274,6 +275,28 @@ class Validation:
         pfc = values.lossless.pfc
         return f"lossless.pfc.headroom = {pfc.headroom} packets (xoff {pfc.xoff})", where
 
+    def _short_for_probe(self, response: Response, values: Values
+                         ) -> Optional[tuple[str, tuple[str, int], int]]:
+        """The cell whose headroom (its own, or the section's) is furthest
+        below what the pause-response probe saw arrive there after a pause:
+        (the parameter, the cell, what arrived), or None."""
+        if response.by_cell:
+            seen = dict(response.by_cell)
+        else:                                   # the probe's most only
+            at_switch, at_port = response.where.split(":")
+            seen = {(at_switch, int(at_port)): response.beyond_xoff}
+        own = {sw: port_thresholds(self.topo, sw, values.lossless) for sw in {sw for sw, _ in seen}}
+        short = {c: n - own[c[0]].get((c[1], self.tclass), values.lossless.pfc).headroom for c, n in seen.items()}
+        cell_, by = max(sorted(short.items()), key=lambda kv: kv[1])
+        if by <= 0:
+            return None
+        sw, port = cell_
+        mine = own[sw].get((port, self.tclass))
+        if mine is not None:
+            peer = self.topo.switches[sw].ports[port].peer
+            return f"lossless.pfc_ports ({sw} from {peer}) headroom = {mine.headroom} packets", cell_, seen[cell_]
+        return f"lossless.pfc.headroom = {values.lossless.pfc.headroom} packets", cell_, seen[cell_]
+
     def sender_line_rate(self) -> int:
         """The congestion check's senders' line rate, packets/s (their links')."""
         return int(self._cap(self.senders[0]))
@@ -355,7 +378,8 @@ class Validation:
         peaks = self._peaks(cells)
         self.ctl.feature("lossless").apply(values.lossless)
         (sw, port, r, d), most = max(peaks.items(), key=lambda kv: kv[1])
-        return Response(max(0, most - RESPONSE_PROBE_PFC.xoff), f"{sw}:{port}", r, d)
+        by_cell = {(c[0], c[1]): max(0, n - RESPONSE_PROBE_PFC.xoff) for c, n in peaks.items()}
+        return Response(max(0, most - RESPONSE_PROBE_PFC.xoff), f"{sw}:{port}", r, d, by_cell)
 
     def _empty(self, check: str) -> None:
         """Wait until the switches hold nothing of the class (an earlier check's tail), at most EMPTY_TIMEOUT_S."""
@@ -429,10 +453,10 @@ class Validation:
                    f"{where}, at most {beyond} arrived after a pause (at {peak_sw}:{peak_port}): more arrives after a "
                    f"pause than the headroom holds (raise it to what arrives after a pause: the pause-response "
                    f"probe's figure above)")
-        elif response is not None and pfc.headroom < response.beyond_xoff:
-            why = (f"lossless.pfc.headroom = {pfc.headroom} packets is too small: {response.beyond_xoff} arrived after "
-                   f"a pause at {response.where} in the pause-response probe ({max(0, beyond)} in this "
-                   f"incast): a longer burst or a busier machine drops the rest")
+        elif response is not None and (short_cell := self._short_for_probe(response, values)):
+            short, (sw, port), seen = short_cell
+            why = (f"{short} is too small: {seen} arrived after a pause at {sw}:{port} in the pause-response probe "
+                   f"({max(0, beyond)} in this incast): a longer burst or a busier machine drops the rest")
         elif storms or storm_dropped:
             why = (f"lossless.watchdog.detect_ms = {values.watchdog.detect_ms:g} ms is too short: a healthy incast's "
                    f"pauses were declared a storm {storms} times and {storm_dropped} lossless packets dropped for it")

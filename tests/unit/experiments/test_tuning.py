@@ -124,3 +124,30 @@ def test_a_headroom_drop_blames_the_cell_that_dropped_most_by_its_own_values_or_
     short, _ = v._short_headroom({("leaf1", h1.switch_port): 1, ("leaf1", spine_port): 2}, values)
     assert short == f"lossless.pfc.headroom = {pfc.headroom} packets (xoff {pfc.xoff})"
     assert Check("incast", "", False, "", "", why=short + " is too small: ...").wrong == "lossless.pfc.headroom"
+
+
+def test_the_probes_figure_is_judged_against_each_cells_own_headroom(tmp_path):
+    """What the pause-response probe saw arrive after a pause at a cell is compared with that cell's headroom:
+    its own (lossless.pfc_ports) where it has one, the section's elsewhere; the cell furthest short is named."""
+    raw, _note = lossless_class(yaml.safe_load((REPO / "topologies" / "leaf-spine.yaml").read_text()))
+    raw["lossless"]["pfc"].update(headroom=4)
+    raw["lossless"]["pfc_ports"] = [{"switch": "leaf1", "from": "h1", "class": "collective",
+                                     "xoff": 6, "xon": 4, "headroom": 9}]
+    topo = topology_from_dict(raw)
+    h1 = topo.hosts["h1"].switch_port
+    spine_port = next(n for n, p in topo.switches["leaf1"].ports.items() if p.peer == "spine1")
+    v = Validation(topo, tmp_path, 3, 26, ("h1", "h3"))
+    values = Values(topo.features["lossless"])
+
+    def probe(by_cell):
+        (where, most) = max(by_cell.items(), key=lambda kv: kv[1])
+        return Response(most, f"{where[0]}:{where[1]}", 1000.0, 0.0, by_cell)
+
+    # 8 at h1's cell is within its own 9; 5 at a spine's port is beyond the section's 4
+    assert v._short_for_probe(probe({("leaf1", h1): 8, ("leaf1", spine_port): 5}), values) == \
+        ("lossless.pfc.headroom = 4 packets", ("leaf1", spine_port), 5)
+    assert v._short_for_probe(probe({("leaf1", h1): 12, ("leaf1", spine_port): 5}), values) == \
+        ("lossless.pfc_ports (leaf1 from h1) headroom = 9 packets", ("leaf1", h1), 12)
+    assert v._short_for_probe(probe({("leaf1", h1): 9, ("leaf1", spine_port): 4}), values) is None
+    # a probe that kept its most only: judged at that cell
+    assert v._short_for_probe(Response(8, f"leaf1:{h1}", 1000.0, 0.0), values) is None
