@@ -9,7 +9,9 @@ while it runs and judged at its end (docs/fidelity.md).
 | `input_path`  | frames a switch's interfaces received that its P4 ingress | above `Limits.input_path_frames`    |
 |               | never counted, plus the kernel's own drops (rx_dropped,   |                                     |
 |               | softnet backlog): lost before any P4 counter sees them    |                                     |
-| `agents`      | how late host agents were against their schedule          | above `Limits.agent_late_s`         |
+| `agents`      | how late host agents were against their schedule, and the | above `Limits.agent_late_s`; any    |
+|               | frames a receiving agent's socket dropped (its buffer     |   frame a socket dropped            |
+|               | full: the agent did not keep up)                          |                                     |
 | `departures`  | a rate-limited queue's departures while it was backlogged | more than `Limits.departures_off`   |
 |               | (switches' own egress timestamps, e.g. INT's): BMv2 sends |   of them off its 1/R grid          |
 |               | a queued packet 1/R after the one ahead of it             |                                     |
@@ -255,6 +257,7 @@ class Verdict:
     input_path: dict[str, int] = field(default_factory=dict)   # where -> frames lost before the pipeline
     agent_late_s: float | None = None
     departures: list[Spacing] = field(default_factory=list)
+    socket_drops: dict[str, int] = field(default_factory=dict)  # host -> frames its receiving agent's socket dropped
 
     @property
     def ok(self) -> bool:
@@ -265,9 +268,11 @@ class Verdict:
 
 
 def judge(cpu: CpuSummary | None, input_path: Mapping[str, int], agent_late_s: Iterable[float] = (),
-          limits: Limits = Limits(), departures: Iterable[Spacing] = ()) -> Verdict:
+          limits: Limits = Limits(), departures: Iterable[Spacing] = (),
+          socket_drops: Mapping[str, int] | None = None) -> Verdict:
     """The verdict on what a run measured (see the module's table)."""
-    v = Verdict(cpu=cpu, input_path={k: n for k, n in input_path.items() if n > 0}, departures=list(departures))
+    v = Verdict(cpu=cpu, input_path={k: n for k, n in input_path.items() if n > 0}, departures=list(departures),
+                socket_drops={k: n for k, n in (socket_drops or {}).items() if n > 0})
     if cpu is not None and cpu.idle < limits.idle_min:
         v.violations.append(f"cpu: the cores were idle {cpu.idle:.0%} of the run (at least {limits.idle_min:.0%}; "
                             f"{cpu})")
@@ -281,6 +286,8 @@ def judge(cpu: CpuSummary | None, input_path: Mapping[str, int], agent_late_s: I
         if v.agent_late_s > limits.agent_late_s:
             v.violations.append(f"agents: up to {v.agent_late_s * 1000:.0f} ms late for their schedule "
                                 f"(at most {limits.agent_late_s * 1000:.0f} ms)")
+    for host, n in sorted(v.socket_drops.items()):
+        v.violations.append(f"receiver: {host}'s socket dropped {n} frames (the agent did not keep up)")
     off = [s for s in v.departures
            if s.backlogged >= limits.departures_min and s.off > limits.departures_off * s.backlogged]
     if off:
@@ -357,9 +364,11 @@ class FidelityMonitor:
     def __exit__(self, *exc) -> None:
         self.sampler.stop()
 
-    def verdict(self, agent_late_s: Iterable[float] = (), departures: Iterable[Spacing] = ()) -> Verdict:
+    def verdict(self, agent_late_s: Iterable[float] = (), departures: Iterable[Spacing] = (),
+                socket_drops: Mapping[str, int] | None = None) -> Verdict:
         """Judge the run so far (stops the CPU sampling); `departures`: the
-        spacing of queues whose departures the run recorded."""
+        spacing of queues whose departures the run recorded; `socket_drops`:
+        {host: frames its receiving agent's socket dropped}."""
         self.sampler.stop()
         after = self._counts()
         grown = {k: after[k] - self._before.get(k, 0) for k in after}
@@ -367,7 +376,7 @@ class FidelityMonitor:
         cpu = summarise_cpu(samples)
         if cpu is not None and self._pids:
             cpu = replace(cpu, switch_wait_us=wait_per_wakeup_us(self._waits, thread_waits(self._pids)))
-        return judge(cpu, grown, agent_late_s, self.limits, departures)
+        return judge(cpu, grown, agent_late_s, self.limits, departures, socket_drops)
 
 
 def report(verdicts: Mapping[str, Verdict | str], what: str = "run") -> str:

@@ -262,18 +262,21 @@ class Validation:
         """{(switch, port): headroom drops since `before` (a _headroom_drops() reading)}, the cells that dropped."""
         return {c: n - before.get(c, 0) for c, n in self._headroom_drops().items() if n > before.get(c, 0)}
 
+    def _cell_values(self, sw: str, port: int, values: Values) -> tuple[PfcThresholds, str]:
+        """A cell's thresholds and the parameter that carries its headroom: its own
+        ("lossless.pfc_ports (leaf1 from h1) headroom"), or the section's ("lossless.pfc.headroom")."""
+        mine = port_thresholds(self.topo, sw, values.lossless).get((port, self.tclass))
+        if mine is None:
+            return values.lossless.pfc, "lossless.pfc.headroom"
+        return mine, f"lossless.pfc_ports ({sw} from {self.topo.switches[sw].ports[port].peer}) headroom"
+
     def _short_headroom(self, drops: Mapping[tuple[str, int], int], values: Values) -> tuple[str, str]:
         """For cells that dropped: (the parameter whose headroom was short, where they dropped). The cell
         that dropped most names it: its own values (lossless.pfc_ports), or the section's."""
         (sw, port), _n = max(drops.items(), key=lambda kv: (kv[1], kv[0]))
         where = " ".join(f"{s}:{p} ({n})" for (s, p), n in sorted(drops.items()))
-        mine = port_thresholds(self.topo, sw, values.lossless).get((port, self.tclass))
-        if mine is not None:
-            peer = self.topo.switches[sw].ports[port].peer
-            return (f"lossless.pfc_ports ({sw} from {peer}) headroom = {mine.headroom} packets (xoff {mine.xoff})",
-                    where)
-        pfc = values.lossless.pfc
-        return f"lossless.pfc.headroom = {pfc.headroom} packets (xoff {pfc.xoff})", where
+        t, name = self._cell_values(sw, port, values)
+        return f"{name} = {t.headroom} packets (xoff {t.xoff})", where
 
     def _short_for_probe(self, response: Response, values: Values
                          ) -> Optional[tuple[str, tuple[str, int], int]]:
@@ -285,17 +288,12 @@ class Validation:
         else:                                   # the probe's most only
             at_switch, at_port = response.where.split(":")
             seen = {(at_switch, int(at_port)): response.beyond_xoff}
-        own = {sw: port_thresholds(self.topo, sw, values.lossless) for sw in {sw for sw, _ in seen}}
-        short = {c: n - own[c[0]].get((c[1], self.tclass), values.lossless.pfc).headroom for c, n in seen.items()}
-        cell_, by = max(sorted(short.items()), key=lambda kv: kv[1])
+        short = {c: n - self._cell_values(*c, values)[0].headroom for c, n in seen.items()}
+        worst, by = max(sorted(short.items()), key=lambda kv: kv[1])
         if by <= 0:
             return None
-        sw, port = cell_
-        mine = own[sw].get((port, self.tclass))
-        if mine is not None:
-            peer = self.topo.switches[sw].ports[port].peer
-            return f"lossless.pfc_ports ({sw} from {peer}) headroom = {mine.headroom} packets", cell_, seen[cell_]
-        return f"lossless.pfc.headroom = {values.lossless.pfc.headroom} packets", cell_, seen[cell_]
+        t, name = self._cell_values(*worst, values)
+        return f"{name} = {t.headroom} packets", worst, seen[worst]
 
     def sender_line_rate(self) -> int:
         """The congestion check's senders' line rate, packets/s (their links')."""
@@ -347,10 +345,8 @@ class Validation:
         time.sleep(0.5)                                  # the last packets leave
         tx = {h: json.loads((case_dir / f"send-{h}.json").read_text()) for h, _ in senders}
         rx = json.loads((case_dir / f"receive-{self.receiver}.json").read_text())
-        verdict = fidelity.verdict(t["send_late_s"] for t in tx.values())
-        if rx.get("socket_drops"):                       # the receiving agent did not keep up: the machine's loss
-            verdict.violations.append(f"receiver: {self.receiver}'s socket dropped {rx['socket_drops']} frames (the "
-                                      f"agent did not keep up)")
+        verdict = fidelity.verdict((t["send_late_s"] for t in tx.values()),
+                                   socket_drops={self.receiver: rx.get("socket_drops") or 0})
         return rx, tx, str(verdict)
 
     def _lossless_cells(self) -> list[tuple[str, int, float, float]]:
@@ -421,13 +417,9 @@ class Validation:
         self._peaks(cells, clear=True)
         rx, tx, verdict = self._traffic("incast", senders, INCAST_S, fixed=True, values=values)
         # each cell against its own thresholds: the section's pfc, or the cell's (lossless.pfc_ports)
-        own = {sw: port_thresholds(self.topo, sw, values.lossless) for sw in switches}
-
-        def thresholds(sw: str, port: int) -> PfcThresholds:
-            return own[sw].get((port, self.tclass), values.lossless.pfc)
-
         (peak_sw, peak_port, _r, _d), beyond = max(
-            ((c, n - thresholds(c[0], c[1]).xoff) for c, n in self._peaks(cells).items()), key=lambda kv: kv[1])
+            ((c, n - self._cell_values(c[0], c[1], values)[0].xoff) for c, n in self._peaks(cells).items()),
+            key=lambda kv: kv[1])
         drops = self._headroom_drops_since(drops0)
         pauses, resumes, storms, storm_dropped = (self._counter_sum(name, switches) - before[name] for name in counted)
         heard = [t["pfc"] or {} for t in tx.values()]

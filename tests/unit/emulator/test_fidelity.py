@@ -92,6 +92,12 @@ def test_frames_lost_before_the_pipeline_violate_input_path_with_where():
                       "(kernel:softnet:1 leaf3:25 spine2:4)")
 
 
+def test_frames_a_receivers_socket_dropped_violate_it():
+    v = judge(None, {}, socket_drops={"h5": 7, "h3": 0})
+    assert str(v) == "violated: receiver: h5's socket dropped 7 frames (the agent did not keep up)"
+    assert v.socket_drops == {"h5": 7} and judge(None, {}, socket_drops={"h5": 0}).ok
+
+
 def test_late_agents_violate_agents():
     v = judge(None, {}, [0.01, 0.2])
     assert str(v) == "violated: agents: up to 200 ms late for their schedule (at most 50 ms)"
