@@ -10,8 +10,8 @@ while it runs and judged at its end (docs/fidelity.md).
 |               | never counted, plus the kernel's own drops (rx_dropped,   |                                     |
 |               | softnet backlog): lost before any P4 counter sees them    |                                     |
 | `agents`      | how late host agents were against their schedule, and the | above `Limits.agent_late_s`; any    |
-|               | frames a receiving agent's socket dropped (its buffer     |   frame a socket dropped            |
-|               | full: the agent did not keep up)                          |                                     |
+|               | frames an agent's socket dropped (its buffer full: the    |   frame a socket dropped            |
+|               | agent did not keep up)                                    |                                     |
 | `departures`  | a rate-limited queue's departures while it was backlogged | more than `Limits.departures_off`   |
 |               | (switches' own egress timestamps, e.g. INT's): BMv2 sends |   of them off its 1/R grid          |
 |               | a queued packet 1/R after the one ahead of it             |                                     |
@@ -257,7 +257,7 @@ class Verdict:
     input_path: dict[str, int] = field(default_factory=dict)   # where -> frames lost before the pipeline
     agent_late_s: float | None = None
     departures: list[Spacing] = field(default_factory=list)
-    socket_drops: dict[str, int] = field(default_factory=dict)  # host -> frames its receiving agent's socket dropped
+    socket_drops: dict[str, int] = field(default_factory=dict)  # host -> frames its agents' sockets dropped
 
     @property
     def ok(self) -> bool:
@@ -287,7 +287,7 @@ def judge(cpu: CpuSummary | None, input_path: Mapping[str, int], agent_late_s: I
             v.violations.append(f"agents: up to {v.agent_late_s * 1000:.0f} ms late for their schedule "
                                 f"(at most {limits.agent_late_s * 1000:.0f} ms)")
     for host, n in sorted(v.socket_drops.items()):
-        v.violations.append(f"receiver: {host}'s socket dropped {n} frames (the agent did not keep up)")
+        v.violations.append(f"agents: {host}'s socket dropped {n} frames (its agent did not keep up)")
     off = [s for s in v.departures
            if s.backlogged >= limits.departures_min and s.off > limits.departures_off * s.backlogged]
     if off:
@@ -368,7 +368,7 @@ class FidelityMonitor:
                 socket_drops: Mapping[str, int] | None = None) -> Verdict:
         """Judge the run so far (stops the CPU sampling); `departures`: the
         spacing of queues whose departures the run recorded; `socket_drops`:
-        {host: frames its receiving agent's socket dropped}."""
+        {host: frames its agents' sockets dropped}."""
         self.sampler.stop()
         after = self._counts()
         grown = {k: after[k] - self._before.get(k, 0) for k in after}

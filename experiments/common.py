@@ -318,6 +318,18 @@ def case_fidelity(net, ctl: FabricController, limits: Limits = Limits(),
     return FidelityMonitor(input_path, ifaces, limits, period_s=2.0, pids=pids.values()).start()
 
 
+def socket_drops(summaries: Sequence[tuple[str, dict]]) -> dict[str, int]:
+    """{host: frames its agents' sockets dropped} from (host, agent summary)
+    pairs, for a verdict's socket_drops: what the kernel dropped on receive
+    (an agent's "socket_drops"; None where the kernel did not say) and the
+    frames it refused to send (its "tx-error"s: ENOBUFS), both the machine's."""
+    out: dict[str, int] = {}
+    for host, summary in summaries:
+        out[host] = (out.get(host, 0) + (summary.get("socket_drops") or 0)
+                     + (summary.get("ignored") or {}).get("tx-error", 0))
+    return out
+
+
 def held_in_switches(topo, classes: Sequence[int]) -> int:
     """Lossless packets of `classes` the switches hold: admitted, not yet
     sent (each cell's buffer model, pfc_occupancy, over every port)."""

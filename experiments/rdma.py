@@ -93,7 +93,7 @@ from emulator.network import Network, queue_rate_pps
 from control.p4constants import drop_reasons
 from experiments.common import StartGate, announce_budget, case_fidelity, cc_constants, cc_constants_line, \
     experiment_parser, lost_before_pipeline, percentile, print_fidelity, print_table, rdma_agent, sample_queue, \
-    save_figure, write_csv
+    save_figure, socket_drops, write_csv
 from control.topology import TopologyError, apply_overlays, from_dict
 from features import FEATURES, SECTIONS
 from features.congestion_control import SECTION as CONGESTION_CONTROL
@@ -317,12 +317,14 @@ def run_flows(name: str, cc: str, flows: list[Flow], pfc: bool, topo, net: Netwo
         w.writerows((round(t, 4), q) for t, q in samples)
     drops = {k: n - drops_before.get(k, 0) for k, n in switch_drops(ctl, topo).items()}
     tx = [json.loads((case_dir / f"{f.stem}.json").read_text()) for f in flows]
-    verdict = fidelity.verdict(t["started_late_s"] for t in tx)
+    rx = json.loads((case_dir / f"receive-{RECEIVER}.json").read_text())
+    verdict = fidelity.verdict((t["started_late_s"] for t in tx), socket_drops=socket_drops(
+        [(RECEIVER, rx), *((f.host, t) for f, t in zip(flows, tx))]))
     input_lost = lost_before_pipeline(name, verdict)
     late = {f.stem: t["started_late_s"] for f, t in zip(flows, tx) if t["started_late_s"] > 0.05}
     if late:
         raise RuntimeError(f"{name}: senders started late (s): {late}; the machine is too busy for this case")
-    return CaseRun(case_dir, flows, tx, json.loads((case_dir / f"receive-{RECEIVER}.json").read_text()), samples,
+    return CaseRun(case_dir, flows, tx, rx, samples,
                    {k: n for k, n in drops.items() if n}, input_lost, str(verdict))
 
 
@@ -371,6 +373,7 @@ def run_case(cc: str, n: int, pfc: bool, topo, net: Network, ctl: FabricControll
         "queue_p50": percentile(steady_q, 0.5), "queue_p99": percentile(steady_q, 0.99),
         "int_queue_p50": int_q.get("p50", ""), "int_queue_p99": int_q.get("p99", ""),
         "retransmitted": sum(t["retransmitted"] for t in tx), "timeouts": sum(t["timeouts"] for t in tx),
+        "naks": sum(t["naks"] for t in tx),
         "sent": sum(t["sent"] for t in tx),
         "received": sum(f["received"] for f in rx["flows"].values()),
         "switch_drops": " ".join(f"{k}:{n}" for k, n in sorted(run.drops.items())),
@@ -443,7 +446,9 @@ def run_loss_case(mode: str, loss_pct: float, topo, net: Network, ctl: FabricCon
     if tx.returncode:
         raise RuntimeError(f"{name}: the sender failed (exit code {tx.returncode})")
     sent = json.loads((case_dir / f"send-{sender.name}.json").read_text())
-    verdict = fidelity.verdict([sent["started_late_s"]])
+    got = json.loads((case_dir / f"receive-{RECEIVER}.json").read_text())
+    verdict = fidelity.verdict([sent["started_late_s"]], socket_drops=socket_drops([(sender.name, sent),
+                                                                                     (RECEIVER, got)]))
     return {"case": name, "mode": mode, "loss_pct": loss_pct, "messages": sent["messages_completed"],
             "goodput_mbps": round(sent["messages_completed"] * MESSAGE_BYTES * 8 / args.duration / 1e6, 3),
             "sent": sent["sent"], "retransmitted": sent["retransmitted"], "timeouts": sent["timeouts"],
@@ -480,8 +485,9 @@ def run_spray_case(mode: str, reorder: bool, topo, net: Network, ctl: FabricCont
     if tx.returncode:
         raise RuntimeError(f"{name}: the sender failed (exit code {tx.returncode})")
     sent = json.loads((case_dir / f"send-{sender.name}.json").read_text())
-    verdict = fidelity.verdict([sent["started_late_s"]])
     got = json.loads((case_dir / f"receive-{RECEIVER}.json").read_text())
+    verdict = fidelity.verdict([sent["started_late_s"]], socket_drops=socket_drops([(sender.name, sent),
+                                                                                     (RECEIVER, got)]))
     flow = next(iter(got["flows"].values()))
     rob: dict = next(iter((got["reorder"] or {}).values()), {})
     return {"case": name, "mode": mode, "reorder_buffer": reorder, "messages": sent["messages_completed"],
@@ -570,6 +576,7 @@ def run_mix_case(cc: str, pfc: bool, one_packet_s: float, topo, net: Network, ct
         "queue_p50": percentile(steady_q, 0.5), "queue_p99": percentile(steady_q, 0.99),
         "int_queue_p50": int_q.get("p50", ""), "int_queue_p99": int_q.get("p99", ""),
         "retransmitted": sum(t["retransmitted"] for t in run.tx), "timeouts": sum(t["timeouts"] for t in run.tx),
+        "naks": sum(t["naks"] for t in run.tx),
         "switch_drops": " ".join(f"{k}:{n}" for k, n in sorted(run.drops.items())),
         **judged(args, run.lost_before_pipeline, run.fidelity),
     }
@@ -677,6 +684,7 @@ def run_converge_case(cc: str, pfc: bool, topo, net: Network, ctl: FabricControl
               "join_after_s": " ".join(str(e["converged_after_s"] or "-") for e in events if e["event"] == "join"),
               "leave_after_s": " ".join(str(e["converged_after_s"] or "-") for e in events if e["event"] == "leave"),
               "retransmitted": sum(t["retransmitted"] for t in run.tx),
+              "timeouts": sum(t["timeouts"] for t in run.tx), "naks": sum(t["naks"] for t in run.tx),
               "switch_drops": " ".join(f"{k}:{n}" for k, n in sorted(run.drops.items())),
               **judged(args, run.lost_before_pipeline, run.fidelity)}
     _plot_converge(result, run, events)

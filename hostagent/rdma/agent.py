@@ -43,7 +43,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from emulator.dilation import Dilation
 from hostagent.ecn.dcqcn import DcqcnParams
-from hostagent.ecn.roce import open_socket, recv_stamped, stamp_arrivals
+from hostagent.ecn.roce import open_socket, recv_stamped, socket_dropped, stamp_arrivals
 from hostagent.load_balancing.reorder import ReorderBank, ReorderParams, add_reorder_arguments, psn_diff
 from hostagent.lossless import PauseState
 from hostagent.rdma.cc.base import CongestionControl, HopInfo
@@ -324,6 +324,7 @@ def run_sender(a, sock=None) -> dict:
         "rtt_ms": {"min": round(1000 * req.min_rtt, 3) if req.min_rtt is not None else None,
                    "smoothed": round(1000 * req.srtt, 3) if req.srtt is not None else None},
         "pfc": pfc.summary() if pfc is not None else None,
+        "socket_drops": socket_dropped(sock),      # ACKs the kernel dropped (the agent did not keep up)
     }
     write_summary(a, summary, ("t", "rate_pps", "window_packets", "outstanding", "sent", "retransmitted"), series)
     write_messages(a, req.messages)
@@ -429,7 +430,8 @@ def run_receiver(a, sock=None) -> dict:
     summary = {"role": "receiver", "ip": a.src_ip, "mode": a.mode, "cc": a.cc, "errors": errors,
                "ignored": dict(ignored),
                "int_last_hop_queue_packets": percentiles([float(q) for q in last_hop_queue]), "flows": flow_stats,
-               "reorder": rob.summary() if rob is not None else None}
+               "reorder": rob.summary() if rob is not None else None,
+               "socket_drops": socket_dropped(sock)}       # frames the kernel dropped (the agent did not keep up)
     write_summary(a, summary)
     return summary
 

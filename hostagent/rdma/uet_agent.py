@@ -19,7 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Optional, Union
 
-from hostagent.ecn.roce import open_socket, recv_stamped, stamp_arrivals
+from hostagent.ecn.roce import open_socket, recv_stamped, socket_dropped, stamp_arrivals
 from hostagent.rdma.frames import ETH, L4, Malformed, NotOurs, _ip, set_lengths
 from hostagent.rdma.output import percentiles, write_messages, write_summary
 from hostagent.rdma.cc.rccc import CreditScheduler
@@ -217,6 +217,7 @@ def run_uet_sender(a, cc, params: UetParams, stopping, sock=None) -> dict:
         "acks": snd.stats.acks, "stale": snd.stats.stale, "retries": snd.retries,
         "entropies_used": len(snd.stats.by_entropy), "ignored": dict(ignored),
         "rtt_ms": {"smoothed": round(1000 * snd.srtt, 3) if snd.srtt is not None else None},
+        "socket_drops": socket_dropped(sock),      # replies the kernel dropped (the agent did not keep up)
     }
     write_summary(a, summary, ("t", "rate_pps", "window_packets", "outstanding", "sent", "retransmitted"), series)
     write_messages(a, snd.messages)
@@ -284,7 +285,8 @@ def run_uet_receiver(a, params: UetParams, stopping, sock=None) -> dict:
     summary = {"role": "receiver", "ip": a.src_ip, "mode": UET, "errors": [], "ignored": dict(ignored),
                "flows": {ip: dict(v) for ip, v in sorted(per_peer.items())},
                "receiver": vars(rcv.stats), "pdcs": len(rcv.pdcs),
-               "credit_granted_bytes": credit.granted_bytes if credit is not None else None}
+               "credit_granted_bytes": credit.granted_bytes if credit is not None else None,
+               "socket_drops": socket_dropped(sock)}       # frames the kernel dropped (the agent did not keep up)
     write_summary(a, summary)
     return summary
 

@@ -92,9 +92,9 @@ def test_frames_lost_before_the_pipeline_violate_input_path_with_where():
                       "(kernel:softnet:1 leaf3:25 spine2:4)")
 
 
-def test_frames_a_receivers_socket_dropped_violate_it():
+def test_frames_an_agents_socket_dropped_violate_it():
     v = judge(None, {}, socket_drops={"h5": 7, "h3": 0})
-    assert str(v) == "violated: receiver: h5's socket dropped 7 frames (the agent did not keep up)"
+    assert str(v) == "violated: agents: h5's socket dropped 7 frames (its agent did not keep up)"
     assert v.socket_drops == {"h5": 7} and judge(None, {}, socket_drops={"h5": 0}).ok
 
 

@@ -1,5 +1,6 @@
 """What the experiments share that needs no network: the ratio of two
-sets of runs' medians and its bootstrap interval; SIGTERM's handler."""
+sets of runs' medians and its bootstrap interval; SIGTERM's handler; the
+frames the agents' sockets dropped, by host."""
 import signal
 import subprocess
 import sys
@@ -7,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments.common import median_ratio_interval
+from emulator.fidelity import judge
+from experiments.common import median_ratio_interval, socket_drops
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -56,3 +58,14 @@ def test_sigterm_ends_an_experiment_through_its_cleanup(tmp_path):
     child.send_signal(signal.SIGTERM)
     assert child.wait(30) == 128 + signal.SIGTERM
     assert marker.read_text() == "yes"
+
+
+def test_a_hosts_socket_drops_sum_its_agents_receive_drops_and_refused_sends():
+    drops = socket_drops([("r1", {"socket_drops": 3, "ignored": {"not RoCEv2": 50}}),
+                          ("h1", {"socket_drops": 0, "ignored": {"tx-error": 2}}),
+                          ("h1", {"socket_drops": None, "ignored": {}}),     # the kernel did not say
+                          ("h2", {"socket_drops": 0, "ignored": {}})])
+    assert drops == {"r1": 3, "h1": 2, "h2": 0}
+    assert str(judge(None, {}, socket_drops=drops)) == (
+        "violated: agents: h1's socket dropped 2 frames (its agent did not keep up); "
+        "agents: r1's socket dropped 3 frames (its agent did not keep up)")
