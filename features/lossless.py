@@ -475,8 +475,8 @@ def queue_plan(config: Optional[LosslessConfig], ports: Mapping[int, tuple[str, 
             depth = lossless_depth if c.lossless else None
             if rate is not None or depth is not None:
                 settings[(port, c.queue)] = QueueSetting(rate, depth)
-        if config.lossless:        # the hold loop: held packets leave from their class's queue, at the link's rate
-            settings[(port, config.hold_queue)] = QueueSetting(config.hold_rate_pps, HOLD_QUEUE_DEPTH)
+        if config.lossless:        # held packets leave at most at the link's rate
+            settings[(port, config.hold_queue)] = QueueSetting(min(config.hold_rate_pps, link_pps), HOLD_QUEUE_DEPTH)
     return QueuePlan(config.queues, settings)
 
 

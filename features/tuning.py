@@ -207,17 +207,6 @@ def xoff_packets(xon: int, marking_start: Optional[int]) -> int:
     return max(xon + HYSTERESIS, (marking_start + 1) if marking_start is not None else 0)
 
 
-def hold_rate_pps(rate_pps: float, xoff: int, xon: int, headroom: int) -> int:
-    """The hold loop's rate: once a class resumes, the next packet to leave
-    is somewhere in the loop, so the upstream waits up to (packets held) /
-    (the loop's rate) before its first packet goes; the downstream, resumed
-    below XON, keeps its link busy for about XON packets at `rate_pps`. So
-    a cell's worth held (xoff + headroom) must come round within XON packet
-    times; at least the link's rate. Released packets leave through their
-    class's queue at the link's rate, whatever the loop's (lossless.p4)."""
-    return ceil(rate_pps * max(1.0, (xoff + headroom) / max(1, xon)))
-
-
 def dctcp_k(rate_pps: float, rtt_s: float) -> int:
     """DCTCP's marking threshold for full throughput: K > C x RTT / 7 (packets); at least 1."""
     return max(1, ceil(rate_pps * rtt_s / DCTCP_K_DIVISOR))
@@ -462,15 +451,13 @@ def _pfc(t: Tuning, topo: Topology, config: LosslessConfig, marking_start: dict[
                          + "; ".join(f"{port_list(ports)} class {name}: xoff {off}, xon {x}, headroom {h}"
                                      for name, ports, off, x, h in own))
     fastest = max(rates)
-    t.hold_rate_pps = hold_rate_pps(fastest, xoff, xon, headroom)
+    t.hold_rate_pps = ceil(fastest)
     t.add(LOSSLESS, Derived("lossless.hold_rate_pps", t.hold_rate_pps, "packets/s",
-                            "ceil(r_max (xoff + headroom) / xon): once a class resumes, its next packet comes "
-                            "round the hold loop (a cell's xoff + headroom held at most) within the XON packets "
-                            "the downstream still sends at r_max, so the link does not go idle waiting; released "
-                            "packets leave through their class's queue at the link's rate, whatever the loop's",
-                            (Input("r_max", fastest, "packets/s"), Input("xoff", xoff, "packets"),
-                             Input("xon", xon, "packets"), Input("headroom", headroom, "packets"),
-                             Input("the section's", config.hold_rate_pps, "packets/s")),
+                            "the fastest lossless port's rate: a class held during a pause leaves at its link's "
+                            "rate once resumed, not at the hold loop's (each port's hold queue runs at "
+                            "min(hold_rate_pps, its link))",
+                            (Input("r_max", fastest, "packets/s"), Input("the section's", config.hold_rate_pps,
+                                                                         "packets/s")),
                             where="section", source="project", carried_by="overlay: lossless.hold_rate_pps"))
     section = replace(config, pfc=replace(config.pfc, xoff=xoff, xon=xon, headroom=headroom))
     by_cell: dict[str, dict[tuple[int, int], PfcThresholds]] = {}      # switch -> (port, class) -> its values

@@ -67,7 +67,7 @@ control FabricIngress(inout headers_t hdr,
     // a log line for it even with logging off.
     apply {
 #ifndef WITHOUT_LOSSLESS
-        if (meta.pfc_carry == 0)    // else a held or released lossless packet, recirculated: Lossless queues it
+        if (meta.pfc_carry == 0)    // else a held lossless packet, recirculated: Lossless sends it to its hold queue
 #endif
         {
             port_counter.apply(std_meta);
@@ -196,7 +196,7 @@ control FabricEgress(inout headers_t hdr,
                 port_counter.apply(std_meta);     // a PFC frame leaves the port: counted as any frame is
             }
         }
-        if (meta.pfc_carry < PFC_CARRY_RELEASED)  // else held or released (recirculated), dropped or a frame: nothing more
+        if (meta.pfc_carry < PFC_CARRY_HELD)      // else held, dropped or a frame: nothing more
 #endif
         {
             port_counter.apply(std_meta);

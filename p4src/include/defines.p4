@@ -196,20 +196,17 @@ const bit<32> PFC_FRAME_BYTES = 60;           // a minimum Ethernet frame, witho
 const bit<32> PFC_CELLS = 512;                // (port, class) cells: 6-bit port ++ 3-bit class
 const bit<32> PFC_SESSION_BASE = 1024;        // clone session of PFC frames out of port p: base + p
 const bit<8>  PFC_CARRY_FIELDS = 2;           // @field_list: what recirculation and frame clones keep
-// local_metadata_t.pfc_carry: kind, then for a held or released packet
-// its egress port, ingress port and hold number.
+// local_metadata_t.pfc_carry: kind, then for a held packet its egress
+// port, ingress port and hold number.
 #define PFC_CARRY_KIND_HI 63
 #define PFC_CARRY_KIND_LO 62
 #define PFC_CARRY_PORT_HI 58
 #define PFC_CARRY_PORT_LO 50
 #define PFC_CARRY_IN_PORT_HI 49
 #define PFC_CARRY_IN_PORT_LO 41
-const bit<2>  PFC_KIND_RELEASED = 2;
 const bit<2>  PFC_KIND_HELD = 3;
 const bit<64> PFC_CARRY_ADMITTED = 1 << 62;   // a lossless packet in the buffer model
-const bit<64> PFC_CARRY_RELEASED = 2 << 62;   // released from the hold loop into its class's queue (recirculated);
-                                              // from here up egress does nothing else
-const bit<64> PFC_CARRY_HELD = 3 << 62;       // held: round the hold loop (recirculated)
+const bit<64> PFC_CARRY_HELD = 3 << 62;       // held (recirculated); from here up egress does nothing else
 const bit<64> PFC_CARRY_DONE = 0xFFFFFFFFFFFFFFFF;   // a packet dropped (or a frame for a port without PFC): nothing else to do
 const bit<64> PFC_CARRY_FRAME = 0xFFFFFFFFFFFFFFFE;  // a PFC frame built: only the egress port counter still counts it
 // local_metadata_t.pfc_frame: what a frame clone becomes, the class and its pause time.

@@ -355,9 +355,8 @@ header lossless_scratch_t {      // lossless.p4: the class's parameters (traffic
     bit<48>  last_pause;
     bit<48>  paused_us;          // PfcReceive: the cell's paused time, and its last frame's time
     bit<48>  last_frame;
-    bit<32>  head;               // pfc_hold_head, pfc_hold_tail, pfc_hold_sent of the egress cell
+    bit<32>  head;
     bit<32>  tail;
-    bit<32>  sent;
     bit<8>   paused;
     bit<8>   storm;              // a storm makes this packet ignore a pause
 }

@@ -29,16 +29,10 @@
 // pfc_paused_until[port, class] for each class it names; time 0 resumes.
 // BMv2 has no way to stop a queue, so a lossless packet that reaches egress
 // on a paused (port, class) is held: numbered (pfc_hold_tail) and
-// recirculated into the port's hold queue (a rate-limited priority queue:
-// the hold loop). Back in egress, once the class is no longer paused and it
-// is the next to be released (pfc_hold_head), it is recirculated once more,
-// into its class's own queue, so it leaves at the link's rate whatever the
-// loop's; from there it leaves if the class still may go and it is the next
-// to leave (pfc_hold_sent), else it goes back into the loop and is released
-// again. A class keeps its order; while packets are held or released, the
-// class's new packets are held behind them. The loop may run faster than
-// the link: a resumed class waits for its next packet to come round (up to
-// the packets held / the loop's rate), not for the link's pace.
+// recirculated into the port's hold queue (a rate-limited priority queue),
+// and back in egress it leaves only when the class is no longer paused and
+// it is the next one to leave (pfc_hold_head), so a class keeps its order;
+// while packets are held, the class's new packets are held behind them.
 //
 // Class change (Tagger, CoNEXT'17): class_change moves a packet that
 // arrived on port i in class c and leaves on port e to another lossless
@@ -78,7 +72,6 @@ register<bit<48>, bit<32>>(PFC_CELLS) pfc_last_pause;     // egress cell: when a
 register<bit<48>, bit<32>>(PFC_CELLS) pfc_storm;          // egress cell: when the watchdog found a storm (us); 0: none
 register<bit<32>, bit<32>>(PFC_CELLS) pfc_hold_tail;      // egress cell: packets held so far
 register<bit<32>, bit<32>>(PFC_CELLS) pfc_hold_head;      // egress cell: held packets released so far
-register<bit<32>, bit<32>>(PFC_CELLS) pfc_hold_sent;      // egress cell: held packets that left so far
 counter<bit<32>>(PFC_CELLS, CounterType.packets) pfc_headroom_dropped; // ingress cell: lossless packets refused beyond
                                                                        // XOFF + headroom (which cell's headroom was short)
 counter<bit<32>>(PFC_CELLS, CounterType.packets) pfc_pause_sent;       // ingress cell: pause frames sent upstream
@@ -115,7 +108,7 @@ control PcpRemark(inout headers_t hdr) {
 
 // Ingress, for every packet (a dropped one is neither counted nor admitted):
 // its traffic class, and the buffer model of lossless ones. A held packet coming back from recirculation only
-// gets its class parameters again and its hold queue; a released one, its class's queue.
+// gets its class parameters again and its hold queue.
 // meta.tc is made valid by traffic_class's actions; p4c cannot see that
 // through the table, and would warn at every use below.
 @noWarn("invalid_header")
@@ -238,17 +231,11 @@ control Lossless(in headers_t hdr, inout local_metadata_t meta, inout standard_m
         meta.tc.session = PFC_SESSION_BASE + (bit<32>) std_meta.ingress_port;
     }
 
-    // A held or released packet, recirculated: its ports from pfc_carry
-    // (class_change then gives it its class out again), back to the hold
-    // queue, or (released) to its class's queue, which set_class and
-    // class_change chose.
+    // A held packet, recirculated: its ports from pfc_carry (class_change
+    // then gives it its class out again), back to the hold queue.
     action held_ports() {
         std_meta.egress_spec = meta.pfc_carry[PFC_CARRY_PORT_HI:PFC_CARRY_PORT_LO];
         meta.tc.in_port = meta.pfc_carry[PFC_CARRY_IN_PORT_HI:PFC_CARRY_IN_PORT_LO];
-    }
-
-    action released_cell() {
-        meta.tc.in_cell = (bit<32>) (meta.tc.in_port[5:0] ++ meta.tc.tclass[2:0]);
     }
 
     action back_to_hold() {
@@ -285,10 +272,8 @@ control Lossless(in headers_t hdr, inout local_metadata_t meta, inout standard_m
                         }
                         pfc_port_thresholds.apply();
                         class_change.apply();
-                        if (meta.pfc_carry[PFC_CARRY_KIND_HI:PFC_CARRY_KIND_LO] == PFC_KIND_HELD) {
+                        if (meta.pfc_carry != 0) {
                             back_to_hold();
-                        } else if (meta.pfc_carry != 0) {
-                            released_cell();
                         } else if (std_meta.mcast_grp == 0 && meta.drop_reason == DROP_NONE) {
                             cells();
                             class_packets.count(meta.tc.out_cell);
@@ -417,7 +402,7 @@ control PfcReceive(in headers_t hdr, inout local_metadata_t meta, in standard_me
 
 // Egress, for packets that carry lossless work (meta.pfc_carry != 0): a
 // clone to turn into a PFC frame, or a lossless packet to send, hold or
-// release. Sets meta.pfc_carry to PFC_CARRY_RELEASED (or above) when the rest
+// release. Sets meta.pfc_carry to PFC_CARRY_HELD (or above) when the rest
 // of egress must not run: the packet is recirculated, dropped or a frame.
 #define PFC_FRAME_TIME(C) \
     if (meta.pfc_frame[PFC_FRAME_CLASS_HI:PFC_FRAME_CLASS_LO] == C) { \
@@ -484,25 +469,9 @@ control LosslessEgress(inout headers_t hdr, inout local_metadata_t meta, inout s
         meta.tc.paused = 0;
     }
 
-    // Released: into the class's queue (recirculated), numbered as it was held.
-    action release() {
+    action next_head() {
         meta.tc.head = meta.tc.head + 1;
-        meta.pfc_carry = PFC_CARRY_RELEASED | (meta.pfc_carry & ~PFC_CARRY_HELD);
-    }
-
-    action next_sent() {
-        meta.tc.sent = meta.tc.sent + 1;
         meta.pfc_carry = PFC_CARRY_ADMITTED;
-    }
-
-    // Released but paused again (or one released ahead of it was): back into
-    // the loop, to be released again from its number on.
-    action hold_again() {
-        meta.pfc_carry = PFC_CARRY_HELD | meta.pfc_carry;
-    }
-
-    action rewind_head() {
-        meta.tc.head = meta.pfc_carry[31:0];
     }
 
     action admitted() {
@@ -564,7 +533,6 @@ control LosslessEgress(inout headers_t hdr, inout local_metadata_t meta, inout s
             pfc_paused_until.read(meta.tc.until, meta.tc.out_cell);
             pfc_hold_head.read(meta.tc.head, meta.tc.out_cell);
             pfc_hold_tail.read(meta.tc.tail, meta.tc.out_cell);
-            pfc_hold_sent.read(meta.tc.sent, meta.tc.out_cell);
             paused_now();
             if (meta.tc.detect_us != 0) {
                 // The watchdog: meta.tc.time is when its storm began (0: none).
@@ -585,28 +553,14 @@ control LosslessEgress(inout headers_t hdr, inout local_metadata_t meta, inout s
                 }
             }
             if (meta.pfc_carry[PFC_CARRY_KIND_HI:PFC_CARRY_KIND_LO] == PFC_KIND_HELD) {
-                // Back from the hold loop: released into its class's queue if the class may go and it
-                // is its turn, else round the loop again (pfc_carry as it came).
+                // Back from the hold queue: it leaves if the class may go and it is its turn.
                 if (meta.tc.paused == 0 && meta.pfc_carry[31:0] == meta.tc.head) {
-                    release();
+                    next_head();
                     pfc_hold_head.write(meta.tc.out_cell, meta.tc.head);
-                }
-                recirculate_preserving_field_list(PFC_CARRY_FIELDS);
-            } else if (meta.pfc_carry[PFC_CARRY_KIND_HI:PFC_CARRY_KIND_LO] == PFC_KIND_RELEASED) {
-                // Released, out of its class's queue: it leaves if the class may still go and it is the
-                // next to leave; else back into the loop, and the loop releases again from its number.
-                if (meta.tc.paused == 0 && meta.pfc_carry[31:0] == meta.tc.sent) {
-                    next_sent();
-                    pfc_hold_sent.write(meta.tc.out_cell, meta.tc.sent);
                 } else {
-                    if (meta.pfc_carry[31:0] < meta.tc.head) {
-                        rewind_head();
-                        pfc_hold_head.write(meta.tc.out_cell, meta.tc.head);
-                    }
-                    hold_again();
-                    recirculate_preserving_field_list(PFC_CARRY_FIELDS);
+                    recirculate_preserving_field_list(PFC_CARRY_FIELDS);    // pfc_carry as it came
                 }
-            } else if (meta.tc.paused == 1 || meta.tc.tail != meta.tc.sent) {
+            } else if (meta.tc.paused == 1 || meta.tc.tail != meta.tc.head) {
                 held_carry();                                               // held, numbered
                 pfc_hold_tail.write(meta.tc.out_cell, meta.tc.tail);
                 pfc_held.count(meta.tc.out_cell);

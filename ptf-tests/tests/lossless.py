@@ -15,7 +15,6 @@ import threading
 import time
 from dataclasses import replace
 
-import ptf.testutils as tu
 from ptf_lib.base_test import HOST_MAC, SWITCH_MAC, P4RuntimeTest, neighbour_mac, port_mac
 from scapy.contrib.mac_control import MACControlClassBasedFlowControl
 from scapy.contrib.roce import BTH
@@ -136,26 +135,6 @@ class LosslessTest(P4RuntimeTest):
         """Data packets the switch sent out of `port` (PTF also sees what a
         test itself sends there, the pauses it injects)."""
         return [f for f in self.receive_all(port, timeout) if Ether(f).src == port_mac(port) and IP in Ether(f)]
-
-    def wait_held(self, n: int, timeout: float = 10.0) -> None:
-        """Until OUT_PORT held `n` packets of the class (each crossed the
-        class's queue first: at its rate, before egress found it paused)."""
-        deadline = time.monotonic() + timeout
-        while self.count("pfc_held", OUT_PORT) < n:
-            self.assertLess(time.monotonic(), deadline, f"{n} packets held within {timeout} s")
-            time.sleep(0.05)
-        self.assertEqual(self.sent_out(OUT_PORT, timeout=0.1), [], "held while paused")
-
-    def arrivals(self, port: int, timeout: float = 1.0) -> list[tuple[float, bytes]]:
-        """(when PTF received it, frame) for what the switch sent out of
-        `port`, until none came for `timeout` s."""
-        out = []
-        while True:
-            result = tu.dp_poll(self, device_number=0, port_number=port, timeout=timeout)
-            if not isinstance(result, self.dataplane.PollSuccess):
-                return out
-            if Ether(bytes(result.packet)).src == port_mac(port):
-                out.append((result.time, bytes(result.packet)))
 
     def pfc_out(self, port: int, timeout: float = 0.5) -> list[bytes]:
         """PFC frames the switch sent out of `port`."""
@@ -294,54 +273,6 @@ class HeldBurstIsNotLostTest(LosslessTest):
         out = self.sent_out(OUT_PORT, timeout=1.5)
         self.assertEqual([psn(f) for f in out], list(range(100)), "every packet, in order")
         self.assertEqual(self.count("pfc_held", OUT_PORT), 100)
-
-
-class ReleasedPacketsLeaveAtTheClasssRateNotTheLoopsTest(LosslessTest):
-    """Held packets are released from the hold loop into their class's own
-    queue: with the loop at 2000 packets/s and the class's queue at 50, the
-    30 held packets leave in order at the class's rate (their arrivals span
-    at least 0.9 x 29 / 50 s: BMv2's rate limiter cannot send faster; a
-    loaded machine only spreads them more), not at the loop's (15 ms)."""
-
-    def runTest(self):
-        self.program(replace(config(xoff=200, xon=100), hold_rate_pps=2000))
-        self.pause(0xFFFF)
-        self.send(IN_PORT, [data(i) for i in range(30)])
-        self.wait_held(30)
-        self.thrift.set_priority_queue_rate(OUT_PORT, LOSSLESS, 50)
-        self.pause(0)
-        out = [(t, f) for t, f in self.arrivals(OUT_PORT, timeout=1.0) if IP in Ether(f)]
-        self.assertEqual([psn(f) for _, f in out], list(range(30)), "every packet, in order")
-        span = out[-1][0] - out[0][0]
-        self.assertGreaterEqual(span, 0.9 * 29 / 50, f"30 released packets left within {span:.3f} s")
-        self.assertEqual(self.count("pfc_held", OUT_PORT), 30)
-
-
-class PausedAgainWhileReleasingKeepsOrderTest(LosslessTest):
-    """Paused again while released packets wait in the class's queue: those
-    not yet gone go back into the hold loop (and it releases again from the
-    first of them), so none leaves while paused, none is lost or sent twice,
-    and the class leaves in order once resumed."""
-
-    def runTest(self):
-        self.program(replace(config(xoff=200, xon=100), hold_rate_pps=2000))
-        self.pause(0xFFFF)
-        self.send(IN_PORT, [data(i) for i in range(40)])
-        self.wait_held(40)
-        self.thrift.set_priority_queue_rate(OUT_PORT, LOSSLESS, 20)
-        self.pause(0)
-        time.sleep(0.4)                                  # ~8 leave at 20 packets/s; the rest wait, released
-        self.pause(0xFFFF)
-        before = self.sent_out(OUT_PORT, timeout=0.3)    # what left before the pause took effect
-        during = self.sent_out(OUT_PORT, timeout=0.5)
-        self.assertEqual(during, [], "nothing leaves while paused again")
-        self.assertGreater(len(before), 0, "some left between the resume and the second pause")
-        self.assertLess(len(before), 40, "the second pause came while packets were still released")
-        self.pause(0)
-        after = self.sent_out(OUT_PORT, timeout=1.5)
-        self.assertEqual([psn(f) for f in before + after], list(range(40)), "every packet once, in order")
-        self.assertEqual(self.count("pfc_held", OUT_PORT), 40, "held once each: a released packet held again "
-                                                                "is not counted twice")
 
 
 class LosslessUnderABurstLargerThanTheQueueTest(LosslessTest):
