@@ -318,6 +318,14 @@ def case_fidelity(net, ctl: FabricController, limits: Limits = Limits(),
     return FidelityMonitor(input_path, ifaces, limits, period_s=2.0, pids=pids.values()).start()
 
 
+# A receiver of a lossless class runs until no packet arrived for this long after its --duration
+# (hostagent.ecn.roce receive --until-quiet): what the paused class still held drains at its link's rate. A
+# fixed second after the senders was too short at XOFF 31 + headroom 30 on fat-tree-k4 (x13.5, 617 packets/s):
+# two flows' last packets arrived 5.985 and 5.988 s into a 6 s receive, and CI's run of 2026-11-30 counted 7
+# such packets missing (fabric tune's checks, experiments/tuning.py).
+RECEIVE_QUIET_S = 0.5
+
+
 def socket_drops(summaries: Sequence[tuple[str, dict]]) -> dict[str, int]:
     """{host: frames its agents' sockets dropped} from (host, agent summary)
     pairs, for a verdict's socket_drops: what the kernel dropped on receive

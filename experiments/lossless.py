@@ -96,14 +96,14 @@ from control.controller import FabricController
 from emulator.network import Network, queue_rate_pps
 from control.p4constants import drop_reasons
 from control.topology import NextHop, TopologyError
-from experiments.common import StartGate, agent_python, announce_budget, experiment_parser, case_fidelity, \
-    dcqcn_constants, held_in_switches, lost_before_pipeline, print_fidelity, print_table, programmed_fabric, roce_agent, \
-    roce_dcqcn_args, save_figure, write_csv
+from experiments.common import RECEIVE_QUIET_S, StartGate, agent_python, announce_budget, experiment_parser, \
+    case_fidelity, dcqcn_constants, held_in_switches, lost_before_pipeline, print_fidelity, print_table, \
+    programmed_fabric, roce_agent, roce_dcqcn_args, save_figure, socket_drops, write_csv
 from features import load_topology, topology_from_dict
 from features.ecn import EcnProfile
 from features.nonminimal_routing import SECTION as NONMINIMAL, NonminimalRouting, intermediates
 from hostagent.collectives.paths import IP_PROTO_UDP, flow_hash
-from hostagent.ecn.roce import flow_sport
+from hostagent.ecn.roce import QUIET_MAX_S, flow_sport
 from wire.roce import ROCEV2_UDP_PORT
 from features.lossless import OCCUPANCY_REGISTER, SECTION, LosslessConfig, PfcThresholds, TrafficClass, Watchdog, \
     cell, parse_section
@@ -152,9 +152,10 @@ def incast_tuning(topo) -> tuple[PfcThresholds, EcnProfile]:
 
 
 def finish(name: str, procs: list[subprocess.Popen], net: Network, args) -> None:
-    """Wait for a case's agents; fail, naming the case, if one failed or a switch died."""
+    """Wait for a case's agents (a receiver --until-quiet up to QUIET_MAX_S
+    past its duration); fail, naming the case, if one failed or a switch died."""
     for p in procs:
-        p.wait(timeout=args.duration + 30)
+        p.wait(timeout=args.duration + QUIET_MAX_S + 30)
     net.check_alive()
     if any(p.returncode for p in procs):
         raise RuntimeError(f"{name}: an agent failed (exit codes {[p.returncode for p in procs]})")
@@ -198,7 +199,8 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
         return roce_agent(host, role, start_at=gate, out_dir=case_dir, extra=extra)
 
     np_args, rp_args = roce_dcqcn_args(args.dcqcn_constants if case.dcqcn else {})
-    procs = [agent(receiver, "receive", ["--duration", str(args.duration + 1.0), *np_args])]
+    procs = [agent(receiver, "receive", ["--duration", str(args.duration), "--until-quiet", f"{RECEIVE_QUIET_S:g}",
+                                         *np_args])]
     for i, h in enumerate(senders, start=1):
         extra = ["--duration", str(args.duration), "--dst-ip", receiver.ip, "--qp", str(i),
                  "--line-rate-pps", str(args.sender_rate), "--dscp", str(DSCP)]
@@ -213,7 +215,7 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
         occupancy_left = sum(thrift.register_read(OCCUPANCY_REGISTER, cell(p, TCLASS)) for p in sender_ports)
     rx = json.loads((case_dir / f"receive-{RECEIVER}.json").read_text())
     tx = {h.name: json.loads((case_dir / f"send-{h.name}.json").read_text()) for h in senders}
-    verdict = fidelity.verdict(t["send_late_s"] for t in tx.values())
+    verdict = fidelity.verdict((t["send_late_s"] for t in tx.values()), socket_drops=socket_drops([(RECEIVER, rx)]))
     input_lost = lost_before_pipeline(case.name, verdict)
     flows = rx["flows"].values()
     received = sum(f["packets"] for f in flows)
@@ -330,7 +332,8 @@ def run_spreading_case(name: str, topo, net: Network, ctl: FabricController, arg
         return extra
 
     procs = [roce_agent(h, "receive", start_at=gate, out_dir=case_dir,
-                        extra=["--duration", str(args.duration + 1.0)]) for h in (receiver, victim_rx)]
+                        extra=["--duration", str(args.duration), "--until-quiet", f"{RECEIVE_QUIET_S:g}"])
+             for h in (receiver, victim_rx)]
     for qp, h in enumerate(senders, start=1):
         procs.append(roce_agent(h, "send", start_at=gate, out_dir=case_dir,
                                 extra=sender_args(h, receiver, qp, args.spreading_load / len(senders))))
@@ -350,7 +353,8 @@ def run_spreading_case(name: str, topo, net: Network, ctl: FabricController, arg
     rx = json.loads((case_dir / f"receive-{receiver.name}.json").read_text())
     vrx = json.loads((case_dir / f"receive-{victim_rx.name}.json").read_text())
     tx = [json.loads((case_dir / f"send-{h.name}.json").read_text()) for h in senders]
-    verdict = fidelity.verdict(t["send_late_s"] for t in tx)
+    verdict = fidelity.verdict((t["send_late_s"] for t in tx),
+                               socket_drops=socket_drops([(receiver.name, rx), (victim_rx.name, vrx)]))
     input_lost = lost_before_pipeline(name, verdict)
     warm = 0.2 * args.duration
     bins = _read_bins(case_dir / f"receive-{receiver.name}.csv")

@@ -58,8 +58,8 @@ from control.topology import Topology
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL
 from emulator.bmv2_thrift import Bmv2Thrift
 from emulator.network import Network, queue_rate_pps
-from experiments.common import StartGate, agent_python, case_fidelity, held_in_switches, percentile, \
-    ping_round_trips, roce_agent, sample_queue
+from experiments.common import RECEIVE_QUIET_S, StartGate, agent_python, case_fidelity, held_in_switches, \
+    percentile, ping_round_trips, roce_agent, sample_queue
 from features.lossless import HEADROOM_DROPPED, PEAK_REGISTER, LosslessConfig, PfcThresholds, Watchdog, cell, \
     port_thresholds
 
@@ -80,11 +80,6 @@ INCAST_AGENTS = "rdma"
 UTILISATION_TARGET = 0.75       # the incast's bottleneck used at least this much (after the first 20%): 0.81-1.00
 CONGESTION_UTILISATION = 0.5    # DCQCN's (derived constants, K 1): 0.61-0.96 in 10 leaf-spine runs, 0.61 once
 WARM_SHARE = 0.2
-# The receiver runs until no packet arrived for this long after the senders stopped: what the paused class still
-# held drains at its link's rate. A fixed second after them was too short at XOFF 31 + headroom 30 on fat-tree-k4
-# (x13.5, 617 packets/s): two flows' last packets arrived 5.985 and 5.988 s into a 6 s receive, and CI's run of
-# 2026-11-30 counted 7 such packets missing.
-RECEIVE_QUIET_S = 0.5
 STORM_DETECT_MARGIN_MS = 100.0  # detection may lag detect_ms by a packet's arrival, the hold loop and the poll
 STORM_LEAD_S = 1.0              # the storm starts this long after the traffic
 PROBES, PROBE_INTERVAL_S = 30, 0.02
