@@ -59,7 +59,7 @@ from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL
 from emulator.bmv2_thrift import Bmv2Thrift
 from emulator.network import Network, queue_rate_pps
 from experiments.common import RECEIVE_QUIET_S, StartGate, agent_python, case_fidelity, held_in_switches, \
-    percentile, ping_round_trips, roce_agent, sample_queue
+    percentile, ping_round_trips, roce_agent, sample_queue, socket_drops
 from features.lossless import HEADROOM_DROPPED, PEAK_REGISTER, LosslessConfig, PfcThresholds, Watchdog, cell, \
     port_thresholds
 
@@ -155,6 +155,14 @@ class Response:
         (RESPONSE_MARGIN_PACKETS): t_hop under load."""
         beyond = self.beyond_xoff + RESPONSE_MARGIN_PACKETS
         return max(0.0, (beyond - 2 - 2 * self.delay_s * self.rate_pps) / (2 * self.rate_pps))
+
+    def cells(self) -> Mapping[tuple[str, int], int]:
+        """{(switch, port): what arrived there after a pause}: every cell's, or (a probe that kept its most
+        only) the most, at `where`."""
+        if self.by_cell:
+            return self.by_cell
+        switch, port = self.where.split(":")
+        return {(switch, int(port)): self.beyond_xoff}
 
 
 @dataclass(frozen=True)
@@ -278,17 +286,11 @@ class Validation:
         """The cell whose headroom (its own, or the section's) is furthest
         below what the pause-response probe saw arrive there after a pause:
         (the parameter, the cell, what arrived), or None."""
-        if response.by_cell:
-            seen = dict(response.by_cell)
-        else:                                   # the probe's most only
-            at_switch, at_port = response.where.split(":")
-            seen = {(at_switch, int(at_port)): response.beyond_xoff}
-        short = {c: n - self._cell_values(*c, values)[0].headroom for c, n in seen.items()}
-        worst, by = max(sorted(short.items()), key=lambda kv: kv[1])
-        if by <= 0:
-            return None
-        t, name = self._cell_values(*worst, values)
-        return f"{name} = {t.headroom} packets", worst, seen[worst]
+        seen = response.cells()
+        judged = {c: (n - t.headroom, f"{name} = {t.headroom} packets")
+                  for c, n in seen.items() for t, name in [self._cell_values(*c, values)]}
+        worst, (by, short) = max(sorted(judged.items()), key=lambda kv: kv[1][0])
+        return (short, worst, seen[worst]) if by > 0 else None
 
     def sender_line_rate(self) -> int:
         """The congestion check's senders' line rate, packets/s (their links')."""
@@ -341,7 +343,7 @@ class Validation:
         tx = {h: json.loads((case_dir / f"send-{h}.json").read_text()) for h, _ in senders}
         rx = json.loads((case_dir / f"receive-{self.receiver}.json").read_text())
         verdict = fidelity.verdict((t["send_late_s"] for t in tx.values()),
-                                   socket_drops={self.receiver: rx.get("socket_drops") or 0})
+                                   socket_drops=socket_drops([(self.receiver, rx)]))
         return rx, tx, str(verdict)
 
     def _lossless_cells(self) -> list[tuple[str, int, float, float]]:
