@@ -248,12 +248,12 @@ def _path_shares(topo: Topology, src: str, dst: str) -> dict[str, float]:
 
 
 def fitting_rate(topo: Topology, pairs: Iterable[tuple[str, str]], cal: Calibration, composition: str = "fabric",
-                 ack_share: float = 0.0, share: float = BUDGET_SHARE) -> float:
+                 ack_share: float = 0.0, share: float = BUDGET_SHARE, agents: str = "roce") -> float:
     """The highest packets/s every (source, destination) of `pairs` may be
     sent at together for the run to stay within budget (0 when the idle
-    switches alone exceed it)."""
+    switches alone exceed it), the hosts running `agents` (plan())."""
     unit = demand(topo, [Flow(a, b, 1.0) for a, b in pairs], ack_share)
-    p = plan(unit, cal, composition, share)
+    p = plan(unit, cal, composition, share, agents)
     fixed = unit.switches * cal.switch_idle_cores
     per_pps = p.needed_cores - fixed
     if per_pps <= 0:

@@ -78,6 +78,7 @@ from experiments.common import REPO, agent_python, case_fidelity, cc_constants, 
     write_csv
 from features import FEATURES, SECTIONS, topology_from_dict
 from features.congestion_control import SECTION as CONGESTION_CONTROL
+from features.lossless import cell as lossless_cell
 from hostagent.aggregation.runs import start_server, stop_server
 from hostagent.collectives import schedule as sc
 from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, CHANNEL_CHOICES, FIXED, IN_NETWORK, LEAST_LOADED, \
@@ -379,18 +380,24 @@ class StepFile:
         return self.records
 
 
-def counter_by_index(ctl: FabricController, counter: str, lock: threading.Lock) -> Counter[int]:
+def counter_by_index(ctl: FabricController, counter: str, lock: threading.Lock,
+                     cells: Mapping[str, Sequence[int]] | None = None) -> Counter[int]:
     """A P4 counter's packets by index, summed over every switch that
-    answers, read from all of them at once."""
-    entry = ctl.p4info.counter_entry(counter)
+    answers, read from all of them at once: every index, or those `cells`
+    names for each switch (one request a switch either way)."""
+    every = [ctl.p4info.counter_entry(counter)]
+    wanted = {name: [ctl.p4info.counter_entry(counter, i) for i in indices]
+              for name, indices in (cells or {}).items()}
 
-    def read(conn) -> dict[int, int]:
+    def read(named) -> dict[int, int]:
+        name, conn = named
+        entries = wanted.get(name, []) if cells is not None else every
         try:
-            return {i: p for i, (p, _) in conn.counter(entry).items()}
+            return {i: p for i, (p, _) in conn.counter(*entries).items()} if entries else {}
         except Exception:           # a switch that fails meanwhile does not answer
             return {}
     with lock:
-        conns = list(ctl.connections.values())          # (a killed switch's connection is gone)
+        conns = list(ctl.connections.items())          # (a killed switch's connection is gone)
     total: Counter[int] = Counter()
     with ThreadPoolExecutor(max_workers=min(16, len(conns) or 1)) as pool:
         for got in pool.map(read, conns):
@@ -398,8 +405,9 @@ def counter_by_index(ctl: FabricController, counter: str, lock: threading.Lock) 
     return total
 
 
-def counter_total(ctl: FabricController, counter: str, lock: threading.Lock) -> int:
-    return sum(counter_by_index(ctl, counter, lock).values())
+def counter_total(ctl: FabricController, counter: str, lock: threading.Lock,
+                  cells: Mapping[str, Sequence[int]] | None = None) -> int:
+    return sum(counter_by_index(ctl, counter, lock, cells).values())
 
 
 def rank_command(rank: int, hosts: list, c: Composition, steps: int, line_rate_pps: float, topo: Topology,
@@ -533,7 +541,10 @@ def line_rate_for(topology: str, rank_names: list[str], c: Composition,
     topo = composed_topology(topology, c, rank_names, overlays)[0]
     n = len(rank_names)
     ring = [(rank_names[i], rank_names[(i + 1) % n]) for i in range(n)] * c.channels
-    rate = fitting_rate(topo, ring, cal, "training", ack_share=1 / TransportParams().ack_every)
+    # the ranks' cost a packet: the RC transport's (the collective library's ranks cost the same: 31,021 packets
+    # a core all-reducing on a veth pair against the RDMA agents' 31,333, 2026-12-01), not the fast sender loop's
+    rate = fitting_rate(topo, ring, cal, "training", ack_share=1 / TransportParams().ack_every,
+                        agents="uet" if c.transport == "uet" else "rdma")
     rate = max(MIN_LINE_RATE_PPS, 10 * math.floor(rate / 10))
     return rate, (f"the ring's {len(ring)} connections within half this machine's cores, by its calibration of "
                   f"{cal.measured_at}")
@@ -626,11 +637,17 @@ class FabricCounters:
 
     def __init__(self, ctl: FabricController, lock: threading.Lock, pfc: bool):
         self.ctl, self.lock, self.pfc = ctl, lock, pfc
+        # Pauses: only each port's lossless classes' cells, not a switch's 512, read every step and decoded by
+        # pure-Python protobuf (p4runtime-shell pins protobuf 3.20: no compiled module for this Python)
+        config = ctl.topo.features.get("lossless") if pfc else None
+        classes = sorted({k.tclass for k in config.classes if k.lossless}) if config is not None else []
+        self.pause_cells = {sw.name: [lossless_cell(port, k) for port in sorted(sw.ports) for k in classes]
+                            for sw in ctl.topo.switches.values()}
         self.first_drops = counter_by_index(ctl, "drop_counter", lock)
         self.pauses, self.drops = self._pauses(), sum(self.first_drops.values())
 
     def _pauses(self) -> int:
-        return counter_total(self.ctl, "pfc_pause_sent", self.lock) if self.pfc else 0
+        return counter_total(self.ctl, "pfc_pause_sent", self.lock, self.pause_cells) if self.pfc else 0
 
     def since_last(self) -> tuple[int, int]:
         """(pauses, drops) since the last call."""

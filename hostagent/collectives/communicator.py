@@ -73,7 +73,13 @@ PIECE_MAGIC = 0xC011
 ABORT_MAGIC = 0xAB07             # a rank gave up: the header's other fields 0, then the reason (UTF-8)
 ABORT_REASON_BYTES = 512
 P2P_STEP = 0xFFFFFFFF            # the step field of a point-to-point piece (the call field: its number)
-PROGRESS_WAIT_S = 0.0005         # the progress thread's longest wait for a frame (the pacing's grain)
+# The progress thread sleeps until the endpoint's next timer (a paced packet, a retransmission timeout, a
+# delayed ACK), a frame, or a post wakes it; at most IDLE_WAIT_S, and PROGRESS_WAIT_S where a timer is due
+# but not known to the minute (UET's senders) or the link cannot be woken (the old fixed grain). At a fixed
+# 0.5 ms grain, 16 idle ranks woke 32,000 times a second: 0.67 of this machine's two cores in a fat-tree-k4
+# `fabric train` at 110 packets/s a connection, beside 0.91 for its 20 switches (2026-12-01).
+PROGRESS_WAIT_S = 0.0005
+IDLE_WAIT_S = 0.05
 IN_NETWORK = "in-network"        # all-reduce summed by the switch (the aggregation feature)
 ALL_REDUCE_ALGORITHMS = [*sc.algorithms_of(sc.ALL_REDUCE), IN_NETWORK]
 IN_NETWORK_DTYPES = ("float32", "int32")
@@ -110,6 +116,17 @@ def _behind(tag: tuple[int, int], call: int, step: int) -> bool:
         return False
     behind = (tag[0] - call) % 0x10000
     return 0 < behind < 0x8000 or (behind == 0 and step < tag[1])
+
+
+def progress_wait(due: float | None, now: float, wakes: bool) -> float:
+    """How long the progress thread sleeps (unless a frame comes) when the
+    endpoint's next timer is at `due` (None: none) and it is `now`; `wakes`:
+    whether a post can end the sleep (Link.wake)."""
+    if not wakes:
+        return PROGRESS_WAIT_S
+    if due is None:
+        return IDLE_WAIT_S
+    return PROGRESS_WAIT_S if due <= now else min(due - now, IDLE_WAIT_S)
 
 
 class CollectiveError(RuntimeError):
@@ -202,6 +219,7 @@ class Communicator:
 
     def _progress(self) -> None:
         errors = 0
+        wakes = callable(getattr(self.endpoint.link, "wake", None))
         while not self._stop.is_set():
             with self._lock:
                 got = self.endpoint.poll(wait=0)
@@ -212,8 +230,16 @@ class Communicator:
                 if got or len(self.endpoint.errors) > errors:      # (a failed connection wakes the waiters)
                     errors = len(self.endpoint.errors)
                     self._arrived.notify_all()
+                due, now = self.endpoint.next_due(), self.endpoint.clock()
             if not got:
-                self.endpoint.link.wait(PROGRESS_WAIT_S)
+                self.endpoint.link.wait(progress_wait(due, now, wakes))
+
+    def _wake(self) -> None:
+        """Something was posted (or the thread should stop): the progress
+        thread, asleep until its next timer, runs now."""
+        wake = getattr(self.endpoint.link, "wake", None)
+        if wake is not None:
+            wake()
 
     def transport_stats(self) -> dict:
         """What the transport did for this rank: packets resent, timeouts,
@@ -307,6 +333,7 @@ class Communicator:
                     break
             time.sleep(0.005)
         self._stop.set()
+        self._wake()
         self._thread.join()
         if self.aggregation is not None:
             self.aggregation.close()
@@ -449,6 +476,7 @@ class Communicator:
             if pieces:
                 self._queued.setdefault(peer, deque()).extend(pieces)
                 self._pump()
+                self._wake()
 
     def _pump(self) -> None:
         """least-loaded: post queued pieces, each on its peer's connection
@@ -545,6 +573,7 @@ class Communicator:
         """fixed: `piece` posted to `peer` on `channel`, counted. (With the lock held.)"""
         self.channel_bytes[channel] += len(piece)
         self._posted(self._out[(peer, channel)].post(piece, now), peer, what)
+        self._wake()
 
     def _posted(self, msg: Message | UetMessage, peer: int, what: str) -> None:
         """A piece posted to `peer`: on a failed connection it failed at once.
@@ -577,6 +606,7 @@ class Communicator:
             for peer in range(self.size):
                 if peer != self.rank:
                     self._out[(peer, 0)].post(abort, now)      # (on a failed connection: fails at once)
+            self._wake()
         return CollectiveError(reason)
 
     def _next_piece(self, peer: int, channel: int, deadline: float, what: str, step_no: int) -> bytes:

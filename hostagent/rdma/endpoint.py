@@ -54,6 +54,8 @@ only counted.
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import select
 import socket
 import time
@@ -83,7 +85,13 @@ class Link(Protocol):
         ...
 
     def wait(self, timeout: float) -> None:
-        """Return when a frame may be there, or after `timeout` seconds."""
+        """Return when a frame may be there, when wake() was called, or after
+        `timeout` seconds."""
+        ...
+
+    def wake(self) -> None:
+        """End a wait() now, from another thread (something was posted to
+        send: a progress loop asleep until its next timer sends it now)."""
         ...
 
     def age(self) -> Optional[float]:
@@ -103,6 +111,9 @@ class RawLink:
         self.tx_errors = 0
         self.stamped = stamp_arrivals(self.sock)
         self._arrived: Optional[float] = None     # the last frame's kernel timestamp, on time.monotonic()'s clock
+        self._wake_r, self._wake_w = os.pipe()    # wake(): a byte that ends a wait()'s select
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
 
     def send(self, frame: bytes) -> None:
         try:
@@ -131,10 +142,19 @@ class RawLink:
         return None if self._arrived is None else max(0.0, time.monotonic() - self._arrived)
 
     def wait(self, timeout: float) -> None:
-        select.select([self.sock], [], [], timeout)
+        ready = select.select([self.sock.fileno(), self._wake_r], [], [], timeout)[0]
+        if self._wake_r in ready:
+            with contextlib.suppress(BlockingIOError):
+                os.read(self._wake_r, 4096)
+
+    def wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):      # (a full pipe: a wake is pending already)
+            os.write(self._wake_w, b"w")
 
     def close(self) -> None:
         self.sock.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
 
 
 @dataclass(frozen=True)
@@ -271,6 +291,19 @@ class Endpoint:
                 conn.requester.paused(paused_s - self._paused_credited)
             self._paused_credited = paused_s
         return self.pfc.paused(self.tclass, now)
+
+    def next_due(self) -> Optional[float]:
+        """The earliest time (on `clock`) poll() has something to do that no
+        arriving frame brings: a requester's next paced packet or its
+        retransmission timeout, a delayed ACK, the end of a pause that holds
+        something; None: nothing until a frame arrives or more is posted."""
+        due = [t for t in (conn.requester.next_due() for conn in self._order) if t is not None]
+        if self.tclass is not None and (due or self._held):
+            now = self.clock()
+            if self.pfc.paused(self.tclass, now):        # nothing goes, and no timeout runs, until it ends
+                due = [self.pfc.until[self.tclass]]
+        due += [t for t in (rsp.next_due() for rsp, _ in self._responders.values()) if t is not None]
+        return min(due, default=None)
 
     def poll(self, wait: float = 0.001) -> list[Received]:
         """One round: frames in, packets out. Waits for a frame at most

@@ -366,6 +366,25 @@ class Requester:
     def next_send_time(self) -> float:
         return self._next_send
 
+    def next_due(self) -> Optional[float]:
+        """When next_packet() next has something to do that no ACK brings:
+        the pace's next slot while a packet may go (one to resend, or a new
+        one within the window), else the retransmission timeout of the
+        oldest packet unacknowledged (later by any pause meanwhile); None
+        when everything is acknowledged or the queue pair failed. A progress
+        loop sleeps until then unless a frame arrives first."""
+        if self.error is not None:
+            return None
+        if self._resend or (self.next_seq < self.posted_seq and self.outstanding < self.window()):
+            return self._next_send
+        if self.una >= self.next_seq:
+            return None
+        if self.una in self._sent_at:
+            sent_at, paused_then = self._sent_at[self.una], self._paused_at_send[self.una]
+        else:
+            sent_at, paused_then = self._last_progress, self._paused_at_progress
+        return sent_at + self.rto + (self.paused_s - paused_then)
+
     def paused(self, seconds: float) -> None:
         """The host's link was paused (PFC) for `seconds` more: the caller
         held this requester's packets meanwhile. That time does not count
@@ -677,6 +696,12 @@ class Responder:
             delivered.append(Delivered(self.msn, kind, b"".join(self._message), now))
             self._message = []
         return True
+
+    def next_due(self) -> Optional[float]:
+        """When poll() sends the delayed ACK (None: no ACK pending)."""
+        if self._pending and self._pending_since is not None:
+            return self._pending_since + self.params.ack_delay_s
+        return None
 
     def poll(self, now: float) -> Optional[Ack]:
         """The delayed ACK, when it is due."""

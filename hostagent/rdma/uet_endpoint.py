@@ -131,6 +131,15 @@ class UetEndpoint:
     def pause_stats(self) -> PauseStats:
         return PauseStats(None, 0, 0, 0, 0.0, 0, 0)
 
+    def next_due(self) -> Optional[float]:
+        """As Endpoint.next_due, coarser: now while a sender has anything
+        unacknowledged or RCCC grants credit (their timers are not
+        exposed: the caller's shortest wait applies), else the receiver's
+        next delayed ACK."""
+        if self.receiver.credit is not None or any(not c.requester.done for c in self._order):
+            return self.clock()
+        return self.receiver.next_timer()
+
     def poll(self, wait: float = 0.001) -> list[Received]:
         received: list[Received] = []
         frame = self.link.recv(0)

@@ -120,6 +120,9 @@ def test_the_fitting_rate_fills_the_budget_exactly():
     # the costlier composition and ACKs leave a lower rate
     assert fitting_rate(LEAF_SPINE, pairs, cal, "training") < rate
     assert fitting_rate(LEAF_SPINE, pairs, cal, ack_share=0.25) < rate
+    # and so do agents that cost more a packet (fabric train's ranks: the RC transport's)
+    assert fitting_rate(LEAF_SPINE, pairs, cal, agents="uet") < fitting_rate(LEAF_SPINE, pairs, cal,
+                                                                              agents="rdma") < rate
 
 
 @pytest.mark.parametrize("line,named", [('  "rdma_agent_pps_per_core": 4000.0,\n', "RDMA agents' rate"),

@@ -15,7 +15,8 @@ import pytest
 
 from hostagent.collectives import schedule as sc
 from hostagent.aggregation.allreduce import AggregationWorker
-from hostagent.collectives.communicator import IN_NETWORK, CollectiveError, Communicator, nccl_tests_table
+from hostagent.collectives.communicator import IDLE_WAIT_S, IN_NETWORK, PROGRESS_WAIT_S, CollectiveError, \
+    Communicator, nccl_tests_table, progress_wait
 from hostagent.rdma.cc.dcqcn import Dcqcn
 from hostagent.ecn.dcqcn import DcqcnParams
 from hostagent.rdma.endpoint import Endpoint
@@ -88,6 +89,10 @@ class HubLink:
 
     def wait(self, timeout: float) -> None:
         self.hub.wait(self.ip, timeout)
+
+    def wake(self) -> None:
+        with self.hub.cv:
+            self.hub.cv.notify_all()
 
     def age(self) -> None:      # (no kernel timestamps on the hub)
         return None
@@ -442,3 +447,55 @@ def test_ranks_in_different_modes_fail_at_both_ends_naming_both_modes():
             and "go-back-n" in errors[rank], errors[rank]
     for c in comms:
         c.close(timeout_s=0)
+
+
+# -- the progress thread's sleep ------------------------------------------------------
+
+def test_the_progress_thread_sleeps_until_its_next_timer():
+    assert progress_wait(None, 1.0, wakes=True) == IDLE_WAIT_S, "nothing due: until a frame or a post"
+    assert progress_wait(1.003, 1.0, wakes=True) == pytest.approx(0.003), "a paced packet or a delayed ACK"
+    assert progress_wait(9.0, 1.0, wakes=True) == IDLE_WAIT_S, "a far timeout: looked at again meanwhile"
+    assert progress_wait(1.0, 1.0, wakes=True) == PROGRESS_WAIT_S, "due now, not known better (UET's senders)"
+    assert progress_wait(None, 1.0, wakes=False) == PROGRESS_WAIT_S, "a link a post cannot wake: the fixed grain"
+
+
+class CountingLink(HubLink):
+    """A hub link that counts the progress thread's waits and wakes (or
+    cannot be woken: `wakes` False)."""
+
+    def __init__(self, hub: Hub, ip: str, wakes: bool = True):
+        super().__init__(hub, ip)
+        self.waits = self.wakes = 0
+        if not wakes:
+            self.wake = None            # type: ignore[assignment]
+
+    def wait(self, timeout: float) -> None:
+        self.waits += 1
+        super().wait(timeout)
+
+    def wake(self) -> None:            # type: ignore[override]
+        self.wakes += 1
+        super().wake()
+
+
+@pytest.mark.parametrize("wakes", [True, False])
+def test_an_idle_rank_sleeps_and_a_post_wakes_it(wakes):
+    hub = Hub()
+    ips = ["10.0.1.1", "10.0.2.1"]
+    params = TransportParams(mtu_bytes=256, rto_s=0.02, rto_max_s=0.1, ack_delay_s=0.001)
+    links = [CountingLink(hub, ip, wakes) for ip in ips]
+    for ip in ips:
+        hub.queues[ip] = []
+    comms = [Communicator(Endpoint(link, ip, f"02:00:00:00:00:0{r + 1}", "02:00:00:00:00:fe", params,
+                                   lambda: Dcqcn(DcqcnParams(line_rate_pps=200_000.0))), ips, r)
+             for r, (ip, link) in enumerate(zip(ips, links))]
+    time.sleep(0.3)                                  # idle: nothing posted, nothing arriving
+    idle_waits = [link.waits for link in links]
+    xs = [np.arange(500, dtype=np.int32) * (r + 1) for r in range(2)]
+    out = run_all(comms, lambda c: c.all_reduce(xs[c.rank]))
+    assert all(np.array_equal(got, xs[0] + xs[1]) for got in out)
+    if wakes:
+        assert max(idle_waits) <= 0.3 / IDLE_WAIT_S + 3, f"an idle rank woke {idle_waits} times in 0.3 s"
+        assert all(link.wakes > 0 for link in links), "each post woke the progress thread"
+    else:
+        assert min(idle_waits) > 0.3 / IDLE_WAIT_S * 4, "without wake(): the fixed grain"

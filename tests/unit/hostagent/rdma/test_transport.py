@@ -445,3 +445,53 @@ def test_a_trim_nak_resends_that_packet_now_and_takes_the_cumulative_ack_from_th
     assert again is not None and again.retransmission and {again.seq, req.next_packet(0.03).seq} == {2, 4}, \
         "the trimmed 4 and the hole 2 below the SACKed 3: no timeout"
     assert req.stats.trim_naks == 1 and req.stats.timeouts == 0
+
+
+# -- when a progress loop must wake (next_due) ---------------------------------------
+
+def test_a_requester_is_due_at_its_pace_then_at_its_timeout_and_not_when_all_is_acknowledged():
+    req = Requester(TransportParams(mtu_bytes=100, ack_every=100), Dcqcn(DcqcnParams(line_rate_pps=1000)),
+                    peer="10.0.2.1", qp=7)
+    assert req.next_due() is None, "nothing posted"
+    req.post(300, 0.0)                           # 3 packets, 1 ms apart at 1,000 packets/s
+    sent = []
+    now = req.next_due()
+    while now is not None and now < 0.1:
+        pkt = req.next_packet(now)
+        if pkt is not None:
+            sent.append((round(now, 6), pkt.psn))
+        now = req.next_due()
+    assert [psn for _, psn in sent] == [0, 1, 2]
+    assert [t for t, _ in sent] == pytest.approx([0.0, 0.001, 0.002])
+    assert now == pytest.approx(0.0 + req.rto), "all sent: due when the oldest one times out"
+    req.on_ack(Ack(2, SYNDROME_ACK, 1), 0.01)
+    assert req.next_due() is None, "all acknowledged"
+
+
+def test_a_silent_peer_woken_only_when_due_fails_as_one_polled_every_ms():
+    p = TransportParams(mtu_bytes=100)
+    polled, polled_failed_at = silent_peer(p)
+    req = Requester(p, Dcqcn(DcqcnParams(line_rate_pps=1000)), peer="10.0.2.1", qp=7)
+    for _ in range(3):
+        req.post(300, 0.0)
+    now, wakes = 0.0, 0
+    while req.error is None and wakes < 10_000:
+        req.next_packet(now)
+        due = req.next_due()
+        if due is None:
+            break
+        now, wakes = max(due, now), wakes + 1
+    assert req.error is not None and req.error.cause == RETRY_EXCEEDED
+    assert req.stats.timeouts == polled.stats.timeouts and req.stats.sent == polled.stats.sent
+    # the same failure, no later: the polled loop finds each of its 8 timeouts up to its 1 ms grain late
+    assert polled_failed_at - 0.008 <= now <= polled_failed_at
+    assert wakes < 100, f"woken {wakes} times in {now:.1f} s (polled: {int(polled_failed_at * 1000)})"
+
+
+def test_a_responder_is_due_when_its_delayed_ack_is():
+    r = Responder(TransportParams(ack_every=100, ack_delay_s=0.002))
+    assert r.next_due() is None
+    r.on_data(0, SEND_ONLY, b"a", 0.010)
+    assert r.next_due() == pytest.approx(0.012)
+    assert r.poll(0.011) is None and r.poll(0.012) is not None
+    assert r.next_due() is None, "acknowledged"
