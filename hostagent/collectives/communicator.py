@@ -18,7 +18,10 @@ The transport makes progress in a thread of its own (as NCCL's proxy
 thread does): between collectives, while the application computes or waits
 in something else (DDP's own process group), the rank still acknowledges
 its peers' pieces and resends its own, so no peer waits on a rank that is
-busy elsewhere. The endpoint is used under one lock.
+busy elsewhere. The endpoint is used under one lock. Between frames the
+thread sleeps until the endpoint's next timer (Endpoint.next_due: a paced
+packet, a retransmission timeout, a delayed ACK, a pause's end); a post
+wakes it (Link.wake).
 
 A rank that does not answer is an error naming it: a connection to or from
 it failed (its retry count exceeded, as soon as the transport gives up, or
