@@ -296,7 +296,7 @@ def roce_dcqcn_args(constants: dict[str, float]) -> tuple[list[str], list[str]]:
 
 
 def case_fidelity(net, ctl: FabricController, limits: Limits = Limits(),
-                  lock: threading.Lock | None = None) -> FidelityMonitor:
+                  lock: threading.Lock | None = None, period_s: float = 2.0) -> FidelityMonitor:
     """A fidelity monitor started for one case (emulator/fidelity.py): the
     CPU sampled from now, the input path read now and at its verdict(),
     taken once the case's traffic stopped (the counters read under `lock`
@@ -313,9 +313,9 @@ def case_fidelity(net, ctl: FabricController, limits: Limits = Limits(),
             return input_path_counts(ctl, same)
 
     ifaces = {sw.name: [p.iface for p in sw.ports.values()] for sw in net.topo.switches.values()}
-    # Sampled every 2 s: at every 0.5 s the lossless spreading case (pfc-8) lost more than 1% of its packets
-    # before the pipeline in 2 of 2 runs, at 2 s (and with no sampling) in none of 2, as on main before
-    return FidelityMonitor(input_path, ifaces, limits, period_s=2.0, pids=pids.values()).start()
+    # Sampled every 2 s by default: at every 0.5 s the lossless spreading case (pfc-8) lost more than 1% of its
+    # packets before the pipeline in 2 of 2 runs, at 2 s (and with no sampling) in none of 2, as on main before
+    return FidelityMonitor(input_path, ifaces, limits, period_s=period_s, pids=pids.values()).start()
 
 
 # A receiver of a lossless class runs until no packet arrived for this long after its --duration

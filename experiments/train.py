@@ -764,7 +764,8 @@ def run_case(case: str, c: Composition, args, reference: Reference, rank_names: 
             errors.append(f"no ping answered between {len(pairs) - len(rtt_ms)} of {len(pairs)} rank pairs on the "
                           f"idle fabric: the ideal step's latency leaves them out")
         latency_ms = all_reduce_latency_ms(c, len(hosts), rtt_ms)
-        fidelity = case_fidelity(net, ctl, lock=lock)
+        # sampled every 0.5 s: a case's steps may take 3 s in all, and only samples after the first step judge it
+        fidelity = case_fidelity(net, ctl, lock=lock, period_s=0.5)
         procs = [subprocess.Popen(rank_command(r, hosts, c, args.steps, line_rate, topo, topo_file, out, cc_params),
                                   cwd=REPO,
                                   env=rank_env(), stdout=open(out / f"rank{r}.log", "w"), stderr=subprocess.STDOUT)

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from emulator.fidelity import (CpuSample, FidelityMonitor, Limits, cpu_sample, cpu_times, judge, psi_some_us, report,
-                               departure_spacing, summarise_cpu, thread_waits, wait_per_wakeup_us)
+                               departure_spacing, summarise_cpu, thread_waits, traffic_samples, wait_per_wakeup_us)
 
 STAT = """cpu  300 0 100 500 100 0 0 0 0 0
 cpu0 100 0 50 300 50 0 0 0 0 0
@@ -205,3 +205,13 @@ def test_an_egress_thread_running_late_is_flagged():
 def test_too_few_backlogged_departures_are_not_judged():
     stalled = [(1.0 + i * 0.5 * PERIOD, 3) for i in range(20)]   # all early, but only 19 gaps
     assert judge(None, {}, departures=[departure_spacing(stalled, RATE, "q")]).ok
+
+
+def test_only_samples_from_the_traffic_on_judge_the_cpu():
+    start_up = CpuSample(2.0, [0.0, 0.0], [0.0, 0.0], None, end=102.0)       # 100-102: the ranks importing
+    during = [CpuSample(0.5, [0.5, 0.5], [0.0, 0.0], None, end=102.0 + 0.5 * k) for k in (1, 2, 3)]
+    assert traffic_samples([start_up, *during], since=101.5) == during, "begun before the traffic: not the run"
+    assert traffic_samples([start_up, *during], since=102.03) == during, "a sample begun just before still counts"
+    # a run shorter than a period: the samples that ended after it started, as before
+    assert traffic_samples([start_up], since=101.5) == [start_up]
+    assert traffic_samples([start_up], since=103.0) == []
