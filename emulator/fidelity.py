@@ -29,6 +29,7 @@ interfaces.
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 import threading
 import time
@@ -89,12 +90,47 @@ def psi_some_us(text: str | None = None) -> int | None:
 @dataclass
 class CpuSample:
     """One interval: each core's idle and stolen share, and the PSI wait (s)
-    in it; `end` is when it ended (time.monotonic())."""
+    in it; `end` is when it ended (time.monotonic()); `groups`: the cores
+    each watched group of processes used in it (FidelityMonitor.watch)."""
     seconds: float
     idle: list[float]
     steal: list[float]
     waited_s: float | None
     end: float = 0.0
+    groups: dict[str, float] = field(default_factory=dict)
+
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_s(pid: int, proc: Path = Path("/proc")) -> float | None:
+    """CPU seconds (user and system) process `pid` has used, all its threads
+    (None: gone)."""
+    try:
+        fields = (proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def groups_cpu_s(groups: Mapping[str, Iterable[int]]) -> dict[int, float]:
+    """{pid: CPU seconds} of every process of `groups` still there."""
+    out = {}
+    for pids in groups.values():
+        for pid in pids:
+            used = process_cpu_s(pid)
+            if used is not None:
+                out[pid] = used
+    return out
+
+
+def groups_cores(groups: Mapping[str, Iterable[int]], before: Mapping[int, float], after: Mapping[int, float],
+                 seconds: float) -> dict[str, float]:
+    """The cores each group used between two groups_cpu_s() reads `seconds`
+    apart (a process first seen in `after` counts from then; one gone by
+    `after` is left out of the interval)."""
+    return {name: sum(after[p] - before.get(p, after[p]) for p in pids if p in after) / seconds
+            for name, pids in groups.items()} if seconds > 0 else {}
 
 
 def cpu_sample(before: list[tuple[int, int, int]], after: list[tuple[int, int, int]], seconds: float,
@@ -108,10 +144,13 @@ def cpu_sample(before: list[tuple[int, int, int]], after: list[tuple[int, int, i
 
 
 class CpuSampler:
-    """Samples the machine's CPU every `period_s` in a thread, from start() to stop()."""
+    """Samples the machine's CPU every `period_s` in a thread, from start() to
+    stop(), and the CPU of each group of processes in `groups` ({name:
+    pids}; a caller may add to it while it runs)."""
 
-    def __init__(self, period_s: float = 0.5):
+    def __init__(self, period_s: float = 0.5, groups: dict[str, list[int]] | None = None):
         self.period_s = period_s
+        self.groups: dict[str, list[int]] = groups if groups is not None else {}
         self.samples: list[CpuSample] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -128,13 +167,16 @@ class CpuSampler:
         return self.samples
 
     def _run(self) -> None:
-        times, psi, t = cpu_times(), psi_some_us(), time.monotonic()
+        times, psi, t, used = cpu_times(), psi_some_us(), time.monotonic(), groups_cpu_s(self.groups)
         while True:
             stopping = self._stop.wait(self.period_s)
-            times2, psi2, t2 = cpu_times(), psi_some_us(), time.monotonic()
+            groups = {name: list(pids) for name, pids in self.groups.items()}
+            times2, psi2, t2, used2 = cpu_times(), psi_some_us(), time.monotonic(), groups_cpu_s(groups)
             waited = None if psi is None or psi2 is None else psi2 - psi
-            self.samples.append(cpu_sample(times, times2, t2 - t, waited, t2))
-            times, psi, t = times2, psi2, t2
+            sample = cpu_sample(times, times2, t2 - t, waited, t2)
+            sample.groups = groups_cores(groups, used, used2, t2 - t)
+            self.samples.append(sample)
+            times, psi, t, used = times2, psi2, t2, used2
             if stopping:
                 return
 
@@ -156,6 +198,7 @@ class CpuSummary:
     steal: float                      # mean share stolen by the hypervisor (all cores)
     wait_share: float | None          # PSI: share of the time some thread waited for a core (reported)
     switch_wait_us: float | None = None     # the switches' threads: mean wait for a core a wakeup (reported)
+    groups: dict[str, float] = field(default_factory=dict)     # the cores each watched group used (reported)
 
     @property
     def idle(self) -> float:
@@ -167,7 +210,9 @@ class CpuSummary:
         wait = "n/a" if self.wait_share is None else f"{self.wait_share:.0%}"
         woken = ("" if self.switch_wait_us is None
                  else f", switches' threads waited {self.switch_wait_us:.0f} us a wakeup")
-        return f"idle per core {idle}, CPU wait {wait}{woken}, steal {self.steal:.0%} over {self.seconds:.1f} s"
+        used = "".join(f", {name} {cores:.2f} cores" for name, cores in self.groups.items())
+        return (f"idle per core {idle}, CPU wait {wait}{woken}{used}, steal {self.steal:.0%} "
+                f"over {self.seconds:.1f} s")
 
 
 def summarise_cpu(samples: Sequence[CpuSample]) -> CpuSummary | None:
@@ -179,7 +224,9 @@ def summarise_cpu(samples: Sequence[CpuSample]) -> CpuSummary | None:
     steal = sum(statistics.fmean(s.steal) * s.seconds for s in samples) / seconds
     waits = [s.waited_s for s in samples]
     wait_share = None if any(w is None for w in waits) else sum(waits) / seconds  # type: ignore[arg-type]
-    return CpuSummary(seconds, idle, steal, wait_share)
+    names = dict.fromkeys(name for s in samples for name in s.groups)
+    groups = {name: sum(s.groups.get(name, 0.0) * s.seconds for s in samples) / seconds for name in names}
+    return CpuSummary(seconds, idle, steal, wait_share, groups=groups)
 
 
 def thread_waits(pids: Iterable[int], proc: Path = Path("/proc")) -> dict[tuple[int, int], tuple[int, int]]:
@@ -340,11 +387,16 @@ class FidelityMonitor:
                  period_s: float = 0.5, pids: Iterable[int] = ()):
         self._input_path, self._ifaces = input_path, {k: list(v) for k, v in (ifaces or {}).items()}
         self.limits = limits
-        self.sampler = CpuSampler(period_s)
+        self._pids = list(pids)
+        self.sampler = CpuSampler(period_s, {"switches": list(self._pids)} if self._pids else {})
         self._before: dict[str, int] = {}
         self._cpu_from = 0.0                    # time.monotonic() from which the CPU is judged
-        self._pids = list(pids)
         self._waits: dict[tuple[int, int], tuple[int, int]] = {}
+
+    def watch(self, name: str, pids: Iterable[int]) -> None:
+        """Report the cores these processes use (the host agents, say) as
+        `name`, from the next sample on, beside the switches'."""
+        self.sampler.groups[name] = list(pids)
 
     def traffic_starts(self, at_wall: float | None = None) -> None:
         """Judge the CPU from now (or from wall-clock `at_wall`) on: what the

@@ -66,7 +66,7 @@ import yaml
 
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from emulator.build import compile_p4
-from emulator.calibration import current, fitting_rate, this_machine
+from emulator.calibration import Flow, current, demand, fitting_rate, plan, this_machine
 from control.controller import FabricController
 from emulator.impairments import blackhole
 from emulator.network import Network, NetworkError
@@ -209,9 +209,9 @@ def technique_verdicts(results: Sequence["RunResult"]) -> list[dict]:
             ratio, lo, hi = median_ratio_interval(off, base, CONFIDENCE)
             change, lo, hi = ratio - 1, lo - 1, hi - 1
             row.update(change=round(change, 3), interval_low=round(lo, 3), interval_high=round(hi, 3))
-            row["verdict"] = (f"helps by {change:.0%} [{lo:.0%}, {hi:.0%}]" if lo > 0 else
-                              f"hurts by {-change:.0%} [{-hi:.0%}, {-lo:.0%}]" if hi < 0 else
-                              f"no significant difference (off: {change:+.0%} [{lo:+.0%}, {hi:+.0%}])")
+            row["verdict"] = (f"helps by {change:.1%} [{lo:.1%}, {hi:.1%}]" if lo > 0 else
+                              f"hurts by {-change:.1%} [{-hi:.1%}, {-lo:.1%}]" if hi < 0 else
+                              f"no significant difference (off: {change:+.1%} [{lo:+.1%}, {hi:+.1%}])")
         rows.append(row)
     return rows
 
@@ -480,6 +480,7 @@ class RunResult:
     explained: list[str] = field(default_factory=list)             # the slow steps, from Prometheus
     paused_s: float | None = None       # seconds the switches' ports were paused (Prometheus), all (port, class)
     fidelity: str = ""                  # the run's fidelity verdict, from the first step on (emulator/fidelity.py)
+    cpu: str = ""                       # the machine's CPU over the steps: idle per core, each kind of process's cores
     run: int = 1                        # which of --runs
     latency_ms: float = 0.0             # the ideal step's latency term: its all-reduces' rounds on the idle fabric
 
@@ -507,7 +508,7 @@ class RunResult:
                "drop_reasons": " ".join(f"{k}:{v}" for k, v in self.drop_reasons.items()),
                "max_loss_error": f"{self.loss_error:.2e}" if self.lines else "",
                "final_loss": round(self.lines[-1].loss, 6) if self.lines else "",
-               "fidelity": self.fidelity}
+               "fidelity": self.fidelity, "cpu": self.cpu}
         if self.failure is not None:
             row.update(failure=f"{self.failure.text} at step {self.failure.step}",
                        **self.absorbed())
@@ -539,15 +540,37 @@ def line_rate_for(topology: str, rank_names: list[str], c: Composition,
     if cal is None:
         return LINE_RATE_PPS.get(Path(topology).stem, DEFAULT_LINE_RATE_PPS), f"{why}: the topology's default"
     topo = composed_topology(topology, c, rank_names, overlays)[0]
-    n = len(rank_names)
-    ring = [(rank_names[i], rank_names[(i + 1) % n]) for i in range(n)] * c.channels
-    # the ranks' cost a packet: the RC transport's (the collective library's ranks cost the same: 31,021 packets
-    # a core all-reducing on a veth pair against the RDMA agents' 31,333, 2026-12-01), not the fast sender loop's
+    ring = ring_pairs(rank_names, c)
     rate = fitting_rate(topo, ring, cal, "training", ack_share=1 / TransportParams().ack_every,
-                        agents="uet" if c.transport == "uet" else "rdma")
+                        agents=rank_agents(c))
     rate = max(MIN_LINE_RATE_PPS, 10 * math.floor(rate / 10))
     return rate, (f"the ring's {len(ring)} connections within half this machine's cores, by its calibration of "
                   f"{cal.measured_at}")
+
+
+def ring_pairs(rank_names: Sequence[str], c: Composition) -> list[tuple[str, str]]:
+    """The ring's connections: each rank to the next, on every channel."""
+    n = len(rank_names)
+    return [(rank_names[i], rank_names[(i + 1) % n]) for i in range(n)] * c.channels
+
+
+def rank_agents(c: Composition) -> str:
+    """The ranks' cost a packet in the budget (emulator/calibration.plan): the
+    RC transport's (the collective library's ranks cost the same: 31,021
+    packets a core all-reducing on a veth pair against the RDMA agents'
+    31,333, 2026-12-01), or UET's; not the fast sender loop's."""
+    return "uet" if c.transport == "uet" else "rdma"
+
+
+def planned_cores(topo: Topology, rank_names: Sequence[str], c: Composition, line_rate_pps: float) -> str:
+    """What the budget plans the switches and the ranks to take with the
+    ring at `line_rate_pps` ("" without a current calibration)."""
+    cal, _ = current(this_machine())
+    if cal is None:
+        return ""
+    flows = [Flow(a, b, line_rate_pps) for a, b in ring_pairs(rank_names, c)]
+    p = plan(demand(topo, flows, 1 / TransportParams().ack_every), cal, "training", agents=rank_agents(c))
+    return f"the budget planned {p.needed_cores:.2f} cores for the switches and the ranks at this rate"
 
 
 def ideal_step_ms(c: Composition, ranks: int, compute_ms: float, line_rate_pps: float, latency_ms: float = 0.0,
@@ -770,6 +793,8 @@ def run_case(case: str, c: Composition, args, reference: Reference, rank_names: 
                                   cwd=REPO,
                                   env=rank_env(), stdout=open(out / f"rank{r}.log", "w"), stderr=subprocess.STDOUT)
                  for r in range(len(hosts))]
+        fidelity.watch("ranks", [p.pid for p in procs])
+        fidelity.watch("fabric train", [os.getpid()])         # this process: the controller, the step files
         try:
             # monitoring starts while the ranks import PyTorch; it stops (below) before the network does
             prom = monitor.enter_context(monitoring(topo, out / "monitor", args.monitor))
@@ -788,7 +813,9 @@ def run_case(case: str, c: Composition, args, reference: Reference, rank_names: 
             dropped = counters.drops_by_reason()
             if records and all(records):
                 fidelity.traffic_starts(previous_end_of(0, records))
-            verdict = str(fidelity.verdict())
+            judged = fidelity.verdict()
+            verdict, cpu = str(judged), "; ".join(filter(None, (str(judged.cpu or ""),
+                                                                planned_cores(topo, rank_names, c, line_rate))))
             if prom is not None and lines:
                 time.sleep(2 * export_interval(topo) + 1)         # the last readings scraped
                 paused_s = paused_seconds(prom, previous_end_of(0, records), previous_end_of(len(lines), records))
@@ -815,7 +842,7 @@ def run_case(case: str, c: Composition, args, reference: Reference, rank_names: 
         write_timeline(out, records, [h.host for h in hosts], events, lines, f"{case}: {c.label}")
     return RunResult(case, c, lines, args.steps, failure, errors,
                      ideal_step_ms(c, len(hosts), compute, line_rate, latency_ms, buckets), records, dropped, explained,
-                     paused_s, verdict, latency_ms=buckets * latency_ms)
+                     paused_s, verdict, latency_ms=buckets * latency_ms, cpu=cpu)
 
 
 def export_interval(topo: Topology) -> float:
@@ -1133,6 +1160,8 @@ def print_summary(r: RunResult) -> None:
           f"{s['pauses_received']} received by the ranks' NICs ({s['ranks_paused_s']} s paused, ranks summed), "
           f"drops {s['drops']}")
     print(f"  fidelity: {s['fidelity']}")
+    if r.cpu:
+        print(f"  cpu over the steps: {r.cpu}")
     if r.failure is not None:
         print(f"  failure: {s['failure']}: absorbed by step {s['absorbed_by_step'] or '-'}"
               f", which cost {s['absorbed_cost_ms']} ms more than the median step before")

@@ -1,13 +1,15 @@
 """The fidelity invariants on synthetic runs: each one a run breaks is
 flagged with how much, a run within every limit is ok, and the CPU figures
 come out of /proc's formats as the kernel writes them."""
+import os
 import time
 from dataclasses import replace
 
 import pytest
 
-from emulator.fidelity import (CpuSample, FidelityMonitor, Limits, cpu_sample, cpu_times, judge, psi_some_us, report,
-                               departure_spacing, summarise_cpu, thread_waits, traffic_samples, wait_per_wakeup_us)
+from emulator.fidelity import (CpuSample, FidelityMonitor, Limits, cpu_sample, cpu_times, departure_spacing,
+                               groups_cores, judge, psi_some_us, report, summarise_cpu, thread_waits, traffic_samples,
+                               wait_per_wakeup_us)
 
 STAT = """cpu  300 0 100 500 100 0 0 0 0 0
 cpu0 100 0 50 300 50 0 0 0 0 0
@@ -215,3 +217,24 @@ def test_only_samples_from_the_traffic_on_judge_the_cpu():
     # a run shorter than a period: the samples that ended after it started, as before
     assert traffic_samples([start_up], since=101.5) == [start_up]
     assert traffic_samples([start_up], since=103.0) == []
+
+
+def test_each_watched_group_of_processes_reports_the_cores_it_used():
+    before, after = {10: 1.0, 11: 2.0, 12: 5.0}, {10: 1.5, 11: 2.5, 13: 0.25}      # 12 gone; 13 new
+    assert groups_cores({"switches": [10, 11], "ranks": [12, 13]}, before, after, 2.0) == \
+        {"switches": 0.5, "ranks": 0.0}, "a process seen once adds nothing; one gone leaves the interval"
+    a = CpuSample(1.0, [0.5, 0.5], [0, 0], None, groups={"switches": 0.9, "ranks": 0.3})
+    b = CpuSample(3.0, [0.5, 0.5], [0, 0], None, groups={"switches": 0.5})
+    cpu = summarise_cpu([a, b])
+    assert cpu.groups == pytest.approx({"switches": 0.6, "ranks": 0.075}), "time-weighted, absent counts 0"
+    assert "switches 0.60 cores, ranks 0.07 cores" in str(cpu)
+
+
+def test_the_monitor_reports_the_cores_of_the_processes_it_watches():
+    monitor = FidelityMonitor(period_s=0.05).start()
+    monitor.watch("this test", [os.getpid()])
+    end = time.monotonic() + 0.4
+    while time.monotonic() < end:        # busy: this process takes most of a core
+        pass
+    cpu = monitor.verdict().cpu
+    assert cpu is not None and cpu.groups["this test"] > 0.3

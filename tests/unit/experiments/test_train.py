@@ -178,10 +178,10 @@ def test_a_technique_whose_absence_slows_every_run_helps_with_an_interval_above_
     results += [run_of("ecmp instead of path-aware", [99 + r, 101, 100 + r], r) for r in range(5)]
     results += [run_of("no failover", [80 - r, 81, 79], r) for r in range(5)]
     helps, same, hurts = train.technique_verdicts(results)         # the runs' medians: 132, 100, 79 against 102 ms
-    assert helps["verdict"].startswith("helps by 29% [2") and 0 < helps["interval_low"] <= helps["change"] \
+    assert helps["verdict"].startswith("helps by 29.4% [2") and 0 < helps["interval_low"] <= helps["change"] \
         <= helps["interval_high"], helps
     assert same["verdict"].startswith("no significant difference") and same["interval_low"] < 0 < same["interval_high"]
-    assert hurts["verdict"].startswith("hurts by 23% [2") and hurts["interval_high"] < 0, hurts     # 79 / 102 ms
+    assert hurts["verdict"].startswith("hurts by 22.5% [2") and hurts["interval_high"] < 0, hurts     # 79 / 102 ms
     assert (helps["runs"], helps["faithful"], helps["composed_faithful"]) == (5, 5, 5)
 
 
