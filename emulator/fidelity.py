@@ -167,10 +167,11 @@ class CpuSampler:
         return self.samples
 
     def _run(self) -> None:
-        times, psi, t, used = cpu_times(), psi_some_us(), time.monotonic(), groups_cpu_s(self.groups)
+        times, psi, t = cpu_times(), psi_some_us(), time.monotonic()
+        used = groups_cpu_s(self._groups_now())
         while True:
             stopping = self._stop.wait(self.period_s)
-            groups = {name: list(pids) for name, pids in self.groups.items()}
+            groups = self._groups_now()
             times2, psi2, t2, used2 = cpu_times(), psi_some_us(), time.monotonic(), groups_cpu_s(groups)
             waited = None if psi is None or psi2 is None else psi2 - psi
             sample = cpu_sample(times, times2, t2 - t, waited, t2)
@@ -179,6 +180,12 @@ class CpuSampler:
             times, psi, t, used = times2, psi2, t2, used2
             if stopping:
                 return
+
+
+    def _groups_now(self) -> dict[str, list[int]]:
+        """A copy of `groups` (list() of a dict's items is one step under the
+        GIL: a watch() meanwhile does not break it)."""
+        return {name: list(pids) for name, pids in list(self.groups.items())}
 
 
 def traffic_samples(samples: Sequence[CpuSample], since: float) -> list[CpuSample]:

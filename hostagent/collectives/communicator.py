@@ -78,7 +78,7 @@ ABORT_REASON_BYTES = 512
 P2P_STEP = 0xFFFFFFFF            # the step field of a point-to-point piece (the call field: its number)
 # The progress thread sleeps until the endpoint's next timer (a paced packet, a retransmission timeout, a
 # delayed ACK), a frame, or a post wakes it; at most IDLE_WAIT_S, and PROGRESS_WAIT_S where a timer is due
-# but not known to the minute (UET's senders) or the link cannot be woken (the old fixed grain). At a fixed
+# but its time is not exposed (UET's senders) or the link cannot be woken (the old fixed grain). At a fixed
 # 0.5 ms grain, 16 idle ranks woke 32,000 times a second: 0.67 of this machine's two cores in a fat-tree-k4
 # `fabric train` at 110 packets/s a connection, beside 0.91 for its 20 switches (2026-12-01).
 PROGRESS_WAIT_S = 0.0005
