@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import math
 import os
@@ -66,7 +67,7 @@ import yaml
 
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from emulator.build import compile_p4
-from emulator.calibration import Flow, current, demand, fitting_rate, plan, this_machine
+from emulator.calibration import Calibration, Flow, current, demand, fitting_rate, plan, this_machine
 from control.controller import FabricController
 from emulator.impairments import blackhole
 from emulator.network import Network, NetworkError
@@ -110,6 +111,7 @@ RTT_PROBES, RTT_PROBE_INTERVAL_S = 10, 0.02     # the idle fabric's round trips,
 # Time constants scaled to BMv2 on two cores (docs/train.md's table).
 LINE_RATE_PPS = {"leaf-spine": 1000.0, "fat-tree-k4": 400.0}   # each connection's top rate (1 KB packets)
 DEFAULT_LINE_RATE_PPS = 400.0
+ACK_SHARE = 1 / TransportParams().ack_every      # the ranks' ACKs a data packet, in the budget's demand
 MIN_LINE_RATE_PPS = 20.0        # a derived rate is never below this: a step must still end in minutes
 # failover: (heartbeat period, a port silent this long is dead), ms. Heartbeats go on every link and on a
 # path to every edge switch: on fat-tree-k4 at 50 ms they alone kept BMv2 at 1.8 cores of two, idle.
@@ -536,16 +538,22 @@ def line_rate_for(topology: str, rank_names: list[str], c: Composition,
     ACKs back) keep the run within this machine's budget, by its current
     calibration and the training composition's cost per packet
     (emulator/calibration.py); without one, the topology's LINE_RATE_PPS."""
-    cal, why = current(this_machine())
+    cal, why = machine_calibration()
     if cal is None:
         return LINE_RATE_PPS.get(Path(topology).stem, DEFAULT_LINE_RATE_PPS), f"{why}: the topology's default"
     topo = composed_topology(topology, c, rank_names, overlays)[0]
     ring = ring_pairs(rank_names, c)
-    rate = fitting_rate(topo, ring, cal, "training", ack_share=1 / TransportParams().ack_every,
-                        agents=rank_agents(c))
+    rate = fitting_rate(topo, ring, cal, "training", ack_share=ACK_SHARE, agents=rank_agents(c))
     rate = max(MIN_LINE_RATE_PPS, 10 * math.floor(rate / 10))
     return rate, (f"the ring's {len(ring)} connections within half this machine's cores, by its calibration of "
                   f"{cal.measured_at}")
+
+
+@functools.cache
+def machine_calibration() -> tuple[Calibration | None, str]:
+    """This machine's current calibration (and why none holds), looked up
+    once a run: identifying the machine hashes the BMv2 binary."""
+    return current(this_machine())
 
 
 def ring_pairs(rank_names: Sequence[str], c: Composition) -> list[tuple[str, str]]:
@@ -565,11 +573,11 @@ def rank_agents(c: Composition) -> str:
 def planned_cores(topo: Topology, rank_names: Sequence[str], c: Composition, line_rate_pps: float) -> str:
     """What the budget plans the switches and the ranks to take with the
     ring at `line_rate_pps` ("" without a current calibration)."""
-    cal, _ = current(this_machine())
+    cal, _ = machine_calibration()
     if cal is None:
         return ""
     flows = [Flow(a, b, line_rate_pps) for a, b in ring_pairs(rank_names, c)]
-    p = plan(demand(topo, flows, 1 / TransportParams().ack_every), cal, "training", agents=rank_agents(c))
+    p = plan(demand(topo, flows, ACK_SHARE), cal, "training", agents=rank_agents(c))
     return f"the budget planned {p.needed_cores:.2f} cores for the switches and the ranks at this rate"
 
 

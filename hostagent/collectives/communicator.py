@@ -211,6 +211,7 @@ class Communicator:
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
         self._stop = threading.Event()
+        self._link_wake = getattr(endpoint.link, "wake", None)     # (a link without it: the fixed grain)
         self._thread = threading.Thread(target=self._progress, name=f"collectives-rank{rank}", daemon=True)
         self._thread.start()
 
@@ -222,7 +223,7 @@ class Communicator:
 
     def _progress(self) -> None:
         errors = 0
-        wakes = callable(getattr(self.endpoint.link, "wake", None))
+        wakes = self._link_wake is not None
         while not self._stop.is_set():
             with self._lock:
                 got = self.endpoint.poll(wait=0)
@@ -240,9 +241,8 @@ class Communicator:
     def _wake(self) -> None:
         """Something was posted (or the thread should stop): the progress
         thread, asleep until its next timer, runs now."""
-        wake = getattr(self.endpoint.link, "wake", None)
-        if wake is not None:
-            wake()
+        if self._link_wake is not None:
+            self._link_wake()
 
     def transport_stats(self) -> dict:
         """What the transport did for this rank: packets resent, timeouts,
