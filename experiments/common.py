@@ -224,11 +224,14 @@ def input_path_counts(ctl: FabricController, switches) -> dict[str, int]:
     no P4 counter. Each switch must have a connection (ctl.connections)."""
     out = {}
     for sw in switches:       # through each switch's connection: ctl.counter() would reconnect to every switch
-        rx = interface_rx_packets(sw)
-        # the ports' cells only: a whole counter is read cell by cell (512 of them, 20 ms a switch)
+        ports = list(interface_rx_packets(sw))
+        # the ports' cells only: a whole counter is read cell by cell (512 of them, 20 ms a switch); read
+        # before the kernel's, so that the difference is never less than what was lost: a frame that arrived
+        # in between counts as lost in this read, not as ingress with no arrival
         ingress = ctl.connections[sw.name].counter(*(ctl.p4info.counter_entry("ingress_port_counter", p)
-                                                     for p in rx)) if rx else {}
-        out[sw.name] = sum(rx.values()) - sum(ingress.get(p, (0, 0))[0] for p in rx)
+                                                     for p in ports)) if ports else {}
+        rx = interface_rx_packets(sw)
+        out[sw.name] = sum(rx.get(p, 0) for p in ports) - sum(ingress.get(p, (0, 0))[0] for p in ports)
     return out
 
 

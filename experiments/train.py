@@ -67,7 +67,9 @@ import yaml
 
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from emulator.build import compile_p4
-from emulator.calibration import Calibration, Flow, current, demand, fitting_rate, plan, this_machine
+from emulator.fidelity import CpuSummary
+from emulator import run_costs
+from emulator.calibration import Calibration, Flow, Identity, current, demand, fitting_rate, plan, this_machine
 from control.controller import FabricController
 from emulator.impairments import blackhole
 from emulator.network import Network, NetworkError
@@ -112,6 +114,7 @@ RTT_PROBES, RTT_PROBE_INTERVAL_S = 10, 0.02     # the idle fabric's round trips,
 LINE_RATE_PPS = {"leaf-spine": 1000.0, "fat-tree-k4": 400.0}   # each connection's top rate (1 KB packets)
 DEFAULT_LINE_RATE_PPS = 400.0
 ACK_SHARE = 1 / TransportParams().ack_every      # the ranks' ACKs a data packet, in the budget's demand
+MAX_STEAL_RECORDED = 0.05      # a run the hypervisor took more of than this is not recorded as what runs cost
 MIN_LINE_RATE_PPS = 20.0        # a derived rate is never below this: a step must still end in minutes
 # failover: (heartbeat period, a port silent this long is dead), ms. Heartbeats go on every link and on a
 # path to every edge switch: on fat-tree-k4 at 50 ms they alone kept BMv2 at 1.8 cores of two, idle.
@@ -533,11 +536,20 @@ class RunResult:
 
 def line_rate_for(topology: str, rank_names: list[str], c: Composition,
                   overlays: Sequence[str | Path] = ()) -> tuple[float, str]:
-    """Each connection's top rate, and how it was chosen: the highest at
-    which the ring's connections (each rank to the next, on every channel;
-    ACKs back) keep the run within this machine's budget, by its current
-    calibration and the training composition's cost per packet
-    (emulator/calibration.py); without one, the topology's LINE_RATE_PPS."""
+    """Each connection's top rate, and how it was chosen: from what earlier
+    runs of this composition cost this machine (emulator/run_costs.py), the
+    rate whose fitted cost leaves the cores idle by the fidelity limit and
+    its margin; without such runs, the highest at which the ring's
+    connections (each rank to the next, on every channel; ACKs back) keep
+    the run within this machine's budget by its current calibration and
+    the training composition's cost per packet (emulator/calibration.py);
+    without that either, the topology's LINE_RATE_PPS."""
+    fitted = cost_fit(topology, rank_names, c, overlays)
+    if fitted is not None:
+        cores = machine_identity().cores
+        rate = max(MIN_LINE_RATE_PPS, 10 * math.floor(fitted.rate_for(run_costs.target_busy_cores(cores)) / 10))
+        return rate, (f"what this composition's earlier runs cost here: {fitted}; this rate leaves the cores "
+                      f"{1 - fitted.busy(rate) / cores:.0%} idle by the fit")
     cal, why = machine_calibration()
     if cal is None:
         return LINE_RATE_PPS.get(Path(topology).stem, DEFAULT_LINE_RATE_PPS), f"{why}: the topology's default"
@@ -546,14 +558,46 @@ def line_rate_for(topology: str, rank_names: list[str], c: Composition,
     rate = fitting_rate(topo, ring, cal, "training", ack_share=ACK_SHARE, agents=rank_agents(c))
     rate = max(MIN_LINE_RATE_PPS, 10 * math.floor(rate / 10))
     return rate, (f"the ring's {len(ring)} connections within half this machine's cores, by its calibration of "
-                  f"{cal.measured_at}")
+                  f"{cal.measured_at}; no earlier run of this composition here says what a whole run costs "
+                  f"(the calibration under-counts it), so this run is one the next sizes itself by")
+
+
+@functools.cache
+def machine_identity() -> Identity:
+    """This machine, its BMv2 build and the pipeline, looked up once a run:
+    identifying them hashes the BMv2 binary."""
+    return this_machine()
 
 
 @functools.cache
 def machine_calibration() -> tuple[Calibration | None, str]:
-    """This machine's current calibration (and why none holds), looked up
-    once a run: identifying the machine hashes the BMv2 binary."""
-    return current(this_machine())
+    """This machine's current calibration (and why none holds)."""
+    return current(machine_identity())
+
+
+def cost_key(topology: str, ranks: int, c: Composition, overlays: Sequence[str | Path] = ()) -> str:
+    """What a run's cost is recorded under: the topology, the ranks, the
+    composition and the overlays (each changes what a run asks of the machine)."""
+    over = "".join(f" + {Path(o).name}" for o in overlays)
+    return f"fabric train {Path(topology).stem}{over}, {ranks} ranks: {c.label}"
+
+
+def cost_fit(topology: str, rank_names: Sequence[str], c: Composition,
+             overlays: Sequence[str | Path] = ()) -> run_costs.CostFit | None:
+    return run_costs.fit(run_costs.observed(machine_identity(), cost_key(topology, len(rank_names), c, overlays)))
+
+
+def record_cost(args, rank_names: Sequence[str], c: Composition, line_rate: float,
+                cpu: CpuSummary | None) -> None:
+    """What this run cost, for the next run of its composition to size itself
+    by; not when the hypervisor stole a share of the cores (the machine was
+    not all the run's)."""
+    if cpu is None or cpu.steal > MAX_STEAL_RECORDED:
+        return
+    busy = len(cpu.idle_per_core) * (1 - cpu.idle)
+    if busy > 0:
+        run_costs.record(machine_identity(), cost_key(args.topology, len(rank_names), c, args.overlay),
+                         run_costs.RunCost(line_rate, round(busy, 3), run_costs.now_iso()))
 
 
 def ring_pairs(rank_names: Sequence[str], c: Composition) -> list[tuple[str, str]]:
@@ -822,6 +866,8 @@ def run_case(case: str, c: Composition, args, reference: Reference, rank_names: 
             if records and all(records):
                 fidelity.traffic_starts(previous_end_of(0, records))
             judged = fidelity.verdict()
+            if not stalled and len(lines) == args.steps:       # what a whole run cost, for the next to size by
+                record_cost(args, rank_names, c, line_rate, judged.cpu)
             verdict, cpu = str(judged), "; ".join(filter(None, (str(judged.cpu or ""),
                                                                 planned_cores(topo, rank_names, c, line_rate))))
             if prom is not None and lines:
@@ -1054,9 +1100,10 @@ def parser() -> argparse.ArgumentParser:
                     help="run every case this many times, in rounds (each round every case once, so a drift of the "
                          f"machine reaches all alike); with --ablate and at least {MIN_FAITHFUL_RUNS} faithful runs a "
                          "case, a verdict per technique with a 95%% bootstrap interval (default %(default)s)")
-    ap.add_argument("--line-rate-pps", type=float, help="each connection's top rate (default: the highest that "
-                    "keeps the ring within this machine's budget by its calibration, docs/fidelity.md; without a "
-                    "calibration, per topology: docs/train.md)")
+    ap.add_argument("--line-rate-pps", type=float, help="each connection's top rate (default: the one that "
+                    "leaves the cores idle enough by what earlier runs of the composition cost here; without such "
+                    "runs, the highest that keeps the ring within this machine's budget by its calibration; "
+                    "without a calibration, per topology: docs/fidelity.md, docs/train.md)")
     ap.add_argument("--no-monitor", dest="monitor", action="store_false",
                     help="no switch exporter nor Prometheus (no slow step explained)")
     ap.add_argument("--out", type=Path, default=OUT, help="results directory (default %(default)s)")

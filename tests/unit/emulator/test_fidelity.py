@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from emulator.fidelity import (CpuSample, FidelityMonitor, Limits, cpu_sample, cpu_times, departure_spacing,
+from emulator.fidelity import (INPUT_PATH_REREADS, CpuSample, FidelityMonitor, Limits, cpu_sample, cpu_times, departure_spacing,
                                groups_cores, judge, psi_some_us, report, summarise_cpu, thread_waits, traffic_samples,
                                wait_per_wakeup_us)
 
@@ -124,13 +124,32 @@ def test_the_cpu_summary_weights_samples_by_their_length():
 
 
 def test_the_monitor_judges_what_grew_during_the_run():
-    counts = iter([{"leaf1": 100, "leaf2": 7}, {"leaf1": 112, "leaf2": 7}])
+    counts = iter([{"leaf1": 100, "leaf2": 7}] + [{"leaf1": 112, "leaf2": 7}] * (1 + INPUT_PATH_REREADS))
     with FidelityMonitor(input_path=lambda: next(counts), period_s=0.05) as mon:
         time.sleep(0.2)
     v = mon.verdict()
     assert v.input_path == {"leaf1": 12}
     assert "input_path: 12 frames" in str(v)
     assert v.cpu is not None and v.cpu.seconds > 0.1 and len(v.cpu.idle_per_core) >= 1
+
+
+def test_frames_in_flight_when_the_input_path_is_read_are_not_lost(monkeypatch):
+    """Heartbeats keep a frame or two between the kernel and ingress after
+    the traffic: a loss that a later read does not show was in flight;
+    each switch keeps its least, and a settled input path is not read again."""
+    import emulator.fidelity as fidelity
+    monkeypatch.setattr(fidelity, "INPUT_PATH_REREAD_S", 0.0)
+    reads = iter([{"spine1": 5, "spine2": 9, "leaf1": 0},       # at the start
+                  {"spine1": 8, "spine2": 21, "leaf1": 0},      # at the verdict: 3 and 12 more
+                  {"spine1": 5, "spine2": 22, "leaf1": 1},      # spine1's 3 were in flight; spine2 lost 12
+                  {"spine1": 6, "spine2": 21, "leaf1": 0}] + [{"spine1": 5, "spine2": 21, "leaf1": 0}] * 5)
+    mon = FidelityMonitor(input_path=lambda: next(reads), period_s=0.05).start()
+    v = mon.verdict()
+    assert v.input_path == {"spine2": 12}
+    assert len(list(reads)) == 9 - 2 - INPUT_PATH_REREADS       # the start, the verdict, the reads again
+
+    settled = iter([{"s1": 0}, {"s1": 0}])                      # nothing grew: no second read
+    assert FidelityMonitor(input_path=lambda: next(settled), period_s=0.05).start().verdict().input_path == {}
 
 
 def test_the_report_is_loud_only_about_violated_cases():

@@ -199,3 +199,25 @@ def test_only_faithful_complete_runs_are_judged_and_too_few_are_not():
 def test_the_runs_option_is_checked_before_anything_starts(capsys):
     assert train.main(["--topology", "leaf-spine", "--runs", "0"]) == 2
     assert "--runs 0: at least 1" in capsys.readouterr().out
+
+
+def test_the_line_rate_comes_from_what_earlier_runs_of_the_composition_cost(tmp_path, monkeypatch):
+    from emulator import run_costs
+    from emulator.calibration import Identity
+    ident = Identity("AMD EPYC", 2, "/opt/p4-fast/bin/simple_switch_grpc 1.15.5 sha256:0123456789ab", "42")
+    monkeypatch.setattr(train, "machine_identity", lambda: ident)
+    monkeypatch.setattr(run_costs, "costs_file", lambda identity: tmp_path / "runs.json")
+    c = Composition()
+    names = ["h1", "h2", "h3", "h4"]
+    assert train.cost_fit("leaf-spine", names, c) is None
+    now = run_costs.now_iso()
+    for rate, busy in ((90, 0.96), (180, 1.35), (360, 1.76)):       # leaf-spine, 2026-12-01
+        run_costs.record(ident, train.cost_key("leaf-spine", 4, c), run_costs.RunCost(rate, busy, now))
+    rate, how = train.line_rate_for("leaf-spine", names, c)
+    assert 130 <= rate <= 160 and rate % 10 == 0
+    assert "earlier runs" in how and "over 3 runs" in how
+    # another composition, overlay or rank count has no runs yet
+    other = replace(c, traffic_class="lossy")
+    assert train.cost_fit("leaf-spine", names, other) is None
+    assert train.cost_fit("leaf-spine", names, c, ["tuned.yaml"]) is None
+    assert train.cost_fit("leaf-spine", names[:2], c) is None
