@@ -192,8 +192,28 @@ def test_only_faithful_complete_runs_are_judged_and_too_few_are_not():
     incomplete = run_of("no failover", [200, 200], 4)
     incomplete.steps = 3                              # the run stopped a step short
     (v,) = train.technique_verdicts(results + [incomplete])
-    assert v["verdict"] == "not judged: 2 of 4 runs faithful, the composition 3 of 3 (at least 3 each)", v
+    assert v["verdict"] == ("not judged: 2 of 4 runs faithful and complete (1 more stopped), the composition "
+                            "3 of 3 (at least 3 each)"), v
     assert v["step_ms_median"] == 200.0 and v["change"] == ""
+
+
+def test_a_technique_without_which_the_job_stops_helps():
+    """A spine black-holed with failover off: a rank gives up (retry count
+    exceeded) and the job stops; the composition absorbed it every time."""
+    results = [run_of("composed", [100, 300, 100], r) for r in range(3)]
+    for r, done in enumerate((9, 9, 8)):
+        stopped = run_of("no failover", [100] * done, r)
+        stopped.steps = 40
+        results.append(stopped)
+    (v,) = train.technique_verdicts(results)
+    assert v["verdict"] == ("helps: without it the job stopped in 3 of 3 faithful runs (after step 8-9); "
+                            "the composition completed 3 of 3"), v
+    assert (v["stopped"], v["faithful"], v["change"]) == (3, 3, "")
+    # when the composition stopped too, there is nothing to compare
+    base_stopped = run_of("composed", [100], 9)
+    base_stopped.steps = 40
+    (v,) = train.technique_verdicts(results + [base_stopped])
+    assert v["verdict"].startswith("not judged: 0 of 3 runs faithful and complete (3 more stopped)"), v
 
 
 def test_the_runs_option_is_checked_before_anything_starts(capsys):
