@@ -72,13 +72,13 @@ from emulator import run_costs
 from emulator.calibration import Calibration, Flow, Identity, current, demand, fitting_rate, plan, this_machine
 from control.controller import FabricController
 from emulator.impairments import blackhole
-from emulator.network import Network, NetworkError
+from emulator.network import QUEUE_RATE_PACKET_BYTES, Network, NetworkError
 from control.p4info import EntryError
 from control.p4constants import drop_reasons
 from control.topology import Topology, TopologyError, apply_overlays, from_dict
 from experiments.common import REPO, agent_python, case_fidelity, cc_constants, cc_constants_line, exit_on_sigterm, \
-    kill_switch, median_ratio_interval, percentile, ping_round_trips, print_fidelity, print_table, save_figure, \
-    write_csv
+    kill_switch, median_ratio_interval, percentile, ping_round_trips, print_fidelity, print_table, roce_agent, \
+    save_figure, write_csv
 from features import FEATURES, SECTIONS, topology_from_dict
 from features.congestion_control import SECTION as CONGESTION_CONTROL
 from features.lossless import cell as lossless_cell
@@ -292,6 +292,66 @@ class Failure:
                 "blackhole": f"switch {self.target} black-holing"}[self.kind]
 
 
+LINK_RATES = ("file", "nic")    # --link-rate: the topology file's bandwidths, or every link at a rank NIC's rate
+INCAST_FIRST_STEP = 2          # --incast starts as this step starts (step 1 has the ranks' set-up in it)
+INCAST_HOST = "incast"         # --incast's senders: incast1, incast2, ... beside the first rank's switch
+INCAST_QP = 100                # their queue pairs (incast1 sends on 101): none a rank uses
+
+
+@dataclass(frozen=True)
+class Incast:
+    """`--incast N@PPS`: N hosts added beside the first rank's switch, each
+    sending PPS packets a second, RoCEv2 at a fixed rate (no congestion
+    control, not ECN-capable) in the ranks' traffic class (honouring its
+    pauses when it is lossless), to the first rank on another switch: the
+    ring's links into that rank carry it. From step INCAST_FIRST_STEP to the
+    case's end."""
+    senders: int
+    pps: float
+
+    @classmethod
+    def parse(cls, text: str) -> "Incast":
+        n, sep, pps = text.partition("@")
+        try:
+            incast = cls(int(n), float(pps)) if sep else None
+        except ValueError:
+            incast = None
+        if incast is None or incast.senders < 1 or not incast.pps > 0:
+            raise ValueError(f"--incast {text!r}: expected SENDERS@PPS, at least one sender at a positive rate "
+                             f"(2@300: two senders of 300 packets/s each)")
+        return incast
+
+    @property
+    def hosts(self) -> list[str]:
+        return [f"{INCAST_HOST}{i}" for i in range(1, self.senders + 1)]
+
+    def places(self, raw: dict, ranks: Sequence[str]) -> tuple[str, str]:
+        """(the switch its senders hang off: the first rank's; the rank it
+        sends to: the first on another switch), from the topology's mapping."""
+        switch_of: dict[str, str] = {}
+        for link in raw["links"]:
+            a, b = (link["a"], link["b"]) if isinstance(link, dict) else link[:2]
+            switch_of.setdefault(a, b)
+            switch_of.setdefault(b, a)
+        first = switch_of[ranks[0]]
+        target = next((r for r in ranks if switch_of[r] != first), None)
+        if target is None:
+            raise ValueError(f"--incast: every rank is on {first}: no rank on another switch to send to")
+        return first, target
+
+    @property
+    def text(self) -> str:
+        return f"{self.senders} x {self.pps:g} packets/s"
+
+
+def nic_link_pps(c: "Composition", line_rate_pps: float) -> float:
+    """`--link-rate nic`: a link's rate, in packets/s, that a rank's NIC
+    fills: its channels to the next rank, each at the connection's top rate,
+    and the ACKs that come back the same way (a BMv2 queue's rate counts
+    packets, an ACK as one)."""
+    return c.channels * line_rate_pps * (1 + ACK_SHARE)
+
+
 COMPOSED_SECTIONS = ("int", "aggregation", "load_balancing", "failover", "lossless", "nonminimal_routing", "trimming")
 OVERLAY_ADDS = ("ecn", CONGESTION_CONTROL)   # sections an overlay may add: no technique of the composition decides them
 
@@ -315,14 +375,27 @@ def overlay_sections(raw: dict, overlays: Sequence[str | Path]) -> tuple[dict, d
     return merged, sources, left_out
 
 
-def composed_topology(name: str, c: Composition, ranks: list[str],
-                      overlays: Sequence[str | Path] = ()) -> tuple[Topology, dict]:
+def composed_topology(name: str, c: Composition, ranks: list[str], overlays: Sequence[str | Path] = (),
+                      link_pps: float | None = None, incast: Incast | None = None) -> tuple[Topology, dict]:
     """topologies/<name>.yaml with the sections the composition asks for (and
     no others: no aggregation, INT only for HPCC), tuned by `overlays`
-    (overlay_sections), and the whole as a dict. An overlay's lossless
-    section must keep the ranks' class (ValueError otherwise)."""
+    (overlay_sections), and the whole as a dict; with every link at
+    `link_pps` packets/s (None: the file's bandwidths), and `incast`'s
+    senders added. An overlay's lossless section must keep the ranks' class
+    (ValueError otherwise)."""
     path = topology_path(name)
     raw = yaml.safe_load(path.read_text())
+    if incast is not None:
+        switch, _ = incast.places(raw, ranks)
+        for host in incast.hosts:
+            raw["hosts"].append({"name": host, "role": "sender"})
+            raw["links"].append([host, switch])
+    if link_pps is not None:
+        mbps = round(link_pps * 8 * QUEUE_RATE_PACKET_BYTES / 1e6, 6)
+        raw.setdefault("defaults", {}).setdefault("link", {})["bandwidth_mbps"] = mbps
+        for link in raw["links"]:
+            if isinstance(link, dict) and "bandwidth_mbps" in link:
+                link["bandwidth_mbps"] = mbps
     for section in (*COMPOSED_SECTIONS, "ecn"):
         raw.pop(section, None)
     if c.cc == "hpcc":
@@ -503,6 +576,7 @@ class RunResult:
     cpu: str = ""                       # the machine's CPU over the steps: idle per core, each kind of process's cores
     run: int = 1                        # which of --runs
     latency_ms: float = 0.0             # the ideal step's latency term: its all-reduces' rounds on the idle fabric
+    scenario: str = ""                  # links at the NIC rate, an incast (scenario_text)
 
     @property
     def completed(self) -> int:
@@ -515,7 +589,7 @@ class RunResult:
     def summary(self) -> dict:
         ms = sorted(x.ms for x in self.lines)
         row = {"case": self.case, "run": self.run, **{k: v for k, v in asdict(self.composition).items()},
-               "steps": self.steps, "completed": self.completed,
+               "scenario": self.scenario, "steps": self.steps, "completed": self.completed,
                "step_ms_p50": round(percentile(ms, 0.5), 1) if ms else "",
                "step_ms_p99": round(percentile(ms, 0.99), 1) if ms else "",
                "ideal_ms": round(self.ideal_ms, 1), "ideal_latency_ms": round(self.latency_ms, 1),
@@ -550,7 +624,7 @@ class RunResult:
 
 
 def line_rate_for(topology: str, rank_names: list[str], c: Composition,
-                  overlays: Sequence[str | Path] = ()) -> tuple[float, str]:
+                  overlays: Sequence[str | Path] = (), scenario: str = "") -> tuple[float, str]:
     """Each connection's top rate, and how it was chosen: from what earlier
     runs of this composition cost this machine (emulator/run_costs.py), the
     rate whose fitted cost leaves the cores idle by the fidelity limit and
@@ -559,7 +633,7 @@ def line_rate_for(topology: str, rank_names: list[str], c: Composition,
     the run within this machine's budget by its current calibration and
     the training composition's cost per packet (emulator/calibration.py);
     without that either, the topology's LINE_RATE_PPS."""
-    fitted = cost_fit(topology, rank_names, c, overlays)
+    fitted = cost_fit(topology, rank_names, c, overlays, scenario)
     if fitted is not None:
         cores = machine_identity().cores
         rate = max(MIN_LINE_RATE_PPS, 10 * math.floor(fitted.rate_for(run_costs.target_busy_cores(cores)) / 10))
@@ -590,16 +664,27 @@ def machine_calibration() -> tuple[Calibration | None, str]:
     return current(machine_identity())
 
 
-def cost_key(topology: str, ranks: int, c: Composition, overlays: Sequence[str | Path] = ()) -> str:
+def scenario_text(args) -> str:
+    """What the run puts the fabric through besides the job (not the failure:
+    it changes a run's cost little), as cost keys and summaries name it."""
+    parts = (["links at the NIC rate"] if getattr(args, "link_rate", "file") == "nic" else []) + \
+        ([f"incast {args.incast.text}"] if getattr(args, "incast", None) else [])
+    return ", ".join(parts)
+
+
+def cost_key(topology: str, ranks: int, c: Composition, overlays: Sequence[str | Path] = (),
+             scenario: str = "") -> str:
     """What a run's cost is recorded under: the topology, the ranks, the
-    composition and the overlays (each changes what a run asks of the machine)."""
+    composition, the overlays and the scenario (each changes what a run asks
+    of the machine)."""
     over = "".join(f" + {Path(o).name}" for o in overlays)
-    return f"fabric train {Path(topology).stem}{over}, {ranks} ranks: {c.label}"
+    return f"fabric train {Path(topology).stem}{over}, {ranks} ranks: {c.label}{'; ' + scenario if scenario else ''}"
 
 
-def cost_fit(topology: str, rank_names: Sequence[str], c: Composition,
-             overlays: Sequence[str | Path] = ()) -> run_costs.CostFit | None:
-    return run_costs.fit(run_costs.observed(machine_identity(), cost_key(topology, len(rank_names), c, overlays)))
+def cost_fit(topology: str, rank_names: Sequence[str], c: Composition, overlays: Sequence[str | Path] = (),
+             scenario: str = "") -> run_costs.CostFit | None:
+    return run_costs.fit(run_costs.observed(machine_identity(),
+                                            cost_key(topology, len(rank_names), c, overlays, scenario)))
 
 
 def record_cost(args, rank_names: Sequence[str], c: Composition, line_rate: float,
@@ -611,7 +696,8 @@ def record_cost(args, rank_names: Sequence[str], c: Composition, line_rate: floa
         return
     busy = len(cpu.idle_per_core) * (1 - cpu.idle)
     if busy > 0:
-        run_costs.record(machine_identity(), cost_key(args.topology, len(rank_names), c, args.overlay),
+        run_costs.record(machine_identity(), cost_key(args.topology, len(rank_names), c, args.overlay,
+                                                      scenario_text(args)),
                          run_costs.RunCost(line_rate, round(busy, 3), run_costs.now_iso()))
 
 
@@ -815,15 +901,21 @@ def fabric(topo: Topology, run_dir: Path, log_level: str, say) -> Iterator[tuple
 
 def run_case(case: str, c: Composition, args, reference: Reference, rank_names: list[str], failure: Failure | None,
              out: Path, say=print) -> RunResult:
-    topo, raw = composed_topology(args.topology, c, rank_names, getattr(args, "overlay", []))
+    line_rate = args.line_rate_pps or LINE_RATE_PPS.get(Path(args.topology).stem, DEFAULT_LINE_RATE_PPS)
+    link_pps = nic_link_pps(c, line_rate) if getattr(args, "link_rate", "file") == "nic" else None
+    incast: Incast | None = getattr(args, "incast", None)
+    topo, raw = composed_topology(args.topology, c, rank_names, getattr(args, "overlay", []), link_pps, incast)
     out.mkdir(parents=True, exist_ok=True)
     topo_file = out / "topology.yaml"          # what the ranks' path model reads
     topo_file.write_text(yaml.safe_dump(raw, sort_keys=False))
-    line_rate = args.line_rate_pps or LINE_RATE_PPS.get(Path(args.topology).stem, DEFAULT_LINE_RATE_PPS)
     hosts = [topo.hosts[n].primary for n in rank_names]
     for stale in out.glob("rank*.jsonl"):
         stale.unlink()
     say(f"==> {case}: {len(hosts)} ranks on {topo.name}, {args.steps} steps ({c.label})")
+    if link_pps is not None:
+        say(f"links: every link at {link_pps:g} packets/s, a rank NIC's rate ({c.channels} channel"
+            f"{'s' if c.channels > 1 else ''} x {line_rate:g} packets/s and their ACKs)")
+    incast_procs: list[subprocess.Popen] = []
     cc_params, unmatched = cc_constants(topo, c.cc, line_rate, MTU)
     if cc_params or unmatched:
         say(cc_constants_line(c.cc, cc_params, unmatched))
@@ -867,8 +959,14 @@ def run_case(case: str, c: Composition, args, reference: Reference, rank_names: 
             prom = monitor.enter_context(monitoring(topo, out / "monitor", args.monitor))
             counters = FabricCounters(ctl, lock, pfc=c.traffic_class == "lossless")
 
-            def step_started(k: int) -> None:           # the failure, as step k starts
+            def step_started(k: int) -> None:           # the failure and the incast, as step k starts
                 nonlocal injected
+                if incast is not None and not incast_procs and k >= INCAST_FIRST_STEP:
+                    incast_procs.extend(start_incast(topo, raw, c, incast, rank_names, out))
+                    fidelity.watch("incast", [p.pid for p in incast_procs])
+                    events.append(FabricEvent(time.time(), f"incast {incast.text} starts"))
+                    say(f"!!! incast: {incast.text} from {', '.join(incast.hosts)} to "
+                        f"{incast.places(raw, rank_names)[1]} as step {k} started")
                 if failure is not None and not injected and k >= failure.step:
                     failure.inject(net, ctl, lock)
                     injected = True
@@ -895,10 +993,10 @@ def run_case(case: str, c: Composition, args, reference: Reference, rank_names: 
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     p.wait(timeout=30)
         finally:
-            for p in procs:
+            for p in procs + incast_procs:
                 if p.poll() is None:
                     p.terminate()
-            for p in procs:
+            for p in procs + incast_procs:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     p.wait(timeout=10)
         for r, p in enumerate(procs):
@@ -911,7 +1009,25 @@ def run_case(case: str, c: Composition, args, reference: Reference, rank_names: 
         write_timeline(out, records, [h.host for h in hosts], events, lines, f"{case}: {c.label}")
     return RunResult(case, c, lines, args.steps, failure, errors,
                      ideal_step_ms(c, len(hosts), compute, line_rate, latency_ms, buckets), records, dropped, explained,
-                     paused_s, verdict, latency_ms=buckets * latency_ms, cpu=cpu)
+                     paused_s, verdict, latency_ms=buckets * latency_ms, cpu=cpu, scenario=scenario_text(args))
+
+
+def start_incast(topo: Topology, raw: dict, c: Composition, incast: Incast, rank_names: Sequence[str],
+                 out: Path) -> list[subprocess.Popen]:
+    """`incast`'s senders, started now, sending until terminated (the case's
+    end: a sender killed so writes no summary; the switches' counters say
+    what the incast did)."""
+    target = topo.hosts[incast.places(raw, rank_names)[1]]
+    procs = []
+    for i, name in enumerate(incast.hosts, start=1):
+        host = topo.hosts[name]
+        extra = ["--duration", "86400", "--dst-ip", target.primary.ip, "--qp", str(INCAST_QP + i),
+                 "--line-rate-pps", f"{incast.pps:g}", "--fixed-rate", "--not-ect"]
+        if c.traffic_class == "lossless":         # the ranks' class, and a NIC that honours its pauses
+            extra += ["--dscp", str(LOSSLESS_DSCP), "--tclass", str(LOSSLESS_CLASS),
+                      "--link-mbps", f"{topo.access_link(host.primary).bandwidth_mbps:g}"]
+        procs.append(roce_agent(host, "send", start_at=time.time(), out_dir=out, extra=extra))
+    return procs
 
 
 def export_interval(topo: Topology) -> float:
@@ -1119,6 +1235,13 @@ def parser() -> argparse.ArgumentParser:
                     "leaves the cores idle enough by what earlier runs of the composition cost here; without such "
                     "runs, the highest that keeps the ring within this machine's budget by its calibration; "
                     "without a calibration, per topology: docs/fidelity.md, docs/train.md)")
+    ap.add_argument("--link-rate", choices=LINK_RATES, default="file",
+                    help="file: every link at its bandwidth in the topology file; nic: every link at the rate a rank's "
+                         "NIC fills (its channels at --line-rate-pps, and their ACKs), so that the fabric's links are "
+                         "slowed as its NICs are and queues build where a real fabric's would (default %(default)s)")
+    ap.add_argument("--incast", metavar="SENDERS@PPS",
+                    help="SENDERS hosts added beside the first rank's switch send PPS packets/s each, at a fixed rate "
+                         "in the ranks' class, to the first rank on another switch, from step 2 on (2@300)")
     ap.add_argument("--no-monitor", dest="monitor", action="store_false",
                     help="no switch exporter nor Prometheus (no slow step explained)")
     ap.add_argument("--out", type=Path, default=OUT, help="results directory (default %(default)s)")
@@ -1143,6 +1266,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--steps {args.steps}: at least 2")
         if args.runs < 1:
             raise ValueError(f"--runs {args.runs}: at least 1")
+        args.incast = Incast.parse(args.incast) if args.incast else None
         uet = args.transport == "uet"
         args.traffic_class = args.traffic_class or ("lossy" if uet else "lossless")
         args.cc = args.cc or ("nscc" if uet else "hpcc")
@@ -1157,7 +1281,7 @@ def main(argv: list[str] | None = None) -> int:
         # checked before anything starts (a case's sections add no switch nor link): every case's
         # topology with the overlays, then the failure
         for case, c in cases:
-            composed_topology(args.topology, c, rank_names, args.overlay)
+            composed_topology(args.topology, c, rank_names, args.overlay, incast=args.incast)
             if args.overlay:
                 _, sources, left = overlay_sections(composed_topology(args.topology, c, rank_names)[1], args.overlay)
                 print(f"{case}: from the overlays: {', '.join(sorted(sources)) or 'nothing'}"
@@ -1168,7 +1292,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fabric train: {e}")
         return 2
     if not args.line_rate_pps:
-        args.line_rate_pps, how = line_rate_for(args.topology, rank_names, composition, args.overlay)
+        args.line_rate_pps, how = line_rate_for(args.topology, rank_names, composition, args.overlay,
+                                                scenario_text(args))
         print(f"line rate: {args.line_rate_pps:g} packets/s a connection ({how})", flush=True)
     try:                 # the overlay's congestion-control constants, as every case's ranks will take them
         for case, c in cases:

@@ -35,6 +35,41 @@ def test_the_uet_composition_trims_on_every_switch_port_and_has_no_lossless_clas
     assert cmd[cmd.index("--mode") + 1] == "uet" and "--tclass" not in cmd
 
 
+def test_links_at_the_nic_rate_carry_a_ranks_channels_and_their_acks():
+    c = Composition()
+    pps = train.nic_link_pps(c, 150.0)
+    assert pps == pytest.approx(2 * 150 * (1 + train.ACK_SHARE))
+    topo, _ = train.composed_topology("incast-leaf-spine", c, ["h1", "h2", "h5", "h6"], link_pps=pps)
+    from emulator.network import queue_rate_pps
+    rates = {queue_rate_pps(link.bandwidth_mbps) for link in topo.links}
+    assert rates == {int(pps)}, rates              # host links and the fabric's (the file gives them 10 and 100)
+    assert topo.access_link(topo.hosts["h1"]).bandwidth_mbps == topo.links[-1].bandwidth_mbps
+
+
+def test_an_incast_hangs_off_the_first_ranks_switch_and_sends_to_a_rank_on_another():
+    incast = train.Incast.parse("2@300")
+    assert (incast.senders, incast.pps, incast.hosts) == (2, 300.0, ["incast1", "incast2"])
+    topo, raw = train.composed_topology("leaf-spine", Composition(), ["h1", "h2", "h3", "h4"], incast=incast)
+    assert incast.places(raw, ["h1", "h2", "h3", "h4"]) == ("leaf1", "h3")
+    assert [topo.hosts[h].switch for h in incast.hosts] == ["leaf1", "leaf1"]
+    assert [h["name"] for h in raw["hosts"]][:4] == ["h1", "h2", "h3", "h4"]      # the ranks' addresses stay
+    with pytest.raises(ValueError, match="every rank is on leaf1"):
+        incast.places(raw, ["h1", "h2"])
+    for bad in ("2", "0@300", "2@-1", "x@300", "2@fast"):
+        with pytest.raises(ValueError, match="expected SENDERS@PPS"):
+            train.Incast.parse(bad)
+
+
+def test_the_scenario_is_part_of_what_a_runs_cost_is_recorded_under():
+    from argparse import Namespace
+    plain = Namespace(link_rate="file", incast=None)
+    loaded = Namespace(link_rate="nic", incast=train.Incast(2, 300.0))
+    assert train.scenario_text(plain) == ""
+    assert train.scenario_text(loaded) == "links at the NIC rate, incast 2 x 300 packets/s"
+    assert train.cost_key("leaf-spine", 4, Composition()) != \
+        train.cost_key("leaf-spine", 4, Composition(), scenario=train.scenario_text(loaded))
+
+
 def test_ablation_switches_off_one_technique_a_case():
     cases = train.ablations(Composition())
     assert [name for name, _ in cases] == ["composed", "lossy class (no PFC)", "dcqcn instead of hpcc",
