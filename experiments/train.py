@@ -102,6 +102,9 @@ PARAMETER_SERVER = "ps"        # in-network: the job's parameter server, a host 
 TRAFFIC_CLASSES = ("lossless", "lossy")
 TRANSPORTS = ("rc", "uet")     # RoCEv2's RC (hostagent/rdma/transport.py), or UET's (hostagent/rdma/uet.py)
 UET_TRIM_THRESHOLD = 16        # --transport uet: every switch port trims its lossy queue above this (packets)
+# --transport uet: UE's control class (ACKs, NACKs, credits: never trimmed, not behind the data), a lossy class
+# above the data's queue 0 and below the trimmed headers' queue, as experiments/uet.py has them (docs/rdma.md)
+UET_CONTROL_CLASS, UET_CONTROL_DSCP, UET_HEADER_QUEUE = 4, 46, 5
 PATHS = ("path-aware", "central", "ecmp", "spray")
 CHANNELS = 2                   # connections per peer pair with path-aware ports or central routing
 LOSS_TOLERANCE = 1e-4          # |loss - reference| per step: float32 rounding of the gradients' sum order
@@ -408,7 +411,10 @@ def composed_topology(name: str, c: Composition, ranks: list[str], overlays: Seq
     if c.paths == "spray":
         raw["load_balancing"] = [{"switch": "all", "mode": "spray"}]
     if c.transport == "uet":          # a lossy fabric that trims rather than drops (docs/features/trimming.md)
-        raw["trimming"] = [{"switch": "all", "port": "all", "threshold": UET_TRIM_THRESHOLD}]
+        raw["trimming"] = [{"switch": "all", "port": "all", "threshold": UET_TRIM_THRESHOLD,
+                            "header_queue": UET_HEADER_QUEUE}]
+        raw["lossless"] = {"queues": 8, "classes": [{"name": "uet-control", "class": UET_CONTROL_CLASS,
+                                                     "dscp": [UET_CONTROL_DSCP]}]}
     if c.failover:
         heartbeat_ms, timeout_ms = FAILOVER_MS.get(path.stem, DEFAULT_FAILOVER_MS)
         raw["failover"] = {"heartbeat_ms": heartbeat_ms, "timeout_ms": timeout_ms}
@@ -516,6 +522,8 @@ def rank_command(rank: int, hosts: list, c: Composition, steps: int, line_rate_p
     if c.algorithm == IN_NETWORK:
         server = topo.hosts[PARAMETER_SERVER].primary
         cmd += ["--aggregation-job", str(AGGREGATION_JOB), "--aggregation-server", server.ip]
+    if c.transport == "uet":
+        cmd += ["--control-dscp", str(UET_CONTROL_DSCP)]
     if c.traffic_class == "lossless":       # the rank's NIC honours the pauses of its class, as a RoCE NIC does
         cmd += ["--dscp", str(LOSSLESS_DSCP), "--tclass", str(LOSSLESS_CLASS),
                 "--link-mbps", f"{topo.access_link(h).bandwidth_mbps:g}"]

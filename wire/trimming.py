@@ -39,19 +39,22 @@ def is_trimmed(frame: bytes, trimmed_dscp: int = TRIMMED_DSCP) -> bool:
 
 
 def trimmed(frame: bytes, keep: int = TRIM_BYTES, trimmed_dscp: int = TRIMMED_DSCP) -> bytes:
-    """`frame` (Ethernet, IPv4 without options, maybe UDP) as a switch trims it
-    to `keep` bytes. A frame no longer than `keep` is not trimmed: ValueError."""
+    """`frame` (Ethernet, IPv4 without options, UDP) as a switch trims it to
+    `keep` bytes. A frame no longer than `keep`, or not UDP, is not trimmed
+    (the switch queues it whole): ValueError."""
     if len(frame) <= keep:
         raise ValueError(f"a {len(frame)}-byte frame is not longer than {keep} bytes: nothing to trim")
+    if len(frame) <= _IPV4 + 9 or frame[_IPV4 + 9] != _IP_PROTO_UDP:
+        raise ValueError("not UDP: only UDP is trimmed (a TCP segment cut short is no header its receiver can "
+                         "use, and one cut inside its options fails the next hop's parser)")
     if keep < MIN_TRIM_BYTES:
         raise ValueError(f"a trim keeps at least {MIN_TRIM_BYTES} bytes (Ethernet, IPv4, UDP), not {keep}")
     out = bytearray(frame[:keep])
     ip = _IPV4
     out[ip + 1] = (trimmed_dscp << 2) | (out[ip + 1] & 0b11)          # the ECN bits stay
     struct.pack_into("!H", out, ip + 2, keep - ETHERNET_BYTES)        # total length
-    if out[ip + 9] == _IP_PROTO_UDP:
-        udp = ip + IPV4_BYTES
-        struct.pack_into("!HH", out, udp + 4, keep - ETHERNET_BYTES - IPV4_BYTES, 0)   # length, checksum
+    udp = ip + IPV4_BYTES
+    struct.pack_into("!HH", out, udp + 4, keep - ETHERNET_BYTES - IPV4_BYTES, 0)   # length, checksum
     struct.pack_into("!H", out, ip + 10, 0)
     struct.pack_into("!H", out, ip + 10, ipv4_checksum(bytes(out[ip:ip + IPV4_BYTES])))
     return bytes(out)

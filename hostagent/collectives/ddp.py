@@ -265,6 +265,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--paths", metavar="TOPOLOGY", help="path-aware source ports for the channels "
                     "(hostagent/collectives/paths.py; the topology file the fabric runs)")
     ap.add_argument("--dscp", type=int, default=0, help="DSCP of the collective's packets (its traffic class)")
+    ap.add_argument("--control-dscp", type=int, default=None, choices=range(64), metavar="D",
+                    help="--mode uet: the DSCP of ACKs, NACKs and credits (UE's control class; default: --dscp)")
     ap.add_argument("--tclass", type=int, default=None,
                     help="honour the switches' PFC pauses of this class (the lossless class --dscp maps to); "
                          "default: honour none")
@@ -334,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
                                      mode=a.mode, line_rate_pps=a.line_rate_pps, channels=a.channels,
                                      timeout_s=a.timeout_s, dscp=a.dscp, sport_of=sport_of,
                                      aggregation=aggregation, channel_choice=a.channel_choice, tclass=a.tclass,
-                                     link_mbps=a.link_mbps, entropies_of=entropies_of, cc_params=cc_params)
+                                     link_mbps=a.link_mbps, entropies_of=entropies_of, cc_params=cc_params,
+                                     control_dscp=a.control_dscp)
         except (ValueError, TopologyError) as e:
             print(f"hostagent.collectives.ddp: {e}", file=sys.stderr)
             return 2

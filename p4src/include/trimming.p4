@@ -12,7 +12,12 @@
 // length and UDP length saying so (the UDP checksum zeroed: the payload it
 // covered is gone), DSCP `trimmed_dscp`, in priority queue `header_queue`.
 // A packet no longer than trim_bytes has nothing to cut: it joins its
-// queue (and BMv2 drops it if the queue is full). A packet that arrives
+// queue (and BMv2 drops it if the queue is full). So does a packet that is
+// not UDP: the transports that read a trimmed header (UET, RoCEv2) run
+// over UDP, and a TCP segment cut to 64 bytes is no header its receiver can
+// use; one cut inside its options fails the next hop's parser (fabric
+// train's UET ranks beside gloo's TCP in one queue: 2-31 PARSER_ERROR drops
+// a run, 2026-12-01). A packet that arrives
 // already marked `trimmed_dscp` goes to the header queue too: a header
 // trimmed upstream keeps its priority on every hop where trimming is on.
 // A (port, queue) without an entry costs one table miss.
@@ -83,7 +88,7 @@ control Trimming(inout headers_t hdr, inout local_metadata_t meta, inout standar
         truncate(meta.trim.bytes);
         hdr.ipv4.dscp = meta.trim.dscp;
         hdr.ipv4.total_len = (bit<16>) meta.trim.bytes - ETHERNET_BYTES;
-        hdr.udp.length = (bit<16>) meta.trim.bytes - ETHERNET_BYTES - IPV4_BYTES;   // not emitted when UDP is not there
+        hdr.udp.length = (bit<16>) meta.trim.bytes - ETHERNET_BYTES - IPV4_BYTES;
         hdr.udp.checksum = 0;
         std_meta.priority = meta.trim.header_queue;
         trim_counter.count(meta.trim.cell);
@@ -103,7 +108,7 @@ control Trimming(inout headers_t hdr, inout local_metadata_t meta, inout standar
                     to_header_queue();                      // trimmed upstream: a header here too, never trimmed
                 } else if (std_meta.mcast_grp == 0) {       // replicas would leave a cell more often than they joined
                     if (meta.trim.admitted - meta.trim.departed >= meta.trim.threshold
-                            && std_meta.packet_length > meta.trim.bytes && hdr.ipv4.isValid()) {
+                            && std_meta.packet_length > meta.trim.bytes && hdr.udp.isValid()) {
                         trim();
                     } else {
                         admit();

@@ -62,3 +62,31 @@ def test_a_short_ablation_survives_a_spine_killed_mid_run_and_equals_the_referen
     assert {e["pid"] for e in trace if e["name"] == "backward"} == {0, 1, 2, 3}
     assert sum(1 for e in trace if e["name"] == "backward") == 4 * STEPS
     assert any(e["name"] == "switch spine1 killed" and e["ph"] == "i" for e in trace)
+
+
+INCAST_STEPS = 6
+
+
+def test_a_competing_incast_on_links_at_the_nic_rate_pauses_the_lossless_class_and_costs_the_lossy_one(tmp_path):
+    """Every link at a rank NIC's rate (2 x 150 packets/s and ACKs: 375),
+    and two fixed-rate senders of 300 packets/s each into rank h3's link
+    from step 2: the lossless class pauses (nothing lost in it, every step
+    done, the loss curve the reference's); the lossy class loses the ring's
+    packets there, so its ranks resend them or give up, saying so."""
+    compile_p4()
+    run = subprocess.run([sys.executable, "-m", "fabric.cli", "train", "--topology", "leaf-spine", "--steps",
+                          str(INCAST_STEPS), "--link-rate", "nic", "--line-rate-pps", "150", "--incast", "2@300",
+                          "--ablate", "traffic-class", "--no-monitor", "--out", str(tmp_path)],
+                         cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-2000:]
+    assert "links: every link at 375 packets/s" in run.stdout
+    assert run.stdout.count("!!! incast: 2 x 300 packets/s from incast1, incast2 to h3 as step 2 started") == 2
+    lossless, lossy = json.loads((tmp_path / "summary.json").read_text())
+    assert lossless["scenario"] == lossy["scenario"] == "links at the NIC rate, incast 2 x 300 packets/s"
+    assert lossless["completed"] == INCAST_STEPS and lossless["errors"] == "", lossless
+    assert float(lossless["max_loss_error"]) <= 1e-4
+    assert lossless["pauses"] > 0, lossless
+    # the only drops: the pause frames the switches consumed; none past the headroom, none of any other reason
+    assert all(d.startswith("PFC_FRAME:") for d in lossless["drop_reasons"].split()), lossless
+    assert lossy["traffic_class"] == "lossy" and lossy["pauses"] == 0
+    assert lossy["resent"] > 0 or "retry count exceeded" in lossy["errors"], lossy

@@ -27,12 +27,19 @@ def test_the_composition_writes_its_sections_and_nothing_else():
 def test_the_uet_composition_trims_on_every_switch_port_and_has_no_lossless_class():
     c = Composition(traffic_class="lossy", cc="nscc", transport="uet")
     topo, raw = train.composed_topology("leaf-spine", c, ["h1", "h2", "h3", "h4"])
-    assert raw["trimming"] == [{"switch": "all", "port": "all", "threshold": train.UET_TRIM_THRESHOLD}]
-    assert "lossless" not in raw and "int" not in raw
+    assert raw["trimming"] == [{"switch": "all", "port": "all", "threshold": train.UET_TRIM_THRESHOLD,
+                                "header_queue": train.UET_HEADER_QUEUE}]
+    assert "int" not in raw
     assert len(topo.features["trimming"]) == sum(len(sw.ports) for sw in topo.switches.values())
+    # UE's control class: lossy, above the data's queue and below the trimmed headers'; no lossless class
+    (control,) = topo.features["lossless"].classes
+    assert (control.tclass, control.dscp, control.lossless) == (train.UET_CONTROL_CLASS, (train.UET_CONTROL_DSCP,),
+                                                                False)
+    assert 0 < control.queue < train.UET_HEADER_QUEUE
     cmd = train.rank_command(0, [topo.hosts[n].primary for n in ("h1", "h2", "h3", "h4")], c, 4, 400.0, topo,
                              Path("t.yaml"), Path("/tmp"))
     assert cmd[cmd.index("--mode") + 1] == "uet" and "--tclass" not in cmd
+    assert cmd[cmd.index("--control-dscp") + 1] == str(train.UET_CONTROL_DSCP)
 
 
 def test_links_at_the_nic_rate_carry_a_ranks_channels_and_their_acks():

@@ -30,11 +30,10 @@ def test_a_trim_keeps_the_first_bytes_with_lengths_dscp_and_checksums_that_say_s
     assert dscp(cut) == TRIMMED_DSCP and is_trimmed(cut) and not is_trimmed(frame)
 
 
-def test_tcp_keeps_its_header_and_only_the_ip_length_changes():
+def test_only_udp_is_trimmed():
     frame = bytes(Ether() / IP(src="10.0.0.1", dst="10.0.0.2") / TCP(sport=1, dport=2) / Raw(b"x" * 500))
-    cut = trimmed(frame, keep=80, trimmed_dscp=9)
-    assert len(cut) == 80 and Ether(cut)[IP].len == 66 and dscp(cut) == 9
-    assert cut[34:54] == frame[34:54]                     # the TCP header as it was
+    with pytest.raises(ValueError, match="not UDP: only UDP is trimmed"):
+        trimmed(frame)
 
 
 def test_nothing_to_trim_and_too_short_a_trim_are_errors():
