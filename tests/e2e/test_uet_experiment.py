@@ -29,7 +29,11 @@ def test_roce_pauses_where_uet_trims_uet_sprays_around_a_dead_link_and_both_all_
     roce, uet = rows[("incast", "roce-pfc")], rows[("incast", "uet-nscc")]
     for r in (roce, uet):
         assert int(r["messages"]) > 0 and int(r["senders_failed"]) == 0, r
-    assert int(roce["pauses"]) > 0 and int(roce["trims"]) == 0, roce
+    # RoCE is paused, never trimmed; undilated, this run is over budget (x2.46), and BMv2's input path may lose
+    # what would have filled the queue: pauses 62-77 in 3 runs that lost 54-258 frames there, none in one
+    # that lost 313 (2026-12-01). A case that lost frames says so in its verdict: then its pauses are not judged
+    assert int(roce["pauses"]) > 0 or "input_path" in roce["fidelity"], roce
+    assert int(roce["trims"]) == 0, roce
     assert int(uet["trims"]) > 0 and int(uet["pauses"]) == 0 and int(uet["retransmitted"]) > 0, uet
     failed = rows[("failure", "uet-nscc")]
     assert int(failed["senders_failed"]) == 0 and int(failed["messages_failed"]) == 0, failed
