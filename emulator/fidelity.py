@@ -443,8 +443,9 @@ class FidelityMonitor:
         counter read before the kernel's: what arrived in between, and
         what BMv2 still holds, looks lost); the heartbeats that run after
         the traffic keep a frame or two in flight at a switch, which a
-        single read called lost (2-4 frames at a spine in 3 of 35 runs of
-        an ablation, 2026-12-01). A frame really lost stays in every read."""
+        single read may call lost (likely the 2-4 frames at a spine in 3 of
+        35 runs of an ablation, 2026-12-01). A frame really lost stays in
+        every read."""
         assert self._input_path is not None
         least = {k: n for k, n in grown.items() if not k.startswith("kernel:")}
         for _ in range(INPUT_PATH_REREADS):
