@@ -34,11 +34,9 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import multiprocessing as mp
-import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from benchmarks.cases import DST_IP, HOST_MAC, IN_PORT, MAIN, OUT_PORT, PAIRS, REPO, SRC_IP, SWITCH_MAC, Case, \
     compile_case, fabric_state, frames, make_veths, remove_veths, running_switch, rx_packets
@@ -46,6 +44,7 @@ from benchmarks.forwarding_rate import _blast, measure_agent
 from control.p4info import P4Info
 from control.sync import SwitchState
 from emulator.calibration import Calibration, calibration_file, current, store, this_machine
+from emulator.fidelity import process_cpu_s
 from features import FEATURES
 
 OFFERED_PPS = 2000.0      # the load the per-packet CPU is measured at: below what the training composition forwards
@@ -54,14 +53,6 @@ IDLE_S = 2.0
 WARMUP_S = 1.0
 MEASURE_S = 3.0
 TRAINING = ("lossless", "int", "failover")      # the features `fabric train` composes (their topology sections)
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def process_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) the process has used, all its threads."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
 
 def training_state(p4info: P4Info) -> SwitchState:
     """The fabric's entries with the training composition's features on for all traffic."""

@@ -105,13 +105,13 @@ class CpuSample:
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def process_cpu_s(pid: int, proc: Path = Path("/proc")) -> float | None:
+def process_cpu_s(pid: int, proc: Path = Path("/proc")) -> float:
     """CPU seconds (user and system) process `pid` has used, all its threads
-    (None: gone)."""
+    (ProcessLookupError: gone)."""
     try:
         fields = (proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
-        return None
+        raise ProcessLookupError(f"no process {pid}") from None
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
@@ -120,9 +120,8 @@ def groups_cpu_s(groups: Mapping[str, Iterable[int]]) -> dict[int, float]:
     out = {}
     for pids in groups.values():
         for pid in pids:
-            used = process_cpu_s(pid)
-            if used is not None:
-                out[pid] = used
+            with contextlib.suppress(ProcessLookupError):
+                out[pid] = process_cpu_s(pid)
     return out
 
 

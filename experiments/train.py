@@ -79,7 +79,7 @@ from control.topology import Topology, TopologyError, apply_overlays, from_dict
 from experiments.common import REPO, agent_python, case_fidelity, cc_constants, cc_constants_line, exit_on_sigterm, \
     kill_switch, median_ratio_interval, percentile, ping_round_trips, print_fidelity, print_table, roce_agent, \
     save_figure, write_csv
-from features import FEATURES, SECTIONS, topology_from_dict
+from features import FEATURES, SECTIONS, load_topology, topology_from_dict
 from features.congestion_control import SECTION as CONGESTION_CONTROL
 from features.lossless import cell as lossless_cell
 from hostagent.aggregation.runs import start_server, stop_server
@@ -201,20 +201,17 @@ def technique_verdicts(results: Sequence["RunResult"]) -> list[dict]:
     runs without it stopped before their last step (its failure not
     absorbed: a rank gave up) and every faithful run of the composition
     completed."""
-    def faithful(case: str) -> tuple[int, list[RunResult]]:
+    def judged(case: str) -> tuple[int, list[float], list[int]]:
+        """(its runs; each faithful complete run's median step; the steps each faithful run that stopped did)."""
         runs = [r for r in results if r.case == case]
-        return len(runs), [r for r in runs if r.fidelity == "ok"]
+        good = [r for r in runs if r.fidelity == "ok"]
+        complete = [statistics.median(x.ms for x in r.lines) for r in good if r.completed == r.steps and r.lines]
+        return len(runs), complete, [r.completed for r in good if r.completed < r.steps]
 
-    def judged(case: str) -> tuple[int, list[float]]:
-        runs, good = faithful(case)
-        return runs, [statistics.median(x.ms for x in r.lines) for r in good if r.completed == r.steps and r.lines]
-
-    base_runs, base = judged("composed")
-    base_stopped = [r for r in faithful("composed")[1] if r.completed < r.steps]
+    base_runs, base, base_stopped = judged("composed")
     rows = []
     for case in dict.fromkeys(r.case for r in results if r.case != "composed"):
-        runs, off = judged(case)
-        stopped = [r.completed for r in faithful(case)[1] if r.completed < r.steps]
+        runs, off, stopped = judged(case)
         row = {"technique off": case, "runs": runs, "faithful": len(off) + len(stopped),
                "composed_faithful": len(base), "stopped": len(stopped),
                "step_ms_median": round(statistics.median(off), 1) if off else "",
@@ -328,16 +325,11 @@ class Incast:
     def hosts(self) -> list[str]:
         return [f"{INCAST_HOST}{i}" for i in range(1, self.senders + 1)]
 
-    def places(self, raw: dict, ranks: Sequence[str]) -> tuple[str, str]:
+    def places(self, topo: Topology, ranks: Sequence[str]) -> tuple[str, str]:
         """(the switch its senders hang off: the first rank's; the rank it
-        sends to: the first on another switch), from the topology's mapping."""
-        switch_of: dict[str, str] = {}
-        for link in raw["links"]:
-            a, b = (link["a"], link["b"]) if isinstance(link, dict) else link[:2]
-            switch_of.setdefault(a, b)
-            switch_of.setdefault(b, a)
-        first = switch_of[ranks[0]]
-        target = next((r for r in ranks if switch_of[r] != first), None)
+        sends to: the first on another switch)."""
+        first = topo.hosts[ranks[0]].switch
+        target = next((r for r in ranks if topo.hosts[r].switch != first), None)
         if target is None:
             raise ValueError(f"--incast: every rank is on {first}: no rank on another switch to send to")
         return first, target
@@ -389,7 +381,7 @@ def composed_topology(name: str, c: Composition, ranks: list[str], overlays: Seq
     path = topology_path(name)
     raw = yaml.safe_load(path.read_text())
     if incast is not None:
-        switch, _ = incast.places(raw, ranks)
+        switch, _ = incast.places(load_topology(path), ranks)
         for host in incast.hosts:
             raw["hosts"].append({"name": host, "role": "sender"})
             raw["links"].append([host, switch])
@@ -970,11 +962,11 @@ def run_case(case: str, c: Composition, args, reference: Reference, rank_names: 
             def step_started(k: int) -> None:           # the failure and the incast, as step k starts
                 nonlocal injected
                 if incast is not None and not incast_procs and k >= INCAST_FIRST_STEP:
-                    incast_procs.extend(start_incast(topo, raw, c, incast, rank_names, out))
+                    incast_procs.extend(start_incast(topo, c, incast, rank_names, out))
                     fidelity.watch("incast", [p.pid for p in incast_procs])
                     events.append(FabricEvent(time.time(), f"incast {incast.text} starts"))
                     say(f"!!! incast: {incast.text} from {', '.join(incast.hosts)} to "
-                        f"{incast.places(raw, rank_names)[1]} as step {k} started")
+                        f"{incast.places(topo, rank_names)[1]} as step {k} started")
                 if failure is not None and not injected and k >= failure.step:
                     failure.inject(net, ctl, lock)
                     injected = True
@@ -1020,12 +1012,12 @@ def run_case(case: str, c: Composition, args, reference: Reference, rank_names: 
                      paused_s, verdict, latency_ms=buckets * latency_ms, cpu=cpu, scenario=scenario_text(args))
 
 
-def start_incast(topo: Topology, raw: dict, c: Composition, incast: Incast, rank_names: Sequence[str],
+def start_incast(topo: Topology, c: Composition, incast: Incast, rank_names: Sequence[str],
                  out: Path) -> list[subprocess.Popen]:
     """`incast`'s senders, started now, sending until terminated (the case's
     end: a sender killed so writes no summary; the switches' counters say
     what the incast did)."""
-    target = topo.hosts[incast.places(raw, rank_names)[1]]
+    target = topo.hosts[incast.places(topo, rank_names)[1]]
     procs = []
     for i, name in enumerate(incast.hosts, start=1):
         host = topo.hosts[name]

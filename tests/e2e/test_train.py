@@ -70,8 +70,9 @@ INCAST_STEPS = 6
 def test_a_competing_incast_on_links_at_the_nic_rate_pauses_the_lossless_class_and_costs_the_lossy_one(tmp_path):
     """Every link at a rank NIC's rate (2 x 150 packets/s and ACKs: 375),
     and two fixed-rate senders of 300 packets/s each into rank h3's link
-    from step 2: the lossless class pauses (nothing lost in it, every step
-    done, the loss curve the reference's); the lossy class loses the ring's
+    from step 2: the lossless class pauses (no drop the switches count but
+    the pause frames they consume, every step done, the loss curve the
+    reference's: every gradient exact at the ranks); the lossy class loses the ring's
     packets there, so its ranks resend them or give up, saying so."""
     compile_p4()
     run = subprocess.run([sys.executable, "-m", "fabric.cli", "train", "--topology", "leaf-spine", "--steps",

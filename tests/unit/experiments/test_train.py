@@ -57,11 +57,11 @@ def test_an_incast_hangs_off_the_first_ranks_switch_and_sends_to_a_rank_on_anoth
     incast = train.Incast.parse("2@300")
     assert (incast.senders, incast.pps, incast.hosts) == (2, 300.0, ["incast1", "incast2"])
     topo, raw = train.composed_topology("leaf-spine", Composition(), ["h1", "h2", "h3", "h4"], incast=incast)
-    assert incast.places(raw, ["h1", "h2", "h3", "h4"]) == ("leaf1", "h3")
+    assert incast.places(topo, ["h1", "h2", "h3", "h4"]) == ("leaf1", "h3")
     assert [topo.hosts[h].switch for h in incast.hosts] == ["leaf1", "leaf1"]
     assert [h["name"] for h in raw["hosts"]][:4] == ["h1", "h2", "h3", "h4"]      # the ranks' addresses stay
     with pytest.raises(ValueError, match="every rank is on leaf1"):
-        incast.places(raw, ["h1", "h2"])
+        incast.places(topo, ["h1", "h2"])
     for bad in ("2", "0@300", "2@-1", "x@300", "2@fast"):
         with pytest.raises(ValueError, match="expected SENDERS@PPS"):
             train.Incast.parse(bad)
