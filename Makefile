@@ -19,6 +19,8 @@ DOCKER_FLAGS ?= $(eval DOCKER_FLAGS := $(shell bash docker/engine.sh flags $(DOC
 # DOCKER_TEST: the goals docker-test makes inside the container.
 P4C_IMAGE   ?=
 DOCKER_TEST ?= test
+# BUILD_FLAGS: options of docker-build's `build` (scripts/test_docker.sh: --network host).
+BUILD_FLAGS ?=
 DOCKER_RUN  = $(DOCKER) $(DOCKER_FLAGS) run --rm --privileged \
 	$(if $(wildcard /lib/modules),-v /lib/modules:/lib/modules:ro)
 
@@ -28,7 +30,7 @@ HAVE_NATIVE := $(shell for t in p4c-bm2-ss simple_switch_grpc; do \
 	done; echo yes)
 HAVE_DOCKER ?= $(eval HAVE_DOCKER := $(shell $(DOCKER) info >/dev/null 2>&1 && echo yes))$(HAVE_DOCKER)
 
-.PHONY: help setup doctor build run train test typecheck unit monitoring ptf e2e bench bench-constructs bench-aggregation experiments monitor fixtures clean generate features \
+.PHONY: help setup doctor build run train test test-kathara typecheck unit monitoring ptf e2e bench bench-constructs bench-aggregation experiments monitor fixtures clean generate features \
         docker-build docker-run docker-test test-docker require-toolchain
 
 help:
@@ -41,6 +43,7 @@ help:
 	@echo "Everything here is also \`.venv/bin/fabric COMMAND\` (fabric --help)."
 	@echo "make build | bench | bench-constructs | bench-aggregation | docker-build | docker-run | docker-test | clean"
 	@echo "make test-docker                            docker-run + PTF in a container, on a locally built stand-in for p4lang/p4c"
+	@echo "make test-kathara                           star, leaf-spine and fat-tree-k4 labs live on Kathara (root; its own dockerd if none runs)"
 
 setup:
 	@bash scripts/setup.sh
@@ -82,6 +85,11 @@ monitoring: setup
 
 e2e: require-toolchain build
 	$(PY) -m pytest tests/e2e -q --durations=40
+
+# The labs on Kathara, live (scripts/test_kathara.sh): a Docker daemon (its own
+# if none answers), the images, Kathara's network plugin, then tests/kathara.
+test-kathara: require-toolchain build
+	bash scripts/test_kathara.sh
 
 ifeq ($(HAVE_NATIVE),yes)
 test: typecheck unit monitoring ptf e2e
@@ -147,7 +155,7 @@ bench-constructs: require-toolchain
 	$(PY) -m benchmarks.construct_costs --readme docs/benchmark.md $(ARGS)
 
 docker-build:
-	$(DOCKER) $(DOCKER_FLAGS) build -f docker/Dockerfile -t $(IMAGE) \
+	$(DOCKER) $(DOCKER_FLAGS) build $(BUILD_FLAGS) -f docker/Dockerfile -t $(IMAGE) \
 	  $(if $(P4C_IMAGE),--build-arg P4C_IMAGE=$(P4C_IMAGE)) .
 
 # -it only on a terminal (the CLI), so `make docker-run ARGS=--no-cli` also runs unattended.

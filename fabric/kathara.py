@@ -1,34 +1,48 @@
 """A topology as a Kathara lab: the same fabric on containers, on one
-machine (Kathara's Docker backend) or on a Kubernetes cluster (Megalos).
+machine (Kathara's Docker manager) or on a Kubernetes cluster (Megalos,
+Kathara's Kubernetes manager).
 
-    fabric export kathara --topology fat-tree-k4 DIR [--switch-image kathara/p4] [--host-image p4-ai-fabric]
+    fabric export kathara --topology fat-tree-k4 DIR [--manager docker|kubernetes]
+        [--switch-image p4-ai-fabric] [--host-image p4-ai-fabric]
 
-writes DIR/lab.conf, one DIR/<device>.startup per device and DIR/shared/
-(Kathara mounts it at /shared in every device):
-- every switch on `--switch-image` (Kathara's BMv2 image), one interface
-  per port in port order (eth<i> is the switch's i-th port, BMv2 port
-  number as in the topology) and a last one on the management collision
-  domain `mgmt`; its startup runs simple_switch_grpc with the command line
-  the launcher builds (emulator.bmv2.switch_command: same device id, ports,
-  log level, priority queues), P4Runtime on its management address, then
-  sets its egress queues with simple_switch_CLI as the launcher does over
-  Thrift (emulator.network.apply_queue_settings, recorded: QueueScript);
+writes DIR/lab.conf and one DIR/<device>.startup per device; everything else
+a device needs is in its own directory DIR/<device>/, which both managers
+copy into the device's root at start (Docker: a copy; Kubernetes: a
+ConfigMap of at most 3 MiB), so the lab needs no shared folder (on
+Kubernetes, /shared is a folder of the cluster machine, not the lab's):
+- every switch on `--switch-image` (the project's image: BMv2 from p4lang's
+  image, and the authorizing P4Runtime proxy), one interface per port in
+  port order (the switch's i-th port is interface i, BMv2 port number as in
+  the topology) and a last one on the management collision domain `mgmt`;
+  its startup runs simple_switch_grpc with the command line the launcher
+  builds (emulator.bmv2.switch_command: same device id, ports, log level,
+  priority queues), P4Runtime on a unix socket in a 0700 directory, and in
+  front of it the authorizing proxy (emulator/p4runtime_proxy.py: mutual
+  TLS on the management address, each RPC checked against the client
+  certificate's role), as `fabric run` does; then it sets its egress queues
+  with simple_switch_CLI as the launcher does over Thrift
+  (emulator.network.apply_queue_settings, recorded: QueueScript);
 - every host on `--host-image` (the project's image, `make docker-build`:
   its agents run there), its NICs with the topology's MACs (lab.conf), the
   launcher's NIC and routing commands (emulator.network.nic_commands,
   host_routing_commands);
 - links with a delay or a loss get the launcher's netem at both ends;
 - a `controller` device (the project's image) on `mgmt`, which waits for
-  every switch's P4Runtime server and runs `fabric program` with
-  shared/topology.yaml: the topology with each switch's `management_ip`;
-- shared/main.json and shared/main.p4info.txtpb: the compiled pipeline;
+  every switch's P4Runtime server and runs `fabric program` on the topology
+  with each switch's `management_ip`; its output in
+  /var/log/fabric-program.log, ending `fabric program: exit N`. The
+  pipeline (main.json, main.p4info.txtpb), that topology and the
+  controller's certificate are in DIR/controller/fabric/build, which is
+  /fabric/build in the container, where `fabric program` looks;
 - mutual TLS on P4Runtime as the launcher runs it (control/tls.py): the lab's
   own CA in DIR/pki (made once, reused by a later export; it is no device's
   directory, so its key never enters a container), each switch's
   certificate for its management address in DIR/<switch>/etc/p4-ai-fabric/pki
-  (Kathara copies a device's directory into its root), the controller's in
-  DIR/controller/fabric/build/pki, where `fabric program` looks for it.
+  with the proxy's configuration beside it.
 
+Interface names are the manager's: Docker names a device's interfaces eth0,
+eth1... in lab.conf order; Kubernetes (Multus) names them net0, net1... and
+keeps eth0 for the pod network. `--manager` picks which the startups use.
 Collision domains are named after the link's ends (`leaf1_spine1`; a
 second link between the same two: `leaf1_spine1_2`). Management addresses:
 MANAGEMENT_NET, switch n at .n, the controller at the last address.
@@ -51,18 +65,28 @@ from control.controller import DEFAULT_PIPELINE
 from control.switch import Pipeline
 from control.feature import priority_queues
 from emulator.network import apply_queue_settings, host_routing_commands, nic_commands
+from emulator.p4runtime_proxy import ProxiedSwitch, ProxyConfig, backend_address
+from control.authorization import DEFAULT_OPERATOR_ACCESS
 from control.tls import Pki, ServerCredentials
 from control.topology import GRPC_PORT_BASE, Topology, TopologyError
 from features import load_topology
 
-SWITCH_IMAGE = "kathara/p4"
 HOST_IMAGE = "p4-ai-fabric"          # docker/Dockerfile, `make docker-build`
+SWITCH_IMAGE = HOST_IMAGE            # the same: p4lang's image (BMv2) with the project (the proxy)
 CONTROLLER = "controller"
 MANAGEMENT = "mgmt"
 MANAGEMENT_NET = ipaddress.ip_network("172.31.0.0/16")
 SWITCH_LOG_LEVEL = "warn"
 PROJECT_DIR = "/fabric"              # where the project's image keeps it
+PROGRAM_DONE = "fabric program: exit "   # the controller log's last line, with fabric program's exit status
+PROGRAM_LOG = "/var/log/fabric-program.log"
+CONTROLLER_BUILD = f"{PROJECT_DIR}/build"   # where `fabric program` finds the pipeline and its certificate
+LAB_TOPOLOGY = f"{CONTROLLER_BUILD}/topology.yaml"
+# What each Kathara manager names a device's lab interfaces (i: lab.conf's index).
+INTERFACE_PREFIX = {"docker": "eth", "kubernetes": "net"}
 SWITCH_PKI = "/etc/p4-ai-fabric/pki"  # a switch's CA and own certificate, in its container
+SWITCH_PROXY_CONFIG = "/etc/p4-ai-fabric/p4runtime-proxy.json"
+SWITCH_SOCKETS = Path("/run/p4-ai-fabric")  # BMv2's P4Runtime socket: only the proxy (root) reaches it
 LAB_PKI = "pki"                      # DIR/pki: the lab's CA and every certificate it signed
 
 
@@ -93,9 +117,6 @@ class Device:
     interfaces: list[tuple[str, str]] = field(default_factory=list)     # (collision domain, MAC or "")
     startup: list[str] = field(default_factory=list)
 
-    def iface(self, domain: str) -> str:
-        """eth<i> of the interface on `domain`."""
-        return f"eth{[d for d, _ in self.interfaces].index(domain)}"
 
 
 def collision_domains(topo: Topology) -> list[str]:
@@ -116,8 +137,13 @@ def controller_ip() -> str:
     return str(MANAGEMENT_NET[-2])
 
 
-def devices(topo: Topology, switch_image: str = SWITCH_IMAGE, host_image: str = HOST_IMAGE) -> dict[str, Device]:
-    """Every device of the lab: switches, hosts, the controller."""
+def devices(topo: Topology, switch_image: str = SWITCH_IMAGE, host_image: str = HOST_IMAGE,
+            manager: str = "docker") -> dict[str, Device]:
+    """Every device of the lab: switches, hosts, the controller, with
+    `manager`'s interface names."""
+    if manager not in INTERFACE_PREFIX:
+        raise ValueError(f"manager must be one of {', '.join(INTERFACE_PREFIX)}, got {manager!r}")
+    eth = INTERFACE_PREFIX[manager]
     domain_of = dict(zip((id(link) for link in topo.links), collision_domains(topo)))
     prefix = MANAGEMENT_NET.prefixlen
     out: dict[str, Device] = {}
@@ -125,14 +151,18 @@ def devices(topo: Topology, switch_image: str = SWITCH_IMAGE, host_image: str = 
         dev = out[sw.name] = Device(sw.name, switch_image)
         ports = [sw.ports[n] for n in sorted(sw.ports)]
         dev.interfaces = [(domain_of[id(p.link)], p.mac) for p in ports] + [(MANAGEMENT, "")]
-        mgmt, ip = f"eth{len(ports)}", management_ip(topo, sw.name)
+        mgmt, ip = f"{eth}{len(ports)}", management_ip(topo, sw.name)
         dev.startup += [f"ip addr add {ip}/{prefix} dev {mgmt}", f"ip link set {mgmt} up"]
-        dev.startup += _netem(topo, sw.name, {id(p.link): f"eth{i}" for i, p in enumerate(ports)})
+        dev.startup += _netem(topo, sw.name, {id(p.link): f"{eth}{i}" for i, p in enumerate(ports)})
         cmd = switch_command("simple_switch_grpc", device_id=sw.device_id, thrift_port=sw.thrift_port,
-                             grpc_addr=f"{ip}:{GRPC_PORT_BASE}", ports={p.number: f"eth{i}" for i, p in enumerate(ports)},
+                             grpc_addr=backend_address(SWITCH_SOCKETS, sw.name),
+                             ports={p.number: f"{eth}{i}" for i, p in enumerate(ports)},
                              log_level=SWITCH_LOG_LEVEL, log_file=Path(f"/var/log/{sw.name}"),
-                             priority_queues=priority_queues(topo, sw.name), tls=switch_tls(sw.name))
+                             priority_queues=priority_queues(topo, sw.name))
+        dev.startup.append(f"mkdir -p -m 700 {SWITCH_SOCKETS}")
         dev.startup.append(shlex.join(cmd) + f" > /var/log/{sw.name}.stdout 2>&1 &")
+        dev.startup.append(f"(cd {PROJECT_DIR} && exec .venv/bin/python -m emulator.p4runtime_proxy "
+                           f"{SWITCH_PROXY_CONFIG}) > /var/log/p4runtime-proxy.log 2>&1 &")
         script = QueueScript()
         apply_queue_settings(topo, sw.name, script)    # what the launcher sets over Thrift, recorded
         dev.startup.append(f"until (exec 3<>/dev/tcp/127.0.0.1/{sw.thrift_port}) 2>/dev/null; do sleep 1; done")
@@ -145,21 +175,30 @@ def devices(topo: Topology, switch_image: str = SWITCH_IMAGE, host_image: str = 
         for i, nic in enumerate(host.nics.values()):
             link = links[nic.iface]
             dev.interfaces.append((domain_of[id(link)], nic.mac))
-            renamed[nic.iface] = f"eth{i}"
+            renamed[nic.iface] = f"{eth}{i}"
         for nic in host.nics.values():
             # (not its IPv6 sysctl: Kathara's default containers are unprivileged, and refuse it)
             dev.startup += [shlex.join(c) for c in nic_commands(nic, renamed[nic.iface]) if c[0] != "sysctl"]
         dev.startup += _netem(topo, host.name, {id(links[n]): renamed[n] for n in links})
         dev.startup += [shlex.join(c) for c in host_routing_commands(topo, host.name, renamed.__getitem__)]
     ctl = out[CONTROLLER] = Device(CONTROLLER, host_image, [(MANAGEMENT, "")])
-    ctl.startup += [f"ip addr add {controller_ip()}/{prefix} dev eth0", "ip link set eth0 up"]
-    for sw in topo.switches.values():
-        ip = management_ip(topo, sw.name)
-        ctl.startup.append(f"until (exec 3<>/dev/tcp/{ip}/{GRPC_PORT_BASE}) 2>/dev/null; do sleep 1; done   # {sw.name}")
-    ctl.startup += [f"mkdir -p {PROJECT_DIR}/build && cp /shared/main.json /shared/main.p4info.txtpb {PROJECT_DIR}/build/",
-                    f"cd {PROJECT_DIR} && .venv/bin/fabric program --topology /shared/topology.yaml "
-                    "> /shared/controller.log 2>&1 &"]
+    ctl.startup += [f"ip addr add {controller_ip()}/{prefix} dev {eth}0", f"ip link set {eth}0 up"]
+    # In the background: Kubernetes runs a startup as the pod's postStart hook, which must not wait for others.
+    waits = [f"until (exec 3<>/dev/tcp/{management_ip(topo, sw.name)}/{GRPC_PORT_BASE}) 2>/dev/null; "
+             f"do sleep 1; done   # {sw.name}" for sw in topo.switches.values()]
+    ctl.startup += ["(", *(f"  {w}" for w in waits),
+                    f"  cd {PROJECT_DIR} && .venv/bin/fabric program --topology {LAB_TOPOLOGY}",
+                    f"  echo \"{PROGRAM_DONE}$?\"", f") > {PROGRAM_LOG} 2>&1 &"]
     return out
+
+
+def proxy_config(topo: Topology, switch: str) -> ProxyConfig:
+    """The authorizing proxy in `switch`'s container: its management address
+    in front of BMv2's socket, with the switch's certificate."""
+    tls = switch_tls(switch)
+    return ProxyConfig(str(tls.ca), (ProxiedSwitch(switch, f"{management_ip(topo, switch)}:{GRPC_PORT_BASE}",
+                                                   backend_address(SWITCH_SOCKETS, switch), str(tls.cert),
+                                                   str(tls.key)),), DEFAULT_OPERATOR_ACCESS)
 
 
 def switch_tls(switch: str) -> ServerCredentials:
@@ -224,35 +263,43 @@ def managed_topology(topo: Topology) -> dict:
 
 
 def export(topo: Topology, out: Path, pipeline: Pipeline = DEFAULT_PIPELINE, *, switch_image: str = SWITCH_IMAGE,
-           host_image: str = HOST_IMAGE) -> list[Path]:
+           host_image: str = HOST_IMAGE, manager: str = "docker") -> list[Path]:
     """Write the lab to `out` (made; an existing lab.conf there is replaced,
     nothing else removed); return the files written."""
     for path in (pipeline.bmv2_json, pipeline.p4info_txt):
         if not path.exists():
             raise FileNotFoundError(f"{path} not found: run `make build` first")
-    devs = devices(topo, switch_image, host_image)
-    shared = out / "shared"
-    shared.mkdir(parents=True, exist_ok=True)
+    devs = devices(topo, switch_image, host_image, manager)
+    out.mkdir(parents=True, exist_ok=True)
     written = [out / "lab.conf"]
     written[0].write_text(lab_conf(topo, devs))
     for dev in devs.values():
         path = out / f"{dev.name}.startup"
-        path.write_text(f"# {dev.name}: written by `fabric export kathara`\n" + "\n".join(dev.startup) + "\n")
+        path.write_text(f"# {dev.name}: written by `fabric export kathara --manager {manager}`\n"
+                        + "\n".join(dev.startup) + "\n")
         written.append(path)
+    build = out / CONTROLLER / CONTROLLER_BUILD.removeprefix("/")
+    build.mkdir(parents=True, exist_ok=True)
     for src, name in ((pipeline.bmv2_json, "main.json"), (pipeline.p4info_txt, "main.p4info.txtpb")):
-        shutil.copyfile(src, shared / name)
-        written.append(shared / name)
-    (shared / "topology.yaml").write_text(f"# {topo.source} with each switch's management address "
-                                         "(fabric export kathara)\n" + yaml.safe_dump(managed_topology(topo),
-                                                                                     sort_keys=False))
-    written.append(shared / "topology.yaml")
+        shutil.copyfile(src, build / name)
+        written.append(build / name)
+    topology = out / CONTROLLER / LAB_TOPOLOGY.removeprefix("/")
+    topology.write_text(f"# {topo.source} with each switch's management address (fabric export kathara)\n"
+                        + yaml.safe_dump(managed_topology(topo), sort_keys=False))
+    written.append(topology)
     written += write_pki(topo, out)
+    for sw in topo.switches.values():
+        path = out / sw.name / SWITCH_PROXY_CONFIG.removeprefix("/")
+        written.append(proxy_config(topo, sw.name).write(path))
     return written
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="fabric export kathara", description=__doc__.split("\n\n")[0])
     ap.add_argument("--topology", "-t", required=True, help="topology name in topologies/ or a YAML path")
+    ap.add_argument("--manager", choices=sorted(INTERFACE_PREFIX), default="docker",
+                    help="Kathara's manager the lab is for: its interface names (default: %(default)s; "
+                         "kubernetes: Megalos)")
     ap.add_argument("--switch-image", default=SWITCH_IMAGE, help="image of the switches (default: %(default)s)")
     ap.add_argument("--host-image", default=HOST_IMAGE, help="image of the hosts and the controller, with the "
                     "project in /fabric (default: %(default)s, `make docker-build`)")
@@ -260,7 +307,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = ap.parse_args(argv)
     try:
         topo = load_topology(args.topology)
-        written = export(topo, args.out, switch_image=args.switch_image, host_image=args.host_image)
+        written = export(topo, args.out, switch_image=args.switch_image, host_image=args.host_image,
+                         manager=args.manager)
     except (TopologyError, OSError) as exc:
         print(f"fabric export kathara: error: {exc}", file=sys.stderr)
         return 2

@@ -13,9 +13,13 @@
 #  6. runs `make docker-run ARGS=--no-cli` and `make docker-test DOCKER_TEST=ptf`
 #     (privileged containers); with --full, `make docker-test` (every test).
 #
-# Usage: scripts/test_docker.sh [--full] [--rebuild]
+# Usage: scripts/test_docker.sh [--full] [--rebuild] [--build-only]
 #   DOCKER=docker|podman   engine (default: one that answers, else podman)
 #   --rebuild              rebuild the base and stand-in images (not the project's)
+#   --build-only           steps 1-5 only: the images, then stop (scripts/test_kathara.sh
+#                          runs its labs on them)
+# Builds run with --network host: a private dockerd started --bridge=none
+# (scripts/test_kathara.sh) gives a build's containers no other network.
 # Ends with one line "test-docker: PASS ..." or "test-docker: FAIL ..."; exit 0 on PASS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,10 +27,12 @@ REPO=$PWD
 
 FULL=0
 REBUILD=0
+BUILD_ONLY=0
 for arg in "$@"; do
     case $arg in
     --full) FULL=1 ;;
     --rebuild) REBUILD=1 ;;
+    --build-only) BUILD_ONLY=1 ;;
     -h | --help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "test-docker: unknown argument: $arg" >&2; exit 2 ;;
     esac
@@ -273,7 +279,7 @@ build_standin() {
     say "building the stand-in $STANDIN from $PREFIX ($(du -sh "$PREFIX" | cut -f1); $(wc -l <"$CTX/packages.txt") Debian packages)"
     local nocache=()
     ((REBUILD)) && nocache=(--no-cache)
-    logged standin-build eng build "${nocache[@]}" --build-arg "BASE=$BASE" --build-arg "TOOLCHAIN_PREFIX=$PREFIX" \
+    logged standin-build eng build --network host "${nocache[@]}" --build-arg "BASE=$BASE" --build-arg "TOOLCHAIN_PREFIX=$PREFIX" \
         -t "$STANDIN" -f "$CTX/Containerfile" "$CTX"
     grep -E '^(BMv2 Python modules|p4include and cpp|Version [0-9]|[0-9]+\.[0-9.]+-)' "$LOGDIR/standin-build.log" | sed 's/^/    /' || true
     # Older stand-ins are superseded.
@@ -290,10 +296,14 @@ fi
 rm -rf "$WORK"; WORK=
 
 # ------------------------------------------------- 5-6. the project's targets
-MAKEVARS=(DOCKER="$ENGINE" DOCKER_FLAGS="$FLAGS" IMAGE="$IMAGE" P4C_IMAGE="$STANDIN")
+MAKEVARS=(DOCKER="$ENGINE" DOCKER_FLAGS="$FLAGS" IMAGE="$IMAGE" P4C_IMAGE="$STANDIN" BUILD_FLAGS="--network host")
 STEP="make docker-build"
 say "make docker-build (docker/Dockerfile on the stand-in)"
 logged docker-build make --no-print-directory docker-build "${MAKEVARS[@]}"
+if ((BUILD_ONLY)); then
+    echo "test-docker: images built: $IMAGE (on $STANDIN; $((SECONDS - T0)) s)"
+    exit 0
+fi
 
 run_step() {  # run_step NAME MAKE-ARGS...: live output, also logged
     local name=$1

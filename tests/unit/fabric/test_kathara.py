@@ -20,7 +20,9 @@ from cryptography import x509
 
 from control.tls import subject_alt_names
 from control.topology import TopologyError
-from fabric.kathara import CONTROLLER, MANAGEMENT, QueueScript, export, management_ip, switch_tls
+from emulator.p4runtime_proxy import ProxyConfig
+from fabric.kathara import CONTROLLER, MANAGEMENT, SWITCH_PROXY_CONFIG, QueueScript, devices, export, \
+    management_ip, switch_tls
 from features import load_topology
 
 REPO = Path(__file__).resolve().parents[3]
@@ -61,7 +63,7 @@ def test_every_topology_exports_a_lab_kathara_loads_that_runs_what_the_launcher_
 
     for sw in topo.switches.values():
         machine = lab.machines[sw.name]
-        assert machine.meta["image"] == "kathara/p4"
+        assert machine.meta["image"] == "p4-ai-fabric"
         lines = startup(out, sw.name)
         (cmd_line,) = [line for line in lines if line.startswith("simple_switch_grpc ")]
         cmd = shlex.split(cmd_line.split(" > ")[0])
@@ -73,10 +75,19 @@ def test_every_topology_exports_a_lab_kathara_loads_that_runs_what_the_launcher_
             assert domain(sw.name, int(iface[3:])) == next(d for d, e in ends.items() if e == {sw.name, port.peer}
                                                            or (port.peer == sw.name and e == {sw.name})), number
             assert machine.interfaces[int(iface[3:])].mac_address == port.mac
+        backend = f"unix:/run/p4-ai-fabric/{sw.name}.sock"
         assert cmd == switch_command("simple_switch_grpc", device_id=sw.device_id, thrift_port=sw.thrift_port,
-                                     grpc_addr=f"{management_ip(topo, sw.name)}:9559", ports=ports,
+                                     grpc_addr=backend, ports=ports,
                                      log_level="warn", log_file=Path(f"/var/log/{sw.name}"),
-                                     priority_queues=priority_queues(topo, sw.name), tls=switch_tls(sw.name))
+                                     priority_queues=priority_queues(topo, sw.name))
+        # in front of BMv2, the authorizing proxy: the management address, mutual TLS with the switch's certificate
+        assert "mkdir -p -m 700 /run/p4-ai-fabric" in lines
+        assert any("-m emulator.p4runtime_proxy /etc/p4-ai-fabric/p4runtime-proxy.json" in x for x in lines)
+        proxy = ProxyConfig.read(out / sw.name / SWITCH_PROXY_CONFIG.removeprefix("/"))
+        (proxied,) = proxy.switches
+        tls = switch_tls(sw.name)
+        assert (proxied.name, proxied.address, proxied.backend, proxied.cert, proxied.key, proxy.ca) == \
+            (sw.name, f"{management_ip(topo, sw.name)}:9559", backend, str(tls.cert), str(tls.key), str(tls.ca))
         launcher = QueueScript()
         apply_queue_settings(topo, sw.name, launcher)
         queue_lines = lines[lines.index(next(x for x in lines if "> /var/log/" in x and ".queues" in x)) + 1:-1]
@@ -93,13 +104,17 @@ def test_every_topology_exports_a_lab_kathara_loads_that_runs_what_the_launcher_
         expected += [shlex.join(c) for c in host_routing_commands(topo, host.name, renamed.__getitem__)]
         assert [line for line in startup(out, host.name) if not line.startswith("tc ")] == expected
 
-    managed = load_topology(out / "shared" / "topology.yaml")
+    build = out / CONTROLLER / "fabric" / "build"                     # /fabric/build in the controller
+    managed = load_topology(build / "topology.yaml")
     assert list(managed.switches) == list(topo.switches) and list(managed.hosts) == list(topo.hosts)
     waits = "\n".join(startup(out, CONTROLLER))
     for sw in managed.switches.values():
         assert sw.grpc_addr == f"{management_ip(topo, sw.name)}:9559"
         assert f"/dev/tcp/{sw.grpc_addr.replace(':', '/')})" in waits
-    assert (out / "shared" / "main.json").read_text() == pipeline.bmv2_json.read_text()
+    assert (build / "main.json").read_text() == pipeline.bmv2_json.read_text()
+    assert (build / "main.p4info.txtpb").read_text() == pipeline.p4info_txt.read_text()
+    assert "fabric program --topology /fabric/build/topology.yaml" in waits
+    assert not (out / "shared").exists()      # nothing the lab needs is in a shared folder (not Megalos')
     check_lab_pki(topo, out)
 
 
@@ -165,3 +180,63 @@ def test_a_node_named_after_what_the_export_makes_is_refused_naming_the_field(na
     path.write_text((REPO / "topologies" / "star.yaml").read_text().replace("h1", name))
     with pytest.raises(TopologyError, match=rf"star.yaml.*hosts\[0\]\.name: '{name}' is reserved"):
         load_topology(path)
+
+
+@pytest.fixture
+def kubernetes_settings():
+    """Kathara's settings with its Kubernetes manager (Megalos), put back after."""
+    from Kathara.setting.Setting import Setting
+    Setting.get_instance().load_from_dict({"manager_type": "kubernetes"})
+    yield Setting.get_instance()
+    Setting.get_instance().load_from_dict({"manager_type": "docker"})
+
+
+@pytest.mark.parametrize("name", ["star", "leaf-spine", "fat-tree-k4", "rail-optimized"])
+def test_a_lab_for_kubernetes_names_interfaces_as_kathara_gives_them_there(tmp_path, pipeline, name,
+                                                                          kubernetes_settings):
+    """Kathara's own Kubernetes code, run without a cluster: the ConfigMap each
+    device's files travel in (at most 3 MiB), and the pod each device runs in,
+    whose Multus annotation names the lab's interfaces net0, net1... (eth0 is
+    the pod network). Every startup uses those names; the controller's
+    pipeline, topology and certificate arrive where `fabric program` reads
+    them."""
+    import base64
+    import io
+    import json
+    import tarfile
+
+    from Kathara.manager.kubernetes.KubernetesConfigMap import KubernetesConfigMap
+    from Kathara.manager.kubernetes.KubernetesMachine import KubernetesMachine
+    from Kathara.manager.kubernetes.KubernetesNamespace import KubernetesNamespace
+
+    topo = load_topology(name)
+    out = tmp_path / "lab"
+    export(topo, out, pipeline, manager="kubernetes")
+    lab = LabParser.parse(str(out))
+    for link in lab.links.values():                # what the cluster would name each network
+        link.api_object = {"metadata": {"name": f"kathara-{link.name}"}}
+    devs = devices(topo, manager="kubernetes")
+    sizes = {}
+    kube_machine = KubernetesMachine(KubernetesNamespace())
+    for dev_name, machine in lab.machines.items():
+        machine.add_meta("real_name", kube_machine.get_deployment_name(machine.name))   # as its deploy does
+        config_map = KubernetesConfigMap()._build_for_machine(machine)     # raises above 3 MiB
+        packed = base64.b64decode(config_map.data["hostlab.b64"])
+        sizes[dev_name] = len(packed)
+        pod = kube_machine._build_definition(machine, config_map)
+        networks = json.loads(pod.spec.template.metadata.annotations["k8s.v1.cni.cncf.io/networks"])
+        names = {n["kathara.link"]: n["interface"] for n in networks}
+        assert [names[domain] for domain, _ in devs[dev_name].interfaces] == \
+            [f"net{i}" for i in range(len(devs[dev_name].interfaces))]
+        text = "\n".join(startup(out, dev_name))
+        assert "eth" not in text.replace("ethtool", ""), (dev_name, text)    # eth0 is the pod's
+        for domain, iface in names.items():
+            if dev_name in topo.switches and domain != MANAGEMENT:
+                assert f"@{iface} " in text or text.count(f"@{iface}\n"), (dev_name, iface)
+        if dev_name == CONTROLLER:
+            with tarfile.open(fileobj=io.BytesIO(packed)) as tar:
+                inside = set(tar.getnames())
+            for f in ("main.json", "main.p4info.txtpb", "topology.yaml", "pki/clients/controller.pem"):
+                assert f"hostlab/controller/fabric/build/{f}" in inside, f
+            assert "dev net0" in text
+    assert max(sizes.values()) < 3 * 2 ** 20
