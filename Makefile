@@ -43,7 +43,7 @@ help:
 	@echo "Everything here is also \`.venv/bin/fabric COMMAND\` (fabric --help)."
 	@echo "make build | bench | bench-constructs | bench-aggregation | docker-build | docker-run | docker-test | clean"
 	@echo "make test-docker                            docker-run + PTF in a container, on a locally built stand-in for p4lang/p4c"
-	@echo "make test-kathara                           star, leaf-spine and fat-tree-k4 labs live on Kathara (root; its own dockerd if none runs)"
+	@echo "make test-kathara                           star, leaf-spine and fat-tree-k4 labs live on Kathara (part of make test; root)"
 
 setup:
 	@bash scripts/setup.sh
@@ -92,7 +92,7 @@ test-kathara: require-toolchain build
 	bash scripts/test_kathara.sh
 
 ifeq ($(HAVE_NATIVE),yes)
-test: typecheck unit monitoring ptf e2e
+test: typecheck unit monitoring ptf e2e test-kathara
 else ifeq ($(HAVE_DOCKER),yes)
 test: typecheck unit monitoring docker-test
 else

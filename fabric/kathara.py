@@ -73,6 +73,8 @@ from features import load_topology
 
 HOST_IMAGE = "p4-ai-fabric"          # docker/Dockerfile, `make docker-build`
 SWITCH_IMAGE = HOST_IMAGE            # the same: p4lang's image (BMv2) with the project (the proxy)
+# The project's image runs `make run` by default; a device's container runs a shell (as Kathara's images do).
+DEVICE_COMMAND = "bash"
 CONTROLLER = "controller"
 MANAGEMENT = "mgmt"
 MANAGEMENT_NET = ipaddress.ip_network("172.31.0.0/16")
@@ -246,6 +248,7 @@ def lab_conf(topo: Topology, devs: dict[str, Device]) -> str:
         for i, (domain, mac) in enumerate(dev.interfaces):
             lines.append(f'{dev.name}[{i}]="{domain}{"/" + mac if mac else ""}"')
         lines.append(f'{dev.name}[image]="{dev.image}"')
+        lines.append(f'{dev.name}[args]="{DEVICE_COMMAND}"')
         lines.append("")
     return "\n".join(lines)
 
