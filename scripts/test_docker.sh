@@ -58,15 +58,8 @@ trap cleanup EXIT
 # shellcheck disable=SC2154  # rc is assigned in the trap
 trap 'rc=$?; echo "test-docker: FAIL (${STEP}: command failed, exit $rc, line $LINENO; logs in ${LOGDIR#"$REPO"/})"; exit 1' ERR
 
-# Run "$@" with its output in $LOGDIR/$1.log; on failure show its tail and fail.
-logged() {
-    local log=$LOGDIR/$1.log
-    shift
-    if ! "$@" >"$log" 2>&1; then
-        tail -n 40 "$log" | sed 's/^/    | /'
-        fail "'$*' failed (${log#"$REPO"/})"
-    fi
-}
+# shellcheck source=scripts/logged.sh
+. "$REPO/scripts/logged.sh"
 
 # ---------------------------------------------------------------- 1. tools
 STEP="installing prerequisites"

@@ -54,14 +54,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'rc=$?; echo "test-kathara: FAIL (${STEP}: command failed, exit $rc, line $LINENO; logs in ${LOGDIR#"$REPO"/})"; exit 1' ERR
 
-logged() {  # logged NAME CMD...: output in $LOGDIR/NAME.log; on failure its tail, and fail
-    local log=$LOGDIR/$1.log
-    shift
-    if ! "$@" >"$log" 2>&1; then
-        tail -n 40 "$log" | sed 's/^/    | /'
-        fail "'$*' failed (${log#"$REPO"/})"
-    fi
-}
+# shellcheck source=scripts/logged.sh
+. "$REPO/scripts/logged.sh"
 
 # ---------------------------------------------------------------- 1. tools
 STEP="installing prerequisites"
