@@ -219,7 +219,7 @@ def write_pki(topo: Topology, out: Path) -> list[Path]:
         copies += [(src, out / name / dst.relative_to("/"))
                    for src, dst in ((creds.ca, inside.ca), (creds.cert, inside.cert), (creds.key, inside.key))]
     controller = pki.client_credentials("controller")
-    inside_ctl = Pki(out / CONTROLLER / Path(PROJECT_DIR).relative_to("/") / "build" / "pki").client_credentials()
+    inside_ctl = Pki(out / CONTROLLER / CONTROLLER_BUILD.removeprefix("/") / "pki").client_credentials()
     copies += zip((controller.ca, controller.cert, controller.key), (inside_ctl.ca, inside_ctl.cert, inside_ctl.key))
     for src, dst in copies:
         dst.parent.mkdir(parents=True, exist_ok=True)
