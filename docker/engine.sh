@@ -7,12 +7,23 @@
 #                                  service answers, else the first installed
 #   docker/engine.sh flags ENGINE  print global options ENGINE needs here
 #                                  (nothing, except for podman on hosts below)
+#   docker/engine.sh privileged ENGINE
+#                                  print the `run` options of a privileged
+#                                  container here: --privileged, except below
 #
 # podman on a host with hybrid cgroups (v1 controllers plus a cgroup2 mount at
 # /sys/fs/cgroup/unified): its default runtime crun refuses to start containers
 # ("cgroups in hybrid mode not supported"); runc works, so use it there.
 # (podman's default ulimits above a host's hard limits cannot be fixed by a
 # flag: see README, "Docker with podman".)
+#
+# Docker's --privileged asks for every capability it knows; where this host's
+# bounding set lacks one (a host that is itself a container, e.g. without
+# CAP_SYS_RESOURCE), runc fails with "unable to apply caps: operation not
+# permitted". There the container gets what --privileged gives that the host
+# can give: every capability of the bounding set, no seccomp or AppArmor
+# profile, /proc and /sys paths unmasked. (Podman drops what the bounding set
+# lacks by itself.) Read from this process's bounding set: a local daemon's.
 set -euo pipefail
 
 is_podman() {
@@ -47,8 +58,28 @@ flags)
         fi
     fi
     ;;
+privileged)
+    engine=${2:?usage: $0 privileged ENGINE}
+    bnd=$(awk '/^CapBnd:/ { print $2 }' /proc/self/status 2>/dev/null || true)
+    last=$(cat /proc/sys/kernel/cap_last_cap 2>/dev/null || true)
+    if is_podman "$engine" || [[ -z $bnd || -z $last ]] || (((0x$bnd & ((1 << (last + 1)) - 1)) == (1 << (last + 1)) - 1)); then
+        echo --privileged
+        exit 0
+    fi
+    # Capabilities 0-37 by number (those every Docker release since 20.10 knows).
+    names=(CHOWN DAC_OVERRIDE DAC_READ_SEARCH FOWNER FSETID KILL SETGID SETUID SETPCAP
+        LINUX_IMMUTABLE NET_BIND_SERVICE NET_BROADCAST NET_ADMIN NET_RAW IPC_LOCK IPC_OWNER
+        SYS_MODULE SYS_RAWIO SYS_CHROOT SYS_PTRACE SYS_PACCT SYS_ADMIN SYS_BOOT SYS_NICE
+        SYS_RESOURCE SYS_TIME SYS_TTY_CONFIG MKNOD LEASE AUDIT_WRITE AUDIT_CONTROL SETFCAP
+        MAC_OVERRIDE MAC_ADMIN SYSLOG WAKE_ALARM BLOCK_SUSPEND AUDIT_READ)
+    out=()
+    for i in "${!names[@]}"; do
+        (((0x$bnd >> i) & 1)) && out+=(--cap-add "${names[$i]}")
+    done
+    echo "${out[*]} --security-opt seccomp=unconfined --security-opt apparmor=unconfined --security-opt systempaths=unconfined"
+    ;;
 *)
-    echo "usage: $0 detect | flags ENGINE" >&2
+    echo "usage: $0 detect | flags ENGINE | privileged ENGINE" >&2
     exit 2
     ;;
 esac
