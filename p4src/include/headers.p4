@@ -254,7 +254,8 @@ header failover_scratch_t {      // failover.p4, and heartbeats in source_routin
 }
 
 // INT's sampling at a host port (int_telemetry_source.p4): small, since
-// every packet entering there validates it (int_scratch only the sampled),
+// every packet entering there validates it (the sampled ones their INT-MD
+// header too),
 // and every packet of every program resets it (four fields: the flags fill
 // the sampler's byte).
 header int_sampling_t {
@@ -265,13 +266,7 @@ header int_sampling_t {
                                  // INT_SAMPLING_RAISED: its port has raised flows (int_raised_flow first)
 }
 
-header int_scratch_t {           // int_telemetry_*.p4
-    bit<8>   max_hops;           // source: the watchlist entry's parameters
-    bit<5>   hop_ml;
-    bit<16>  instructions;
-    bit<16>  domain;
-    bit<16>  domain_instructions;
-    bit<16>  domain_flags;
+header int_scratch_t {           // int_telemetry_egress.p4, int_telemetry_drop_report.p4
     bit<32>  node_id;            // egress: the port's INT settings (int_port)
     bit<8>   sink;
     bit<16>  mtu;
@@ -300,6 +295,7 @@ header int_scratch_t {           // int_telemetry_*.p4
     bit<8>   fill_words;         // transit: all-ones words to reach HopML
     bit<992> hop;                // transit: this hop's words so far, the last one lowest (IntHopWords)
     bit<16>  l4_length;          // TCP length for the checksum pseudo-header
+    bit<5>   pad;                // BMv2: whole bytes
 }
 
 header agg_scratch_t {           // aggregation.p4

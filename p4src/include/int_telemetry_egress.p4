@@ -550,33 +550,49 @@ control IntEgress(inout headers_t hdr,
                                       > INT_MAX_STACK_WORDS_C) {
                             hdr.int_md.m = 1;
                         } else {
-                            // Shifted in, one instruction after the other (INT_BASELINE_WORDS).
-                            meta.int_scratch.hop = 0;
-                            if (hdr.int_md.instruction_bitmap[15:15] == 1) {        // node id
-                                meta.int_scratch.hop = (bit<992>) meta.int_scratch.node_id;
+                            // Shifted in, one instruction after the other (INT_BASELINE_WORDS);
+                            // a run of set bits the usual bitmaps have (bits 0-3, 4-5, DS bits
+                            // 0-2) in one step: each step is arithmetic on 992 bits.
+                            if (hdr.int_md.instruction_bitmap[15:12] == 0xF) {      // node id, L1 ports, latency, queue
+                                meta.int_scratch.hop = (bit<992>) (meta.int_scratch.node_id
+                                    ++ (bit<16>) std_meta.ingress_port ++ (bit<16>) std_meta.egress_port
+                                    ++ (bit<32>) (std_meta.egress_global_timestamp - std_meta.ingress_global_timestamp)
+                                    ++ 8w0 ++ (bit<24>) std_meta.enq_qdepth);
+                            } else {
+                                meta.int_scratch.hop = 0;
+                                if (hdr.int_md.instruction_bitmap[15:15] == 1) {    // node id
+                                    meta.int_scratch.hop = (bit<992>) meta.int_scratch.node_id;
+                                }
+                                if (hdr.int_md.instruction_bitmap[14:14] == 1) {    // L1 ingress and egress port
+                                    meta.int_scratch.hop = (meta.int_scratch.hop << 32)
+                                        | (bit<992>) ((bit<16>) std_meta.ingress_port ++ (bit<16>) std_meta.egress_port);
+                                }
+                                if (hdr.int_md.instruction_bitmap[13:13] == 1) {    // hop latency
+                                    meta.int_scratch.hop = (meta.int_scratch.hop << 32)
+                                        | (bit<992>) (bit<32>) (std_meta.egress_global_timestamp - std_meta.ingress_global_timestamp);
+                                }
+                                if (hdr.int_md.instruction_bitmap[12:12] == 1) {    // queue id 0, occupancy
+                                    meta.int_scratch.hop = (meta.int_scratch.hop << 32) | (bit<992>) (bit<24>) std_meta.enq_qdepth;
+                                }
                             }
-                            if (hdr.int_md.instruction_bitmap[14:14] == 1) {        // L1 ingress and egress port
-                                meta.int_scratch.hop = (meta.int_scratch.hop << 32)
-                                    | (bit<992>) ((bit<16>) std_meta.ingress_port ++ (bit<16>) std_meta.egress_port);
-                            }
-                            if (hdr.int_md.instruction_bitmap[13:13] == 1) {        // hop latency
-                                meta.int_scratch.hop = (meta.int_scratch.hop << 32)
-                                    | (bit<992>) (bit<32>) (std_meta.egress_global_timestamp - std_meta.ingress_global_timestamp);
-                            }
-                            if (hdr.int_md.instruction_bitmap[12:12] == 1) {        // queue id 0, occupancy
-                                meta.int_scratch.hop = (meta.int_scratch.hop << 32) | (bit<992>) (bit<24>) std_meta.enq_qdepth;
-                            }
-                            if (hdr.int_md.instruction_bitmap[11:11] == 1) {        // ingress timestamp
+                            if (hdr.int_md.instruction_bitmap[11:10] == 3) {        // ingress and egress timestamps
+                                meta.int_scratch.hop = (meta.int_scratch.hop << 128)
+                                    | (bit<992>) ((bit<64>) std_meta.ingress_global_timestamp
+                                                  ++ (bit<64>) std_meta.egress_global_timestamp);
+                            } else if (hdr.int_md.instruction_bitmap[11:11] == 1) { // ingress timestamp
                                 meta.int_scratch.hop = (meta.int_scratch.hop << 64) | (bit<992>) std_meta.ingress_global_timestamp;
-                            }
-                            if (hdr.int_md.instruction_bitmap[10:10] == 1) {        // egress timestamp
+                            } else if (hdr.int_md.instruction_bitmap[10:10] == 1) { // egress timestamp
                                 meta.int_scratch.hop = (meta.int_scratch.hop << 64) | (bit<992>) std_meta.egress_global_timestamp;
                             }
                             count_fill();
                             if (meta.int_scratch.fill_words != 0) {                 // bits 6-14, unknown DS metadata: all-ones
                                 fill_words.apply(meta);
                             }
-                            if (hdr.int_md.ds_id == FABRIC_DS_ID) {
+                            if (hdr.int_md.ds_id == FABRIC_DS_ID && hdr.int_md.ds_instruction[15:13] == 7) {
+                                meta.int_scratch.hop = (meta.int_scratch.hop << 96)  // tx bytes, tx time, link rate
+                                    | (bit<992>) (meta.int_scratch.tx_bytes ++ (bit<32>) std_meta.egress_global_timestamp
+                                                  ++ meta.int_scratch.link_rate_mbps);
+                            } else if (hdr.int_md.ds_id == FABRIC_DS_ID) {
                                 if (hdr.int_md.ds_instruction[15:15] == 1) {        // tx bytes
                                     meta.int_scratch.hop = (meta.int_scratch.hop << 32) | (bit<992>) meta.int_scratch.tx_bytes;
                                 }

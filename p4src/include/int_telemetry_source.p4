@@ -45,6 +45,21 @@ control IntSource(inout headers_t hdr,
     register<bit<32>, port_t>(PORT_COUNT) int_port_sample_count;
     register<bit<32>, int_sampler_t>(INT_WATCHLIST_SIZE) int_sample_count;
 
+    // A watchlist rule's (or a raised flow's) parameters, straight into the
+    // INT-MD header the packet carries if it is sampled: BMv2 pays for every
+    // field it writes (docs/benchmark.md), so no scratch copy in between.
+    action md_from_rule(bit<8> max_hop_count, bit<5> hop_metadata_words, bit<16> instruction_bitmap,
+                        bit<16> ds_id, bit<16> ds_instruction, bit<16> ds_flags) {
+        hdr.int_md.setValid();
+        hdr.int_md.ver = INT_VERSION;
+        hdr.int_md.hop_ml = hop_metadata_words;
+        hdr.int_md.remaining_hop_cnt = max_hop_count;
+        hdr.int_md.instruction_bitmap = instruction_bitmap;
+        hdr.int_md.ds_id = ds_id;
+        hdr.int_md.ds_instruction = ds_instruction;
+        hdr.int_md.ds_flags = ds_flags;
+    }
+
     action sample_port(bit<32> sample_one_in, bit<1> has_raised_flows) {
         meta.int_sampling.setValid();
         meta.int_sampling.flags = (bit<6>) has_raised_flows << 1;      // INT_SAMPLING_RAISED, not yet TAKE
@@ -75,6 +90,7 @@ control IntSource(inout headers_t hdr,
 
     action entry_unsampled() {
         int_sample_count.write(meta.int_sampling.sampler, meta.int_sampling.sample);
+        hdr.int_md.setInvalid();                                      // the rule filled it
     }
 
     action entry_sampled() {
@@ -86,13 +102,7 @@ control IntSource(inout headers_t hdr,
     action raised_flow_source(bit<8> max_hop_count, bit<5> hop_metadata_words, bit<16> instruction_bitmap,
                               bit<16> ds_id, bit<16> ds_instruction, bit<16> ds_flags) {
         meta.int_sampling.flags = meta.int_sampling.flags | INT_SAMPLING_TAKE;
-        meta.int_scratch.setValid();
-        meta.int_scratch.max_hops = max_hop_count;
-        meta.int_scratch.hop_ml = hop_metadata_words;
-        meta.int_scratch.instructions = instruction_bitmap;
-        meta.int_scratch.domain = ds_id;
-        meta.int_scratch.domain_instructions = ds_instruction;
-        meta.int_scratch.domain_flags = ds_flags;
+        md_from_rule(max_hop_count, hop_metadata_words, instruction_bitmap, ds_id, ds_instruction, ds_flags);
     }
 
     table int_raised_flow {
@@ -114,17 +124,11 @@ control IntSource(inout headers_t hdr,
     action int_source(bit<8> max_hop_count, bit<5> hop_metadata_words, bit<16> instruction_bitmap,
                       bit<16> ds_id, bit<16> ds_instruction, bit<16> ds_flags, bit<32> sample_one_in,
                       int_sampler_t sampler) {
-        meta.int_scratch.setValid();
         meta.int_sampling.sampler = sampler;
         meta.int_sampling.sample_one_in = sample_one_in;
         int_sample_count.read(meta.int_sampling.sample, sampler);
         meta.int_sampling.sample = meta.int_sampling.sample + 1;     // this packet counted
-        meta.int_scratch.max_hops = max_hop_count;
-        meta.int_scratch.hop_ml = hop_metadata_words;
-        meta.int_scratch.instructions = instruction_bitmap;
-        meta.int_scratch.domain = ds_id;
-        meta.int_scratch.domain_instructions = ds_instruction;
-        meta.int_scratch.domain_flags = ds_flags;
+        md_from_rule(max_hop_count, hop_metadata_words, instruction_bitmap, ds_id, ds_instruction, ds_flags);
     }
 
     table int_watchlist {
@@ -145,25 +149,20 @@ control IntSource(inout headers_t hdr,
         size = INT_WATCHLIST_SIZE;
     }
 
+    // The shim before the INT-MD header the rule filled (setValid zeroed
+    // the fields not written: rsvd here, d, e, m and rsvd there).
     action insert_int_headers() {
         hdr.int_shim.setValid();
         hdr.int_shim.int_type = INT_TYPE_MD;
-        hdr.int_shim.rsvd = 0;
         hdr.int_shim.len = INT_HEADER_WORDS;
-        hdr.int_md.setValid();
-        hdr.int_md.ver = INT_VERSION;
-        hdr.int_md.d = 0;
-        hdr.int_md.e = 0;
-        hdr.int_md.m = 0;
-        hdr.int_md.rsvd = 0;
-        hdr.int_md.hop_ml = meta.int_scratch.hop_ml;
-        hdr.int_md.remaining_hop_cnt = meta.int_scratch.max_hops;
-        hdr.int_md.instruction_bitmap = meta.int_scratch.instructions;
-        hdr.int_md.ds_id = meta.int_scratch.domain;
-        hdr.int_md.ds_instruction = meta.int_scratch.domain_instructions;
-        hdr.int_md.ds_flags = meta.int_scratch.domain_flags;
         hdr.ipv4.total_len = hdr.ipv4.total_len + INT_SHIM_AND_HEADER_BYTES;
         meta.telemetry.l4_checksum = 1;
+    }
+
+    // A packet the rule matched but the entry's own rate did not take, or
+    // not TCP/UDP: no INT-MD header after all.
+    action drop_int_md() {
+        hdr.int_md.setInvalid();
     }
 
     // INT on at this switch: the controller sets int_switch's default action
@@ -230,17 +229,21 @@ control IntSource(inout headers_t hdr,
                             }
                         }
                         // TCP and UDP only (the watchlist's protocols): the shim follows the L4 header.
-                        if (meta.int_sampling.flags & INT_SAMPLING_TAKE != 0 && hdr.udp.isValid()) {
-                            insert_int_headers();
-                            hdr.int_shim.npt = INT_NPT_UDP_PORT;
-                            hdr.int_shim.npt_field = hdr.udp.dst_port;
-                            hdr.udp.dst_port = INT_UDP_PORT;
-                            hdr.udp.length = hdr.udp.length + INT_SHIM_AND_HEADER_BYTES;
-                        } else if (meta.int_sampling.flags & INT_SAMPLING_TAKE != 0 && hdr.tcp.isValid()) {
-                            insert_int_headers();
-                            hdr.int_shim.npt = INT_NPT_DSCP;
-                            hdr.int_shim.npt_field = (bit<16>) (hdr.ipv4.dscp ++ 2w0);
-                            hdr.ipv4.dscp = INT_DSCP;
+                        if (meta.int_sampling.flags & INT_SAMPLING_TAKE != 0) {
+                            if (hdr.udp.isValid()) {
+                                insert_int_headers();
+                                hdr.int_shim.npt = INT_NPT_UDP_PORT;
+                                hdr.int_shim.npt_field = hdr.udp.dst_port;
+                                hdr.udp.dst_port = INT_UDP_PORT;
+                                hdr.udp.length = hdr.udp.length + INT_SHIM_AND_HEADER_BYTES;
+                            } else if (hdr.tcp.isValid()) {
+                                insert_int_headers();
+                                hdr.int_shim.npt = INT_NPT_DSCP;
+                                hdr.int_shim.npt_field = (bit<16>) (hdr.ipv4.dscp ++ 2w0);
+                                hdr.ipv4.dscp = INT_DSCP;
+                            } else {
+                                drop_int_md();
+                            }
                         }
                         release_scratch();
                     }
