@@ -273,15 +273,11 @@ header int_scratch_t {           // int_telemetry_egress.p4, int_telemetry_drop_
     bit<32>  link_rate_mbps;
     qdepth_t queue_threshold;
     bit<32>  queue_interval_us;
-    bit<8>   latency_shift;
-    bit<8>   queue_shift;
     bit<32>  refresh_us;
     bit<32>  tx_bytes;
     bit<32>  flow_slot;          // suppression state cell of the flow
     bit<32>  flow_value;         // this hop's (ports, latency bucket, queue bucket), and last time's
     bit<32>  previous;
-    bit<32>  latency_bucket;
-    bit<32>  queue_bucket;
     bit<8>   flow_changed;
     bit<32>  now_us;
     bit<32>  last_us;
