@@ -116,6 +116,7 @@ const bit<2>  INT_NPT_UDP_PORT = 1;
 const bit<8>  INT_HEADER_WORDS = 3;        // INT-MD header, counted by the shim's Length
 const bit<16> INT_SHIM_AND_HEADER_BYTES = 16;
 const bit<16> FABRIC_DS_ID = 0xAF01;       // this project's INT domain: DS bits = tx bytes, tx time, link rate
+const bit<16> INT_DEFAULT_BITMAP = 0xFC00; // node id, L1 ports, hop latency, queue, ingress and egress timestamps: 8 words
 // The metadata stack a switch can carry and report, in 4-byte words. A hop
 // that would grow the stack beyond it pushes nothing and sets M.
 #define INT_MAX_STACK_WORDS 64

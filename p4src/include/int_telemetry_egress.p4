@@ -217,6 +217,25 @@ control IntEgress(inout headers_t hdr,
         meta.telemetry.l4_checksum = 1;
     }
 
+    // The default instructions (INT_DEFAULT_BITMAP), and the fabric domain's
+    // three words after them, straight into the headers HopML 8 and 11 ask
+    // for: no arithmetic on 992 bits.
+    action push_default_words() {
+        hdr.int_hop8.setValid();
+        hdr.int_hop8.words = meta.int_scratch.node_id
+            ++ (bit<16>) std_meta.ingress_port ++ (bit<16>) std_meta.egress_port
+            ++ (bit<32>) (std_meta.egress_global_timestamp - std_meta.ingress_global_timestamp)
+            ++ 8w0 ++ (bit<24>) std_meta.enq_qdepth
+            ++ (bit<64>) std_meta.ingress_global_timestamp ++ (bit<64>) std_meta.egress_global_timestamp;
+    }
+
+    action push_fabric_ds_words() {
+        hdr.int_hop2.setValid();
+        hdr.int_hop2.words = meta.int_scratch.tx_bytes ++ (bit<32>) std_meta.egress_global_timestamp;
+        hdr.int_hop1.setValid();
+        hdr.int_hop1.words = meta.int_scratch.link_rate_mbps;
+    }
+
     // ---- sink: keep what the report needs, clone, strip -------------------
 
     action save_for_report() {
@@ -548,8 +567,16 @@ control IntEgress(inout headers_t hdr,
                                    || hdr.int_shim.len - INT_HEADER_WORDS + (bit<8>) hdr.int_md.hop_ml
                                       > INT_MAX_STACK_WORDS_C) {
                             hdr.int_md.m = 1;
+                        } else if (hdr.int_md.instruction_bitmap == INT_DEFAULT_BITMAP && hdr.int_md.hop_ml == 8) {
+                            push_default_words();
+                            push_done(8 << 2);
+                        } else if (hdr.int_md.instruction_bitmap == INT_DEFAULT_BITMAP && hdr.int_md.hop_ml == 11
+                                   && hdr.int_md.ds_id == FABRIC_DS_ID && hdr.int_md.ds_instruction[15:13] == 7) {
+                            push_default_words();
+                            push_fabric_ds_words();
+                            push_done(11 << 2);
                         } else {
-                            // Shifted in, one instruction after the other (INT_BASELINE_WORDS);
+                            // Any other bitmap: shifted in, one instruction after the other (INT_BASELINE_WORDS);
                             // a run of set bits the usual bitmaps have (bits 0-3, 4-5, DS bits
                             // 0-2) in one step: each step is arithmetic on 992 bits.
                             if (hdr.int_md.instruction_bitmap[15:12] == 0xF) {      // node id, L1 ports, latency, queue

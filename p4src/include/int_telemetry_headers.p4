@@ -52,9 +52,11 @@ header int_stack_t {
 
 // The metadata this switch pushes: HopML words (at most 31) in bitmap order,
 // built in meta.int_scratch.hop and cut into headers of 16, 8, 4, 2 and 1
-// words by HopML's bits (int_telemetry_egress.p4 IntHopWords): five header
-// instances, not one per instruction bit, because BMv2 marks every header
-// instance invalid for every packet, INT or not.
+// words by HopML's bits (int_telemetry_egress.p4 IntHopWords; the default
+// instructions, alone or with the fabric domain's three words, go into the
+// 8-, 2- and 1-word headers directly): five header instances, not one per
+// instruction bit, because BMv2 marks every header instance invalid for
+// every packet, INT or not.
 header int_hop16_t { bit<512> words; }
 header int_hop8_t  { bit<256> words; }
 header int_hop4_t  { bit<128> words; }

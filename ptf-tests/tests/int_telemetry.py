@@ -238,6 +238,17 @@ class EveryInstructionCombinationGivesItsHopMlTest(IntTestBase):
                         self.assertEqual(hop.values["link_rate"], LINK_RATE)
                     if "tx_bytes" in names:
                         self.assertGreater(hop.values["tx_bytes"], 0)
+                    v = hop.values
+                    if "node_id" in names:
+                        self.assertEqual(v["node_id"], NODE_ID)
+                    if "l1_ports" in names:
+                        self.assertEqual(v["l1_ports"], (HOST_PORT << 16) | DST_PORT)
+                    if {"ingress_ts", "egress_ts"} <= set(names):
+                        self.assertGreaterEqual(v["egress_ts"], v["ingress_ts"])
+                        if "hop_latency" in names:
+                            self.assertEqual(v["hop_latency"], v["egress_ts"] - v["ingress_ts"])
+                    if {"egress_ts", "tx_time"} <= set(names):
+                        self.assertEqual(v["tx_time"], v["egress_ts"] & 0xFFFFFFFF, "tx time: the egress time's low word")
                 checked += 1
         self.assertEqual(checked, 126)
 
