@@ -255,9 +255,8 @@ header failover_scratch_t {      // failover.p4, and heartbeats in source_routin
 
 // INT's sampling at a host port (int_telemetry_source.p4): small, since
 // every packet entering there validates it (the sampled ones their INT-MD
-// header too),
-// and every packet of every program resets it (four fields: the flags fill
-// the sampler's byte).
+// header too), and every packet of every program resets it (four fields:
+// the flags fill the sampler's byte).
 header int_sampling_t {
     bit<32>  sample;             // packets the port's (then the entry's) sampler counted, this one included
     bit<32>  sample_one_in;
