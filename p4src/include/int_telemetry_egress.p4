@@ -576,38 +576,27 @@ control IntEgress(inout headers_t hdr,
                             push_fabric_ds_words();
                             push_done(11 << 2);
                         } else {
-                            // Any other bitmap: shifted in, one instruction after the other (INT_BASELINE_WORDS);
-                            // a run of set bits the usual bitmaps have (bits 0-3, 4-5, DS bits
-                            // 0-2) in one step: each step is arithmetic on 992 bits.
-                            if (hdr.int_md.instruction_bitmap[15:12] == 0xF) {      // node id, L1 ports, latency, queue
-                                meta.int_scratch.hop = (bit<992>) (meta.int_scratch.node_id
-                                    ++ (bit<16>) std_meta.ingress_port ++ (bit<16>) std_meta.egress_port
-                                    ++ (bit<32>) (std_meta.egress_global_timestamp - std_meta.ingress_global_timestamp)
-                                    ++ 8w0 ++ (bit<24>) std_meta.enq_qdepth);
-                            } else {
-                                meta.int_scratch.hop = 0;
-                                if (hdr.int_md.instruction_bitmap[15:15] == 1) {    // node id
-                                    meta.int_scratch.hop = (bit<992>) meta.int_scratch.node_id;
-                                }
-                                if (hdr.int_md.instruction_bitmap[14:14] == 1) {    // L1 ingress and egress port
-                                    meta.int_scratch.hop = (meta.int_scratch.hop << 32)
-                                        | (bit<992>) ((bit<16>) std_meta.ingress_port ++ (bit<16>) std_meta.egress_port);
-                                }
-                                if (hdr.int_md.instruction_bitmap[13:13] == 1) {    // hop latency
-                                    meta.int_scratch.hop = (meta.int_scratch.hop << 32)
-                                        | (bit<992>) (bit<32>) (std_meta.egress_global_timestamp - std_meta.ingress_global_timestamp);
-                                }
-                                if (hdr.int_md.instruction_bitmap[12:12] == 1) {    // queue id 0, occupancy
-                                    meta.int_scratch.hop = (meta.int_scratch.hop << 32) | (bit<992>) (bit<24>) std_meta.enq_qdepth;
-                                }
+                            // Any other bitmap: shifted in, one instruction after the other
+                            // (INT_BASELINE_WORDS; the domain's three words, HPCC's, in one step).
+                            meta.int_scratch.hop = 0;
+                            if (hdr.int_md.instruction_bitmap[15:15] == 1) {        // node id
+                                meta.int_scratch.hop = (bit<992>) meta.int_scratch.node_id;
                             }
-                            if (hdr.int_md.instruction_bitmap[11:10] == 3) {        // ingress and egress timestamps
-                                meta.int_scratch.hop = (meta.int_scratch.hop << 128)
-                                    | (bit<992>) ((bit<64>) std_meta.ingress_global_timestamp
-                                                  ++ (bit<64>) std_meta.egress_global_timestamp);
-                            } else if (hdr.int_md.instruction_bitmap[11:11] == 1) { // ingress timestamp
+                            if (hdr.int_md.instruction_bitmap[14:14] == 1) {        // L1 ingress and egress port
+                                meta.int_scratch.hop = (meta.int_scratch.hop << 32)
+                                    | (bit<992>) ((bit<16>) std_meta.ingress_port ++ (bit<16>) std_meta.egress_port);
+                            }
+                            if (hdr.int_md.instruction_bitmap[13:13] == 1) {        // hop latency
+                                meta.int_scratch.hop = (meta.int_scratch.hop << 32)
+                                    | (bit<992>) (bit<32>) (std_meta.egress_global_timestamp - std_meta.ingress_global_timestamp);
+                            }
+                            if (hdr.int_md.instruction_bitmap[12:12] == 1) {        // queue id 0, occupancy
+                                meta.int_scratch.hop = (meta.int_scratch.hop << 32) | (bit<992>) (bit<24>) std_meta.enq_qdepth;
+                            }
+                            if (hdr.int_md.instruction_bitmap[11:11] == 1) {        // ingress timestamp
                                 meta.int_scratch.hop = (meta.int_scratch.hop << 64) | (bit<992>) std_meta.ingress_global_timestamp;
-                            } else if (hdr.int_md.instruction_bitmap[10:10] == 1) { // egress timestamp
+                            }
+                            if (hdr.int_md.instruction_bitmap[10:10] == 1) {        // egress timestamp
                                 meta.int_scratch.hop = (meta.int_scratch.hop << 64) | (bit<992>) std_meta.egress_global_timestamp;
                             }
                             count_fill();
