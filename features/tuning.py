@@ -212,6 +212,17 @@ def dctcp_k(rate_pps: float, rtt_s: float) -> int:
     return max(1, ceil(rate_pps * rtt_s / DCTCP_K_DIVISOR))
 
 
+def fan_in(topo: Topology, switch: str) -> int:
+    """The ports that can feed one egress port of `switch`: its others. One
+    packet from each, arriving together, queues fan-in - 1 deep at that port
+    with no overload at all, so marking must start at the fan-in or above:
+    below it, ECN marks coincidence, not congestion, and DCQCN cuts for it
+    (leaf-spine, K 1 on a leaf's host port: two DCQCN senders used the link
+    0.37 in one CI run; DCTCP's own deployments set K far above C x RTT / 7
+    for bursts: 20 packets at 1 Gbit/s, 65 at 10, Linux's dctcp.txt)."""
+    return max(1, len(topo.switches[switch].ports) - 1)
+
+
 def dcqcn_threshold(reference_bytes: float, rate_pps: float, rtt_s: float) -> float:
     """A DCQCN threshold in packets at this port: the paper's (at 40 Gbit/s,
     for an RTT of DCQCN_RTT_S) as a multiple of the paper's BDP, times the
@@ -528,6 +539,7 @@ class _EcnPlan:
     groups: tuple[_EcnGroup, ...]
     write: bool
     starts: dict[str, int]    # switch -> the highest depth where its marking starts (uncapped)
+    fan_in: dict[str, int]    # switch -> its ports' fan-in: where marking starts at the lowest
 
 
 def _ecn_plan(t: Tuning, topo: Topology, config: Optional[LosslessConfig], mode: Optional[str]) -> _EcnPlan:
@@ -556,14 +568,15 @@ def _ecn_plan(t: Tuning, topo: Topology, config: Optional[LosslessConfig], mode:
                       []).append((sw, port))
     groups = tuple(_EcnGroup(q, kind, rate, lossless, name, tuple(ports))
                    for (q, kind, rate, lossless, name), ports in by.items())
+    fans = {sw: fan_in(topo, sw) for sw in topo.switches}
     starts: dict[str, int] = {}
     if write:
         for g in groups:
             first = dctcp_k(g.rate, t.rtt_s) if g.mode == "step" else \
                 max(1, ceil(dcqcn_threshold(DCQCN_KMIN_BYTES, g.rate, t.rtt_s)))
             for sw, _ in g.ports:
-                starts[sw] = max(starts.get(sw, 0), first)
-    return _EcnPlan(groups, write, starts)
+                starts[sw] = max(starts.get(sw, 0), first, fans[sw])
+    return _EcnPlan(groups, write, starts, fans)
 
 
 def _ecn(t: Tuning, plan: _EcnPlan, lossless_depth: Mapping[str, int]) -> None:
@@ -572,28 +585,39 @@ def _ecn(t: Tuning, plan: _EcnPlan, lossless_depth: Mapping[str, int]) -> None:
     items: list[dict[str, Any]] = []
     rtt = t.rtt_s
     for g in sorted(plan.groups, key=lambda g: g.ports[0]):
-        for depth, ports in _by_depth(g, lossless_depth).items():
+        bdp = g.rate * rtt
+        k_raw = dctcp_k(g.rate, rtt)
+        kmin_scaled = max(1, ceil(dcqcn_threshold(DCQCN_KMIN_BYTES, g.rate, rtt)))
+        kmax_raw = max(2, ceil(dcqcn_threshold(DCQCN_KMAX_BYTES, g.rate, rtt)))
+        for (depth, fans), ports in _by_depth(g, lossless_depth, plan.fan_in, min(k_raw, kmin_scaled)).items():
             where = port_list(ports) + (f" queue {g.queue} (class {g.tclass})" if g.queue is not None else "")
-            bdp = g.rate * rtt
             base = (Input("r", g.rate, "packets/s"), Input("RTT", rtt * 1000, "ms"),
                     Input("BDP = r RTT", bdp, "packets"))
             capped = f"; capped below the queue's depth ({depth})"
-            k_raw = dctcp_k(g.rate, rtt)
-            k = min(k_raw, depth - 1)
-            kmin_raw = max(1, ceil(dcqcn_threshold(DCQCN_KMIN_BYTES, g.rate, rtt)))
-            kmax_raw = max(2, ceil(dcqcn_threshold(DCQCN_KMAX_BYTES, g.rate, rtt)))
+            k_floor = fans > k_raw                  # the fan-in, not the BDP, says where marking starts
+            kmin_floor = fans > kmin_scaled
+            fan = (Input("fan-in", fans, "ports"),) if k_floor or kmin_floor else ()
+            k_uncapped = max(k_raw, fans)
+            k = min(k_uncapped, depth - 1)
             kmax = min(kmax_raw, depth - 1)
+            kmin_raw = max(kmin_scaled, fans)
             kmin = min(kmin_raw, kmax - 1)
+            k_formula = ("the port's fan-in, above ceil(BDP / 7) = " + str(k_raw) +
+                         ": packets from each other port arriving together queue fan-in - 1 deep, no overload"
+                         if k_floor else "max(1, ceil(BDP / 7))")
+            kmin_formula = ("the port's fan-in, above the scaled Kmin " + str(kmin_scaled) +
+                            " (0.1 BDP): packets from each other port arriving together queue fan-in - 1 deep"
+                            if kmin_floor else "max(1, ceil(Kmin_ref / (C_ref RTT_ref) x BDP)), 0.1 BDP")
             written = plan.write and g.mode != ""
             if g.mode in ("step", ""):
-                t.add(ECN, Derived("ecn.k", k, "packets", "max(1, ceil(BDP / 7))" + (capped if k < k_raw else ""),
-                                   base, where, "dctcp", "overlay: ecn[].k (mode step)" if written else ""))
+                t.add(ECN, Derived("ecn.k", k, "packets", k_formula + (capped if k < k_uncapped else ""),
+                                   base + (fan if k_floor else ()), where, "dctcp",
+                                   "overlay: ecn[].k (mode step)" if written else ""))
             if g.mode in ("wred", ""):
                 ref = (Input("C_ref", DCQCN_RATE_BPS / 1e9, "Gbit/s"), Input("RTT_ref", DCQCN_RTT_S * 1e6, "us"))
-                t.add(ECN, Derived("ecn.kmin", kmin, "packets",
-                                   "max(1, ceil(Kmin_ref / (C_ref RTT_ref) x BDP)), 0.1 BDP" +
-                                   (capped if kmin < kmin_raw else ""),
-                                   (*base, Input("Kmin_ref", DCQCN_KMIN_BYTES / 1000, "KB"), *ref), where, "dcqcn",
+                t.add(ECN, Derived("ecn.kmin", kmin, "packets", kmin_formula + (f"; capped below Kmax ({kmax})" if kmin < kmin_raw else ""),
+                                   (*base, Input("Kmin_ref", DCQCN_KMIN_BYTES / 1000, "KB"), *ref,
+                                    *(fan if kmin_floor else ())), where, "dcqcn",
                                    "overlay: ecn[].kmin (mode wred)" if written else ""))
                 t.add(ECN, Derived("ecn.kmax", kmax, "packets",
                                    "ceil(Kmax_ref / (C_ref RTT_ref) x BDP), 4 BDP" + (capped if kmax < kmax_raw else ""),
@@ -612,11 +636,14 @@ def _ecn(t: Tuning, plan: _EcnPlan, lossless_depth: Mapping[str, int]) -> None:
         t.ecn = _compact(items, t)
 
 
-def _by_depth(g: _EcnGroup, lossless_depth: Mapping[str, int]) -> dict[int, list[tuple[str, int]]]:
-    out: dict[int, list[tuple[str, int]]] = {}
+def _by_depth(g: _EcnGroup, lossless_depth: Mapping[str, int], fans: Mapping[str, int],
+              start: int) -> dict[tuple[int, int], list[tuple[str, int]]]:
+    """The group's ports by their queue's depth and their fan-in where it
+    binds (above `start`, where the BDP starts marking; 0 where it does not)."""
+    out: dict[tuple[int, int], list[tuple[str, int]]] = {}
     for sw, port in g.ports:
         depth = lossless_depth.get(sw, BMV2_QUEUE_DEPTH) if g.lossless else BMV2_QUEUE_DEPTH
-        out.setdefault(depth, []).append((sw, port))
+        out.setdefault((depth, fans[sw] if fans[sw] > start else 0), []).append((sw, port))
     return out
 
 

@@ -305,3 +305,21 @@ def test_nscc_targets_three_quarters_of_the_rtt_as_the_uec_model_does_and_never_
     written = tn.overlay(tn.derive(topo, rtt_s=0.012), LEAF_SPINE)["congestion_control"]
     assert NsccParams(line_rate_pps=8333, **written["nscc"]).target_qdelay_s == pytest.approx(0.009)
     assert RcccParams(line_rate_pps=8333, **written["rccc"]).base_rtt_s == 0.012
+
+
+def test_marking_starts_at_the_ports_fan_in_where_the_bdp_would_mark_coincidence():
+    """incast's s1 has five ports: packets from the four others arriving
+    together queue three deep at the fifth with no overload, so K is 4 there,
+    though its 800 packets/s and 1.2 ms make C x RTT / 7 one packet (and 2
+    at the hosts' 8333). On leaf-spine at 3.6 ms the BDP's K, 5, is above
+    every fan-in and stands."""
+    t = tn.derive(load_topology("incast"), ecn_mode="step")
+    assert tn.fan_in(load_topology("incast"), "s1") == 4
+    ks = {d.where: d for d in by_name(t, "ecn", "ecn.k")}
+    assert {w: d.value for w, d in ks.items()} == {"s1:1-4": 4, "s1:5": 4}
+    assert ks["s1:5"].formula.startswith("the port's fan-in, above ceil(BDP / 7) = 1")
+    assert "fan-in = 4 ports" in ks["s1:5"].line()
+    assert all(item["k"] == 4 for item in t.ecn)
+    wide = tn.derive(load_topology("leaf-spine"), ecn_mode="step")   # 8333 packets/s, 3.6 ms: 5 > fan-in 3
+    [k] = by_name(wide, "ecn", "ecn.k")
+    assert k.value == 5 and k.formula == "max(1, ceil(BDP / 7))"
