@@ -12,7 +12,8 @@ traversal per switch each way), per port and class where it applies:
              p4src/include/lossless.p4's buffer model counts them), the
              watchdog's detection and restoration times;
   ecn        step K (DCTCP's rule) and WRED Kmin/Kmax/Pmax (DCQCN's
-             thresholds as multiples of its BDP), per egress port and queue;
+             thresholds as multiples of its BDP), marking from the port's
+             fan-in at the lowest, per egress port and queue;
   dcqcn, hpcc, timely, swift, nscc, rccc
              the congestion controls' link-dependent constants, each saying
              what carries it: the overlay's `congestion_control:` section
@@ -615,7 +616,8 @@ def _ecn(t: Tuning, plan: _EcnPlan, lossless_depth: Mapping[str, int]) -> None:
                                    "overlay: ecn[].k (mode step)" if written else ""))
             if g.mode in ("wred", ""):
                 ref = (Input("C_ref", DCQCN_RATE_BPS / 1e9, "Gbit/s"), Input("RTT_ref", DCQCN_RTT_S * 1e6, "us"))
-                t.add(ECN, Derived("ecn.kmin", kmin, "packets", kmin_formula + (f"; capped below Kmax ({kmax})" if kmin < kmin_raw else ""),
+                t.add(ECN, Derived("ecn.kmin", kmin, "packets",
+                                   kmin_formula + (f"; capped below Kmax ({kmax})" if kmin < kmin_raw else ""),
                                    (*base, Input("Kmin_ref", DCQCN_KMIN_BYTES / 1000, "KB"), *ref,
                                     *(fan if kmin_floor else ())), where, "dcqcn",
                                    "overlay: ecn[].kmin (mode wred)" if written else ""))
