@@ -590,14 +590,15 @@ def _ecn(t: Tuning, plan: _EcnPlan, lossless_depth: Mapping[str, int]) -> None:
         k_raw = dctcp_k(g.rate, rtt)
         kmin_scaled = max(1, ceil(dcqcn_threshold(DCQCN_KMIN_BYTES, g.rate, rtt)))
         kmax_raw = max(2, ceil(dcqcn_threshold(DCQCN_KMAX_BYTES, g.rate, rtt)))
-        for (depth, fans), ports in _by_depth(g, lossless_depth, plan.fan_in, min(k_raw, kmin_scaled)).items():
+        start = min(k_raw, kmin_scaled)
+        for (depth, fans), ports in _by_depth_and_fan_in(g, lossless_depth, plan.fan_in, start).items():
             where = port_list(ports) + (f" queue {g.queue} (class {g.tclass})" if g.queue is not None else "")
             base = (Input("r", g.rate, "packets/s"), Input("RTT", rtt * 1000, "ms"),
                     Input("BDP = r RTT", bdp, "packets"))
             capped = f"; capped below the queue's depth ({depth})"
             k_floor = fans > k_raw                  # the fan-in, not the BDP, says where marking starts
             kmin_floor = fans > kmin_scaled
-            fan = (Input("fan-in", fans, "ports"),) if k_floor or kmin_floor else ()
+            fan = (Input("fan-in", fans, "ports"),)
             k_uncapped = max(k_raw, fans)
             k = min(k_uncapped, depth - 1)
             kmax = min(kmax_raw, depth - 1)
@@ -638,7 +639,7 @@ def _ecn(t: Tuning, plan: _EcnPlan, lossless_depth: Mapping[str, int]) -> None:
         t.ecn = _compact(items, t)
 
 
-def _by_depth(g: _EcnGroup, lossless_depth: Mapping[str, int], fans: Mapping[str, int],
+def _by_depth_and_fan_in(g: _EcnGroup, lossless_depth: Mapping[str, int], fans: Mapping[str, int],
               start: int) -> dict[tuple[int, int], list[tuple[str, int]]]:
     """The group's ports by their queue's depth and their fan-in where it
     binds (above `start`, where the BDP starts marking; 0 where it does not)."""
