@@ -40,9 +40,11 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import sys
 import threading
 import time
+import zipfile
 from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 from pathlib import Path
@@ -78,7 +80,36 @@ class Dataset:
 
 @lru_cache(maxsize=1)
 def load_data() -> Dataset:
-    """The digits, scaled to [0, 1] and split (fixed: random_state=0, stratified)."""
+    """The digits, scaled to [0, 1] and split (fixed: random_state=0, stratified).
+
+    The split is made with scikit-learn once and kept in the user's cache
+    (split_cache_path: one .npz a scikit-learn version); later processes read
+    it with numpy. Importing scikit-learn costs a process about 2 s of CPU,
+    and a training case starts one rank a host at once on two cores."""
+    path = split_cache_path()
+    try:
+        with np.load(path) as f:
+            arrays = [f[name] for name in ("x_train", "y_train", "x_test", "y_test")]
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):   # absent, or cut short
+        arrays = list(_split_digits())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.stem}.{os.getpid()}.npz")
+        np.savez(partial, **dict(zip(("x_train", "y_train", "x_test", "y_test"), arrays)))
+        os.replace(partial, path)               # ranks starting together each write whole files
+    for a in arrays:
+        a.setflags(write=False)
+    return Dataset(*arrays)
+
+
+def split_cache_path() -> Path:
+    """$XDG_CACHE_HOME (or ~/.cache)/p4-ai-fabric/digits-split-scikit-learn-<version>.npz."""
+    from importlib.metadata import version
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return root / "p4-ai-fabric" / f"digits-split-scikit-learn-{version('scikit-learn')}.npz"
+
+
+def _split_digits() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """x_train, y_train, x_test, y_test, made with scikit-learn."""
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
@@ -86,9 +117,7 @@ def load_data() -> Dataset:
     x = digits.data.astype(np.float64) / 16.0
     y = digits.target.astype(np.int64)
     x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.25, random_state=0, stratify=y)
-    for a in (x_train, x_test, y_train, y_test):
-        a.setflags(write=False)
-    return Dataset(x_train, y_train, x_test, y_test)
+    return x_train, y_train, x_test, y_test
 
 
 @dataclass

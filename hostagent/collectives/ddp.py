@@ -73,6 +73,7 @@ import torch.distributed as dist
 from torch import nn
 
 from hostagent.aggregation.allreduce import seq_base_at
+from hostagent.aggregation.training import load_data
 from wire import aggregation_codec as ah
 from hostagent.collectives import schedule as sc
 from control.topology import TopologyError
@@ -125,12 +126,10 @@ def fabric_allreduce_hook(state: FabricHook, bucket: dist.GradBucket) -> torch.f
 # -- the training run -------------------------------------------------------------
 
 def digits() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-    x, y = load_digits(return_X_y=True)
-    x_train, x_test, y_train, y_test = train_test_split(x / 16.0, y, test_size=0.25, random_state=0, stratify=y)
-    return (torch.tensor(x_train, dtype=torch.float32), torch.tensor(y_train),
-            torch.tensor(x_test, dtype=torch.float32), torch.tensor(y_test))
+    """x_train, y_train, x_test, y_test: the aggregation workload's split of the digits."""
+    d = load_data()
+    return (torch.tensor(d.x_train, dtype=torch.float32), torch.tensor(d.y_train),
+            torch.tensor(d.x_test, dtype=torch.float32), torch.tensor(d.y_test))
 
 
 def model(seed: int, hidden: int = HIDDEN) -> nn.Module:

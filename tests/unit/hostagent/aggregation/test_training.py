@@ -6,8 +6,12 @@ and the CSV."""
 from __future__ import annotations
 
 import csv
+import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -32,6 +36,30 @@ def test_data_is_split_and_scaled():
     assert d.x_train.min() == 0.0 and d.x_train.max() == 1.0
     assert set(np.unique(d.y_test)) == set(range(10))
     assert np.array_equal(load_data().y_test, d.y_test)          # fixed split
+
+
+
+def test_the_split_is_made_once_and_read_without_scikit_learn_after(tmp_path):
+    """The first process splits with scikit-learn and keeps the split; the
+    next reads it with numpy alone, the same arrays; a file cut short is made again."""
+    code = ("import sys; import numpy as np; from hostagent.aggregation.training import load_data, split_cache_path; "
+            "d = load_data(); np.savez(sys.argv[1], *[d.x_train, d.y_train, d.x_test, d.y_test]); "
+            "print('sklearn' in sys.modules, split_cache_path())")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+    def run(out: str) -> tuple[bool, Path, list[np.ndarray]]:
+        printed = subprocess.run([sys.executable, "-c", code, str(tmp_path / out)], env=env, capture_output=True,
+                                 text=True, check=True).stdout.split()
+        with np.load(tmp_path / out) as f:
+            return printed[0] == "True", Path(printed[1]), [f[k] for k in sorted(f.files)]
+
+    imported, path, first = run("first.npz")
+    assert imported and path.is_relative_to(tmp_path / "cache") and path.exists()
+    imported, _, second = run("second.npz")
+    assert not imported and all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(first, second))
+    path.write_bytes(path.read_bytes()[:100])
+    imported, _, third = run("third.npz")
+    assert imported and all(np.array_equal(a, b) for a, b in zip(first, third))
 
 
 def test_flatten_unflatten_round_trip_and_layout():
