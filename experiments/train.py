@@ -81,7 +81,9 @@ from experiments.common import REPO, agent_python, case_fidelity, cc_constants, 
     save_figure, write_csv
 from features import FEATURES, SECTIONS, load_topology, topology_from_dict
 from features.congestion_control import SECTION as CONGESTION_CONTROL
+from features.ecn import MARKED_COUNTER as ECN_MARKED_COUNTER, SECTION as ECN
 from features.lossless import cell as lossless_cell
+from features.tuning import derive
 from hostagent.aggregation.runs import start_server, stop_server
 from hostagent.collectives import schedule as sc
 from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, CHANNEL_CHOICES, FIXED, IN_NETWORK, LEAST_LOADED, \
@@ -417,6 +419,10 @@ def composed_topology(name: str, c: Composition, ranks: list[str], overlays: Seq
         raw["links"].append([PARAMETER_SERVER, last[1] if last[0] == ranks[-1] else last[0]])
         raw["aggregation"] = {"jobs": [{"job": AGGREGATION_JOB, "workers": list(ranks), "server": PARAMETER_SERVER,
                                         "slots": AGGREGATION_SLOTS, "trees": AGGREGATION_TREES}]}
+    if c.cc == "dcqcn":
+        # DCQCN cuts its rate on CNPs, which need marks: RED-style marking (DCQCN's own) on every switch
+        # port, at the thresholds `fabric tune` derives for these links; an overlay's `ecn:` replaces them
+        raw[ECN] = derive(topology_from_dict(raw, f"{path.stem} for training"), ecn_mode="wred").ecn
     if not overlays:
         return topology_from_dict(raw, f"{path.stem} for training ({c.label})"), raw
     raw, sources, _ = overlay_sections(raw, overlays)
@@ -577,6 +583,7 @@ class RunResult:
     run: int = 1                        # which of --runs
     latency_ms: float = 0.0             # the ideal step's latency term: its all-reduces' rounds on the idle fabric
     scenario: str = ""                  # links at the NIC rate, an incast (scenario_text)
+    ecn_marks: int | None = None        # packets the switches marked CE, whole run (None: no switch marks)
 
     @property
     def completed(self) -> int:
@@ -600,6 +607,7 @@ class RunResult:
                "ranks_paused_s": round(sum(x.ranks_paused_s for x in self.lines), 3),
                "drops": sum(x.drops for x in self.lines),
                "drop_reasons": " ".join(f"{k}:{v}" for k, v in self.drop_reasons.items()),
+               "ecn_marks": "" if self.ecn_marks is None else self.ecn_marks,
                "max_loss_error": f"{self.loss_error:.2e}" if self.lines else "",
                "final_loss": round(self.lines[-1].loss, 6) if self.lines else "",
                "fidelity": self.fidelity, "cpu": self.cpu}
@@ -808,11 +816,16 @@ def join_step(step: int, records: list[list[dict]], reference: list[float], prev
 
 
 class FabricCounters:
-    """What the switches counted while the job ran: PFC pauses sent and
-    packets dropped, as differences between readings."""
+    """What the switches counted while the job ran: PFC pauses sent,
+    packets dropped and (where the fabric marks) packets marked CE, as
+    differences between readings."""
 
     def __init__(self, ctl: FabricController, lock: threading.Lock, pfc: bool):
         self.ctl, self.lock, self.pfc = ctl, lock, pfc
+        # ECN marks: each switch's ports' cells, read at the start and the end (not every step)
+        self.mark_cells = {sw.name: sorted(sw.ports) for sw in ctl.topo.switches.values()} \
+            if ctl.topo.features.get(ECN) else None
+        self.first_marks = self._marks()
         # Pauses: only each port's lossless classes' cells, not a switch's 512, read every step and decoded by
         # pure-Python protobuf (p4runtime-shell pins protobuf 3.20: no compiled module for this Python)
         config = ctl.topo.features.get("lossless") if pfc else None
@@ -831,6 +844,18 @@ class FabricCounters:
         delta = (pauses - self.pauses, max(0, drops - self.drops))    # (a killed switch's counts are gone)
         self.pauses, self.drops = pauses, drops
         return delta
+
+    def _marks(self) -> Counter[int]:
+        if self.mark_cells is None:
+            return Counter()
+        return counter_by_index(self.ctl, ECN_MARKED_COUNTER, self.lock, self.mark_cells)
+
+    def ecn_marks(self) -> int | None:
+        """Packets the switches marked CE since the start (a killed switch's
+        marks are gone with it); None: no switch marks (no `ecn:` section)."""
+        if self.mark_cells is None:
+            return None
+        return max(0, sum(self._marks().values()) - sum(self.first_marks.values()))
 
     def drops_by_reason(self) -> dict[str, int]:
         """Drops since the start, by reason."""
@@ -924,6 +949,7 @@ def run_case(case: str, c: Composition, args, reference: Reference, rank_names: 
     injected = False
     paused_s: float | None = None
     dropped: dict[str, int] = {}
+    marks: int | None = None
     records: list[list[dict]] = []
     events: list[FabricEvent] = []
 
@@ -975,7 +1001,7 @@ def run_case(case: str, c: Composition, args, reference: Reference, rank_names: 
             lines, records, stalled = follow_steps(procs, out, args.steps, reference.losses, counters, step_started,
                                                    say, failure)
             errors += stalled
-            dropped = counters.drops_by_reason()
+            dropped, marks = counters.drops_by_reason(), counters.ecn_marks()
             if records and all(records):
                 fidelity.traffic_starts(previous_end_of(0, records))
             judged = fidelity.verdict()
@@ -1009,7 +1035,8 @@ def run_case(case: str, c: Composition, args, reference: Reference, rank_names: 
         write_timeline(out, records, [h.host for h in hosts], events, lines, f"{case}: {c.label}")
     return RunResult(case, c, lines, args.steps, failure, errors,
                      ideal_step_ms(c, len(hosts), compute, line_rate, latency_ms, buckets), records, dropped, explained,
-                     paused_s, verdict, latency_ms=buckets * latency_ms, cpu=cpu, scenario=scenario_text(args))
+                     paused_s, verdict, latency_ms=buckets * latency_ms, cpu=cpu, scenario=scenario_text(args),
+                     ecn_marks=marks)
 
 
 def start_incast(topo: Topology, c: Composition, incast: Incast, rank_names: Sequence[str],
@@ -1329,7 +1356,7 @@ def main(argv: list[str] | None = None) -> int:
                    "efficiency", "resent", "pauses", "paused_s")
         print_table([{**{k: row[k] for k in columns},
                       "nic_pauses": row["pauses_received"], "nic_paused_s": row["ranks_paused_s"],
-                      "drops": row["drops"]} for row in rows], width=12)
+                      "drops": row["drops"], "ecn_marks": row["ecn_marks"]} for row in rows], width=12)
         written.append(plot_ablation(rows, args.out / "ablation.png"))
         verdicts = technique_verdicts(results)
         written.append(write_csv(args.out / "verdicts.csv", verdicts))
@@ -1356,7 +1383,7 @@ def print_summary(r: RunResult) -> None:
           f"latency; efficiency {s['efficiency']}), "
           f"resent {s['resent']} packets, {s['pauses']} pauses sent ({s['paused_s'] or 0} s paused), "
           f"{s['pauses_received']} received by the ranks' NICs ({s['ranks_paused_s']} s paused, ranks summed), "
-          f"drops {s['drops']}")
+          f"drops {s['drops']}" + ("" if r.ecn_marks is None else f", {r.ecn_marks} packets marked CE"))
     print(f"  fidelity: {s['fidelity']}")
     if r.cpu:
         print(f"  cpu over the steps: {r.cpu}")

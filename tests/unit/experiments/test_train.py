@@ -22,6 +22,22 @@ def test_the_composition_writes_its_sections_and_nothing_else():
     assert raw["load_balancing"] == [{"switch": "all", "mode": "spray"}]
     assert not {"int", "lossless", "failover", "aggregation"} & set(raw)
     assert topo.features["failover"] is not None
+    assert "ecn" not in train.composed_topology("leaf-spine", Composition(), ["h1", "h2"])[1]     # HPCC: no marks
+
+
+def test_dcqcn_gets_red_marking_on_every_switch_port_at_the_derived_thresholds():
+    """DCQCN cuts on CNPs: without marks it would send at line rate. Its
+    composition marks RED-style (DCQCN's Kmin/Kmax/Pmax) in the ranks' class,
+    from the fan-in up (fabric tune's derivation)."""
+    topo, raw = train.composed_topology("leaf-spine", Composition(cc="dcqcn"), ["h1", "h2", "h3", "h4"])
+    marked = topo.features["ecn"]
+    assert {(sw, port) for sw, port, _ in marked} == {(sw.name, p) for sw in topo.switches.values() for p in sw.ports}
+    assert {q for _, _, q in marked} == {train.LOSSLESS_CLASS}
+    for (sw, _, _), profile in marked.items():
+        assert profile.mode == "wred" and profile.pmax == 0.01
+        assert len(topo.switches[sw].ports) - 1 <= profile.kmin < profile.kmax
+    lossy = train.composed_topology("leaf-spine", Composition(cc="dcqcn", traffic_class="lossy"), ["h1", "h2"])[0]
+    assert lossy.features["ecn"] and all(q is None for _, _, q in lossy.features["ecn"])
 
 
 def test_the_uet_composition_trims_on_every_switch_port_and_has_no_lossless_class():
@@ -213,6 +229,12 @@ def run_of(case: str, step_ms: list[float], run: int = 1, fidelity: str = "ok") 
     lines = [train.StepLine(i, ms, 1.0, 1.0, 0, 0, 0, ms / 2, ms / 2) for i, ms in enumerate(step_ms, 1)]
     return train.RunResult(case, Composition(), lines, len(step_ms), None, [], 10.0, [], fidelity=fidelity, run=run)
 
+
+
+def test_ecn_marks_are_a_runs_count_where_the_fabric_marks_and_absent_where_it_does_not():
+    marked = replace(run_of("composed", [100.0, 101.0]), ecn_marks=0)
+    assert marked.summary()["ecn_marks"] == 0                        # measured: none marked
+    assert run_of("composed", [100.0, 101.0]).summary()["ecn_marks"] == ""     # no switch marks: not a zero
 
 def test_a_technique_whose_absence_slows_every_run_helps_with_an_interval_above_zero():
     results = [run_of("composed", [100 + r, 102 + r, 98], r) for r in range(5)]
