@@ -502,18 +502,29 @@ def watchlist_entries(p4info: P4Info, rules: tuple[WatchRule, ...], ingress_port
 
 
 def source_port_entries(p4info: P4Info, ports: Optional[list[int]], rates: Mapping[Optional[int], PortRate],
-                        raised_flow_ports: Iterable[Optional[int]] = ()) -> list:
+                        raised_flow_ports: Iterable[Optional[int]] = (),
+                        raised_ports: frozenset[int] = frozenset()) -> list:
     """int_source_port: each host port's rate (None: the table's default,
-    every port: make bench), and whether it looks up raised flows first."""
+    every port: make bench), and whether it looks up raised flows first:
+    sample_port (1 in N, counted down at the port), every_packet (a rate of
+    1: nothing counted, a raised port's flows not looked up either, since
+    every packet is taken) or sample_port_after_raised_flows (1 in N of the
+    packets no raised flow has; N may be 1, its entries counting)."""
     flagged = set(raised_flow_ports)
     entries = []
     for port in [None] if ports is None else ports:
-        params = {"sample_one_in": rates[port].port, "has_raised_flows": int(port in flagged or None in flagged)}
+        rate = rates[port].port
+        if (port in flagged or None in flagged) and port not in raised_ports:
+            action, params = "sample_port_after_raised_flows", {"sample_one_in": rate}
+        elif rate == 1:
+            action, params = "every_packet", {}
+        else:
+            action, params = "sample_port", {"sample_one_in": rate}
         if port is None:
-            entries.append(p4info.default_entry(SOURCE_PORT_TABLE, "sample_port", params))
+            entries.append(p4info.default_entry(SOURCE_PORT_TABLE, action, params))
         else:
             entries.append(p4info.table_entry(SOURCE_PORT_TABLE, {"std_meta.ingress_port": port},
-                                              action="sample_port", params=params))
+                                              action=action, params=params))
     return entries
 
 
@@ -546,7 +557,7 @@ def source_entries(p4info: P4Info, rules: tuple[WatchRule, ...], ports: Optional
         return []
     flow_ports = {port for _, port in raised_flows}
     rates = {port: PortRate.of(rules, port in raised_ports) for port in ([None] if ports is None else ports)}
-    return (source_port_entries(p4info, ports, rates, flow_ports)
+    return (source_port_entries(p4info, ports, rates, flow_ports, raised_ports)
             + raised_flow_entries(p4info, rules, [f for f, _ in raised_flows])
             + watchlist_entries(p4info, rules, ports, rates))
 

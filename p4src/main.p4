@@ -201,21 +201,23 @@ control FabricEgress(inout headers_t hdr,
         {
             port_counter.apply(std_meta);
             if (meta.egress_work != 0) {
+                if (meta.egress_work != EGRESS_INT) {     // not INT's work alone (every packet where INT is on)
 #ifndef WITHOUT_AGGREGATION
-                if ((meta.egress_work & EGRESS_AGG_RESULT) != 0) {
-                    aggregation.apply(hdr, std_meta);     // a result replica: to its worker
-                }
+                    if ((meta.egress_work & EGRESS_AGG_RESULT) != 0) {
+                        aggregation.apply(hdr, std_meta);     // a result replica: to its worker
+                    }
 #endif
 #ifndef WITHOUT_TRIMMING
-                if ((meta.egress_work & EGRESS_TRIM_DEPARTURE) != 0) {
-                    trim_departure.apply(meta);       // before INT: a report clone keeps EGRESS_INT only
-                }
+                    if ((meta.egress_work & EGRESS_TRIM_DEPARTURE) != 0) {
+                        trim_departure.apply(meta);       // before INT: a report clone keeps EGRESS_INT only
+                    }
 #endif
 #ifndef WITHOUT_LOAD_BALANCING
-                if ((meta.egress_work & EGRESS_LB_LOAD) != 0) {
-                    load_recorder.apply(std_meta);        // before INT: a report clone keeps EGRESS_INT only
-                }
+                    if ((meta.egress_work & EGRESS_LB_LOAD) != 0) {
+                        load_recorder.apply(std_meta);    // before INT: a report clone keeps EGRESS_INT only
+                    }
 #endif
+                }
 #ifndef WITHOUT_INT_TELEMETRY
                 if ((meta.egress_work & EGRESS_INT) != 0) {
                     int_egress.apply(hdr, meta, std_meta);

@@ -125,8 +125,6 @@ const bit<8>  INT_MAX_STACK_WORDS_C = INT_MAX_STACK_WORDS;
 const bit<32> INT_WATCHLIST_SIZE = 1024;
 const bit<32> INT_RAISED_FLOWS = 1024;    // flows raised to every packet (adaptive sampling), per switch
 typedef bit<10> int_sampler_t;            // a watchlist entry's sampling counter: 0 .. INT_WATCHLIST_SIZE-1
-const bit<6> INT_SAMPLING_TAKE = 1;       // int_sampling.flags: the packet carries INT from here
-const bit<6> INT_SAMPLING_RAISED = 2;     // ... its port has raised flows
 const bit<16> INT_DEFAULT_MTU = 1500;      // IPv4 bytes, until the controller sets a port's
 const bit<32> REPORT_MIRROR_SESSION = 500; // clone session of telemetry reports (set by the controller)
 const bit<8>  INT_REPORT_FIELDS = 1;       // @field_list of what a report clone keeps

@@ -255,14 +255,13 @@ header failover_scratch_t {      // failover.p4, and heartbeats in source_routin
 
 // INT's sampling at a host port (int_telemetry_source.p4): small, since
 // every packet entering there validates it (the sampled ones their INT-MD
-// header too), and every packet of every program resets it (four fields:
-// the flags fill the sampler's byte).
+// header too), and every packet of every program resets it (three fields:
+// BMv2 zeroes each one it validates).
 header int_sampling_t {
-    bit<32>  sample;             // packets the port's (then the entry's) sampler counted, this one included
-    bit<32>  sample_one_in;
-    int_sampler_t sampler;
-    bit<6>   flags;              // INT_SAMPLING_TAKE: this packet carries INT from here;
-                                 // INT_SAMPLING_RAISED: its port has raised flows (int_raised_flow first)
+    bit<32>  count;              // the port's count down (0: this packet is its sample), then the
+                                 // watchlist entry's count up, this packet included
+    bit<32>  sample_one_in;      // a port with raised flows: its N (0: none); then the entry's N
+    bit<16>  sampler;            // the entry's counter (int_sampler_t)
 }
 
 header int_scratch_t {           // int_telemetry_egress.p4, int_telemetry_drop_report.p4

@@ -3,12 +3,16 @@
 // pushes its own metadata like every transit hop (int_telemetry_egress.p4).
 //
 // Sampling, so that a packet INT leaves alone costs next to nothing:
-// int_source_port (exact on the ingress port: the ports facing hosts) counts
-// the packets entering there and looks up only the N-th in the watchlist
-// (sample_port's sample_one_in; 1: every packet). A port whose flows are
-// raised (adaptive sampling, telemetry/adaptive_sampling.py) first looks its
-// packets up in int_raised_flow (exact 5-tuple): a hit carries INT and is
-// not counted, so the port's other packets stay exactly 1 in N.
+// int_source_port (exact on the ingress port: the ports facing hosts)
+// counts the packets entering there down from N (sample_port's
+// sample_one_in) and looks up only the packet that finds the count at 0 in
+// the watchlist (every_packet: each packet, no count). A port whose flows
+// are raised (adaptive sampling, telemetry/adaptive_sampling.py) first
+// looks its packets up in int_raised_flow (exact 5-tuple): a hit carries
+// INT and is not counted, so the port's other packets stay exactly 1 in N.
+// A port's count goes on where it was when the port is raised and lowered
+// again; a rate lowered by a change of configuration (N to M < N) takes
+// its first sample within N packets, then one in M.
 //
 // int_watchlist matches the 5-tuple (ternary addresses and protocol, L4 port
 // ranges) and the ingress port. An entry gives the instruction bitmap, HopML
@@ -39,9 +43,10 @@
 control IntSource(inout headers_t hdr,
                   inout local_metadata_t meta,
                   in standard_metadata_t std_meta) {
-    // Packets each host port and each watchlist entry counted since their
-    // last sampled one (the ingress pipeline is one thread in simple_switch:
-    // read and write in two actions do not race).
+    // Packets each host port lets pass before its next sample (0: the next
+    // is taken), and packets each watchlist entry counted since its last
+    // sampled one (the ingress pipeline is one thread in simple_switch: a
+    // read and a write in two actions do not race).
     register<bit<32>, port_t>(PORT_COUNT) int_port_sample_count;
     register<bit<32>, int_sampler_t>(INT_WATCHLIST_SIZE) int_sample_count;
 
@@ -60,12 +65,33 @@ control IntSource(inout headers_t hdr,
         hdr.int_md.ds_flags = ds_flags;
     }
 
-    action sample_port(bit<32> sample_one_in, bit<1> has_raised_flows) {
+    // The port's count, one step down, in one write and no condition: at 0
+    // this packet is the sample and the count restarts at N - 1 (0 - 1 + N,
+    // wrapping), else it is one less. meta.int_sampling.count keeps what
+    // was read: 0 says the packet is the port's sample.
+    action count_down(bit<32> sample_one_in) {
+        int_port_sample_count.read(meta.int_sampling.count, std_meta.ingress_port);
+        int_port_sample_count.write(std_meta.ingress_port, meta.int_sampling.count - 1
+            + (sample_one_in & (32w0 - (bit<32>) (bit<1>) (meta.int_sampling.count == 0))));
+    }
+
+    action sample_port(bit<32> sample_one_in) {
         meta.int_sampling.setValid();
-        meta.int_sampling.flags = (bit<6>) has_raised_flows << 1;      // INT_SAMPLING_RAISED, not yet TAKE
+        count_down(sample_one_in);
+    }
+
+    // A rate of 1 (a raised port, or rules that sample every packet or
+    // count at their own rates): every packet looked up, none counted
+    // (setValid zeroed the count).
+    action every_packet() {
+        meta.int_sampling.setValid();
+    }
+
+    // A port with raised flows: they are looked up first; the rate is kept
+    // for the packets that are not theirs (non-zero: says so below).
+    action sample_port_after_raised_flows(bit<32> sample_one_in) {
+        meta.int_sampling.setValid();
         meta.int_sampling.sample_one_in = sample_one_in;
-        int_port_sample_count.read(meta.int_sampling.sample, std_meta.ingress_port);
-        meta.int_sampling.sample = meta.int_sampling.sample + 1;     // this packet counted
     }
 
     table int_source_port {
@@ -74,34 +100,32 @@ control IntSource(inout headers_t hdr,
         }
         actions = {
             sample_port;
+            every_packet;
+            sample_port_after_raised_flows;
             @defaultonly NoAction;
         }
         default_action = NoAction();     // a port not facing a host (make bench: any port)
         size = PORT_COUNT;
     }
 
-    action port_unsampled() {
-        int_port_sample_count.write(std_meta.ingress_port, meta.int_sampling.sample);
-    }
-
-    action port_sampled() {
-        int_port_sample_count.write(std_meta.ingress_port, 0);
+    // Not a raised flow's packet (int_raised_flow's miss), or one that
+    // carries INT already: counted at the port's rate.
+    action count_unraised() {
+        count_down(meta.int_sampling.sample_one_in);
     }
 
     action entry_unsampled() {
-        int_sample_count.write(meta.int_sampling.sampler, meta.int_sampling.sample);
+        int_sample_count.write((int_sampler_t) meta.int_sampling.sampler, meta.int_sampling.count);
         hdr.int_md.setInvalid();                                      // the rule filled it
     }
 
     action entry_sampled() {
-        int_sample_count.write(meta.int_sampling.sampler, 0);
-        meta.int_sampling.flags = meta.int_sampling.flags | INT_SAMPLING_TAKE;
+        int_sample_count.write((int_sampler_t) meta.int_sampling.sampler, 0);
     }
 
     // A raised flow: every packet, with the instructions of the rule that watches it.
     action raised_flow_source(bit<8> max_hop_count, bit<5> hop_metadata_words, bit<16> instruction_bitmap,
                               bit<16> ds_id, bit<16> ds_instruction, bit<16> ds_flags) {
-        meta.int_sampling.flags = meta.int_sampling.flags | INT_SAMPLING_TAKE;
         md_from_rule(max_hop_count, hop_metadata_words, instruction_bitmap, ds_id, ds_instruction, ds_flags);
     }
 
@@ -115,19 +139,19 @@ control IntSource(inout headers_t hdr,
         }
         actions = {
             raised_flow_source;
-            @defaultonly NoAction;
+            @defaultonly count_unraised;
         }
-        const default_action = NoAction();
+        const default_action = count_unraised();
         size = INT_RAISED_FLOWS;
     }
 
     action int_source(bit<8> max_hop_count, bit<5> hop_metadata_words, bit<16> instruction_bitmap,
                       bit<16> ds_id, bit<16> ds_instruction, bit<16> ds_flags, bit<32> sample_one_in,
                       int_sampler_t sampler) {
-        meta.int_sampling.sampler = sampler;
+        meta.int_sampling.sampler = (bit<16>) sampler;
         meta.int_sampling.sample_one_in = sample_one_in;
-        int_sample_count.read(meta.int_sampling.sample, sampler);
-        meta.int_sampling.sample = meta.int_sampling.sample + 1;     // this packet counted
+        int_sample_count.read(meta.int_sampling.count, sampler);
+        meta.int_sampling.count = meta.int_sampling.count + 1;       // this packet counted
         md_from_rule(max_hop_count, hop_metadata_words, instruction_bitmap, ds_id, ds_instruction, ds_flags);
     }
 
@@ -188,10 +212,10 @@ control IntSource(inout headers_t hdr,
 
     // headers.p4: a validated scratch header counts in the packet length,
     // which egress reads for INT's tx bytes (invalidating one that is not
-    // valid changes nothing).
+    // valid changes nothing). One action for both: BMv2 pays for each call.
     action release_scratch() {
         meta.int_sampling.setInvalid();
-        meta.int_scratch.setInvalid();
+        meta.flow.setInvalid();
     }
 
     action release_flow_key() {
@@ -202,34 +226,37 @@ control IntSource(inout headers_t hdr,
         switch (int_switch.apply().action_run) {
             enable_int: {
                 switch (int_source_port.apply().action_run) {
-                    sample_port: {                           // a host's port: INT may start here
-                        if (meta.int_sampling.flags & INT_SAMPLING_RAISED != 0 && !hdr.int_shim.isValid()) {
-                            if (!meta.flow.isValid()) {      // forwarding or non-minimal routing
-                                flow_key();                  // may have filled it
-                            }
-                            int_raised_flow.apply();
-                        }
-                        if (meta.int_sampling.flags & INT_SAMPLING_TAKE == 0) {
-                            if (meta.int_sampling.sample < meta.int_sampling.sample_one_in) {
-                                port_unsampled();
+                    sample_port:
+                    every_packet:
+                    sample_port_after_raised_flows: {        // a host's port: INT may start here
+                        if (meta.int_sampling.sample_one_in != 0) {     // raised flows first, not counted
+                            if (hdr.int_shim.isValid()) {
+                                count_unraised();
                             } else {
-                                port_sampled();
-                                if (!meta.flow.isValid()) {
-                                    flow_key();
+                                if (!meta.flow.isValid()) {  // forwarding or non-minimal routing
+                                    flow_key();              // may have filled it
                                 }
-                                switch (int_watchlist.apply().action_run) {
-                                    int_source: {
-                                        if (meta.int_sampling.sample < meta.int_sampling.sample_one_in) {
-                                            entry_unsampled();
-                                        } else {
-                                            entry_sampled();
-                                        }
+                                int_raised_flow.apply();     // a raised flow's packet: INT-MD valid
+                            }
+                        }
+                        // The port's sample, not a raised flow's packet: which rule, if any.
+                        if (meta.int_sampling.count == 0 && !(hdr.int_md.isValid() && !hdr.int_shim.isValid())) {
+                            if (!meta.flow.isValid()) {
+                                flow_key();
+                            }
+                            switch (int_watchlist.apply().action_run) {
+                                int_source: {                // the entry's own rate (1: every packet)
+                                    if (meta.int_sampling.count < meta.int_sampling.sample_one_in) {
+                                        entry_unsampled();
+                                    } else {
+                                        entry_sampled();
                                     }
                                 }
                             }
                         }
-                        // TCP and UDP only (the watchlist's protocols): the shim follows the L4 header.
-                        if (meta.int_sampling.flags & INT_SAMPLING_TAKE != 0) {
+                        // A rule's INT-MD header, on a packet without INT: TCP and UDP only
+                        // (the watchlist's protocols), the shim after the L4 header.
+                        if (hdr.int_md.isValid() && !hdr.int_shim.isValid()) {
                             if (hdr.udp.isValid()) {
                                 insert_int_headers();
                                 hdr.int_shim.npt = INT_NPT_UDP_PORT;
@@ -245,10 +272,12 @@ control IntSource(inout headers_t hdr,
                                 drop_int_md();
                             }
                         }
-                        release_scratch();
+                        release_scratch();                   // and the flow key
+                    }
+                    default: {
+                        release_flow_key();                  // (valid or not: forwarding may have filled it)
                     }
                 }
-                release_flow_key();                          // (valid or not: forwarding may have filled it)
             }
         }
     }

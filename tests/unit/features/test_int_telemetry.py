@@ -140,14 +140,13 @@ def _entries(p4info, state, table):
     return [e for e in state.table_entries if e.table_id == tid and not e.is_default_action]
 
 
-def _port_rates(p4info, state) -> dict[int, tuple[int, int]]:
-    """int_source_port: port -> (sample_one_in, has_raised_flows)."""
+def _port_rates(p4info, state) -> dict[int, tuple[str, int | None]]:
+    """int_source_port: port -> (action, sample_one_in or None)."""
     out = {}
     for e in _entries(p4info, state, it.SOURCE_PORT_TABLE):
-        params = {p.param_id: int.from_bytes(p.value, "big") for p in e.action.action.params}
-        names = {p.id: p.name for p in p4info.action("sample_port").params}
-        named = {names[k]: v for k, v in params.items()}
-        out[int.from_bytes(e.match[0].exact.value, "big")] = (named["sample_one_in"], named["has_raised_flows"])
+        action = p4info.by_id(e.action.action.action_id).preamble.name.split(".")[-1]
+        params = [int.from_bytes(p.value, "big") for p in e.action.action.params]
+        out[int.from_bytes(e.match[0].exact.value, "big")] = (action, params[0] if params else None)
     return out
 
 
@@ -163,7 +162,7 @@ def host_ports(t, switch):
 def test_one_rate_for_a_ports_rules_is_counted_at_the_port_and_the_entries_take_every_packet(p4info):
     t = topo_with(SPARSE)
     state = it.switch_state(p4info, t, "leaf2")
-    assert _port_rates(p4info, state) == {p: (16, 0) for p in host_ports(t, "leaf2")}
+    assert _port_rates(p4info, state) == {p: ("sample_port", 16) for p in host_ports(t, "leaf2")}
     params = [_params(p4info, e) for e in _watchlist(p4info, state)]
     assert [(p["sample_one_in"], p["sampler"]) for p in params] == [(1, 1), (1, 2)]
 
@@ -171,7 +170,7 @@ def test_one_rate_for_a_ports_rules_is_counted_at_the_port_and_the_entries_take_
 def test_rules_at_different_rates_look_every_packet_up_and_count_in_their_entries(p4info):
     t = topo_with(MIXED)
     state = it.switch_state(p4info, t, "leaf2")               # two host ports: h2, h3
-    assert _port_rates(p4info, state) == {p: (1, 0) for p in host_ports(t, "leaf2")}
+    assert _port_rates(p4info, state) == {p: ("every_packet", None) for p in host_ports(t, "leaf2")}
     params = [_params(p4info, e) for e in _watchlist(p4info, state)]
     assert [(p["sample_one_in"], p["sampler"]) for p in params] == [(16, 1), (16, 2), (1, 0), (1, 0)]
 
@@ -182,7 +181,7 @@ def test_a_raised_port_samples_every_packet_and_its_entries_keep_their_samplers(
     t.features["int"] = it.replace(t.features["int"], raised=it.Raised(ports=frozenset({("leaf2", h2_port)})))
     state = it.switch_state(p4info, t, "leaf2")
     other = next(p for p in host_ports(t, "leaf2") if p != h2_port)
-    assert _port_rates(p4info, state) == {h2_port: (1, 0), other: (16, 0)}
+    assert _port_rates(p4info, state) == {h2_port: ("every_packet", None), other: ("sample_port", 16)}
     assert [_params(p4info, e)["sampler"] for e in _watchlist(p4info, state)] == [1, 2]
 
 
@@ -193,7 +192,7 @@ def test_a_raised_flow_is_an_exact_entry_at_its_first_switch_looked_up_before_it
     t.features["int"] = it.replace(t.features["int"], raised=it.Raised(flows=frozenset({flow})))
     state = it.switch_state(p4info, t, "leaf1")
     assert len(_entries(p4info, state, it.RAISED_FLOW_TABLE)) == 1
-    assert _port_rates(p4info, state) == {h1.switch_port: (16, 1)}
+    assert _port_rates(p4info, state) == {h1.switch_port: ("sample_port_after_raised_flows", 16)}
     assert [_params(p4info, e)["sample_one_in"] for e in _watchlist(p4info, state)] == [1]
     assert _entries(p4info, it.switch_state(p4info, t, "leaf2"), it.RAISED_FLOW_TABLE) == []   # nothing elsewhere
     unwatched = it.FlowKey(h1.ip, t.nic("h3").ip, 6, 49152, 80)     # TCP: no rule watches it
