@@ -255,13 +255,12 @@ header failover_scratch_t {      // failover.p4, and heartbeats in source_routin
 
 // INT's sampling at a host port (int_telemetry_source.p4): small, since
 // every packet entering there validates it (the sampled ones their INT-MD
-// header too), and every packet of every program resets it (three fields:
-// BMv2 zeroes each one it validates).
+// header too), and BMv2 zeroes each field of a header it validates.
 header int_sampling_t {
-    bit<32>  count;              // the port's count down (0: this packet is its sample), then the
-                                 // watchlist entry's count up, this packet included
-    bit<32>  sample_one_in;      // a port with raised flows: its N (0: none); then the entry's N
-    bit<16>  sampler;            // the entry's counter (int_sampler_t)
+    bit<32>  count;              // the port's count with this packet (0: its sample), then the
+                                 // watchlist entry's (0: the entry's sample)
+    bit<32>  sample_one_in;      // a port with raised flows: its N (0: none), for the packets
+                                 // that are not theirs
 }
 
 header int_scratch_t {           // int_telemetry_egress.p4, int_telemetry_drop_report.p4

@@ -4,15 +4,13 @@
 //
 // Sampling, so that a packet INT leaves alone costs next to nothing:
 // int_source_port (exact on the ingress port: the ports facing hosts)
-// counts the packets entering there down from N (sample_port's
-// sample_one_in) and looks up only the packet that finds the count at 0 in
-// the watchlist (every_packet: each packet, no count). A port whose flows
-// are raised (adaptive sampling, telemetry/adaptive_sampling.py) first
-// looks its packets up in int_raised_flow (exact 5-tuple): a hit carries
-// INT and is not counted, so the port's other packets stay exactly 1 in N.
-// A port's count goes on where it was when the port is raised and lowered
-// again; a rate lowered by a change of configuration (N to M < N) takes
-// its first sample within N packets, then one in M.
+// counts the packets entering there (sample_port: 1 in sample_one_in) and
+// looks up only the N-th, whose count went back to 0, in the watchlist
+// (every_packet: each packet, nothing counted). A port whose flows are
+// raised (adaptive sampling, telemetry/adaptive_sampling.py) first looks
+// its packets up in int_raised_flow (exact 5-tuple): a hit carries INT and
+// is not counted, so the port's other packets stay exactly 1 in N. A
+// raised port's count waits where it was until the port is lowered.
 //
 // int_watchlist matches the 5-tuple (ternary addresses and protocol, L4 port
 // ranges) and the ingress port. An entry gives the instruction bitmap, HopML
@@ -23,10 +21,10 @@
 // rate where it is cheapest: in int_source_port. Counting, not drawing:
 // exactly 1 in N over any N packets; traffic whose pattern repeats with a
 // period that divides N (k flows sent in turn, k dividing N) is sampled in
-// the same flow each time. Packets that already carry INT never match (the
-// watchlist's key includes the shim's validity; raised flows are looked up
-// only for packets without). The tables are looked up only where
-// int_switch says INT is on.
+// the same flow each time. A packet that already carries INT is looked up
+// in neither table (the watchlist's key includes the shim's validity too);
+// a port without raised flows counts it. The tables are looked up only
+// where int_switch says INT is on.
 //
 // Detection (docs/protocols/int_telemetry.md): UDP gets destination port INT_UDP_PORT and keeps
 // the original port in the shim (NPT 1); TCP gets DSCP INT_DSCP and keeps
@@ -43,10 +41,9 @@
 control IntSource(inout headers_t hdr,
                   inout local_metadata_t meta,
                   in standard_metadata_t std_meta) {
-    // Packets each host port lets pass before its next sample (0: the next
-    // is taken), and packets each watchlist entry counted since its last
-    // sampled one (the ingress pipeline is one thread in simple_switch: a
-    // read and a write in two actions do not race).
+    // Packets each host port and each watchlist entry counted since their
+    // last sampled one (the ingress pipeline is one thread in simple_switch:
+    // a read and a write in two actions do not race).
     register<bit<32>, port_t>(PORT_COUNT) int_port_sample_count;
     register<bit<32>, int_sampler_t>(INT_WATCHLIST_SIZE) int_sample_count;
 
@@ -65,19 +62,19 @@ control IntSource(inout headers_t hdr,
         hdr.int_md.ds_flags = ds_flags;
     }
 
-    // The port's count, one step down, in one write and no condition: at 0
-    // this packet is the sample and the count restarts at N - 1 (0 - 1 + N,
-    // wrapping), else it is one less. meta.int_sampling.count keeps what
-    // was read: 0 says the packet is the port's sample.
-    action count_down(bit<32> sample_one_in) {
+    // The port's count with this packet, in the scratch header and back in
+    // the register: 0 at the N-th (SAMPLE_COUNT: no condition, and the
+    // register written from a field, not an expression, for which p4c would
+    // add a metadata temporary every packet pays for).
+    action count_at_port(bit<32> sample_one_in) {
         int_port_sample_count.read(meta.int_sampling.count, std_meta.ingress_port);
-        int_port_sample_count.write(std_meta.ingress_port, meta.int_sampling.count - 1
-            + (sample_one_in & (32w0 - (bit<32>) (bit<1>) (meta.int_sampling.count == 0))));
+        meta.int_sampling.count = SAMPLE_COUNT(meta.int_sampling.count, sample_one_in);
+        int_port_sample_count.write(std_meta.ingress_port, meta.int_sampling.count);
     }
 
     action sample_port(bit<32> sample_one_in) {
         meta.int_sampling.setValid();
-        count_down(sample_one_in);
+        count_at_port(sample_one_in);
     }
 
     // A rate of 1 (a raised port, or rules that sample every packet or
@@ -108,24 +105,20 @@ control IntSource(inout headers_t hdr,
         size = PORT_COUNT;
     }
 
-    // Not a raised flow's packet (int_raised_flow's miss), or one that
-    // carries INT already: counted at the port's rate.
+    // Not a raised flow's packet (int_raised_flow's miss): counted at the port's rate.
     action count_unraised() {
-        count_down(meta.int_sampling.sample_one_in);
+        count_at_port(meta.int_sampling.sample_one_in);
     }
 
+    // Not the entry's sample: no INT-MD header after all.
     action entry_unsampled() {
-        int_sample_count.write((int_sampler_t) meta.int_sampling.sampler, meta.int_sampling.count);
         hdr.int_md.setInvalid();                                      // the rule filled it
-    }
-
-    action entry_sampled() {
-        int_sample_count.write((int_sampler_t) meta.int_sampling.sampler, 0);
     }
 
     // A raised flow: every packet, with the instructions of the rule that watches it.
     action raised_flow_source(bit<8> max_hop_count, bit<5> hop_metadata_words, bit<16> instruction_bitmap,
                               bit<16> ds_id, bit<16> ds_instruction, bit<16> ds_flags) {
+        meta.int_sampling.count = 1;                 // not the port's sample (0 is): no watchlist lookup
         md_from_rule(max_hop_count, hop_metadata_words, instruction_bitmap, ds_id, ds_instruction, ds_flags);
     }
 
@@ -148,10 +141,9 @@ control IntSource(inout headers_t hdr,
     action int_source(bit<8> max_hop_count, bit<5> hop_metadata_words, bit<16> instruction_bitmap,
                       bit<16> ds_id, bit<16> ds_instruction, bit<16> ds_flags, bit<32> sample_one_in,
                       int_sampler_t sampler) {
-        meta.int_sampling.sampler = (bit<16>) sampler;
-        meta.int_sampling.sample_one_in = sample_one_in;
         int_sample_count.read(meta.int_sampling.count, sampler);
-        meta.int_sampling.count = meta.int_sampling.count + 1;       // this packet counted
+        meta.int_sampling.count = SAMPLE_COUNT(meta.int_sampling.count, sample_one_in);
+        int_sample_count.write(sampler, meta.int_sampling.count);
         md_from_rule(max_hop_count, hop_metadata_words, instruction_bitmap, ds_id, ds_instruction, ds_flags);
     }
 
@@ -229,47 +221,44 @@ control IntSource(inout headers_t hdr,
                     sample_port:
                     every_packet:
                     sample_port_after_raised_flows: {        // a host's port: INT may start here
-                        if (meta.int_sampling.sample_one_in != 0) {     // raised flows first, not counted
-                            if (hdr.int_shim.isValid()) {
-                                count_unraised();
-                            } else {
+                        // Not on a packet that carries INT already (counted at a port
+                        // without raised flows, by sample_port; no lookup).
+                        if (!hdr.int_shim.isValid()) {
+                            if (meta.int_sampling.sample_one_in != 0) {     // raised flows first, not counted
                                 if (!meta.flow.isValid()) {  // forwarding or non-minimal routing
                                     flow_key();              // may have filled it
                                 }
                                 int_raised_flow.apply();     // a raised flow's packet: INT-MD valid
                             }
-                        }
-                        // The port's sample, not a raised flow's packet: which rule, if any.
-                        if (meta.int_sampling.count == 0 && !(hdr.int_md.isValid() && !hdr.int_shim.isValid())) {
-                            if (!meta.flow.isValid()) {
-                                flow_key();
-                            }
-                            switch (int_watchlist.apply().action_run) {
-                                int_source: {                // the entry's own rate (1: every packet)
-                                    if (meta.int_sampling.count < meta.int_sampling.sample_one_in) {
-                                        entry_unsampled();
-                                    } else {
-                                        entry_sampled();
+                            if (meta.int_sampling.count == 0) {        // the port's sample: which rule, if any
+                                if (!meta.flow.isValid()) {
+                                    flow_key();
+                                }
+                                switch (int_watchlist.apply().action_run) {
+                                    int_source: {            // the entry's own rate (1: every packet)
+                                        if (meta.int_sampling.count != 0) {
+                                            entry_unsampled();
+                                        }
                                     }
                                 }
                             }
-                        }
-                        // A rule's INT-MD header, on a packet without INT: TCP and UDP only
-                        // (the watchlist's protocols), the shim after the L4 header.
-                        if (hdr.int_md.isValid() && !hdr.int_shim.isValid()) {
-                            if (hdr.udp.isValid()) {
-                                insert_int_headers();
-                                hdr.int_shim.npt = INT_NPT_UDP_PORT;
-                                hdr.int_shim.npt_field = hdr.udp.dst_port;
-                                hdr.udp.dst_port = INT_UDP_PORT;
-                                hdr.udp.length = hdr.udp.length + INT_SHIM_AND_HEADER_BYTES;
-                            } else if (hdr.tcp.isValid()) {
-                                insert_int_headers();
-                                hdr.int_shim.npt = INT_NPT_DSCP;
-                                hdr.int_shim.npt_field = (bit<16>) (hdr.ipv4.dscp ++ 2w0);
-                                hdr.ipv4.dscp = INT_DSCP;
-                            } else {
-                                drop_int_md();
+                            // A rule's INT-MD header: TCP and UDP only (the watchlist's
+                            // protocols), the shim after the L4 header.
+                            if (hdr.int_md.isValid()) {
+                                if (hdr.udp.isValid()) {
+                                    insert_int_headers();
+                                    hdr.int_shim.npt = INT_NPT_UDP_PORT;
+                                    hdr.int_shim.npt_field = hdr.udp.dst_port;
+                                    hdr.udp.dst_port = INT_UDP_PORT;
+                                    hdr.udp.length = hdr.udp.length + INT_SHIM_AND_HEADER_BYTES;
+                                } else if (hdr.tcp.isValid()) {
+                                    insert_int_headers();
+                                    hdr.int_shim.npt = INT_NPT_DSCP;
+                                    hdr.int_shim.npt_field = (bit<16>) (hdr.ipv4.dscp ++ 2w0);
+                                    hdr.ipv4.dscp = INT_DSCP;
+                                } else {
+                                    drop_int_md();
+                                }
                             }
                         }
                         release_scratch();                   // and the flow key

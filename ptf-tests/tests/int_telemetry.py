@@ -314,8 +314,7 @@ class TrafficOutsideTheWatchlistIsUntouchedTest(IntTestBase):
 
 class SamplingTestBase(IntTestBase):
     """Sampling: a rule with sample N on two ports (HOST_PORT and
-    FABRIC_PORT, each a place packets enter), their counts reset: each
-    port's first packet is its sample, then every N-th."""
+    FABRIC_PORT, each a place packets enter), counts from 0."""
     sinks: set[int] = set()
     N = 4
 
@@ -360,22 +359,22 @@ class SamplingTestBase(IntTestBase):
 
 class SamplingOneInNIsExactTest(SamplingTestBase):
     """sample: 4 is exactly every 4th packet entering a host port (counted
-    down in int_source_port, before any lookup): 400 packets from HOST_PORT
-    carry INT in the 1st, 5th, ... (100 of them); packets from FABRIC_PORT
+    in int_source_port, before any lookup): 400 packets from HOST_PORT
+    carry INT in the 4th, 8th, ... (100 of them); packets from FABRIC_PORT
     interleaved with them do not move HOST_PORT's count."""
 
     def runTest(self):
         self.watch(self.rule, ports=(HOST_PORT, FABRIC_PORT))
         n = 400
         got = self.sampled([(HOST_PORT, udp_packet(sport=2000 + i)) for i in range(n)])
-        self.assertEqual([i for i, s in enumerate(got) if s], list(range(0, n, self.N)))
+        self.assertEqual([i for i, s in enumerate(got) if s], list(range(self.N - 1, n, self.N)))
         # interleaved: host, fabric, fabric, host, ... each port its own count
         order = [HOST_PORT, FABRIC_PORT, FABRIC_PORT, HOST_PORT, FABRIC_PORT, HOST_PORT, FABRIC_PORT, HOST_PORT,
                  HOST_PORT, FABRIC_PORT]
         got = self.sampled_by_port([(port, udp_packet(sport=3000 + i)) for i, port in enumerate(order)])
         expected: dict[int, list[bool]] = {HOST_PORT: [], FABRIC_PORT: []}
         for port in order:
-            expected[port].append(len(expected[port]) % self.N == 0)
+            expected[port].append((len(expected[port]) + 1) % self.N == 0)
         self.assertEqual(got, expected)
 
 
@@ -387,15 +386,15 @@ class SamplingRaisedPortIsEveryPacketTest(SamplingTestBase):
     def runTest(self):
         self.watch(self.rule, ports=(HOST_PORT, FABRIC_PORT))
         got = self.sampled([(HOST_PORT, udp_packet(sport=2000 + i)) for i in range(6)])
-        self.assertEqual(got, [True, False, False, False, True, False])
+        self.assertEqual(got, [False, False, False, True, False, False])
         self.watch(self.rule, ports=(HOST_PORT, FABRIC_PORT), raised_ports={HOST_PORT})
         got = self.sampled_by_port([(HOST_PORT, udp_packet(sport=2100 + i)) for i in range(8)]
                                    + [(FABRIC_PORT, udp_packet(sport=2200 + i)) for i in range(8)])
-        self.assertEqual(got, {HOST_PORT: [True] * 8, FABRIC_PORT: [True, False, False, False] * 2})
+        self.assertEqual(got, {HOST_PORT: [True] * 8, FABRIC_PORT: [False, False, False, True] * 2})
         self.watch(self.rule, ports=(HOST_PORT, FABRIC_PORT))
         got = self.sampled([(HOST_PORT, udp_packet(sport=2300 + i)) for i in range(8)])
-        self.assertEqual(got, [False, False, True, False, False, False, True, False],
-                         "the count where it stopped: two packets left before the next sample")
+        self.assertEqual(got, [False, True, False, False, False, True, False, False],
+                         "the count where it stopped: two packets since the last sample")
 
 
 class SamplingRaisedFlowIsEveryPacketTest(SamplingTestBase):
@@ -412,10 +411,10 @@ class SamplingRaisedFlowIsEveryPacketTest(SamplingTestBase):
             sends.append((HOST_PORT, udp_packet(sport=5000 + i)))
         got = self.sampled(sends)
         self.assertEqual(got[0::2], [True] * 12, "the raised flow: every packet")
-        self.assertEqual(got[1::2], [True, False, False, False] * 3, "the others: 1 in 4, exactly")
+        self.assertEqual(got[1::2], [False, False, False, True] * 3, "the others: 1 in 4, exactly")
         self.watch(self.rule, ports=(HOST_PORT,))
         got = self.sampled([(HOST_PORT, udp_packet(sport=7777)) for _ in range(8)])
-        self.assertEqual(got, [True, False, False, False] * 2, "lowered: the rule's rate again")
+        self.assertEqual(got, [False, False, False, True] * 2, "lowered: the rule's rate again")
 
 
 class SamplingRulesAtTheirOwnRatesTest(SamplingTestBase):
