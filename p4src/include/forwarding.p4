@@ -30,6 +30,7 @@
 #include <core.p4>
 #include <v1model.p4>
 #include "headers.p4"
+#include "flow_key.p4"
 #ifndef WITHOUT_LOAD_BALANCING
 #include "load_balancing.p4"
 #endif
@@ -78,9 +79,7 @@ control Forwarding(inout headers_t hdr,
         size = 1;
     }
 
-    action flow_key() {
-        FLOW_KEY(hdr, meta)
-    }
+    FlowKey() flow_key;
 
     // headers.p4: a validated scratch header counts in the packet length.
     // The flow key stays for the controls after forwarding (headers.p4).
@@ -138,7 +137,7 @@ control Forwarding(inout headers_t hdr,
     apply {
         switch (ipv4_lpm.apply().action_run) {
             set_next_id: {
-                flow_key();
+                flow_key.apply(hdr, meta);
                 ecmp_hash.apply();
 #ifndef WITHOUT_LOAD_BALANCING
                 load_balancing.apply(hdr, meta, std_meta);   // the group's mode may pick another slot

@@ -178,18 +178,11 @@ struct headers_t {
 
 // The 5-tuple, for hashing and for the tables keyed on a flow (central_route,
 // int_watchlist). A hash over a header reads its fields in place; a hash
-// over a list { ... } costs a metadata temporary per element. A control
-// fills it with FLOW_KEY in an action of its own, before the hash.
-//
-// The L4 ports come from the TCP or UDP header here, only for a packet that
-// needs a flow key, and are 0 for other protocols: each port is the TCP
-// header's and the UDP header's, each masked by its header's validity (all
-// ones or zero), ORed. No ?: in the action: p4c 1.2.5 lowers each into
-// jumps and a metadata temporary (five BMv2 primitives for one; 1.2.4 kept
-// it an expression), which cost every routed packet ~19k instructions more
-// (docs/benchmark.md). The parser copied the ports into two metadata fields
-// for every packet before, which a dropped packet paid for too
-// (docs/benchmark.md, "What a dropped packet costs").
+// over a list { ... } costs a metadata temporary per element. FlowKey
+// (flow_key.p4) fills it, before the hash; the L4 ports are the TCP or UDP
+// header's, 0 for other protocols. The parser copied the ports into two
+// metadata fields for every packet before, which a dropped packet paid for
+// too (docs/benchmark.md, "What a dropped packet costs").
 //
 // In ingress the key is filled once: by forwarding for a group's packet
 // (ECMP), else by the first control after it that needs one (non-minimal
@@ -205,17 +198,6 @@ header flow_key_t {
     bit<16>     l4_src_port;
     bit<16>     l4_dst_port;
 }
-
-#define FLOW_KEY(hdr, meta) \
-    meta.flow.setValid(); \
-    meta.flow.src_addr = hdr.ipv4.src_addr; \
-    meta.flow.dst_addr = hdr.ipv4.dst_addr; \
-    meta.flow.protocol = hdr.ipv4.protocol; \
-    meta.flow.l4_src_port = (hdr.tcp.src_port & VALID_MASK16(hdr.tcp)) | (hdr.udp.src_port & VALID_MASK16(hdr.udp)); \
-    meta.flow.l4_dst_port = (hdr.tcp.dst_port & VALID_MASK16(hdr.tcp)) | (hdr.udp.dst_port & VALID_MASK16(hdr.udp));
-
-// 16w0xFFFF for a valid header, 0 for an invalid one: selects its fields without a ?: (FLOW_KEY).
-#define VALID_MASK16(h) (16w0 - (bit<16>) (bit<1>) h.isValid())
 
 header parse_scratch_t {        // parser.p4: the length of a variable-length header,
     bit<32> length;              // and the INT metadata words the bitmaps ask for and the

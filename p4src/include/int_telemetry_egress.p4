@@ -47,6 +47,7 @@
 #include <core.p4>
 #include <v1model.p4>
 #include "headers.p4"
+#include "flow_key.p4"
 
 // All-ones words, meta.int_scratch.fill_words of them (at most 31), shifted
 // into this hop's metadata: what bits 6-14 and unknown DS metadata get.
@@ -121,7 +122,7 @@ const bit<16> DROP_REPORT_MD_BYTES = 16;
 const bit<16> DROP_REPORT_INNER_BYTES = 64;
 
 // A bucket: a 32-bit value's low 8 bits, all ones from 256 on (no ?: in an
-// action: headers.p4, FLOW_KEY).
+// action: flow_key.p4).
 #define INT_BUCKET(v) ((v)[7:0] | (8w0 - (bit<8>) (bit<1>) ((v) > 255)))
 
 control IntEgress(inout headers_t hdr,
@@ -171,9 +172,7 @@ control IntEgress(inout headers_t hdr,
     }
 
     // The flow's 5-tuple (meta.flow): its hash picks the flow's state cell.
-    action flow_key() {
-        FLOW_KEY(hdr, meta)
-    }
+    FlowKey() flow_key;
 
     action track_flow() {
         hash(meta.int_scratch.flow_slot, HashAlgorithm.crc32, 32w0, meta.flow, INT_FLOW_SLOTS);
@@ -470,7 +469,7 @@ control IntEgress(inout headers_t hdr,
             set_int_port: {
                 store_tx_bytes();
                 if (hdr.int_md.isValid()) {
-                    flow_key();
+                    flow_key.apply(hdr, meta);
                     track_flow();
                     store_flow_state();
                     if (meta.int_scratch.sink == 1

@@ -37,6 +37,7 @@
 #include <core.p4>
 #include <v1model.p4>
 #include "headers.p4"
+#include "flow_key.p4"
 
 control IntSource(inout headers_t hdr,
                   inout local_metadata_t meta,
@@ -198,9 +199,7 @@ control IntSource(inout headers_t hdr,
         size = 1;
     }
 
-    action flow_key() {
-        FLOW_KEY(hdr, meta)
-    }
+    FlowKey() flow_key;
 
     // headers.p4: a validated scratch header counts in the packet length,
     // which egress reads for INT's tx bytes (invalidating one that is not
@@ -226,13 +225,13 @@ control IntSource(inout headers_t hdr,
                         if (!hdr.int_shim.isValid()) {
                             if (meta.int_sampling.sample_one_in != 0) {     // raised flows first, not counted
                                 if (!meta.flow.isValid()) {  // forwarding or non-minimal routing
-                                    flow_key();              // may have filled it
+                                    flow_key.apply(hdr, meta);   // may have filled it
                                 }
                                 int_raised_flow.apply();     // a raised flow's packet: INT-MD valid
                             }
                             if (meta.int_sampling.count == 0) {        // the port's sample: which rule, if any
                                 if (!meta.flow.isValid()) {
-                                    flow_key();
+                                    flow_key.apply(hdr, meta);
                                 }
                                 switch (int_watchlist.apply().action_run) {
                                     int_source: {            // the entry's own rate (1: every packet)

@@ -40,6 +40,7 @@
 #include <core.p4>
 #include <v1model.p4>
 #include "headers.p4"
+#include "flow_key.p4"
 #ifndef WITHOUT_LOAD_BALANCING
 #include "load_balancing.p4"
 #endif
@@ -50,9 +51,7 @@ control NonminimalRouting(inout headers_t hdr,
     // NONMINIMAL_*: tags pushed, packets UGAL kept minimal, tags removed at the intermediate
     counter<bit<32>>(NONMINIMAL_COUNTS, CounterType.packets) nonminimal_packets;
 
-    action flow_key() {
-        FLOW_KEY(hdr, meta)
-    }
+    FlowKey() flow_key;
 
     action flow_hash(bit<32> seed) {       // apply filled meta.flow
         meta.nonmin.setValid();
@@ -207,7 +206,7 @@ control NonminimalRouting(inout headers_t hdr,
             valiant_on:
             ugal_on: {
                 if (!meta.flow.isValid()) {      // forwarding filled it for a group's packet
-                    flow_key();
+                    flow_key.apply(hdr, meta);
                 }
                 if (!hdr.valiant.isValid()) {
                     switch (valiant_source.apply().action_run) {
