@@ -132,10 +132,14 @@ control LoadBalancing(inout headers_t hdr,
                 lb_port_qdepth.read(meta.lb.depth_b, meta.lb.port_b);
                 lb_port_qdepth_time.read(meta.lb.time_a, meta.lb.port_a);
                 lb_port_qdepth_time.read(meta.lb.time_b, meta.lb.port_b);
-                if (std_meta.ingress_global_timestamp - meta.lb.time_a > (bit<48>) meta.lb.stale_us) {
+                // Stale: recorded longer than stale_us before this packet arrived. A record
+                // may be newer than the arrival (BMv2 stamps a packet when it is received,
+                // and egress keeps recording while ingress works through a backlog):
+                // `arrival - recorded` would wrap and call the newest record stale.
+                if (std_meta.ingress_global_timestamp > meta.lb.time_a + (bit<48>) meta.lb.stale_us) {
                     meta.lb.depth_a = 0;
                 }
-                if (std_meta.ingress_global_timestamp - meta.lb.time_b > (bit<48>) meta.lb.stale_us) {
+                if (std_meta.ingress_global_timestamp > meta.lb.time_b + (bit<48>) meta.lb.stale_us) {
                     meta.lb.depth_b = 0;
                 }
                 if (meta.lb.depth_b < meta.lb.depth_a) {
