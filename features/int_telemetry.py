@@ -115,7 +115,6 @@ WATCHLIST_SIZE = constants()["INT_WATCHLIST_SIZE"]   # entries, and samplers (in
 RAISED_FLOWS_SIZE = constants()["INT_RAISED_FLOWS"]
 EVERY_PACKET_SAMPLER = 0                             # shared by the entries with N = 1: its count stays 0
 DROP_REPORT_TABLE = "drop_report"
-SWITCH_TABLE = "int_switch"           # keyless: its default action switches INT on
 REPORT_COUNTER = "int_report_counter"
 REPORT_KINDS = {name: constants()[f"REPORT_{name.upper()}"]
                 for name in ("flow", "suppressed", "queue", "queue_limited", "drop", "yielded")}
@@ -602,22 +601,21 @@ def clone_session(port: int) -> p4runtime_pb2.CloneSessionEntry:
 
 
 def empty_state(p4info: P4Info) -> SwitchState:
-    """INT off: no entries, int_switch and drop_report back to NoAction."""
+    """INT off: no entries, drop_report and int_source_port back to NoAction."""
     return SwitchState(managed_tables={p4info.table(t).preamble.id
-                                       for t in (SWITCH_TABLE, SOURCE_PORT_TABLE, RAISED_FLOW_TABLE, WATCHLIST_TABLE,
+                                       for t in (SOURCE_PORT_TABLE, RAISED_FLOW_TABLE, WATCHLIST_TABLE,
                                                  PORT_TABLE, DROP_REPORT_TABLE)},
                        managed_clone_sessions={REPORT_SESSION},
-                       table_entries=[p4info.default_entry(SWITCH_TABLE, "NoAction"),
-                                      p4info.default_entry(DROP_REPORT_TABLE, "NoAction"),
+                       table_entries=[p4info.default_entry(DROP_REPORT_TABLE, "NoAction"),
                                       p4info.default_entry(SOURCE_PORT_TABLE, "NoAction")])
 
 
 def enabled_state(p4info: P4Info) -> SwitchState:
-    """INT on, before any entry: int_switch's default is enable_int."""
+    """INT on, before any entry: int_source_port's default is transit_port
+    (a port not facing a host)."""
     state = empty_state(p4info)
-    state.table_entries = [p4info.default_entry(SWITCH_TABLE, "enable_int"),
-                           p4info.default_entry(DROP_REPORT_TABLE, "NoAction"),
-                           p4info.default_entry(SOURCE_PORT_TABLE, "NoAction")]
+    state.table_entries = [p4info.default_entry(DROP_REPORT_TABLE, "NoAction"),
+                           p4info.default_entry(SOURCE_PORT_TABLE, "transit_port")]
     return state
 
 
@@ -631,7 +629,7 @@ def int_state(p4info: P4Info, *, node_id: int, ports: Mapping[int, int], sink_po
     it enters from)) sample every packet (adaptive sampling)."""
     state = enabled_state(p4info)
     if reports.drop_report_interval_ms is not None:
-        state.table_entries[1] = drop_report_entry(p4info, reports.drop_report_interval_ms)
+        state.table_entries[0] = drop_report_entry(p4info, reports.drop_report_interval_ms)
     state.table_entries += source_entries(p4info, rules, sorted(sink_ports), raised_ports, raised_flows or [])
     for port, rate in sorted(ports.items()):
         state.table_entries.append(port_entry(p4info, port, node_id, port in sink_ports, mtu, rate, reports))
@@ -688,7 +686,7 @@ def bench_state(p4info: P4Info, port: int, sample: int = 1, raised: tuple[FlowKe
                                   "tx_bytes", "tx_time", "link_rate"])
     rule = WatchRule(instructions=everything, max_hops=4, sample=sample)
     state = enabled_state(p4info)
-    del state.table_entries[2]                        # int_source_port's default: source_entries sets it
+    del state.table_entries[1]                        # int_source_port's default: source_entries sets it
     state.table_entries += source_entries(p4info, (rule,), None, raised_flows=[(f, None) for f in raised])
     state.table_entries.append(port_entry(p4info, port, 1, False, 9000, 1000))
     return state

@@ -14,7 +14,7 @@
 //   build_drop_report(...)  a drop report clone (instance ingress clone,
 //                           int_telemetry_drop_report.p4): D flag and the drop reason
 // A switch where INT is off pays nothing per packet here: egress_work has no
-// EGRESS_INT bit (set in ingress by int_switch or drop_report), and main.p4's
+// EGRESS_INT bit (set in ingress by int_source_port or drop_report), and main.p4's
 // egress skips every feature's egress work on one condition.
 //
 // Suppression (what keeps telemetry cheap): every hop keeps, per flow cell,
@@ -456,10 +456,20 @@ control IntEgress(inout headers_t hdr,
 
     // A packet without INT: its bytes counted (HPCC's tx bytes, the
     // collector's port rates), and nothing else: no table, no scratch header.
+    // (Written from the local, not from the sum: p4c would add a metadata
+    // temporary for the expression, which every packet of every program
+    // pays for.)
     action count_tx_bytes() {
         bit<32> sent;
         int_tx_bytes.read(sent, std_meta.egress_port);
-        int_tx_bytes.write(std_meta.egress_port, sent + std_meta.packet_length);
+        sent = sent + std_meta.packet_length;
+        int_tx_bytes.write(std_meta.egress_port, sent);
+    }
+
+    // The TCP length for the checksum's pseudo-header: no IPv4 options
+    // (the parser takes TCP only with IHL 5).
+    action tcp_length() {
+        meta.int_scratch.l4_length = hdr.ipv4.total_len - IPV4_BYTES;
     }
 
     apply {
@@ -626,7 +636,9 @@ control IntEgress(inout headers_t hdr,
                         }
                     }
                 }
-                meta.int_scratch.l4_length = hdr.ipv4.total_len - ((bit<16>) IPV4_IHL(hdr.ipv4) << 2);
+                if (hdr.tcp.isValid()) {         // its checksum's pseudo-header (UDP's has udp.length)
+                    tcp_length();
+                }
             }
             build_report: {
                 if (hdr.int_saved.has_stack == 1) {

@@ -23,8 +23,11 @@
 // period that divides N (k flows sent in turn, k dividing N) is sampled in
 // the same flow each time. A packet that already carries INT is looked up
 // in neither table (the watchlist's key includes the shim's validity too);
-// a port without raised flows counts it. The tables are looked up only
-// where int_switch says INT is on.
+// a port without raised flows counts it.
+//
+// INT on at a switch is int_source_port's default action, transit_port
+// (NoAction: off): one exact lookup decides both whether INT is on and
+// what a host's port does, and a packet INT is off for costs one miss.
 //
 // Detection (docs/protocols/int_telemetry.md): UDP gets destination port INT_UDP_PORT and keeps
 // the original port in the shim (NPT 1); TCP gets DSCP INT_DSCP and keeps
@@ -38,6 +41,55 @@
 #include <v1model.p4>
 #include "headers.p4"
 #include "flow_key.p4"
+
+// The INT headers in front of a packet a source takes, after the INT-MD
+// header a rule (or a raised flow's entry) filled: the shim after the L4
+// header, TCP and UDP only (the watchlist's protocols). A control without
+// tables, so that IntSource applies it where each of its two tables takes
+// a packet, and a packet it does not take meets no condition for it.
+control IntInsert(inout headers_t hdr, inout local_metadata_t meta) {
+    // The shim (setValid zeroed the fields not written: rsvd here, d, e, m
+    // and rsvd in the INT-MD header) and the lengths, for UDP: destination
+    // port INT_UDP_PORT, the original in the shim.
+    action insert_into_udp() {
+        hdr.int_shim.setValid();
+        hdr.int_shim.int_type = INT_TYPE_MD;
+        hdr.int_shim.len = INT_HEADER_WORDS;
+        hdr.int_shim.npt = INT_NPT_UDP_PORT;
+        hdr.int_shim.npt_field = hdr.udp.dst_port;
+        hdr.udp.dst_port = INT_UDP_PORT;
+        hdr.udp.length = hdr.udp.length + INT_SHIM_AND_HEADER_BYTES;
+        hdr.ipv4.total_len = hdr.ipv4.total_len + INT_SHIM_AND_HEADER_BYTES;
+        meta.telemetry.l4_checksum = 1;
+    }
+
+    // For TCP: DSCP INT_DSCP, the original in the shim.
+    action insert_into_tcp() {
+        hdr.int_shim.setValid();
+        hdr.int_shim.int_type = INT_TYPE_MD;
+        hdr.int_shim.len = INT_HEADER_WORDS;
+        hdr.int_shim.npt = INT_NPT_DSCP;
+        hdr.int_shim.npt_field = (bit<16>) (hdr.ipv4.dscp ++ 2w0);
+        hdr.ipv4.dscp = INT_DSCP;
+        hdr.ipv4.total_len = hdr.ipv4.total_len + INT_SHIM_AND_HEADER_BYTES;
+        meta.telemetry.l4_checksum = 1;
+    }
+
+    // Neither TCP nor UDP: no INT-MD header after all.
+    action drop_int_md() {
+        hdr.int_md.setInvalid();
+    }
+
+    apply {
+        if (hdr.udp.isValid()) {
+            insert_into_udp();
+        } else if (hdr.tcp.isValid()) {
+            insert_into_tcp();
+        } else {
+            drop_int_md();
+        }
+    }
+}
 
 control IntSource(inout headers_t hdr,
                   inout local_metadata_t meta,
@@ -73,7 +125,10 @@ control IntSource(inout headers_t hdr,
         int_port_sample_count.write(std_meta.ingress_port, meta.int_sampling.count);
     }
 
+    // Each of the port's actions switches INT's egress work on (push, sink,
+    // the port's tx bytes).
     action sample_port(bit<32> sample_one_in) {
+        meta.egress_work = meta.egress_work | EGRESS_INT;
         meta.int_sampling.setValid();
         count_at_port(sample_one_in);
     }
@@ -82,14 +137,25 @@ control IntSource(inout headers_t hdr,
     // count at their own rates): every packet looked up, none counted
     // (setValid zeroed the count).
     action every_packet() {
+        meta.egress_work = meta.egress_work | EGRESS_INT;
         meta.int_sampling.setValid();
     }
 
     // A port with raised flows: they are looked up first; the rate is kept
     // for the packets that are not theirs (non-zero: says so below).
     action sample_port_after_raised_flows(bit<32> sample_one_in) {
+        meta.egress_work = meta.egress_work | EGRESS_INT;
         meta.int_sampling.setValid();
         meta.int_sampling.sample_one_in = sample_one_in;
+    }
+
+    // INT on, at a port not facing a host: egress pushes this hop (or
+    // sinks); the flow key forwarding may have filled is released
+    // (headers.p4: a validated scratch header counts in the packet length,
+    // which egress reads for INT's tx bytes).
+    action transit_port() {
+        meta.egress_work = meta.egress_work | EGRESS_INT;
+        meta.flow.setInvalid();
     }
 
     table int_source_port {
@@ -100,9 +166,10 @@ control IntSource(inout headers_t hdr,
             sample_port;
             every_packet;
             sample_port_after_raised_flows;
-            @defaultonly NoAction;
+            transit_port;
+            NoAction;
         }
-        default_action = NoAction();     // a port not facing a host (make bench: any port)
+        default_action = NoAction();     // INT off; on: transit_port (make bench: a host's port's action)
         size = PORT_COUNT;
     }
 
@@ -166,40 +233,9 @@ control IntSource(inout headers_t hdr,
         size = INT_WATCHLIST_SIZE;
     }
 
-    // The shim before the INT-MD header the rule filled (setValid zeroed
-    // the fields not written: rsvd here, d, e, m and rsvd there).
-    action insert_int_headers() {
-        hdr.int_shim.setValid();
-        hdr.int_shim.int_type = INT_TYPE_MD;
-        hdr.int_shim.len = INT_HEADER_WORDS;
-        hdr.ipv4.total_len = hdr.ipv4.total_len + INT_SHIM_AND_HEADER_BYTES;
-        meta.telemetry.l4_checksum = 1;
-    }
-
-    // A packet the rule matched but the entry's own rate did not take, or
-    // not TCP/UDP: no INT-MD header after all.
-    action drop_int_md() {
-        hdr.int_md.setInvalid();
-    }
-
-    // INT on at this switch: the controller sets int_switch's default action
-    // to enable_int. Off, a packet costs one keyless table (no key to look
-    // up): the watchlist's seven-field key is not even built.
-    action enable_int() {
-        meta.egress_work = meta.egress_work | EGRESS_INT;
-    }
-
-    table int_switch {
-        key = { }
-        actions = {
-            enable_int;
-            NoAction;
-        }
-        default_action = NoAction();
-        size = 1;
-    }
 
     FlowKey() flow_key;
+    IntInsert() insert;
 
     // headers.p4: a validated scratch header counts in the packet length,
     // which egress reads for INT's tx bytes (invalidating one that is not
@@ -209,63 +245,40 @@ control IntSource(inout headers_t hdr,
         meta.flow.setInvalid();
     }
 
-    action release_flow_key() {
-        meta.flow.setInvalid();
-    }
-
     apply {
-        switch (int_switch.apply().action_run) {
-            enable_int: {
-                switch (int_source_port.apply().action_run) {
-                    sample_port:
-                    every_packet:
-                    sample_port_after_raised_flows: {        // a host's port: INT may start here
-                        // Not on a packet that carries INT already (counted at a port
-                        // without raised flows, by sample_port; no lookup).
-                        if (!hdr.int_shim.isValid()) {
-                            if (meta.int_sampling.sample_one_in != 0) {     // raised flows first, not counted
-                                if (!meta.flow.isValid()) {  // forwarding or non-minimal routing
-                                    flow_key.apply(hdr, meta);   // may have filled it
-                                }
-                                int_raised_flow.apply();     // a raised flow's packet: INT-MD valid
+        switch (int_source_port.apply().action_run) {    // INT off at this switch: NoAction, nothing more
+            sample_port:
+            every_packet:
+            sample_port_after_raised_flows: {            // a host's port: INT may start here
+                // Not on a packet that carries INT already (counted at a port
+                // without raised flows, by sample_port; no lookup).
+                if (!hdr.int_shim.isValid()) {
+                    if (meta.int_sampling.sample_one_in != 0) {         // raised flows first, not counted
+                        if (!meta.flow.isValid()) {      // forwarding or non-minimal routing
+                            flow_key.apply(hdr, meta);   // may have filled it
+                        }
+                        switch (int_raised_flow.apply().action_run) {
+                            raised_flow_source: {        // count 1: no watchlist lookup below
+                                insert.apply(hdr, meta);
                             }
-                            if (meta.int_sampling.count == 0) {        // the port's sample: which rule, if any
-                                if (!meta.flow.isValid()) {
-                                    flow_key.apply(hdr, meta);
-                                }
-                                switch (int_watchlist.apply().action_run) {
-                                    int_source: {            // the entry's own rate (1: every packet)
-                                        if (meta.int_sampling.count != 0) {
-                                            entry_unsampled();
-                                        }
-                                    }
-                                }
-                            }
-                            // A rule's INT-MD header: TCP and UDP only (the watchlist's
-                            // protocols), the shim after the L4 header.
-                            if (hdr.int_md.isValid()) {
-                                if (hdr.udp.isValid()) {
-                                    insert_int_headers();
-                                    hdr.int_shim.npt = INT_NPT_UDP_PORT;
-                                    hdr.int_shim.npt_field = hdr.udp.dst_port;
-                                    hdr.udp.dst_port = INT_UDP_PORT;
-                                    hdr.udp.length = hdr.udp.length + INT_SHIM_AND_HEADER_BYTES;
-                                } else if (hdr.tcp.isValid()) {
-                                    insert_int_headers();
-                                    hdr.int_shim.npt = INT_NPT_DSCP;
-                                    hdr.int_shim.npt_field = (bit<16>) (hdr.ipv4.dscp ++ 2w0);
-                                    hdr.ipv4.dscp = INT_DSCP;
+                        }
+                    }
+                    if (meta.int_sampling.count == 0) {  // the port's sample: which rule, if any
+                        if (!meta.flow.isValid()) {
+                            flow_key.apply(hdr, meta);
+                        }
+                        switch (int_watchlist.apply().action_run) {
+                            int_source: {                // and the entry's own rate (1: every packet)
+                                if (meta.int_sampling.count == 0) {
+                                    insert.apply(hdr, meta);
                                 } else {
-                                    drop_int_md();
+                                    entry_unsampled();
                                 }
                             }
                         }
-                        release_scratch();                   // and the flow key
-                    }
-                    default: {
-                        release_flow_key();                  // (valid or not: forwarding may have filled it)
                     }
                 }
+                release_scratch();                       // and the flow key
             }
         }
     }

@@ -84,8 +84,10 @@ def test_switch_state_sources_on_host_ports_sinks_there_and_reports_towards_the_
     # leaf1 reaches h3 (on leaf2) through spine1
     uplink = next(p.number for p in leaf1.ports.values() if p.peer == "spine1")
     assert state.clone_sessions[0].replicas[0].egress_port == uplink
-    defaults = [e for e in state.table_entries if e.is_default_action]
-    assert len(defaults) == 3                   # int_switch on, drop_report on, int_source_port none
+    defaults = {p4info.by_id(e.table_id).preamble.name.split(".")[-1]:
+                p4info.by_id(e.action.action.action_id).preamble.name.split(".")[-1]
+                for e in state.table_entries if e.is_default_action}
+    assert defaults == {"drop_report": "report_drops", "int_source_port": "transit_port"}   # INT on
 
 
 def test_without_the_section_int_is_switched_off(p4info):
