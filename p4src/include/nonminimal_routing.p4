@@ -24,7 +24,12 @@
 // port's queue is the depth the last packet leaving it saw, recorded in the
 // load balancer's registers (load_balancing.p4: every packet records while
 // UGAL is on, and a record older than stale_us counts as 0). The choice is
-// made per packet: a flow's packets may take the two paths.
+// made per packet: a flow's packets may take the two paths. Stale means
+// recorded more than stale_us before the packet arrived (arrival > recorded
+// + stale_us), not arrival - recorded > stale_us: BMv2 stamps a packet on
+// receipt and egress records with its own, later time, so behind a backlog
+// the newest record is later than the arrival, and the subtraction would
+// wrap and call it stale (load_balancing.p4 had the same bug).
 //
 // Forwarding has routed the packet minimally before this control runs;
 // the route toward the intermediate replaces that route's port and MACs
@@ -217,10 +222,10 @@ control NonminimalRouting(inout headers_t hdr,
                                 lb_port_qdepth.read(meta.nonmin.nonmin_depth, meta.nonmin.nonmin_port);
                                 lb_port_qdepth_time.read(meta.nonmin.min_time, std_meta.egress_spec);
                                 lb_port_qdepth_time.read(meta.nonmin.nonmin_time, meta.nonmin.nonmin_port);
-                                if (std_meta.ingress_global_timestamp - meta.nonmin.min_time > meta.nonmin.stale_us) {
+                                if (std_meta.ingress_global_timestamp > meta.nonmin.min_time + meta.nonmin.stale_us) {
                                     meta.nonmin.min_depth = 0;
                                 }
-                                if (std_meta.ingress_global_timestamp - meta.nonmin.nonmin_time > meta.nonmin.stale_us) {
+                                if (std_meta.ingress_global_timestamp > meta.nonmin.nonmin_time + meta.nonmin.stale_us) {
                                     meta.nonmin.nonmin_depth = 0;
                                 }
                                 if ((bit<32>) meta.nonmin.min_depth * (bit<32>) meta.nonmin.min_hops
