@@ -292,6 +292,21 @@ class Spacing:
                 f"R = {self.rate_pps:g} packets/s)")
 
 
+def departures_from_us(records: Iterable[Sequence[int]]) -> list[tuple[float, int]]:
+    """(seconds, depth) from (egress time in microseconds mod 2^32, depth)
+    records in the order the packets left (INT's 32-bit tx time, as a host
+    that is its flows' sink records it): the time unwrapped across 2^32,
+    from the first record on."""
+    out: list[tuple[float, int]] = []
+    wraps, previous = 0, None
+    for us, depth in records:
+        if previous is not None and us < previous - (1 << 31):
+            wraps += 1
+        previous = us
+        out.append(((us + (wraps << 32)) / 1e6, depth))
+    return out
+
+
 def departure_spacing(departures: Iterable[tuple[float, int]], rate_pps: float, queue: str,
                       limits: Limits = Limits()) -> Spacing:
     """BMv2 gives a packet its departure time when it joins a rate-limited

@@ -87,6 +87,7 @@ from emulator.bmv2_thrift import Bmv2Thrift
 from emulator.build import compile_p4
 from emulator.calibration import CalibrationError, Flow as CalFlow, demand, plan, stored as stored_calibration
 from emulator.dilation import Dilation
+from emulator.fidelity import Spacing, departure_spacing, departures_from_us
 from control.controller import FabricController
 from emulator.impairments import drop_fraction
 from emulator.network import Network, queue_rate_pps
@@ -318,14 +319,24 @@ def run_flows(name: str, cc: str, flows: list[Flow], pfc: bool, topo, net: Netwo
     drops = {k: n - drops_before.get(k, 0) for k, n in switch_drops(ctl, topo).items()}
     tx = [json.loads((case_dir / f"{f.stem}.json").read_text()) for f in flows]
     rx = json.loads((case_dir / f"receive-{RECEIVER}.json").read_text())
-    verdict = fidelity.verdict((t["started_late_s"] for t in tx), socket_drops=socket_drops(
-        [(RECEIVER, rx), *((f.host, t) for f, t in zip(flows, tx))]))
+    verdict = fidelity.verdict((t["started_late_s"] for t in tx), departures=last_hop_spacing(rx, capacity, port),
+                               socket_drops=socket_drops([(RECEIVER, rx), *((f.host, t) for f, t in zip(flows, tx))]))
     input_lost = lost_before_pipeline(name, verdict)
     late = {f.stem: t["started_late_s"] for f, t in zip(flows, tx) if t["started_late_s"] > 0.05}
     if late:
         raise RuntimeError(f"{name}: senders started late (s): {late}; the machine is too busy for this case")
     return CaseRun(case_dir, flows, tx, rx, samples,
                    {k: n for k, n in drops.items() if n}, input_lost, str(verdict))
+
+
+def last_hop_spacing(rx: dict, capacity_pps: float, port: int) -> list[Spacing]:
+    """The bottleneck queue's departures, where INT reached the receiver (HPCC:
+    every data packet carries the last switch's tx time and the depth it met):
+    judged against the queue's rate (emulator/fidelity.py departure_spacing)."""
+    records = rx.get("int_last_hop_departures") or []
+    if not records:
+        return []
+    return [departure_spacing(departures_from_us(records), capacity_pps, f"{BOTTLENECK_SWITCH}:{port}")]
 
 
 def switch_drops(ctl: FabricController, topo) -> dict[str, int]:

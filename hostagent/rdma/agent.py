@@ -65,6 +65,7 @@ from wire.rdma_codec import RETH_OPCODES, HopRecord
 from wire.trimming import TRIMMED_DSCP
 
 SAMPLE_S = 0.01
+LAST_HOP_RECORDS = 200_000     # INT to the host: departures kept for the fidelity check (~3 MB of summary)
 _stopping = False              # SIGTERM: finish the loop, write the summary
 
 
@@ -350,7 +351,9 @@ def run_receiver(a, sock=None) -> dict:
     sock.settimeout(loop_grain(a).receive_s)
     flows: dict[tuple[str, int], tuple[Responder, FrameBuilder]] = {}
     delivered_bytes: defaultdict[tuple[str, int], int] = defaultdict(int)
-    last_hop_queue: list[int] = []          # INT to the host: the queue each packet met at the last switch
+    # INT to the host: each packet's departure from the last switch's queue (its
+    # tx time, us mod 2^32) and the depth it met there, in arrival order
+    last_hop: list[tuple[int, int]] = []
     ignored: defaultdict[str, int] = defaultdict(int)
     rob = (ReorderBank(ReorderParams(gap_timeout_s=a.reorder_timeout, capacity=a.reorder_capacity), start_psn=0)
            if a.reorder else None)
@@ -365,8 +368,8 @@ def run_receiver(a, sock=None) -> dict:
     def take(key, p, now: float) -> None:
         """A data packet into its queue pair's responder (in PSN order, with --reorder)."""
         rsp, back = flows[key]
-        if p.hops and len(last_hop_queue) < 1_000_000:
-            last_hop_queue.append(p.hops[-1].queue_packets)
+        if p.hops and len(last_hop) < LAST_HOP_RECORDS:
+            last_hop.append((p.hops[-1].tx_time_us, p.hops[-1].queue_packets))
         refused = rsp.error is not None
         acks, done, cnp = rsp.on_data(p.psn, p.opcode, p.payload, now, ackreq=p.ackreq, ce=p.ce, hops=p.hops,
                                       terms=p.terms)
@@ -429,7 +432,8 @@ def run_receiver(a, sock=None) -> dict:
                   for (src, qp), (rsp, _) in sorted(flows.items())}
     summary = {"role": "receiver", "ip": a.src_ip, "mode": a.mode, "cc": a.cc, "errors": errors,
                "ignored": dict(ignored),
-               "int_last_hop_queue_packets": percentiles([float(q) for q in last_hop_queue]), "flows": flow_stats,
+               "int_last_hop_queue_packets": percentiles([float(q) for _, q in last_hop]),
+               "int_last_hop_departures": last_hop, "flows": flow_stats,
                "reorder": rob.summary() if rob is not None else None,
                "socket_drops": socket_dropped(sock)}       # frames the kernel dropped (the agent did not keep up)
     write_summary(a, summary)

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from emulator.fidelity import (INPUT_PATH_REREADS, CpuSample, FidelityMonitor, Limits, cpu_sample, cpu_times, departure_spacing,
+from emulator.fidelity import (INPUT_PATH_REREADS, CpuSample, FidelityMonitor, Limits, cpu_sample, cpu_times, departure_spacing, departures_from_us,
                                groups_cores, judge, psi_some_us, report, summarise_cpu, thread_waits, traffic_samples,
                                wait_per_wakeup_us)
 
@@ -221,6 +221,17 @@ def test_an_egress_thread_running_late_is_flagged():
     assert not v.ok
     assert str(v).startswith("violated: departures: leaf2:4: 15 of 214 backlogged departures off the 1/R grid "
                              "(14 early, 1 late; median gap 1.00/R at R = 800 packets/s)")
+
+
+def test_a_hosts_32_bit_microsecond_departures_unwrap_across_the_wrap():
+    """INT's tx time at the last hop, as the receiving host records it: a
+    backlog that crosses 2^32 us stays 1/R apart."""
+    start = (1 << 32) - 5 * 1250                             # five packet times before the wrap
+    records = [((start + i * 1250) % (1 << 32), 4) for i in range(100)]
+    departures = departures_from_us(records)
+    assert departures[0] == (start / 1e6, 4) and departures[-1][0] == pytest.approx((start + 99 * 1250) / 1e6)
+    s = departure_spacing(departures, RATE, "leaf2:4")
+    assert (s.backlogged, s.off) == (99, 0)
 
 
 def test_too_few_backlogged_departures_are_not_judged():

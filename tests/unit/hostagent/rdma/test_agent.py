@@ -15,6 +15,7 @@ import time
 import pytest
 
 from hostagent.rdma import agent
+from tests.unit.hostagent.rdma.test_frames import int_to_host_frame
 
 TX = ["--iface", "tx0", "--src-ip", "10.0.1.1", "--src-mac", "02:00:00:00:00:01", "--gw-mac", "02:00:00:00:00:02"]
 RX = ["--iface", "rx0", "--src-ip", "10.0.2.1", "--src-mac", "02:00:00:00:00:02", "--gw-mac", "02:00:00:00:00:01"]
@@ -83,6 +84,19 @@ def test_a_complete_transfer_exits_0(link, tmp_path, capsys):
     # what each end's socket dropped, for the run's fidelity verdict: the kernel keeps no packet
     # statistics for a socket pair, so neither says (a packet socket's count: tests/unit/hostagent/ecn)
     assert sent["socket_drops"] is None and got["socket_drops"] is None
+
+
+def test_the_receiver_keeps_each_packets_departure_from_the_last_switch(link, tmp_path):
+    """INT to the host (HPCC): the last hop's tx time and the depth the packet
+    met there, in arrival order, for the run's departure-spacing check."""
+    rx = receiver(link, "--duration", "1", "--out", str(tmp_path / "rx"))
+    last_hops = [(4_294_966_000 + 1250 * i) % (1 << 32) for i in range(4)]     # crossing 2^32 us
+    for psn, t in enumerate(last_hops):
+        link["tx0"].send(int_to_host_frame([(1, 0, 100, 5, 10), (2, psn, 200, t, 10)], psn=psn))
+    rx.join()
+    summary = json.loads((tmp_path / "rx.json").read_text())
+    assert summary["int_last_hop_departures"] == [[t, q] for q, t in enumerate(last_hops)]
+    assert summary["flows"]["10.0.1.1/7"]["received"] == 4
 
 
 def test_mismatched_modes_fail_both_agents_naming_both(link, tmp_path, capsys):

@@ -78,7 +78,7 @@ def test_what_is_not_ours_or_malformed_is_refused_by_name(frame, error, what):
         parse(frame)
 
 
-def int_to_host_frame(hops, npt_field=4791):
+def int_to_host_frame(hops, npt_field=4791, psn=42):
     """A data packet as the fabric delivers it to an HPCC receiver: INT over
     UDP (port 6000, the original in the shim), the stack last hop first."""
     import struct
@@ -92,7 +92,7 @@ def int_to_host_frame(hops, npt_field=4791):
                      for n, q, b, t, r in reversed(hops))
     md = struct.pack("!IHHHH", (2 << 28) | (ins.hop_ml << 8) | 5, ins.bitmap, ins.ds_id, ins.ds_bits, 0x4000)
     shim = struct.pack("!BBH", (1 << 4) | (1 << 2), 3 + len(stack) // 4, npt_field)
-    return _with_int(B.data(7, 42, SEND_ONLY, b"payload"), shim + md + stack)
+    return _with_int(B.data(7, psn, SEND_ONLY, b"payload"), shim + md + stack)
 
 
 def _with_int(data: bytes, int_bytes: bytes) -> bytes:
