@@ -165,6 +165,7 @@ control FabricEgress(inout headers_t hdr,
 #endif
 #ifndef WITHOUT_INT_TELEMETRY
     IntEgress() int_egress;
+    IntTxBytes() tx_bytes;                // applied at two places: no table in it
 #endif
 #ifndef WITHOUT_ECN
     EcnMarking() ecn;
@@ -201,28 +202,37 @@ control FabricEgress(inout headers_t hdr,
         {
             port_counter.apply(std_meta);
             if (meta.egress_work != 0) {
-                if (meta.egress_work != EGRESS_INT) {     // not INT's work alone (every packet where INT is on)
+#ifndef WITHOUT_INT_TELEMETRY
+                if (meta.egress_work == EGRESS_INT_TX_BYTES) {   // INT on, none in the packet: the usual packet where INT is on
+                    tx_bytes.apply(std_meta);
+                } else
+#endif
+                {
+                    if ((meta.egress_work & ~(EGRESS_INT | EGRESS_INT_TX_BYTES)) != 0) {   // not INT's work alone
 #ifndef WITHOUT_AGGREGATION
-                    if ((meta.egress_work & EGRESS_AGG_RESULT) != 0) {
-                        aggregation.apply(hdr, std_meta);     // a result replica: to its worker
-                    }
+                        if ((meta.egress_work & EGRESS_AGG_RESULT) != 0) {
+                            aggregation.apply(hdr, std_meta);     // a result replica: to its worker
+                        }
 #endif
 #ifndef WITHOUT_TRIMMING
-                    if ((meta.egress_work & EGRESS_TRIM_DEPARTURE) != 0) {
-                        trim_departure.apply(meta);       // before INT: a report clone keeps EGRESS_INT only
-                    }
+                        if ((meta.egress_work & EGRESS_TRIM_DEPARTURE) != 0) {
+                            trim_departure.apply(meta);       // before INT: a report clone keeps EGRESS_INT only
+                        }
 #endif
 #ifndef WITHOUT_LOAD_BALANCING
-                    if ((meta.egress_work & EGRESS_LB_LOAD) != 0) {
-                        load_recorder.apply(std_meta);    // before INT: a report clone keeps EGRESS_INT only
+                        if ((meta.egress_work & EGRESS_LB_LOAD) != 0) {
+                            load_recorder.apply(std_meta);    // before INT: a report clone keeps EGRESS_INT only
+                        }
+#endif
+                    }
+#ifndef WITHOUT_INT_TELEMETRY
+                    if ((meta.egress_work & EGRESS_INT) != 0) {
+                        int_egress.apply(hdr, meta, std_meta);    // counts the bytes too
+                    } else if ((meta.egress_work & EGRESS_INT_TX_BYTES) != 0) {
+                        tx_bytes.apply(std_meta);
                     }
 #endif
                 }
-#ifndef WITHOUT_INT_TELEMETRY
-                if ((meta.egress_work & EGRESS_INT) != 0) {
-                    int_egress.apply(hdr, meta, std_meta);
-                }
-#endif
             }
 #ifndef WITHOUT_ECN
             ecn.apply(hdr, meta, std_meta);

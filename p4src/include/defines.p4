@@ -98,10 +98,13 @@ const bit<32> NONMINIMAL_COUNTS = 3;
 // in ingress (0 for every other packet: one condition skips egress work).
 // One field, not a flag per feature: BMv2 zeroes every metadata field of
 // every packet (docs/benchmark.md, the price list).
-const bit<8> EGRESS_INT = 1;            // INT is on at this switch (int_telemetry_egress.p4; report clones keep it)
+const bit<8> EGRESS_INT = 1;            // INT's work (int_telemetry_egress.p4): the packet carries INT, or is a report clone
+                                        // (which keeps it), a trimmed packet or a source-routed one
 const bit<8> EGRESS_LB_LOAD = 2;        // adaptive load balancing: record the queue depth this packet saw
 const bit<8> EGRESS_AGG_RESULT = 4;     // an aggregation result replica: egress addresses it to its worker
 const bit<8> EGRESS_TRIM_DEPARTURE = 8; // trimming: a packet counted into its queue's occupancy leaves it (trimming.p4)
+const bit<8> EGRESS_INT_TX_BYTES = 16;  // INT is on at this switch: the packet's bytes counted (HPCC's tx bytes); alone,
+                                        // nothing else (main.p4's egress: IntTxBytes, no INT table)
 
 // In-band network telemetry (INT v2.1, Telemetry Report v2.0): the wire
 // contract is docs/protocols/int_telemetry.md; wire/int_telemetry.py holds the same values.

@@ -6,16 +6,21 @@
 //                           INT-enabled switch: count its bytes (HPCC's tx
 //                           bytes), push this hop or, on a sink port, report
 //                           and strip (a packet without INT only has its
-//                           bytes counted, without a lookup: count_tx_bytes)
+//                           bytes counted, by IntTxBytes, without a lookup;
+//                           a trimmed or source-routed packet without INT has
+//                           them counted here, as it has EGRESS_INT)
 //   build_report(...)       a report clone of an INT packet (instance E2E
 //                           clone) leaving towards the collector: a flow
 //                           report from the sink, or a congestion report (Q)
 //                           from a hop whose queue is above the port's threshold
 //   build_drop_report(...)  a drop report clone (instance ingress clone,
 //                           int_telemetry_drop_report.p4): D flag and the drop reason
-// A switch where INT is off pays nothing per packet here: egress_work has no
-// EGRESS_INT bit (set in ingress by int_source_port or drop_report), and main.p4's
-// egress skips every feature's egress work on one condition.
+// A switch where INT is off pays nothing per packet here: egress_work has
+// neither EGRESS_INT (INT's work: set in ingress where a packet takes INT or
+// carries it, by drop_report and by source routing) nor EGRESS_INT_TX_BYTES
+// (INT on: int_source_port), and main.p4's egress skips every feature's
+// egress work on one condition; where INT is on, a packet without INT costs
+// one condition more and IntTxBytes.
 //
 // Suppression (what keeps telemetry cheap): every hop keeps, per flow cell,
 // (ingress port, egress port, hop latency bucket, queue bucket); a hop whose
@@ -125,10 +130,33 @@ const bit<16> DROP_REPORT_INNER_BYTES = 64;
 // action: flow_key.p4).
 #define INT_BUCKET(v) ((v)[7:0] | (8w0 - (bit<8>) (bit<1>) ((v) > 255)))
 
+// Bytes sent per port, mod 2^32 (HPCC's tx bytes, the collector's port
+// rates): every packet leaving a port of a switch where INT is on. Outside
+// the controls: IntTxBytes counts, IntEgress reads it for a hop's tx bytes.
+register<bit<32>, port_t>(PORT_COUNT) int_tx_bytes;
+
+// A packet without INT where INT is on: its bytes counted, nothing else (no
+// table, no scratch header): main.p4's egress applies it where the packet's
+// egress work has EGRESS_INT_TX_BYTES and not EGRESS_INT.
+control IntTxBytes(in standard_metadata_t std_meta) {
+    // (Written from the local, not from the sum: p4c would add a metadata
+    // temporary for the expression, which every packet of every program
+    // pays for.)
+    action count_tx_bytes() {
+        bit<32> sent;
+        int_tx_bytes.read(sent, std_meta.egress_port);
+        sent = sent + std_meta.packet_length;
+        int_tx_bytes.write(std_meta.egress_port, sent);
+    }
+
+    apply {
+        count_tx_bytes();
+    }
+}
+
 control IntEgress(inout headers_t hdr,
                   inout local_metadata_t meta,
                   inout standard_metadata_t std_meta) {
-    register<bit<32>, port_t>(PORT_COUNT) int_tx_bytes;               // bytes sent per port, mod 2^32
     register<bit<32>, bit<32>>(1) report_seq_no;                     // next report sequence number (hw_id 0)
     register<bit<32>, bit<32>>(INT_FLOW_SLOTS) int_flow_state;       // ports and buckets a flow had last
     register<bit<32>, bit<32>>(INT_FLOW_SLOTS) int_flow_report_time; // sink: when the flow was last reported (us)
@@ -454,17 +482,6 @@ control IntEgress(inout headers_t hdr,
         size = 3 * PORT_COUNT;
     }
 
-    // A packet without INT: its bytes counted (HPCC's tx bytes, the
-    // collector's port rates), and nothing else: no table, no scratch header.
-    // (Written from the local, not from the sum: p4c would add a metadata
-    // temporary for the expression, which every packet of every program
-    // pays for.)
-    action count_tx_bytes() {
-        bit<32> sent;
-        int_tx_bytes.read(sent, std_meta.egress_port);
-        sent = sent + std_meta.packet_length;
-        int_tx_bytes.write(std_meta.egress_port, sent);
-    }
 
     // The TCP length for the checksum's pseudo-header: no IPv4 options
     // (the parser takes TCP only with IHL 5).
@@ -473,9 +490,7 @@ control IntEgress(inout headers_t hdr,
     }
 
     apply {
-        if (std_meta.instance_type == INSTANCE_NORMAL && !hdr.int_shim.isValid()) {
-            count_tx_bytes();
-        } else switch (int_port.apply().action_run) {
+        switch (int_port.apply().action_run) {
             set_int_port: {
                 store_tx_bytes();
                 if (hdr.int_md.isValid()) {

@@ -44,7 +44,8 @@
 
 // The INT headers in front of a packet a source takes, after the INT-MD
 // header a rule (or a raised flow's entry) filled: the shim after the L4
-// header, TCP and UDP only (the watchlist's protocols). A control without
+// header, TCP and UDP only (the watchlist's protocols); and INT's egress
+// work (EGRESS_INT: push this hop). A control without
 // tables, so that IntSource applies it where each of its two tables takes
 // a packet, and a packet it does not take meets no condition for it.
 control IntInsert(inout headers_t hdr, inout local_metadata_t meta) {
@@ -52,6 +53,7 @@ control IntInsert(inout headers_t hdr, inout local_metadata_t meta) {
     // and rsvd in the INT-MD header) and the lengths, for UDP: destination
     // port INT_UDP_PORT, the original in the shim.
     action insert_into_udp() {
+        meta.egress_work = meta.egress_work | EGRESS_INT;
         hdr.int_shim.setValid();
         hdr.int_shim.int_type = INT_TYPE_MD;
         hdr.int_shim.len = INT_HEADER_WORDS;
@@ -65,6 +67,7 @@ control IntInsert(inout headers_t hdr, inout local_metadata_t meta) {
 
     // For TCP: DSCP INT_DSCP, the original in the shim.
     action insert_into_tcp() {
+        meta.egress_work = meta.egress_work | EGRESS_INT;
         hdr.int_shim.setValid();
         hdr.int_shim.int_type = INT_TYPE_MD;
         hdr.int_shim.len = INT_HEADER_WORDS;
@@ -125,10 +128,12 @@ control IntSource(inout headers_t hdr,
         int_port_sample_count.write(std_meta.ingress_port, meta.int_sampling.count);
     }
 
-    // Each of the port's actions switches INT's egress work on (push, sink,
-    // the port's tx bytes).
+    // Each of the port's actions has egress count the packet's bytes (the
+    // port's tx bytes); a packet that carries INT gets INT's egress work too
+    // (EGRESS_INT: IntInsert, carries_int). Apart, so that the usual packet
+    // where INT is on costs egress no INT condition (main.p4).
     action sample_port(bit<32> sample_one_in) {
-        meta.egress_work = meta.egress_work | EGRESS_INT;
+        meta.egress_work = meta.egress_work | EGRESS_INT_TX_BYTES;
         meta.int_sampling.setValid();
         count_at_port(sample_one_in);
     }
@@ -137,25 +142,31 @@ control IntSource(inout headers_t hdr,
     // count at their own rates): every packet looked up, none counted
     // (setValid zeroed the count).
     action every_packet() {
-        meta.egress_work = meta.egress_work | EGRESS_INT;
+        meta.egress_work = meta.egress_work | EGRESS_INT_TX_BYTES;
         meta.int_sampling.setValid();
     }
 
     // A port with raised flows: they are looked up first; the rate is kept
     // for the packets that are not theirs (non-zero: says so below).
     action sample_port_after_raised_flows(bit<32> sample_one_in) {
-        meta.egress_work = meta.egress_work | EGRESS_INT;
+        meta.egress_work = meta.egress_work | EGRESS_INT_TX_BYTES;
         meta.int_sampling.setValid();
         meta.int_sampling.sample_one_in = sample_one_in;
     }
 
-    // INT on, at a port not facing a host: egress pushes this hop (or
-    // sinks); the flow key forwarding may have filled is released
+    // INT on, at a port not facing a host: egress counts the bytes (and
+    // pushes this hop or sinks if the packet carries INT: carries_int); the
+    // flow key forwarding may have filled is released
     // (headers.p4: a validated scratch header counts in the packet length,
     // which egress reads for INT's tx bytes).
     action transit_port() {
-        meta.egress_work = meta.egress_work | EGRESS_INT;
+        meta.egress_work = meta.egress_work | EGRESS_INT_TX_BYTES;
         meta.flow.setInvalid();
+    }
+
+    // A packet that arrived with INT: egress pushes this hop, or sinks.
+    action carries_int() {
+        meta.egress_work = meta.egress_work | EGRESS_INT;
     }
 
     table int_source_port {
@@ -247,6 +258,11 @@ control IntSource(inout headers_t hdr,
 
     apply {
         switch (int_source_port.apply().action_run) {    // INT off at this switch: NoAction, nothing more
+            transit_port: {
+                if (hdr.int_shim.isValid()) {
+                    carries_int();
+                }
+            }
             sample_port:
             every_packet:
             sample_port_after_raised_flows: {            // a host's port: INT may start here
@@ -277,6 +293,8 @@ control IntSource(inout headers_t hdr,
                             }
                         }
                     }
+                } else {
+                    carries_int();
                 }
                 release_scratch();                       // and the flow key
             }

@@ -591,6 +591,29 @@ class SinkRestoresThePacketAndReportsTest(IntTestBase):
         return ver_hw_seq & 0x3FFFFF, tx_bytes
 
 
+
+class TxBytesCountEveryPacketTest(SinkRestoresThePacketAndReportsTest):
+    """A port's tx bytes count the packets without INT that left it as well,
+    from a host's port (which counts them for its 1 in N) and from a fabric
+    port: egress counts them without INT's table (IntTxBytes), each by its
+    length as it came in. Read from the sink's reports of two INT packets
+    sent around them."""
+
+    def runTest(self):
+        self.watch(WatchRule(protocol=6, sample=16))      # HOST_PORT counts; a UDP packet never takes INT
+        plain = [(HOST_PORT, udp_packet(payload=b"h" * 100)), (FABRIC_PORT, udp_packet(payload=b"f" * 300)),
+                 (HOST_PORT, udp_packet(payload=b"h" * 1000))]
+        readings = []
+        for between in ([], plain):
+            for port, pkt in between:
+                self.send(port, pkt)
+                self.assertEqual(len(self.one(DST_PORT)), len(pkt), "left without INT")
+            sent = self.int_packet(["node_id", "queue"], [spec_hop(1, 3)], remaining=6)
+            self.send(FABRIC_PORT, Ether(sent))
+            self.one(DST_PORT)
+            readings.append(self.check_report(self.one(COLLECTOR_PORT), sent)[1])
+        self.assertEqual(readings[1] - readings[0], sum(len(pkt) for _, pkt in plain) + len(sent))
+
 class SinkOnTcpRestoresDscpAndChecksumTest(IntTestBase):
     """Source and sink on one switch (host port in, host port out): the TCP
     packet leaves exactly as it came, DSCP and checksum included, and a
