@@ -128,9 +128,10 @@ const bit<8>  INT_MAX_STACK_WORDS_C = INT_MAX_STACK_WORDS;
 const bit<32> INT_WATCHLIST_SIZE = 1024;
 const bit<32> INT_RAISED_FLOWS = 1024;    // flows raised to every packet (adaptive sampling), per switch
 typedef bit<10> int_sampler_t;            // a watchlist entry's sampling counter: 0 .. INT_WATCHLIST_SIZE-1
-// A sampler's count with one more packet, back to 0 at the N-th (1 in N, N >= 1):
-// no condition (the comparison as 0 or 1, times the count).
-#define SAMPLE_COUNT(count, n) (((count) + 1) * (bit<32>) (bit<1>) ((count) + 1 < (n)))
+// A sampler's count with one more packet, back to 0 at the N-th (1 in N, N >= 1;
+// 0 samples every packet): an expression, not a condition, whose ?: evaluates
+// one side only.
+#define SAMPLE_COUNT(count, n) ((count) + 1 < (n) ? (count) + 1 : 32w0)
 const bit<16> INT_DEFAULT_MTU = 1500;      // IPv4 bytes, until the controller sets a port's
 const bit<32> REPORT_MIRROR_SESSION = 500; // clone session of telemetry reports (set by the controller)
 const bit<8>  INT_REPORT_FIELDS = 1;       // @field_list of what a report clone keeps

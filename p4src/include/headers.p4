@@ -235,10 +235,13 @@ header failover_scratch_t {      // failover.p4, and heartbeats in source_routin
     bit<48> path_last;
 }
 
-// INT's sampling at a host port (int_telemetry_source.p4): small, since
-// every packet entering there validates it (the sampled ones their INT-MD
-// header too), and BMv2 zeroes each field of a header it validates.
-header int_sampling_t {
+// INT's sampling at a host port (int_telemetry_source.p4): metadata, not
+// a scratch header: every packet entering a host port where INT is on
+// uses it, and a header validated for each of them (BMv2 zeroes its fields
+// then, and adds it to the packet length, which INT's tx bytes read, so it
+// is invalidated again) cost more than two metadata fields, which BMv2
+// zeroes for every packet, INT off included (docs/benchmark.md, 2026-12-03).
+struct int_sampling_t {
     bit<32>  count;              // the port's count with this packet (0: its sample), then the
                                  // watchlist entry's (0: the entry's sample)
     bit<32>  sample_one_in;      // a port with raised flows: its N (0: none), for the packets

@@ -118,8 +118,8 @@ control IntSource(inout headers_t hdr,
         hdr.int_md.ds_flags = ds_flags;
     }
 
-    // The port's count with this packet, in the scratch header and back in
-    // the register: 0 at the N-th (SAMPLE_COUNT: no condition, and the
+    // The port's count with this packet, in the sampling metadata and back
+    // in the register: 0 at the N-th (SAMPLE_COUNT: no condition, and the
     // register written from a field, not an expression, for which p4c would
     // add a metadata temporary every packet pays for).
     action count_at_port(bit<32> sample_one_in) {
@@ -134,23 +134,20 @@ control IntSource(inout headers_t hdr,
     // where INT is on costs egress no INT condition (main.p4).
     action sample_port(bit<32> sample_one_in) {
         meta.egress_work = meta.egress_work | EGRESS_INT_TX_BYTES;
-        meta.int_sampling.setValid();
         count_at_port(sample_one_in);
     }
 
     // A rate of 1 (a raised port, or rules that sample every packet or
     // count at their own rates): every packet looked up, none counted
-    // (setValid zeroed the count).
+    // (the count is metadata: 0 for every packet until written).
     action every_packet() {
         meta.egress_work = meta.egress_work | EGRESS_INT_TX_BYTES;
-        meta.int_sampling.setValid();
     }
 
     // A port with raised flows: they are looked up first; the rate is kept
     // for the packets that are not theirs (non-zero: says so below).
     action sample_port_after_raised_flows(bit<32> sample_one_in) {
         meta.egress_work = meta.egress_work | EGRESS_INT_TX_BYTES;
-        meta.int_sampling.setValid();
         meta.int_sampling.sample_one_in = sample_one_in;
     }
 
@@ -250,9 +247,8 @@ control IntSource(inout headers_t hdr,
 
     // headers.p4: a validated scratch header counts in the packet length,
     // which egress reads for INT's tx bytes (invalidating one that is not
-    // valid changes nothing). One action for both: BMv2 pays for each call.
-    action release_scratch() {
-        meta.int_sampling.setInvalid();
+    // valid changes nothing).
+    action release_flow_key() {
         meta.flow.setInvalid();
     }
 
@@ -296,7 +292,7 @@ control IntSource(inout headers_t hdr,
                 } else {
                     carries_int();
                 }
-                release_scratch();                       // and the flow key
+                release_flow_key();
             }
         }
     }
