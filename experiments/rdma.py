@@ -330,9 +330,10 @@ def run_flows(name: str, cc: str, flows: list[Flow], pfc: bool, topo, net: Netwo
 
 
 def last_hop_spacing(rx: dict, capacity_pps: float, port: int) -> list[Spacing]:
-    """The bottleneck queue's departures, where INT reached the receiver (HPCC:
-    every data packet carries the last switch's tx time and the depth it met):
-    judged against the queue's rate (emulator/fidelity.py departure_spacing)."""
+    """The bottleneck queue's departures, where INT reached the receiver (the
+    RoCE watchlist's to_host rule, whatever the congestion control: every data
+    packet carries the last switch's tx time and the depth it met), judged
+    against the queue's rate (emulator/fidelity.py departure_spacing)."""
     records = rx.get("int_last_hop_departures") or []
     if not records:
         return []
