@@ -19,7 +19,7 @@ from typing import Iterator, Sequence
 
 from emulator.bmv2_thrift import Bmv2Thrift
 from control.controller import FabricController
-from emulator.calibration import CalibrationError, Flow, demand, plan
+from emulator.calibration import Calibration, CalibrationError, Flow, demand, plan
 from emulator.calibration import stored as stored_calibration
 from emulator.fidelity import FidelityMonitor, Limits, Verdict, report
 from emulator.impairments import blackhole
@@ -351,18 +351,23 @@ def held_in_switches(topo, classes: Sequence[int]) -> int:
     return n
 
 
+def calibration_or_why() -> tuple[Calibration | None, str]:
+    """The stored calibration for this machine and the experiments' BMv2,
+    or None and why there is none (never measured, or unreadable)."""
+    try:
+        cal = stored_calibration()
+    except CalibrationError as exc:
+        return None, str(exc)
+    return cal, "" if cal is not None else "no calibration (fabric calibrate)"
+
+
 def announce_budget(topo, flows: Sequence[Flow], composition: str = "fabric", ack_share: float = 0.0,
                     agents: str = "roce") -> str:
     """Before a run starts: what its rates cost this machine by the stored
     calibration (emulator/calibration.py), said loudly when over budget.
     Returns the row's `budget` text ("within", "over x1.73", or "unknown"
     without a calibration)."""
-    try:
-        cal = stored_calibration()
-    except CalibrationError as exc:
-        cal, why = None, str(exc)
-    else:
-        why = "no calibration (fabric calibrate)"
+    cal, why = calibration_or_why()
     if cal is None:
         print(f"budget: {why}: what this run costs the machine is unknown", flush=True)
         return "unknown"

@@ -33,9 +33,11 @@ counts once the traffic has left (must be 0), pauses and resumes the switch
 sent, pauses the senders received; throughput per flow over time.
 
 Phase spreading: topologies/incast-leaf-spine.yaml, 4 or 8 senders on
-leaf1 and leaf2 into r1 on leaf3 (800 packets/s together, 1.92x r1's link;
-every link at half the file's rate, SPREADING_RATE_SCALE), and a victim flow v1 -> v2 (leaf1 to
-leaf2) that shares only leaf1's uplinks with the incast (run_spreading_case):
+leaf1 and leaf2 into r1 on leaf3 (1.92x r1's link together), and a victim
+flow v1 -> v2 (0.24 of its link, leaf1 to leaf2) that shares only leaf1's
+uplinks with the incast (run_spreading_case), every link at the scale of
+the file's rates this machine keeps up with (`--spreading-scale auto`: the
+budget's, spreading_scale; x0.5 without a calibration):
 lossy, PFC, PFC + DCQCN (ECN on class 3's queue only); pauses per hop over
 time, the victim's throughput.
 
@@ -75,13 +77,14 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import yaml
 
@@ -90,14 +93,14 @@ REPO = Path(__file__).resolve().parent.parent
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from emulator.bmv2_thrift import Bmv2Thrift
 from emulator.build import compile_p4
-from emulator.calibration import Flow
+from emulator.calibration import Calibration, Flow, demand, plan
 from emulator.fidelity import FidelityMonitor, Verdict
 from control.controller import FabricController
 from emulator.network import Network, queue_rate_pps
 from control.p4constants import drop_reasons
 from control.topology import NextHop, TopologyError
-from experiments.common import RECEIVE_QUIET_S, StartGate, agent_python, announce_budget, experiment_parser, \
-    case_fidelity, dcqcn_constants, held_in_switches, lost_before_pipeline, print_fidelity, print_table, \
+from experiments.common import RECEIVE_QUIET_S, StartGate, agent_python, announce_budget, calibration_or_why, \
+    experiment_parser, case_fidelity, dcqcn_constants, held_in_switches, lost_before_pipeline, print_fidelity, print_table, \
     programmed_fabric, roce_agent, roce_dcqcn_args, save_figure, socket_drops, write_csv
 from features import load_topology, topology_from_dict
 from features.ecn import EcnProfile
@@ -243,15 +246,20 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
 
 
 SPREADING_CASES = tuple(f"{name}-{n}" for n in (4, 8) for name in ("lossy", "pfc", "pfc-dcqcn"))
-# The leaf-spine's links at half the rates topologies/incast-leaf-spine.yaml
-# gives them (hosts 5 Mbit/s, 417 packets/s; fabric 50): what five BMv2
-# switches and eleven agents on two cores keep up with. At the file's rates
-# (r1's link 833 packets/s, the incast 1600) BMv2's input path lost 14-69
-# packets before the pipeline in 4 of 28 PFC cases (4-6 s, one day), none
-# of it seen by a P4 counter; at these, none in 60 (docs/features/lossless.md).
-SPREADING_RATE_SCALE = 0.5
-SPREADING_LOAD = 800.0      # packets/s of all incast senders together (1.92x r1's link: 417), whatever their number
-VICTIM_RATE = 100.0
+# The spreading phase's rates: every link of topologies/incast-leaf-spine.yaml
+# at a scale of the file's rates that this machine keeps up with, the budget's
+# (`--spreading-scale auto`: spreading_scale), and the traffic as shares of
+# those links, so that the incast's oversubscription and the victim's share
+# stay whatever the scale. Without a calibration the scale is
+# SPREADING_FALLBACK_SCALE: at the file's rates (r1's link 833 packets/s, the
+# incast 1600) BMv2's input path lost 14-69 packets before the pipeline in 4
+# of 28 PFC cases (the default build, 2026-11-27); at half, none in 60
+# (docs/features/lossless.md).
+SPREADING_FALLBACK_SCALE = 0.5
+SPREADING_SCALE_STEP = 0.05          # auto's scale, rounded down to a multiple of this (a margin, a readable number)
+SPREADING_OVERSUBSCRIPTION = 1.92    # the incast, all senders together, / r1's link, whatever their number
+VICTIM_SHARE = 0.24                  # the victim flow v1 -> v2 / v1's link
+SPREADING_SENDERS = ("h1", "h2", "h3", "h4", "h5", "h6", "h7", "h8")     # 8:1; 4:1 takes h1, h2, h5, h6
 SPREADING_HOLD_PPS = 500    # the hold loop's rate: five switches recirculating share two cores
 HOPS = ("leaf3 -> spines", "spines -> leaves", "leaves -> hosts")
 
@@ -261,7 +269,7 @@ def spreading_section(lossless: bool) -> LosslessConfig:
     return replace(config, hold_rate_pps=SPREADING_HOLD_PPS, pfc=replace(config.pfc, headroom=LATE_PAUSE_HEADROOM))
 
 
-def spreading_topology(scale: float = SPREADING_RATE_SCALE):
+def spreading_topology(scale: float = SPREADING_FALLBACK_SCALE):
     """topologies/incast-leaf-spine.yaml with every link at `scale` of its rate."""
     data = yaml.safe_load((REPO / "topologies" / "incast-leaf-spine.yaml").read_text())
     for link in [data["defaults"]["link"], *(l for l in data["links"] if isinstance(l, dict))]:
@@ -270,6 +278,36 @@ def spreading_topology(scale: float = SPREADING_RATE_SCALE):
     topo = topology_from_dict(data, "incast-leaf-spine.yaml" + ("" if scale == 1 else f" (rates x{scale:g})"))
     topo.features[SECTION] = spreading_section(True)    # the hold queues' rate
     return topo
+
+
+def spreading_flows(topo, load_pps: float, victim_pps: float, senders: Sequence[str] = SPREADING_SENDERS) -> list[Flow]:
+    """The spreading phase's traffic, for the budget: the incast split among
+    `senders` into r1, and the victim v1 -> v2."""
+    return [*(Flow(h, "r1", load_pps / len(senders)) for h in senders), Flow("v1", "v2", victim_pps)]
+
+
+def spreading_rates(topo) -> tuple[float, float]:
+    """(the incast's packets/s, all senders together; the victim's) on
+    `topo`: SPREADING_OVERSUBSCRIPTION x r1's link, VICTIM_SHARE x v1's."""
+    link = lambda h: queue_rate_pps(topo.access_link(topo.hosts[h]).bandwidth_mbps)     # noqa: E731
+    return SPREADING_OVERSUBSCRIPTION * link("r1"), VICTIM_SHARE * link("v1")
+
+
+def spreading_scale(cal: Calibration | None, why: str = "no calibration (fabric calibrate)") -> tuple[float, str]:
+    """`--spreading-scale auto`: the largest scale of the file's rates, a
+    multiple of SPREADING_SCALE_STEP and at most 1, whose traffic (the
+    incast at 8:1, every switch in the training composition: lossless, the
+    RoCEv2 agents) the budget (emulator/calibration.py) says this machine
+    keeps up with; and how it was chosen. Without a calibration,
+    SPREADING_FALLBACK_SCALE."""
+    if cal is None:
+        return SPREADING_FALLBACK_SCALE, (f"{why}: x{SPREADING_FALLBACK_SCALE:g}, "
+                                          f"the scale measured faithful on a 2-core machine of 2026-11-27")
+    full = spreading_topology(1.0)
+    p = plan(demand(full, spreading_flows(full, *spreading_rates(full))), cal, "training")
+    scale = max(SPREADING_SCALE_STEP, math.floor(min(1.0, 1 / p.dilation) / SPREADING_SCALE_STEP + 1e-9)
+                * SPREADING_SCALE_STEP)
+    return round(scale, 2), f"the budget: at the file's rates this run {p}"
 
 
 def pipeline_drops(ctl: FabricController, topo) -> dict[str, int]:
@@ -289,8 +327,7 @@ def run_spreading_case(name: str, topo, net: Network, ctl: FabricController, arg
     too, and pause their hosts, the victim's sender too (hop 3)."""
     mode, n = name.rsplit("-", 1)
     lossless, dcqcn = mode != "lossy", mode == "pfc-dcqcn"
-    senders = [topo.hosts[h] for h in (("h1", "h2", "h5", "h6") if n == "4" else
-                                       ("h1", "h2", "h3", "h4", "h5", "h6", "h7", "h8"))]
+    senders = [topo.hosts[h] for h in (("h1", "h2", "h5", "h6") if n == "4" else SPREADING_SENDERS)]
     receiver, victim, victim_rx = topo.hosts["r1"], topo.hosts["v1"], topo.hosts["v2"]
     ctl.feature("lossless").apply(spreading_section(lossless))
     ctl.feature("ecn").set_profile("leaf3", receiver.switch_port, EcnProfile.step(10) if dcqcn else None,
@@ -338,7 +375,7 @@ def run_spreading_case(name: str, topo, net: Network, ctl: FabricController, arg
         procs.append(roce_agent(h, "send", start_at=gate, out_dir=case_dir,
                                 extra=sender_args(h, receiver, qp, args.spreading_load / len(senders))))
     procs.append(roce_agent(victim, "send", start_at=gate, out_dir=case_dir,
-                            extra=sender_args(victim, victim_rx, 99, VICTIM_RATE)))
+                            extra=sender_args(victim, victim_rx, 99, args.victim_rate)))
     start_at = gate.open(procs)
     fidelity.traffic_starts(start_at)
     sampler = threading.Thread(target=sample, daemon=True)
@@ -380,6 +417,7 @@ def run_spreading_case(name: str, topo, net: Network, ctl: FabricController, arg
         "lost_before_pipeline": input_lost,
         "fidelity": str(verdict),
         "utilisation": round(steady / ((args.duration - warm) * capacity), 3),
+        "victim_offered_pps": round(args.victim_rate, 1),
         "victim_pps": victim_rate(warm),
         # once DCQCN has settled: how fast it gets there depends on how busy the machine is
         "victim_last_40pct_pps": victim_rate(0.6 * args.duration),
@@ -387,11 +425,12 @@ def run_spreading_case(name: str, topo, net: Network, ctl: FabricController, arg
         **{f"pauses_hop{i}": after[hop] - before[hop] for i, hop in enumerate(HOPS, start=1)},
         "cnps_received": sum(t["cnps_received"] for t in tx),
     }
-    _plot_spreading(result, bins, vbins, samples, before, case_dir, rx["bin_s"], capacity)
+    _plot_spreading(result, bins, vbins, samples, before, case_dir, rx["bin_s"], capacity, args.victim_rate)
     return result
 
 
-def _plot_spreading(result: dict, bins, vbins, samples, before, case_dir: Path, bin_s: float, capacity: int) -> None:
+def _plot_spreading(result: dict, bins, vbins, samples, before, case_dir: Path, bin_s: float, capacity: int,
+                    victim_offered: float) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -401,7 +440,7 @@ def _plot_spreading(result: dict, bins, vbins, samples, before, case_dir: Path, 
         incast[t] = incast.get(t, 0) + v
     top.plot(sorted(incast), [incast[t] / bin_s for t in sorted(incast)], lw=1, label="incast into r1 (all senders)")
     top.plot(sorted(t for t, _ in vbins), [vbins[k] / bin_s for k in sorted(vbins)], lw=1,
-             label=f"victim v1 -> v2 (offered {VICTIM_RATE:g})")
+             label=f"victim v1 -> v2 (offered {victim_offered:.0f})")
     top.axhline(capacity, color="grey", ls=":", lw=1, label="r1's link")
     top.set_ylabel("received (pkts/s)")
     top.legend(fontsize=7)
@@ -999,10 +1038,13 @@ def main(argv: list[str] | None = None) -> int:
                     choices=[c.name for c in DEADLOCK_CASES], help="deadlock cases")
     ap.add_argument("--spreading-cases", nargs="*", default=list(SPREADING_CASES), choices=SPREADING_CASES,
                     help="spreading cases")
-    ap.add_argument("--spreading-scale", type=float, default=SPREADING_RATE_SCALE,
-                    help="spreading: every link of topologies/incast-leaf-spine.yaml at this fraction of its rate")
-    ap.add_argument("--spreading-load", type=float, default=SPREADING_LOAD,
-                    help="spreading: packets/s of all incast senders together")
+    ap.add_argument("--spreading-scale", default="auto", metavar="{auto,SCALE}",
+                    help="spreading: every link of topologies/incast-leaf-spine.yaml at this fraction of its rate; "
+                         "auto (default): the largest the budget says this machine keeps up with (the calibration), "
+                         f"{SPREADING_FALLBACK_SCALE:g} without one")
+    ap.add_argument("--spreading-load", type=float, default=None,
+                    help="spreading: packets/s of all incast senders together (default: "
+                         f"{SPREADING_OVERSUBSCRIPTION:g} x r1's link at the scale)")
     ap.add_argument("--runs", type=int, default=1,
                     help="incast and spreading: run their cases this many times in a row on one network, "
                          "each lossless case judged at the receivers")
@@ -1020,7 +1062,14 @@ def main(argv: list[str] | None = None) -> int:
                 args.dcqcn_constants = dcqcn_constants(overlaid, args.sender_rate)
         except (TopologyError, ValueError) as exc:
             ap.error(str(exc))
-    if args.spreading_scale <= 0 or args.spreading_load <= 0:
+    if args.spreading_scale != "auto":
+        try:
+            args.spreading_scale = float(args.spreading_scale)
+        except ValueError:
+            ap.error(f"--spreading-scale {args.spreading_scale!r}: expected auto or a number")
+        if not 0 < args.spreading_scale < math.inf:
+            ap.error("--spreading-scale and --spreading-load must be positive")
+    if args.spreading_load is not None and not 0 < args.spreading_load < math.inf:
         ap.error("--spreading-scale and --spreading-load must be positive")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -1050,7 +1099,16 @@ def main(argv: list[str] | None = None) -> int:
         verdicts.append(end_to_end("incast", results))
         judged += results
     if "spreading" in args.phases:
+        if args.spreading_scale == "auto":
+            cal, why = calibration_or_why()
+            args.spreading_scale, how = spreading_scale(cal, why)
+            print(f"spreading: rates x{args.spreading_scale:g} of topologies/incast-leaf-spine.yaml's ({how})",
+                  flush=True)
         topo = spreading_topology(args.spreading_scale)
+        load, args.victim_rate = spreading_rates(topo)
+        args.spreading_load = args.spreading_load or load
+        budget = announce_budget(topo, spreading_flows(topo, args.spreading_load, args.victim_rate),
+                                 composition="training")
         spreading_out = out / "spreading"
         spreading_out.mkdir(exist_ok=True)
         results = []
@@ -1060,7 +1118,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"==> {run_label(run, args.runs)}{name}: {args.duration:g}s of incast into r1 on leaf3 "
                           f"({args.spreading_load:g} packets/s, {spreading_oversubscription(topo, args):.2f}x its "
                           f"link), victim v1 -> v2", flush=True)
-                    results.append({"run": run, **run_spreading_case(name, topo, net, ctl, args, run_out)})
+                    results.append({"run": run, **run_spreading_case(name, topo, net, ctl, args, run_out),
+                                    "scale": args.spreading_scale, "budget": budget})
         written.append(write_csv(spreading_out / "summary.csv", results))
         print_table(results, width=15)
         verdicts.append(end_to_end("spreading", results))

@@ -66,6 +66,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 import yaml
 
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
+from emulator.bmv2_thrift import Bmv2Thrift
 from emulator.build import compile_p4
 from emulator.fidelity import CpuSummary
 from emulator import run_costs
@@ -78,7 +79,7 @@ from control.p4constants import drop_reasons
 from control.topology import Topology, TopologyError, apply_overlays, from_dict
 from experiments.common import REPO, agent_python, case_fidelity, cc_constants, cc_constants_line, exit_on_sigterm, \
     kill_switch, median_ratio_interval, percentile, ping_round_trips, print_fidelity, print_table, roce_agent, \
-    save_figure, write_csv
+    sample_queue, save_figure, write_csv
 from features import FEATURES, SECTIONS, load_topology, topology_from_dict
 from features.congestion_control import SECTION as CONGESTION_CONTROL
 from features.ecn import MARKED_COUNTER as ECN_MARKED_COUNTER, SECTION as ECN
@@ -210,6 +211,12 @@ def technique_verdicts(results: Sequence["RunResult"]) -> list[dict]:
         complete = [statistics.median(x.ms for x in r.lines) for r in good if r.completed == r.steps and r.lines]
         return len(runs), complete, [r.completed for r in good if r.completed < r.steps]
 
+    def queue_p99(case: str) -> float | str:
+        """The median over its faithful complete runs of the incast's bottleneck queue p99 ("" without one)."""
+        p99s = [percentile(r.queue, 0.99) for r in results
+                if r.case == case and r.fidelity == "ok" and r.completed == r.steps and r.queue]
+        return statistics.median(p99s) if p99s else ""
+
     base_runs, base, base_stopped = judged("composed")
     rows = []
     for case in dict.fromkeys(r.case for r in results if r.case != "composed"):
@@ -218,7 +225,8 @@ def technique_verdicts(results: Sequence["RunResult"]) -> list[dict]:
                "composed_faithful": len(base), "stopped": len(stopped),
                "step_ms_median": round(statistics.median(off), 1) if off else "",
                "composed_step_ms_median": round(statistics.median(base), 1) if base else "",
-               "change": "", "interval_low": "", "interval_high": ""}
+               "change": "", "interval_low": "", "interval_high": "",
+               "queue_p99_median": queue_p99(case), "composed_queue_p99_median": queue_p99("composed")}
         if len(stopped) >= MIN_FAITHFUL_RUNS and not off and len(base) >= MIN_FAITHFUL_RUNS and not base_stopped:
             row["verdict"] = (f"helps: without it the job stopped in {len(stopped)} of {len(stopped)} faithful runs "
                               f"(after step {min(stopped)}-{max(stopped)}); the composition completed "
@@ -339,6 +347,14 @@ class Incast:
     @property
     def text(self) -> str:
         return f"{self.senders} x {self.pps:g} packets/s"
+
+    def bottleneck(self, topo: Topology, ranks: Sequence[str], c: "Composition") -> tuple[str, int, int]:
+        """The queue the incast congests: (switch, port, priority queue) of
+        the target rank's link from its switch, in the ranks' class (the
+        lossless class's queue, else queue 0, where a lossy class's and
+        UET's data wait)."""
+        target = topo.hosts[self.places(topo, ranks)[1]].primary
+        return target.switch, target.switch_port, LOSSLESS_CLASS if c.traffic_class == "lossless" else 0
 
 
 def nic_link_pps(c: "Composition", line_rate_pps: float) -> float:
@@ -584,6 +600,8 @@ class RunResult:
     latency_ms: float = 0.0             # the ideal step's latency term: its all-reduces' rounds on the idle fabric
     scenario: str = ""                  # links at the NIC rate, an incast (scenario_text)
     ecn_marks: int | None = None        # packets the switches marked CE, whole run (None: no switch marks)
+    queue: list[int] = field(default_factory=list)  # --incast: its bottleneck queue's depths (packets), sampled
+    #                                                 every 5 ms from the incast's start (sample_queue)
 
     @property
     def completed(self) -> int:
@@ -608,6 +626,8 @@ class RunResult:
                "drops": sum(x.drops for x in self.lines),
                "drop_reasons": " ".join(f"{k}:{v}" for k, v in self.drop_reasons.items()),
                "ecn_marks": "" if self.ecn_marks is None else self.ecn_marks,
+               "queue_p50": percentile(self.queue, 0.5) if self.queue else "",
+               "queue_p99": percentile(self.queue, 0.99) if self.queue else "",
                "max_loss_error": f"{self.loss_error:.2e}" if self.lines else "",
                "final_loss": round(self.lines[-1].loss, 6) if self.lines else "",
                "fidelity": self.fidelity, "cpu": self.cpu}
@@ -952,6 +972,8 @@ def run_case(case: str, c: Composition, args, reference: Reference, rank_names: 
     marks: int | None = None
     records: list[list[dict]] = []
     events: list[FabricEvent] = []
+    queue_samples: list[tuple[float, int]] = []      # the incast's bottleneck queue (Incast.bottleneck)
+    sampling = threading.Event()                       # set: the sampler stops
 
     listeners: list[Callable[[str], None]] = []
 
@@ -990,6 +1012,8 @@ def run_case(case: str, c: Composition, args, reference: Reference, rank_names: 
                 if incast is not None and not incast_procs and k >= INCAST_FIRST_STEP:
                     incast_procs.extend(start_incast(topo, c, incast, rank_names, out))
                     fidelity.watch("incast", [p.pid for p in incast_procs])
+                    monitor.enter_context(sampled_queue(topo, incast.bottleneck(topo, rank_names, c), sampling,
+                                                        queue_samples, say))
                     events.append(FabricEvent(time.time(), f"incast {incast.text} starts"))
                     say(f"!!! incast: {incast.text} from {', '.join(incast.hosts)} to "
                         f"{incast.places(topo, rank_names)[1]} as step {k} started")
@@ -1001,6 +1025,11 @@ def run_case(case: str, c: Composition, args, reference: Reference, rank_names: 
             lines, records, stalled = follow_steps(procs, out, args.steps, reference.losses, counters, step_started,
                                                    say, failure)
             errors += stalled
+            sampling.set()
+            # the incast stops before the verdict: frames still arriving while it reads the switches' counters
+            # look lost before their pipelines (FidelityMonitor._settled_input_path; 1-2 frames at leaf1, leaf2 or
+            # spine2 in 3 of 5 DCQCN runs beside an incast that still ran, 2026-12-03)
+            stop_processes(incast_procs)
             dropped, marks = counters.drops_by_reason(), counters.ecn_marks()
             if records and all(records):
                 fidelity.traffic_starts(previous_end_of(0, records))
@@ -1019,12 +1048,7 @@ def run_case(case: str, c: Composition, args, reference: Reference, rank_names: 
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     p.wait(timeout=30)
         finally:
-            for p in procs + incast_procs:
-                if p.poll() is None:
-                    p.terminate()
-            for p in procs + incast_procs:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    p.wait(timeout=10)
+            stop_processes(procs + incast_procs)
         for r, p in enumerate(procs):
             if p.returncode not in (0, None) and not errors:
                 tail = (out / f"rank{r}.log").read_text().strip().splitlines()
@@ -1036,7 +1060,39 @@ def run_case(case: str, c: Composition, args, reference: Reference, rank_names: 
     return RunResult(case, c, lines, args.steps, failure, errors,
                      ideal_step_ms(c, len(hosts), compute, line_rate, latency_ms, buckets), records, dropped, explained,
                      paused_s, verdict, latency_ms=buckets * latency_ms, cpu=cpu, scenario=scenario_text(args),
-                     ecn_marks=marks)
+                     ecn_marks=marks, queue=[depth for _, depth in queue_samples])
+
+
+def stop_processes(procs: Sequence[subprocess.Popen], timeout_s: float = 10.0) -> None:
+    """Terminate those of `procs` still running, and wait for them."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(timeout=timeout_s)
+
+
+@contextlib.contextmanager
+def sampled_queue(topo: Topology, queue: tuple[str, int, int], stop: threading.Event,
+                  out: list[tuple[float, int]], say=print) -> Iterator[None]:
+    """Sample `queue` (switch, port, priority queue) into `out` from now
+    until `stop` is set, or the context ends (it sets `stop`): the depth the
+    last packet to leave it met, every 5 ms (sample_queue), over BMv2 Thrift."""
+    switch, port, priority = queue
+    with Bmv2Thrift(topo.switches[switch].thrift_port) as thrift:
+        def sample() -> None:
+            try:
+                sample_queue(thrift, port, stop, time.time(), out, priority)
+            except Exception as exc:      # the switch killed by the case's failure: the samples so far stand
+                say(f"queue {switch}:{port}/{priority}: sampling stopped ({type(exc).__name__}: {exc})")
+        sampler = threading.Thread(target=sample, name=f"queue {switch}:{port}/{priority}", daemon=True)
+        sampler.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            sampler.join()
 
 
 def start_incast(topo: Topology, c: Composition, incast: Incast, rank_names: Sequence[str],
@@ -1356,14 +1412,19 @@ def main(argv: list[str] | None = None) -> int:
                    "efficiency", "resent", "pauses", "paused_s")
         print_table([{**{k: row[k] for k in columns},
                       "nic_pauses": row["pauses_received"], "nic_paused_s": row["ranks_paused_s"],
-                      "drops": row["drops"], "ecn_marks": row["ecn_marks"]} for row in rows], width=12)
+                      "drops": row["drops"], "ecn_marks": row["ecn_marks"],
+                      **({"queue_p99": row["queue_p99"]} if args.incast is not None else {})} for row in rows],
+                    width=12)
         written.append(plot_ablation(rows, args.out / "ablation.png"))
         verdicts = technique_verdicts(results)
         written.append(write_csv(args.out / "verdicts.csv", verdicts))
         print(f"\neach technique switched off, against the composition (median step of the faithful runs; "
               f"{CONFIDENCE:.0%} bootstrap interval):")
         for v in verdicts:
-            print(f"  {v['technique off']}: {v['verdict']}")
+            off, on = v["queue_p99_median"], v["composed_queue_p99_median"]
+            queues = "" if "" in (off, on) else \
+                f" (the incast's bottleneck queue p99, faithful runs' median: {off:g} packets off, {on:g} composed)"
+            print(f"  {v['technique off']}: {v['verdict']}{queues}")
     (args.out / "summary.json").write_text(json.dumps(rows, indent=2))
     written.append(args.out / "summary.json")
     print(f"\nresults: {', '.join(map(str, written))}; per case <case>/: trace.json (the ranks' timeline, "
@@ -1383,7 +1444,9 @@ def print_summary(r: RunResult) -> None:
           f"latency; efficiency {s['efficiency']}), "
           f"resent {s['resent']} packets, {s['pauses']} pauses sent ({s['paused_s'] or 0} s paused), "
           f"{s['pauses_received']} received by the ranks' NICs ({s['ranks_paused_s']} s paused, ranks summed), "
-          f"drops {s['drops']}" + ("" if r.ecn_marks is None else f", {r.ecn_marks} packets marked CE"))
+          f"drops {s['drops']}" + ("" if r.ecn_marks is None else f", {r.ecn_marks} packets marked CE")
+          + ("" if not r.queue else f"; the incast's bottleneck queue p50/p99 {s['queue_p50']:g}/{s['queue_p99']:g} "
+             f"packets ({len(r.queue)} samples)"))
     print(f"  fidelity: {s['fidelity']}")
     if r.cpu:
         print(f"  cpu over the steps: {r.cpu}")

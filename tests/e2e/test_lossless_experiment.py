@@ -159,8 +159,11 @@ def test_pfc_spreads_up_the_tree_and_stalls_a_victim(tmp_path):
     # 10 s a case, as `make experiments`: DCQCN takes seconds to settle, and the steady state starts at 20%. The
     # lossy class at 8:1 runs there only: it drops more than at 4:1, which is judged here.
     cases = [c for c in SPREADING_CASES if c != "lossy-8"]
+    # at half the file's rates, whatever a calibration here would choose (auto): the assertions below on DCQCN's
+    # settling were measured there, and the tests keep the toolchain they find (the default BMv2)
     proc = subprocess.run([sys.executable, "-m", "experiments.lossless", "--phases", "spreading", "--duration", "10",
-                           "--spreading-cases", *cases, "--out", str(out)], cwd=REPO, capture_output=True, text=True,
+                           "--spreading-scale", "0.5", "--spreading-cases", *cases, "--out", str(out)], cwd=REPO,
+                          capture_output=True, text=True,
                           timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {r["case"]: r for r in csv.DictReader(open(out / "spreading" / "summary.csv"))}
@@ -179,7 +182,8 @@ def test_pfc_spreads_up_the_tree_and_stalls_a_victim(tmp_path):
             assert pfc["fidelity"] != "ok" or lost <= late_pause_losses(pfc), pfc
         pfc = rows[f"pfc-{n}"]
         assert all(int(pfc[f"pauses_hop{i}"]) > 0 for i in (1, 2, 3)), pfc
-        assert float(pfc["victim_pps"]) < 75, "head-of-line blocking: the victim far below its 100 packets/s"
+        assert float(pfc["victim_pps"]) < 0.75 * float(pfc["victim_offered_pps"]), \
+            "head-of-line blocking: the victim far below what it offers"
     pfc, both = rows["pfc-4"], rows["pfc-dcqcn-4"]
     assert int(both["cnps_received"]) > 0, both
     assert sum(int(both[f"pauses_hop{i}"]) for i in (1, 2, 3)) < sum(int(pfc[f"pauses_hop{i}"]) for i in (1, 2, 3))

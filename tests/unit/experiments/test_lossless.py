@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from experiments.lossless import SPREADING_RATE_SCALE, end_to_end, main, runs, spreading_oversubscription, \
-    spreading_topology
+from emulator.calibration import Calibration, Identity, demand, plan
+from experiments.lossless import SPREADING_FALLBACK_SCALE, SPREADING_OVERSUBSCRIPTION, VICTIM_SHARE, end_to_end, \
+    main, runs, spreading_flows, spreading_oversubscription, spreading_rates, spreading_scale, spreading_topology
 
 
 def row(run: int, case: str, sent: int, drops: int = 0, victim_drops: int = 0, headroom: int = 0,
@@ -49,13 +50,54 @@ def test_the_incast_phase_rows_have_no_victim_and_no_pipeline_column():
 def test_the_spreading_topology_at_its_files_rates_and_scaled():
     class Args:
         spreading_load = 1800.0
-    full, half = spreading_topology(1.0), spreading_topology(SPREADING_RATE_SCALE)
+    full, half = spreading_topology(1.0), spreading_topology(SPREADING_FALLBACK_SCALE)
     assert spreading_oversubscription(full, Args) == pytest.approx(1800 / 833, rel=0.01)
     assert spreading_oversubscription(half, Args) == pytest.approx(2 * 1800 / 833, rel=0.01)
 
 
+def test_the_spreading_traffic_is_shares_of_the_links_at_any_scale():
+    for scale in (1.0, 0.5, 0.35):
+        topo = spreading_topology(scale)
+        load, victim = spreading_rates(topo)
+
+        class Args:
+            spreading_load = load
+        assert spreading_oversubscription(topo, Args) == pytest.approx(SPREADING_OVERSUBSCRIPTION)
+        assert victim == pytest.approx(VICTIM_SHARE * 833 * scale, rel=0.01)
+    half = spreading_topology(0.5)
+    assert spreading_rates(half)[0] == pytest.approx(800, rel=0.01)     # the rates of the phase before auto
+
+
+def calibration(training_pps: float) -> Calibration:
+    return Calibration(Identity("AMD EPYC", 2, "/opt/p4-fast/bin/simple_switch_grpc 1.15.5 sha256:0123", "42"),
+                       "2026-12-03T10:00:00+00:00", {"fabric": 2 * training_pps, "training": training_pps}, 0.005,
+                       130_000.0, 13_000.0, 11_000.0)
+
+
+def test_auto_scale_is_the_largest_step_the_budget_fits_at_most_the_files_rates():
+    full = spreading_topology(1.0)
+    need = demand(full, spreading_flows(full, *spreading_rates(full)))
+    # the incast (1,600 packets/s) and the victim (200) each cross three switches: 5,400 traversals/s at 1x
+    assert need.traversals_pps == pytest.approx(5400, rel=0.01) and need.switches == 5
+    fast = calibration(20_000.0)                    # the file's rates fit in half the machine: not above them
+    assert plan(need, fast, "training").within_budget and spreading_scale(fast)[0] == 1.0
+    slow = calibration(3_000.0)
+    dilation = plan(need, slow, "training").dilation
+    scale, how = spreading_scale(slow)
+    assert scale <= 1 / dilation < scale + 0.05 and round(scale / 0.05, 6).is_integer(), (scale, dilation)
+    assert plan(demand(spreading_topology(scale), spreading_flows(spreading_topology(scale),
+                                                                 *spreading_rates(spreading_topology(scale)))),
+                slow, "training").within_budget
+    assert "over budget" in how
+    assert spreading_scale(None, "no calibration (fabric calibrate)") == (
+        SPREADING_FALLBACK_SCALE, "no calibration (fabric calibrate): x0.5, the scale measured faithful on a 2-core "
+        "machine of 2026-11-27")
+
+
 @pytest.mark.parametrize("argv, message", [(["--runs", "0"], "--runs must be at least 1"),
-                                           (["--spreading-scale", "0"], "must be positive")])
+                                           (["--spreading-scale", "0"], "must be positive"),
+                                           (["--spreading-scale", "fast"], "expected auto or a number"),
+                                           (["--spreading-load", "-1"], "must be positive")])
 def test_bad_arguments_are_refused_by_name_before_anything_starts(argv, message, capsys):
     with pytest.raises(SystemExit):
         main(argv)

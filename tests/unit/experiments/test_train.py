@@ -236,6 +236,28 @@ def test_ecn_marks_are_a_runs_count_where_the_fabric_marks_and_absent_where_it_d
     assert marked.summary()["ecn_marks"] == 0                        # measured: none marked
     assert run_of("composed", [100.0, 101.0]).summary()["ecn_marks"] == ""     # no switch marks: not a zero
 
+def test_an_incasts_bottleneck_is_the_target_ranks_port_in_the_ranks_class():
+    incast, names = train.Incast.parse("2@300"), ["h1", "h2", "h3", "h4"]
+    topo, _ = train.composed_topology("leaf-spine", Composition(), names, incast=incast)
+    h3 = topo.hosts["h3"].primary
+    assert incast.bottleneck(topo, names, Composition()) == (h3.switch, h3.switch_port, train.LOSSLESS_CLASS)
+    assert incast.bottleneck(topo, names, Composition(traffic_class="lossy")) == (h3.switch, h3.switch_port, 0)
+
+
+def test_the_bottleneck_queue_is_a_runs_percentiles_and_the_verdicts_median_of_faithful_runs():
+    assert run_of("composed", [100.0]).summary()["queue_p99"] == ""             # no incast: not measured, not 0
+    sampled = replace(run_of("composed", [100.0]), queue=list(range(100)))
+    assert (sampled.summary()["queue_p50"], sampled.summary()["queue_p99"]) == (50.0, 99.0)
+    results = [replace(run_of("composed", [100, 100], r), queue=[0] * 99 + [q]) for r, q in enumerate((10, 12, 14))]
+    results += [replace(run_of("dcqcn instead of hpcc", [80, 80], r), queue=[0] * 99 + [40]) for r in range(3)]
+    results.append(replace(run_of("dcqcn instead of hpcc", [80, 80], 4, fidelity="violated: cpu"), queue=[500] * 100))
+    (v,) = train.technique_verdicts(results)
+    assert (v["queue_p99_median"], v["composed_queue_p99_median"]) == (40, 12)       # the violated run left out
+    (v,) = train.technique_verdicts([run_of("composed", [1.0], r) for r in range(3)]
+                                    + [run_of("no failover", [1.0], r) for r in range(3)])
+    assert v["queue_p99_median"] == "" and v["composed_queue_p99_median"] == ""
+
+
 def test_a_technique_whose_absence_slows_every_run_helps_with_an_interval_above_zero():
     results = [run_of("composed", [100 + r, 102 + r, 98], r) for r in range(5)]
     results += [run_of("fixed split instead of least-loaded", [130 + r, 128, 131 + r], r) for r in range(5)]

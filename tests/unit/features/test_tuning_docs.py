@@ -63,8 +63,8 @@ def rows() -> list[tuple[str, str, str, Any, float]]:
     t = tn.derive(with_ecn(topo, {(sw, port, None): lossless.INCAST_MARKING}))
     pfc("lossless, incast", "incast", t, topo.features["lossless"])
     out.append(("lossless, incast (pfc-dcqcn)", "incast", f"ecn.k at {sw} -> h5", 10, value(t, "ecn", "ecn.k")))
-    # phase spreading: incast-leaf-spine at half its rates, headroom 64, hold 500, step K 10 on leaf3 -> r1's class
-    topo = lossless.spreading_topology(lossless.SPREADING_RATE_SCALE)
+    # phase spreading: incast-leaf-spine at half its rates (its scale without a calibration), headroom 64, hold 500, step K 10 on leaf3 -> r1's class
+    topo = lossless.spreading_topology(lossless.SPREADING_FALLBACK_SCALE)
     sw, port = bottleneck(topo, "r1")
     t = tn.derive(with_ecn(topo, {(sw, port, lossless.TCLASS): EcnProfile.step(10)}))
     pfc("lossless, spreading", "incast-leaf-spine x0.5", t, topo.features["lossless"])
