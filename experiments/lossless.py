@@ -100,8 +100,8 @@ from emulator.network import Network, queue_rate_pps
 from control.p4constants import drop_reasons
 from control.topology import NextHop, TopologyError
 from experiments.common import RECEIVE_QUIET_S, StartGate, agent_python, announce_budget, calibration_or_why, \
-    experiment_parser, case_fidelity, dcqcn_constants, held_in_switches, lost_before_pipeline, print_fidelity, print_table, \
-    programmed_fabric, roce_agent, roce_dcqcn_args, save_figure, socket_drops, write_csv
+    experiment_parser, case_fidelity, dcqcn_constants, held_in_switches, lost_before_pipeline, print_fidelity, \
+    print_table, programmed_fabric, roce_agent, roce_dcqcn_args, save_figure, socket_drops, write_csv
 from features import load_topology, topology_from_dict
 from features.ecn import EcnProfile
 from features.nonminimal_routing import SECTION as NONMINIMAL, NonminimalRouting, intermediates
@@ -280,7 +280,7 @@ def spreading_topology(scale: float = SPREADING_FALLBACK_SCALE):
     return topo
 
 
-def spreading_flows(topo, load_pps: float, victim_pps: float, senders: Sequence[str] = SPREADING_SENDERS) -> list[Flow]:
+def spreading_flows(load_pps: float, victim_pps: float, senders: Sequence[str] = SPREADING_SENDERS) -> list[Flow]:
     """The spreading phase's traffic, for the budget: the incast split among
     `senders` into r1, and the victim v1 -> v2."""
     return [*(Flow(h, "r1", load_pps / len(senders)) for h in senders), Flow("v1", "v2", victim_pps)]
@@ -304,7 +304,7 @@ def spreading_scale(cal: Calibration | None, why: str = "no calibration (fabric 
         return SPREADING_FALLBACK_SCALE, (f"{why}: x{SPREADING_FALLBACK_SCALE:g}, "
                                           f"the scale measured faithful on a 2-core machine of 2026-11-27")
     full = spreading_topology(1.0)
-    p = plan(demand(full, spreading_flows(full, *spreading_rates(full))), cal, "training")
+    p = plan(demand(full, spreading_flows(*spreading_rates(full))), cal, "training")
     scale = max(SPREADING_SCALE_STEP, math.floor(min(1.0, 1 / p.dilation) / SPREADING_SCALE_STEP + 1e-9)
                 * SPREADING_SCALE_STEP)
     return round(scale, 2), f"the budget: at the file's rates this run {p}"
@@ -1107,7 +1107,7 @@ def main(argv: list[str] | None = None) -> int:
         topo = spreading_topology(args.spreading_scale)
         load, args.victim_rate = spreading_rates(topo)
         args.spreading_load = args.spreading_load or load
-        budget = announce_budget(topo, spreading_flows(topo, args.spreading_load, args.victim_rate),
+        budget = announce_budget(topo, spreading_flows(args.spreading_load, args.victim_rate),
                                  composition="training")
         spreading_out = out / "spreading"
         spreading_out.mkdir(exist_ok=True)

@@ -76,7 +76,7 @@ def calibration(training_pps: float) -> Calibration:
 
 def test_auto_scale_is_the_largest_step_the_budget_fits_at_most_the_files_rates():
     full = spreading_topology(1.0)
-    need = demand(full, spreading_flows(full, *spreading_rates(full)))
+    need = demand(full, spreading_flows(*spreading_rates(full)))
     # the incast (1,600 packets/s) and the victim (200) each cross three switches: 5,400 traversals/s at 1x
     assert need.traversals_pps == pytest.approx(5400, rel=0.01) and need.switches == 5
     fast = calibration(20_000.0)                    # the file's rates fit in half the machine: not above them
@@ -85,8 +85,7 @@ def test_auto_scale_is_the_largest_step_the_budget_fits_at_most_the_files_rates(
     dilation = plan(need, slow, "training").dilation
     scale, how = spreading_scale(slow)
     assert scale <= 1 / dilation < scale + 0.05 and round(scale / 0.05, 6).is_integer(), (scale, dilation)
-    assert plan(demand(spreading_topology(scale), spreading_flows(spreading_topology(scale),
-                                                                 *spreading_rates(spreading_topology(scale)))),
+    assert plan(demand(spreading_topology(scale), spreading_flows(*spreading_rates(spreading_topology(scale)))),
                 slow, "training").within_budget
     assert "over budget" in how
     assert spreading_scale(None, "no calibration (fabric calibrate)") == (
