@@ -998,27 +998,45 @@ def end_to_end(phase: str, results: list[dict]) -> dict:
     """What the lossless cases of a phase lost, judged where it shows, at
     the receivers (their sequence numbers: `drops`, `victim_drops`), not by
     the switches' counters; each loss with what the run named of it (the
-    headroom, BMv2's input path or the kernel, a pipeline drop). The
-    verdict line is loud (!!!) when a lossless packet is missing."""
+    headroom, BMv2's input path or the kernel, a pipeline drop) and the
+    case's fidelity verdict: a loss in a case judged violated is the
+    machine's, said by the monitor; one in a faithful case is the fabric's
+    (`missing_in_faithful`). The verdict line is loud (!!!) when a lossless
+    packet is missing."""
     lossless = [r for r in results if not r["case"].startswith("lossy")]
     missing = [(r, r["drops"] + r.get("victim_drops", 0)) for r in lossless]
     lossy_cases = [(r, n) for r, n in missing if n]
+    violated = [r for r in lossless if is_violated(r)]
+    in_faithful = sum(n for r, n in lossy_cases if not is_violated(r))
     sent = sum(r["sent"] for r in lossless)
     n_runs = len({r["run"] for r in results})
     where = "; ".join(
         f"run {r['run']} {r['case']}: {n} missing (headroom {r['headroom_drops']}"
         f"{', before the pipeline ' + r['lost_before_pipeline'] if r['lost_before_pipeline'] else ''}"
-        f"{', pipeline ' + r['pipeline_drops'] if r.get('pipeline_drops') else ''})" for r, n in lossy_cases)
+        f"{', pipeline ' + r['pipeline_drops'] if r.get('pipeline_drops') else ''}"
+        f"; {r['fidelity'] if is_violated(r) else 'in a faithful case'})" for r, n in lossy_cases)
     cases = f"{len(lossless)} lossless cases in {n_runs} run{'s' if n_runs > 1 else ''}"
-    verdict = (f"!!! end to end, {phase}: {len(lossy_cases)} of {cases} missed packets at the receivers: {where}"
-               if lossy_cases else
-               f"==> end to end, {phase}: {cases}, {sent:,} packets sent in the incast, every lossless packet "
-               f"received (the receivers' sequence numbers)")
-    return {"phase": phase, "runs": n_runs, "lossless_cases": len(lossless), "cases_with_loss": len(lossy_cases),
-            "incast_sent": sent, "missing": sum(n for _r, n in missing),
+    judged = f"{len(lossless) - len(violated)} faithful, {len(violated)} violated"
+    if not lossy_cases:
+        verdict = (f"==> end to end, {phase}: {cases} ({judged}), {sent:,} packets sent in the incast, every "
+                   f"lossless packet received (the receivers' sequence numbers)")
+    else:
+        whose = ("every loss in a case the fidelity monitor judged violated: this machine's, not the fabric's"
+                 if not in_faithful else
+                 f"{in_faithful} lost in faithful cases: the fabric's")
+        verdict = (f"!!! end to end, {phase}: {len(lossy_cases)} of {cases} ({judged}) missed packets at the "
+                   f"receivers ({whose}): {where}")
+    return {"phase": phase, "runs": n_runs, "lossless_cases": len(lossless), "violated_cases": len(violated),
+            "cases_with_loss": len(lossy_cases), "incast_sent": sent, "missing": sum(n for _r, n in missing),
+            "missing_in_faithful": in_faithful,
             "lost_before_pipeline": sum(int(x.rsplit(":", 1)[1]) for r in lossless
                                         for x in r["lost_before_pipeline"].split()),
             "headroom_drops": sum(r["headroom_drops"] for r in lossless), "verdict": verdict}
+
+
+def is_violated(row: dict) -> bool:
+    """The case's fidelity verdict (emulator/fidelity.py) said the machine did not keep up."""
+    return str(row.get("fidelity", "ok")).startswith("violated")
 
 
 PHASES = ("incast", "spreading", "storm", "deadlock", "isolation")

@@ -11,9 +11,10 @@ from experiments.lossless import SPREADING_FALLBACK_SCALE, SPREADING_OVERSUBSCRI
 
 
 def row(run: int, case: str, sent: int, drops: int = 0, victim_drops: int = 0, headroom: int = 0,
-        before: str = "", pipeline: str = "") -> dict:
+        before: str = "", pipeline: str = "", fidelity: str = "ok") -> dict:
     return {"run": run, "case": case, "sent": sent, "drops": drops, "victim_drops": victim_drops,
-            "headroom_drops": headroom, "lost_before_pipeline": before, "pipeline_drops": pipeline}
+            "headroom_drops": headroom, "lost_before_pipeline": before, "pipeline_drops": pipeline,
+            "fidelity": fidelity}
 
 
 def test_a_single_run_writes_where_it_always_did_several_each_in_their_own_directory(tmp_path):
@@ -27,7 +28,8 @@ def test_every_lossless_packet_received_is_said_once_lossy_cases_left_out():
     v = end_to_end("spreading", results)
     assert v["lossless_cases"] == 2 and v["runs"] == 2 and v["cases_with_loss"] == 0 and v["missing"] == 0
     assert v["incast_sent"] == 7064
-    assert v["verdict"].startswith("==> end to end, spreading: 2 lossless cases in 2 runs, 7,064 packets sent")
+    assert v["verdict"].startswith("==> end to end, spreading: 2 lossless cases in 2 runs (2 faithful, 0 violated), "
+                                   "7,064 packets sent")
 
 
 def test_a_missing_lossless_packet_is_loud_and_named_with_what_the_run_saw_of_it():
@@ -36,15 +38,32 @@ def test_a_missing_lossless_packet_is_loud_and_named_with_what_the_run_saw_of_it
     v = end_to_end("spreading", results)
     assert v["cases_with_loss"] == 2 and v["missing"] == 16
     assert v["lost_before_pipeline"] == 13 and v["headroom_drops"] == 2
-    assert v["verdict"].startswith("!!! end to end, spreading: 2 of 3 lossless cases in 3 runs missed packets")
-    assert "run 2 pfc-4: 14 missing (headroom 0, before the pipeline leaf3:12 kernel:softnet:1)" in v["verdict"]
-    assert "run 3 pfc-dcqcn-8: 2 missing (headroom 2)" in v["verdict"]
+    assert v["verdict"].startswith("!!! end to end, spreading: 2 of 3 lossless cases in 3 runs (3 faithful, "
+                                   "0 violated) missed packets at the receivers (16 lost in faithful cases: the "
+                                   "fabric's)")
+    assert "run 2 pfc-4: 14 missing (headroom 0, before the pipeline leaf3:12 kernel:softnet:1; in a faithful " \
+           "case)" in v["verdict"]
+    assert "run 3 pfc-dcqcn-8: 2 missing (headroom 2; in a faithful case)" in v["verdict"]
+    assert v["missing_in_faithful"] == 16 and v["violated_cases"] == 0
+
+
+def test_a_loss_in_a_violated_case_is_the_machines_said_with_its_verdict_and_count():
+    """The busy-machine target: every case loses nothing or is judged violated, with the count."""
+    violated = "violated: input_path leaf3:12"
+    results = [row(1, "pfc-4", 3958), row(1, "pfc-8", 3900, drops=12, before="leaf3:12", fidelity=violated),
+               row(2, "pfc-4", 3950, fidelity="violated: cpu idle per core 3%/4%"), row(2, "pfc-8", 3890)]
+    v = end_to_end("spreading", results)
+    assert v["violated_cases"] == 2 and v["cases_with_loss"] == 1 and v["missing"] == 12
+    assert v["missing_in_faithful"] == 0
+    assert "(2 faithful, 2 violated) missed packets at the receivers (every loss in a case the fidelity monitor " \
+           "judged violated: this machine's, not the fabric's)" in v["verdict"]
+    assert f"run 1 pfc-8: 12 missing (headroom 0, before the pipeline leaf3:12; {violated})" in v["verdict"]
 
 
 def test_the_incast_phase_rows_have_no_victim_and_no_pipeline_column():
     v = end_to_end("incast", [{"run": 1, "case": "pfc", "sent": 100, "drops": 1, "headroom_drops": 0,
-                               "lost_before_pipeline": ""}])
-    assert v["missing"] == 1 and "run 1 pfc: 1 missing (headroom 0)" in v["verdict"]
+                               "lost_before_pipeline": "", "fidelity": "ok"}])
+    assert v["missing"] == 1 and "run 1 pfc: 1 missing (headroom 0; in a faithful case)" in v["verdict"]
 
 
 def test_the_spreading_topology_at_its_files_rates_and_scaled():
