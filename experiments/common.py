@@ -114,6 +114,24 @@ def save_figure(fig, path: Path) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def busy_processes(n: int) -> Iterator[list[subprocess.Popen]]:
+    """`n` processes spinning on the CPU for as long as the block runs: the
+    machine made busy on purpose, to check that what it then fails to
+    emulate is judged violated, not measured silently (docs/fidelity.md)."""
+    if n < 0:
+        raise ValueError(f"busy processes: expected 0 or more, got {n}")
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    if n:
+        print(f"busy: {n} process{'es' if n > 1 else ''} spinning on the CPU beside every case (--busy)", flush=True)
+    try:
+        yield procs
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
 def kill_switch(net, ctl, name: str, lock: threading.Lock | None = None):
     """Kill switch `name`'s process and drop the controller's connection to
     it; undo: restart it and let the controller recover it (under `lock`)."""

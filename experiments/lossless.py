@@ -99,8 +99,8 @@ from control.controller import FabricController
 from emulator.network import Network, queue_rate_pps
 from control.p4constants import drop_reasons
 from control.topology import NextHop, TopologyError
-from experiments.common import RECEIVE_QUIET_S, StartGate, agent_python, announce_budget, calibration_or_why, \
-    experiment_parser, case_fidelity, dcqcn_constants, held_in_switches, lost_before_pipeline, print_fidelity, \
+from experiments.common import RECEIVE_QUIET_S, StartGate, agent_python, announce_budget, busy_processes, \
+    calibration_or_why, experiment_parser, case_fidelity, dcqcn_constants, held_in_switches, lost_before_pipeline, print_fidelity, \
     print_table, programmed_fabric, roce_agent, roce_dcqcn_args, save_figure, socket_drops, write_csv
 from features import load_topology, topology_from_dict
 from features.ecn import EcnProfile
@@ -1066,12 +1066,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=1,
                     help="incast and spreading: run their cases this many times in a row on one network, "
                          "each lossless case judged at the receivers")
+    ap.add_argument("--busy", type=int, default=0, metavar="N",
+                    help="incast and spreading: N processes spinning on the CPU beside every case, to check that "
+                         "a case the machine fails is judged violated (each row's `busy`)")
     ap.add_argument("--overlay", action="append", default=[], metavar="FILE",
                     help="incast: incast.yaml with these sections (`fabric tune --out`): the PFC thresholds, "
                          "the pfc-dcqcn step profile and DCQCN constants come from them")
     args = ap.parse_args(argv)
     if args.runs < 1:
         ap.error(f"--runs must be at least 1, got {args.runs}")
+    if args.busy < 0:
+        ap.error(f"--busy must be 0 or more, got {args.busy}")
     args.dcqcn_constants = {}                          # the pfc-dcqcn case's DCQCN constants: the agents' defaults
     if args.overlay:                                   # a bad overlay is named before anything starts
         try:
@@ -1103,7 +1108,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"(hand-set: {INCAST_PFC}, {INCAST_MARKING}; --overlay {' '.join(args.overlay)})", flush=True)
         topo.features[SECTION] = section(True, args.incast_tuning[0])   # the switches start with its queues
         results = []
-        with programmed_fabric(topo, "lossless", args.log_level) as (net, ctl):
+        with programmed_fabric(topo, "lossless", args.log_level) as (net, ctl), busy_processes(args.busy):
             budget = announce_budget(topo, [Flow(h.name, RECEIVER, args.sender_rate) for h in topo.hosts.values()
                                             if h.role == "sender"], composition="training")
             for run, run_out in runs(out, args.runs):
@@ -1111,7 +1116,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"==> {run_label(run, args.runs)}{case.name}: {args.duration:g}s of 4:1 incast in class "
                           f"{TCLASS} ({'lossless' if case.lossless else 'lossy'}{', DCQCN' if case.dcqcn else ''})",
                           flush=True)
-                    results.append({"run": run, **run_case(case, topo, net, ctl, args, run_out), "budget": budget})
+                    results.append({"run": run, **run_case(case, topo, net, ctl, args, run_out), "budget": budget,
+                                    "busy": args.busy})
         written += [write_csv(out / "summary.csv", results), _plot_summary(results[-len(args.cases):], out)]
         print_table(results, width=15)
         verdicts.append(end_to_end("incast", results))
@@ -1130,14 +1136,15 @@ def main(argv: list[str] | None = None) -> int:
         spreading_out = out / "spreading"
         spreading_out.mkdir(exist_ok=True)
         results = []
-        with programmed_fabric(topo, "lossless-spreading", args.log_level) as (net, ctl):
+        with programmed_fabric(topo, "lossless-spreading", args.log_level) as (net, ctl), \
+                busy_processes(args.busy):
             for run, run_out in runs(spreading_out, args.runs):
                 for name in args.spreading_cases:
                     print(f"==> {run_label(run, args.runs)}{name}: {args.duration:g}s of incast into r1 on leaf3 "
                           f"({args.spreading_load:g} packets/s, {spreading_oversubscription(topo, args):.2f}x its "
                           f"link), victim v1 -> v2", flush=True)
                     results.append({"run": run, **run_spreading_case(name, topo, net, ctl, args, run_out),
-                                    "scale": args.spreading_scale, "budget": budget})
+                                    "scale": args.spreading_scale, "budget": budget, "busy": args.busy})
         written.append(write_csv(spreading_out / "summary.csv", results))
         print_table(results, width=15)
         verdicts.append(end_to_end("spreading", results))

@@ -1,6 +1,7 @@
 """What the experiments share that needs no network: the ratio of two
 sets of runs' medians and its bootstrap interval; SIGTERM's handler; the
-frames the agents' sockets dropped, by host."""
+frames the agents' sockets dropped, by host; the busy processes a
+busy-machine check runs beside its cases."""
 import signal
 import subprocess
 import sys
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from emulator.fidelity import judge
-from experiments.common import median_ratio_interval, socket_drops
+from experiments.common import busy_processes, median_ratio_interval, socket_drops
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -69,3 +70,28 @@ def test_a_hosts_socket_drops_sum_its_agents_receive_drops_and_refused_sends():
     assert str(judge(None, {}, socket_drops=drops)) == (
         "violated: agents: h1's socket dropped 2 frames (its agent did not keep up); "
         "agents: r1's socket dropped 3 frames (its agent did not keep up)")
+
+
+def _cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])          # utime + stime
+
+
+def test_busy_processes_spin_while_the_block_runs_and_are_gone_after(capsys):
+    import time
+    with busy_processes(1) as (proc,):
+        deadline = time.monotonic() + 10
+        while _cpu_ticks(proc.pid) < 20 and time.monotonic() < deadline:    # 0.2 s of CPU: it spins
+            time.sleep(0.1)
+        assert _cpu_ticks(proc.pid) >= 20 and proc.poll() is None
+    assert proc.returncode is not None and not Path(f"/proc/{proc.pid}").exists()   # killed and reaped
+    assert "busy: 1 process spinning on the CPU beside every case" in capsys.readouterr().out
+
+
+def test_no_busy_process_is_none_and_a_negative_count_is_refused(capsys):
+    with busy_processes(0):
+        pass
+    assert capsys.readouterr().out == ""
+    with pytest.raises(ValueError, match="expected 0 or more, got -2"):
+        with busy_processes(-2):
+            pass

@@ -115,7 +115,8 @@ def test_auto_scale_is_the_largest_step_the_budget_fits_at_most_the_files_rates(
 @pytest.mark.parametrize("argv, message", [(["--runs", "0"], "--runs must be at least 1"),
                                            (["--spreading-scale", "0"], "must be positive"),
                                            (["--spreading-scale", "fast"], "expected auto or a number"),
-                                           (["--spreading-load", "-1"], "must be positive")])
+                                           (["--spreading-load", "-1"], "must be positive"),
+                                           (["--busy", "-1"], "--busy must be 0 or more")])
 def test_bad_arguments_are_refused_by_name_before_anything_starts(argv, message, capsys):
     with pytest.raises(SystemExit):
         main(argv)
