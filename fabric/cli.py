@@ -49,6 +49,23 @@ from telemetry import monitor
 REPO = Path(__file__).resolve().parent.parent
 
 
+def on_fast_bmv2() -> None:
+    """Run on the fast BMv2 where there is one (toolchain.use_fast_bmv2), saying so."""
+    fast = toolchain.use_fast_bmv2()
+    if fast:
+        print(f"fabric: on the fast BMv2 in {fast} (${toolchain.ENV_VAR} chooses another)", flush=True)
+
+
+def on_the_experiments_bmv2(command: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
+    """`command` on the BMv2 build the experiments run on (`fabric
+    calibrate`: the calibration they will find is of their own build)."""
+    def run(rest: list[str]) -> int:
+        if not {"-h", "--help"} & set(rest):
+            on_fast_bmv2()
+        return command(rest)
+    return run
+
+
 def calibrated(command: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
     """`command`, run on the fast BMv2 where there is one, once a current
     calibration of that build exists (measured first if none holds:
@@ -56,9 +73,7 @@ def calibrated(command: Callable[[list[str]], int]) -> Callable[[list[str]], int
     its rates fit this machine."""
     def run_calibrated(rest: list[str]) -> int:
         if not {"-h", "--help"} & set(rest):
-            fast = toolchain.use_fast_bmv2()
-            if fast:
-                print(f"fabric: on the fast BMv2 in {fast} (${toolchain.ENV_VAR} chooses another)", flush=True)
+            on_fast_bmv2()
             try:
                 benchmarks.calibration.ensure()
             except toolchain.ToolchainMissing as exc:       # the command says so in its own words
@@ -157,7 +172,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     # Commands whose own main parses the rest of the line.
     passthrough: dict[str, Callable[[list[str]], int]] = {
         "run": run.main, "monitor": monitor.main, "build": build.main, "doctor": lambda rest: toolchain.doctor(),
-        "bench": calibrated(benchmarks.forwarding_rate.main), "calibrate": benchmarks.calibration.main,
+        "bench": calibrated(benchmarks.forwarding_rate.main),
+        "calibrate": on_the_experiments_bmv2(benchmarks.calibration.main),
         "generate": generate.main,
         "probe-plan": lambda rest: probe_planner.main(rest, FEATURES),
         "export": export,

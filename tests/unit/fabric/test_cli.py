@@ -52,3 +52,22 @@ def test_feature_commands_are_subcommands():
     with pytest.raises(SystemExit) as exc:
         cli.main(["diagnose", "--help"])
     assert exc.value.code == 0
+
+
+def test_calibrate_measures_the_build_the_experiments_run_on(tmp_path, monkeypatch, capsys):
+    """`fabric calibrate` takes the fast BMv2 where there is one, as `fabric
+    experiment` and `fabric train` do: the calibration they look for is of
+    their own build (each build has its own file)."""
+    from emulator import toolchain
+    fast = tmp_path / "fast"
+    fast.mkdir()
+    (fast / "simple_switch_grpc").write_text("#!/bin/sh\n")
+    (fast / "simple_switch_grpc").chmod(0o755)
+    monkeypatch.setenv(toolchain.FAST_ENV_VAR, str(fast))
+    monkeypatch.delenv(toolchain.ENV_VAR, raising=False)
+    seen = []
+    monkeypatch.setattr(cli.benchmarks.calibration, "main", lambda rest: seen.append(
+        (rest, __import__("os").environ.get(toolchain.ENV_VAR))) or 0)
+    assert cli.main(["calibrate", "--if-stale"]) == 0
+    assert seen == [(["--if-stale"], str(fast))]
+    assert f"fabric: on the fast BMv2 in {fast}" in capsys.readouterr().out
