@@ -100,8 +100,8 @@ from emulator.network import Network, queue_rate_pps
 from control.p4constants import drop_reasons
 from control.topology import NextHop, TopologyError
 from experiments.common import RECEIVE_QUIET_S, StartGate, agent_python, announce_budget, busy_processes, \
-    calibration_or_why, experiment_parser, case_fidelity, dcqcn_constants, held_in_switches, lost_before_pipeline, print_fidelity, \
-    print_table, programmed_fabric, roce_agent, roce_dcqcn_args, save_figure, socket_drops, write_csv
+    calibration_or_why, experiment_parser, case_fidelity, dcqcn_constants, held_in_switches, lost_before_pipeline, \
+    print_fidelity, print_table, programmed_fabric, roce_agent, roce_dcqcn_args, save_figure, socket_drops, write_csv
 from features import load_topology, topology_from_dict
 from features.ecn import EcnProfile
 from features.nonminimal_routing import SECTION as NONMINIMAL, NonminimalRouting, intermediates
