@@ -53,8 +53,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from experiments.common import case_fidelity, experiment_parser, lost_before_pipeline, print_fidelity, sample_queue, \
-    save_figure, write_csv
+from emulator.calibration import Flow
+from experiments.common import announce_budget, case_fidelity, experiment_parser, lost_before_pipeline, print_fidelity, \
+    sample_queue, save_figure, write_csv
 
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from emulator.bmv2_thrift import Bmv2Thrift
@@ -167,6 +168,18 @@ def held_error(reports: list[tuple[float, int]], samples: list[tuple[float, int]
     return round(statistics.fmean(errors), 2), errors[int(0.95 * (len(errors) - 1))]
 
 
+def offered(topo, case: str, sender_rate: float) -> list[Flow]:
+    """What a case asks of the machine (the budget's flows): the senders at
+    their line rate into h4, and in the every-packet case a report per
+    packet the sink's port delivers, from leaf2 to the collector (counted
+    as h4 -> h5: the same switches)."""
+    flows = [Flow(h, RECEIVER, sender_rate) for h in SENDERS]
+    if case == "every-packet":
+        sink = topo.hosts[RECEIVER].primary.switch_port
+        flows.append(Flow(RECEIVER, "h5", queue_rate_pps(topo.switches[SINK_SWITCH].ports[sink].link.bandwidth_mbps)))
+    return flows
+
+
 def run_case(case: str, args, out: Path) -> dict:
     topo = topology(case)
     case_dir = out / case
@@ -176,6 +189,9 @@ def run_case(case: str, args, out: Path) -> dict:
     with Network(topo, run, log_level=args.log_level) as net, FabricController(topo) as ctl:
         ctl.program()
         net.apply_queue_rates()
+        # INT on every packet: priced as the training composition, the calibrated one with INT in it (beside
+        # lossless and failover)
+        budget = announce_budget(topo, offered(topo, case, args.sender_rate), composition="training")
         start_at = time.time() + 3.0
         recorder = Recorder(topo, start_at)
         collector = Collector(bind="0.0.0.0", netns="h5", metrics_port=None, out_dir=case_dir,
@@ -260,6 +276,7 @@ def run_case(case: str, args, out: Path) -> dict:
         "probe_link_coverage": round(covered, 3),
         "departures_off_grid": (f"{spacing[0].off}/{spacing[0].backlogged}" if spacing else ""),
         "fidelity": str(verdict),
+        "budget": budget,
     }
     _plot_case(case, result, sink_reports, samples, traffic_rows, case_dir)
     return result

@@ -53,9 +53,10 @@ from control.forwarding import LPM_TABLE
 from control.switch import update
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from emulator.build import compile_p4
-from emulator.network import Network
-from experiments.common import StartGate, case_fidelity, experiment_parser, lost_before_pipeline, print_fidelity, \
-    roce_agent, save_figure, write_csv
+from emulator.network import Network, queue_rate_pps
+from emulator.calibration import Flow
+from experiments.common import StartGate, announce_budget, case_fidelity, experiment_parser, lost_before_pipeline, \
+    print_fidelity, roce_agent, save_figure, write_csv
 from features import topology_from_dict
 from features.int_telemetry import FEATURE, SECTION
 from telemetry.adaptive_sampling import AdaptiveSampling
@@ -155,6 +156,19 @@ def black_hole(ctl, topo) -> float:
     return time.time()
 
 
+def offered(topo, case: str, background_rate: float, burst_rate: float, sample: int) -> list[Flow]:
+    """What a case asks of the machine at its peak, in a burst (the budget's
+    flows): the background and the burst into h4, and the reports of what
+    h4's port delivers, from leaf2 to the collector (counted as h4 -> h5:
+    the same switches): every packet's, or one in `sample` (sampled; the
+    adaptive case raises the congested flows to every packet)."""
+    flows = [Flow(h, RECEIVER, background_rate) for h in BACKGROUND] + [Flow(BURSTER, RECEIVER, burst_rate)]
+    sink = topo.hosts[RECEIVER].primary.switch_port
+    delivered = min(2 * background_rate + burst_rate,
+                    queue_rate_pps(topo.switches[SINK_SWITCH].ports[sink].link.bandwidth_mbps))
+    return flows + [Flow(RECEIVER, "h5", delivered / (sample if case == "sampled" else 1))]
+
+
 def run_case(case: str, args, out: Path) -> tuple[dict, list[dict]]:
     topo = topology(case, args.sample)
     case_dir = out / case
@@ -163,6 +177,10 @@ def run_case(case: str, args, out: Path) -> tuple[dict, list[dict]]:
     with Network(topo, run, log_level=args.log_level) as net, FabricController(topo) as ctl:
         ctl.program()
         net.apply_queue_rates()
+        # INT on every packet: priced as the training composition, the calibrated one with INT in it (beside
+        # lossless and failover)
+        budget = announce_budget(topo, offered(topo, case, args.background_rate, args.burst_rate, args.sample),
+                                 composition="training")
         recorder = Recorder(topo)
         collector = Collector(bind="0.0.0.0", netns="h5", metrics_port=None, out_dir=case_dir,
                               node_names=recorder.names, listeners=[recorder])
@@ -233,6 +251,7 @@ def run_case(case: str, args, out: Path) -> tuple[dict, list[dict]]:
                            if loop is not None and loop.changes and burst_at else None),
         "loop_errors": loop.errors if loop is not None else 0,
         "fidelity": str(verdict),
+        "budget": budget,
     }
     return result, events
 

@@ -144,12 +144,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from experiments.common import case_fidelity, experiment_parser, lost_before_pipeline, print_fidelity, save_figure, \
-    write_csv
+from experiments.common import announce_budget, case_fidelity, experiment_parser, lost_before_pipeline, print_fidelity, \
+    save_figure, write_csv
 
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from emulator.bmv2_thrift import Bmv2Thrift
 from emulator.build import compile_p4
+from emulator.calibration import Flow as Offered
 from control.controller import FabricController
 from features.load_balancing import FLOWLETS_COUNTER, LbMode, member_packets
 from emulator.network import Network, queue_rate_pps
@@ -257,6 +258,11 @@ def uplinks_of(topo, fabric: Fabric) -> list[Uplink]:
 def flows_of(fabric: Fabric, n: int) -> list[Flow]:
     s, r = fabric.senders, fabric.receivers
     return [Flow(j, s[j % len(s)], r[(j + j // len(s)) % len(r)]) for j in range(n)]
+
+
+def offered(fabric: Fabric, n: int, rate: float) -> list[Offered]:
+    """What `n` flows at `rate` packets/s each ask of the machine (the budget's flows)."""
+    return [Offered(f.sender, f.receiver, rate) for f in flows_of(fabric, n)]
 
 
 def flowlets(ctl: FabricController, uplinks: list[Uplink]) -> int:
@@ -774,6 +780,9 @@ def main(argv=None) -> int:
             uplinks = uplinks_of(topo, fab)
             print(f"    uplinks (the paths): {', '.join(f'{u.label} port {u.port} {u.pps} pps' for u in uplinks)}",
                   flush=True)
+            # the most flows of any case: they offer the same load (args.load x the paths), over more hosts
+            most = max(n for f, _c, n, _m in plan if f is fab)
+            budget = announce_budget(topo, offered(fab, most, args.load * sum(u.pps for u in uplinks) / most))
             for case_name in ("symmetric", "asymmetric"):
                 items = [p for p in plan if p[0] is fab and p[1] == case_name]
                 if not items:
@@ -794,6 +803,7 @@ def main(argv=None) -> int:
                         new = run_chain(topo, fab, uplinks, case, ctl, net, args, out / "raw", progress)
                         for r in new:
                             r["capacities"] = " ".join(str(c) for c in caps)
+                            r["budget"] = budget
                         rows += new
                         g = [r["goodput"] for r in new]
                         print(f"    {name} {case_name} N={n} {mode}: goodput mean {statistics.fmean(g):.3f} "

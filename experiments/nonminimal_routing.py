@@ -46,8 +46,9 @@ from control.generators.dragonfly import dragonfly, dragonfly_graph
 from control.generators.flow_model import group_shift, throughput, uniform
 from emulator.network import Network
 from control.topology import Topology
-from experiments.common import StartGate, case_fidelity, experiment_parser, lost_before_pipeline, print_fidelity, \
-    print_table, roce_agent, save_figure, write_csv
+from emulator.calibration import Flow
+from experiments.common import StartGate, announce_budget, case_fidelity, experiment_parser, lost_before_pipeline, \
+    print_fidelity, print_table, roce_agent, save_figure, write_csv
 from features import topology_from_dict
 from features.nonminimal_routing import SECTION
 
@@ -88,6 +89,13 @@ def destinations(topo: Topology, pattern: str) -> dict[str, list[str]]:
             rank = [d for d in hosts if group[d] == group[h]].index(h)
             out[h] = targets[rank:] + targets[:rank]
     return out
+
+
+def offered(topo: Topology, pattern: str, load: float, link_pps: float) -> list[Flow]:
+    """What a case asks of the machine (the budget's flows): every host at
+    `load` x the link rate, spread evenly over its destinations. Counted
+    over minimal paths: Valiant's and UGAL's detours cost more."""
+    return [Flow(h, d, load * link_pps / len(dsts)) for h, dsts in destinations(topo, pattern).items() for d in dsts]
 
 
 def section(routing: str) -> dict:
@@ -214,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
         for i, (pattern, routing, load) in enumerate(cases, start=1):
             print(f"==> [{i}/{len(cases)}] {pattern}, {routing}, offered {load:g} of {args.link_pps} packets/s",
                   flush=True)
-            row = run_case(topo, net, ctl, pattern, routing, load, args, args.out)
+            budget = announce_budget(topo, offered(topo, pattern, load, args.link_pps))
+            row = {**run_case(topo, net, ctl, pattern, routing, load, args, args.out), "budget": budget}
             net.check_alive()
             print(f"    accepted {row['accepted']}, delay p50 {row['delay_p50_ms']} ms, "
                   f"tags pushed {row['tags_pushed']}", flush=True)

@@ -1,7 +1,8 @@
 """The INT experiment's reading of its reports (experiments/int_telemetry.py):
 each report placed at the time the sink saw the queue, not when it reached
-the collector, and the held-report error against the register's samples."""
-from experiments.int_telemetry import SINK_SWITCH, held_error, on_switch_clock
+the collector, and the held-report error against the register's samples;
+the flows its budget prices."""
+from experiments.int_telemetry import RECEIVER, SENDERS, SINK_SWITCH, held_error, offered, on_switch_clock, topology
 
 
 def report(arrived_s: float, egress_us: int, queue: int, switch: str = SINK_SWITCH, kind: str = "flow") -> dict:
@@ -28,3 +29,10 @@ def test_the_held_error_compares_each_sample_with_the_last_report_before_it():
     reports = [(0.0, 10), (1.0, 20)]
     samples = [(0.5, 12), (1.5, 20), (2.5, 26)]
     assert held_error(reports, samples, 0.0, 3.0) == (round((2 + 0 + 6) / 3, 2), 2)
+
+
+def test_the_budget_counts_the_senders_and_in_the_every_packet_case_a_report_per_delivered_packet():
+    suppressed = offered(topology("suppressed"), "suppressed", 500.0)
+    assert [(f.src, f.dst, f.pps) for f in suppressed] == [(h, RECEIVER, 500.0) for h in SENDERS]
+    every = offered(topology("every-packet"), "every-packet", 500.0)
+    assert every[:3] == suppressed and (every[3].src, every[3].dst, every[3].pps) == (RECEIVER, "h5", 800)
