@@ -54,7 +54,9 @@ from emulator.network import Network
 from control.switch import update
 from features import load_topology
 from emulator.fidelity import FidelityMonitor
-from experiments.common import case_fidelity, experiment_parser, kill_switch, lost_before_pipeline, print_fidelity
+from emulator.calibration import Flow
+from experiments.common import announce_budget, case_fidelity, experiment_parser, kill_switch, lost_before_pipeline, \
+    print_fidelity
 from experiments.common import save_figure, write_csv
 from emulator.netns import socket_in_netns
 
@@ -62,8 +64,16 @@ KINDS = ("lossy link", "dead switch", "blackhole")
 LOSS_RATES_PCT = (1, 2, 5, 10, 20)
 
 
+PAIR_PPS = 250.0      # each ordered host pair's packets/s at most (a send every 4 ms)
+
+
+def offered(topo) -> list[Flow]:
+    """What the traffic asks of the machine (the budget's flows): every ordered host pair at PAIR_PPS."""
+    return [Flow(a, b, PAIR_PPS) for a in topo.hosts for b in topo.hosts if a != b]
+
+
 def traffic(topo, stop: threading.Event) -> list[threading.Thread]:
-    """Every ordered host pair, 64 UDP flows each, ~250 packets/s per pair."""
+    """Every ordered host pair, 64 UDP flows each, at most PAIR_PPS each."""
     def run(src, dst):
         s = socket_in_netns(src)
         i = 0
@@ -74,7 +84,7 @@ def traffic(topo, stop: threading.Event) -> list[threading.Thread]:
                 except OSError:
                     pass
                 i += 1
-                time.sleep(0.004)
+                time.sleep(1 / PAIR_PPS)
         finally:
             s.close()
     threads = [threading.Thread(target=run, args=(a, b), daemon=True)
@@ -133,6 +143,7 @@ def main(argv=None) -> int:
     with Network(topo, REPO / "build" / "experiments" / "failover_diagnosis", log_level=args.log_level) as net, \
             FabricController(topo) as ctl:
         ctl.program()
+        budget = announce_budget(topo, offered(topo))
         whole_run = case_fidelity(net, ctl)
         stop = threading.Event()
         threads = traffic(topo, stop)
@@ -150,7 +161,7 @@ def main(argv=None) -> int:
                              "injected": f"{want_kind} {want_name}",
                              "named": f"{top.kind} {top.name}" if top else "nothing", "top1": right,
                              "seconds": round(took, 2), "evidence": "; ".join(top.evidence) if top else "",
-                             "fidelity": str(verdict)})
+                             "fidelity": str(verdict), "budget": budget})
                 what = f"{kind} {loss_pct:g}%" if loss_pct is not None else kind
                 print(f"[{i + 1}/{len(plan)}] {what:16s} {want_name:22s} -> "
                       f"{rows[-1]['named']:28s} {'right' if right else 'WRONG'} ({took:.1f} s"
