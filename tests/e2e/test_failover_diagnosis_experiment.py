@@ -2,8 +2,9 @@
 link losing 20%): it runs, writes its CSV and PNG, and names each injected
 fault first; each fault carries a fidelity verdict, the run one for frames
 lost before a pipeline, and the results name the toolchain."""
-import json
 import csv
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,8 @@ def test_failover_diagnosis_experiment(tmp_path):
     assert sorted(r["kind"] for r in rows) == ["blackhole", "dead switch", "lossy link"]
     assert [r["loss_pct"] for r in rows if r["kind"] == "lossy link"] == ["20.0"]
     assert all(r["top1"] == "True" for r in rows), rows
+    # the traffic's cost to this machine, stated before the faults and kept in every row
+    assert "budget: " in proc.stdout and all(re.fullmatch(r"within|over x[0-9.]+|unknown", r["budget"]) for r in rows)
     assert all(r["fidelity"] == "ok" or r["fidelity"].startswith("violated: cpu") for r in rows), rows
     # four verdicts, the three faults' and the whole run's: all faithful, or the
     # violated ones named (a fault's CPU wait passed 30% once in CI: 33%)

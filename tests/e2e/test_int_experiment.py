@@ -5,6 +5,7 @@ switches; congestion reports from the sink's queue; the queue INT shows
 follows the Thrift-sampled register where the case was faithful; the
 probes cover every link; the sink port's departures are judged)."""
 import csv
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,8 @@ def test_int_experiment(tmp_path):
     assert f"results: {out}/summary.csv" in proc.stdout
     rows = {r["case"]: r for r in csv.DictReader(open(out / "summary.csv"))}
     assert set(rows) == {"every-packet", "suppressed"}
+    # each case states what its rates cost this machine before it starts, and keeps it in its row
+    assert proc.stdout.count("budget: ") >= 2 and all(re.fullmatch(r"within|over x[0-9.]+|unknown", r["budget"]) for r in rows.values())
     every, suppressed = rows["every-packet"], rows["suppressed"]
     # Every packet reaching a sink is reported: how many that is depends on the machine's speed.
     assert int(every["suppressed_at_sinks"]) == 0 and int(every["flow_reports"]) > 0

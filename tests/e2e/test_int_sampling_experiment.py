@@ -4,6 +4,7 @@ about one delivered packet in N, the adaptive loop raises the flows through
 the congested port to every packet during the burst and lowers them after,
 and both the congestion and the black hole show in the reports."""
 import csv
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,8 @@ def test_int_sampling_experiment(tmp_path):
     assert f"results: {out}/summary.csv" in proc.stdout
     rows = {r["case"]: r for r in csv.DictReader(open(out / "summary.csv"))}
     sampled, adaptive = rows["sampled"], rows["adaptive"]
+    # each case states what its rates cost this machine before it starts, and keeps it in its row
+    assert proc.stdout.count("budget: ") >= 2 and all(re.fullmatch(r"within|over x[0-9.]+|unknown", r["budget"]) for r in rows.values())
     # 1 in 16 of the packets entering each host port, counted: of those delivered, about as many
     # (the burst's packets dropped at the full queue were sampled at the same rate)
     assert 0.04 <= float(sampled["int_share"]) <= 0.09, sampled

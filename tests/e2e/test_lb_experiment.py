@@ -14,6 +14,7 @@ wide margin) are asserted: which seeds' flows collide under ECMP is chance.
     clearly more than blind spraying.
 """
 import csv
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,8 @@ def test_load_balancing_experiment(tmp_path):
 
     runs = list(csv.DictReader(open(out / "runs.csv")))
     assert len(runs) == 2 * (2 * 3 + 3)
+    # the topology states what its rates cost this machine before its cases, and every run keeps it
+    assert "budget: " in proc.stdout and all(re.fullmatch(r"within|over x[0-9.]+|unknown", r["budget"]) for r in runs)
     by = {}
     for r in runs:
         by.setdefault((r["case"], int(r["flows"]), r["mode"]), []).append(r)

@@ -7,6 +7,7 @@ the experiment, shortened, has the paper's shape on the Dragonfly (under the
 group shift Valiant and UGAL-L accept more than minimal; under uniform
 traffic Valiant's longer paths cost delay that UGAL-L does not pay)."""
 import csv
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -67,6 +68,8 @@ def test_nonminimal_routing_experiment(tmp_path):
     assert f"results: {out}/summary.csv" in proc.stdout
     rows = {(r["pattern"], r["routing"]): r for r in csv.DictReader(open(out / "summary.csv"))}
     assert len(rows) == 6
+    # every case states what its rates cost this machine before it starts, and keeps it in its row
+    assert proc.stdout.count("budget: ") >= 6 and all(re.fullmatch(r"within|over x[0-9.]+|unknown", r["budget"]) for r in rows.values())
     accepted = {k: float(r["accepted"]) for k, r in rows.items()}
     delay = {k: float(r["delay_p50_ms"]) for k, r in rows.items()}
     assert accepted["shift", "valiant"] > accepted["shift", "minimal"], accepted
