@@ -54,8 +54,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from emulator.calibration import Flow
-from experiments.common import announce_budget, case_fidelity, experiment_parser, lost_before_pipeline, print_fidelity, \
-    sample_queue, save_figure, write_csv
+from experiments.common import announce_budget, case_fidelity, experiment_parser, lost_before_pipeline, \
+    print_fidelity, sample_queue, save_figure, write_csv
 
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from emulator.bmv2_thrift import Bmv2Thrift
@@ -175,8 +175,7 @@ def offered(topo, case: str, sender_rate: float) -> list[Flow]:
     as h4 -> h5: the same switches)."""
     flows = [Flow(h, RECEIVER, sender_rate) for h in SENDERS]
     if case == "every-packet":
-        sink = topo.hosts[RECEIVER].primary.switch_port
-        flows.append(Flow(RECEIVER, "h5", queue_rate_pps(topo.switches[SINK_SWITCH].ports[sink].link.bandwidth_mbps)))
+        flows.append(Flow(RECEIVER, "h5", queue_rate_pps(topo.access_link(topo.hosts[RECEIVER]).bandwidth_mbps)))
     return flows
 
 

@@ -163,9 +163,8 @@ def offered(topo, case: str, background_rate: float, burst_rate: float, sample: 
     the same switches): every packet's, or one in `sample` (sampled; the
     adaptive case raises the congested flows to every packet)."""
     flows = [Flow(h, RECEIVER, background_rate) for h in BACKGROUND] + [Flow(BURSTER, RECEIVER, burst_rate)]
-    sink = topo.hosts[RECEIVER].primary.switch_port
-    delivered = min(2 * background_rate + burst_rate,
-                    queue_rate_pps(topo.switches[SINK_SWITCH].ports[sink].link.bandwidth_mbps))
+    sink_pps = queue_rate_pps(topo.access_link(topo.hosts[RECEIVER]).bandwidth_mbps)
+    delivered = min(sum(f.pps for f in flows), sink_pps)
     return flows + [Flow(RECEIVER, "h5", delivered / (sample if case == "sampled" else 1))]
 
 

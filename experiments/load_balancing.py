@@ -144,8 +144,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from experiments.common import announce_budget, case_fidelity, experiment_parser, lost_before_pipeline, print_fidelity, \
-    save_figure, write_csv
+from experiments.common import announce_budget, case_fidelity, experiment_parser, lost_before_pipeline, \
+    print_fidelity, save_figure, write_csv
 
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from emulator.bmv2_thrift import Bmv2Thrift
