@@ -50,6 +50,7 @@ from emulator.bmv2 import DEFAULT_INTERACTIVE_LOG_LEVEL, check_log_level, switch
 from emulator.bmv2_thrift import Bmv2Thrift
 from control.feature import priority_queues
 from emulator.impairments import drop_fraction, netem_available, remove_impairment
+from emulator.netns import NETNS_ETC
 from control.authorization import DEFAULT_OPERATOR_ACCESS, check_access
 from control.tls import Pki
 from emulator.p4runtime_proxy import REPO, ProxiedSwitch, ProxyConfig, backend_address, backend_answers, proxy_command
@@ -61,7 +62,6 @@ BMV2_QUEUE_DEPTH = 64              # packets: simple_switch's default depth of e
 STATE_FILE = "network-state.json"
 PROXY_LOG = "p4runtime-proxy.txt"
 MADE_KINDS = ("netns", "netns_etc", "veth", "pids", "nft", "nft_tables", "dirs")
-NETNS_ETC = Path("/etc/netns")    # ip netns exec: /etc/netns/HOST/FILE is the host's /etc/FILE
 NO_RESOLVER = "# written by emulator/network.py: no resolver in the fabric\nnameserver 127.0.0.1\noptions timeout:1 attempts:1\n"
 
 

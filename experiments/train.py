@@ -87,6 +87,7 @@ from features.lossless import cell as lossless_cell
 from features.tuning import derive
 from hostagent.aggregation.runs import start_server, stop_server
 from hostagent.collectives import schedule as sc
+from hostagent.collectives.ranks import RankLauncher
 from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, CHANNEL_CHOICES, FIXED, IN_NETWORK, LEAST_LOADED, \
     default_sport
 from hostagent.rdma.agent import uet_congestion_controls
@@ -131,6 +132,7 @@ RANK_NICE = 10                  # the ranks yield the CPU to the switches and he
                                 # otherwise delay heartbeats past the failover timeout
 RANK_TIMEOUT_S = 60.0           # a rank silent this long is an error (a failure without failover)
 START_TIMEOUT_S = 240.0         # 16 ranks import torch on two cores
+RANKS = RankLauncher()          # every case's ranks: forks of one process that imported PyTorch (ranks.py)
 EXPORT_INTERVAL_S, SCRAPE = 1.0, "1s"    # the switch exporter's reads (2 s above 6 switches), Prometheus's scrapes
 LARGE_EXPORT_INTERVAL_S = 2.0   # fat-tree-k4: reading 20 switches every 0.5 s kept this process at a whole core
 SLOW_STEP = 2.0                 # a step this many times the median is explained from Prometheus
@@ -523,12 +525,11 @@ def counter_total(ctl: FabricController, counter: str, lock: threading.Lock,
     return sum(counter_by_index(ctl, counter, lock, cells).values())
 
 
-def rank_command(rank: int, hosts: list, c: Composition, steps: int, line_rate_pps: float, topo: Topology,
-                 topo_file: Path, out: Path, cc_params: Mapping[str, float] | None = None) -> list[str]:
+def rank_args(rank: int, hosts: list, c: Composition, steps: int, line_rate_pps: float, topo: Topology,
+              topo_file: Path, out: Path, cc_params: Mapping[str, float] | None = None) -> list[str]:
+    """Rank `rank`'s arguments to hostagent.collectives.ddp (its host: hosts[rank].host)."""
     h = hosts[rank]
-    cmd = ["ip", "netns", "exec", h.host, "nice", "-n", str(RANK_NICE), agent_python(),
-           "-m", "hostagent.collectives.ddp",
-           "--rank", str(rank), "--addresses", ",".join(x.ip for x in hosts), "--iface", h.iface,
+    cmd = ["--rank", str(rank), "--addresses", ",".join(x.ip for x in hosts), "--iface", h.iface,
            "--src-ip", h.ip, "--src-mac", h.mac, "--gw-mac", h.gateway_mac,
            "--algorithm", c.algorithm, "--cc", c.cc, "--line-rate-pps", str(line_rate_pps),
            "--steps", str(steps), "--hidden", str(HIDDEN), "--timeout-s", str(RANK_TIMEOUT_S),
@@ -996,10 +997,8 @@ def run_case(case: str, c: Composition, args, reference: Reference, rank_names: 
         latency_ms = all_reduce_latency_ms(c, len(hosts), rtt_ms)
         # sampled every 0.5 s: a case's steps may take 3 s in all, and only samples after the first step judge it
         fidelity = case_fidelity(net, ctl, lock=lock, period_s=0.5)
-        procs = [subprocess.Popen(rank_command(r, hosts, c, args.steps, line_rate, topo, topo_file, out, cc_params),
-                                  cwd=REPO,
-                                  env=rank_env(), stdout=open(out / f"rank{r}.log", "w"), stderr=subprocess.STDOUT)
-                 for r in range(len(hosts))]
+        procs = [RANKS.start(rank_args(r, hosts, c, args.steps, line_rate, topo, topo_file, out, cc_params),
+                             hosts[r].host, out / f"rank{r}.log", RANK_NICE) for r in range(len(hosts))]
         fidelity.watch("ranks", [p.pid for p in procs])
         fidelity.watch("fabric train", [os.getpid()])         # this process: the controller, the step files
         try:
@@ -1388,6 +1387,7 @@ def main(argv: list[str] | None = None) -> int:
     compile_p4()
     args.out.mkdir(parents=True, exist_ok=True)
     reference = Reference(args.steps, args.out)
+    RANKS.warm()            # the ranks' fork server imports PyTorch while the reference runs and the fabric comes up
     results = []
     for run in range(1, args.runs + 1):
         for case, c in cases:

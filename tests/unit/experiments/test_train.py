@@ -52,7 +52,7 @@ def test_the_uet_composition_trims_on_every_switch_port_and_has_no_lossless_clas
     assert (control.tclass, control.dscp, control.lossless) == (train.UET_CONTROL_CLASS, (train.UET_CONTROL_DSCP,),
                                                                 False)
     assert 0 < control.queue < train.UET_HEADER_QUEUE
-    cmd = train.rank_command(0, [topo.hosts[n].primary for n in ("h1", "h2", "h3", "h4")], c, 4, 400.0, topo,
+    cmd = train.rank_args(0, [topo.hosts[n].primary for n in ("h1", "h2", "h3", "h4")], c, 4, 400.0, topo,
                              Path("t.yaml"), Path("/tmp"))
     assert cmd[cmd.index("--mode") + 1] == "uet" and "--tclass" not in cmd
     assert cmd[cmd.index("--control-dscp") + 1] == str(train.UET_CONTROL_DSCP)
@@ -189,14 +189,14 @@ def test_a_lossless_rank_honours_its_class_at_its_links_rate():
     c = Composition()
     topo, _ = train.composed_topology("leaf-spine", c, ["h1", "h2", "h3", "h4"])
     hosts = [topo.hosts[n].primary for n in ("h1", "h2", "h3", "h4")]
-    cmd = train.rank_command(1, hosts, c, 4, 1000.0, topo, Path("topology.yaml"), Path("out"))
+    cmd = train.rank_args(1, hosts, c, 4, 1000.0, topo, Path("topology.yaml"), Path("out"))
     mbps = topo.switches[hosts[1].switch].ports[hosts[1].switch_port].link.bandwidth_mbps
     at = cmd.index("--dscp")
     assert cmd[at:at + 6] == ["--dscp", str(train.LOSSLESS_DSCP), "--tclass", str(train.LOSSLESS_CLASS),
                               "--link-mbps", f"{mbps:g}"]
     assert train.LOSSLESS_SECTION["classes"][0]["class"] == train.LOSSLESS_CLASS
     lossy = replace(c, traffic_class="lossy")
-    cmd = train.rank_command(1, hosts, lossy, 4, 1000.0, topo, Path("topology.yaml"), Path("out"))
+    cmd = train.rank_args(1, hosts, lossy, 4, 1000.0, topo, Path("topology.yaml"), Path("out"))
     assert not {"--dscp", "--tclass", "--link-mbps"} & set(cmd)
 
 

@@ -264,8 +264,8 @@ def test_the_overlays_constants_reach_the_agents_the_experiments_start_as_writte
     given, unmatched = train.cc_constants(topo_t, "timely", 400.0, train.MTU)
     assert given == written["timely"] and unmatched == ""
     hosts = [topo_t.hosts[n].primary for n in ranks]
-    cmd = train.rank_command(0, hosts, composition, 5, 400.0, topo_t, tmp_path / "t.yaml", tmp_path, given)
-    rank = ddp.parser().parse_args(cmd[cmd.index("hostagent.collectives.ddp") + 1:])
+    cmd = train.rank_args(0, hosts, composition, 5, 400.0, topo_t, tmp_path / "t.yaml", tmp_path, given)
+    rank = ddp.parser().parse_args(cmd)
     assert rdma_agent.cc_param_values(rank.cc, rank.cc_param, "send", rank.line_rate_pps) == written["timely"]
     # DCQCN's per-line-rate constants have no entry at the ranks' 400 packets/s: said, not guessed
     assert "no entry at the agents' line rate 400 packets/s (entries at 833)" in \

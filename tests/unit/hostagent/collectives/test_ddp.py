@@ -14,6 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from emulator.netns import NETNS_ETC, NetnsError, enter_netns
+from hostagent.collectives.ranks import RankLauncher
+
 REPO = Path(__file__).resolve().parents[4]
 NS = ["ddp-a", "ddp-b"]
 IPS = ["10.79.0.1", "10.79.0.2"]
@@ -51,18 +54,16 @@ def test_ddp_through_the_hook_equals_the_single_process_run(veth_pair, tmp_path)
                                 str(EPOCHS), "--out", str(tmp_path / "reference")], cwd=REPO, env=env,
                                capture_output=True, text=True, timeout=300)
     assert reference.returncode == 0, reference.stderr
-    procs = []
-    for r, ns in enumerate(NS):
-        cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "hostagent.collectives.ddp", "--rank", str(r),
-               "--addresses", ",".join(IPS), "--iface", f"{ns}0", "--src-ip", IPS[r], "--src-mac", MACS[r],
-               "--gw-mac", MACS[1 - r], "--line-rate-pps", "20000", "--algorithm", "tree", "--epochs",
-               str(EPOCHS), "--master-port", "29517", "--out", str(tmp_path / f"rank{r}"),
-               "--tclass", "3", "--link-mbps", "100", "--steps-out", str(tmp_path / f"rank{r}.jsonl")]
-        procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True))
+    # the ranks as fabric train starts them: forks of one process that imported PyTorch, each in its namespace
+    launcher = RankLauncher()
+    procs = [launcher.start(["--rank", str(r), "--addresses", ",".join(IPS), "--iface", f"{ns}0", "--src-ip", IPS[r],
+                             "--src-mac", MACS[r], "--gw-mac", MACS[1 - r], "--line-rate-pps", "20000",
+                             "--algorithm", "tree", "--epochs", str(EPOCHS), "--master-port", "29517",
+                             "--out", str(tmp_path / f"rank{r}"), "--tclass", "3", "--link-mbps", "100",
+                             "--steps-out", str(tmp_path / f"rank{r}.jsonl")], ns, tmp_path / f"rank{r}.log", nice=5)
+             for r, ns in enumerate(NS)]
     for r, p in enumerate(procs):
-        stdout, stderr = p.communicate(timeout=600)
-        assert p.returncode == 0, f"rank {r}: {stdout}\n{stderr}"
+        assert p.wait(timeout=600) == 0, f"rank {r}: {(tmp_path / f'rank{r}.log').read_text()}"
     ref = json.loads((tmp_path / "reference.json").read_text())["epochs"]
     for r in range(2):
         summary = json.loads((tmp_path / f"rank{r}.json").read_text())
@@ -75,6 +76,36 @@ def test_ddp_through_the_hook_equals_the_single_process_run(veth_pair, tmp_path)
             assert np.isclose(mine["train_loss"], theirs["train_loss"], rtol=0, atol=1e-4), (r, mine, theirs)
             assert np.isclose(mine["test_accuracy"], theirs["test_accuracy"], rtol=0, atol=1 / 450 + 1e-9)
     assert ref[-1]["test_accuracy"] > 0.9                                 # it learned
+
+
+def test_a_forked_process_enters_a_namespace_as_ip_netns_exec_puts_a_command_there(veth_pair, tmp_path):
+    """enter_netns: the namespace's interfaces, and /etc/netns/NAME/resolv.conf as its /etc/resolv.conf
+    (the launcher writes one naming no resolver); the parent's stay as they were."""
+    etc = NETNS_ETC / NS[0]
+    etc.mkdir(parents=True)
+    own = "# test_ddp.py: no resolver in this namespace\nnameserver 127.0.0.1\n"
+    (etc / "resolv.conf").write_text(own)
+    root_resolv = Path("/etc/resolv.conf").read_text()
+    seen = tmp_path / "seen.json"
+    try:
+        pid = os.fork()
+        if pid == 0:                                  # the child: report what it sees, then leave at once
+            try:
+                enter_netns(NS[0])
+                import socket
+                seen.write_text(json.dumps({"ifaces": [name for _, name in socket.if_nameindex()],
+                                            "resolv": Path("/etc/resolv.conf").read_text()}))
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+    finally:
+        (etc / "resolv.conf").unlink()
+        etc.rmdir()
+    child = json.loads(seen.read_text())
+    assert sorted(child["ifaces"]) == ["ddp-a0", "lo"] and child["resolv"] == own
+    assert Path("/etc/resolv.conf").read_text() == root_resolv and f"{NS[0]}0" not in os.listdir("/sys/class/net")
+    with pytest.raises(NetnsError, match="no network namespace 'no-such-host'"):
+        enter_netns("no-such-host")
 
 
 class CountingComm:
