@@ -4,7 +4,7 @@ Debian's Alertmanager, the project's receiver (docs/operations.md).
 
 Dumbbell (h1, h2 on s1; h3, h4 on s2; one s1-s2 link), class 3 lossless
 with the PFC watchdog (detect 200 ms, drop), traffic h1 -> h3 throughout.
-A healthy half-minute holds no rule pending, let alone firing, though a
+Healthy for 26 s, the fabric holds no rule pending, let alone firing, though a
 second flow (h2 -> h4, over the s1 -> s2 link) starts and stops twice in
 it: the link and input-path rules compare counters of one instant, so a
 traffic change makes none of them true, and a rule that is never pending
@@ -42,8 +42,8 @@ from telemetry.prometheus import PrometheusProcess
 from telemetry.switch_exporter import Bmv2Reader, SwitchExporter
 
 REPO = Path(__file__).resolve().parents[2]
-ON_OFF_S = ((5, 13), (18, 26))   # h2 -> h4 in the healthy phase: on and off twice (s after the traffic starts)
-HEALTHY_S = 36              # the healthy phase: 10 s after the last change, a rule it made true would be pending
+ON_OFF_S = ((3, 8), (11, 16))    # h2 -> h4 in the healthy phase: on and off twice (s after the traffic starts)
+HEALTHY_S = 26              # the healthy phase: 10 s after the last change, a rule it made true would be pending
 SLACK_S = 25                # beyond a rule's `for`: its rate window filling, scrape, evaluation, group_wait
 TRAFFIC_PPS = 100           # h1 -> h3: above LinkFramesLost's 10 packets/s floor, far below the 833 of s1 -> s2
 ON_OFF_PPS = 300            # h2 -> h4 while on (400 of s1 -> s2's 833 with h1's)

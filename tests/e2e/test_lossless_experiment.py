@@ -67,7 +67,7 @@ def test_storm_spreads_without_the_watchdog_and_is_contained_with_it(tmp_path):
     assert all(r["fidelity"] == "ok" or r["fidelity"].startswith("violated: ") for r in (storm, contained, slow))
 
 
-CASES = ("deadlock", "watchdog", "bounce-tagger", "torus", "torus-dateline", "dragonfly", "dragonfly-global-hop")
+CASES = ("deadlock", "class-change", "watchdog", "bounce-tagger", "dragonfly", "dragonfly-global-hop")
 
 
 def lost_before_pipeline(row: dict) -> int:
@@ -90,20 +90,20 @@ def test_deadlock_forms_is_prevented_by_a_class_change_and_broken_by_the_watchdo
     clockwise, each ring link at 1.44x the class's share, on live BMv2 (a
     new network per case). PFC alone: every ring port paused by the next,
     next to nothing arrives any more and packets stay in the switches after
-    the senders stop. The watchdog: it finds storms, drops, and the ring
-    keeps delivering. On a leaf-spine with two flows bounced at a leaf,
-    Tagger's bounce rule ({switch: all, from: up, to: up}) moves every
-    bounced packet to class 4 and nothing deadlocks, though pauses still
-    fly. A flowing case delivers to the end, nothing stuck, at most 1%
-    lost to late pauses. On a
-    torus' row, flows two switches along x over the wrap-around deadlock;
-    a class change at the dateline (x1y1, for what came over the wrap-around)
-    prevents it. On a Dragonfly under Valiant routing (every packet tagged,
-    through the next group to the one after) the global links close the
-    cycle and it deadlocks; the next class after each global hop prevents
-    it. (The ring's own dateline case, the same mechanism as the torus',
-    and the bounces without Tagger's rule, the ring's deadlock with routes
-    pinned, run in `make experiments`.)"""
+    the senders stop. A class change at the ring's dateline (s1, for what
+    came from s5 and goes on to s2) prevents it. The watchdog: it finds
+    storms, drops, and the ring keeps delivering. On a leaf-spine with two
+    flows bounced at a leaf, Tagger's bounce rule ({switch: all, from: up,
+    to: up}) moves every bounced packet to class 4 and nothing deadlocks,
+    though pauses still fly. A flowing case delivers to the end, nothing
+    stuck, at most 1% lost to late pauses. On a Dragonfly under Valiant
+    routing (every packet tagged, through the next group to the one after)
+    the global links close the cycle and it deadlocks; the next class after
+    each global hop prevents it. (The torus' row, deadlocked over its
+    wrap-around and prevented by a dateline at x1y1, is the ring's mechanism
+    on 16 switches, 24 s a case here against the ring's 14: it runs in `make
+    experiments`, with the bounces without Tagger's rule and the ring's
+    deadlock with routes pinned.)"""
     out = tmp_path / "lossless"
     # 7 s a case (10 in `make experiments`). A deadlocked case is one where nothing arrived in the
     # run's last second and packets were still in the switches 2 s after the senders stopped. The
@@ -117,12 +117,12 @@ def test_deadlock_forms_is_prevented_by_a_class_change_and_broken_by_the_watchdo
                           cwd=REPO, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {r["case"]: r for r in csv.DictReader(open(out / "deadlock" / "summary.csv"))}
-    for stuck in (rows["deadlock"], rows["torus"], rows["dragonfly"]):
+    for stuck in (rows["deadlock"], rows["dragonfly"]):
         assert float(stuck["last_arrival_s"]) <= duration - 1 and int(stuck["in_switches_2s_later"]) > 0, stuck
         assert int(stuck["storms_detected"]) == 0 and int(stuck["pauses_sent"]) > 0, stuck
     # steady state: the ring's and the torus' 460-760 packets/s; the Dragonfly's class caps allow 372
     # (two flows on each 124 packets/s queue), 372-396 measured
-    steady = {"bounce-tagger": 300, "torus-dateline": 300, "dragonfly-global-hop": 200}
+    steady = {"bounce-tagger": 300, "class-change": 300, "dragonfly-global-hop": 200}
     for flowing in (rows[case] for case in steady):
         assert float(flowing["last_40pct_pps"]) > steady[flowing["case"]], flowing
         assert int(flowing["in_switches_2s_later"]) == 0, flowing
@@ -151,14 +151,15 @@ def test_deadlock_forms_is_prevented_by_a_class_change_and_broken_by_the_watchdo
 def test_pfc_spreads_up_the_tree_and_stalls_a_victim(tmp_path):
     """4:1 and 8:1 incast across a leaf-spine on live BMv2 (1.92x r1's
     link): lossless end to end with PFC, judged by the receiver's sequence
-    numbers, where the lossy class drops (at 4:1; 8:1 in `make experiments`); pauses at every hop up to the
+    numbers, where the lossy class drops (at 4:1; 8:1 in `make experiments`, with DCQCN at 8:1); pauses at every hop up to the
     hosts; the victim flow, which shares only leaf1's uplinks with the
     incast, loses most of its rate; DCQCN at 4:1 cuts the pauses and, once
     it has settled, gives the victim most of its rate back."""
     out = tmp_path / "lossless"
     # 10 s a case, as `make experiments`: DCQCN takes seconds to settle, and the steady state starts at 20%. The
-    # lossy class at 8:1 runs there only: it drops more than at 4:1, which is judged here.
-    cases = [c for c in SPREADING_CASES if c != "lossy-8"]
+    # lossy class at 8:1 runs there only: it drops more than at 4:1, which is judged here; so does DCQCN at 8:1,
+    # judged against PFC alone at 4:1 here (here, it only added a lossless case that lost nothing unseen).
+    cases = [c for c in SPREADING_CASES if c not in ("lossy-8", "pfc-dcqcn-8")]
     # at half the file's rates, whatever a calibration here would choose (auto): the assertions below on DCQCN's
     # settling were measured there, and the tests keep the toolchain they find (the default BMv2)
     proc = subprocess.run([sys.executable, "-m", "experiments.lossless", "--phases", "spreading", "--duration", "10",
@@ -170,7 +171,7 @@ def test_pfc_spreads_up_the_tree_and_stalls_a_victim(tmp_path):
     lossy = rows["lossy-4"]
     assert int(lossy["drops"]) > 0.3 * int(lossy["sent"]), lossy
     for n in ("4", "8"):
-        for pfc in (rows[f"pfc-{n}"], rows[f"pfc-dcqcn-{n}"]):
+        for pfc in (rows[c] for c in (f"pfc-{n}", f"pfc-dcqcn-{n}") if c in rows):
             # Nothing lost unseen: by the receivers' sequence numbers, every packet arrived, or the run named
             # where it went (lost_before_pipeline: BMv2's input or the kernel, the machine behind; headroom).
             # 60 cases of 6 s in a row lost nothing; one 10 s run here lost 21 at spine2's input, named.
@@ -195,9 +196,9 @@ def test_pfc_spreads_up_the_tree_and_stalls_a_victim(tmp_path):
     assert (out / "spreading" / "pfc-8" / "throughput.png").stat().st_size > 10_000
     # the phase's end-to-end verdict: the receivers' count of what every lossless case missed, said once
     (verdict,) = csv.DictReader(open(out / "end_to_end.csv"))
-    assert verdict["phase"] == "spreading" and int(verdict["lossless_cases"]) == 4, verdict
+    assert verdict["phase"] == "spreading" and int(verdict["lossless_cases"]) == 3, verdict
     assert int(verdict["missing"]) == sum(int(rows[c]["drops"]) + int(rows[c]["victim_drops"])
-                                          for c in ("pfc-4", "pfc-dcqcn-4", "pfc-8", "pfc-dcqcn-8")), verdict
+                                          for c in ("pfc-4", "pfc-dcqcn-4", "pfc-8")), verdict
     assert verdict["verdict"] in proc.stdout
 
 
