@@ -26,8 +26,10 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-# what the fork server imports before any rank: PyTorch, what DDP's constructor imports, the rank itself
-PRELOAD = ("torch", "torch._dynamo", "hostagent.collectives.ddp", "hostagent.collectives.ranks")
+# what the fork server imports before any rank: PyTorch, what DDP's constructor imports, the rank itself and
+# what a path-aware rank imports
+PRELOAD = ("torch", "torch._dynamo", "hostagent.collectives.ddp", "hostagent.collectives.paths",
+           "hostagent.collectives.ranks")
 # set before the fork server starts (a BLAS/OpenMP pool reads it when PyTorch loads): one thread a rank, as
 # the ranks' command lines had it
 RANK_ENVIRONMENT = {"OMP_NUM_THREADS": "1"}

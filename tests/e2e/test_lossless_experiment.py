@@ -151,7 +151,8 @@ def test_deadlock_forms_is_prevented_by_a_class_change_and_broken_by_the_watchdo
 def test_pfc_spreads_up_the_tree_and_stalls_a_victim(tmp_path):
     """4:1 and 8:1 incast across a leaf-spine on live BMv2 (1.92x r1's
     link): lossless end to end with PFC, judged by the receiver's sequence
-    numbers, where the lossy class drops (at 4:1; 8:1 in `make experiments`, with DCQCN at 8:1); pauses at every hop up to the
+    numbers, where the lossy class drops (at 4:1; 8:1 in `make experiments`,
+    with DCQCN at 8:1); pauses at every hop up to the
     hosts; the victim flow, which shares only leaf1's uplinks with the
     incast, loses most of its rate; DCQCN at 4:1 cuts the pauses and, once
     it has settled, gives the victim most of its rate back."""

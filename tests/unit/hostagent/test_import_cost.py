@@ -11,7 +11,8 @@ import pytest
 
 AGENTS = ("hostagent.ecn.roce", "hostagent.rdma.agent", "hostagent.collectives.communicator",
           "hostagent.aggregation.allreduce", "hostagent.aggregation.parameter_server",
-          "hostagent.aggregation.ring_allreduce")
+          "hostagent.aggregation.ring_allreduce", "hostagent.collectives.__main__",   # a rank, path-aware or not
+          "hostagent.collectives.ddp")
 
 
 @pytest.mark.parametrize("module", AGENTS)
