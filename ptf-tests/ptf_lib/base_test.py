@@ -155,3 +155,21 @@ class P4RuntimeTest(BaseTest):
             if not isinstance(result, self.dataplane.PollSuccess):
                 return frames
             frames.append(bytes(result.packet))
+
+    def receive_by_port(self, ports, expected: int | None = None, timeout: float = 1.0,
+                        settle: float = 0.3) -> dict[int, list[bytes]]:
+        """Every frame that leaves any of `ports`, by port, in one wait for
+        them all (not `timeout` a port): until none came for `timeout` s, or,
+        once `expected` frames have come, none more for `settle` s (a
+        duplicate or a stray would have come by then). Frames on other ports
+        are read and left out."""
+        frames: dict[int, list[bytes]] = {p: [] for p in ports}
+        n = 0
+        while True:
+            wait = settle if expected is not None and n >= expected else timeout
+            result = tu.dp_poll(self, device_number=0, port_number=None, timeout=wait)
+            if not isinstance(result, self.dataplane.PollSuccess):
+                return frames
+            if result.port in frames:
+                frames[result.port].append(bytes(result.packet))
+                n += 1

@@ -101,7 +101,7 @@ class FailoverTestBase(P4RuntimeTest):
                     self.send_heartbeats(alive)
                 tx.send(flow_packet(40000 + i, dst))
                 time.sleep(0.002)
-        by_port = {p: self.receive_all(p, timeout=0.5) for p in MEMBERS}
+        by_port = self.receive_by_port(MEMBERS, timeout=0.5)
         for port, frames in by_port.items():
             for f in frames:
                 pkt = Ether(f)

@@ -58,12 +58,8 @@ class LbTestBase(P4RuntimeTest):
                 tx.send(frame)
                 if gap_s:
                     time.sleep(gap_s)
-        counts = Counter()
-        for port in self.ports:
-            if port != IN_PORT:
-                n = len(self.receive_all(port, timeout=timeout))
-                if n:
-                    counts[port] = n
+        by_port = self.receive_by_port([p for p in self.ports if p != IN_PORT], expected=len(frames), timeout=timeout)
+        counts = Counter({port: len(got) for port, got in by_port.items() if got})
         self.assertEqual(sum(counts.values()), len(frames), f"every packet forwarded once: {dict(counts)}")
         return counts
 

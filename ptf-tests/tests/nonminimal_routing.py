@@ -86,8 +86,8 @@ class NonminimalTestBase(P4RuntimeTest):
     def collect(self, timeout: float = 1.0) -> dict[int, list[tuple[int, int | None, IP]]]:
         """Per source port of the UDP flow: (egress port, tag target, IPv4) of every frame out."""
         out: dict[int, list] = {}
-        for port in self.ports:
-            for frame in self.receive_all(port, timeout=timeout):
+        for port, frames in self.receive_by_port(self.ports, timeout=timeout).items():
+            for frame in frames:
                 target, ip = self.outcome(frame)
                 pkt = IP(ip)
                 out.setdefault(pkt[UDP].sport, []).append((port, target, pkt))
