@@ -131,6 +131,8 @@ RANK_NICE = 10                  # the ranks yield the CPU to the switches and he
                                 # line cards in a real fabric): 16 ranks importing PyTorch on two cores
                                 # otherwise delay heartbeats past the failover timeout
 RANK_TIMEOUT_S = 60.0           # a rank silent this long is an error (a failure without failover)
+ABORT_GRACE_S = 10.0            # after a rank failed, how long the others have to exit on its notice (they did
+                                # at once where it arrived; one whose notice a lossy link lost waits RANK_TIMEOUT_S)
 START_TIMEOUT_S = 240.0         # 16 ranks import torch on two cores
 RANKS = RankLauncher()          # every case's ranks: forks of one process that imported PyTorch (ranks.py)
 EXPORT_INTERVAL_S, SCRAPE = 1.0, "1s"    # the switch exporter's reads (2 s above 6 switches), Prometheus's scrapes
@@ -911,9 +913,16 @@ def follow_steps(procs: list[subprocess.Popen], out: Path, steps: int, reference
             say(step_text(x, steps))
             deadline = time.monotonic() + RANK_TIMEOUT_S + 30
         if any(code != 0 for code in exited) or (len(exited) == len(procs) and len(lines) < steps):
-            for p in procs:         # the others fail too, naming the rank (an abort), or time out
+            # the others fail too, naming the rank that gave up (its abort notice); one that has not heard it
+            # within ABORT_GRACE_S would only time out (RANK_TIMEOUT_S later) and is stopped by the caller
+            grace_ends = time.monotonic() + ABORT_GRACE_S
+            for p in procs:
                 with contextlib.suppress(subprocess.TimeoutExpired):
-                    p.wait(timeout=RANK_TIMEOUT_S + 10)
+                    p.wait(timeout=max(0.0, grace_ends - time.monotonic()))
+            waiting = [r for r, p in enumerate(procs) if p.poll() is None]
+            if waiting:
+                say(f"ranks {', '.join(map(str, waiting))} still running {ABORT_GRACE_S:g} s after a rank failed "
+                    f"(its notice lost): stopped")
             return lines, records, []
         if time.monotonic() > deadline:
             return lines, records, [f"no step ended for {RANK_TIMEOUT_S + 30:.0f} s"]

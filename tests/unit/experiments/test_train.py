@@ -3,6 +3,7 @@ the ablation's cases, --fail's parsing and errors, joining the ranks' step
 records into step lines, the ideal step."""
 from __future__ import annotations
 
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -327,3 +328,33 @@ def test_the_line_rate_comes_from_what_earlier_runs_of_the_composition_cost(tmp_
     assert train.cost_fit("leaf-spine", names, other) is None
     assert train.cost_fit("leaf-spine", names, c, ["tuned.yaml"]) is None
     assert train.cost_fit("leaf-spine", names[:2], c) is None
+
+
+class FakeRank:
+    """A rank process: exited with `code`, or (None) running until stopped."""
+
+    def __init__(self, code: int | None):
+        self.returncode = code
+        self.waited = 0.0
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self.waited += timeout or 0.0
+            raise subprocess.TimeoutExpired("rank", timeout or 0.0)
+        return self.returncode
+
+
+def test_a_rank_that_never_heard_a_failure_is_left_after_the_grace_period(tmp_path, monkeypatch):
+    """Rank 1 failed; rank 0 exited on its notice; rank 2's notice was lost: follow_steps waits
+    ABORT_GRACE_S for it (not RANK_TIMEOUT_S), says so, and returns, its caller stops it."""
+    monkeypatch.setattr(train, "ABORT_GRACE_S", 0.5)
+    said: list[str] = []
+    ranks = [FakeRank(1), FakeRank(1), FakeRank(None)]
+    lines, records, stalled = train.follow_steps(ranks, tmp_path, 3, [1.0, 1.0, 1.0], counters=None,
+                                                 step_started=lambda k: None, say=said.append)
+    assert (lines, stalled) == ([], []) and records == [[], [], []]
+    assert 0 < ranks[2].waited <= 0.5
+    assert said == ["ranks 2 still running 0.5 s after a rank failed (its notice lost): stopped"]
