@@ -36,7 +36,6 @@ import json
 import statistics
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -47,8 +46,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from experiments.common import announce_budget, case_fidelity, dcqcn_constants, experiment_parser, lost_before_pipeline, \
-    print_fidelity, roce_agent, roce_dcqcn_args, save_figure, wait_sampling_queue, write_csv
+from experiments.common import StartGate, announce_budget, case_fidelity, dcqcn_constants, experiment_parser, \
+    lost_before_pipeline, print_fidelity, roce_agent, roce_dcqcn_args, save_figure, wait_sampling_queue, write_csv
 
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from emulator.build import compile_p4
@@ -98,12 +97,12 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
     senders = [h for h in topo.hosts.values() if h.role == "sender"]
     ctl.feature("ecn").set_profile("s1", port, case.profile)
     marked_before = ctl.counter("s1", MARKED_COUNTER, port).get(port, (0, 0))[0]
-    start_at = time.time() + 3.0
     case_dir = out / case.name
     case_dir.mkdir(parents=True, exist_ok=True)
+    gate = StartGate(case_dir)          # the agents start together once every one is ready
 
     def agent(host, role: str, extra: list[str]) -> subprocess.Popen:
-        return roce_agent(host, role, start_at=start_at, out_dir=case_dir,
+        return roce_agent(host, role, start_at=gate, out_dir=case_dir,
                           extra=["--duration", str(args.duration), *extra])
 
     np_args, rp_args = roce_dcqcn_args(args.dcqcn_constants)
@@ -112,6 +111,7 @@ def run_case(case: Case, topo, net: Network, ctl: FabricController, args, out: P
         extra = ["--dst-ip", receiver.ip, "--qp", str(i), "--line-rate-pps", str(args.sender_rate), *rp_args]
         extra += [] if case.dcqcn else ["--fixed-rate", "--not-ect"]
         procs.append(agent(h, "send", extra))
+    start_at = gate.open(procs)
     fidelity = case_fidelity(net, ctl)
     fidelity.traffic_starts(start_at)
     samples = wait_sampling_queue(sw.thrift_port, port, start_at, procs, args.duration + 30)

@@ -87,7 +87,7 @@ from features.lossless import cell as lossless_cell
 from features.tuning import derive
 from hostagent.aggregation.runs import start_server, stop_server
 from hostagent.collectives import schedule as sc
-from hostagent.collectives.ranks import RankLauncher
+from hostagent.collectives.ranks import Process, RankLauncher
 from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, CHANNEL_CHOICES, FIXED, IN_NETWORK, LEAST_LOADED, \
     default_sport
 from hostagent.rdma.agent import uet_congestion_controls
@@ -887,7 +887,7 @@ class FabricCounters:
         return {names.get(i, str(i)): n for i, n in sorted(grown.items())}
 
 
-def follow_steps(procs: list[subprocess.Popen], out: Path, steps: int, reference: list[float],
+def follow_steps(procs: Sequence[Process], out: Path, steps: int, reference: list[float],
                  counters: FabricCounters, step_started: Callable[[int], None], say,
                  failure: Failure | None = None) -> tuple[list[StepLine], list[list[dict]], list[str]]:
     """Follow the ranks' step files until every rank has ended every step, a
@@ -1056,7 +1056,7 @@ def run_case(case: str, c: Composition, args, reference: Reference, rank_names: 
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     p.wait(timeout=30)
         finally:
-            stop_processes(procs + incast_procs)
+            stop_processes([*procs, *incast_procs])
         for r, p in enumerate(procs):
             if p.returncode not in (0, None) and not errors:
                 tail = (out / f"rank{r}.log").read_text().strip().splitlines()
@@ -1071,7 +1071,7 @@ def run_case(case: str, c: Composition, args, reference: Reference, rank_names: 
                      ecn_marks=marks, queue=[depth for _, depth in queue_samples])
 
 
-def stop_processes(procs: Sequence[subprocess.Popen], timeout_s: float = 10.0) -> None:
+def stop_processes(procs: Sequence[Process], timeout_s: float = 10.0) -> None:
     """Terminate those of `procs` still running, and wait for them."""
     for p in procs:
         if p.poll() is None:

@@ -25,14 +25,13 @@ import json
 import statistics
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
-from experiments.common import announce_budget, case_fidelity, experiment_parser, lost_before_pipeline, print_fidelity, \
-    print_table, roce_agent, save_figure, wait_sampling_queue, write_csv
+from experiments.common import StartGate, announce_budget, case_fidelity, experiment_parser, lost_before_pipeline, \
+    print_fidelity, print_table, roce_agent, save_figure, wait_sampling_queue, write_csv
 
 from control.controller import FabricController
 from control.topology import TopologyError
@@ -67,17 +66,18 @@ def run_case(case: Case, run: int, profile: TrimProfile, topo, net: Network, ctl
     trims_before = ctl.counter(BOTTLENECK, TRIM_COUNTER, cell).get(cell, (0, 0))[0]
     case_dir = out / f"{case.name}-{run}"
     case_dir.mkdir(parents=True, exist_ok=True)
-    start_at = time.time() + 3.0
+    gate = StartGate(case_dir)          # the agents start together once every one is ready
 
     def agent(host, role: str, extra: list[str]) -> subprocess.Popen:
-        return roce_agent(host, role, start_at=start_at, out_dir=case_dir, extra=["--duration", str(args.duration),
-                                                                                  *extra])
+        return roce_agent(host, role, start_at=gate, out_dir=case_dir, extra=["--duration", str(args.duration),
+                                                                              *extra])
 
     procs = [agent(receiver, "receive", ["--duration", str(args.duration + 1.0), "--trimmed-dscp",
                                          str(profile.dscp)])]
     for i, h in enumerate(senders, start=1):
         procs.append(agent(h, "send", ["--dst-ip", receiver.ip, "--qp", str(i), "--line-rate-pps",
                                        str(args.sender_rate), "--fixed-rate", "--not-ect"]))
+    start_at = gate.open(procs)
     fidelity = case_fidelity(net, ctl)
     fidelity.traffic_starts(start_at)
     samples = wait_sampling_queue(topo.switches[BOTTLENECK].thrift_port, port, start_at, procs, args.duration + 30)

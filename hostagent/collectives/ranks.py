@@ -24,7 +24,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Protocol, Sequence
 
 # what the fork server imports before any rank: PyTorch, what DDP's constructor imports, the rank itself and
 # what a path-aware rank imports
@@ -47,6 +47,22 @@ def run_rank(argv: Sequence[str], netns: str, log: str, nice: int) -> None:
     enter_netns(netns)
     os.nice(nice)
     sys.exit(ddp.main(list(argv)))
+
+
+class Process(Protocol):
+    """What a caller follows of a rank or an agent: a subprocess.Popen, or a RankProcess."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def terminate(self) -> None: ...
 
 
 class RankProcess:
