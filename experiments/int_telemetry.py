@@ -54,7 +54,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from emulator.calibration import Flow
-from experiments.common import announce_budget, case_fidelity, experiment_parser, lost_before_pipeline, \
+from experiments.common import StartGate, announce_budget, case_fidelity, experiment_parser, lost_before_pipeline, \
     print_fidelity, sample_queue, save_figure, write_csv
 
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
@@ -191,8 +191,8 @@ def run_case(case: str, args, out: Path) -> dict:
         # INT on every packet: priced as the training composition, the calibrated one with INT in it (beside
         # lossless and failover)
         budget = announce_budget(topo, offered(topo, case, args.sender_rate), composition="training")
-        start_at = time.time() + 3.0
-        recorder = Recorder(topo, start_at)
+        gate = StartGate(case_dir)          # the agents start together once every one is ready
+        recorder = Recorder(topo, time.time())      # t0: the traffic's start, once the gate opens
         collector = Collector(bind="0.0.0.0", netns="h5", metrics_port=None, out_dir=case_dir,
                               node_names=recorder.names, listeners=[recorder])
         receiver = topo.hosts[RECEIVER].primary
@@ -202,19 +202,20 @@ def run_case(case: str, args, out: Path) -> dict:
             nic = topo.hosts[host].primary
             cmd = ["ip", "netns", "exec", host, py, "-m", "hostagent.ecn.roce", role, "--iface", nic.iface,
                    "--src-ip", nic.ip, "--src-mac", nic.mac, "--gw-mac", nic.gateway_mac,
-                   "--duration", str(args.duration), "--start-at", str(start_at),
+                   "--duration", str(args.duration), *gate.args(),
                    "--out", str(case_dir / f"{role}-{host}")]
             return subprocess.Popen(cmd + extra, cwd=REPO, stdout=subprocess.DEVNULL)
 
         samples: list = []
         stop = threading.Event()
         fidelity = case_fidelity(net, ctl)
-        fidelity.traffic_starts(start_at)
         with collector, Bmv2Thrift(topo.switches[SINK_SWITCH].thrift_port) as thrift:
             procs = [agent(RECEIVER, "receive", ["--duration", str(args.duration + 1.0)])]
             procs += [agent(h, "send", ["--dst-ip", receiver.ip, "--qp", str(i),
                                         "--line-rate-pps", str(args.sender_rate)])
                       for i, h in enumerate(SENDERS, start=1)]
+            start_at = recorder.t0 = gate.open(procs)
+            fidelity.traffic_starts(start_at)
             time.sleep(max(0.0, start_at - time.time()))
             sampler = threading.Thread(target=sample_queue, args=(thrift, sink_port, stop, start_at, samples))
             sampler.start()
