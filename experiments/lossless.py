@@ -484,20 +484,21 @@ def run_storm_case(name: str, topo, net: Network, ctl: FabricController, args, o
         return ctl.counter(switch, counter, c).get(c, (0, 0))[0]
 
     before = {k: count("s2", k, s2_h4) for k in ("pfc_storms_detected", "pfc_storms_restored", "pfc_storm_dropped")}
-    start_at = time.time() + 3.0
     fidelity = case_fidelity(net, ctl)
-    fidelity.traffic_starts(start_at)
     case_dir = out / name
     case_dir.mkdir(parents=True, exist_ok=True)
+    gate = StartGate(case_dir)          # the agents start together once every one is ready
 
     def roce(host, role: str, extra: list[str]) -> subprocess.Popen:
-        return roce_agent(host, role, start_at=start_at, out_dir=case_dir, extra=extra)
+        return roce_agent(host, role, start_at=gate, out_dir=case_dir, extra=extra)
 
     procs = [roce(h, "receive", ["--duration", str(args.duration + 1.0)]) for h in (h3, h4)]
     for qp, (src, dst) in enumerate(((h1, h3), (h2, h4)), start=1):
         procs.append(roce(src, "send", ["--duration", str(args.duration), "--dst-ip", dst.ip, "--qp", str(qp),
                                         "--line-rate-pps", str(STORM_RATE), "--fixed-rate", "--not-ect",
                                         "--dscp", str(DSCP), "--tclass", str(TCLASS), "--link-mbps", "100"]))
+    start_at = gate.open(procs)
+    fidelity.traffic_starts(start_at)
     stuck = subprocess.Popen(["ip", "netns", "exec", h4.name, agent_python(), "-m", "hostagent.lossless", "pause",
                               "--iface", h4.iface, "--src-mac", h4.mac, "--tclass", str(TCLASS), "--every-ms", "100",
                               "--duration", str(storm_to - storm_from), "--start-at", str(start_at + storm_from)],
