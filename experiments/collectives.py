@@ -99,14 +99,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import statistics
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import yaml
 
@@ -120,7 +119,7 @@ from emulator.build import compile_p4
 from control.controller import FabricController
 from emulator.network import Network
 from emulator.fidelity import FidelityMonitor, Verdict, report
-from experiments.common import (StartGate, agent_python, case_fidelity, experiment_parser, lost_before_pipeline,
+from experiments.common import (StartGate, case_fidelity, experiment_parser, lost_before_pipeline,
                                 print_table, roce_agent, save_figure, write_csv)
 from experiments.common import fail_link
 from features import topology_from_dict
@@ -128,6 +127,7 @@ from features.failover.heartbeat import running_heartbeats
 from features.failover.rerouting import Rerouter
 from features.ecn import EcnProfile
 from features.aggregation import Job
+from hostagent.collectives.ranks import COLLECTIVE_PRELOAD, COLLECTIVE_PROGRAM, Process, RankLauncher, RankProcess
 from features.load_balancing import LbMode
 from hostagent.aggregation.runs import start_server, stop_server
 from hostagent.collectives import schedule as sc
@@ -140,6 +140,7 @@ from hostagent.rdma.transport import GO_BACK_N, MODES as TRANSPORTS
 PHASES = ("lb", "transport", "allreduce", "topologies", "jobs", "placement", "failure", "torus", "least-loaded")
 MODES = ("ecmp", "path-aware", "flowlet", "spray", "adaptive")
 RANKS = ("h1", "h2", "h3", "h4")
+LAUNCHER = RankLauncher(COLLECTIVE_PROGRAM, COLLECTIVE_PRELOAD)     # the ranks: forks of one process (ranks.py)
 ECN_K = 10                   # jobs phase with ECN: step marking above this many packets queued (of 64)
 AGGREGATION_JOB = 1          # lb phase: the ranks as the switch's aggregation job, its server ps on leaf2
 SPINES = ("spine1", "spine2")
@@ -203,7 +204,7 @@ def written_topology(raw: dict, path: Path):
 
 
 def launch(case: str, job: list[Rank], extra: list[str], args, out: Path, job_id: int = 0,
-           gate: StartGate | None = None) -> list[subprocess.Popen]:
+           gate: StartGate | None = None) -> list[RankProcess]:
     """One process per rank of `job`, in its host's namespace, on its NIC,
     running data-parallel steps; the ranks start together once every one is
     ready (a StartGate: opened here, unless `gate` is given, which the caller
@@ -216,21 +217,18 @@ def launch(case: str, job: list[Rank], extra: list[str], args, out: Path, job_id
     gate = gate or StartGate(case_out)
     addresses = ",".join(r.ip for r in job)
     procs = []
-    for rank, r in enumerate(job):
-        cmd = ["ip", "netns", "exec", r.host, agent_python(), "-m", "hostagent.collectives", "step",
-               "--workload", "data-parallel", "--steps", str(args.steps), "--rank", str(rank),
-               "--addresses", addresses, "--iface", r.iface, "--src-ip", r.ip, "--src-mac", r.mac,
-               "--gw-mac", r.gateway_mac, *gate.args(), "--job", str(job_id),
-               "--out", str(case_out / f"rank{rank}"), *extra]
-        with open(case_out / f"rank{rank}.log", "w") as log:      # rank 0 prints each step as it ends
-            procs.append(subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-                                          stdout=log, stderr=subprocess.PIPE, text=True))
+    for rank, r in enumerate(job):     # rank 0 prints each step as it ends, in its log
+        procs.append(LAUNCHER.start(["step", "--workload", "data-parallel", "--steps", str(args.steps), "--rank", str(rank),
+                                  "--addresses", addresses, "--iface", r.iface, "--src-ip", r.ip, "--src-mac", r.mac,
+                                  "--gw-mac", r.gateway_mac, *gate.args(), "--job", str(job_id),
+                                  "--out", str(case_out / f"rank{rank}"), *extra],
+                                 r.host, case_out / f"rank{rank}.log", errors=case_out / f"rank{rank}.err"))
     if own:
         start(gate, procs, case)
     return procs
 
 
-def start(gate: StartGate, procs: list[subprocess.Popen], *cases: str) -> float:
+def start(gate: StartGate, procs: Sequence[Process], *cases: str) -> float:
     """Open `gate` once each of `procs` (the ranks of `cases`) is ready;
     each case's fidelity monitor counts from the start time, returned."""
     start_at = gate.open(procs)
@@ -240,14 +238,13 @@ def start(gate: StartGate, procs: list[subprocess.Popen], *cases: str) -> float:
     return start_at
 
 
-def collect(case: str, procs: list[subprocess.Popen], out: Path) -> dict:
+def collect(case: str, procs: Sequence[Process], out: Path) -> dict:
     """Wait for a job's ranks: its step times (each step's slowest rank),
     bus bandwidths and retransmissions, and the case's fidelity verdict."""
     failed = []
     for rank, p in enumerate(procs):
-        _, stderr = p.communicate(timeout=900)
-        if p.returncode != 0:
-            failed.append(f"rank {rank} (exit {p.returncode}): {stderr.strip()[-1500:]}")
+        if p.wait(timeout=900) != 0:
+            failed.append(f"rank {rank} (exit {p.returncode}): {rank_errors(out / case, rank)[-1500:]}")
     monitor = _monitors.pop(case, None)
     verdict = monitor.verdict() if monitor is not None else None
     if verdict is not None:
@@ -559,7 +556,13 @@ def topology_file(name: str, out: Path):
     return written_topology(topology_raw(name, ("int", "aggregation")), out / f"{name}.yaml")
 
 
-def wait_for_first_step(log: Path, procs: list[subprocess.Popen], timeout_s: float = 120.0) -> float:
+def rank_errors(case_out: Path, rank: int) -> str:
+    """What rank `rank` of a case wrote to its standard error."""
+    path = case_out / f"rank{rank}.err"
+    return path.read_text().strip() if path.exists() else ""
+
+
+def wait_for_first_step(log: Path, procs: Sequence[Process], timeout_s: float = 120.0) -> float:
     """When rank 0 ended its first step (it prints each step)."""
     deadline = time.time() + timeout_s
     while time.time() < deadline:
@@ -604,9 +607,9 @@ def run_failure_case(protection: str, args, out: Path) -> dict:
             undo = fail_link(topo, *FAILED_LINK)
             errors = []
             for rank, p in enumerate(procs):
-                _, stderr = p.communicate(timeout=900)
-                if p.returncode != 0:
-                    errors.append(f"rank {rank}: {stderr.strip().splitlines()[-1] if stderr.strip() else p.returncode}")
+                if p.wait(timeout=900) != 0:
+                    stderr = rank_errors(out / case, rank)
+                    errors.append(f"rank {rank}: {stderr.splitlines()[-1] if stderr else p.returncode}")
             errors = errors[:1]             # the first rank that gave up says why; the others wait on it
         finally:
             if undo is not None:

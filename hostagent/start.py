@@ -23,7 +23,7 @@ import os
 import subprocess
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Protocol, Sequence
 
 POLL_S = 0.01
 READY_TIMEOUT_S = 120.0      # an agent waits this long for the launcher's start time
@@ -77,6 +77,26 @@ def wait_for_start(a: argparse.Namespace) -> float:
     return max(0.0, late_s)
 
 
+class Process(Protocol):
+    """What a launcher follows of an agent: a subprocess.Popen, or a rank
+    forked from a process that imported its program
+    (hostagent/collectives/ranks.py)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def terminate(self) -> None: ...
+
+    def kill(self) -> None: ...
+
+
 class StartGate:
     """The launcher's side: starts a case's agents together once every one
     of them is ready. Give each agent its args() (--start-file), then open()
@@ -92,7 +112,7 @@ class StartGate:
     def args(self) -> list[str]:
         return ["--start-file", str(self.path)]
 
-    def open(self, procs: Sequence[subprocess.Popen]) -> float:
+    def open(self, procs: Sequence[Process]) -> float:
         """Wait until each of `procs` is ready, then give them a start time
         lead_s ahead; return it. When one exits first or they are not ready
         in time, the others are stopped before the error is raised: no agent
@@ -118,7 +138,7 @@ class StartGate:
         return start_at
 
 
-def stop_all(procs: Sequence[subprocess.Popen], timeout_s: float = 15.0) -> None:
+def stop_all(procs: Sequence[Process], timeout_s: float = 15.0) -> None:
     """Terminate every one of `procs` still running and reap them (killed if
     SIGTERM was not enough within timeout_s)."""
     for p in procs:

@@ -53,12 +53,14 @@ from typing import Callable
 
 import numpy as np
 
+from features import load_topology
 from hostagent.aggregation.allreduce import seq_base_at
 from wire import aggregation_codec as ah
 from hostagent.collectives import schedule as sc
 from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, CHANNEL_CHOICES, FIXED, IN_NETWORK, \
     IN_NETWORK_DTYPES, MAX_JOBS, CallRecord, CollectiveError, Communicator, default_sport, nccl_tests_table, \
     TRANSPORT_MODES, open_communicator
+from hostagent.collectives.paths import PathModel, path_aware_entropies, path_aware_sports
 from hostagent.rdma.uet_agent import UET
 from hostagent.collectives.workload import DataParallel, MixtureOfExperts, Pipeline, StepResult, run_steps
 from hostagent.rdma.agent import add_cc_param_argument, cc_param_values, uet_congestion_controls
@@ -268,8 +270,7 @@ def channel_sports(a: argparse.Namespace) -> SportOf:
     addresses = [x.strip() for x in a.addresses.split(",") if x.strip()]
     if not a.paths:
         return default_sport
-    from hostagent.collectives.paths import path_aware_sports, path_model     # path-aware ranks only
-    sport_of = path_aware_sports(path_model(a.paths), addresses, a.channels)
+    sport_of = path_aware_sports(PathModel(load_topology(a.paths)), addresses, a.channels)
     for peer in range(len(addresses)):      # unknown addresses fail here, before anything is sent
         if peer != a.rank:
             sport_of(a.rank, peer, 0)
@@ -298,10 +299,8 @@ def communicator(a: argparse.Namespace, sport_of: SportOf | None = None) -> Comm
     addresses = [x.strip() for x in a.addresses.split(",") if x.strip()]
     if sport_of is None:
         sport_of = channel_sports(a)
-    entropies_of = None             # UET: each connection's entropy values, as many on each path
-    if a.paths and a.mode == UET:
-        from hostagent.collectives.paths import path_aware_entropies, path_model
-        entropies_of = path_aware_entropies(path_model(a.paths), a.src_ip)
+    entropies_of = (path_aware_entropies(PathModel(load_topology(a.paths)), a.src_ip) if a.paths and a.mode == UET
+                    else None)     # UET: each connection's entropy values, as many on each path
     aggregation = None
     if check_aggregation(a):
         aggregation = (a.aggregation_job, a.aggregation_server, seq_base_at(a.start_at), a.aggregation_block_elements)

@@ -77,8 +77,10 @@ from hostagent.aggregation.training import load_data
 from wire import aggregation_codec as ah
 from hostagent.collectives import schedule as sc
 from control.topology import TopologyError
+from features import load_topology
 from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, CHANNEL_CHOICES, FIXED, IN_NETWORK, \
     TRANSPORT_MODES, CollectiveError, Communicator, default_sport, open_communicator
+from hostagent.collectives.paths import PathModel, path_aware_entropies, path_aware_sports
 from hostagent.rdma.uet_agent import UET
 from hostagent.rdma.agent import add_cc_param_argument, cc_param_values, uet_congestion_controls
 from hostagent.rdma.transport import MODES
@@ -325,11 +327,10 @@ def main(argv: list[str] | None = None) -> int:
             aggregation = (a.aggregation_job, a.aggregation_server, agreed[0], a.aggregation_block_elements)
         try:
             sport_of, entropies_of = default_sport, None
-            if a.paths:               # path-aware ranks only (paths.py imports the features' modules)
-                from hostagent.collectives.paths import path_aware_entropies, path_aware_sports, path_model
-                paths = path_model(a.paths)
-                sport_of = path_aware_sports(paths, addresses, a.channels)
-                entropies_of = path_aware_entropies(paths, a.src_ip) if a.mode == UET else None
+            if a.paths:
+                path_model = PathModel(load_topology(a.paths))
+                sport_of = path_aware_sports(path_model, addresses, a.channels)
+                entropies_of = path_aware_entropies(path_model, a.src_ip) if a.mode == UET else None
             comm = open_communicator(a.rank, addresses, a.iface, a.src_ip, a.src_mac, a.gw_mac, cc=a.cc,
                                      mode=a.mode, line_rate_pps=a.line_rate_pps, channels=a.channels,
                                      timeout_s=a.timeout_s, dscp=a.dscp, sport_of=sport_of,

@@ -26,7 +26,6 @@ from typing import Sequence
 
 from control.forwarding import assign_slots, crc16, ecmp_seed, slot_of
 from control.topology import Nic, Route, Topology
-from features import load_topology
 from features.int_telemetry import IntConfig, WatchRule
 from wire.int_telemetry_codec import INT_UDP_PORT
 from wire.roce import ROCEV2_UDP_PORT
@@ -148,12 +147,3 @@ def path_aware_sports(model: PathModel, addresses: Sequence[str], channels: int)
             cache[(rank, peer)] = model.choose_ports(addresses[rank], addresses[peer], channels)
         return cache[(rank, peer)][channel]
     return sport_of
-
-
-def path_model(topology: str) -> "PathModel":
-    """The path model of a topology file (a rank's --paths). A rank imports
-    this module only when it is path-aware: it imports the features' modules,
-    0.6 s of a core (Scapy's layers among them), which 16 ranks starting at
-    once on two cores would otherwise all pay."""
-    return PathModel(load_topology(topology))
-

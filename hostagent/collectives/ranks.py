@@ -1,18 +1,22 @@
-"""DDP ranks forked from one process that imported PyTorch once.
+"""Ranks forked from one process that imported their program once.
 
-A rank (hostagent/collectives/ddp.py) imports PyTorch, and
+A DDP rank (hostagent/collectives/ddp.py) imports PyTorch, and
 DistributedDataParallel's constructor then imports torch._dynamo: about 7 s
 of one core each. Four ranks started as four `ip netns exec` commands spent
 20-30 s importing on the 2-core machine, beside switches that needed those
 cores (measured 2026-12-03: 21 s from start to the ranks' first line, 10 s
-more in DDP's constructor). Here a fork server (multiprocessing's
-"forkserver") imports them once, when `RankLauncher.warm()` is called (beside
-the fabric's bring-up) or at the first rank; every rank is a fork of it
-that enters its host's namespace as `ip netns exec` would
-(emulator.netns.enter_netns), lowers its priority, writes its output to its
-log and runs ddp.main with its own arguments. The fork server lasts as long
-as the process that started it: a run of several cases imports once, and
-its ranks (daemonic) end with it.
+more in DDP's constructor). A collective rank (python -m
+hostagent.collectives) imports the features' modules for its path model,
+0.55 s of a core: 9 s for the 16 ranks of torus-4x4. Here a fork server
+(multiprocessing's "forkserver") imports a program's modules once, when
+`RankLauncher.warm()` is called (beside the fabric's bring-up) or at the
+first rank; every rank is a fork of it that enters its host's namespace as
+`ip netns exec` would (emulator.netns.enter_netns), lowers its priority,
+writes its output to its log and runs the program as `python -m PROGRAM
+ARGS` would (runpy). The fork server lasts as long as the process that
+started it: a run of several cases imports once, and its ranks (daemonic)
+end with it. It is one a process: the first launcher to start it sets what
+it imports (a second program's modules are imported by its ranks).
 
 A RankProcess answers as subprocess.Popen does (pid, poll, wait,
 terminate, returncode), so a caller follows ranks as it follows any agent.
@@ -21,48 +25,41 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import runpy
 import subprocess
 import sys
+from multiprocessing import forkserver
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Sequence
 
-# what the fork server imports before any rank: PyTorch, what DDP's constructor imports, the rank itself and
-# what a path-aware rank imports
-PRELOAD = ("torch", "torch._dynamo", "hostagent.collectives.ddp", "hostagent.collectives.paths",
-           "hostagent.collectives.ranks")
+from emulator.netns import enter_netns
+from hostagent.start import Process  # noqa: F401  (what callers follow: re-exported)
+
+# what the fork server imports for fabric train's ranks: PyTorch, what DDP's constructor imports, the rank
+DDP_PROGRAM = "hostagent.collectives.ddp"
+DDP_PRELOAD = ("torch", "torch._dynamo", "hostagent.collectives.ddp", "hostagent.collectives.paths")
+# ... and for the collectives experiment's: the rank's command line (python -m hostagent.collectives)
+COLLECTIVE_PROGRAM = "hostagent.collectives"
+COLLECTIVE_PRELOAD = ("hostagent.collectives.__main__",)
 # set before the fork server starts (a BLAS/OpenMP pool reads it when PyTorch loads): one thread a rank, as
 # the ranks' command lines had it
 RANK_ENVIRONMENT = {"OMP_NUM_THREADS": "1"}
 
 
-def run_rank(argv: Sequence[str], netns: str, log: str, nice: int) -> None:
-    """The rank, in the forked child: its output to `log`, into `netns`,
-    `nice`d, then ddp.main(argv); exits with its status."""
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    from emulator.netns import enter_netns
-    from hostagent.collectives import ddp
+def run_rank(program: str, argv: Sequence[str], netns: str, log: str, errors: str | None, nice: int) -> None:
+    """The rank, in the forked child: its output to `log` (its standard
+    error to `errors` if given), into `netns`, `nice`d, then `python -m
+    PROGRAM ARGV`; exits with its status."""
+    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(out, 1)
+    err = out if errors is None else os.open(errors, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(err, 2)
+    for fd in {out, err}:
+        os.close(fd)
     enter_netns(netns)
     os.nice(nice)
-    sys.exit(ddp.main(list(argv)))
-
-
-class Process(Protocol):
-    """What a caller follows of a rank or an agent: a subprocess.Popen, or a RankProcess."""
-
-    @property
-    def pid(self) -> int: ...
-
-    @property
-    def returncode(self) -> int | None: ...
-
-    def poll(self) -> int | None: ...
-
-    def wait(self, timeout: float | None = None) -> int: ...
-
-    def terminate(self) -> None: ...
+    sys.argv = [program, *argv]
+    runpy.run_module(program, run_name="__main__", alter_sys=True)
 
 
 class RankProcess:
@@ -100,11 +97,12 @@ class RankProcess:
 
 
 class RankLauncher:
-    """Starts ranks as forks of one fork server (see the module's text)."""
+    """Starts `program`'s ranks as forks of one fork server (see the module's text)."""
 
-    def __init__(self) -> None:
+    def __init__(self, program: str = DDP_PROGRAM, preload: Sequence[str] = DDP_PRELOAD) -> None:
+        self.program = program
         self._context = multiprocessing.get_context("forkserver")
-        self._context.set_forkserver_preload(list(PRELOAD))
+        self._context.set_forkserver_preload([*preload, __name__])
         self._started = False
 
     def warm(self) -> None:
@@ -112,14 +110,16 @@ class RankLauncher:
         if not self._started:
             for name, value in RANK_ENVIRONMENT.items():
                 os.environ.setdefault(name, value)
-            from multiprocessing import forkserver
             forkserver.ensure_running()
             self._started = True
 
-    def start(self, argv: Sequence[str], netns: str, log: Path, nice: int = 0) -> RankProcess:
-        """`python -m hostagent.collectives.ddp ARGV`, in namespace `netns`, as a fork."""
+    def start(self, argv: Sequence[str], netns: str, log: Path, nice: int = 0,
+              errors: Path | None = None) -> RankProcess:
+        """`python -m PROGRAM ARGV` in namespace `netns`, as a fork: its
+        output to `log`, its standard error there too or to `errors`."""
         self.warm()
-        process = self._context.Process(target=run_rank, args=(list(argv), netns, str(log), nice),
-                                        name=f"rank in {netns}", daemon=True)
+        process = self._context.Process(target=run_rank, args=(self.program, list(argv), netns, str(log),
+                                                              None if errors is None else str(errors), nice),
+                                        name=f"{self.program} in {netns}", daemon=True)
         process.start()
         return RankProcess(process)

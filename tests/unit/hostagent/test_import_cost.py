@@ -11,8 +11,7 @@ import pytest
 
 AGENTS = ("hostagent.ecn.roce", "hostagent.rdma.agent", "hostagent.collectives.communicator",
           "hostagent.aggregation.allreduce", "hostagent.aggregation.parameter_server",
-          "hostagent.aggregation.ring_allreduce", "hostagent.collectives.__main__",   # a rank, path-aware or not
-          "hostagent.collectives.ddp")
+          "hostagent.aggregation.ring_allreduce")
 
 
 @pytest.mark.parametrize("module", AGENTS)
