@@ -15,8 +15,9 @@ first rank; every rank is a fork of it that enters its host's namespace as
 writes its output to its log and runs the program as `python -m PROGRAM
 ARGS` would (runpy). The fork server lasts as long as the process that
 started it: a run of several cases imports once, and its ranks (daemonic)
-end with it. It is one a process: the first launcher to start it sets what
-it imports (a second program's modules are imported by its ranks).
+end with it. A process has one: the first launcher to start it sets what
+it imports (`fabric experiments` runs the collectives experiment before
+`fabric train`'s: train's ranks then import PyTorch each, as before).
 
 A RankProcess answers as subprocess.Popen does (pid, poll, wait,
 terminate, returncode), so a caller follows ranks as it follows any agent.
@@ -100,16 +101,17 @@ class RankLauncher:
     """Starts `program`'s ranks as forks of one fork server (see the module's text)."""
 
     def __init__(self, program: str = DDP_PROGRAM, preload: Sequence[str] = DDP_PRELOAD) -> None:
-        self.program = program
+        self.program, self.preload = program, (*preload, __name__)
         self._context = multiprocessing.get_context("forkserver")
-        self._context.set_forkserver_preload([*preload, __name__])
         self._started = False
 
     def warm(self) -> None:
-        """Start the fork server now (its imports run in the background)."""
+        """Start the fork server now, if this process has none yet (its
+        imports run in the background)."""
         if not self._started:
             for name, value in RANK_ENVIRONMENT.items():
                 os.environ.setdefault(name, value)
+            self._context.set_forkserver_preload(list(self.preload))    # (no effect on a server already running)
             forkserver.ensure_running()
             self._started = True
 
