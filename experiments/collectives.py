@@ -127,7 +127,6 @@ from features.failover.heartbeat import running_heartbeats
 from features.failover.rerouting import Rerouter
 from features.ecn import EcnProfile
 from features.aggregation import Job
-from hostagent.collectives.ranks import COLLECTIVE_PRELOAD, COLLECTIVE_PROGRAM, Process, RankLauncher, RankProcess
 from features.load_balancing import LbMode
 from hostagent.aggregation.runs import start_server, stop_server
 from hostagent.collectives import schedule as sc
@@ -135,7 +134,9 @@ from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, CHANNEL_CH
 from hostagent.collectives.paths import PathModel
 from hostagent.ecn.roce import flow_sport
 from hostagent.collectives.placement import PLACEMENTS, Rank, ranks, ring_hops_across_rails
+from hostagent.collectives.ranks import COLLECTIVE_PRELOAD, COLLECTIVE_PROGRAM, RankLauncher, RankProcess
 from hostagent.rdma.transport import GO_BACK_N, MODES as TRANSPORTS
+from hostagent.start import Process
 
 PHASES = ("lb", "transport", "allreduce", "topologies", "jobs", "placement", "failure", "torus", "least-loaded")
 MODES = ("ecmp", "path-aware", "flowlet", "spray", "adaptive")
@@ -218,11 +219,11 @@ def launch(case: str, job: list[Rank], extra: list[str], args, out: Path, job_id
     addresses = ",".join(r.ip for r in job)
     procs = []
     for rank, r in enumerate(job):     # rank 0 prints each step as it ends, in its log
-        procs.append(LAUNCHER.start(["step", "--workload", "data-parallel", "--steps", str(args.steps), "--rank", str(rank),
-                                  "--addresses", addresses, "--iface", r.iface, "--src-ip", r.ip, "--src-mac", r.mac,
-                                  "--gw-mac", r.gateway_mac, *gate.args(), "--job", str(job_id),
-                                  "--out", str(case_out / f"rank{rank}"), *extra],
-                                 r.host, case_out / f"rank{rank}.log", errors=case_out / f"rank{rank}.err"))
+        argv = ["step", "--workload", "data-parallel", "--steps", str(args.steps), "--rank", str(rank),
+                "--addresses", addresses, "--iface", r.iface, "--src-ip", r.ip, "--src-mac", r.mac,
+                "--gw-mac", r.gateway_mac, *gate.args(), "--job", str(job_id),
+                "--out", str(case_out / f"rank{rank}"), *extra]
+        procs.append(LAUNCHER.start(argv, r.host, case_out / f"rank{rank}.log", errors=case_out / f"rank{rank}.err"))
     if own:
         start(gate, procs, case)
     return procs

@@ -87,11 +87,12 @@ from features.lossless import cell as lossless_cell
 from features.tuning import derive
 from hostagent.aggregation.runs import start_server, stop_server
 from hostagent.collectives import schedule as sc
-from hostagent.collectives.ranks import Process, RankLauncher
 from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, CHANNEL_CHOICES, FIXED, IN_NETWORK, LEAST_LOADED, \
     default_sport
+from hostagent.collectives.ranks import RANK_ENVIRONMENT, RankLauncher
 from hostagent.rdma.agent import uet_congestion_controls
 from hostagent.rdma.transport import SELECTIVE_REPEAT, TransportParams
+from hostagent.start import Process
 from control.switch import MONITOR_CREDENTIALS
 from telemetry import metrics as m
 from telemetry import prometheus_config
@@ -581,7 +582,7 @@ class Reference:
 
 
 def rank_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    return {**os.environ, "PYTHONPATH": str(REPO), **RANK_ENVIRONMENT}      # the reference: as the ranks run
 
 
 @dataclass

@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Sequence
 
 from emulator.netns import enter_netns
-from hostagent.start import Process  # noqa: F401  (what callers follow: re-exported)
 
 # what the fork server imports for fabric train's ranks: PyTorch, what DDP's constructor imports, the rank
 DDP_PROGRAM = "hostagent.collectives.ddp"
