@@ -190,7 +190,7 @@ def current(identity: Identity, path: Path | None = None) -> tuple[Calibration |
 
 @dataclass(frozen=True)
 class Flow:
-    src: str            # host names
+    src: str            # host names, or "host.nic" for one NIC of a host with several
     dst: str
     pps: float
 
@@ -223,13 +223,19 @@ def demand(topo: Topology, flows: Iterable[Flow], ack_share: float = 0.0) -> Dem
     return Demand(per_switch, host, len(topo.switches))
 
 
+def attached_switch(topo: Topology, endpoint: str) -> str:
+    """The switch a host ("h1": its first NIC) or one NIC of it ("g1.eth2") is linked to."""
+    host, _, nic = endpoint.partition(".")
+    try:
+        return topo.hosts[host].nics[nic].switch if nic else topo.hosts[host].switch
+    except KeyError:
+        raise ValueError(f"no host or NIC {endpoint!r} in {topo.name}") from None
+
+
 def _path_shares(topo: Topology, src: str, dst: str) -> dict[str, float]:
     """{switch: share of src -> dst packets it forwards} over the shortest
     paths, split evenly at each switch among the next hops nearer dst."""
-    try:
-        first, last = topo.hosts[src].switch, topo.hosts[dst].switch
-    except KeyError as exc:
-        raise ValueError(f"no host {exc.args[0]!r} in {topo.name}") from None
+    first, last = attached_switch(topo, src), attached_switch(topo, dst)
     dist = topo.hops_from([last])
     shares = {first: 1.0}
     frontier = {first: 1.0}

@@ -104,6 +104,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -115,13 +116,17 @@ from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from control.generators.collective_model import order as rank_order, ring_allreduce
 from control.generators.common import Graph
 from control.generators.flow_model import FlowModel
+from emulator import run_costs
 from emulator.build import compile_p4
+from emulator.calibration import Flow, demand, fitting_rate, plan
 from control.controller import FabricController
+from control.topology import Topology
 from emulator.network import Network
 from emulator.fidelity import FidelityMonitor, Verdict, report
-from experiments.common import (StartGate, case_fidelity, experiment_parser, lost_before_pipeline,
-                                print_table, roce_agent, save_figure, write_csv)
-from experiments.common import fail_link
+from experiments.common import (RANK_ACK_SHARE, StartGate, announce_budget, calibration_or_why, case_fidelity,
+                                experiment_parser, fail_link, fitting_scale, lost_before_pipeline, machine_identity,
+                                print_table, rate_by_fit, record_run_cost, ring_pairs, roce_agent, save_figure,
+                                whole_rate, write_csv)
 from features import topology_from_dict
 from features.failover.heartbeat import running_heartbeats
 from features.failover.rerouting import Rerouter
@@ -146,12 +151,13 @@ ECN_K = 10                   # jobs phase with ECN: step marking above this many
 AGGREGATION_JOB = 1          # lb phase: the ranks as the switch's aggregation job, its server ps on leaf2
 SPINES = ("spine1", "spine2")
 LEAVES = ("leaf1", "leaf2")
-PLACEMENT_LINE_RATE_PPS = 400.0   # 16 ranks' connections on the rail fabric (BMv2 on two cores)
+FALLBACK_PLACEMENT_LINE_RATE_PPS = 400.0   # placement and torus, without a calibration: 16 ranks' connections
 PLACEMENT_MODEL_BYTES = 64 * 1024
 PLACEMENT_TIMEOUT_S = 180.0  # a rank's wait, generous: 16 ranks start on two cores (the stalls of over 60 s
                              # seen before 2026-11-26 were the endpoint's clock, docs/collectives.md)
-LINE_RATE_PPS = 1000.0       # each connection's top rate (1 KB payloads): what BMv2 on two cores forwards for
-                             # four ranks' channels without dropping (3000 lost hundreds of packets a step)
+FALLBACK_LINE_RATE_PPS = 1000.0    # each connection's top rate (1 KB payloads) without a calibration or earlier
+                                   # runs (size_phase): what BMv2 forwarded for four ranks' channels on the 2-core VM
+                                   # of 2026-11 without dropping (3000 lost hundreds of packets a step)
 # Phase topologies: four ranks whose traffic all crosses the top tier, the modes and algorithms run there
 TOPOLOGY_RANKS = {"fat-tree-k4": ("h1", "h5", "h9", "h13"),                  # one host per pod: through the cores
                   "rail-optimized": ("g1.eth0", "g2.eth1", "g3.eth2", "g4.eth3")}  # one NIC per rail: the spines
@@ -174,14 +180,98 @@ ALLREDUCE_SLOTS = 64         # the job's slots on every aggregating switch (at l
 LL_RANKS = ("h1", "h3")
 LL_COMPETING = (("h2", "h4"), ("h4", "h2"))     # the competing flow, one each way, hashed onto LOADED_SPINE
 LOADED_SPINE = "spine1"
-LL_SPINE_MBPS = 10.0         # leaf-spine links: BMv2 queues of 833 packets/s, so a flow BMv2 forwards on two
-                             # cores fills part of one (at 100 Mbit/s the CPU, shared by both paths, runs out first)
+# The phase's rates at scale 1 (--least-loaded-scale; auto: the largest the budget fits, in LL_SCALE_STEPs): what
+# the scenario is made of is their ratios, kept at every scale
+LL_SPINE_MBPS = 10.0         # leaf-spine links: BMv2 queues of 833 packets/s, so the links, not the CPU, are what
+                             # the channels share (at 100 Mbit/s the CPU, shared by both paths, runs out first)
 LL_LINE_RATE_PPS = 800.0     # each channel's top rate: just below a spine link's, the unloaded path loses nothing
 LL_COMPETING_PPS = 500.0     # the competing flow's fixed rate: leaves spine1's links 333 packets/s
+LL_SCALE_STEP = 0.05
 LL_MODEL_BYTES = 256 * 1024
 LL_BUCKETS = 1               # one bucket: a ring step moves 128 KB a direction, 32 least-loaded pieces
 STALL_TIMEOUT_S = 20.0       # failure phase: a rank waiting this long for a peer gives up (the step stalled;
                              # shorter, a rank gave up on a peer still starting, with heartbeats running)
+
+
+# -- each phase's connection rate, sized to this machine (docs/fidelity.md) ------------------------------------
+
+@dataclass(frozen=True)
+class PhaseFabric:
+    """One fabric a phase runs its ranks on, as its cost is known by."""
+    label: str                  # the topology as the phase has it ("leaf-spine + ps", "torus-4x4")
+    topo: Topology
+    ranks: tuple[str, ...]      # the largest job's hosts, in ring order
+    channels: int
+
+    @property
+    def cost_key(self) -> str:
+        """What its cases' costs are recorded under (emulator/run_costs.py)."""
+        return f"collectives {self.label}, {len(self.ranks)} ranks, {self.channels} channels a pair"
+
+    def flows(self, rate: float) -> list[Flow]:
+        return [Flow(a, b, rate) for a, b in ring_pairs(self.ranks, self.channels)]
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """A phase's connection rate, how it was chosen, and what the budget
+    says of it: what its rows carry."""
+    line_rate_pps: float
+    how: str
+    budget: str                 # within, over xD, unknown: the calibration's plan at the rate, the worst fabric's
+    record: bool = True         # its cases' costs are recorded, for the next run to size itself by
+
+    def columns(self) -> dict:
+        return {"line_rate_pps": self.line_rate_pps, "budget": self.budget}
+
+
+def fabric_rate(f: PhaseFabric) -> tuple[float, str] | None:
+    """What `f`'s connections may run at on this machine: from what earlier
+    runs of it cost here (the rate leaving the cores idle by the fidelity
+    limit and its margin), else the highest at which its ring (each rank to
+    the next on every channel, ACKs back) fits the calibration's budget,
+    the ranks priced as RDMA agents (their transport) and the switches as
+    the pipeline with every feature off; None without either."""
+    fitted = run_costs.fit(run_costs.observed(machine_identity(), f.cost_key))
+    if fitted is not None:
+        return rate_by_fit(fitted, machine_identity().cores)
+    cal, _ = calibration_or_why()
+    if cal is None:
+        return None
+    rate = whole_rate(fitting_rate(f.topo, ring_pairs(f.ranks, f.channels), cal, "fabric",
+                                   ack_share=RANK_ACK_SHARE, agents="rdma"))
+    return rate, (f"its ring's connections within half this machine's cores by the calibration of "
+                  f"{cal.measured_at}; no earlier run of it here says what a whole run costs, so this run is one "
+                  f"the next sizes itself by")
+
+
+def size_phase(phase: str, fabrics: Sequence[PhaseFabric], given: float | None, fallback: float,
+               record: bool = True) -> Sizing:
+    """Each connection's top rate for a phase, said before its cases start:
+    `given` (--line-rate-pps); else the lowest of its fabrics' rates
+    (fabric_rate: every case of the phase runs at one rate, so that they
+    compare); else `fallback`, said to be one. Then the budget's plan at
+    that rate for each fabric, loudly where it is over."""
+    if given:
+        rate, how = given, "as given (--line-rate-pps)"
+    else:
+        known = {f.label: r for f in fabrics if (r := fabric_rate(f)) is not None}
+        if not known:
+            rate, how = fallback, f"{calibration_or_why()[1] or 'no calibration'}: the phase's default"
+        else:
+            label = min(known, key=lambda k: known[k][0])
+            rate, how = known[label][0], f"{label}: {known[label][1]}"
+    print(f"line rate ({phase}): {rate:g} packets/s a connection ({how})", flush=True)
+    budgets = [announce_budget(f.topo, f.flows(rate), "fabric", RANK_ACK_SHARE, agents="rdma") for f in fabrics]
+    return Sizing(rate, how, worst_budget(budgets), record)
+
+
+def worst_budget(budgets: Sequence[str]) -> str:
+    """The worst of announce_budget()'s texts: unknown, then the largest "over xD", then within."""
+    if "unknown" in budgets or not budgets:
+        return "unknown"
+    over = [float(b.removeprefix("over x")) for b in budgets if b.startswith("over x")]
+    return f"over x{max(over):.2f}" if over else "within"
 
 
 def spine_packets(ctl: FabricController, switches=SPINES) -> dict[str, int]:
@@ -205,15 +295,20 @@ def written_topology(raw: dict, path: Path):
 
 
 def launch(case: str, job: list[Rank], extra: list[str], args, out: Path, job_id: int = 0,
-           gate: StartGate | None = None) -> list[RankProcess]:
+           gate: StartGate | None = None, costs: PhaseFabric | None = None) -> list[RankProcess]:
     """One process per rank of `job`, in its host's namespace, on its NIC,
-    running data-parallel steps; the ranks start together once every one is
-    ready (a StartGate: opened here, unless `gate` is given, which the caller
-    opens with start() once every job sharing it is launched)."""
+    running data-parallel steps at the phase's line rate; the ranks start
+    together once every one is ready (a StartGate: opened here, unless
+    `gate` is given, which the caller opens with start() once every job
+    sharing it is launched). `costs`: the fabric whose cost the case adds
+    to, once it ran whole and was judged (collect())."""
     case_out = out / case
     case_out.mkdir(parents=True, exist_ok=True)
     if _judged:                      # the case's fidelity, judged by collect()
         _monitors[case] = case_fidelity(*_judged[-1])
+        if costs is not None and args.sizing.record:
+            _costs[case] = (costs.cost_key, args.sizing.line_rate_pps)
+    extra = ["--line-rate-pps", f"{args.sizing.line_rate_pps:g}", *extra]
     own = gate is None
     gate = gate or StartGate(case_out)
     addresses = ",".join(r.ip for r in job)
@@ -248,10 +343,13 @@ def collect(case: str, procs: Sequence[Process], out: Path) -> dict:
             failed.append(f"rank {rank} (exit {p.returncode}): {rank_errors(out / case, rank)[-1500:]}")
     monitor = _monitors.pop(case, None)
     verdict = monitor.verdict() if monitor is not None else None
+    cost = _costs.pop(case, None)
     if verdict is not None:
         _verdicts[case] = verdict
     if failed:
         raise RuntimeError(f"{case}: " + "\n".join(failed))
+    if verdict is not None and cost is not None:     # what the whole case cost, for the next run to size by
+        record_run_cost(machine_identity(), cost[0], cost[1], verdict.cpu)
     case_out = out / case
     n = len(procs)
     per_rank = [[float(line.split(",")[1]) for line in (case_out / f"rank{r}.csv").read_text().splitlines()[1:]]
@@ -268,10 +366,11 @@ def collect(case: str, procs: Sequence[Process], out: Path) -> dict:
                if verdict is not None else {})}
 
 
-def run_ranks(case: str, job: list[Rank], extra: list[str], ctl: FabricController, args, out: Path) -> dict:
+def run_ranks(case: str, job: list[Rank], extra: list[str], ctl: FabricController, args, out: Path,
+              costs: PhaseFabric | None = None) -> dict:
     """Data-parallel steps on `job`'s ranks; with the packets each spine carried."""
     before = spine_packets(ctl)
-    procs = launch(case, job, extra, args, out)
+    procs = launch(case, job, extra, args, out, costs=costs)
     result = collect(case, procs, out)
     after = spine_packets(ctl)
     carried = {sw: after[sw] - before[sw] for sw in SPINES}
@@ -286,8 +385,7 @@ def run_jobs_case(shared: bool, topo, args, out: Path, ctl: FabricController, ec
     ctl.feature("ecn").set_profiles({(sw.name, port, None): EcnProfile.step(ECN_K) if ecn else None
                                      for sw in topo.switches.values() for port in sw.ports})
     job = [Rank.of(topo.hosts[h].primary) for h in RANKS]
-    extra = ["--channels", str(args.channels), "--line-rate-pps", str(LINE_RATE_PPS),
-             "--paths", str(REPO / "topologies" / "leaf-spine.yaml")]
+    extra = ["--channels", str(args.channels), "--paths", str(REPO / "topologies" / "leaf-spine.yaml")]
     sharing = ("shared" if shared else "alone") + ("-ecn" if ecn else "")
     (out / sharing).mkdir(parents=True, exist_ok=True)
     gate = StartGate(out / sharing)                 # the jobs start together
@@ -314,20 +412,19 @@ def ce_marked(ctl: FabricController) -> int:
 
 
 def run_case(mode: str, algorithm: str, topo, topo_file: Path, ctl: FabricController, args, out: Path,
-             transport: str = GO_BACK_N) -> dict:
+             transport: str = GO_BACK_N, costs: PhaseFabric | None = None) -> dict:
     for leaf in LEAVES:
         ctl.feature("load_balancing").set_mode(leaf, LbMode("ecmp" if mode in ("ecmp", "path-aware") else mode))
-    extra = ["--algorithm", algorithm, "--channels", str(args.channels), "--line-rate-pps", str(LINE_RATE_PPS),
-             "--mode", transport]
+    extra = ["--algorithm", algorithm, "--channels", str(args.channels), "--mode", transport]
     name = f"{mode}-{algorithm}" + ("" if transport == GO_BACK_N else f"-{transport}")
     if mode == "path-aware":
         extra += ["--paths", str(topo_file)]
     job = [Rank.of(topo.hosts[h].primary) for h in RANKS]
     if algorithm != IN_NETWORK:
-        result = run_ranks(name, job, extra, ctl, args, out)
+        result = run_ranks(name, job, extra, ctl, args, out, costs)
     else:                   # the switch sums: the job's parameter server takes what it passes on
         result = with_parameter_server(topo, name, out, lambda options: run_ranks(name, job, extra + options, ctl,
-                                                                                  args, out))
+                                                                                  args, out, costs))
     return {"case": result.pop("case"), "mode": mode, "algorithm": algorithm, "transport": transport,
             "channels": args.channels, **result}
 
@@ -374,16 +471,16 @@ def allreduce_case(name: str, ranks: int, algorithm: str, trees: int) -> str:
 
 
 def run_allreduce_case(name: str, ranks_: tuple[str, ...], algorithm: str, trees: int, topo,
-                       ctl: FabricController, args, out: Path) -> dict:
+                       ctl: FabricController, args, out: Path, costs: PhaseFabric | None = None) -> dict:
     """Data-parallel steps on `ranks_` with `algorithm`; in-network: the
     aggregation job of these ranks, summed at the server's switch (trees 0)
     or over one tree of switches."""
     job = [Rank.of(topo.hosts[h].primary) for h in ranks_]
-    extra = ["--algorithm", algorithm, "--channels", str(args.channels), "--line-rate-pps", str(LINE_RATE_PPS)]
+    extra = ["--algorithm", algorithm, "--channels", str(args.channels)]
     label, case = allreduce_label(algorithm, trees), allreduce_case(name, len(job), algorithm, trees)
 
     def run(options: list[str]) -> dict:
-        return collect(case, launch(case, job, extra + options, args, out), out)
+        return collect(case, launch(case, job, extra + options, args, out, costs=costs), out)
 
     if algorithm != IN_NETWORK:
         result = {**run([]), "server_blocks": ""}
@@ -428,11 +525,12 @@ def _plot_allreduce(results: list[dict], out: Path) -> Path:
     return save_figure(fig, out / "allreduce.png")
 
 
-def run_placement_case(placement: str, topo, ctl: FabricController, args, out: Path) -> dict:
+def run_placement_case(placement: str, topo, ctl: FabricController, args, out: Path,
+                       costs: PhaseFabric | None = None) -> dict:
     job = ranks(topo, placement=placement)
-    extra = ["--algorithm", sc.RING, "--channels", "1", "--line-rate-pps", str(PLACEMENT_LINE_RATE_PPS),
-             "--model-bytes", str(PLACEMENT_MODEL_BYTES), "--timeout-s", str(PLACEMENT_TIMEOUT_S)]
-    result = run_ranks(placement, job, extra, ctl, args, out)
+    extra = ["--algorithm", sc.RING, "--channels", "1", "--model-bytes", str(PLACEMENT_MODEL_BYTES),
+             "--timeout-s", str(PLACEMENT_TIMEOUT_S)]
+    result = run_ranks(placement, job, extra, ctl, args, out, costs)
     return {"case": result.pop("case"), "placement": placement, "ring_hops_across_rails": ring_hops_across_rails(job),
             **result}
 
@@ -462,18 +560,19 @@ def switch_crossings(ctl: FabricController, topo) -> tuple[int, int]:
     return from_hosts, to_switches
 
 
-def run_torus_case(name: str, how: str, topo, ctl: FabricController, args, out: Path) -> dict:
+def run_torus_case(name: str, how: str, topo, ctl: FabricController, args, out: Path,
+                   costs: PhaseFabric | None = None) -> dict:
     """16 ranks in `how` order running data-parallel steps, ring all-reduce;
     the switches a packet crossed, and the flow model's view of the ring."""
     graph = topology_graph(topo)
     hosts = rank_order(graph, how, len(topo.hosts))
     model = ring_allreduce(FlowModel(graph), hosts)
     job = [Rank.of(topo.hosts[h].primary) for h in hosts]
-    extra = ["--algorithm", sc.RING, "--channels", "1", "--line-rate-pps", str(PLACEMENT_LINE_RATE_PPS),
-             "--model-bytes", str(PLACEMENT_MODEL_BYTES), "--timeout-s", str(PLACEMENT_TIMEOUT_S)]
+    extra = ["--algorithm", sc.RING, "--channels", "1", "--model-bytes", str(PLACEMENT_MODEL_BYTES),
+             "--timeout-s", str(PLACEMENT_TIMEOUT_S)]
     case = f"{name}-{how.replace(' ', '-')}"
     before = switch_crossings(ctl, topo)
-    procs = launch(case, job, extra, args, out)
+    procs = launch(case, job, extra, args, out, costs=costs)
     result = collect(case, procs, out)
     after = switch_crossings(ctl, topo)
     from_hosts, to_switches = (a - b for a, b in zip(after, before))
@@ -513,13 +612,16 @@ def lb_fabric_cases(phase: str, cases: list[tuple[str, str, str]], args) -> tupl
     out = Path(args.out) / phase
     out.mkdir(parents=True, exist_ok=True)
     topo, topo_file = lb_topology(out)
+    fab = PhaseFabric("leaf-spine + ps", topo, RANKS, args.channels)
+    args.sizing = size_phase(phase, [fab], args.line_rate_pps, FALLBACK_LINE_RATE_PPS)
     results = []
     with fabric(topo, args) as ctl:
         try:
             for mode, algorithm, transport in cases:
                 print(f"==> {phase} {mode} {algorithm} ({transport}): {args.steps} data-parallel steps on "
                       f"{', '.join(RANKS)}, {args.channels} channels per pair", flush=True)
-                results.append(run_case(mode, algorithm, topo, topo_file, ctl, args, out, transport))
+                results.append({**run_case(mode, algorithm, topo, topo_file, ctl, args, out, transport, fab),
+                                **args.sizing.columns()})
         finally:
             for leaf in LEAVES:
                 ctl.feature("load_balancing").set_mode(leaf, LbMode())
@@ -527,7 +629,7 @@ def lb_fabric_cases(phase: str, cases: list[tuple[str, str, str]], args) -> tupl
 
 
 def run_topology_case(name: str, mode: str, algorithm: str, topo, topo_file: Path, ctl: FabricController, args,
-                      out: Path) -> dict:
+                      out: Path, costs: PhaseFabric | None = None) -> dict:
     """TOPOLOGY_RANKS[name] running data-parallel steps under `mode` (set on
     every switch below the top tier); the packets the top tier carried, and
     the busiest top switch's share of them (1/n is an even spread)."""
@@ -535,14 +637,14 @@ def run_topology_case(name: str, mode: str, algorithm: str, topo, topo_file: Pat
     for sw in topo.switches.values():
         if sw.name not in top:
             ctl.feature("load_balancing").set_mode(sw.name, LbMode("ecmp" if mode in ("ecmp", "path-aware") else mode))
-    extra = ["--algorithm", algorithm, "--channels", str(args.channels), "--line-rate-pps", str(LINE_RATE_PPS)]
+    extra = ["--algorithm", algorithm, "--channels", str(args.channels)]
     if mode == "path-aware":
         extra += ["--paths", str(topo_file)]
     job = [Rank.of(topo.hosts[h].nics[n] if n else topo.hosts[h].primary)
            for h, _, n in (r.partition(".") for r in TOPOLOGY_RANKS[name])]
 
     before = spine_packets(ctl, top)
-    procs = launch(f"{name}-{mode}-{algorithm}", job, extra, args, out)
+    procs = launch(f"{name}-{mode}-{algorithm}", job, extra, args, out, costs=costs)
     result = collect(f"{name}-{mode}-{algorithm}", procs, out)
     after = spine_packets(ctl, top)
     per_switch = [after[sw] - before[sw] for sw in top]
@@ -589,8 +691,7 @@ def run_failure_case(protection: str, args, out: Path) -> dict:
     topo = failure_topology(protection)
     case = protection.replace(" ", "-")
     job = [Rank.of(topo.hosts[h].primary) for h in RANKS]
-    extra = ["--algorithm", sc.RING, "--channels", str(args.channels), "--line-rate-pps", str(LINE_RATE_PPS),
-             "--timeout-s", str(STALL_TIMEOUT_S)]
+    extra = ["--algorithm", sc.RING, "--channels", str(args.channels), "--timeout-s", str(STALL_TIMEOUT_S)]
     protected = protection != "none"
     with fabric(topo, args, judge=False) as ctl, \
             (running_heartbeats(topo, HEARTBEAT_MS / 1000) if protected else contextlib.nullcontext()):
@@ -659,6 +760,7 @@ def lb_topology(out: Path):
 # collect() judges it), and the verdicts so far (the run's last lines)
 _judged: list[tuple[Network, FabricController]] = []
 _monitors: dict[str, FidelityMonitor] = {}
+_costs: dict[str, tuple[str, float]] = {}       # case -> (its fabric's cost key, its line rate)
 _verdicts: dict[str, Verdict] = {}
 
 
@@ -701,14 +803,40 @@ def _plot(results: list[dict], out: Path) -> Path:
 
 # -- phase least-loaded ----------------------------------------------------------
 
-def least_loaded_topology(out: Path):
+def least_loaded_topology(out: Path, scale: float = 1.0):
     """leaf-spine without INT or aggregation, its leaf-spine links at
-    LL_SPINE_MBPS, written to out/topology.yaml (the ranks' path model reads it)."""
+    `scale` x LL_SPINE_MBPS, written to out/topology.yaml (the ranks' path
+    model reads it)."""
     raw = topology_raw("leaf-spine", ("int", "aggregation"))
-    raw["description"] = f"leaf-spine, spine links at {LL_SPINE_MBPS:g} Mbit/s"
-    raw["links"] = [{"a": a, "b": b, "bandwidth_mbps": LL_SPINE_MBPS} if {a, b} & set(SPINES) else [a, b]
+    mbps = round(LL_SPINE_MBPS * scale, 6)
+    raw["description"] = f"leaf-spine, spine links at {mbps:g} Mbit/s"
+    raw["links"] = [{"a": a, "b": b, "bandwidth_mbps": mbps} if {a, b} & set(SPINES) else [a, b]
                     for a, b in raw["links"]]
     return written_topology(raw, out / "topology.yaml")
+
+
+def least_loaded_flows(scale: float) -> list[Flow]:
+    """The phase's traffic at `scale`, loaded: each rank's two channels to
+    the other at their top rate, and the competing flow each way."""
+    channels = [Flow(a, b, LL_LINE_RATE_PPS * scale) for a, b in ring_pairs(LL_RANKS, 2)]
+    return channels + [Flow(a, b, LL_COMPETING_PPS * scale) for a, b in LL_COMPETING]
+
+
+def least_loaded_scale(given: float | None, out: Path) -> tuple[float, str]:
+    """The share of the phase's rates (spine links, channels, the competing
+    flow: their ratios are the scenario) this run takes, and how it was
+    chosen: `given`; else the largest, a multiple of LL_SCALE_STEP and at
+    most 1, at which the loaded case fits the calibration's budget (every
+    host priced as an RDMA agent, the switches as the pipeline with every
+    feature off); else 1, said."""
+    if given:
+        return given, "as given (--least-loaded-scale)"
+    cal, why = calibration_or_why()
+    if cal is None:
+        return 1.0, f"{why}: the phase's rates as written"
+    p = plan(demand(least_loaded_topology(out)[0], least_loaded_flows(1.0), RANK_ACK_SHARE), cal, "fabric",
+             agents="rdma")
+    return fitting_scale(p.dilation, LL_SCALE_STEP), f"the budget: at scale 1 the loaded case {p}"
 
 
 def spine_of(model: PathModel, src_ip: str, dst_ip: str, sport: int) -> str:
@@ -748,7 +876,7 @@ def run_least_loaded_case(load: bool, choice: str, topo, topo_file: Path, spines
     job = [Rank.of(topo.hosts[h].primary) for h in LL_RANKS]
     case = f"{'loaded' if load else 'unloaded'}-{choice}"
     extra = ["--algorithm", sc.RING, "--channels", "2", "--channel-choice", choice, "--paths", str(topo_file),
-             "--line-rate-pps", str(LL_LINE_RATE_PPS), "--model-bytes", str(LL_MODEL_BYTES),
+             "--model-bytes", str(LL_MODEL_BYTES),
              "--buckets", str(LL_BUCKETS)]
     before = spine_packets(ctl)
     result = collect(case, launch(case, job, extra, args, out), out)
@@ -757,7 +885,8 @@ def run_least_loaded_case(load: bool, choice: str, topo, topo_file: Path, spines
     allreduce_s = [float(line.split(",")[5]) for r in range(len(job))
                    for line in (out / case / f"rank{r}.collectives.csv").read_text().splitlines()[1:]]
     loaded_channels = [[c for c, sw in enumerate(rank_spines) if sw == LOADED_SPINE] for rank_spines in spines]
-    return {"case": result.pop("case"), "competing_flow": f"{LL_COMPETING_PPS:g} pps each way on {LOADED_SPINE}"
+    competing = args.sizing.line_rate_pps * LL_COMPETING_PPS / LL_LINE_RATE_PPS
+    return {"case": result.pop("case"), "competing_flow": f"{competing:g} pps each way on {LOADED_SPINE}"
             if load else "none", "channel_choice": choice, "steps": result["steps"],
             "step_ms_median": result["step_ms_median"], "step_ms_max": result["step_ms_max"],
             "allreduce_ms_median": round(1000 * statistics.median(allreduce_s), 1) if allreduce_s else "",
@@ -776,7 +905,12 @@ def least_loaded_phase(args) -> tuple[Path, list[dict]]:
     channels, without and with a competing flow on spine1."""
     out = Path(args.out) / "least-loaded"
     out.mkdir(parents=True, exist_ok=True)
-    topo, topo_file = least_loaded_topology(out)
+    scale, how = least_loaded_scale(args.least_loaded_scale, out)
+    topo, topo_file = least_loaded_topology(out, scale)
+    print(f"least-loaded: rates x{scale:g} ({how}): spine links {LL_SPINE_MBPS * scale:g} Mbit/s, channels "
+          f"{LL_LINE_RATE_PPS * scale:g} packets/s, the competing flow {LL_COMPETING_PPS * scale:g}", flush=True)
+    args.sizing = Sizing(LL_LINE_RATE_PPS * scale, how, announce_budget(topo, least_loaded_flows(scale), "fabric",
+                                                                         RANK_ACK_SHARE, agents="rdma"), record=False)
     model = PathModel(topo)
     spines = channel_spines(model, [topo.hosts[h].ip for h in LL_RANKS], 2)
     results = []
@@ -792,13 +926,14 @@ def least_loaded_phase(args) -> tuple[Path, list[dict]]:
                         competing.append(roce_agent(topo.hosts[src], "send", start_at=time.time(), out_dir=out,
                                                     extra=["--dst-ip", topo.hosts[dst].ip, "--qp", str(qp),
                                                            "--duration", "600", "--fixed-rate", "--line-rate-pps",
-                                                           str(LL_COMPETING_PPS)]))
+                                                           f"{LL_COMPETING_PPS * scale:g}"]))
                     time.sleep(2.0)                     # its queue on spine1 builds first
                 for choice in CHANNEL_CHOICES:
                     print(f"==> least-loaded: {args.steps} data-parallel steps (ring) on {', '.join(LL_RANKS)}, "
                           f"2 channels ({' and '.join(spines[0])} from {LL_RANKS[0]}), --channel-choice {choice}, "
                           f"{'a competing flow on ' + LOADED_SPINE if load else 'no competing flow'}", flush=True)
-                    results.append(run_least_loaded_case(load, choice, topo, topo_file, spines, ctl, args, out))
+                    results.append({**run_least_loaded_case(load, choice, topo, topo_file, spines, ctl, args, out),
+                                    "scale": scale, **args.sizing.columns()})
             finally:
                 for proc in competing:
                     proc.terminate()
@@ -847,12 +982,21 @@ def main(argv: list[str] | None = None) -> int:
                     help="failure phase: seconds after the first step ended")
     ap.add_argument("--steps", type=int, default=8, help="training steps per case")
     ap.add_argument("--channels", type=int, default=2, help="connections per peer pair")
+    ap.add_argument("--least-loaded-scale", type=float, default=None, metavar="S",
+                    help="phase least-loaded: its spine links', channels' and competing flow's rates x S (default: "
+                         "the largest the calibration's budget fits, in steps of 0.05, at most 1)")
+    ap.add_argument("--line-rate-pps", type=float, default=None, metavar="PPS",
+                    help="each connection's top rate in every phase but least-loaded (default: sized to this machine "
+                         "per phase: what earlier runs of its fabrics cost here, else the calibration's budget)")
     ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "collectives"),
                     help="results directory (default %(default)s)")
     ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS)
     args = ap.parse_args(argv)
     if args.steps < 1 or args.channels < 1:
         ap.error("--steps and --channels must be >= 1")
+    for option in ("line_rate_pps", "least_loaded_scale"):
+        if getattr(args, option) is not None and not 0 < getattr(args, option) < float("inf"):
+            ap.error(f"--{option.replace('_', '-')} must be above 0, got {getattr(args, option):g}")
     compile_p4()
     written = []
     if "lb" in args.phases:
@@ -870,13 +1014,15 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out) / "allreduce"
         out.mkdir(parents=True, exist_ok=True)
         results = []
-        for name in args.allreduce_topologies:
-            counts = [n for n in ALLREDUCE_RANKS[name] if n in args.allreduce_ranks]
-            if not counts:
-                continue
-            topo, _ = allreduce_topology(name, out)
+        counts = {name: [n for n in ALLREDUCE_RANKS[name] if n in args.allreduce_ranks]
+                  for name in args.allreduce_topologies}
+        topos = {name: allreduce_topology(name, out)[0] for name in args.allreduce_topologies if counts[name]}
+        fabs = {(name, n): PhaseFabric(f"{name} (allreduce)", topo, ALLREDUCE_RANKS[name][n], args.channels)
+                for name, topo in topos.items() for n in counts[name]}
+        args.sizing = size_phase("allreduce", list(fabs.values()), args.line_rate_pps, FALLBACK_LINE_RATE_PPS)
+        for name, topo in topos.items():
             with fabric(topo, args) as ctl:
-                for n in counts:
+                for n in counts[name]:
                     ranks_ = ALLREDUCE_RANKS[name][n]
                     for algorithm, trees in ALLREDUCE_CASES:
                         if algorithm not in args.algorithms:
@@ -884,7 +1030,8 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"==> allreduce {name}, {n} ranks, {algorithm}{' over a tree' if trees else ''}: "
                               f"{args.steps} data-parallel steps", flush=True)
                         try:
-                            results.append(run_allreduce_case(name, ranks_, algorithm, trees, topo, ctl, args, out))
+                            results.append({**run_allreduce_case(name, ranks_, algorithm, trees, topo, ctl, args,
+                                                                 out, fabs[name, n]), **args.sizing.columns()})
                         except RuntimeError as exc:      # a rank gave up: the case is recorded as failed
                             print(f"    failed: {str(exc).splitlines()[0][:300]}", flush=True)
                             results.append({"case": allreduce_case(name, n, algorithm, trees),
@@ -901,27 +1048,35 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out) / "topologies"
         out.mkdir(parents=True, exist_ok=True)
         results = []
-        for name in args.topologies:
-            topo, topo_file = topology_file(name, out)
+        files = {name: topology_file(name, out) for name in args.topologies}
+        fabs_by_name = {name: PhaseFabric(name, topo, TOPOLOGY_RANKS[name], args.channels)
+                        for name, (topo, _) in files.items()}
+        args.sizing = size_phase("topologies", list(fabs_by_name.values()), args.line_rate_pps,
+                                 FALLBACK_LINE_RATE_PPS)
+        for name, (topo, topo_file) in files.items():
             with fabric(topo, args) as ctl:
                 for mode in (m for m in args.modes if m in TOPOLOGY_MODES):
                     for algorithm in (a for a in args.algorithms if a in TOPOLOGY_ALGORITHMS):
                         print(f"==> topologies {name} {mode} {algorithm}: {args.steps} data-parallel steps on "
                               f"{', '.join(TOPOLOGY_RANKS[name])}", flush=True)
-                        results.append(run_topology_case(name, mode, algorithm, topo, topo_file, ctl, args, out))
+                        results.append({**run_topology_case(name, mode, algorithm, topo, topo_file, ctl, args, out,
+                                                            fabs_by_name[name]), **args.sizing.columns()})
         written.append(write_csv(out / "summary.csv", results))
         print_table(results)
     if "jobs" in args.phases:
         out = Path(args.out) / "jobs"
         out.mkdir(parents=True, exist_ok=True)
         topo = leaf_spine_without_int()
+        # sized for both jobs at once (each a ring's connections, every channel); not recorded: a case is one job
+        args.sizing = size_phase("jobs", [PhaseFabric("leaf-spine, two jobs", topo, RANKS, 2 * args.channels)],
+                                 args.line_rate_pps, FALLBACK_LINE_RATE_PPS, record=False)
         results = []
         with fabric(topo, args) as ctl:
             for shared, ecn in ((False, False), (True, False), (True, True)):
                 print(f"==> jobs: {'job 0 (ring) and job 1 (halving-doubling) at once' if shared else 'job 0 alone'}"
                       f" on {', '.join(RANKS)}, {args.steps} data-parallel steps, path-aware"
                       f"{f', ECN marking above {ECN_K} packets' if ecn else ''}", flush=True)
-                results += run_jobs_case(shared, topo, args, out, ctl, ecn)
+                results += [{**r, **args.sizing.columns()} for r in run_jobs_case(shared, topo, args, out, ctl, ecn)]
         written.append(write_csv(out / "summary.csv", results))
         print_table(results)
     if "placement" in args.phases:
@@ -929,36 +1084,52 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         topo = topology_from_dict(topology_raw("rail-optimized", without=()),
                                   "rail-optimized")
+        placed = {placement: ranks(topo, placement=placement) for placement in args.placements}
+        fabs_by_placement = {placement: PhaseFabric(f"rail-optimized, {placement}", topo,
+                                                    tuple(f"{r.host}.{r.nic}" for r in job), 1)
+                             for placement, job in placed.items()}
+        args.sizing = size_phase("placement", list(fabs_by_placement.values()), args.line_rate_pps,
+                                 FALLBACK_PLACEMENT_LINE_RATE_PPS)
         results = []
         with fabric(topo, args) as ctl:
             for placement in args.placements:
                 print(f"==> placement {placement}: {args.steps} data-parallel steps (ring) on every GPU NIC of "
                       f"rail-optimized, one rank each", flush=True)
-                results.append(run_placement_case(placement, topo, ctl, args, out))
+                results.append({**run_placement_case(placement, topo, ctl, args, out,
+                                                     fabs_by_placement[placement]), **args.sizing.columns()})
         written.append(write_csv(out / "summary.csv", results))
         print_table(results)
     if "torus" in args.phases:
         out = Path(args.out) / "torus"
         out.mkdir(parents=True, exist_ok=True)
         results = []
-        for name in args.torus_topologies:
-            topo = topology_from_dict(topology_raw(name, ("int", "aggregation", "nonminimal_routing")), name)
+        torus_topos = {name: topology_from_dict(topology_raw(name, ("int", "aggregation", "nonminimal_routing")), name)
+                       for name in args.torus_topologies}
+        torus_fabs = {(name, how): PhaseFabric(f"{name}, ranks in {how}", topo,
+                                               tuple(rank_order(topology_graph(topo), how, len(topo.hosts))), 1)
+                      for name, topo in torus_topos.items() for n, how in TORUS_CASES if n == name}
+        args.sizing = size_phase("torus", list(torus_fabs.values()), args.line_rate_pps,
+                                 FALLBACK_PLACEMENT_LINE_RATE_PPS)
+        for name, topo in torus_topos.items():
             with fabric(topo, args) as ctl:
                 for how in (h for n, h in TORUS_CASES if n == name):
                     print(f"==> torus: {args.steps} data-parallel steps (ring) on the 16 hosts of {name}, "
                           f"ranks in {how}", flush=True)
-                    results.append(run_torus_case(name, how, topo, ctl, args, out))
+                    results.append({**run_torus_case(name, how, topo, ctl, args, out, torus_fabs[name, how]),
+                                    **args.sizing.columns()})
         written += [write_csv(out / "summary.csv", results), _plot_torus(results, out)]
         print_table([{k: v for k, v in r.items() if k != "ring"} for r in results])
     if "failure" in args.phases:
         out = Path(args.out) / "failure"
         out.mkdir(parents=True, exist_ok=True)
         results = []
+        args.sizing = size_phase("failure", [PhaseFabric("leaf-spine", failure_topology("none"), RANKS, args.channels)],
+                                 args.line_rate_pps, FALLBACK_LINE_RATE_PPS, record=False)
         for protection in args.protections:
             print(f"==> failure, {protection} protection: {args.steps} data-parallel steps (ring) on "
                   f"{', '.join(RANKS)}, {'-'.join(FAILED_LINK)} black-holed {args.fail_after:g} s after the first",
                   flush=True)
-            results.append(run_failure_case(protection, args, out))
+            results.append({**run_failure_case(protection, args, out), **args.sizing.columns()})
         written.append(write_csv(out / "summary.csv", results))
         print_table(results)
     if "least-loaded" in args.phases:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import functools
+import math
 import os
 import random
 import re
@@ -19,9 +21,10 @@ from typing import Iterator, Sequence
 
 from emulator.bmv2_thrift import Bmv2Thrift
 from control.controller import FabricController
-from emulator.calibration import Calibration, CalibrationError, Flow, demand, plan
+from emulator import run_costs
+from emulator.calibration import Calibration, CalibrationError, Flow, Identity, demand, plan, this_machine
 from emulator.calibration import stored as stored_calibration
-from emulator.fidelity import FidelityMonitor, Limits, Verdict, report
+from emulator.fidelity import CpuSummary, FidelityMonitor, Limits, Verdict, report
 from emulator.impairments import blackhole
 from emulator import queue_depth
 from emulator.network import Network, interface_rx_packets
@@ -29,6 +32,7 @@ from emulator.toolchain import record as record_toolchain
 from features.congestion_control import SECTION as CONGESTION_CONTROL
 from features.lossless import OCCUPANCY_REGISTER, cell
 from hostagent.rdma.agent import cc_param_values
+from hostagent.rdma.transport import TransportParams
 from hostagent.start import StartGate, stop_all  # noqa: F401  (the experiments' launcher side, re-exported)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -395,6 +399,57 @@ def announce_budget(topo, flows: Sequence[Flow], composition: str = "fabric", ac
         return "within"
     print(f"!!! budget: this run {p}; it runs as asked, and its results may measure this machine", flush=True)
     return f"over x{p.dilation:.2f}"
+
+
+# -- a run's rates, sized to this machine (docs/fidelity.md) --------------------------------------------------
+
+RANK_ACK_SHARE = 1 / TransportParams().ack_every   # the RC transport's ACKs a data packet (ranks, RDMA agents)
+MIN_LINE_RATE_PPS = 20.0        # a derived rate is never below this: a step must still end in minutes
+MAX_STEAL_RECORDED = 0.05       # a run the hypervisor took more of than this is not recorded as what runs cost
+
+
+@functools.cache
+def machine_identity() -> Identity:
+    """This machine, its BMv2 build and the pipeline, looked up once a run:
+    identifying them hashes the BMv2 binary."""
+    return this_machine()
+
+
+def ring_pairs(hosts: Sequence[str], channels: int = 1) -> list[tuple[str, str]]:
+    """A ring's connections: each host to the next, on every channel."""
+    n = len(hosts)
+    return [(hosts[i], hosts[(i + 1) % n]) for i in range(n)] * channels
+
+
+def whole_rate(rate: float) -> float:
+    """`rate` rounded down to tens of packets/s, and at least MIN_LINE_RATE_PPS."""
+    return max(MIN_LINE_RATE_PPS, 10 * math.floor(rate / 10))
+
+
+def fitting_scale(dilation: float, step: float = 0.05) -> float:
+    """The largest share of a run's rates, a multiple of `step` and at most
+    1 (never below `step`), that a plan's `dilation` says fits the budget."""
+    return round(max(step, math.floor(min(1.0, 1 / dilation) / step + 1e-9) * step), 2)
+
+
+def rate_by_fit(fitted: run_costs.CostFit, cores: int) -> tuple[float, str]:
+    """The rate whose cost by `fitted` (earlier runs of a composition here:
+    emulator/run_costs.py) leaves the cores idle by the fidelity limit and
+    its margin, and how it was chosen."""
+    rate = whole_rate(fitted.rate_for(run_costs.target_busy_cores(cores)))
+    return rate, (f"what this composition's earlier runs cost here: {fitted}; this rate leaves the cores "
+                  f"{1 - fitted.busy(rate) / cores:.0%} idle by the fit")
+
+
+def record_run_cost(identity: Identity, key: str, rate: float, cpu: CpuSummary | None) -> None:
+    """What a run of composition `key` at `rate` cost (the cores busy over
+    it), for the next run of it to size itself by; not when the hypervisor
+    stole a share of the cores (the machine was not all the run's)."""
+    if cpu is None or cpu.steal > MAX_STEAL_RECORDED:
+        return
+    busy = len(cpu.idle_per_core) * (1 - cpu.idle)
+    if busy > 0:
+        run_costs.record(identity, key, run_costs.RunCost(rate, round(busy, 3), run_costs.now_iso()))
 
 
 def print_fidelity(rows: Sequence[dict], key: str = "case") -> None:

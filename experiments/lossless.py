@@ -100,8 +100,9 @@ from emulator.network import Network, queue_rate_pps
 from control.p4constants import drop_reasons
 from control.topology import NextHop, TopologyError
 from experiments.common import RECEIVE_QUIET_S, StartGate, agent_python, announce_budget, busy_processes, \
-    calibration_or_why, experiment_parser, case_fidelity, dcqcn_constants, held_in_switches, lost_before_pipeline, \
-    print_fidelity, print_table, programmed_fabric, roce_agent, roce_dcqcn_args, save_figure, socket_drops, write_csv
+    calibration_or_why, case_fidelity, dcqcn_constants, experiment_parser, fitting_scale, held_in_switches, \
+    lost_before_pipeline, print_fidelity, print_table, programmed_fabric, roce_agent, roce_dcqcn_args, save_figure, \
+    socket_drops, write_csv
 from features import load_topology, topology_from_dict
 from features.ecn import EcnProfile
 from features.nonminimal_routing import SECTION as NONMINIMAL, NonminimalRouting, intermediates
@@ -305,9 +306,7 @@ def spreading_scale(cal: Calibration | None, why: str = "no calibration (fabric 
                                           f"the scale measured faithful on a 2-core machine of 2026-11-27")
     full = spreading_topology(1.0)
     p = plan(demand(full, spreading_flows(*spreading_rates(full))), cal, "training")
-    scale = max(SPREADING_SCALE_STEP, math.floor(min(1.0, 1 / p.dilation) / SPREADING_SCALE_STEP + 1e-9)
-                * SPREADING_SCALE_STEP)
-    return round(scale, 2), f"the budget: at the file's rates this run {p}"
+    return fitting_scale(p.dilation, SPREADING_SCALE_STEP), f"the budget: at the file's rates this run {p}"
 
 
 def pipeline_drops(ctl: FabricController, topo) -> dict[str, int]:

@@ -70,16 +70,17 @@ from emulator.bmv2_thrift import Bmv2Thrift
 from emulator.build import compile_p4
 from emulator.fidelity import CpuSummary
 from emulator import run_costs
-from emulator.calibration import Calibration, Flow, Identity, current, demand, fitting_rate, plan, this_machine
+from emulator.calibration import Calibration, Flow, current, demand, fitting_rate, plan
 from control.controller import FabricController
 from emulator.impairments import blackhole
 from emulator.network import QUEUE_RATE_PACKET_BYTES, Network, NetworkError
 from control.p4info import EntryError
 from control.p4constants import drop_reasons
 from control.topology import Topology, TopologyError, apply_overlays, from_dict
-from experiments.common import REPO, agent_python, case_fidelity, cc_constants, cc_constants_line, exit_on_sigterm, \
-    kill_switch, median_ratio_interval, percentile, ping_round_trips, print_fidelity, print_table, roce_agent, \
-    sample_queue, save_figure, write_csv
+from experiments.common import RANK_ACK_SHARE, REPO, agent_python, case_fidelity, cc_constants, cc_constants_line, \
+    exit_on_sigterm, kill_switch, machine_identity, median_ratio_interval, percentile, ping_round_trips, \
+    print_fidelity, print_table, rate_by_fit, record_run_cost, ring_pairs, roce_agent, sample_queue, save_figure, \
+    whole_rate, write_csv
 from features import FEATURES, SECTIONS, load_topology, topology_from_dict
 from features.congestion_control import SECTION as CONGESTION_CONTROL
 from features.ecn import MARKED_COUNTER as ECN_MARKED_COUNTER, SECTION as ECN
@@ -91,7 +92,7 @@ from hostagent.collectives.communicator import ALL_REDUCE_ALGORITHMS, CHANNEL_CH
     default_sport
 from hostagent.collectives.ranks import RANK_ENVIRONMENT, RankLauncher
 from hostagent.rdma.agent import uet_congestion_controls
-from hostagent.rdma.transport import SELECTIVE_REPEAT, TransportParams
+from hostagent.rdma.transport import SELECTIVE_REPEAT
 from hostagent.start import Process
 from control.switch import MONITOR_CREDENTIALS
 from telemetry import metrics as m
@@ -121,9 +122,6 @@ RTT_PROBES, RTT_PROBE_INTERVAL_S = 10, 0.02     # the idle fabric's round trips,
 # Time constants scaled to BMv2 on two cores (docs/train.md's table).
 LINE_RATE_PPS = {"leaf-spine": 1000.0, "fat-tree-k4": 400.0}   # each connection's top rate (1 KB packets)
 DEFAULT_LINE_RATE_PPS = 400.0
-ACK_SHARE = 1 / TransportParams().ack_every      # the ranks' ACKs a data packet, in the budget's demand
-MAX_STEAL_RECORDED = 0.05      # a run the hypervisor took more of than this is not recorded as what runs cost
-MIN_LINE_RATE_PPS = 20.0        # a derived rate is never below this: a step must still end in minutes
 # failover: (heartbeat period, a port silent this long is dead), ms. Heartbeats go on every link and on a
 # path to every edge switch: on fat-tree-k4 at 50 ms they alone kept BMv2 at 1.8 cores of two, idle.
 FAILOVER_MS = {"leaf-spine": (50, 500), "fat-tree-k4": (500, 2000)}
@@ -367,7 +365,7 @@ def nic_link_pps(c: "Composition", line_rate_pps: float) -> float:
     fills: its channels to the next rank, each at the connection's top rate,
     and the ACKs that come back the same way (a BMv2 queue's rate counts
     packets, an ACK as one)."""
-    return c.channels * line_rate_pps * (1 + ACK_SHARE)
+    return c.channels * line_rate_pps * (1 + RANK_ACK_SHARE)
 
 
 COMPOSED_SECTIONS = ("int", "aggregation", "load_balancing", "failover", "lossless", "nonminimal_routing", "trimming")
@@ -667,27 +665,16 @@ def line_rate_for(topology: str, rank_names: list[str], c: Composition,
     without that either, the topology's LINE_RATE_PPS."""
     fitted = cost_fit(topology, rank_names, c, overlays, scenario)
     if fitted is not None:
-        cores = machine_identity().cores
-        rate = max(MIN_LINE_RATE_PPS, 10 * math.floor(fitted.rate_for(run_costs.target_busy_cores(cores)) / 10))
-        return rate, (f"what this composition's earlier runs cost here: {fitted}; this rate leaves the cores "
-                      f"{1 - fitted.busy(rate) / cores:.0%} idle by the fit")
+        return rate_by_fit(fitted, machine_identity().cores)
     cal, why = machine_calibration()
     if cal is None:
         return LINE_RATE_PPS.get(Path(topology).stem, DEFAULT_LINE_RATE_PPS), f"{why}: the topology's default"
     topo = composed_topology(topology, c, rank_names, overlays)[0]
-    ring = ring_pairs(rank_names, c)
-    rate = fitting_rate(topo, ring, cal, "training", ack_share=ACK_SHARE, agents=rank_agents(c))
-    rate = max(MIN_LINE_RATE_PPS, 10 * math.floor(rate / 10))
+    ring = ring_pairs(rank_names, c.channels)
+    rate = whole_rate(fitting_rate(topo, ring, cal, "training", ack_share=RANK_ACK_SHARE, agents=rank_agents(c)))
     return rate, (f"the ring's {len(ring)} connections within half this machine's cores, by its calibration of "
                   f"{cal.measured_at}; no earlier run of this composition here says what a whole run costs "
                   f"(the calibration under-counts it), so this run is one the next sizes itself by")
-
-
-@functools.cache
-def machine_identity() -> Identity:
-    """This machine, its BMv2 build and the pipeline, looked up once a run:
-    identifying them hashes the BMv2 binary."""
-    return this_machine()
 
 
 @functools.cache
@@ -721,22 +708,9 @@ def cost_fit(topology: str, rank_names: Sequence[str], c: Composition, overlays:
 
 def record_cost(args, rank_names: Sequence[str], c: Composition, line_rate: float,
                 cpu: CpuSummary | None) -> None:
-    """What this run cost, for the next run of its composition to size itself
-    by; not when the hypervisor stole a share of the cores (the machine was
-    not all the run's)."""
-    if cpu is None or cpu.steal > MAX_STEAL_RECORDED:
-        return
-    busy = len(cpu.idle_per_core) * (1 - cpu.idle)
-    if busy > 0:
-        run_costs.record(machine_identity(), cost_key(args.topology, len(rank_names), c, args.overlay,
-                                                      scenario_text(args)),
-                         run_costs.RunCost(line_rate, round(busy, 3), run_costs.now_iso()))
-
-
-def ring_pairs(rank_names: Sequence[str], c: Composition) -> list[tuple[str, str]]:
-    """The ring's connections: each rank to the next, on every channel."""
-    n = len(rank_names)
-    return [(rank_names[i], rank_names[(i + 1) % n]) for i in range(n)] * c.channels
+    """What this run cost, for the next run of its composition to size itself by."""
+    record_run_cost(machine_identity(), cost_key(args.topology, len(rank_names), c, args.overlay,
+                                                 scenario_text(args)), line_rate, cpu)
 
 
 def rank_agents(c: Composition) -> str:
@@ -753,8 +727,8 @@ def planned_cores(topo: Topology, rank_names: Sequence[str], c: Composition, lin
     cal, _ = machine_calibration()
     if cal is None:
         return ""
-    flows = [Flow(a, b, line_rate_pps) for a, b in ring_pairs(rank_names, c)]
-    p = plan(demand(topo, flows, ACK_SHARE), cal, "training", agents=rank_agents(c))
+    flows = [Flow(a, b, line_rate_pps) for a, b in ring_pairs(rank_names, c.channels)]
+    p = plan(demand(topo, flows, RANK_ACK_SHARE), cal, "training", agents=rank_agents(c))
     return f"the budget planned {p.needed_cores:.2f} cores for the switches and the ranks at this rate"
 
 

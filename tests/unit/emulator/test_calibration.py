@@ -76,7 +76,7 @@ def test_a_flow_within_one_leaf_crosses_only_that_leaf_and_acks_come_back():
 
 
 def test_an_unknown_host_is_named():
-    with pytest.raises(ValueError, match="no host 'h9' in leaf-spine"):
+    with pytest.raises(ValueError, match="no host or NIC 'h9' in leaf-spine"):
         demand(LEAF_SPINE, [Flow("h1", "h9", 10.0)])
 
 
