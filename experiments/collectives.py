@@ -15,8 +15,8 @@ the four hosts h1-h4
 are the ranks of one data-parallel job (hostagent/collectives/workload.py:
 a 256 KB model in 4 buckets, 20 ms forward and 40 ms backward compute, the
 gradients of each bucket all-reduced after its compute), each rank with
---channels connections to every peer (RC transport, go-back-N, DCQCN at
-LINE_RATE_PPS per connection). Modes: ecmp (source ports spread by a fixed
+--channels connections to every peer (RC transport, go-back-N, DCQCN, each
+connection at the phase's line rate: below). Modes: ecmp (source ports spread by a fixed
 formula: channels may share a spine), path-aware (source ports chosen from
 the routes and the hash model so a pair's channels take both spines:
 hostagent/collectives/paths.py), and the leaves' load-balancing modes
@@ -62,8 +62,7 @@ ring and halving-doubling: step time, bus bandwidth, retransmissions, and
 the busiest top switch's share of the top tier's packets.
 
 Phase placement: topologies/rail-optimized.yaml, one rank per GPU NIC (16),
-a 64 KB model, ring all-reduce, one connection per pair at
-PLACEMENT_LINE_RATE_PPS; ranks ordered rail by rail (rail-aware) or server
+a 64 KB model, ring all-reduce, one connection per pair; ranks ordered rail by rail (rail-aware) or server
 by server (host-major, hostagent/collectives/placement.py): step time and
 the packets through the spines.
 
@@ -83,11 +82,26 @@ packets; two channels a pair on the two spines (path-aware ports), each
 at LL_LINE_RATE_PPS; data-parallel steps (a 256 KB model in one bucket:
 32 pieces of 4 KB a ring step). Cases: no competing flow, then a fixed-
 rate RoCEv2 flow of LL_COMPETING_PPS each way between h2 and h4 whose
-source port hashes onto spine1 (hostagent.ecn.roce send); each with
+source port hashes onto spine1 (hostagent.ecn.roce send); the spine
+links', channels' and competing flow's rates all x --least-loaded-scale
+(auto: the largest, in steps of 0.05 and at most 1, whose loaded case the
+calibration's budget fits); each with
 --channel-choice fixed and least-loaded. Per case: step and all-reduce
 time, bus bandwidth, the share of the ranks' bytes on the channels
 crossing spine1, retransmissions (and those of spine1's channels), and
 the packets each spine carried.
+
+Each phase's line rate (every phase but least-loaded; --line-rate-pps
+sets it by hand) is sized to this machine before its cases start
+(size_phase, docs/fidelity.md): the rate whose cost, fitted over earlier
+runs of the phase's fabrics here (each case that ran whole records the
+cores it kept busy), leaves the cores idle by the fidelity limit and its
+margin; else the highest at which each fabric's ring (each rank to the
+next, every channel, ACKs back) fits the calibration's budget; else the
+phase's default (FALLBACK_LINE_RATE_PPS, FALLBACK_PLACEMENT_LINE_RATE_PPS),
+said. Every case of a phase runs at one rate (its most demanding fabric's),
+so that they compare. The budget's plan at that rate is printed, loudly
+when over, and every row carries line_rate_pps and budget.
 
 Every case but the failure phase's carries a fidelity verdict (frames lost
 before a pipeline, threads waiting for a core; docs/fidelity.md), and the
@@ -118,13 +132,13 @@ from control.generators.common import Graph
 from control.generators.flow_model import FlowModel
 from emulator import run_costs
 from emulator.build import compile_p4
-from emulator.calibration import Flow, demand, fitting_rate, plan
+from emulator.calibration import Flow, fitting_rate
 from control.controller import FabricController
 from control.topology import Topology
 from emulator.network import Network
 from emulator.fidelity import FidelityMonitor, Verdict, report
-from experiments.common import (RANK_ACK_SHARE, StartGate, announce_budget, calibration_or_why, case_fidelity,
-                                experiment_parser, fail_link, fitting_scale, lost_before_pipeline, machine_identity,
+from experiments.common import (RANK_ACK_SHARE, StartGate, announce_budget, budget_scale, calibration_or_why,
+                                case_fidelity, experiment_parser, fail_link, lost_before_pipeline, machine_identity,
                                 print_table, rate_by_fit, record_run_cost, ring_pairs, roce_agent, save_figure,
                                 whole_rate, write_csv)
 from features import topology_from_dict
@@ -824,19 +838,12 @@ def least_loaded_flows(scale: float) -> list[Flow]:
 
 def least_loaded_scale(given: float | None, out: Path) -> tuple[float, str]:
     """The share of the phase's rates (spine links, channels, the competing
-    flow: their ratios are the scenario) this run takes, and how it was
-    chosen: `given`; else the largest, a multiple of LL_SCALE_STEP and at
-    most 1, at which the loaded case fits the calibration's budget (every
-    host priced as an RDMA agent, the switches as the pipeline with every
-    feature off); else 1, said."""
-    if given:
-        return given, "as given (--least-loaded-scale)"
-    cal, why = calibration_or_why()
-    if cal is None:
-        return 1.0, f"{why}: the phase's rates as written"
-    p = plan(demand(least_loaded_topology(out)[0], least_loaded_flows(1.0), RANK_ACK_SHARE), cal, "fabric",
-             agents="rdma")
-    return fitting_scale(p.dilation, LL_SCALE_STEP), f"the budget: at scale 1 the loaded case {p}"
+    flow) this run takes, and how it was chosen (budget_scale: the largest,
+    in LL_SCALE_STEPs, at which the loaded case fits the budget, every host
+    priced as an RDMA agent, the switches as the pipeline with every
+    feature off)."""
+    return budget_scale(given, least_loaded_topology(out)[0], least_loaded_flows(1.0), "fabric", "rdma",
+                        LL_SCALE_STEP, "--least-loaded-scale")
 
 
 def spine_of(model: PathModel, src_ip: str, dst_ip: str, sport: int) -> str:
@@ -897,7 +904,8 @@ def run_least_loaded_case(load: bool, choice: str, topo, topo_file: Path, spines
             "retransmitted": result["retransmitted"],
             "spine1_channel_retransmitted": sum(s["channel_retransmitted"][c] for s, cs in
                                                 zip(summaries, loaded_channels) for c in cs),
-            "spine1_packets": after["spine1"] - before["spine1"], "spine2_packets": after["spine2"] - before["spine2"]}
+            "spine1_packets": after["spine1"] - before["spine1"], "spine2_packets": after["spine2"] - before["spine2"],
+            **{k: result[k] for k in ("lost_before_pipeline", "fidelity") if k in result}}
 
 
 def least_loaded_phase(args) -> tuple[Path, list[dict]]:

@@ -432,6 +432,22 @@ def fitting_scale(dilation: float, step: float = 0.05) -> float:
     return round(max(step, math.floor(min(1.0, 1 / dilation) / step + 1e-9) * step), 2)
 
 
+def budget_scale(given: float | None, topo, flows: Sequence[Flow], composition: str = "fabric",
+                 agents: str = "roce", step: float = 0.05, option: str = "--scale") -> tuple[float, str]:
+    """The share of a run's rates (its links' and its senders' together:
+    their ratios are the scenario) to run at, and how it was chosen:
+    `given` (`option`); else the largest multiple of `step`, at most 1, at
+    which `flows` over `topo` (the run at scale 1) fit the calibration's
+    budget; else 1, said."""
+    if given:
+        return given, f"as given ({option})"
+    cal, why = calibration_or_why()
+    if cal is None:
+        return 1.0, f"{why}: the rates as written"
+    p = plan(demand(topo, flows, RANK_ACK_SHARE if agents == "rdma" else 0.0), cal, composition, agents=agents)
+    return fitting_scale(p.dilation, step), f"the budget: at scale 1 this run {p}"
+
+
 def rate_by_fit(fitted: run_costs.CostFit, cores: int) -> tuple[float, str]:
     """The rate whose cost by `fitted` (earlier runs of a composition here:
     emulator/run_costs.py) leaves the cores idle by the fidelity limit and

@@ -6,10 +6,18 @@ and what report suppression saves and loses.
 
 Brings up leaf-spine (topologies/leaf-spine.yaml) with a monitoring host h5
 on leaf1 running the collector, h4's link cut to 9.6 Mbit/s (800 packets/s
-of BMv2 queue rate), step ECN (K=10) on leaf2's port to h4, and INT on every
+of BMv2 queue rate; x --scale, as the senders' rate), step ECN (K=10) on leaf2's port to h4, and INT on every
 RoCE packet (UDP 4791: node id, ports, hop latency, queue, timestamps).
 h1 and h2 (leaf1, through a spine) and h3 (leaf2) send to h4 with DCQCN, so
 the queue at leaf2 -> h4 (the INT sink's port) rises and falls.
+
+--scale S (default: sized to this machine) runs h4's link and the senders
+at S times their rates: the largest, in steps of 0.05 and at most 1, at
+which the every-packet case (the senders, and a report per packet the
+sink's port delivers) fits the calibration's budget, both cases at that
+scale; 1 without a calibration, said. The queue's thresholds (ECN K,
+the congestion reports') and buckets stay in packets; the 4.1 ms latency
+bucket stays, so a queue of one depth is a longer latency at a lower scale.
 
 Two cases, the same traffic:
   every-packet   the sink reports every packet (refresh 0: no suppression)
@@ -54,8 +62,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from emulator.calibration import Flow
-from experiments.common import StartGate, announce_budget, case_fidelity, experiment_parser, lost_before_pipeline, \
-    print_fidelity, sample_queue, save_figure, write_csv
+from experiments.common import StartGate, announce_budget, budget_scale, case_fidelity, experiment_parser, \
+    lost_before_pipeline, print_fidelity, sample_queue, save_figure, write_csv
 
 from emulator.bmv2 import DEFAULT_EXPERIMENT_LOG_LEVEL, LOG_LEVELS
 from emulator.bmv2_thrift import Bmv2Thrift
@@ -76,14 +84,17 @@ CASES = {
 COMMON = {"queue_report_threshold": 12, "queue_report_interval_ms": 1, "drop_report_interval_ms": 1}
 SENDERS = ("h1", "h2", "h3")
 RECEIVER = "h4"
+RECEIVER_LINK_MBPS = 9.6       # h4's link at scale 1: BMv2 queues of 800 packets/s, below the 3 senders' 1500
 SINK_SWITCH = "leaf2"
 
 
-def topology(case: str):
+def topology(case: str, scale: float = 1.0):
+    """The case's leaf-spine, h4's link at `scale` x RECEIVER_LINK_MBPS."""
     raw = yaml.safe_load((REPO / "topologies" / "leaf-spine.yaml").read_text())
     raw["name"] = f"leaf-spine-int-{case}"
     raw["hosts"].append({"name": "h5", "role": "monitor"})
-    raw["links"] = [{"a": "h4", "b": "leaf2", "bandwidth_mbps": 9.6} if link == ["h4", "leaf2"] else link
+    mbps = round(RECEIVER_LINK_MBPS * scale, 6)
+    raw["links"] = [{"a": "h4", "b": "leaf2", "bandwidth_mbps": mbps} if link == ["h4", "leaf2"] else link
                     for link in raw["links"]] + [["h5", "leaf1"]]
     raw["ecn"] = [{"switch": SINK_SWITCH, "towards": RECEIVER, "mode": "step", "k": 10}]
     raw["int"] = {"collector": "h5", **COMMON, **CASES[case],
@@ -180,7 +191,7 @@ def offered(topo, case: str, sender_rate: float) -> list[Flow]:
 
 
 def run_case(case: str, args, out: Path) -> dict:
-    topo = topology(case)
+    topo = topology(case, args.scale)
     case_dir = out / case
     case_dir.mkdir(parents=True, exist_ok=True)
     py = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else sys.executable
@@ -190,7 +201,7 @@ def run_case(case: str, args, out: Path) -> dict:
         net.apply_queue_rates()
         # INT on every packet: priced as the training composition, the calibrated one with INT in it (beside
         # lossless and failover)
-        budget = announce_budget(topo, offered(topo, case, args.sender_rate), composition="training")
+        budget = announce_budget(topo, offered(topo, case, args.sender_rate * args.scale), composition="training")
         gate = StartGate(case_dir)          # the agents start together once every one is ready
         recorder = Recorder(topo, time.time())      # t0: the traffic's start, once the gate opens
         collector = Collector(bind="0.0.0.0", netns="h5", metrics_port=None, out_dir=case_dir,
@@ -212,7 +223,7 @@ def run_case(case: str, args, out: Path) -> dict:
         with collector, Bmv2Thrift(topo.switches[SINK_SWITCH].thrift_port) as thrift:
             procs = [agent(RECEIVER, "receive", ["--duration", str(args.duration + 1.0)])]
             procs += [agent(h, "send", ["--dst-ip", receiver.ip, "--qp", str(i),
-                                        "--line-rate-pps", str(args.sender_rate)])
+                                        "--line-rate-pps", f"{args.sender_rate * args.scale:g}"])
                       for i, h in enumerate(SENDERS, start=1)]
             start_at = recorder.t0 = gate.open(procs)
             fidelity.traffic_starts(start_at)
@@ -276,6 +287,7 @@ def run_case(case: str, args, out: Path) -> dict:
         "probe_link_coverage": round(covered, 3),
         "departures_off_grid": (f"{spacing[0].off}/{spacing[0].backlogged}" if spacing else ""),
         "fidelity": str(verdict),
+        "scale": args.scale,
         "budget": budget,
     }
     _plot_case(case, result, sink_reports, samples, traffic_rows, case_dir)
@@ -328,10 +340,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--log-level", default=DEFAULT_EXPERIMENT_LOG_LEVEL, choices=LOG_LEVELS,
                     help="BMv2 log level (default off)")
     ap.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
+    ap.add_argument("--scale", type=float, default=None, metavar="S",
+                    help="h4's link and the senders' rate x S (default: the largest the calibration's budget fits "
+                         "for the every-packet case, in steps of 0.05, at most 1)")
     args = ap.parse_args(argv)
+    if args.scale is not None and not 0 < args.scale < float("inf"):
+        ap.error(f"--scale must be above 0, got {args.scale:g}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     compile_p4()
+    # both cases at one scale, the heavier's (every packet reported), so that they compare
+    args.scale, how = budget_scale(args.scale, topology("every-packet"),
+                                   offered(topology("every-packet"), "every-packet", args.sender_rate), "training")
+    print(f"scale: x{args.scale:g} ({how}): h4's link {RECEIVER_LINK_MBPS * args.scale:g} Mbit/s, senders "
+          f"{args.sender_rate * args.scale:g} packets/s", flush=True)
     results = []
     for case in args.cases:
         print(f"==> {case}: {args.duration:g}s of 3:1 incast on leaf-spine, INT on RoCE ({CASES[case]})", flush=True)

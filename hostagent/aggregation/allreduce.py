@@ -72,6 +72,7 @@ ECT0 = 0x02                   # IP TOS: ECN-capable transport (ECT(0)), with ecn
 MIN_RTO_S = 0.05              # retransmission timeout: RFC 6298 from measured round trips, within these
 MAX_RTO_S = 0.1
 FALLBACK_AFTER = 5            # sends of a packet without a result before it goes to the parameter server
+PACING_BURST = 4              # rate_pps: packets a paced worker may send at once after a pause
 
 
 @dataclass
@@ -143,18 +144,26 @@ class AggregationWorker:
     """One worker of job `job`, in its host's namespace (a UDP socket on the
     job's port). n_workers: the job's worker count (sets the quantisation).
     block_elements: the job's (its topology section's), int32 elements a
-    packet carries."""
+    packet carries. rate_pps: new packets at most this many a second (a
+    bucket of PACING_BURST packets; None: as fast as the window allows),
+    as a paced NIC sends: the collectives' ranks pace it at their channels'
+    top rate, so that the switch's all-reduce and the ring's compare at
+    one rate."""
 
     def __init__(self, job: int, server_ip: str, n_workers: int, *, bind_ip: str = "0.0.0.0",
                  window: int = DEFAULT_WINDOW, min_rto_s: float = MIN_RTO_S, max_rto_s: float = MAX_RTO_S,
                  timeout_s: float = 300.0, seq_base: int = 0, ecn: bool = False,
-                 block_elements: int = ah.DEFAULT_BLOCK_ELEMENTS):
+                 block_elements: int = ah.DEFAULT_BLOCK_ELEMENTS, rate_pps: float | None = None):
         self.port = ah.job_port(job)
         self.block_elements = ah.check_block_elements(block_elements)
         if not 1 <= n_workers <= ah.MAX_WORKERS:
             raise ValueError(f"n_workers must be 1..{ah.MAX_WORKERS}, got {n_workers}")
         if not 1 <= window <= 0x7FFF:
             raise ValueError(f"window must be 1..32767 (slots of the job), got {window}")
+        if rate_pps is not None and not 0 < rate_pps < math.inf:
+            raise ValueError(f"rate_pps must be above 0, got {rate_pps}")
+        self.gap_s = 1.0 / rate_pps if rate_pps else 0.0     # between new packets, paced
+        self._next_send_at = 0.0
         self.job, self.server, self.n_workers, self.window = job, (server_ip, self.port), n_workers, window
         self.min_rto_s, self.max_rto_s, self.timeout_s = min_rto_s, max_rto_s, timeout_s
         self.srtt: Optional[float] = None
@@ -275,7 +284,9 @@ class AggregationWorker:
             # New packets, as the window and the exponents they need allow.
             while (next_p < call.total and (next_p < W or call.results[next_p - W] is not None)
                    and (next_p < L or L == 0 or call.results[next_p - L] is not None)
-                   and len(outstanding) < self.cwnd):
+                   and len(outstanding) < self.cwnd and now >= self._next_send_at):
+                if self.gap_s:      # paced: a packet a gap, up to PACING_BURST at once after a pause
+                    self._next_send_at = max(self._next_send_at, now - PACING_BURST * self.gap_s) + self.gap_s
                 flags = ah.FLAG_FALLBACK if next_p in call.fallback else 0
                 self._send(self._payload(call, next_p, flags))
                 call.sent_index[next_p] = self._sent_count
@@ -315,6 +326,8 @@ class AggregationWorker:
                     f"job {self.job}: no result for packets {missing} (seq {[call.base + p for p in missing]}) "
                     f"after {self.timeout_s:.0f} s; {done}/{call.total} done")
             wait = min((s[0] for s in outstanding.values()), default=now + 0.05) - now
+            if next_p < call.total and self._next_send_at > now:     # the pacing, not the window, holds the next
+                wait = min(wait, self._next_send_at - now)
             readable, _, _ = select.select([self.sock], [], [], max(0.0, min(wait, 0.05)))
             if readable:
                 done += self._receive(call, outstanding)

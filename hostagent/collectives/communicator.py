@@ -664,7 +664,8 @@ def open_communicator(rank: int, addresses: Sequence[str], iface: str, src_ip: s
     (aggregation job, its parameter server's address, first sequence number,
     the same on every rank, the job's block_elements) for the in-network
     all-reduce. channel_choice: one of CHANNEL_CHOICES, the same on every
-    rank. tclass: the lossless class `dscp` maps to, whose PFC pauses the
+    rank; its worker sends at most channels x line_rate_pps packets a
+    second. tclass: the lossless class `dscp` maps to, whose PFC pauses the
     rank's NIC honours (None: none), link_mbps the host link's rate (the
     pause quantum). mode "uet": UET's transport (lossy: no class; with cc
     "rccc" the rank grants its peers credit for its link at line_rate_pps;
@@ -717,8 +718,10 @@ def open_communicator(rank: int, addresses: Sequence[str], iface: str, src_ip: s
     worker = None
     if aggregation is not None:
         agg_job, server_ip, seq_base, block_elements = aggregation
+        # paced at the rank's channels' top rate together: what its ring connections to one peer may send
         worker = AggregationWorker(agg_job, server_ip, len(addresses), bind_ip=src_ip, timeout_s=timeout_s,
-                                   seq_base=seq_base, block_elements=block_elements)
+                                   seq_base=seq_base, block_elements=block_elements,
+                                   rate_pps=channels * line_rate_pps)
     try:
         return Communicator(endpoint, list(addresses), rank, channels=channels, sport_of=sport_of,
                             timeout_s=timeout_s, qp_base=qp_base, aggregation=worker,

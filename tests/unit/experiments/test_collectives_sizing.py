@@ -100,7 +100,7 @@ def test_a_ranks_nic_is_where_its_traffic_enters(tmp_path):
 def test_the_least_loaded_phase_scales_its_rates_together(machine, tmp_path):
     scale, how = exp.least_loaded_scale(None, tmp_path)
     assert 0 < scale < 1 and round(scale / exp.LL_SCALE_STEP, 6).is_integer()
-    assert how.startswith("the budget: at scale 1 the loaded case needs")
+    assert how.startswith("the budget: at scale 1 this run needs")
     fits = plan(demand(exp.least_loaded_topology(tmp_path, scale)[0], exp.least_loaded_flows(scale),
                        common.RANK_ACK_SHARE), CAL, agents="rdma")
     assert fits.within_budget

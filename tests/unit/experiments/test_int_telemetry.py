@@ -2,7 +2,8 @@
 each report placed at the time the sink saw the queue, not when it reached
 the collector, and the held-report error against the register's samples;
 the flows its budget prices."""
-from experiments.int_telemetry import RECEIVER, SENDERS, SINK_SWITCH, held_error, offered, on_switch_clock, topology
+from experiments.int_telemetry import RECEIVER, RECEIVER_LINK_MBPS, SENDERS, SINK_SWITCH, held_error, offered, on_switch_clock, \
+    topology
 
 
 def report(arrived_s: float, egress_us: int, queue: int, switch: str = SINK_SWITCH, kind: str = "flow") -> dict:
@@ -36,3 +37,28 @@ def test_the_budget_counts_the_senders_and_in_the_every_packet_case_a_report_per
     assert [(f.src, f.dst, f.pps) for f in suppressed] == [(h, RECEIVER, 500.0) for h in SENDERS]
     every = offered(topology("every-packet"), "every-packet", 500.0)
     assert every[:3] == suppressed and (every[3].src, every[3].dst, every[3].pps) == (RECEIVER, "h5", 800)
+
+
+def test_a_scale_slows_h4s_link_and_the_reports_it_prices_with_it():
+    half = topology("every-packet", 0.5)
+    assert half.access_link(half.hosts[RECEIVER]).bandwidth_mbps == RECEIVER_LINK_MBPS / 2
+    assert offered(half, "every-packet", 250.0)[3].pps == 400      # a report per packet h4's port delivers
+
+
+def test_the_scale_is_the_largest_the_budget_fits(monkeypatch):
+    from emulator.calibration import Calibration, Identity, demand, plan
+    from experiments import common
+    cal = Calibration(Identity("AMD EPYC", 2, "simple_switch_grpc", "42"), "2026-12-03T15:09:34+00:00",
+                      {"fabric": 6_000.0, "training": 2_800.0}, 0.005, 90_000.0, 12_500.0, 9_300.0)
+    monkeypatch.setattr(common, "calibration_or_why", lambda: (cal, ""))
+    full = topology("every-packet")
+    scale, how = common.budget_scale(None, full, offered(full, "every-packet", 500.0), "training")
+    assert 0.05 <= scale < 1 and how.startswith("the budget: at scale 1 this run needs")
+
+    def fits(s: float) -> bool:
+        topo = topology("every-packet", s)
+        return plan(demand(topo, offered(topo, "every-packet", 500.0 * s)), cal, "training").within_budget
+    assert fits(scale) and not fits(scale + 0.05)
+    assert common.budget_scale(0.3, full, [], option="--scale") == (0.3, "as given (--scale)")
+    monkeypatch.setattr(common, "calibration_or_why", lambda: (None, "no calibration (fabric calibrate)"))
+    assert common.budget_scale(None, full, []) == (1.0, "no calibration (fabric calibrate): the rates as written")

@@ -235,3 +235,52 @@ def test_a_worker_assembles_a_wide_result_from_its_parts():
 def test_a_worker_refuses_a_block_size_no_job_can_declare():
     with pytest.raises(ValueError, match="a block is 64 or 256 elements"):
         ar.AggregationWorker(1, "127.0.0.1", 2, bind_ip="127.0.0.9", block_elements=100)
+
+
+@pytest.mark.parametrize("rate_pps", [None, 200.0])
+def test_a_paced_worker_sends_new_blocks_no_faster_than_its_rate(rate_pps):
+    """A stand-in server on loopback answers every block at once with its
+    sum (one worker: the block itself); it notes when each block arrived.
+    Paced at 200 packets/s, 30 blocks take at least (30 - 1 - burst) gaps
+    of 5 ms (a lower bound: a loaded machine only makes it later); the
+    result is exact either way."""
+    import threading
+    import time
+
+    server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    server.bind(("127.0.0.40", ah.job_port(6)))
+    server.settimeout(0.05)
+    stop = threading.Event()
+    arrivals: list[float] = []
+
+    def answer():
+        while not stop.is_set():
+            try:
+                data, addr = server.recvfrom(4096)
+            except socket.timeout:
+                continue
+            pkt = ah.unpack(data)
+            arrivals.append(time.monotonic())
+            server.sendto(ah.pack(ah.FLAG_SERVER | ah.FLAG_RESULT, 6, pkt.seq, pkt.elements.astype(np.int64)), addr)
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    data = np.arange(256 * 30, dtype=np.int32) - 1000
+    try:
+        with ar.AggregationWorker(6, "127.0.0.40", 1, bind_ip="127.0.0.41", rate_pps=rate_pps) as w:
+            out = w.allreduce(data)
+            stats = w.stats
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+    assert out.tolist() == data.tolist() and stats.retransmissions == 0
+    assert len(arrivals) == 30
+    if rate_pps:
+        assert arrivals[-1] - arrivals[0] >= (30 - 1 - ar.PACING_BURST) / rate_pps
+
+
+def test_a_worker_refuses_a_rate_that_is_not_one():
+    for rate in (0.0, -5.0, float("inf")):
+        with pytest.raises(ValueError, match="rate_pps must be above 0"):
+            ar.AggregationWorker(1, "127.0.0.1", 2, bind_ip="127.0.0.9", rate_pps=rate)
