@@ -46,7 +46,11 @@ DEFAULT_ALPHA = 0.45        # busy ~ rate^alpha: the fit over 90-400 packets/s (
 ALPHA_RANGE = (0.3, 1.0)    # a fit outside it is clamped: a few noisy runs at close rates say little of the shape
 IDLE_MARGIN = 0.12          # above Limits.idle_min: the idle share's spread between runs of one case at one rate
 MIN_RATE_RATIO = 1.2        # runs at rates closer than this count as one rate for the fit
-MAX_RUNS = 12               # runs kept a composition: the latest
+MAX_EXTRAPOLATION = 1.5     # a fit's rate is at most this times the highest rate it was fitted over: from one
+                            # faithful run of a collectives phase at 100 packets/s (alpha assumed) it gave 320,
+                            # and 10 of 19 cases were violated
+MAX_RUNS = 60               # runs kept a composition, the latest: a collectives phase records a run a case (19 in lb),
+                            # so that its fit still sees the rates of the runs before
 
 
 class RunCostError(RuntimeError):
@@ -69,18 +73,23 @@ class CostFit:
     alpha: float
     runs: int
     rates: int                  # distinct rates among them (MIN_RATE_RATIO apart)
+    highest_rate: float = math.inf     # the highest rate among them
 
     def busy(self, rate: float) -> float:
         return self.coefficient * rate ** self.alpha
 
     def rate_for(self, busy_cores: float) -> float:
-        return (busy_cores / self.coefficient) ** (1 / self.alpha)
+        """The rate the fit says keeps `busy_cores` busy, at most
+        MAX_EXTRAPOLATION x the highest rate measured: above that the shape
+        is a guess."""
+        return min((busy_cores / self.coefficient) ** (1 / self.alpha), MAX_EXTRAPOLATION * self.highest_rate)
 
     def __str__(self) -> str:
         shape = (f"alpha fitted over {self.rates} rates" if self.rates > 1
                  else f"alpha {DEFAULT_ALPHA} assumed: one rate measured")
         return (f"busy cores = {self.coefficient:.3g} x rate^{self.alpha:.2f} over {self.runs} "
-                f"run{'s' if self.runs != 1 else ''} ({shape})")
+                f"run{'s' if self.runs != 1 else ''} ({shape}; rates up to {self.highest_rate:g}, a rate at most "
+                f"x{MAX_EXTRAPOLATION:g} that)")
 
 
 def now_iso() -> str:
@@ -168,7 +177,7 @@ def fit(costs: Sequence[RunCost]) -> CostFit | None:
     if rates > 1:
         slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
         alpha = min(max(slope, ALPHA_RANGE[0]), ALPHA_RANGE[1])
-    return CostFit(math.exp(my - alpha * mx), alpha, len(costs), rates)
+    return CostFit(math.exp(my - alpha * mx), alpha, len(costs), rates, max(c.rate for c in costs))
 
 
 def target_busy_cores(cores: int, limits: Limits = Limits()) -> float:

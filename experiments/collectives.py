@@ -137,10 +137,10 @@ from control.controller import FabricController
 from control.topology import Topology
 from emulator.network import Network
 from emulator.fidelity import FidelityMonitor, Verdict, report
-from experiments.common import (RANK_ACK_SHARE, StartGate, announce_budget, budget_scale, calibration_or_why,
-                                case_fidelity, experiment_parser, fail_link, lost_before_pipeline, machine_identity,
-                                print_table, rate_by_fit, record_run_cost, ring_pairs, roce_agent, save_figure,
-                                whole_rate, write_csv)
+from experiments.common import (LINK_RATES, RANK_ACK_SHARE, StartGate, announce_budget, budget_scale,
+                                calibration_or_why, case_fidelity, experiment_parser, fail_link, lost_before_pipeline,
+                                machine_identity, nic_link_pps, print_table, rate_by_fit, record_run_cost, ring_pairs,
+                                roce_agent, save_figure, set_link_rates, whole_rate, write_csv)
 from features import topology_from_dict
 from features.failover.heartbeat import running_heartbeats
 from features.failover.rerouting import Rerouter
@@ -626,8 +626,14 @@ def lb_fabric_cases(phase: str, cases: list[tuple[str, str, str]], args) -> tupl
     out = Path(args.out) / phase
     out.mkdir(parents=True, exist_ok=True)
     topo, topo_file = lb_topology(out)
-    fab = PhaseFabric("leaf-spine + ps", topo, RANKS, args.channels)
+    nic = args.link_rate == "nic"
+    fab = PhaseFabric("leaf-spine + ps" + (", links at the NIC rate" if nic else ""), topo, RANKS, args.channels)
     args.sizing = size_phase(phase, [fab], args.line_rate_pps, FALLBACK_LINE_RATE_PPS)
+    link_pps = nic_link_pps(args.channels, args.sizing.line_rate_pps) if nic else None
+    if link_pps is not None:        # the fabric's links, not the hosts' pacing, are what the channels share
+        topo, topo_file = lb_topology(out, link_pps)
+        print(f"links: every link at {link_pps:g} packets/s (a rank's {args.channels} channels and their ACKs)",
+              flush=True)
     results = []
     with fabric(topo, args) as ctl:
         try:
@@ -635,7 +641,7 @@ def lb_fabric_cases(phase: str, cases: list[tuple[str, str, str]], args) -> tupl
                 print(f"==> {phase} {mode} {algorithm} ({transport}): {args.steps} data-parallel steps on "
                       f"{', '.join(RANKS)}, {args.channels} channels per pair", flush=True)
                 results.append({**run_case(mode, algorithm, topo, topo_file, ctl, args, out, transport, fab),
-                                **args.sizing.columns()})
+                                **args.sizing.columns(), "link_pps": link_pps or ""})
         finally:
             for leaf in LEAVES:
                 ctl.feature("load_balancing").set_mode(leaf, LbMode())
@@ -758,12 +764,15 @@ def leaf_spine_without_int():
     return topology_from_dict(topology_raw("leaf-spine"), "leaf-spine without INT")
 
 
-def lb_topology(out: Path):
+def lb_topology(out: Path, link_pps: float | None = None):
     """The lb phase's fabric, written to out/topology.yaml (the path model
     reads it): the leaf-spine without INT, and a fifth host ps on leaf2, the
     parameter server of aggregation job 1 made of the four ranks (their
-    in-network all-reduce is summed at leaf2)."""
+    in-network all-reduce is summed at leaf2); every link at `link_pps`
+    packets/s (None: the file's 100 Mbit/s)."""
     raw = topology_raw("leaf-spine")
+    if link_pps is not None:
+        set_link_rates(raw, link_pps)
     raw["hosts"].append({"name": "ps", "role": "server"})
     raw["links"].append(["ps", "leaf2"])
     raw["aggregation"] = {"jobs": [{"job": AGGREGATION_JOB, "workers": list(RANKS), "server": "ps", "slots": 32}]}
@@ -990,6 +999,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="failure phase: seconds after the first step ended")
     ap.add_argument("--steps", type=int, default=8, help="training steps per case")
     ap.add_argument("--channels", type=int, default=2, help="connections per peer pair")
+    ap.add_argument("--link-rate", choices=LINK_RATES, default="file",
+                    help="phases lb and transport: the file's links (100 Mbit/s: the hosts' line rate is what "
+                         "bounds a step), or every link at the rate a rank's channels fill (nic: the links are what "
+                         "the channels share, and where load balancing can matter)")
     ap.add_argument("--least-loaded-scale", type=float, default=None, metavar="S",
                     help="phase least-loaded: its spine links', channels' and competing flow's rates x S (default: "
                          "the largest the calibration's budget fits, in steps of 0.05, at most 1)")

@@ -27,7 +27,7 @@ from emulator.calibration import stored as stored_calibration
 from emulator.fidelity import CpuSummary, FidelityMonitor, Limits, Verdict, report
 from emulator.impairments import blackhole
 from emulator import queue_depth
-from emulator.network import Network, interface_rx_packets
+from emulator.network import QUEUE_RATE_PACKET_BYTES, Network, interface_rx_packets
 from emulator.toolchain import record as record_toolchain
 from features.congestion_control import SECTION as CONGESTION_CONTROL
 from features.lossless import OCCUPANCY_REGISTER, cell
@@ -424,6 +424,27 @@ def ring_pairs(hosts: Sequence[str], channels: int = 1) -> list[tuple[str, str]]
 def whole_rate(rate: float) -> float:
     """`rate` rounded down to tens of packets/s, and at least MIN_LINE_RATE_PPS."""
     return max(MIN_LINE_RATE_PPS, 10 * math.floor(rate / 10))
+
+
+LINK_RATES = ("file", "nic")    # --link-rate: the topology file's bandwidths, or every link at a rank NIC's rate
+
+
+def nic_link_pps(channels: int, line_rate_pps: float) -> float:
+    """`--link-rate nic`: a link's rate, in packets/s, that a rank's NIC
+    fills: its channels to the next rank, each at the connection's top rate,
+    and the ACKs that come back the same way (a BMv2 queue's rate counts
+    packets, an ACK as one)."""
+    return channels * line_rate_pps * (1 + RANK_ACK_SHARE)
+
+
+def set_link_rates(raw: dict, link_pps: float) -> None:
+    """Every link of the topology mapping `raw` at `link_pps` packets/s (its
+    defaults and every link that gives its own bandwidth)."""
+    mbps = round(link_pps * 8 * QUEUE_RATE_PACKET_BYTES / 1e6, 6)
+    raw.setdefault("defaults", {}).setdefault("link", {})["bandwidth_mbps"] = mbps
+    for link in raw["links"]:
+        if isinstance(link, dict) and "bandwidth_mbps" in link:
+            link["bandwidth_mbps"] = mbps
 
 
 def fitting_scale(dilation: float, step: float = 0.05) -> float:

@@ -73,14 +73,14 @@ from emulator import run_costs
 from emulator.calibration import Calibration, Flow, current, demand, fitting_rate, plan
 from control.controller import FabricController
 from emulator.impairments import blackhole
-from emulator.network import QUEUE_RATE_PACKET_BYTES, Network, NetworkError
+from emulator.network import Network, NetworkError
 from control.p4info import EntryError
 from control.p4constants import drop_reasons
 from control.topology import Topology, TopologyError, apply_overlays, from_dict
-from experiments.common import RANK_ACK_SHARE, REPO, agent_python, case_fidelity, cc_constants, cc_constants_line, \
+from experiments.common import LINK_RATES, RANK_ACK_SHARE, REPO, agent_python, case_fidelity, cc_constants, cc_constants_line, \
     exit_on_sigterm, kill_switch, machine_identity, median_ratio_interval, percentile, ping_round_trips, \
-    print_fidelity, print_table, rate_by_fit, record_run_cost, ring_pairs, roce_agent, sample_queue, save_figure, \
-    whole_rate, write_csv
+    nic_link_pps, print_fidelity, print_table, rate_by_fit, record_run_cost, ring_pairs, roce_agent, sample_queue, \
+    save_figure, set_link_rates, whole_rate, write_csv
 from features import FEATURES, SECTIONS, load_topology, topology_from_dict
 from features.congestion_control import SECTION as CONGESTION_CONTROL
 from features.ecn import MARKED_COUNTER as ECN_MARKED_COUNTER, SECTION as ECN
@@ -305,7 +305,6 @@ class Failure:
                 "blackhole": f"switch {self.target} black-holing"}[self.kind]
 
 
-LINK_RATES = ("file", "nic")    # --link-rate: the topology file's bandwidths, or every link at a rank NIC's rate
 INCAST_FIRST_STEP = 2          # --incast starts as this step starts (step 1 has the ranks' set-up in it)
 INCAST_HOST = "incast"         # --incast's senders: incast1, incast2, ... beside the first rank's switch
 INCAST_QP = 100                # their queue pairs (incast1 sends on 101): none a rank uses
@@ -360,14 +359,6 @@ class Incast:
         return target.switch, target.switch_port, LOSSLESS_CLASS if c.traffic_class == "lossless" else 0
 
 
-def nic_link_pps(c: "Composition", line_rate_pps: float) -> float:
-    """`--link-rate nic`: a link's rate, in packets/s, that a rank's NIC
-    fills: its channels to the next rank, each at the connection's top rate,
-    and the ACKs that come back the same way (a BMv2 queue's rate counts
-    packets, an ACK as one)."""
-    return c.channels * line_rate_pps * (1 + RANK_ACK_SHARE)
-
-
 COMPOSED_SECTIONS = ("int", "aggregation", "load_balancing", "failover", "lossless", "nonminimal_routing", "trimming")
 OVERLAY_ADDS = ("ecn", CONGESTION_CONTROL)   # sections an overlay may add: no technique of the composition decides them
 
@@ -407,11 +398,7 @@ def composed_topology(name: str, c: Composition, ranks: list[str], overlays: Seq
             raw["hosts"].append({"name": host, "role": "sender"})
             raw["links"].append([host, switch])
     if link_pps is not None:
-        mbps = round(link_pps * 8 * QUEUE_RATE_PACKET_BYTES / 1e6, 6)
-        raw.setdefault("defaults", {}).setdefault("link", {})["bandwidth_mbps"] = mbps
-        for link in raw["links"]:
-            if isinstance(link, dict) and "bandwidth_mbps" in link:
-                link["bandwidth_mbps"] = mbps
+        set_link_rates(raw, link_pps)
     for section in (*COMPOSED_SECTIONS, "ecn"):
         raw.pop(section, None)
     if c.cc == "hpcc":
@@ -932,7 +919,7 @@ def fabric(topo: Topology, run_dir: Path, log_level: str, say) -> Iterator[tuple
 def run_case(case: str, c: Composition, args, reference: Reference, rank_names: list[str], failure: Failure | None,
              out: Path, say=print) -> RunResult:
     line_rate = args.line_rate_pps or LINE_RATE_PPS.get(Path(args.topology).stem, DEFAULT_LINE_RATE_PPS)
-    link_pps = nic_link_pps(c, line_rate) if getattr(args, "link_rate", "file") == "nic" else None
+    link_pps = nic_link_pps(c.channels, line_rate) if getattr(args, "link_rate", "file") == "nic" else None
     incast: Incast | None = getattr(args, "incast", None)
     topo, raw = composed_topology(args.topology, c, rank_names, getattr(args, "overlay", []), link_pps, incast)
     out.mkdir(parents=True, exist_ok=True)

@@ -97,3 +97,15 @@ def test_the_rate_chosen_leaves_the_fidelity_limit_and_its_margin_idle():
     f = fit([RunCost(400, 1.78, TODAY)])
     assert 130 < f.rate_for(busy) < 180
     assert math.isclose(f.busy(f.rate_for(busy)), busy)
+
+
+def test_the_rate_is_never_far_above_the_rates_measured():
+    """One faithful run of the collectives' lb phase at 100 packets/s (0.69
+    busy cores; 2026-12-03) extrapolated, with the assumed shape, to 320:
+    10 of 19 cases were then violated. A rate is at most MAX_EXTRAPOLATION
+    x the highest measured."""
+    f = fit([RunCost(100, 0.69, TODAY)])
+    assert f.highest_rate == 100
+    assert f.rate_for(run_costs.target_busy_cores(2)) == run_costs.MAX_EXTRAPOLATION * 100
+    assert f.rate_for(0.5) < 100                         # below what was measured, the fit holds
+    assert "rates up to 100" in str(f)

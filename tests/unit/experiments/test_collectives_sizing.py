@@ -126,3 +126,13 @@ def test_rates_given_by_hand_are_checked(argv, message, capsys):
     with pytest.raises(SystemExit):
         exp.main(argv)
     assert message in capsys.readouterr().err
+
+
+def test_links_at_the_nic_rate_carry_a_ranks_channels_and_their_acks(tmp_path):
+    from emulator.network import queue_rate_pps
+    pps = common.nic_link_pps(2, 100.0)
+    assert pps == pytest.approx(2 * 100.0 * (1 + common.RANK_ACK_SHARE))
+    topo, _ = exp.lb_topology(tmp_path, pps)
+    assert {queue_rate_pps(link.bandwidth_mbps) for link in topo.links} == {int(pps)}
+    file_rates, _ = exp.lb_topology(tmp_path)
+    assert {link.bandwidth_mbps for link in file_rates.links} == {100.0}

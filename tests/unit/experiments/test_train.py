@@ -61,7 +61,7 @@ def test_the_uet_composition_trims_on_every_switch_port_and_has_no_lossless_clas
 
 def test_links_at_the_nic_rate_carry_a_ranks_channels_and_their_acks():
     c = Composition()
-    pps = train.nic_link_pps(c, 150.0)
+    pps = train.nic_link_pps(c.channels, 150.0)
     assert pps == pytest.approx(2 * 150 * (1 + train.RANK_ACK_SHARE))
     topo, _ = train.composed_topology("incast-leaf-spine", c, ["h1", "h2", "h5", "h6"], link_pps=pps)
     from emulator.network import queue_rate_pps

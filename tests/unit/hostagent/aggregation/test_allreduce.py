@@ -3,7 +3,11 @@ its bound (hostagent/aggregation/allreduce.py), and the parameter server's softw
 aggregation (hostagent/aggregation/parameter_server.py) driven with packets on
 loopback: fallback blocks summed in int64, the missing workers asked,
 results kept for retransmissions, malformed or foreign packets ignored."""
+import contextlib
 import socket
+import threading
+import time
+from typing import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -140,8 +144,6 @@ def test_a_congested_result_halves_the_window_once_per_window():
     all: the bursts are the worker's window. The results of packets 40-45
     come back CONGESTED (one window): the window halves once, from 32 to 16,
     and grows again by one packet per window of unmarked results."""
-    import threading
-
     switch = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     switch.bind(("127.0.0.20", ah.job_port(4)))
     switch.settimeout(0.02)
@@ -190,42 +192,52 @@ def test_a_congested_result_halves_the_window_once_per_window():
     assert max(bursts[4:]) > 18
 
 
-def test_a_worker_assembles_a_wide_result_from_its_parts():
-    """A stand-in server on loopback answers every block of 256 with its
-    sum times 2^32 (beyond int32) in two WIDE packets, the second first and
-    sent twice: the worker's result is exact, the duplicate parts counted."""
-    import threading
-
+@contextlib.contextmanager
+def stand_in_server(ip: str, job: int, answer: Callable[[socket.socket, bytes, tuple], None]) -> Iterator[None]:
+    """A stand-in for the switch and its server on loopback: `ip`, job
+    `job`'s port; answer(socket, datagram, sender) for every datagram, in a
+    thread, until the block ends."""
     server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    server.bind(("127.0.0.30", ah.job_port(5)))
+    server.bind((ip, ah.job_port(job)))
     server.settimeout(0.05)
     stop = threading.Event()
 
-    def answer():
+    def serve():
         while not stop.is_set():
             try:
                 data, addr = server.recvfrom(4096)
             except socket.timeout:
                 continue
-            pkt = ah.unpack(data)
-            total = pkt.elements.astype(np.int64) * 2 ** 32
-            parts = [ah.pack(ah.FLAG_SERVER | ah.FLAG_RESULT | ah.FLAG_WIDE, 5, pkt.seq, total[o:o + n], offset=o)
-                     for o, n in ah.wide_parts(pkt.elements.size)]
-            for part in parts[::-1] + parts[-1:]:
-                server.sendto(part, addr)
+            answer(server, data, addr)
 
-    thread = threading.Thread(target=answer, daemon=True)
+    thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    data = np.arange(256 * 3, dtype=np.int64) - 300
     try:
-        with ar.AggregationWorker(5, "127.0.0.30", 1, bind_ip="127.0.0.31", seq_base=7) as w:
-            assert w.block_elements == 256
-            out = w.allreduce(data.astype(np.int32))
-            stats = w.stats
+        yield
     finally:
         stop.set()
         thread.join()
         server.close()
+
+
+def test_a_worker_assembles_a_wide_result_from_its_parts():
+    """A stand-in server answers every block of 256 with its sum times 2^32
+    (beyond int32) in two WIDE packets, the second first and sent twice:
+    the worker's result is exact, the duplicate parts counted."""
+    def answer(server: socket.socket, data: bytes, addr: tuple) -> None:
+        pkt = ah.unpack(data)
+        total = pkt.elements.astype(np.int64) * 2 ** 32
+        parts = [ah.pack(ah.FLAG_SERVER | ah.FLAG_RESULT | ah.FLAG_WIDE, 5, pkt.seq, total[o:o + n], offset=o)
+                 for o, n in ah.wide_parts(pkt.elements.size)]
+        for part in parts[::-1] + parts[-1:]:
+            server.sendto(part, addr)
+
+    data = np.arange(256 * 3, dtype=np.int64) - 300
+    with stand_in_server("127.0.0.30", 5, answer), \
+            ar.AggregationWorker(5, "127.0.0.30", 1, bind_ip="127.0.0.31", seq_base=7) as w:
+        assert w.block_elements == 256
+        out = w.allreduce(data.astype(np.int32))
+        stats = w.stats
     assert out.tolist() == (data * 2 ** 32).tolist()
     assert stats.results == 3 and stats.fallback_blocks == 3
     # the repeated parts of blocks 0 and 1 arrive before block 2's parts; block 2's may come after the call
@@ -239,41 +251,23 @@ def test_a_worker_refuses_a_block_size_no_job_can_declare():
 
 @pytest.mark.parametrize("rate_pps", [None, 200.0])
 def test_a_paced_worker_sends_new_blocks_no_faster_than_its_rate(rate_pps):
-    """A stand-in server on loopback answers every block at once with its
-    sum (one worker: the block itself); it notes when each block arrived.
-    Paced at 200 packets/s, 30 blocks take at least (30 - 1 - burst) gaps
-    of 5 ms (a lower bound: a loaded machine only makes it later); the
-    result is exact either way."""
-    import threading
-    import time
-
-    server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    server.bind(("127.0.0.40", ah.job_port(6)))
-    server.settimeout(0.05)
-    stop = threading.Event()
+    """A stand-in server answers every block at once with its sum (one
+    worker: the block itself) and notes when each block arrived. Paced at
+    200 packets/s, 30 blocks take at least (30 - 1 - burst) gaps of 5 ms (a
+    lower bound: a loaded machine only makes it later); the result is exact
+    either way."""
     arrivals: list[float] = []
 
-    def answer():
-        while not stop.is_set():
-            try:
-                data, addr = server.recvfrom(4096)
-            except socket.timeout:
-                continue
-            pkt = ah.unpack(data)
-            arrivals.append(time.monotonic())
-            server.sendto(ah.pack(ah.FLAG_SERVER | ah.FLAG_RESULT, 6, pkt.seq, pkt.elements.astype(np.int64)), addr)
+    def answer(server: socket.socket, data: bytes, addr: tuple) -> None:
+        pkt = ah.unpack(data)
+        arrivals.append(time.monotonic())
+        server.sendto(ah.pack(ah.FLAG_SERVER | ah.FLAG_RESULT, 6, pkt.seq, pkt.elements.astype(np.int64)), addr)
 
-    thread = threading.Thread(target=answer, daemon=True)
-    thread.start()
     data = np.arange(256 * 30, dtype=np.int32) - 1000
-    try:
-        with ar.AggregationWorker(6, "127.0.0.40", 1, bind_ip="127.0.0.41", rate_pps=rate_pps) as w:
-            out = w.allreduce(data)
-            stats = w.stats
-    finally:
-        stop.set()
-        thread.join()
-        server.close()
+    with stand_in_server("127.0.0.40", 6, answer), \
+            ar.AggregationWorker(6, "127.0.0.40", 1, bind_ip="127.0.0.41", rate_pps=rate_pps) as w:
+        out = w.allreduce(data)
+        stats = w.stats
     assert out.tolist() == data.tolist() and stats.retransmissions == 0
     assert len(arrivals) == 30
     if rate_pps:
