@@ -29,6 +29,7 @@ import os
 import runpy
 import subprocess
 import sys
+import warnings
 from multiprocessing import forkserver
 from pathlib import Path
 from typing import Sequence
@@ -59,6 +60,10 @@ def run_rank(program: str, argv: Sequence[str], netns: str, log: str, errors: st
     enter_netns(netns)
     os.nice(nice)
     sys.argv = [program, *argv]
+    # the fork server imported PROGRAM's __main__ on purpose (its imports are the preload): runpy's warning that
+    # it finds it imported would open every rank's standard error, ahead of what the rank itself says
+    warnings.filterwarnings("ignore", message=r".* found in sys\.modules after import of package .*",
+                            category=RuntimeWarning)
     runpy.run_module(program, run_name="__main__", alter_sys=True)
 
 

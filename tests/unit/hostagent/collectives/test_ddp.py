@@ -132,3 +132,21 @@ def test_each_step_record_carries_the_pauses_received_and_seconds_paused_so_far(
         [(0, 1, 1, 0.1), (1, 2, 2, 0.2), (2, 3, 3, 0.3)]
     assert ddp.StepRecord(0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, []).pauses_received == 0, \
         "a rank whose NIC honours no PFC records none"
+
+
+def test_a_forked_collective_rank_writes_only_what_the_rank_says(veth_pair, tmp_path):
+    """The collectives experiment's ranks: forks of a server that imported
+    `python -m hostagent.collectives`'s module. Their standard error holds
+    what the rank says, not runpy's warning that the module was imported
+    already (it is, on purpose). In a process of its own: a process has
+    one fork server, and the first launcher decides what it imports."""
+    script = ("import sys\n"
+              "from hostagent.collectives.ranks import COLLECTIVE_PRELOAD, COLLECTIVE_PROGRAM, RankLauncher\n"
+              "p = RankLauncher(COLLECTIVE_PROGRAM, COLLECTIVE_PRELOAD).start(['--help'], sys.argv[1], sys.argv[2], "
+              "errors=sys.argv[3])\n"
+              "sys.exit(p.wait(timeout=120))\n")
+    log, err = tmp_path / "rank.log", tmp_path / "rank.err"
+    proc = subprocess.run([sys.executable, "-c", script, NS[0], str(log), str(err)], cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr + err.read_text()
+    assert "usage:" in log.read_text() and err.read_text() == ""
