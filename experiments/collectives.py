@@ -8,6 +8,7 @@ algorithm (docs/collectives.md).
                                   [--algorithms ring halving-doubling tree in-network]
                                   [--placements rail-aware host-major] [--protections none controller "data plane"]
                                   [--fail-after 2] [--steps 8] [--channels 2] [--out experiments/results/collectives]
+                                  [--line-rate-pps PPS] [--link-rate file|nic] [--least-loaded-scale S]
 
 Phase lb: topologies/leaf-spine.yaml on BMv2 without its INT section (two
 leaves, two spines, 100 Mbit/s links: BMv2 queue rates of 8333 packets/s);
@@ -16,8 +17,10 @@ are the ranks of one data-parallel job (hostagent/collectives/workload.py:
 a 256 KB model in 4 buckets, 20 ms forward and 40 ms backward compute, the
 gradients of each bucket all-reduced after its compute), each rank with
 --channels connections to every peer (RC transport, go-back-N, DCQCN, each
-connection at the phase's line rate: below). Modes: ecmp (source ports spread by a fixed
-formula: channels may share a spine), path-aware (source ports chosen from
+connection at the phase's line rate: below; --link-rate nic puts every link
+at the rate a rank's channels fill, so that the links are what the
+channels share). Modes: ecmp (source ports spread by a fixed formula:
+channels may share a spine), path-aware (source ports chosen from
 the routes and the hash model so a pair's channels take both spines:
 hostagent/collectives/paths.py), and the leaves' load-balancing modes
 flowlet, spray and adaptive (features/load_balancing.py) with the ecmp
@@ -62,9 +65,10 @@ ring and halving-doubling: step time, bus bandwidth, retransmissions, and
 the busiest top switch's share of the top tier's packets.
 
 Phase placement: topologies/rail-optimized.yaml, one rank per GPU NIC (16),
-a 64 KB model, ring all-reduce, one connection per pair; ranks ordered rail by rail (rail-aware) or server
-by server (host-major, hostagent/collectives/placement.py): step time and
-the packets through the spines.
+a 64 KB model, ring all-reduce, one connection per pair; ranks ordered
+rail by rail (rail-aware) or server by server (host-major,
+hostagent/collectives/placement.py): step time and the packets through the
+spines.
 
 Phase torus: a ring all-reduce of 16 ranks (the placement phase's model,
 rate and connections) on torus-4x4, its ranks along a ring of neighbours
